@@ -1,0 +1,29 @@
+// Read-only memory mapping of a whole file. Thread-safe after construction (immutable).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace metronome {
+
+class MappedFile {
+ public:
+  // Throws LoadError naming `path` if the file cannot be opened or mapped. An empty file maps to
+  // an empty span.
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  [[nodiscard]] std::span<const std::uint8_t> bytes() const { return {data_, size_}; }
+  [[nodiscard]] const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  const std::uint8_t* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+}  // namespace metronome

@@ -1,0 +1,100 @@
+// GGUF v3 (the llama.cpp file format): a bounds-checked parser over a byte span (normally a
+// MappedFile) and a writer. The parser never trusts a count, a length, an offset or a shape: every
+// read is checked against the span, every allocation is bounded by what the remaining bytes could
+// possibly hold, and every failure is a LoadError naming the source and the problem.
+//
+// Thread-safety: a parsed GgufFile is immutable; it borrows the bytes, which must outlive it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace metronome::model {
+
+// ggml tensor types this project reads (values are ggml's enum values).
+enum class GgmlType : std::uint32_t { kF32 = 0, kF16 = 1, kQ8_0 = 8, kBF16 = 30 };
+
+struct GgufTensorInfo {
+  std::string name;
+  std::vector<std::uint64_t> shape;  // ggml order: shape[0] is the innermost (contiguous) dim
+  GgmlType type = GgmlType::kF32;
+  std::uint64_t offset = 0;          // relative to the data section, as stored
+  std::span<const std::uint8_t> data;  // validated to lie inside the file
+
+  [[nodiscard]] std::uint64_t num_elements() const;
+};
+
+// A metadata value. Arrays of strings/numbers are kept as vectors (bounded by the file size).
+using GgufValue = std::variant<std::uint64_t, std::int64_t, double, bool, std::string,
+                               std::vector<std::string>, std::vector<double>,
+                               std::vector<std::int64_t>>;
+
+class GgufFile {
+ public:
+  // Parses header, metadata and tensor infos. `source` names the file in error messages.
+  GgufFile(std::span<const std::uint8_t> bytes, std::string source);
+
+  [[nodiscard]] const std::string& source() const { return source_; }
+  [[nodiscard]] std::uint32_t version() const { return version_; }
+  [[nodiscard]] const std::map<std::string, GgufValue>& metadata() const { return metadata_; }
+  [[nodiscard]] const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
+
+  [[nodiscard]] const GgufValue* Find(const std::string& key) const;
+  [[nodiscard]] const GgufTensorInfo* FindTensor(const std::string& name) const;
+
+  // Typed metadata accessors; throw LoadError naming the key when it is missing (Require*) or has
+  // the wrong type or an out-of-range value.
+  [[nodiscard]] std::int64_t RequireInt(const std::string& key) const;
+  [[nodiscard]] std::optional<std::int64_t> GetInt(const std::string& key) const;
+  [[nodiscard]] std::optional<double> GetFloat(const std::string& key) const;
+  [[nodiscard]] std::string RequireString(const std::string& key) const;
+
+ private:
+  std::string source_;
+  std::uint32_t version_ = 0;
+  std::map<std::string, GgufValue> metadata_;
+  std::vector<GgufTensorInfo> tensors_;
+  std::map<std::string, std::size_t> tensor_index_;
+};
+
+// Converts `count` elements of a tensor's data to fp32. Throws LoadError for unsupported types.
+void DequantizeToF32(GgmlType type, std::span<const std::uint8_t> data, std::uint64_t count,
+                     float* out);
+
+// Builds a GGUF v3 file in memory; Write() stores it. Used by `metronome export-gguf` and by
+// tests that need hostile or unusual files.
+class GgufWriter {
+ public:
+  void SetUint32(const std::string& key, std::uint32_t v);
+  void SetFloat32(const std::string& key, float v);
+  void SetString(const std::string& key, const std::string& v);
+  void SetStringArray(const std::string& key, const std::vector<std::string>& v);
+  void SetFloat32Array(const std::string& key, const std::vector<float>& v);
+  void SetInt32Array(const std::string& key, const std::vector<std::int32_t>& v);
+  // `shape` in ggml order (innermost first). `values` are fp32 and converted to `type`
+  // (kF32 or kF16).
+  void AddTensor(const std::string& name, std::vector<std::uint64_t> shape, GgmlType type,
+                 std::span<const float> values);
+
+  [[nodiscard]] std::vector<std::uint8_t> Serialize() const;
+  // Throws LoadError naming `path` if it cannot be written.
+  void Write(const std::string& path) const;
+
+ private:
+  std::vector<std::vector<std::uint8_t>> kv_;  // encoded key/value pairs, in insertion order
+  struct PendingTensor {
+    std::string name;
+    std::vector<std::uint64_t> shape;
+    GgmlType type;
+    std::vector<std::uint8_t> data;
+  };
+  std::vector<PendingTensor> tensors_;
+};
+
+}  // namespace metronome::model

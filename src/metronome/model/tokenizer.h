@@ -1,0 +1,69 @@
+// Text <-> token ids. Two families: SentencePiece-style BPE with byte fallback (GGUF
+// tokenizer.ggml.model = "llama", llama2.c tokenizer files) and GPT-2 byte-level BPE (GGUF "gpt2",
+// used by qwen2). Thread-safety: immutable after construction; Encode/Decode are const and may be
+// called concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "metronome/base/types.h"
+
+namespace metronome::model {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // Encodes `text`; with `add_bos` the BOS id is prepended (when the vocabulary has one).
+  [[nodiscard]] virtual std::vector<TokenId> Encode(std::string_view text, bool add_bos) const = 0;
+
+  // Bytes of one token as it appears in running text. `prev` is the token before it (or -1): the
+  // SentencePiece decoder drops the leading space of the first piece after BOS, as llama2.c does.
+  // Special tokens (BOS/EOS/control) decode to "". Out-of-range ids decode to "".
+  [[nodiscard]] virtual std::string DecodeToken(TokenId prev, TokenId id) const = 0;
+
+  // Concatenation of DecodeToken over `ids` (prev of the first is -1).
+  [[nodiscard]] std::string Decode(std::span<const TokenId> ids) const;
+
+  [[nodiscard]] virtual int vocab_size() const = 0;
+  [[nodiscard]] virtual TokenId bos_id() const = 0;  // -1 when there is none
+  [[nodiscard]] virtual TokenId eos_id() const = 0;  // -1 when there is none
+};
+
+// Raw vocabulary as stored in a GGUF file or a llama2.c tokenizer file.
+struct Vocabulary {
+  std::vector<std::string> tokens;      // token text; SentencePiece uses U+2581 for space
+  std::vector<float> scores;            // merge priority (higher merges first); may be empty
+  std::vector<std::int32_t> token_types;  // GGUF token_type (1 normal, 2 unknown, 3 control,
+                                          // 6 byte); may be empty
+  std::vector<std::string> merges;      // gpt2 only: "left right" merge rules in priority order
+  TokenId bos_id = -1;
+  TokenId eos_id = -1;
+  TokenId unk_id = -1;
+};
+
+// SentencePiece-style BPE (score-driven merges) with <0xHH> byte fallback. Throws LoadError for an
+// unusable vocabulary (e.g. empty, scores of the wrong length).
+std::unique_ptr<Tokenizer> MakeSentencePieceTokenizer(Vocabulary vocab);
+
+// GPT-2 byte-level BPE (rank-driven merges over the byte-to-unicode alphabet, with the GPT-2 /
+// Qwen2 pre-tokenizer split). Throws LoadError for an unusable vocabulary.
+std::unique_ptr<Tokenizer> MakeGpt2Tokenizer(Vocabulary vocab);
+
+// Reads a llama2.c tokenizer file (tok512.bin format: int32 max_token_length, then per token:
+// float32 score, int32 length, bytes). `vocab_size` comes from the checkpoint header. The file
+// stores spaces as ' ' and BOS/EOS as "\n<s>\n" / "\n</s>\n". Throws LoadError naming the file on
+// truncation or absurd lengths.
+std::unique_ptr<Tokenizer> LoadLlama2cTokenizer(const std::string& path, int vocab_size);
+
+// A deterministic SentencePiece-style vocabulary of exactly `vocab_size` entries (>= 259):
+// <unk>, <s>, </s>, the 256 byte tokens, then generated multi-character pieces. Used by synthetic
+// models so that they can encode any text and export a loadable GGUF.
+Vocabulary MakeSyntheticVocabulary(int vocab_size);
+
+}  // namespace metronome::model
