@@ -34,6 +34,8 @@ function(metronome_cc_test)
   add_executable(${ARG_NAME} ${ARG_SRCS})
   target_link_libraries(${ARG_NAME} PRIVATE metronome_compile_options ${ARG_DEPS} GTest::gtest
     GTest::gtest_main)
+  target_include_directories(${ARG_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+  target_compile_definitions(${ARG_NAME} PRIVATE METRONOME_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   if(NOT ARG_LABELS)
     set(ARG_LABELS unit)
   endif()
