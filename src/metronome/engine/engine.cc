@@ -1,0 +1,365 @@
+#include "metronome/engine/engine.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "metronome/base/check.h"
+#include "metronome/base/errors.h"
+#include "metronome/kernels/gemm.h"
+#include "metronome/kernels/paged_attention.h"
+#include "metronome/kernels/vector_ops.h"
+
+namespace metronome::engine {
+
+const char* ToString(StepStatus s) {
+  switch (s) {
+    case StepStatus::kOk:
+      return "ok";
+    case StepStatus::kPoolExhausted:
+      return "pool_exhausted";
+    case StepStatus::kContextFull:
+      return "context_full";
+    case StepStatus::kUnknownSession:
+      return "unknown_session";
+    case StepStatus::kInvalidRequest:
+      return "invalid_request";
+  }
+  return "?";
+}
+
+void EngineOptions::Validate() const {
+  if (block_tokens < 1 || block_tokens > 1024) {
+    throw ConfigError("block_tokens = " + std::to_string(block_tokens) + " must be in [1, 1024]");
+  }
+  if (kv_blocks < 0 || kv_blocks > (std::int64_t{1} << 30)) {
+    throw ConfigError("kv_blocks = " + std::to_string(kv_blocks) + " must be in [0, 2^30]");
+  }
+  if (kv_blocks == 0 && !(kv_pool_mb > 0.0 && kv_pool_mb < 1e7)) {
+    throw ConfigError("kv_pool_mb = " + std::to_string(kv_pool_mb) + " must be in (0, 1e7)");
+  }
+  if (num_threads < 0 || num_threads > 1024) {
+    throw ConfigError("num_threads = " + std::to_string(num_threads) + " must be in [0, 1024]");
+  }
+}
+
+namespace {
+
+kv::KvLayout LayoutFor(const model::ModelConfig& c, const EngineOptions& o) {
+  o.Validate();
+  return {c.num_layers, c.num_kv_heads, c.head_dim, o.block_tokens};
+}
+
+kv::BlockPoolOptions PoolOptionsFor(const kv::KvLayout& layout, const EngineOptions& o) {
+  kv::BlockPoolOptions p;
+  p.num_blocks = o.kv_blocks > 0 ? static_cast<int>(o.kv_blocks)
+                                 : kv::BlockPool::BlocksForMegabytes(layout, o.kv_pool_mb);
+  p.poison_on_free = o.poison_freed_blocks;
+  return p;
+}
+
+// Grow-only resize: step buffers are reused so that steady-state steps do not allocate.
+void EnsureSize(std::vector<float>& v, std::size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+}  // namespace
+
+// Per-step plan and activations. Row t of every [T, *] buffer is the t-th token of the step.
+struct Engine::Batch {
+  struct Item {
+    kv::SessionKv* kv = nullptr;
+    TokenPos pos0 = 0;   // position of the chunk's first token
+    int row0 = 0;        // first row of the chunk in the step
+    int n = 0;
+    std::size_t result_index = 0;
+    LogitsMode logits = LogitsMode::kNone;
+  };
+  std::vector<Item> items;
+  std::vector<TokenId> tokens;   // [T]
+  std::vector<TokenPos> positions;  // [T]
+  std::vector<int> item_of_row;  // [T]
+  int num_tokens = 0;
+  std::vector<float> x, xb, qkv, att, gate_up, hidden;  // activations
+  std::vector<float> rope_cos, rope_sin;                // [T, rotary_dim/2]
+  std::vector<std::vector<float>> scratch;              // per thread attention scratch
+  std::vector<int> logit_rows;                          // rows whose logits are wanted
+  std::vector<float> final_rows;                        // [R, dim]
+};
+
+Engine::Engine(const model::Model& model, const EngineOptions& options)
+    : model_(model),
+      options_(options),
+      rope_(model.config.head_dim, model.config.rotary_dim(), model.config.rope_theta,
+            model.config.rope_style),
+      pool_(LayoutFor(model.config, options),
+            PoolOptionsFor(LayoutFor(model.config, options), options)),
+      batch_(std::make_unique<Batch>()) {
+  MTR_CHECK(model.weights != nullptr, "engine needs a model with weights");
+  if (options.num_threads > 0) kernels::SetNumThreads(options.num_threads);
+}
+
+Engine::~Engine() = default;
+
+SessionId Engine::OpenSession(const SessionOptions& options) {
+  options.policy.Validate();
+  if (options.max_context < 0) {
+    throw ConfigError("max_context = " + std::to_string(options.max_context) + " must be >= 0");
+  }
+  TokenPos limit = options.max_context;
+  if (limit == 0) {
+    const bool full = options.policy.mode == kv::KvMode::kFull;
+    limit = full && model_.config.context_length > 0 ? model_.config.context_length
+                                                     : std::numeric_limits<TokenPos>::max() / 4;
+  }
+  const std::uint32_t id = next_session_id_++;
+  sessions_.emplace(id, std::make_unique<kv::SessionKv>(&pool_, options.policy, limit));
+  return SessionId{id};
+}
+
+bool Engine::CloseSession(SessionId id) {
+  const auto it = sessions_.find(static_cast<std::uint32_t>(id));
+  if (it == sessions_.end()) return false;
+  freed_by_closed_sessions_ += it->second->stats().blocks_freed_by_window;
+  sessions_.erase(it);  // ~SessionKv returns the blocks
+  return true;
+}
+
+const kv::SessionKv* Engine::session_kv(SessionId id) const {
+  const auto it = sessions_.find(static_cast<std::uint32_t>(id));
+  return it == sessions_.end() ? nullptr : it->second.get();
+}
+
+PoolStats Engine::pool_stats() const {
+  PoolStats s;
+  s.num_blocks = pool_.num_blocks();
+  s.free_blocks = pool_.num_free_blocks();
+  s.used_blocks = pool_.num_used_blocks();
+  s.block_tokens = pool_.layout().block_tokens;
+  s.bytes_per_block = static_cast<std::int64_t>(pool_.layout().bytes_per_block());
+  s.blocks_freed_by_window = freed_by_closed_sessions_;
+  for (const auto& [id, kv] : sessions_) s.blocks_freed_by_window += kv->stats().blocks_freed_by_window;
+  s.num_sessions = static_cast<std::int64_t>(sessions_.size());
+  return s;
+}
+
+std::span<const float> Engine::logits(int row) const {
+  const auto vocab = static_cast<std::size_t>(model_.config.vocab_size);
+  return {logits_.data() + static_cast<std::size_t>(row) * vocab, vocab};
+}
+
+void Engine::Step(std::span<const StepItem> items, std::vector<StepItemResult>* results) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Batch& b = *batch_;
+  b.items.clear();
+  b.tokens.clear();
+  b.positions.clear();
+  b.item_of_row.clear();
+  results->assign(items.size(), StepItemResult{});
+
+  const int vocab = model_.config.vocab_size;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const StepItem& it = items[i];
+    StepItemResult& res = (*results)[i];
+    const auto found = sessions_.find(static_cast<std::uint32_t>(it.session));
+    if (found == sessions_.end()) {
+      res.status = StepStatus::kUnknownSession;
+      continue;
+    }
+    kv::SessionKv* kv = found->second.get();
+    const bool duplicate = std::any_of(b.items.begin(), b.items.end(),
+                                       [kv](const Batch::Item& x) { return x.kv == kv; });
+    const bool bad_token = std::any_of(it.tokens.begin(), it.tokens.end(),
+                                       [vocab](TokenId t) { return t < 0 || t >= vocab; });
+    if (it.tokens.empty() || duplicate || bad_token ||
+        it.tokens.size() > static_cast<std::size_t>(std::numeric_limits<int>::max() / 2)) {
+      res.status = StepStatus::kInvalidRequest;
+      continue;
+    }
+    const int n = static_cast<int>(it.tokens.size());
+    switch (kv->Reserve(n)) {
+      case kv::ReserveResult::kOk:
+        break;
+      case kv::ReserveResult::kPoolExhausted:
+        res.status = StepStatus::kPoolExhausted;
+        continue;
+      case kv::ReserveResult::kContextFull:
+        res.status = StepStatus::kContextFull;
+        continue;
+    }
+    Batch::Item bi;
+    bi.kv = kv;
+    bi.pos0 = kv->length();
+    bi.row0 = static_cast<int>(b.tokens.size());
+    bi.n = n;
+    bi.result_index = i;
+    bi.logits = it.logits;
+    for (int t = 0; t < n; ++t) {
+      b.tokens.push_back(it.tokens[static_cast<std::size_t>(t)]);
+      b.positions.push_back(bi.pos0 + t);
+      b.item_of_row.push_back(static_cast<int>(b.items.size()));
+    }
+    b.items.push_back(bi);
+  }
+  b.num_tokens = static_cast<int>(b.tokens.size());
+
+  // Logits rows, in item order.
+  b.logit_rows.clear();
+  for (const Batch::Item& bi : b.items) {
+    StepItemResult& res = (*results)[bi.result_index];
+    if (bi.logits == LogitsMode::kNone) continue;
+    res.first_logits_row = static_cast<int>(b.logit_rows.size());
+    const int first = bi.logits == LogitsMode::kAll ? 0 : bi.n - 1;
+    for (int t = first; t < bi.n; ++t) b.logit_rows.push_back(bi.row0 + t);
+    res.num_logits_rows = bi.n - first;
+  }
+
+  last_step_ = StepStats{};
+  if (b.num_tokens > 0) {
+    Forward(b);
+    for (const Batch::Item& bi : b.items) bi.kv->Commit(bi.n);
+  }
+  last_step_.num_tokens = b.num_tokens;
+  last_step_.num_sessions = static_cast<int>(b.items.size());
+  last_step_.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void Engine::Forward(Batch& b) {
+  const model::ModelConfig& c = model_.config;
+  const model::ModelWeights& w = *model_.weights;
+  const int T = b.num_tokens;
+  const int dim = c.dim;
+  const int qd = c.q_dim();
+  const int kvd = c.kv_dim();
+  const int qkvd = c.qkv_dim();
+  const int ffn = c.ffn_dim;
+  const int pairs = rope_.num_pairs();
+  const auto sz = [](int a, int bb) { return static_cast<std::size_t>(a) * static_cast<std::size_t>(bb); };
+
+  EnsureSize(b.x, sz(T, dim));
+  EnsureSize(b.xb, sz(T, dim));
+  EnsureSize(b.qkv, sz(T, qkvd));
+  EnsureSize(b.att, sz(T, qd));
+  EnsureSize(b.gate_up, sz(T, 2 * ffn));
+  EnsureSize(b.hidden, sz(T, ffn));
+  EnsureSize(b.rope_cos, sz(T, pairs));
+  EnsureSize(b.rope_sin, sz(T, pairs));
+
+  const bool parallel_rows = T >= 4;
+#pragma omp parallel for if (parallel_rows) schedule(static)
+  for (int t = 0; t < T; ++t) {
+    std::memcpy(&b.x[sz(t, dim)], w.token_embedding + sz(b.tokens[static_cast<std::size_t>(t)], dim),
+                sizeof(float) * static_cast<std::size_t>(dim));
+    rope_.Angles(b.positions[static_cast<std::size_t>(t)], &b.rope_cos[sz(t, pairs)],
+                 &b.rope_sin[sz(t, pairs)]);
+  }
+
+  // Attention work: (item, kv head, query sub-range) units, so one long prefill chunk still
+  // spreads over all threads and many short decode items are balanced dynamically.
+  struct AttnWork {
+    int item;
+    int kv_head;
+    int begin;  // offset within the item's chunk
+    int n;
+  };
+  constexpr int kQueriesPerWork = 16;
+  std::vector<AttnWork> work;
+  std::int64_t max_visible = 1;
+  double attn_flops_per_layer = 0.0;
+  const kernels::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim};
+  for (int i = 0; i < static_cast<int>(b.items.size()); ++i) {
+    const Batch::Item& bi = b.items[static_cast<std::size_t>(i)];
+    const kv::KvPolicy& policy = bi.kv->policy();
+    for (int t = 0; t < bi.n; ++t) {
+      const std::int64_t v = kernels::VisibleKeys(policy, bi.pos0 + t);
+      max_visible = std::max(max_visible, v);
+      attn_flops_per_layer += 4.0 * static_cast<double>(v) * qd;
+    }
+    for (int h = 0; h < c.num_kv_heads; ++h) {
+      for (int s = 0; s < bi.n; s += kQueriesPerWork) {
+        work.push_back({i, h, s, std::min(kQueriesPerWork, bi.n - s)});
+      }
+    }
+  }
+  const int num_threads = omp_get_max_threads();
+  b.scratch.resize(static_cast<std::size_t>(num_threads));
+  for (auto& s : b.scratch) EnsureSize(s, kernels::AttentionScratchFloats(shape, max_visible));
+
+  for (int l = 0; l < c.num_layers; ++l) {
+    const model::LayerWeights& lw = w.layers[static_cast<std::size_t>(l)];
+
+#pragma omp parallel for if (parallel_rows) schedule(static)
+    for (int t = 0; t < T; ++t) {
+      kernels::RmsNorm(&b.x[sz(t, dim)], lw.attn_norm, c.rms_eps, &b.xb[sz(t, dim)], dim);
+    }
+    kernels::MatMulTransposedB(b.xb.data(), T, dim, lw.wqkv, qkvd, b.qkv.data(), false);
+
+    // Bias, RoPE (q and k at absolute positions), then K/V into the session's blocks.
+#pragma omp parallel for if (parallel_rows) schedule(static)
+    for (int t = 0; t < T; ++t) {
+      float* row = &b.qkv[sz(t, qkvd)];
+      if (lw.bqkv != nullptr) kernels::Axpy(1.0f, lw.bqkv, row, qkvd);
+      const float* cs = &b.rope_cos[sz(t, pairs)];
+      const float* sn = &b.rope_sin[sz(t, pairs)];
+      rope_.Apply(row, c.num_heads, cs, sn);
+      rope_.Apply(row + qd, c.num_kv_heads, cs, sn);
+      kv::SessionKv* kv = b.items[static_cast<std::size_t>(b.item_of_row[static_cast<std::size_t>(t)])].kv;
+      const TokenPos pos = b.positions[static_cast<std::size_t>(t)];
+      std::memcpy(kv->KeySlot(l, pos), row + qd, sizeof(float) * static_cast<std::size_t>(kvd));
+      std::memcpy(kv->ValueSlot(l, pos), row + qd + kvd, sizeof(float) * static_cast<std::size_t>(kvd));
+    }
+
+#pragma omp parallel for schedule(dynamic, 1)
+    for (std::size_t wi = 0; wi < work.size(); ++wi) {
+      const AttnWork& aw = work[wi];
+      const Batch::Item& bi = b.items[static_cast<std::size_t>(aw.item)];
+      const int row = bi.row0 + aw.begin;
+      kernels::PagedAttention(shape, bi.kv->View(), bi.kv->policy(), rope_, l, aw.kv_head,
+                              bi.pos0 + aw.begin, aw.n, &b.qkv[sz(row, qkvd)], &b.att[sz(row, qd)],
+                              static_cast<std::size_t>(qkvd), static_cast<std::size_t>(qd),
+                              b.scratch[static_cast<std::size_t>(omp_get_thread_num())].data());
+    }
+
+    kernels::MatMulTransposedB(b.att.data(), T, qd, lw.wo, dim, b.x.data(), true);
+
+#pragma omp parallel for if (parallel_rows) schedule(static)
+    for (int t = 0; t < T; ++t) {
+      kernels::RmsNorm(&b.x[sz(t, dim)], lw.ffn_norm, c.rms_eps, &b.xb[sz(t, dim)], dim);
+    }
+    kernels::MatMulTransposedB(b.xb.data(), T, dim, lw.w_gate_up, 2 * ffn, b.gate_up.data(), false);
+#pragma omp parallel for if (parallel_rows) schedule(static)
+    for (int t = 0; t < T; ++t) {
+      const float* gu = &b.gate_up[sz(t, 2 * ffn)];
+      kernels::SwiGlu(gu, gu + ffn, &b.hidden[sz(t, ffn)], ffn);
+    }
+    kernels::MatMulTransposedB(b.hidden.data(), T, ffn, lw.w_down, dim, b.x.data(), true);
+  }
+
+  // Final norm and output projection only for the rows whose logits were asked for.
+  const int R = static_cast<int>(b.logit_rows.size());
+  if (R > 0) {
+    EnsureSize(b.final_rows, sz(R, dim));
+    logits_.resize(sz(R, c.vocab_size));
+#pragma omp parallel for if (R >= 4) schedule(static)
+    for (int r = 0; r < R; ++r) {
+      kernels::RmsNorm(&b.x[sz(b.logit_rows[static_cast<std::size_t>(r)], dim)], w.final_norm,
+                       c.rms_eps, &b.final_rows[sz(r, dim)], dim);
+    }
+    kernels::MatMulTransposedB(b.final_rows.data(), R, dim, w.output, c.vocab_size,
+                               logits_.data(), false);
+  }
+
+  const double proj_flops_per_token =
+      2.0 * c.num_layers *
+      (static_cast<double>(dim) * qkvd + static_cast<double>(qd) * dim +
+       static_cast<double>(dim) * 2 * ffn + static_cast<double>(ffn) * dim);
+  last_step_.flops = proj_flops_per_token * T + attn_flops_per_layer * c.num_layers +
+                     2.0 * dim * static_cast<double>(c.vocab_size) * R;
+}
+
+}  // namespace metronome::engine

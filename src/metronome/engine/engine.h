@@ -1,0 +1,129 @@
+// The engine core: one model, one KV block pool, many sessions, and a batched forward step.
+//
+// One Step() takes a ragged batch: for each participating session a chunk of new tokens (a prefill
+// chunk of any length or one decode token). All weight projections run once over all tokens of the
+// step (one GEMM per projection); attention runs per session over its own paged KV with its own
+// window/sink policy; logits come back for the rows asked for. A session whose chunk cannot get
+// KV blocks is left out of the step with kPoolExhausted (an ordinary result the caller acts on);
+// the others proceed.
+//
+// Thread-safety: an Engine is driven by one thread. Step() uses all configured threads inside.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "metronome/base/types.h"
+#include "metronome/kernels/rope.h"
+#include "metronome/kv/block_pool.h"
+#include "metronome/kv/kv_policy.h"
+#include "metronome/kv/session_kv.h"
+#include "metronome/model/model.h"
+
+namespace metronome::engine {
+
+enum class SessionId : std::uint32_t {};
+
+struct EngineOptions {
+  int block_tokens = 16;      // B, tokens per KV block
+  std::int64_t kv_blocks = 0;  // pool size in blocks; when 0, derived from kv_pool_mb
+  double kv_pool_mb = 256.0;  // pool size in MiB (used when kv_blocks == 0)
+  int num_threads = 0;        // 0: OpenMP default (all cores)
+  bool poison_freed_blocks = false;  // NaN-fill freed blocks (tests, debugging)
+
+  void Validate() const;  // ConfigError naming the field
+};
+
+struct SessionOptions {
+  kv::KvPolicy policy;
+  // Context limit in tokens. 0: the model's trained context in full mode (unlimited if unknown),
+  // unlimited in window mode.
+  TokenPos max_context = 0;
+};
+
+enum class LogitsMode : std::uint8_t { kNone, kLast, kAll };
+
+struct StepItem {
+  SessionId session{};
+  std::span<const TokenId> tokens;  // >= 1 token
+  LogitsMode logits = LogitsMode::kLast;
+};
+
+enum class StepStatus : std::uint8_t {
+  kOk,
+  kPoolExhausted,   // no KV blocks for this chunk; the session is unchanged
+  kContextFull,     // the session's context limit would be exceeded; unchanged
+  kUnknownSession,
+  kInvalidRequest,  // empty chunk, token id out of range, or the session twice in one step
+};
+[[nodiscard]] const char* ToString(StepStatus s);
+
+struct StepItemResult {
+  StepStatus status = StepStatus::kOk;
+  int first_logits_row = -1;  // rows [first, first + num) of logits(), when status == kOk
+  int num_logits_rows = 0;
+};
+
+struct PoolStats {
+  std::int64_t num_blocks = 0;
+  std::int64_t free_blocks = 0;
+  std::int64_t used_blocks = 0;
+  std::int64_t block_tokens = 0;
+  std::int64_t bytes_per_block = 0;
+  std::int64_t blocks_freed_by_window = 0;  // over the engine's life, closed sessions included
+  std::int64_t num_sessions = 0;
+};
+
+struct StepStats {
+  int num_tokens = 0;      // tokens forwarded
+  int num_sessions = 0;    // sessions that took part
+  double flops = 0.0;      // arithmetic of the step (projections, attention, logits)
+  double seconds = 0.0;
+};
+
+class Engine {
+ public:
+  // Borrows `model` (must outlive the engine). Throws ConfigError for invalid options.
+  Engine(const model::Model& model, const EngineOptions& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Throws ConfigError for an invalid policy. Opening takes no blocks.
+  SessionId OpenSession(const SessionOptions& options);
+  // Returns the session's blocks to the pool at once. False if the id is unknown.
+  bool CloseSession(SessionId id);
+
+  // One batched forward step; results[i] is the outcome of items[i]. Logits rows stay valid until
+  // the next Step().
+  void Step(std::span<const StepItem> items, std::vector<StepItemResult>* results);
+  [[nodiscard]] std::span<const float> logits(int row) const;
+
+  [[nodiscard]] const kv::SessionKv* session_kv(SessionId id) const;
+  [[nodiscard]] PoolStats pool_stats() const;
+  [[nodiscard]] const StepStats& last_step() const { return last_step_; }
+  [[nodiscard]] const model::ModelConfig& config() const { return model_.config; }
+  [[nodiscard]] const model::Model& model() const { return model_; }
+  [[nodiscard]] const kv::KvLayout& kv_layout() const { return pool_.layout(); }
+
+ private:
+  struct Batch;
+  void Forward(Batch& batch);
+
+  const model::Model& model_;
+  EngineOptions options_;
+  kernels::Rope rope_;
+  kv::BlockPool pool_;
+  std::unordered_map<std::uint32_t, std::unique_ptr<kv::SessionKv>> sessions_;
+  std::uint32_t next_session_id_ = 1;
+  std::int64_t freed_by_closed_sessions_ = 0;
+  std::unique_ptr<Batch> batch_;  // step buffers, reused (grow-only) across steps
+  std::vector<float> logits_;     // [rows, vocab]
+  StepStats last_step_;
+};
+
+}  // namespace metronome::engine

@@ -1,0 +1,37 @@
+// Next-token choice from a logits row: greedy (temperature 0; lowest index among equal maxima, as
+// llama2.c) or temperature sampling with optional nucleus (top-p) truncation from a seeded
+// generator, so runs are reproducible.
+//
+// Thread-safety: a Sampler holds its generator state; use one per session or per thread.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "metronome/base/types.h"
+
+namespace metronome::engine {
+
+struct SamplerOptions {
+  float temperature = 0.0f;  // 0: greedy
+  float top_p = 1.0f;        // (0, 1]; 1 disables nucleus truncation
+  std::uint64_t seed = 42;
+
+  void Validate() const;  // ConfigError naming the field
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplerOptions& options);
+  [[nodiscard]] TokenId Sample(std::span<const float> logits);
+
+ private:
+  SamplerOptions options_;
+  std::mt19937_64 rng_;
+  std::vector<float> probs_;
+  std::vector<int> order_;
+};
+
+}  // namespace metronome::engine

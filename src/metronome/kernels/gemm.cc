@@ -1,0 +1,42 @@
+#include "metronome/kernels/gemm.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+namespace metronome::kernels {
+
+void MatMulTransposedB(const float* x, int m, int k, const float* w, int n, float* y,
+                       bool accumulate) noexcept {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, k, w, k,
+              accumulate ? 1.0f : 0.0f, y, n);
+}
+
+double MeasureGemmPeakGflops(int n, int repeats) {
+  const auto sz = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
+  std::vector<float> a(sz, 0.5f);
+  std::vector<float> b(sz, 0.25f);
+  std::vector<float> c(sz, 0.0f);
+  MatMulTransposedB(a.data(), n, n, b.data(), n, c.data(), false);  // warm up threads and caches
+  double best = 0.0;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    MatMulTransposedB(a.data(), n, n, b.data(), n, c.data(), false);
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * n * static_cast<double>(n) * n / s / 1e9);
+  }
+  return best;
+}
+
+void SetNumThreads(int n) {
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);
+}
+
+int NumThreads() { return omp_get_max_threads(); }
+
+}  // namespace metronome::kernels

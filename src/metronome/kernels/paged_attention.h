@@ -1,0 +1,47 @@
+// Attention of a chunk of query tokens of one session over that session's paged KV, for one layer
+// and one KV head (all query heads of its GQA group), with the session's window/sink mask applied
+// token-exactly: key j is visible to query p iff j <= p and (j < S or j > p - W).
+//
+// Keys in the pool were rotated once, at their absolute positions, when written. For `rolling`
+// positions the window scores are therefore already exact (they depend on p - j only); the sink
+// scores use the query moved to position S + W - 1, obtained by rotating the (absolutely rotated)
+// query by (S + W - 1) - p. No stored key is ever re-rotated.
+//
+// Thread-safety: reentrant; callers run different (session, kv_head) pairs on different threads
+// with separate scratch buffers.
+#pragma once
+
+#include <cstddef>
+
+#include "metronome/base/types.h"
+#include "metronome/kernels/rope.h"
+#include "metronome/kv/kv_policy.h"
+#include "metronome/kv/paged_kv_view.h"
+
+namespace metronome::kernels {
+
+struct AttentionShape {
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  [[nodiscard]] int group() const { return num_heads / num_kv_heads; }
+  [[nodiscard]] int q_dim() const { return num_heads * head_dim; }
+};
+
+// Floats of scratch PagedAttention needs when no query sees more than `max_visible` keys.
+[[nodiscard]] std::size_t AttentionScratchFloats(const AttentionShape& shape,
+                                                 std::int64_t max_visible);
+
+// Keys visible to a query at position p under `policy` (the length of the scores row).
+[[nodiscard]] std::int64_t VisibleKeys(const kv::KvPolicy& policy, TokenPos p);
+
+// Queries are at positions pos0 .. pos0+n-1; q and out hold one row per query (row strides
+// `q_stride` and `out_stride` floats, query heads first in each row); only the columns of
+// `kv_head`'s group are read and written.
+// `scratch` holds AttentionScratchFloats(shape, max visible keys of these queries) floats.
+void PagedAttention(const AttentionShape& shape, const kv::PagedKvView& kv,
+                    const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
+                    TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
+                    std::size_t out_stride, float* scratch) noexcept;
+
+}  // namespace metronome::kernels

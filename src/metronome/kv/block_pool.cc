@@ -1,0 +1,75 @@
+#include "metronome/kv/block_pool.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <string>
+
+#include "metronome/base/check.h"
+#include "metronome/base/errors.h"
+
+namespace metronome::kv {
+
+void BlockPool::FreeDeleter::operator()(float* p) const { std::free(p); }
+
+BlockPool::BlockPool(const KvLayout& layout, const BlockPoolOptions& options)
+    : layout_(layout), options_(options) {
+  if (layout.num_layers < 1 || layout.num_kv_heads < 1 || layout.head_dim < 1 ||
+      layout.block_tokens < 1 || layout.block_tokens > 4096) {
+    throw ConfigError("invalid KV layout (block_tokens = " + std::to_string(layout.block_tokens) +
+                      ")");
+  }
+  if (options.num_blocks < 1) {
+    throw ConfigError("kv pool: num_blocks = " + std::to_string(options.num_blocks) +
+                      " must be >= 1 (raise --kv-pool-mb or --kv-blocks)");
+  }
+  const std::size_t bytes = layout.bytes_per_block() * static_cast<std::size_t>(options.num_blocks);
+  const std::size_t aligned = (bytes + 63) / 64 * 64;
+  void* mem = std::aligned_alloc(64, aligned);
+  if (mem == nullptr) {
+    throw ConfigError("kv pool: cannot allocate " + std::to_string(bytes >> 20) + " MiB");
+  }
+  storage_.reset(static_cast<float*>(mem));
+  if (options.poison_on_free) {
+    std::fill_n(storage_.get(), bytes / sizeof(float), std::numeric_limits<float>::quiet_NaN());
+  }
+  in_use_.assign(static_cast<std::size_t>(options.num_blocks), 0);
+  free_list_.reserve(static_cast<std::size_t>(options.num_blocks));
+  for (int b = options.num_blocks - 1; b >= 0; --b) free_list_.push_back(b);
+}
+
+int BlockPool::BlocksForMegabytes(const KvLayout& layout, double megabytes) {
+  const double blocks = megabytes * 1024.0 * 1024.0 / static_cast<double>(layout.bytes_per_block());
+  if (!(blocks >= 0.0)) return 0;
+  if (blocks > static_cast<double>(std::numeric_limits<std::int32_t>::max() - 1)) {
+    return std::numeric_limits<std::int32_t>::max() - 1;
+  }
+  return static_cast<int>(blocks);
+}
+
+BlockId BlockPool::Allocate() noexcept {
+  if (free_list_.empty()) return kNoBlock;
+  const BlockId b = free_list_.back();
+  free_list_.pop_back();
+  in_use_[static_cast<std::size_t>(b)] = 1;
+  return b;
+}
+
+bool BlockPool::AllocateMany(int n, BlockId* out) noexcept {
+  if (n > num_free_blocks()) return false;
+  for (int i = 0; i < n; ++i) out[i] = Allocate();
+  return true;
+}
+
+void BlockPool::Free(BlockId block) noexcept {
+  MTR_CHECK(block >= 0 && block < num_blocks(), "freeing a block id outside the pool");
+  MTR_CHECK(in_use_[static_cast<std::size_t>(block)] != 0, "double free of a KV block");
+  in_use_[static_cast<std::size_t>(block)] = 0;
+  if (options_.poison_on_free) {
+    std::fill_n(block_data(block), layout_.block_floats(), std::numeric_limits<float>::quiet_NaN());
+  }
+  free_list_.push_back(block);
+}
+
+}  // namespace metronome::kv

@@ -1,0 +1,96 @@
+// The engine's one fixed pool of KV blocks. A block holds K and V of `block_tokens` consecutive
+// tokens of one session for every layer. Running out of blocks is an ordinary result
+// (kNoBlock / false), never an exception: callers (the scheduler, admission) act on it.
+//
+// Memory layout of block b (floats, from block_data(b)):
+//   [layer][K|V][token in block][kv_dim]
+// so one layer's keys of one block are block_tokens * kv_dim contiguous floats.
+//
+// Invariants: every block is either free (in free_list_) or owned by exactly one session;
+// num_free_blocks() + num_used_blocks() == num_blocks(). Freeing a free block is a bug (MTR_CHECK).
+// Thread-safety: not thread-safe; owned by the engine thread. Block *data* may be read by many
+// threads during a step while no block is allocated or freed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace metronome::kv {
+
+using BlockId = std::int32_t;
+inline constexpr BlockId kNoBlock = -1;
+
+struct KvLayout {
+  int num_layers = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int block_tokens = 16;  // B: tokens per block
+
+  [[nodiscard]] int kv_dim() const { return num_kv_heads * head_dim; }
+  // Floats of one layer's K (or V) within a block.
+  [[nodiscard]] std::size_t plane_floats() const {
+    return static_cast<std::size_t>(block_tokens) * static_cast<std::size_t>(kv_dim());
+  }
+  [[nodiscard]] std::size_t layer_stride_floats() const { return 2 * plane_floats(); }
+  [[nodiscard]] std::size_t block_floats() const {
+    return layer_stride_floats() * static_cast<std::size_t>(num_layers);
+  }
+  [[nodiscard]] std::size_t bytes_per_block() const { return block_floats() * sizeof(float); }
+  // K and V of one token over all layers.
+  [[nodiscard]] std::size_t bytes_per_token() const {
+    return bytes_per_block() / static_cast<std::size_t>(block_tokens);
+  }
+};
+
+struct BlockPoolOptions {
+  int num_blocks = 0;
+  // Fill a block with NaN when it is freed, so any read of a freed block poisons the result.
+  // For tests and debugging; costs a memset per free.
+  bool poison_on_free = false;
+};
+
+class BlockPool {
+ public:
+  // Allocates num_blocks * layout.bytes_per_block() bytes up front (64-byte aligned).
+  BlockPool(const KvLayout& layout, const BlockPoolOptions& options);
+  BlockPool(const BlockPool&) = delete;
+  BlockPool& operator=(const BlockPool&) = delete;
+
+  // Number of whole blocks that fit in `megabytes` MiB for `layout`.
+  static int BlocksForMegabytes(const KvLayout& layout, double megabytes);
+
+  // One free block, or kNoBlock when the pool is exhausted.
+  [[nodiscard]] BlockId Allocate() noexcept;
+  // All-or-nothing: n blocks into out[0..n), or false (and nothing taken) if fewer are free.
+  [[nodiscard]] bool AllocateMany(int n, BlockId* out) noexcept;
+  void Free(BlockId block) noexcept;
+
+  [[nodiscard]] float* block_data(BlockId b) noexcept {
+    return storage_.get() + static_cast<std::size_t>(b) * layout_.block_floats();
+  }
+  [[nodiscard]] const float* base() const noexcept { return storage_.get(); }
+  [[nodiscard]] float* mutable_base() noexcept { return storage_.get(); }
+
+  [[nodiscard]] const KvLayout& layout() const { return layout_; }
+  [[nodiscard]] int num_blocks() const { return static_cast<int>(in_use_.size()); }
+  [[nodiscard]] int num_free_blocks() const { return static_cast<int>(free_list_.size()); }
+  [[nodiscard]] int num_used_blocks() const { return num_blocks() - num_free_blocks(); }
+  [[nodiscard]] bool in_use(BlockId b) const { return in_use_[static_cast<std::size_t>(b)] != 0; }
+  [[nodiscard]] std::size_t capacity_bytes() const {
+    return layout_.bytes_per_block() * in_use_.size();
+  }
+
+ private:
+  struct FreeDeleter {
+    void operator()(float* p) const;
+  };
+  KvLayout layout_;
+  BlockPoolOptions options_;
+  std::unique_ptr<float, FreeDeleter> storage_;
+  std::vector<BlockId> free_list_;     // LIFO: a just-freed (cache-warm) block is reused first
+  std::vector<std::uint8_t> in_use_;   // [num_blocks]: 1 while owned by a session
+};
+
+}  // namespace metronome::kv

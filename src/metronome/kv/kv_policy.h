@@ -1,0 +1,62 @@
+// What a session keeps of its past: the per-session KV bound. `full` keeps everything (up to the
+// session's context limit or until the pool runs out); `window` keeps the W most recent tokens plus
+// the session's first S tokens (sinks), pinned.
+//
+// Visibility at query position p: key j is visible iff j <= p and (j < S or j > p - W).
+// Positions: `absolute` rotates token j at position j. `rolling` (StreamingLLM) uses in-cache
+// positions once a gap exists (p - W + 1 > S): sink i at i, window token j at S + (j - (p - W + 1)),
+// the query at S + W - 1. Because RoPE scores depend only on position differences, window keys
+// rotated at their absolute positions give exactly the rolling scores; only the sink scores need
+// the query moved to S + W - 1 (see kernels/paged_attention.h).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "metronome/base/types.h"
+
+namespace metronome::kv {
+
+enum class KvMode : std::uint8_t { kFull, kWindow };
+enum class PositionMode : std::uint8_t { kAbsolute, kRolling };
+
+struct KvPolicy {
+  KvMode mode = KvMode::kFull;
+  TokenPos window = 0;  // W, tokens; only for kWindow, >= 1
+  TokenPos sinks = 0;   // S, tokens; only for kWindow, >= 0
+  PositionMode positions = PositionMode::kAbsolute;
+
+  static KvPolicy Full() { return {}; }
+  static KvPolicy Window(TokenPos w, TokenPos s, PositionMode pos = PositionMode::kAbsolute) {
+    return {KvMode::kWindow, w, s, pos};
+  }
+
+  // Effective window and sinks: full mode is a window of "infinity" with no sinks.
+  [[nodiscard]] TokenPos effective_window() const {
+    return mode == KvMode::kFull ? std::numeric_limits<TokenPos>::max() / 4 : window;
+  }
+  [[nodiscard]] TokenPos effective_sinks() const { return mode == KvMode::kFull ? 0 : sinks; }
+
+  [[nodiscard]] bool Visible(TokenPos p, TokenPos j) const {
+    return j <= p && (j < effective_sinks() || j > p - effective_window());
+  }
+
+  // Rolling positions are in effect for query p (a gap between sinks and window exists).
+  [[nodiscard]] bool RollingGap(TokenPos p) const {
+    return mode == KvMode::kWindow && positions == PositionMode::kRolling &&
+           p - window + 1 > sinks;
+  }
+
+  // The bound on resident blocks at rest (between steps): ceil(S/B) + ceil(W/B) + 1. During a step
+  // that appends a chunk of n tokens the session may hold ceil(S/B) + ceil((W - 1 + n)/B) + 1.
+  // Full mode has no bound (returns -1).
+  [[nodiscard]] std::int64_t MaxResidentBlocks(int block_tokens, int chunk_tokens = 0) const;
+
+  // Throws ConfigError naming the field ("window", "sinks") and value.
+  void Validate() const;
+
+  [[nodiscard]] std::string ToString() const;  // e.g. "window W=512 S=4 rolling"
+};
+
+}  // namespace metronome::kv

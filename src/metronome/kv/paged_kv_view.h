@@ -1,0 +1,40 @@
+// Read-only view of one session's paged KV for the attention kernel: maps a logical block index to
+// its storage in the pool without copying the block table. Valid until the session is next
+// modified (Reserve/Commit/Release).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "metronome/kv/block_pool.h"
+
+namespace metronome::kv {
+
+struct PagedKvView {
+  const float* pool_base = nullptr;
+  std::size_t block_floats = 0;         // KvLayout::block_floats()
+  std::size_t layer_stride_floats = 0;  // KvLayout::layer_stride_floats()
+  std::size_t plane_floats = 0;         // KvLayout::plane_floats(): offset of V after K
+  int block_tokens = 0;
+  int kv_dim = 0;
+  const BlockId* sink_blocks = nullptr;  // logical blocks [0, num_sink_blocks)
+  std::int64_t num_sink_blocks = 0;
+  const BlockId* window_blocks = nullptr;  // logical [window_first_block, +num_window_blocks)
+  std::int64_t window_first_block = 0;
+  std::int64_t num_window_blocks = 0;
+
+  // Keys of `layer` in logical block b: [block_tokens][kv_dim]; nullptr if b is not resident.
+  [[nodiscard]] const float* BlockKeys(int layer, std::int64_t b) const noexcept {
+    BlockId id = kNoBlock;
+    if (b < num_sink_blocks) {
+      id = sink_blocks[b];
+    } else if (b >= window_first_block && b < window_first_block + num_window_blocks) {
+      id = window_blocks[b - window_first_block];
+    }
+    if (id == kNoBlock) return nullptr;
+    return pool_base + static_cast<std::size_t>(id) * block_floats +
+           static_cast<std::size_t>(layer) * layer_stride_floats;
+  }
+};
+
+}  // namespace metronome::kv
