@@ -1,0 +1,171 @@
+// metronome bench-decode: N sessions prefilled to C tokens, then K batched decode steps; reports
+// throughput and the fraction of this machine's fp32 GEMM peak measured in the same run.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <random>
+
+#include "metronome/base/errors.h"
+#include "metronome/cli/commands.h"
+#include "metronome/cli/common.h"
+#include "metronome/kernels/gemm.h"
+#include "metronome/kernels/vector_ops.h"
+
+namespace metronome::cli {
+namespace {
+
+struct BenchFlags {
+  ModelFlags model;
+  KvFlags kv;
+  EngineFlags engine;
+  int sessions = 8;
+  std::int64_t context = 512;
+  int steps = 16;
+  int warmup = 2;
+  int prefill_chunk = 256;
+  int peak_n = 1536;
+  std::uint64_t seed = 7;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+double Percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  if (v.empty()) return 0.0;
+  return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+int RunBench(const BenchFlags& f) {
+  const model::Model m = f.model.Load();
+  const kv::KvPolicy policy = f.kv.Policy();
+  const std::int64_t total_tokens = f.context + f.warmup + f.steps + 1;
+  engine::Engine eng(m, f.engine.Options(m.config, policy, f.sessions, total_tokens,
+                                         f.prefill_chunk));
+  std::vector<engine::SessionId> ids;
+  for (int s = 0; s < f.sessions; ++s) {
+    engine::SessionOptions so;
+    so.policy = policy;
+    so.max_context = f.kv.max_context > 0 ? f.kv.max_context : total_tokens;
+    ids.push_back(eng.OpenSession(so));
+  }
+  std::mt19937 rng(static_cast<unsigned>(f.seed));
+  std::uniform_int_distribution<TokenId> tok(0, m.config.vocab_size - 1);
+
+  // Prefill: every session gets C random tokens, in chunks, several sessions per step.
+  const auto tp0 = std::chrono::steady_clock::now();
+  std::vector<std::vector<TokenId>> prompts(static_cast<std::size_t>(f.sessions));
+  for (auto& p : prompts) {
+    p.resize(static_cast<std::size_t>(f.context));
+    for (auto& t : p) t = tok(rng);
+  }
+  std::vector<engine::StepItemResult> results;
+  const int sessions_per_step = std::max(1, 2048 / f.prefill_chunk);
+  for (std::int64_t begin = 0; begin < f.context; begin += f.prefill_chunk) {
+    const std::int64_t n = std::min<std::int64_t>(f.prefill_chunk, f.context - begin);
+    for (int s0 = 0; s0 < f.sessions; s0 += sessions_per_step) {
+      std::vector<engine::StepItem> items;
+      for (int s = s0; s < std::min(f.sessions, s0 + sessions_per_step); ++s) {
+        items.push_back({ids[static_cast<std::size_t>(s)],
+                         std::span<const TokenId>(prompts[static_cast<std::size_t>(s)])
+                             .subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(n)),
+                         engine::LogitsMode::kNone});
+      }
+      eng.Step(items, &results);
+      for (const auto& r : results) {
+        if (r.status != engine::StepStatus::kOk) {
+          std::fprintf(stderr, "error: prefill failed: %s (raise --kv-pool-mb)\n",
+                       engine::ToString(r.status));
+          return 3;
+        }
+      }
+    }
+  }
+  const double prefill_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - tp0).count();
+
+  // Decode: all sessions together, greedy.
+  std::vector<TokenId> next(static_cast<std::size_t>(f.sessions));
+  for (auto& t : next) t = tok(rng);
+  std::vector<double> step_ms, step_gflops;
+  for (int k = 0; k < f.warmup + f.steps; ++k) {
+    std::vector<engine::StepItem> items;
+    for (int s = 0; s < f.sessions; ++s) {
+      items.push_back({ids[static_cast<std::size_t>(s)], {&next[static_cast<std::size_t>(s)], 1},
+                       engine::LogitsMode::kLast});
+    }
+    eng.Step(items, &results);
+    for (int s = 0; s < f.sessions; ++s) {
+      const auto& r = results[static_cast<std::size_t>(s)];
+      if (r.status != engine::StepStatus::kOk) {
+        std::fprintf(stderr, "error: decode failed: %s\n", engine::ToString(r.status));
+        return 3;
+      }
+      const auto lg = eng.logits(r.first_logits_row);
+      next[static_cast<std::size_t>(s)] = kernels::Argmax(lg.data(), static_cast<int>(lg.size()));
+    }
+    if (k >= f.warmup) {
+      step_ms.push_back(eng.last_step().seconds * 1e3);
+      step_gflops.push_back(eng.last_step().flops / eng.last_step().seconds / 1e9);
+    }
+  }
+  const double peak = kernels::MeasureGemmPeakGflops(f.peak_n, 5);
+  const double med_ms = Median(step_ms);
+  const double med_gflops = Median(step_gflops);
+  const auto* kv0 = eng.session_kv(ids[0]);
+  const engine::PoolStats ps = eng.pool_stats();
+  const double bytes_per_block = static_cast<double>(ps.bytes_per_block);
+  const std::int64_t bound = policy.MaxResidentBlocks(static_cast<int>(ps.block_tokens));
+
+  std::printf("bench-decode model=%s sessions=%d context=%lld steps=%d kv=%s threads=%d\n",
+              m.config.name.c_str(), f.sessions, static_cast<long long>(f.context), f.steps,
+              policy.ToString().c_str(), kernels::NumThreads());
+  std::printf("prefill tokens %lld in %.2f s (%.0f tok/s)\n",
+              static_cast<long long>(f.context) * f.sessions, prefill_s,
+              static_cast<double>(f.context) * f.sessions / prefill_s);
+  std::printf("decode ms per step %.2f (p10 %.2f p90 %.2f)\n", med_ms,
+              Percentile(step_ms, 0.1), Percentile(step_ms, 0.9));
+  std::printf("decode tokens/s %.1f\n", f.sessions * 1e3 / med_ms);
+  std::printf("achieved GFLOP/s %.1f\n", med_gflops);
+  std::printf("fp32 GEMM peak GFLOP/s %.1f (in-run sgemm %dx%dx%d)\n", peak, f.peak_n, f.peak_n,
+              f.peak_n);
+  std::printf("peak fraction %.2f\n", med_gflops / peak);
+  std::printf("kv resident per session %lld blocks = %s (bound %s), pool used %lld / %lld blocks "
+              "(%s / %s), freed by window %lld\n",
+              static_cast<long long>(kv0->resident_blocks()),
+              HumanBytes(static_cast<double>(kv0->resident_blocks()) * bytes_per_block).c_str(),
+              bound >= 0 ? (std::to_string(bound) + " blocks").c_str() : "none (full)",
+              static_cast<long long>(ps.used_blocks), static_cast<long long>(ps.num_blocks),
+              HumanBytes(static_cast<double>(ps.used_blocks) * bytes_per_block).c_str(),
+              HumanBytes(static_cast<double>(ps.num_blocks) * bytes_per_block).c_str(),
+              static_cast<long long>(ps.blocks_freed_by_window));
+  return 0;
+}
+
+}  // namespace
+
+void RegisterBenchDecode(CLI::App* app, int* exit_code) {
+  auto flags = std::make_shared<BenchFlags>();
+  CLI::App* sub = app->add_subcommand(
+      "bench-decode", "Decode throughput: N sessions at context C, K batched decode steps");
+  flags->model.Register(sub, false);
+  flags->kv.Register(sub);
+  flags->engine.Register(sub);
+  sub->add_option("--sessions", flags->sessions, "Concurrent sessions (N)")
+      ->check(CLI::Range(1, 100000));
+  sub->add_option("--context", flags->context, "Tokens prefilled per session (C)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
+  sub->add_option("--steps", flags->steps, "Measured decode steps (K)")->check(CLI::Range(1, 100000));
+  sub->add_option("--warmup", flags->warmup, "Unmeasured decode steps first")
+      ->check(CLI::Range(0, 1000));
+  sub->add_option("--prefill-chunk", flags->prefill_chunk, "Prefill chunk per session per step")
+      ->check(CLI::Range(1, 1 << 16));
+  sub->add_option("--peak-n", flags->peak_n, "Size of the in-run sgemm peak measurement")
+      ->check(CLI::Range(64, 8192));
+  sub->add_option("--seed", flags->seed, "Seed of the random prompts");
+  sub->callback([flags, exit_code] { *exit_code = RunBench(*flags); });
+}
+
+}  // namespace metronome::cli

@@ -1,0 +1,39 @@
+#include "metronome/cli/cli.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+
+#include "metronome/base/errors.h"
+#include "metronome/cli/commands.h"
+
+namespace metronome::cli {
+
+int Main(int argc, char** argv) {
+  CLI::App app{"metronome: a serving engine for real-time interaction models"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  RegisterDemo(&app, &exit_code);
+  RegisterGenerate(&app, &exit_code);
+  RegisterScore(&app, &exit_code);
+  RegisterBenchDecode(&app, &exit_code);
+  RegisterExportGguf(&app, &exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const LoadError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory\n");
+    return 2;
+  }
+  return exit_code;
+}
+
+}  // namespace metronome::cli

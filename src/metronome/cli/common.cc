@@ -1,0 +1,122 @@
+#include "metronome/cli/common.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "metronome/base/errors.h"
+#include "metronome/kv/block_pool.h"
+
+namespace metronome::cli {
+
+void ModelFlags::Register(CLI::App* app, bool required) {
+  auto* opt = app->add_option("--model", model,
+                              "Model: synthetic:<preset> (" + model::SyntheticPresetNames() +
+                                  "), a GGUF file, or a llama2.c checkpoint (.bin)");
+  if (required) opt->required();
+  app->add_option("--tokenizer", tokenizer, "llama2.c tokenizer file (e.g. tok512.bin)");
+}
+
+model::Model ModelFlags::Load() const { return model::LoadModel(model, tokenizer); }
+
+void KvFlags::Register(CLI::App* app) {
+  app->add_option("--kv", kv, "KV policy per session: full | window")
+      ->check(CLI::IsMember({"full", "window"}));
+  app->add_option("--window", window, "W: most recent tokens kept (window mode)");
+  app->add_option("--sinks", sinks, "S: first tokens pinned as attention sinks (window mode)");
+  app->add_option("--positions", positions, "RoPE positions: absolute | rolling")
+      ->check(CLI::IsMember({"absolute", "rolling"}));
+  app->add_option("--max-context", max_context,
+                  "Per-session context limit in tokens (0: model's trained context in full mode, "
+                  "unlimited in window mode)");
+}
+
+kv::KvPolicy KvFlags::Policy() const {
+  if (kv == "full") return kv::KvPolicy::Full();
+  if (window < 1) throw ConfigError("--window = " + std::to_string(window) + " must be >= 1");
+  if (sinks < 0) throw ConfigError("--sinks = " + std::to_string(sinks) + " must be >= 0");
+  kv::KvPolicy p = kv::KvPolicy::Window(
+      window, sinks, positions == "rolling" ? kv::PositionMode::kRolling : kv::PositionMode::kAbsolute);
+  p.Validate();
+  return p;
+}
+
+void EngineFlags::Register(CLI::App* app) {
+  app->add_option("--block-tokens", block_tokens, "Tokens per KV block (B)")
+      ->check(CLI::Range(1, 1024));
+  app->add_option("--kv-pool-mb", kv_pool_mb, "KV pool size in MiB (default: sized for the run)")
+      ->check(CLI::Range(0.0, 1e7));
+  app->add_option("--kv-blocks", kv_blocks, "KV pool size in blocks (overrides --kv-pool-mb)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30));
+  app->add_option("--threads", threads, "Threads (0: all cores)")->check(CLI::Range(0, 1024));
+}
+
+engine::EngineOptions EngineFlags::Options(const model::ModelConfig& config,
+                                           const kv::KvPolicy& policy, std::int64_t sessions,
+                                           std::int64_t needed_tokens_per_session,
+                                           int chunk_tokens) const {
+  engine::EngineOptions o;
+  o.block_tokens = block_tokens;
+  o.num_threads = threads;
+  if (kv_blocks > 0) {
+    o.kv_blocks = kv_blocks;
+  } else if (kv_pool_mb > 0.0) {
+    o.kv_pool_mb = kv_pool_mb;
+  } else {
+    const std::int64_t bound = policy.MaxResidentBlocks(block_tokens, chunk_tokens);
+    const std::int64_t full_blocks = (needed_tokens_per_session + block_tokens - 1) / block_tokens + 1;
+    const std::int64_t per_session = bound >= 0 ? std::min(bound, full_blocks) : full_blocks;
+    o.kv_blocks = std::max<std::int64_t>(1, per_session * sessions);
+  }
+  (void)config;
+  return o;
+}
+
+std::vector<TokenId> ParseIds(const std::string& text, int vocab, const std::string& flag) {
+  std::string s = text;
+  std::replace(s.begin(), s.end(), ',', ' ');
+  std::istringstream in(s);
+  std::vector<TokenId> ids;
+  std::string word;
+  while (in >> word) {
+    std::size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(word, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != word.size()) {
+      throw ConfigError(flag + ": '" + word + "' is not a token id");
+    }
+    if (v < 0 || v >= vocab) {
+      throw ConfigError(flag + ": token id " + word + " is outside the vocabulary [0, " +
+                        std::to_string(vocab) + ")");
+    }
+    ids.push_back(static_cast<TokenId>(v));
+  }
+  return ids;
+}
+
+std::string ReadFile(const std::string& path, const std::string& flag) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw ConfigError(flag + ": cannot read '" + path + "'");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string HumanBytes(double bytes) {
+  char buf[64];
+  if (bytes >= 1024.0 * 1024.0 * 1024.0) {
+    std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  } else if (bytes >= 1024.0 * 1024.0) {
+    std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1024.0 * 1024.0));
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f KiB", bytes / 1024.0);
+  }
+  return buf;
+}
+
+}  // namespace metronome::cli

@@ -1,0 +1,224 @@
+#include "metronome/engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "metronome/base/errors.h"
+#include "metronome/engine/feed.h"
+#include "metronome/model/model.h"
+
+namespace metronome::engine {
+namespace {
+
+const model::Model& Tiny() {
+  static const model::Model m = model::MakeSyntheticModel("tiny", 5);
+  return m;
+}
+
+std::vector<TokenId> RandomTokens(int n, unsigned seed, int vocab) {
+  std::mt19937 rng(seed);
+  std::vector<TokenId> v(static_cast<std::size_t>(n));
+  for (auto& t : v) t = static_cast<TokenId>(rng() % static_cast<unsigned>(vocab));
+  return v;
+}
+
+// All logits of a sequence fed to one session alone in a fresh engine, `chunk` tokens at a time.
+std::vector<std::vector<float>> AloneLogits(const kv::KvPolicy& policy,
+                                            const std::vector<TokenId>& tokens, int chunk) {
+  EngineOptions eo;
+  eo.kv_blocks = 512;
+  eo.block_tokens = 4;
+  eo.poison_freed_blocks = true;
+  Engine eng(Tiny(), eo);
+  SessionOptions so;
+  so.policy = policy;
+  const SessionId sid = eng.OpenSession(so);
+  std::vector<std::vector<float>> out(tokens.size());
+  EXPECT_EQ(Feed(eng, sid, tokens, chunk, true,
+                 [&](std::size_t i, std::span<const float> lg) { out[i].assign(lg.begin(), lg.end()); }),
+            StepStatus::kOk);
+  return out;
+}
+
+double MaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double m = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) || std::isnan(b[i])) return INFINITY;
+    m = std::max(m, static_cast<double>(std::abs(a[i] - b[i])));
+  }
+  return m;
+}
+
+TEST(EngineTest, ChunkedPrefillEqualsTokenByToken) {
+  const auto toks = RandomTokens(70, 1, Tiny().config.vocab_size);
+  for (const auto& pol : {kv::KvPolicy::Full(), kv::KvPolicy::Window(9, 3),
+                          kv::KvPolicy::Window(9, 3, kv::PositionMode::kRolling)}) {
+    const auto one = AloneLogits(pol, toks, 1);
+    const auto chunked = AloneLogits(pol, toks, 23);
+    for (std::size_t i = 0; i < toks.size(); ++i) {
+      ASSERT_LT(MaxDiff(one[i], chunked[i]), 1e-4) << pol.ToString() << " pos " << i;
+    }
+  }
+}
+
+// A ragged batch (different sessions, policies, chunk sizes, some decoding while others prefill)
+// gives each session the logits it gets when run alone.
+TEST(EngineTest, BatchedSessionsMatchSessionsRunAlone) {
+  const int vocab = Tiny().config.vocab_size;
+  struct Spec {
+    kv::KvPolicy policy;
+    int length;
+    int chunk;
+  };
+  const std::vector<Spec> specs = {
+      {kv::KvPolicy::Full(), 40, 40},
+      {kv::KvPolicy::Window(7, 2), 50, 1},
+      {kv::KvPolicy::Window(11, 0, kv::PositionMode::kRolling), 45, 6},
+      {kv::KvPolicy::Window(5, 5, kv::PositionMode::kRolling), 33, 3},
+      {kv::KvPolicy::Full(), 12, 1},
+  };
+  std::vector<std::vector<TokenId>> toks;
+  std::vector<std::vector<std::vector<float>>> alone;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    toks.push_back(RandomTokens(specs[i].length, 100 + static_cast<unsigned>(i), vocab));
+    alone.push_back(AloneLogits(specs[i].policy, toks.back(), 1));
+  }
+
+  EngineOptions eo;
+  eo.kv_blocks = 512;
+  eo.block_tokens = 4;
+  eo.poison_freed_blocks = true;
+  Engine eng(Tiny(), eo);
+  std::vector<SessionId> ids;
+  for (const auto& s : specs) ids.push_back(eng.OpenSession({s.policy, 0}));
+  std::vector<std::size_t> fed(specs.size(), 0);
+  std::vector<StepItemResult> results;
+  int steps = 0;
+  for (;;) {
+    std::vector<StepItem> items;
+    std::vector<std::size_t> who;
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      if (fed[i] >= toks[i].size()) continue;
+      // Vary the chunk over time so prefill and decode mix in the same step.
+      const std::size_t n = std::min<std::size_t>(
+          static_cast<std::size_t>(specs[i].chunk + (steps % 3)), toks[i].size() - fed[i]);
+      items.push_back({ids[i], std::span<const TokenId>(toks[i]).subspan(fed[i], n), LogitsMode::kAll});
+      who.push_back(i);
+    }
+    if (items.empty()) break;
+    eng.Step(items, &results);
+    ++steps;
+    for (std::size_t k = 0; k < who.size(); ++k) {
+      const std::size_t i = who[k];
+      ASSERT_EQ(results[k].status, StepStatus::kOk);
+      ASSERT_EQ(results[k].num_logits_rows, static_cast<int>(items[k].tokens.size()));
+      for (int r = 0; r < results[k].num_logits_rows; ++r) {
+        const auto lg = eng.logits(results[k].first_logits_row + r);
+        const std::size_t pos = fed[i] + static_cast<std::size_t>(r);
+        ASSERT_LT(MaxDiff(std::vector<float>(lg.begin(), lg.end()), alone[i][pos]), 1e-4)
+            << "session " << i << " pos " << pos;
+      }
+      fed[i] += items[k].tokens.size();
+    }
+  }
+  EXPECT_GT(steps, 5);
+}
+
+TEST(EngineTest, PoolExhaustionIsAResultAndOtherSessionsProceed) {
+  EngineOptions eo;
+  eo.kv_blocks = 6;
+  eo.block_tokens = 4;
+  Engine eng(Tiny(), eo);
+  const SessionId a = eng.OpenSession({kv::KvPolicy::Full(), 0});
+  const SessionId b = eng.OpenSession({kv::KvPolicy::Window(4, 0), 0});
+  const auto toks = RandomTokens(20, 3, Tiny().config.vocab_size);
+  std::vector<StepItemResult> r;
+  // a takes 5 blocks (20 tokens); b needs 1.
+  StepItem items[2] = {{a, toks, LogitsMode::kLast}, {b, std::span<const TokenId>(toks).first(4), LogitsMode::kLast}};
+  eng.Step(items, &r);
+  EXPECT_EQ(r[0].status, StepStatus::kOk);
+  EXPECT_EQ(r[1].status, StepStatus::kOk);
+  EXPECT_EQ(eng.pool_stats().free_blocks, 0);
+  // a cannot grow; b (window 4) keeps going forever in its bounded footprint... once it has freed
+  // a block. Its next token needs a new block, which is only possible after its window moves on.
+  StepItem grow_a{a, std::span<const TokenId>(toks).first(1), LogitsMode::kLast};
+  eng.Step({&grow_a, 1}, &r);
+  EXPECT_EQ(r[0].status, StepStatus::kPoolExhausted);
+  EXPECT_EQ(eng.session_kv(a)->length(), 20) << "a failed step leaves the session unchanged";
+  EXPECT_TRUE(eng.CloseSession(a));
+  EXPECT_EQ(eng.pool_stats().used_blocks, 1);
+  for (int i = 0; i < 100; ++i) {
+    StepItem one{b, std::span<const TokenId>(toks).subspan(static_cast<std::size_t>(i % 20), 1), LogitsMode::kLast};
+    eng.Step({&one, 1}, &r);
+    ASSERT_EQ(r[0].status, StepStatus::kOk);
+    ASSERT_LE(eng.session_kv(b)->resident_blocks(), kv::KvPolicy::Window(4, 0).MaxResidentBlocks(4));
+  }
+}
+
+TEST(EngineTest, RejectsBadRequestsWithoutHarm) {
+  EngineOptions eo;
+  eo.kv_blocks = 16;
+  Engine eng(Tiny(), eo);
+  const SessionId a = eng.OpenSession({kv::KvPolicy::Full(), 0});
+  const std::vector<TokenId> bad = {1, Tiny().config.vocab_size};
+  const std::vector<TokenId> good = {1, 2};
+  std::vector<StepItemResult> r;
+  StepItem items[4] = {{a, bad, LogitsMode::kLast},
+                       {SessionId{999}, good, LogitsMode::kLast},
+                       {a, {}, LogitsMode::kLast},
+                       {a, good, LogitsMode::kLast}};
+  eng.Step(items, &r);
+  EXPECT_EQ(r[0].status, StepStatus::kInvalidRequest);
+  EXPECT_EQ(r[1].status, StepStatus::kUnknownSession);
+  EXPECT_EQ(r[2].status, StepStatus::kInvalidRequest);
+  EXPECT_EQ(r[3].status, StepStatus::kOk);
+  EXPECT_EQ(eng.session_kv(a)->length(), 2);
+  EXPECT_THROW(eng.OpenSession({kv::KvPolicy::Window(0, 0), 0}), ConfigError);
+}
+
+TEST(EngineTest, ContextLimitIsReported) {
+  EngineOptions eo;
+  eo.kv_blocks = 64;
+  Engine eng(Tiny(), eo);
+  const SessionId a = eng.OpenSession({kv::KvPolicy::Full(), 8});
+  const auto toks = RandomTokens(9, 4, Tiny().config.vocab_size);
+  std::vector<StepItemResult> r;
+  StepItem it{a, toks, LogitsMode::kNone};
+  eng.Step({&it, 1}, &r);
+  EXPECT_EQ(r[0].status, StepStatus::kContextFull);
+}
+
+// Resident KV bytes per windowed session equal the stated bound once the window has slid, and a
+// pool sized for 1000 bounded sessions holds 1000 concurrent sessions.
+TEST(EngineTest, ThousandWindowedSessionsInOnePool) {
+  const kv::KvPolicy pol = kv::KvPolicy::Window(24, 4);
+  EngineOptions eo;
+  eo.block_tokens = 8;
+  const std::int64_t bound = pol.MaxResidentBlocks(eo.block_tokens, 1);
+  eo.kv_blocks = 1000 * bound;
+  Engine eng(Tiny(), eo);
+  std::vector<SessionId> ids;
+  for (int i = 0; i < 1000; ++i) ids.push_back(eng.OpenSession({pol, 0}));
+  std::vector<TokenId> next(1000, 5);
+  std::vector<StepItemResult> r;
+  for (int step = 0; step < 60; ++step) {
+    std::vector<StepItem> items;
+    for (int i = 0; i < 1000; ++i) items.push_back({ids[static_cast<std::size_t>(i)], {&next[static_cast<std::size_t>(i)], 1}, LogitsMode::kNone});
+    eng.Step(items, &r);
+    for (const auto& x : r) ASSERT_EQ(x.status, StepStatus::kOk) << "step " << step;
+  }
+  for (const SessionId id : ids) {
+    ASSERT_LE(eng.session_kv(id)->resident_blocks(), pol.MaxResidentBlocks(eo.block_tokens));
+  }
+  EXPECT_EQ(eng.pool_stats().num_sessions, 1000);
+  EXPECT_GT(eng.pool_stats().blocks_freed_by_window, 1000);
+  for (const SessionId id : ids) EXPECT_TRUE(eng.CloseSession(id));
+  EXPECT_EQ(eng.pool_stats().used_blocks, 0);
+}
+
+}  // namespace
+}  // namespace metronome::engine
