@@ -1,1 +1,286 @@
-// Placeholder: implemented in a follow-up commit.
+// SentencePiece-style BPE as run by llama2.c's encode() and llama.cpp's "llama" tokenizer: the text
+// (with a dummy-prefix space) is split into UTF-8 characters, characters missing from the
+// vocabulary fall back to <0xHH> byte tokens, and then the adjacent pair whose concatenation is a
+// vocabulary piece with the highest score is merged until no pair qualifies (ties: leftmost).
+//
+// Space representation: GGUF vocabularies spell space as U+2581 ("▁"), llama2.c tokenizer files
+// as ' '. Every piece is normalised to ' ' at construction, so input text is used unchanged and
+// both kinds of vocabulary produce the same ids for the same pieces.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <queue>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "metronome/base/errors.h"
+#include "metronome/model/tokenizer.h"
+
+namespace metronome::model {
+namespace {
+
+// GGUF token_type values.
+constexpr std::int32_t kTypeUnknown = 2;
+constexpr std::int32_t kTypeControl = 3;
+constexpr std::int32_t kTypeUnused = 5;
+constexpr std::int32_t kTypeByte = 6;
+
+constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";  // U+2581
+
+struct StringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept {
+    return std::hash<std::string_view>{}(s);
+  }
+};
+
+// Returns the byte value of a "<0xHH>" piece (either hex case), or -1.
+int ParseByteToken(std::string_view s) {
+  if (s.size() != 6 || s[0] != '<' || s[1] != '0' || s[2] != 'x' || s[5] != '>') return -1;
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  const int hi = hex(s[3]);
+  const int lo = hex(s[4]);
+  if (hi < 0 || lo < 0) return -1;
+  return hi * 16 + lo;
+}
+
+std::string NormaliseSpaces(std::string_view piece) {
+  std::string out;
+  out.reserve(piece.size());
+  std::size_t i = 0;
+  while (i < piece.size()) {
+    if (piece.substr(i, kSpaceMarker.size()) == kSpaceMarker) {
+      out.push_back(' ');
+      i += kSpaceMarker.size();
+    } else {
+      out.push_back(piece[i]);
+      ++i;
+    }
+  }
+  return out;
+}
+
+// Length of the UTF-8 "character" starting at text[i], split the way llama2.c splits: a byte plus
+// the continuation bytes that follow it, at most 4 in all. Invalid sequences thus become short
+// chunks that fall back to byte tokens instead of failing.
+std::size_t CharLength(std::string_view text, std::size_t i) {
+  std::size_t n = 1;
+  while (n < 4 && i + n < text.size() && (static_cast<unsigned char>(text[i + n]) & 0xC0) == 0x80) {
+    ++n;
+  }
+  return n;
+}
+
+class SentencePieceTokenizer final : public Tokenizer {
+ public:
+  explicit SentencePieceTokenizer(Vocabulary vocab);
+
+  std::vector<TokenId> Encode(std::string_view text, bool add_bos) const override;
+  std::string DecodeToken(TokenId prev, TokenId id) const override;
+  int vocab_size() const override { return static_cast<int>(decoded_.size()); }
+  TokenId bos_id() const override { return bos_id_; }
+  TokenId eos_id() const override { return eos_id_; }
+
+ private:
+  enum class Kind : std::uint8_t { kNormal, kByte, kSpecial };
+
+  // Mergeable pieces only (normal and user-defined tokens): byte and control tokens must never
+  // be produced by matching their spelling ("<0x41>", "<s>") in user text.
+  std::unordered_map<std::string, TokenId, StringHash, std::equal_to<>> piece_to_id_;
+  std::vector<float> scores_;
+  std::vector<std::string> decoded_;  // bytes each id stands for in running text
+  std::vector<Kind> kinds_;
+  TokenId byte_to_id_[256];  // -1 where the vocabulary has no <0xHH> token
+  TokenId bos_id_;
+  TokenId eos_id_;
+  TokenId unk_id_;
+};
+
+SentencePieceTokenizer::SentencePieceTokenizer(Vocabulary vocab)
+    : bos_id_(vocab.bos_id), eos_id_(vocab.eos_id), unk_id_(vocab.unk_id) {
+  const std::size_t n = vocab.tokens.size();
+  if (n == 0) throw LoadError("sentencepiece vocabulary: no tokens");
+  if (n > static_cast<std::size_t>(INT32_MAX)) {
+    throw LoadError("sentencepiece vocabulary: too many tokens (" + std::to_string(n) + ")");
+  }
+  if (!vocab.scores.empty() && vocab.scores.size() != n) {
+    throw LoadError("sentencepiece vocabulary: " + std::to_string(vocab.scores.size()) +
+                    " scores for " + std::to_string(n) + " tokens");
+  }
+  if (!vocab.token_types.empty() && vocab.token_types.size() != n) {
+    throw LoadError("sentencepiece vocabulary: " + std::to_string(vocab.token_types.size()) +
+                    " token types for " + std::to_string(n) + " tokens");
+  }
+  const auto check_id = [n](TokenId id, const char* what) {
+    if (id < -1 || id >= static_cast<TokenId>(n)) {
+      throw LoadError(std::string("sentencepiece vocabulary: ") + what + " " + std::to_string(id) +
+                      " out of range for " + std::to_string(n) + " tokens");
+    }
+  };
+  check_id(bos_id_, "bos_id");
+  check_id(eos_id_, "eos_id");
+  check_id(unk_id_, "unk_id");
+
+  for (TokenId& b : byte_to_id_) b = -1;
+  scores_.resize(n);
+  decoded_.resize(n);
+  kinds_.resize(n, Kind::kNormal);
+  piece_to_id_.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto id = static_cast<TokenId>(i);
+    // Without scores, earlier ids merge first (the order SentencePiece vocabularies are saved in).
+    const float score = vocab.scores.empty() ? -static_cast<float>(i) : vocab.scores[i];
+    if (!std::isfinite(score)) {
+      // NaN would break the strict weak ordering the merge queue relies on.
+      throw LoadError("sentencepiece vocabulary: token " + std::to_string(i) +
+                      " has a non-finite score");
+    }
+    scores_[i] = score;
+    const std::int32_t type = vocab.token_types.empty() ? 0 : vocab.token_types[i];
+    const int byte = ParseByteToken(vocab.tokens[i]);
+    if (type == kTypeByte && byte < 0) {
+      throw LoadError("sentencepiece vocabulary: byte token " + std::to_string(i) +
+                      " is not <0xHH>");
+    }
+    // Without token types, the spelling alone identifies byte tokens.
+    const bool is_byte = byte >= 0 && (type == kTypeByte || vocab.token_types.empty());
+    const bool is_special = type == kTypeUnknown || type == kTypeControl || type == kTypeUnused ||
+                            id == bos_id_ || id == eos_id_ || id == unk_id_;
+    if (is_byte) {
+      kinds_[i] = Kind::kByte;
+      decoded_[i] = std::string(1, static_cast<char>(byte));
+      if (byte_to_id_[byte] < 0) byte_to_id_[byte] = id;
+    } else if (is_special) {
+      kinds_[i] = Kind::kSpecial;
+    } else {
+      decoded_[i] = NormaliseSpaces(vocab.tokens[i]);
+      // First id wins for duplicate spellings (e.g. both "▁" and " " present).
+      if (!decoded_[i].empty()) piece_to_id_.emplace(decoded_[i], id);
+    }
+  }
+}
+
+std::vector<TokenId> SentencePieceTokenizer::Encode(std::string_view text, bool add_bos) const {
+  std::vector<TokenId> out;
+  if (add_bos && bos_id_ >= 0) out.push_back(bos_id_);
+  if (text.empty()) return out;
+
+  // SentencePiece's add_dummy_prefix (llama2.c prepends " " to non-empty text), so that a word at
+  // the start is encoded like the same word after a space.
+  std::string buf;
+  buf.reserve(text.size() + 1);
+  buf.push_back(' ');
+  buf.append(text);
+
+  constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  // Symbols form a doubly linked list in text order; a merge grows the left symbol and kills the
+  // right one (len = 0), so a symbol's index also orders it by text position.
+  struct Symbol {
+    std::size_t start;
+    std::size_t len;
+    std::size_t prev;
+    std::size_t next;
+    TokenId id;
+    bool mergeable;  // false for byte-fallback symbols, as in llama2.c
+  };
+  std::vector<Symbol> symbols;
+  symbols.reserve(buf.size());
+  const std::string_view view(buf);
+  for (std::size_t i = 0; i < view.size();) {
+    const std::size_t len = CharLength(view, i);
+    const auto it = piece_to_id_.find(view.substr(i, len));
+    if (it != piece_to_id_.end()) {
+      symbols.push_back({i, len, kNone, kNone, it->second, true});
+    } else {
+      for (std::size_t b = 0; b < len; ++b) {
+        const TokenId id = byte_to_id_[static_cast<unsigned char>(view[i + b])];
+        // A vocabulary without byte tokens maps unknown bytes to <unk>, or drops them if it has
+        // no <unk> either: Encode must not fail on user text.
+        if (id >= 0 || unk_id_ >= 0) {
+          symbols.push_back({i + b, 1, kNone, kNone, id >= 0 ? id : unk_id_, false});
+        }
+      }
+    }
+    i += len;
+  }
+  for (std::size_t i = 0; i < symbols.size(); ++i) {
+    symbols[i].prev = i == 0 ? kNone : i - 1;
+    symbols[i].next = i + 1 == symbols.size() ? kNone : i + 1;
+  }
+
+  struct Candidate {
+    float score;
+    std::size_t left;
+    std::size_t right;
+    std::size_t len;  // combined length when queued; a mismatch later means the entry is stale
+    TokenId id;
+  };
+  // Highest score first; equal scores: leftmost first, which matches llama2.c's linear scan.
+  const auto worse = [](const Candidate& a, const Candidate& b) {
+    if (a.score != b.score) return a.score < b.score;
+    return a.left > b.left;
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, decltype(worse)> queue(worse);
+  const auto try_pair = [&](std::size_t left, std::size_t right) {
+    if (left == kNone || right == kNone) return;
+    const Symbol& l = symbols[left];
+    const Symbol& r = symbols[right];
+    if (!l.mergeable || !r.mergeable) return;
+    const auto it = piece_to_id_.find(view.substr(l.start, l.len + r.len));
+    if (it == piece_to_id_.end()) return;
+    queue.push(
+        {scores_[static_cast<std::size_t>(it->second)], left, right, l.len + r.len, it->second});
+  };
+  for (std::size_t i = 0; i + 1 < symbols.size(); ++i) try_pair(i, i + 1);
+
+  while (!queue.empty()) {
+    const Candidate c = queue.top();
+    queue.pop();
+    Symbol& l = symbols[c.left];
+    Symbol& r = symbols[c.right];
+    if (l.len == 0 || r.len == 0 || l.next != c.right || l.len + r.len != c.len) continue;
+    l.len += r.len;
+    l.id = c.id;
+    l.next = r.next;
+    if (r.next != kNone) symbols[r.next].prev = c.left;
+    r.len = 0;
+    try_pair(l.prev, c.left);
+    try_pair(c.left, l.next);
+  }
+
+  for (std::size_t i = symbols.empty() ? kNone : 0; i != kNone; i = symbols[i].next) {
+    out.push_back(symbols[i].id);
+  }
+  return out;
+}
+
+std::string SentencePieceTokenizer::DecodeToken(TokenId prev, TokenId id) const {
+  if (id < 0 || id >= vocab_size()) return "";
+  const auto i = static_cast<std::size_t>(id);
+  // The first piece after BOS loses the dummy-prefix space that Encode added, as in llama2.c.
+  // Unlike llama2.c (and like llama.cpp) this includes a <0x20> byte token, which is what carries
+  // the prefix in a vocabulary without a space piece; otherwise such text would not round-trip.
+  if (prev >= 0 && prev == bos_id_ && kinds_[i] != Kind::kSpecial && !decoded_[i].empty() &&
+      decoded_[i][0] == ' ') {
+    return decoded_[i].substr(1);
+  }
+  return decoded_[i];
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> MakeSentencePieceTokenizer(Vocabulary vocab) {
+  return std::make_unique<SentencePieceTokenizer>(std::move(vocab));
+}
+
+}  // namespace metronome::model

@@ -1,6 +1,75 @@
 #include "metronome/model/tokenizer.h"
 
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "metronome/base/errors.h"
+#include "metronome/base/mapped_file.h"
+
 namespace metronome::model {
+namespace {
+
+// GGUF token_type values.
+constexpr std::int32_t kTypeNormal = 1;
+constexpr std::int32_t kTypeUnknown = 2;
+constexpr std::int32_t kTypeControl = 3;
+constexpr std::int32_t kTypeByte = 6;
+
+constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+
+std::string ByteTokenText(int byte) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string s = "<0x";
+  s.push_back(kHex[byte >> 4]);
+  s.push_back(kHex[byte & 15]);
+  s.push_back('>');
+  return s;
+}
+
+bool IsByteTokenText(std::string_view s) {
+  const auto hex = [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'F') || (c >= 'a' && c <= 'f');
+  };
+  return s.size() == 6 && s.substr(0, 3) == "<0x" && hex(s[3]) && hex(s[4]) && s[5] == '>';
+}
+
+// Common English words and suffixes; the synthetic vocabulary is built from their prefixes so that
+// ordinary text merges into multi-character pieces.
+constexpr std::string_view kWords[] = {
+    "the",   "and",   "to",    "was",   "he",    "she",   "it",     "of",     "in",    "is",
+    "you",   "that",  "for",   "on",    "with",  "they",  "her",    "his",    "said",  "had",
+    "but",   "not",   "at",    "be",    "this",  "have",  "from",   "one",    "all",   "we",
+    "there", "what",  "so",    "up",    "out",   "if",    "about",  "who",    "get",   "which",
+    "go",    "me",    "when",  "make",  "can",   "like",  "time",   "no",     "just",  "him",
+    "know",  "take",  "into",  "year",  "your",  "good",  "some",   "could",  "them",  "see",
+    "other", "than",  "then",  "now",   "look",  "only",  "come",   "its",    "over",  "think",
+    "also",  "back",  "after", "use",   "two",   "how",   "our",    "work",   "first", "well",
+    "way",   "even",  "new",   "want",  "any",   "these", "give",   "day",    "most",  "us",
+    "are",   "were",  "been",  "has",   "did",   "do",    "very",   "little", "big",   "happy",
+    "play",  "once",  "upon",  "named", "girl",  "boy",   "friend", "mom",    "dad",   "help",
+    "home",  "tree",  "ball",  "dog",   "cat",   "sun",   "love",   "saw",    "went",  "found",
+    "made",  "model", "token", "text",  "world", "hello", "ing",    "ed",     "er",    "est",
+    "ly",    "tion",  "ment",  "ness",  "ous",   "able",  "ight",   "ould",   "ter",   "ver",
+};
+
+constexpr std::string_view kBigrams[] = {
+    "th", "he", "in", "er", "an", "re", "on", "at", "en", "nd", "ti", "es", "or", "te", "of", "ed",
+    "is", "it", "al", "ar", "st", "to", "nt", "ng", "se", "ha", "as", "ou", "io", "le", "ve", "co",
+    "me", "de", "hi", "ri", "ro", "ic", "ne", "ea", "ra", "ce", "li", "ch", "ll", "be", "ma", "si",
+    "om", "ur", "ay", "ap", "pp", "py", "ry", "ly", "wa", "do", "og", "im", "up", "un", "ow",
+};
+
+}  // namespace
 
 std::string Tokenizer::Decode(std::span<const TokenId> ids) const {
   std::string out;
@@ -10,6 +79,189 @@ std::string Tokenizer::Decode(std::span<const TokenId> ids) const {
     prev = id;
   }
   return out;
+}
+
+std::unique_ptr<Tokenizer> LoadLlama2cTokenizer(const std::string& path, int vocab_size) {
+  static_assert(std::endian::native == std::endian::little,
+                "llama2.c tokenizer files are little-endian");
+  if (vocab_size <= 0) {
+    throw LoadError(path + ": vocab_size " + std::to_string(vocab_size) + " is not positive");
+  }
+  const MappedFile file(path);
+  const std::span<const std::uint8_t> bytes = file.bytes();
+  std::size_t pos = 0;
+  const auto read_i32 = [&](const char* what) {
+    if (bytes.size() - pos < 4) {
+      throw LoadError(path + ": truncated at byte " + std::to_string(pos) + " (reading " + what +
+                      ")");
+    }
+    std::int32_t v;
+    std::memcpy(&v, bytes.data() + pos, 4);
+    pos += 4;
+    return v;
+  };
+
+  const std::int32_t max_token_length = read_i32("max_token_length");
+  // Real files have single-digit maxima; a huge value means this is not a tokenizer file.
+  constexpr std::int32_t kMaxTokenLength = 1 << 16;
+  if (max_token_length <= 0 || max_token_length > kMaxTokenLength) {
+    throw LoadError(path + ": absurd max_token_length " + std::to_string(max_token_length));
+  }
+  // Each token takes at least 8 bytes, so a vocab_size the file cannot hold is rejected before
+  // anything is allocated for it.
+  if (static_cast<std::size_t>(vocab_size) > (bytes.size() - pos) / 8) {
+    throw LoadError(path + ": truncated: " + std::to_string(bytes.size()) + " bytes cannot hold " +
+                    std::to_string(vocab_size) + " tokens");
+  }
+
+  Vocabulary vocab;
+  vocab.tokens.reserve(static_cast<std::size_t>(vocab_size));
+  vocab.scores.reserve(static_cast<std::size_t>(vocab_size));
+  vocab.token_types.reserve(static_cast<std::size_t>(vocab_size));
+  for (int i = 0; i < vocab_size; ++i) {
+    const std::int32_t score_bits = read_i32("score");
+    const float score = std::bit_cast<float>(score_bits);
+    if (!std::isfinite(score)) {
+      throw LoadError(path + ": token " + std::to_string(i) + " has a non-finite score");
+    }
+    const std::int32_t len = read_i32("length");
+    if (len < 0 || len > max_token_length) {
+      throw LoadError(path + ": token " + std::to_string(i) + " has length " + std::to_string(len) +
+                      " (max_token_length " + std::to_string(max_token_length) + ")");
+    }
+    if (bytes.size() - pos < static_cast<std::size_t>(len)) {
+      throw LoadError(path + ": truncated in token " + std::to_string(i) + " (" +
+                      std::to_string(len) + " bytes at offset " + std::to_string(pos) + ")");
+    }
+    std::string text(reinterpret_cast<const char*>(bytes.data() + pos),
+                     static_cast<std::size_t>(len));
+    pos += static_cast<std::size_t>(len);
+    // run.c hard-codes <unk> = 0, BOS = 1, EOS = 2 (spelled "\n<s>\n" and "\n</s>\n").
+    std::int32_t type = kTypeNormal;
+    if (i == 0) {
+      type = kTypeUnknown;
+    } else if (i <= 2) {
+      type = kTypeControl;
+    } else if (IsByteTokenText(text)) {
+      type = kTypeByte;
+    }
+    vocab.tokens.push_back(std::move(text));
+    vocab.scores.push_back(score);
+    vocab.token_types.push_back(type);
+  }
+  // Trailing bytes mean the file holds more tokens than the checkpoint's classifier: the pair
+  // does not belong together.
+  if (pos != bytes.size()) {
+    throw LoadError(path + ": " + std::to_string(bytes.size() - pos) + " trailing bytes after " +
+                    std::to_string(vocab_size) + " tokens (vocab_size mismatch?)");
+  }
+  vocab.unk_id = 0;
+  vocab.bos_id = vocab_size > 1 ? 1 : -1;
+  vocab.eos_id = vocab_size > 2 ? 2 : -1;
+  try {
+    return MakeSentencePieceTokenizer(std::move(vocab));
+  } catch (const LoadError& e) {
+    throw LoadError(path + ": " + e.what());
+  }
+}
+
+Vocabulary MakeSyntheticVocabulary(int vocab_size) {
+  constexpr int kFixed = 3 + 256;
+  constexpr int kMaxVocab = 1 << 21;  // far above real vocabularies; bounds the allocation
+  if (vocab_size < kFixed || vocab_size > kMaxVocab) {
+    throw ConfigError("synthetic vocab_size " + std::to_string(vocab_size) + " outside [" +
+                      std::to_string(kFixed) + ", " + std::to_string(kMaxVocab) + "]");
+  }
+  const auto size = static_cast<std::size_t>(vocab_size);
+  Vocabulary vocab;
+  vocab.tokens.reserve(size);
+  vocab.scores.reserve(size);
+  vocab.token_types.reserve(size);
+  vocab.unk_id = 0;
+  vocab.bos_id = 1;
+  vocab.eos_id = 2;
+  const auto add_fixed = [&](std::string text, std::int32_t type) {
+    vocab.tokens.push_back(std::move(text));
+    vocab.scores.push_back(0.0f);
+    vocab.token_types.push_back(type);
+  };
+  add_fixed("<unk>", kTypeUnknown);
+  add_fixed("<s>", kTypeControl);
+  add_fixed("</s>", kTypeControl);
+  for (int b = 0; b < 256; ++b) add_fixed(ByteTokenText(b), kTypeByte);
+
+  std::unordered_set<std::string> seen(vocab.tokens.begin(), vocab.tokens.end());
+  seen.reserve(size);
+  float score = 0.0f;
+  // Returns false once the vocabulary is full.
+  const auto add_piece = [&](const std::string& text) {
+    if (vocab.tokens.size() == size) return false;
+    if (seen.insert(text).second) {
+      vocab.tokens.push_back(text);
+      vocab.scores.push_back(score);
+      vocab.token_types.push_back(kTypeNormal);
+      score -= 1.0f;
+    }
+    return vocab.tokens.size() < size;
+  };
+
+  // Single characters first: every merge below bottoms out in them.
+  if (!add_piece(std::string(kSpaceMarker))) return vocab;
+  for (char c = '!'; c <= '~'; ++c) {
+    if (!add_piece(std::string(1, c))) return vocab;
+  }
+
+  // Word starts and the most frequent English letter pairs give even a small vocabulary about
+  // two characters per piece.
+  for (char c = 'a'; c <= 'z'; ++c) {
+    if (!add_piece(std::string(kSpaceMarker) + c)) return vocab;
+  }
+  for (const std::string_view pair : kBigrams) {
+    if (!add_piece(std::string(pair))) return vocab;
+  }
+
+  // Every prefix of every word: first after the space marker, then bare (for suffixes and words
+  // glued to punctuation), then capitalised after the marker. Small vocabularies only have room for
+  // the first of these. Including all prefixes makes each word reachable whatever order the
+  // merges happen in: a prefix followed by any piece from the rest of the word concatenates to a
+  // longer prefix, which is again a piece.
+  const std::string marker(kSpaceMarker);
+  for (int variant = 0; variant < 3; ++variant) {
+    for (const std::string_view word : kWords) {
+      const std::string lead = variant == 1 ? "" : marker;
+      std::string body(word);
+      if (variant == 2) body[0] = static_cast<char>(body[0] - 'a' + 'A');
+      for (std::size_t n = 1; n <= body.size(); ++n) {
+        if (lead.empty() && n == 1) continue;  // single characters are already in
+        if (!add_piece(lead + body.substr(0, n))) return vocab;
+      }
+    }
+  }
+
+  // Padding: every lowercase string of length 1, 2, ... after the marker and of length 2, 3, ...
+  // alone, in lexicographic order. Each has its one-shorter prefix earlier, and there are
+  // infinitely many, so this always fills the vocabulary.
+  for (std::size_t length = 1;; ++length) {
+    std::string s(length, 'a');
+    const auto next = [&s] {  // odometer over 'a'..'z'; false after "zz...z"
+      for (std::size_t k = s.size(); k-- > 0;) {
+        if (s[k] != 'z') {
+          ++s[k];
+          return true;
+        }
+        s[k] = 'a';
+      }
+      return false;
+    };
+    do {
+      if (!add_piece(marker + s)) return vocab;
+    } while (next());
+    if (length >= 2) {
+      do {
+        if (!add_piece(s)) return vocab;
+      } while (next());
+    }
+  }
 }
 
 }  // namespace metronome::model
