@@ -1,1 +1,845 @@
-// Placeholder: implemented in a follow-up commit.
+#include "metronome/model/gguf.h"
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "metronome/base/errors.h"
+
+namespace metronome::model {
+namespace {
+
+// The format is little-endian; values are read by memcpy, so only little-endian hosts are served.
+static_assert(std::endian::native == std::endian::little, "GGUF I/O assumes a little-endian host");
+
+constexpr std::uint8_t kMagic[4] = {'G', 'G', 'U', 'F'};
+constexpr std::uint32_t kWriteVersion = 3;
+constexpr std::uint64_t kDefaultAlignment = 32;
+// general.alignment beyond this is hostile rather than useful (llama.cpp uses 32).
+constexpr std::uint64_t kMaxAlignment = 1u << 16;
+constexpr std::uint32_t kMaxDims = 4;
+// Upper bound on a tensor's element count: far above any real tensor, low enough that byte sizes
+// (at most 4 bytes per element) cannot overflow 64 bits.
+constexpr std::uint64_t kMaxElements = std::uint64_t{1} << 56;
+constexpr std::uint64_t kQ8BlockElems = 32;
+constexpr std::uint64_t kQ8BlockBytes = 2 + kQ8BlockElems;  // fp16 scale + 32 int8
+
+enum class ValueType : std::uint32_t {
+  kUint8 = 0,
+  kInt8 = 1,
+  kUint16 = 2,
+  kInt16 = 3,
+  kUint32 = 4,
+  kInt32 = 5,
+  kFloat32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kUint64 = 10,
+  kInt64 = 11,
+  kFloat64 = 12,
+};
+
+// Encoded size of a scalar value type; 0 for string/array/unknown.
+std::uint64_t ScalarSize(std::uint32_t type) {
+  switch (static_cast<ValueType>(type)) {
+    case ValueType::kUint8:
+    case ValueType::kInt8:
+    case ValueType::kBool:
+      return 1;
+    case ValueType::kUint16:
+    case ValueType::kInt16:
+      return 2;
+    case ValueType::kUint32:
+    case ValueType::kInt32:
+    case ValueType::kFloat32:
+      return 4;
+    case ValueType::kUint64:
+    case ValueType::kInt64:
+    case ValueType::kFloat64:
+      return 8;
+    case ValueType::kString:
+    case ValueType::kArray:
+      break;
+  }
+  return 0;
+}
+
+bool IsKnownGgmlType(std::uint32_t t) {
+  switch (static_cast<GgmlType>(t)) {
+    case GgmlType::kF32:
+    case GgmlType::kF16:
+    case GgmlType::kQ8_0:
+    case GgmlType::kBF16:
+      return true;
+  }
+  return false;
+}
+
+const char* GgmlTypeName(GgmlType t) {
+  switch (t) {
+    case GgmlType::kF32:
+      return "F32";
+    case GgmlType::kF16:
+      return "F16";
+    case GgmlType::kQ8_0:
+      return "Q8_0";
+    case GgmlType::kBF16:
+      return "BF16";
+  }
+  return "unknown";
+}
+
+// Bytes needed for `count` elements of `type`, or nullopt when the count cannot be stored in that
+// type (Q8_0 needs whole blocks). `count` must be <= kMaxElements.
+std::optional<std::uint64_t> TensorBytes(GgmlType type, std::uint64_t count) {
+  switch (type) {
+    case GgmlType::kF32:
+      return count * 4;
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+      return count * 2;
+    case GgmlType::kQ8_0:
+      if (count % kQ8BlockElems != 0) return std::nullopt;
+      return count / kQ8BlockElems * kQ8BlockBytes;
+  }
+  return std::nullopt;
+}
+
+const char* ValueTypeName(const GgufValue& v) {
+  switch (v.index()) {
+    case 0:
+      return "unsigned integer";
+    case 1:
+      return "signed integer";
+    case 2:
+      return "float";
+    case 3:
+      return "bool";
+    case 4:
+      return "string";
+    case 5:
+      return "string array";
+    case 6:
+      return "float array";
+    case 7:
+      return "integer array";
+    default:
+      return "unknown";
+  }
+}
+
+// Bounds-checked cursor over the file. Every failure names the source and what was being read.
+class Reader {
+ public:
+  Reader(std::span<const std::uint8_t> bytes, const std::string& source)
+      : bytes_(bytes), source_(source) {}
+
+  [[nodiscard]] std::size_t pos() const { return pos_; }
+  [[nodiscard]] std::size_t remaining() const { return bytes_.size() - pos_; }
+
+  [[noreturn]] void Fail(const std::string& problem) const {
+    throw LoadError(source_ + ": " + problem);
+  }
+
+  template <typename T>
+  T Read(const std::string& what) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    if (remaining() < sizeof(T)) {
+      Fail("truncated at offset " + std::to_string(pos_) + " while reading " + what + " (" +
+           std::to_string(sizeof(T)) + " bytes needed, " + std::to_string(remaining()) + " left)");
+    }
+    T v;
+    std::memcpy(&v, bytes_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return v;
+  }
+
+  std::string ReadString(const std::string& what) {
+    const auto len = Read<std::uint64_t>("the length of " + what);
+    if (len > remaining()) {
+      Fail("string length " + std::to_string(len) + " of " + what + " exceeds the " +
+           std::to_string(remaining()) + " bytes left in the file");
+    }
+    std::string s(reinterpret_cast<const char*>(bytes_.data() + pos_),
+                  static_cast<std::size_t>(len));
+    pos_ += static_cast<std::size_t>(len);
+    return s;
+  }
+
+ private:
+  std::span<const std::uint8_t> bytes_;
+  const std::string& source_;
+  std::size_t pos_ = 0;
+};
+
+// Reads one integer scalar of `type` widened to 64 bits; sets `is_signed`.
+std::uint64_t ReadIntegerBits(Reader& r, ValueType type, const std::string& what, bool* is_signed) {
+  *is_signed = false;
+  switch (type) {
+    case ValueType::kUint8:
+      return r.Read<std::uint8_t>(what);
+    case ValueType::kUint16:
+      return r.Read<std::uint16_t>(what);
+    case ValueType::kUint32:
+      return r.Read<std::uint32_t>(what);
+    case ValueType::kUint64:
+      return r.Read<std::uint64_t>(what);
+    default:
+      break;
+  }
+  *is_signed = true;
+  std::int64_t v = 0;
+  switch (type) {
+    case ValueType::kInt8:
+      v = r.Read<std::int8_t>(what);
+      break;
+    case ValueType::kInt16:
+      v = r.Read<std::int16_t>(what);
+      break;
+    case ValueType::kInt32:
+      v = r.Read<std::int32_t>(what);
+      break;
+    case ValueType::kInt64:
+      v = r.Read<std::int64_t>(what);
+      break;
+    default:
+      r.Fail("internal: " + what + " is not an integer type");
+  }
+  return static_cast<std::uint64_t>(v);
+}
+
+bool IsIntegerType(ValueType t) {
+  switch (t) {
+    case ValueType::kUint8:
+    case ValueType::kInt8:
+    case ValueType::kUint16:
+    case ValueType::kInt16:
+    case ValueType::kUint32:
+    case ValueType::kInt32:
+    case ValueType::kUint64:
+    case ValueType::kInt64:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool ReadBool(Reader& r, const std::string& what) {
+  const auto b = r.Read<std::uint8_t>(what);
+  if (b > 1) {
+    r.Fail(what + " is a bool with invalid byte value " + std::to_string(b));
+  }
+  return b == 1;
+}
+
+GgufValue ReadArray(Reader& r, const std::string& key) {
+  const std::string what = "metadata key '" + key + "'";
+  const auto elem_raw = r.Read<std::uint32_t>("the element type of " + what);
+  const auto elem = static_cast<ValueType>(elem_raw);
+  const auto count = r.Read<std::uint64_t>("the element count of " + what);
+  if (elem == ValueType::kArray) {
+    r.Fail(what + " is a nested array, which is not supported");
+  }
+  std::uint64_t min_elem_bytes = ScalarSize(elem_raw);
+  if (elem == ValueType::kString) {
+    min_elem_bytes = sizeof(std::uint64_t);  // the length prefix
+  } else if (min_elem_bytes == 0) {
+    r.Fail(what + " is an array of unknown value type " + std::to_string(elem_raw));
+  }
+  // Bounds every reservation below by what the file could actually hold.
+  if (count > r.remaining() / min_elem_bytes) {
+    r.Fail(what + " has array count " + std::to_string(count) + ", more than the " +
+           std::to_string(r.remaining()) + " bytes left in the file can hold");
+  }
+  const auto n = static_cast<std::size_t>(count);
+  if (elem == ValueType::kString) {
+    std::vector<std::string> out;
+    out.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) out.push_back(r.ReadString(what));
+    return out;
+  }
+  if (elem == ValueType::kFloat32 || elem == ValueType::kFloat64) {
+    std::vector<double> out;
+    out.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      out.push_back(elem == ValueType::kFloat32 ? r.Read<float>(what) : r.Read<double>(what));
+    }
+    return out;
+  }
+  std::vector<std::int64_t> out;
+  out.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (elem == ValueType::kBool) {
+      out.push_back(ReadBool(r, what) ? 1 : 0);
+      continue;
+    }
+    bool is_signed = false;
+    const std::uint64_t bits = ReadIntegerBits(r, elem, what, &is_signed);
+    if (!is_signed && bits > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      r.Fail(what + " has array element " + std::to_string(bits) + " beyond the int64 range");
+    }
+    out.push_back(static_cast<std::int64_t>(bits));
+  }
+  return out;
+}
+
+GgufValue ReadValue(Reader& r, std::uint32_t type_raw, const std::string& key) {
+  const auto type = static_cast<ValueType>(type_raw);
+  const std::string what = "metadata key '" + key + "'";
+  if (IsIntegerType(type)) {
+    bool is_signed = false;
+    const std::uint64_t bits = ReadIntegerBits(r, type, what, &is_signed);
+    if (is_signed) return static_cast<std::int64_t>(bits);
+    return bits;
+  }
+  switch (type) {
+    case ValueType::kFloat32:
+      return static_cast<double>(r.Read<float>(what));
+    case ValueType::kFloat64:
+      return r.Read<double>(what);
+    case ValueType::kBool:
+      return ReadBool(r, what);
+    case ValueType::kString:
+      return r.ReadString(what);
+    case ValueType::kArray:
+      return ReadArray(r, key);
+    default:
+      break;
+  }
+  r.Fail(what + " has unknown value type " + std::to_string(type_raw));
+}
+
+std::string ShapeString(const std::vector<std::uint64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+float HalfToFloat(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  std::uint32_t exp = (h >> 10) & 0x1fu;
+  std::uint32_t mant = h & 0x3ffu;
+  std::uint32_t bits = 0;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {
+      // Subnormal half: renormalise so the implicit bit is explicit, adjusting the exponent.
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400u) == 0) {
+        mant <<= 1;
+        --exp;
+      }
+      mant &= 0x3ffu;
+      bits = sign | (exp << 23) | (mant << 13);
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);  // inf / NaN (payload kept)
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+// Round-to-nearest-even, overflow to infinity, NaN stays NaN.
+std::uint16_t FloatToHalf(float f) {
+  const auto x = std::bit_cast<std::uint32_t>(f);
+  const auto sign = static_cast<std::uint16_t>((x >> 16) & 0x8000u);
+  const std::uint32_t absx = x & 0x7fffffffu;
+  if (absx >= 0x7f800000u) {
+    return static_cast<std::uint16_t>(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0u));
+  }
+  if (absx >= 0x477ff000u) {  // >= 65520: rounds past the largest half (65504)
+    return static_cast<std::uint16_t>(sign | 0x7c00u);
+  }
+  const std::uint32_t e = absx >> 23;
+  if (e < 113) {               // below 2^-14: a half subnormal (units of 2^-24) or zero
+    if (e < 102) return sign;  // below 2^-25: rounds to zero
+    const std::uint32_t m = (absx & 0x7fffffu) | 0x800000u;
+    const std::uint32_t shift = 126 - e;  // 14..24
+    std::uint32_t q = m >> shift;
+    const std::uint32_t rem = m & ((1u << shift) - 1);
+    const std::uint32_t half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1u) != 0)) ++q;
+    return static_cast<std::uint16_t>(sign | q);
+  }
+  const std::uint32_t m = absx & 0x7fffffu;
+  std::uint32_t q = ((e - 127 + 15) << 10) | (m >> 13);
+  const std::uint32_t rem = m & 0x1fffu;
+  // A carry out of the mantissa correctly bumps the exponent.
+  if (rem > 0x1000u || (rem == 0x1000u && (q & 1u) != 0)) ++q;
+  return static_cast<std::uint16_t>(sign | q);
+}
+
+float Bf16ToFloat(std::uint16_t h) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
+}
+
+std::uint16_t FloatToBf16(float f) {
+  const auto x = std::bit_cast<std::uint32_t>(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) {
+    return static_cast<std::uint16_t>((x >> 16) | 0x40u);  // keep NaN a (quiet) NaN
+  }
+  const std::uint32_t rounded = x + 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<std::uint16_t>(rounded >> 16);
+}
+
+// --- writer encoding helpers ---
+
+void PutBytes(std::vector<std::uint8_t>& out, const void* p, std::size_t n) {
+  const auto* b = static_cast<const std::uint8_t*>(p);
+  out.insert(out.end(), b, b + n);
+}
+
+template <typename T>
+void Put(std::vector<std::uint8_t>& out, T v) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  PutBytes(out, &v, sizeof(T));
+}
+
+void PutString(std::vector<std::uint8_t>& out, const std::string& s) {
+  Put<std::uint64_t>(out, s.size());
+  PutBytes(out, s.data(), s.size());
+}
+
+std::vector<std::uint8_t> EncodeKey(const std::string& key, ValueType type) {
+  std::vector<std::uint8_t> out;
+  PutString(out, key);
+  Put<std::uint32_t>(out, static_cast<std::uint32_t>(type));
+  return out;
+}
+
+// The key of an encoded key/value entry (see EncodeKey).
+std::string EncodedKey(const std::vector<std::uint8_t>& entry) {
+  std::uint64_t len = 0;
+  std::memcpy(&len, entry.data(), sizeof(len));
+  return {reinterpret_cast<const char*>(entry.data() + sizeof(len)), static_cast<std::size_t>(len)};
+}
+
+// Setting a key twice keeps one entry (the last value) at the first position.
+void ReplaceEntry(std::vector<std::vector<std::uint8_t>>& kv, std::vector<std::uint8_t> entry) {
+  const std::string key = EncodedKey(entry);
+  for (auto& existing : kv) {
+    if (EncodedKey(existing) == key) {
+      existing = std::move(entry);
+      return;
+    }
+  }
+  kv.push_back(std::move(entry));
+}
+
+std::uint64_t AlignUp(std::uint64_t n, std::uint64_t align) {
+  return (n + align - 1) / align * align;
+}
+
+// Streams the file to `sink(bytes, n)`. A template over the writer's private tensor list so that
+// Serialize() and Write() share it without a second in-memory copy of the tensor data.
+template <typename Tensors, typename Sink>
+void EmitGguf(const std::vector<std::vector<std::uint8_t>>& kv, const Tensors& tensors,
+              Sink&& sink) {
+  std::uint64_t alignment = kDefaultAlignment;
+  for (const auto& e : kv) {
+    if (EncodedKey(e) != "general.alignment") continue;
+    std::uint32_t type = 0;
+    const std::size_t at = sizeof(std::uint64_t) + EncodedKey(e).size();
+    std::memcpy(&type, e.data() + at, sizeof(type));
+    std::uint32_t v = 0;
+    if (type == static_cast<std::uint32_t>(ValueType::kUint32)) {
+      std::memcpy(&v, e.data() + at + sizeof(type), sizeof(v));
+    }
+    if (v == 0 || !std::has_single_bit(v) || v > kMaxAlignment) {
+      throw ConfigError("GgufWriter: general.alignment must be a uint32 power of two <= " +
+                        std::to_string(kMaxAlignment));
+    }
+    alignment = v;
+  }
+
+  std::vector<std::uint8_t> head;
+  PutBytes(head, kMagic, sizeof(kMagic));
+  Put<std::uint32_t>(head, kWriteVersion);
+  Put<std::uint64_t>(head, tensors.size());
+  Put<std::uint64_t>(head, kv.size());
+  for (const auto& e : kv) PutBytes(head, e.data(), e.size());
+  std::uint64_t offset = 0;
+  for (const auto& t : tensors) {
+    PutString(head, t.name);
+    Put<std::uint32_t>(head, static_cast<std::uint32_t>(t.shape.size()));
+    for (const std::uint64_t d : t.shape) Put<std::uint64_t>(head, d);
+    Put<std::uint32_t>(head, static_cast<std::uint32_t>(t.type));
+    Put<std::uint64_t>(head, offset);
+    offset = AlignUp(offset + t.data.size(), alignment);
+  }
+  head.resize(static_cast<std::size_t>(AlignUp(head.size(), alignment)), 0);
+  sink(head.data(), head.size());
+  const std::vector<std::uint8_t> zeros(static_cast<std::size_t>(alignment), 0);
+  for (const auto& t : tensors) {
+    sink(t.data.data(), t.data.size());
+    const std::size_t pad =
+        static_cast<std::size_t>(AlignUp(t.data.size(), alignment)) - t.data.size();
+    if (pad > 0) sink(zeros.data(), pad);
+  }
+}
+
+}  // namespace
+
+std::uint64_t GgufTensorInfo::num_elements() const {
+  std::uint64_t n = 1;
+  for (const std::uint64_t d : shape) n *= d;
+  return n;
+}
+
+GgufFile::GgufFile(std::span<const std::uint8_t> bytes, std::string source)
+    : source_(std::move(source)) {
+  Reader r(bytes, source_);
+  std::uint8_t magic[4];
+  for (auto& m : magic) m = r.Read<std::uint8_t>("the magic");
+  if (std::memcmp(magic, kMagic, sizeof(kMagic)) != 0) {
+    char hex[16];
+    std::snprintf(hex, sizeof(hex), "%02x %02x %02x %02x", magic[0], magic[1], magic[2], magic[3]);
+    r.Fail(std::string("not a GGUF file (magic bytes ") + hex + ", expected 47 47 55 46 \"GGUF\")");
+  }
+  version_ = r.Read<std::uint32_t>("the version");
+  // v1 used 32-bit counts and lengths; v2 and v3 share the layout read here.
+  if (version_ != 2 && version_ != 3) {
+    r.Fail("unsupported GGUF version " + std::to_string(version_) + " (supported: 2, 3)");
+  }
+  const auto tensor_count = r.Read<std::uint64_t>("the tensor count");
+  const auto kv_count = r.Read<std::uint64_t>("the metadata count");
+  // Smallest possible encodings: key length + type + 1 value byte; name length + n_dims + one dim
+  // + type + offset.
+  constexpr std::uint64_t kMinKvBytes = 8 + 4 + 1;
+  constexpr std::uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;
+  if (kv_count > r.remaining() / kMinKvBytes) {
+    r.Fail("metadata count " + std::to_string(kv_count) + " is more than the " +
+           std::to_string(r.remaining()) + " bytes left in the file can hold");
+  }
+  if (tensor_count > r.remaining() / kMinTensorInfoBytes) {
+    r.Fail("tensor count " + std::to_string(tensor_count) + " is more than the " +
+           std::to_string(r.remaining()) + " bytes left in the file can hold");
+  }
+
+  for (std::uint64_t i = 0; i < kv_count; ++i) {
+    std::string key = r.ReadString("metadata key #" + std::to_string(i));
+    const auto type = r.Read<std::uint32_t>("the value type of metadata key '" + key + "'");
+    GgufValue value = ReadValue(r, type, key);
+    if (metadata_.contains(key)) {
+      r.Fail("duplicate metadata key '" + key + "'");
+    }
+    metadata_.emplace(std::move(key), std::move(value));
+  }
+
+  tensors_.reserve(static_cast<std::size_t>(tensor_count));
+  for (std::uint64_t i = 0; i < tensor_count; ++i) {
+    GgufTensorInfo t;
+    t.name = r.ReadString("the name of tensor #" + std::to_string(i));
+    const std::string what = "tensor '" + t.name + "'";
+    if (t.name.empty()) r.Fail("tensor #" + std::to_string(i) + " has an empty name");
+    if (tensor_index_.contains(t.name)) r.Fail("duplicate " + what);
+    const auto n_dims = r.Read<std::uint32_t>("the dimension count of " + what);
+    if (n_dims == 0 || n_dims > kMaxDims) {
+      r.Fail(what + " has " + std::to_string(n_dims) + " dimensions (supported: 1 to " +
+             std::to_string(kMaxDims) + ")");
+    }
+    std::uint64_t elements = 1;
+    for (std::uint32_t d = 0; d < n_dims; ++d) {
+      const auto dim = r.Read<std::uint64_t>("the shape of " + what);
+      t.shape.push_back(dim);
+      if (dim == 0) r.Fail(what + " has a zero dimension in shape " + ShapeString(t.shape));
+      if (dim > kMaxElements / elements) {
+        r.Fail(what + " has an absurd shape " + ShapeString(t.shape) +
+               " (more than 2^56 elements)");
+      }
+      elements *= dim;
+    }
+    const auto type = r.Read<std::uint32_t>("the type of " + what);
+    if (!IsKnownGgmlType(type)) {
+      r.Fail(what + " has unsupported ggml type " + std::to_string(type) +
+             " (supported: F32, F16, BF16, Q8_0)");
+    }
+    t.type = static_cast<GgmlType>(type);
+    t.offset = r.Read<std::uint64_t>("the data offset of " + what);
+    tensor_index_.emplace(t.name, tensors_.size());
+    tensors_.push_back(std::move(t));
+  }
+
+  std::uint64_t alignment = kDefaultAlignment;
+  if (const GgufValue* a = Find("general.alignment")) {
+    const auto* v = std::get_if<std::uint64_t>(a);
+    if (v == nullptr || *v == 0 || !std::has_single_bit(*v) || *v > kMaxAlignment) {
+      r.Fail("metadata key 'general.alignment' must be a power of two in [1, " +
+             std::to_string(kMaxAlignment) + "]" +
+             (v != nullptr ? ", got " + std::to_string(*v)
+                           : std::string(", got a ") + ValueTypeName(*a)));
+    }
+    alignment = *v;
+  }
+  const std::uint64_t size = bytes.size();
+  const std::uint64_t data_start = AlignUp(r.pos(), alignment);
+  const std::uint64_t data_size = data_start <= size ? size - data_start : 0;
+  for (auto& t : tensors_) {
+    const std::string what = "tensor '" + t.name + "'";
+    const auto nbytes = TensorBytes(t.type, t.num_elements());
+    if (!nbytes) {
+      r.Fail(what + " of type " + GgmlTypeName(t.type) + " has shape " + ShapeString(t.shape) +
+             ", which is not a whole number of blocks");
+    }
+    if (t.offset % alignment != 0) {
+      r.Fail(what + " has data offset " + std::to_string(t.offset) +
+             ", not a multiple of the alignment " + std::to_string(alignment));
+    }
+    if (t.offset > data_size || *nbytes > data_size - t.offset) {
+      r.Fail(what + " has data at [" + std::to_string(t.offset) + ", +" + std::to_string(*nbytes) +
+             ") outside the file's data section of " + std::to_string(data_size) + " bytes");
+    }
+    t.data = bytes.subspan(static_cast<std::size_t>(data_start + t.offset),
+                           static_cast<std::size_t>(*nbytes));
+  }
+  // Overlapping tensors would let a small file expand into a huge model (every layer reading the
+  // same bytes), so the data ranges must be disjoint.
+  std::vector<const GgufTensorInfo*> by_offset;
+  by_offset.reserve(tensors_.size());
+  for (const auto& t : tensors_) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const GgufTensorInfo* a, const GgufTensorInfo* b) { return a->offset < b->offset; });
+  for (std::size_t i = 1; i < by_offset.size(); ++i) {
+    const GgufTensorInfo& prev = *by_offset[i - 1];
+    if (by_offset[i]->offset < prev.offset + prev.data.size()) {
+      r.Fail("tensor '" + by_offset[i]->name + "' has data at offset " +
+             std::to_string(by_offset[i]->offset) + " overlapping tensor '" + prev.name + "'");
+    }
+  }
+}
+
+const GgufValue* GgufFile::Find(const std::string& key) const {
+  const auto it = metadata_.find(key);
+  return it == metadata_.end() ? nullptr : &it->second;
+}
+
+const GgufTensorInfo* GgufFile::FindTensor(const std::string& name) const {
+  const auto it = tensor_index_.find(name);
+  return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
+}
+
+std::optional<std::int64_t> GgufFile::GetInt(const std::string& key) const {
+  const GgufValue* v = Find(key);
+  if (v == nullptr) return std::nullopt;
+  if (const auto* u = std::get_if<std::uint64_t>(v)) {
+    if (*u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      throw LoadError(source_ + ": metadata key '" + key + "' = " + std::to_string(*u) +
+                      " is out of range");
+    }
+    return static_cast<std::int64_t>(*u);
+  }
+  if (const auto* s = std::get_if<std::int64_t>(v)) return *s;
+  throw LoadError(source_ + ": metadata key '" + key + "' is a " + ValueTypeName(*v) +
+                  ", expected an integer");
+}
+
+std::int64_t GgufFile::RequireInt(const std::string& key) const {
+  const auto v = GetInt(key);
+  if (!v) throw LoadError(source_ + ": missing metadata key '" + key + "'");
+  return *v;
+}
+
+std::optional<double> GgufFile::GetFloat(const std::string& key) const {
+  const GgufValue* v = Find(key);
+  if (v == nullptr) return std::nullopt;
+  if (const auto* d = std::get_if<double>(v)) return *d;
+  if (const auto* u = std::get_if<std::uint64_t>(v)) return static_cast<double>(*u);
+  if (const auto* s = std::get_if<std::int64_t>(v)) return static_cast<double>(*s);
+  throw LoadError(source_ + ": metadata key '" + key + "' is a " + ValueTypeName(*v) +
+                  ", expected a number");
+}
+
+std::string GgufFile::RequireString(const std::string& key) const {
+  const GgufValue* v = Find(key);
+  if (v == nullptr) throw LoadError(source_ + ": missing metadata key '" + key + "'");
+  if (const auto* s = std::get_if<std::string>(v)) return *s;
+  throw LoadError(source_ + ": metadata key '" + key + "' is a " + ValueTypeName(*v) +
+                  ", expected a string");
+}
+
+void DequantizeToF32(GgmlType type, std::span<const std::uint8_t> data, std::uint64_t count,
+                     float* out) {
+  if (!IsKnownGgmlType(static_cast<std::uint32_t>(type))) {
+    throw LoadError("cannot dequantise unsupported ggml type " +
+                    std::to_string(static_cast<std::uint32_t>(type)));
+  }
+  const auto needed = count <= kMaxElements ? TensorBytes(type, count) : std::nullopt;
+  if (!needed || *needed > data.size()) {
+    throw LoadError("cannot dequantise " + std::to_string(count) + " " + GgmlTypeName(type) +
+                    " elements from " + std::to_string(data.size()) + " bytes");
+  }
+  const std::uint8_t* p = data.data();
+  const auto n = static_cast<std::size_t>(count);
+  switch (type) {
+    case GgmlType::kF32:
+      std::memcpy(out, p, n * sizeof(float));
+      return;
+    case GgmlType::kF16:
+    case GgmlType::kBF16: {
+      const bool is_f16 = type == GgmlType::kF16;
+      for (std::size_t i = 0; i < n; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, p + 2 * i, sizeof(h));
+        out[i] = is_f16 ? HalfToFloat(h) : Bf16ToFloat(h);
+      }
+      return;
+    }
+    case GgmlType::kQ8_0: {
+      for (std::size_t b = 0; b < n / kQ8BlockElems; ++b) {
+        const std::uint8_t* block = p + b * kQ8BlockBytes;
+        std::uint16_t d_bits;
+        std::memcpy(&d_bits, block, sizeof(d_bits));
+        const float d = HalfToFloat(d_bits);
+        const auto* q = reinterpret_cast<const std::int8_t*>(block + 2);
+        float* o = out + b * kQ8BlockElems;
+        for (std::size_t j = 0; j < kQ8BlockElems; ++j) o[j] = d * static_cast<float>(q[j]);
+      }
+      return;
+    }
+  }
+}
+
+void GgufWriter::SetUint32(const std::string& key, std::uint32_t v) {
+  auto e = EncodeKey(key, ValueType::kUint32);
+  Put(e, v);
+  ReplaceEntry(kv_, std::move(e));
+}
+
+void GgufWriter::SetFloat32(const std::string& key, float v) {
+  auto e = EncodeKey(key, ValueType::kFloat32);
+  Put(e, v);
+  ReplaceEntry(kv_, std::move(e));
+}
+
+void GgufWriter::SetString(const std::string& key, const std::string& v) {
+  auto e = EncodeKey(key, ValueType::kString);
+  PutString(e, v);
+  ReplaceEntry(kv_, std::move(e));
+}
+
+void GgufWriter::SetStringArray(const std::string& key, const std::vector<std::string>& v) {
+  auto e = EncodeKey(key, ValueType::kArray);
+  Put(e, static_cast<std::uint32_t>(ValueType::kString));
+  Put<std::uint64_t>(e, v.size());
+  for (const auto& s : v) PutString(e, s);
+  ReplaceEntry(kv_, std::move(e));
+}
+
+void GgufWriter::SetFloat32Array(const std::string& key, const std::vector<float>& v) {
+  auto e = EncodeKey(key, ValueType::kArray);
+  Put(e, static_cast<std::uint32_t>(ValueType::kFloat32));
+  Put<std::uint64_t>(e, v.size());
+  PutBytes(e, v.data(), v.size() * sizeof(float));
+  ReplaceEntry(kv_, std::move(e));
+}
+
+void GgufWriter::SetInt32Array(const std::string& key, const std::vector<std::int32_t>& v) {
+  auto e = EncodeKey(key, ValueType::kArray);
+  Put(e, static_cast<std::uint32_t>(ValueType::kInt32));
+  Put<std::uint64_t>(e, v.size());
+  PutBytes(e, v.data(), v.size() * sizeof(std::int32_t));
+  ReplaceEntry(kv_, std::move(e));
+}
+
+void GgufWriter::AddTensor(const std::string& name, std::vector<std::uint64_t> shape, GgmlType type,
+                           std::span<const float> values) {
+  std::uint64_t count = 1;
+  for (const std::uint64_t d : shape) {
+    if (d == 0 || d > kMaxElements / count) {
+      throw ConfigError("GgufWriter: tensor '" + name + "' has invalid shape " +
+                        ShapeString(shape));
+    }
+    count *= d;
+  }
+  if (shape.empty() || shape.size() > kMaxDims || count != values.size()) {
+    throw ConfigError("GgufWriter: tensor '" + name + "' has shape " + ShapeString(shape) +
+                      " but " + std::to_string(values.size()) + " values");
+  }
+  for (const auto& t : tensors_) {
+    if (t.name == name) throw ConfigError("GgufWriter: duplicate tensor '" + name + "'");
+  }
+  const auto nbytes = TensorBytes(type, count);
+  if (!nbytes) {
+    throw ConfigError("GgufWriter: tensor '" + name + "' of shape " + ShapeString(shape) +
+                      " cannot be stored as " + GgmlTypeName(type));
+  }
+  PendingTensor t{name, std::move(shape), type, {}};
+  t.data.resize(static_cast<std::size_t>(*nbytes));
+  std::uint8_t* out = t.data.data();
+  const std::size_t n = values.size();
+  switch (type) {
+    case GgmlType::kF32:
+      std::memcpy(out, values.data(), n * sizeof(float));
+      break;
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::uint16_t h =
+            type == GgmlType::kF16 ? FloatToHalf(values[i]) : FloatToBf16(values[i]);
+        std::memcpy(out + 2 * i, &h, sizeof(h));
+      }
+      break;
+    case GgmlType::kQ8_0:
+      // Same scheme as llama.cpp's reference quantiser: scale = max|x| / 127, round to nearest.
+      for (std::size_t b = 0; b < n / kQ8BlockElems; ++b) {
+        const float* x = values.data() + b * kQ8BlockElems;
+        float amax = 0.0f;
+        for (std::size_t j = 0; j < kQ8BlockElems; ++j) amax = std::max(amax, std::fabs(x[j]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        std::uint8_t* block = out + b * kQ8BlockBytes;
+        const std::uint16_t dh = FloatToHalf(d);
+        std::memcpy(block, &dh, sizeof(dh));
+        for (std::size_t j = 0; j < kQ8BlockElems; ++j) {
+          const auto q = static_cast<std::int8_t>(std::lround(x[j] * id));
+          std::memcpy(block + 2 + j, &q, 1);
+        }
+      }
+      break;
+  }
+  tensors_.push_back(std::move(t));
+}
+
+std::vector<std::uint8_t> GgufWriter::Serialize() const {
+  std::vector<std::uint8_t> out;
+  EmitGguf(kv_, tensors_,
+           [&out](const std::uint8_t* p, std::size_t n) { out.insert(out.end(), p, p + n); });
+  return out;
+}
+
+void GgufWriter::Write(const std::string& path) const {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) {
+    throw LoadError(path + ": cannot open for writing: " + std::strerror(errno));
+  }
+  bool ok = true;
+  try {
+    EmitGguf(kv_, tensors_, [&](const std::uint8_t* p, std::size_t n) {
+      if (ok && std::fwrite(p, 1, n, f) != n) ok = false;
+    });
+  } catch (...) {
+    std::fclose(f);
+    throw;
+  }
+  const int write_errno = errno;
+  if (std::fclose(f) != 0) ok = false;
+  if (!ok) {
+    throw LoadError(path + ": write failed: " + std::strerror(write_errno));
+  }
+}
+
+}  // namespace metronome::model

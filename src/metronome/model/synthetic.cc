@@ -1,1 +1,174 @@
-// Placeholder: implemented in a follow-up commit.
+// Synthetic models: real shapes with seeded random weights, for benchmarks and tests that need a
+// model of a given size but not its outputs.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "metronome/base/errors.h"
+#include "metronome/model/model.h"
+
+namespace metronome::model {
+namespace {
+
+struct Preset {
+  const char* name;
+  int dim, num_layers, num_heads, num_kv_heads, head_dim, ffn_dim, vocab_size, context_length;
+  bool tied_embeddings;
+};
+
+// smol-135m has the shape of SmolLM-135M.
+constexpr Preset kPresets[] = {
+    {"tiny", 64, 2, 4, 2, 16, 128, 512, 4096, false},
+    {"smol-135m", 576, 30, 9, 3, 64, 1536, 49152, 8192, true},
+    {"small", 256, 4, 8, 4, 32, 768, 4096, 4096, false},
+};
+
+// splitmix64's output function: a bijective 64-bit mixer with good avalanche.
+constexpr std::uint64_t Mix(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+constexpr std::uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
+
+// Element i of a tensor is a pure function of (seed, tensor id, i): the splitmix64 stream keyed by
+// the tensor, evaluated at position i. That makes generation order- and thread-count-independent.
+std::uint64_t TensorKey(std::uint64_t seed, std::uint64_t tensor_id) {
+  return Mix(seed ^ Mix(tensor_id * kGolden + 0x632be59bd9b4e019ULL));
+}
+
+// A tensor to fill uniformly in [-amplitude, amplitude) (std = amplitude / sqrt(3)).
+struct UniformJob {
+  float* dst;
+  std::size_t n;
+  std::uint64_t key;
+  float amplitude;
+};
+
+// Fills all jobs in one parallel region of fixed-size chunks (dynamic schedule: on a shared,
+// oversubscribed machine a descheduled thread then delays only its current chunk). Each 64-bit
+// draw feeds two elements (bits 40..63 and 8..31): elements 2k and 2k+1 share draw k.
+void FillUniform(const std::vector<UniformJob>& jobs) {
+  constexpr std::size_t kChunk = 1 << 16;  // even, so no draw straddles two chunks
+  struct Chunk {
+    const UniformJob* job;
+    std::size_t begin;
+  };
+  std::vector<Chunk> chunks;
+  for (const UniformJob& j : jobs) {
+    for (std::size_t b = 0; b < j.n; b += kChunk) chunks.push_back({&j, b});
+  }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (std::int64_t c = 0; c < static_cast<std::int64_t>(chunks.size()); ++c) {
+    const UniformJob& j = *chunks[static_cast<std::size_t>(c)].job;
+    const std::size_t begin = chunks[static_cast<std::size_t>(c)].begin;
+    const std::size_t end = std::min(j.n, begin + kChunk);
+    // 24 random bits map exactly onto the float grid of [0, 1).
+    const float scale = 2.0f * j.amplitude / static_cast<float>(1 << 24);
+    const float amplitude = j.amplitude;
+    const auto to_float = [scale, amplitude](std::uint64_t bits24) {
+      // Through int32: a signed conversion is one instruction, an unsigned 64-bit one is not.
+      return static_cast<float>(static_cast<std::int32_t>(bits24)) * scale - amplitude;
+    };
+    float* dst = j.dst;
+    std::size_t i = begin;
+    for (; i + 1 < end; i += 2) {
+      const std::uint64_t r = Mix(j.key + (static_cast<std::uint64_t>(i / 2) + 1) * kGolden);
+      dst[i] = to_float(r >> 40);
+      dst[i + 1] = to_float((r >> 8) & 0xffffffu);
+    }
+    if (i < end) {
+      const std::uint64_t r = Mix(j.key + (static_cast<std::uint64_t>(i / 2) + 1) * kGolden);
+      dst[i] = to_float(r >> 40);
+    }
+  }
+}
+
+void FillConstant(float* dst, std::size_t n, float v) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = v;
+}
+
+// Uniform amplitude giving std 1/sqrt(fan_in): keeps each projection's output at the scale of its
+// (RMS-normalised, std ~1) input.
+float MatrixAmplitude(int fan_in) { return std::sqrt(3.0f / static_cast<float>(fan_in)); }
+
+}  // namespace
+
+std::string SyntheticPresetNames() {
+  std::string names;
+  for (const Preset& p : kPresets) {
+    if (!names.empty()) names += ", ";
+    names += p.name;
+  }
+  return names;
+}
+
+ModelConfig SyntheticPresetConfig(const std::string& preset) {
+  for (const Preset& p : kPresets) {
+    if (preset != p.name) continue;
+    ModelConfig c;
+    c.architecture = Architecture::kLlama;
+    c.name = "synthetic:" + preset;
+    c.dim = p.dim;
+    c.num_layers = p.num_layers;
+    c.num_heads = p.num_heads;
+    c.num_kv_heads = p.num_kv_heads;
+    c.head_dim = p.head_dim;
+    c.ffn_dim = p.ffn_dim;
+    c.vocab_size = p.vocab_size;
+    c.context_length = p.context_length;
+    c.rms_eps = 1e-5f;
+    c.rope_theta = 10000.0;
+    c.rope_style = RopeStyle::kInterleaved;
+    c.tied_embeddings = p.tied_embeddings;
+    return c;
+  }
+  throw ConfigError("unknown synthetic preset '" + preset + "' (known: " + SyntheticPresetNames() +
+                    ")");
+}
+
+Model MakeSyntheticModel(const std::string& preset, std::uint64_t seed) {
+  Model m;
+  m.config = SyntheticPresetConfig(preset);
+  const ModelConfig& c = m.config;
+  c.Validate(c.name);
+  m.weights = std::make_unique<ModelWeights>(c);
+  ModelWeights& w = *m.weights;
+  const auto dim = static_cast<std::size_t>(c.dim);
+  const auto vocab = static_cast<std::size_t>(c.vocab_size);
+  const auto ffn = static_cast<std::size_t>(c.ffn_dim);
+  const auto qkv = static_cast<std::size_t>(c.qkv_dim());
+  const auto q = static_cast<std::size_t>(c.q_dim());
+
+  // Tensor ids are part of the output's definition: changing them changes every synthetic model.
+  constexpr std::uint64_t kEmbeddingId = 0;
+  constexpr std::uint64_t kOutputId = 1;
+  constexpr std::uint64_t kFirstLayerId = 16;
+  constexpr std::uint64_t kIdsPerLayer = 8;
+  std::vector<UniformJob> jobs;
+  jobs.push_back({w.token_embedding, vocab * dim, TensorKey(seed, kEmbeddingId), std::sqrt(3.0f)});
+  for (std::size_t l = 0; l < w.layers.size(); ++l) {
+    LayerWeights& lw = w.layers[l];
+    const std::uint64_t id = kFirstLayerId + l * kIdsPerLayer;
+    FillConstant(lw.attn_norm, dim, 1.0f);
+    FillConstant(lw.ffn_norm, dim, 1.0f);
+    jobs.push_back({lw.wqkv, qkv * dim, TensorKey(seed, id + 0), MatrixAmplitude(c.dim)});
+    jobs.push_back({lw.wo, dim * q, TensorKey(seed, id + 1), MatrixAmplitude(c.q_dim())});
+    jobs.push_back({lw.w_gate_up, 2 * ffn * dim, TensorKey(seed, id + 2), MatrixAmplitude(c.dim)});
+    jobs.push_back({lw.w_down, dim * ffn, TensorKey(seed, id + 3), MatrixAmplitude(c.ffn_dim)});
+  }
+  FillConstant(w.final_norm, dim, 1.0f);
+  if (!c.tied_embeddings) {
+    jobs.push_back({w.output, vocab * dim, TensorKey(seed, kOutputId), MatrixAmplitude(c.dim)});
+  }
+  FillUniform(jobs);
+  m.tokenizer = MakeSentencePieceTokenizer(MakeSyntheticVocabulary(c.vocab_size));
+  return m;
+}
+
+}  // namespace metronome::model

@@ -1,0 +1,104 @@
+// Kernel benchmarks:
+//  * BM_Gemm: the projection shapes of smol-135m at decode batch M, as GFLOP/s and as a fraction of
+//    the in-process square-sgemm peak (counter peak_fraction).
+//  * BM_PagedAttention: one decode query per session over a paged KV of length `context`, full vs
+//    window W=512; counter keys_per_query shows the O(W) bound, and ns_per_key the per-key cost.
+// Run: build/release/bench/kernels_benchmark --benchmark_repetitions=5 \
+//        --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "metronome/kernels/gemm.h"
+#include "metronome/kernels/paged_attention.h"
+#include "metronome/kv/session_kv.h"
+
+namespace {
+
+using metronome::TokenPos;
+namespace kernels = metronome::kernels;
+namespace kv = metronome::kv;
+
+double PeakGflops() {
+  static const double peak = kernels::MeasureGemmPeakGflops(1536, 5);
+  return peak;
+}
+
+void BM_Gemm(benchmark::State& state) {
+  const int m = static_cast<int>(state.range(0));
+  const int n = static_cast<int>(state.range(1));
+  const int k = static_cast<int>(state.range(2));
+  std::vector<float> x(static_cast<std::size_t>(m) * k, 0.5f);
+  std::vector<float> w(static_cast<std::size_t>(n) * k, 0.25f);
+  std::vector<float> y(static_cast<std::size_t>(m) * n);
+  for (auto _ : state) {
+    kernels::MatMulTransposedB(x.data(), m, k, w.data(), n, y.data(), false);
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double flops = 2.0 * m * n * k;
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["peak_GFLOP/s"] = PeakGflops();
+}
+// smol-135m: qkv (576 -> 960), o (576 -> 576), gate_up (576 -> 3072), down (1536 -> 576),
+// logits (576 -> 49152), at 32 decode tokens.
+BENCHMARK(BM_Gemm)
+    ->Args({32, 960, 576})
+    ->Args({32, 576, 576})
+    ->Args({32, 3072, 576})
+    ->Args({32, 576, 1536})
+    ->Args({32, 49152, 576})
+    ->Args({1536, 1536, 1536})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+void BM_PagedAttention(benchmark::State& state) {
+  const TokenPos context = state.range(0);
+  const bool window = state.range(1) != 0;
+  const kv::KvPolicy policy = window ? kv::KvPolicy::Window(512, 4) : kv::KvPolicy::Full();
+  const kernels::AttentionShape shape{9, 3, 64};  // smol-135m
+  const int layers = 1;
+  kv::BlockPool pool({layers, shape.num_kv_heads, shape.head_dim, 16},
+                     {.num_blocks = static_cast<int>(context / 16 + 8)});
+  kv::SessionKv session(&pool, policy, context + 1);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  for (TokenPos j = 0; j < context; ++j) {
+    (void)session.Reserve(1);
+    float* k = session.KeySlot(0, j);
+    float* v = session.ValueSlot(0, j);
+    for (int i = 0; i < shape.num_kv_heads * shape.head_dim; ++i) {
+      k[i] = d(rng);
+      v[i] = d(rng);
+    }
+    session.Commit(1);
+  }
+  (void)session.Reserve(1);
+  std::vector<float> q(static_cast<std::size_t>(shape.q_dim()));
+  for (float& x : q) x = d(rng);
+  std::vector<float> out(q.size());
+  const TokenPos p = context;  // the decode query; its own K slot is reserved (zeros are fine)
+  const std::int64_t visible = kernels::VisibleKeys(policy, p);
+  std::vector<float> scratch(kernels::AttentionScratchFloats(shape, visible));
+  const kernels::Rope rope(64, 64, 10000.0, metronome::model::RopeStyle::kInterleaved);
+  for (auto _ : state) {
+    for (int g = 0; g < shape.num_kv_heads; ++g) {
+      kernels::PagedAttention(shape, session.View(), policy, rope, 0, g, p, 1, q.data(),
+                              out.data(), q.size(), q.size(), scratch.data());
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["keys_per_query"] = static_cast<double>(visible);
+  state.counters["ns_per_key"] = benchmark::Counter(
+      static_cast<double>(visible), benchmark::Counter::kIsIterationInvariantRate |
+                                        benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_PagedAttention)
+    ->ArgsProduct({{512, 2048, 8192}, {0, 1}})
+    ->ArgNames({"context", "window"})
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The test job (CI runs exactly this): set up, check formatting, build with warnings as errors and
+# run every test, then run the unit tests again under ASan + UBSan, then smoke-run the GGUF fuzzer.
+# Fails loudly on the first problem.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs="${METRONOME_JOBS:-$(nproc)}"
+
+bash scripts/setup.sh
+
+echo "== format check (clang-format)"
+git ls-files '*.h' '*.cc' | xargs clang-format --dry-run --Werror
+
+echo "== build + test (ci preset: optimised, -Werror)"
+cmake --preset ci >/dev/null
+cmake --build --preset ci -j "$jobs"
+ctest --preset ci -j "$jobs"
+
+echo "== benchmark smoke run"
+build/ci/bench/kernels_benchmark --benchmark_min_time=0.01 >/dev/null
+build/ci/apps/metronome bench-decode --model synthetic:tiny --sessions 4 --context 64 --steps 4 \
+  >/dev/null
+
+echo "== ASan + UBSan (unit tests)"
+cmake --preset asan >/dev/null
+cmake --build --preset asan -j "$jobs"
+ctest --preset asan -j "$jobs"
+
+echo "== GGUF parser fuzz smoke run (libFuzzer, 30 s)"
+cmake --preset fuzz >/dev/null
+cmake --build --preset fuzz -j "$jobs" --target gguf_fuzzer
+mkdir -p build/fuzz/corpus
+build/fuzz/tests/fuzz/gguf_fuzzer -max_total_time=30 -rss_limit_mb=2048 build/fuzz/corpus \
+  tests/fuzz/corpus/gguf
+echo "== all checks passed"

@@ -1,0 +1,58 @@
+// libFuzzer target for the GGUF parser, dequantisation and model loader. Any input must either
+// load or fail with LoadError/ConfigError; crashes, sanitizer reports, hangs and out-of-memory
+// are bugs. Seeds: tests/fuzz/corpus/gguf (written by gguf_test's DISABLED_WriteFuzzSeeds).
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "metronome/base/errors.h"
+#include "metronome/model/gguf.h"
+#include "metronome/model/internal/gguf_loader.h"
+
+namespace {
+
+// Dequantise at most this many elements per tensor: enough to touch every code path.
+constexpr std::uint64_t kMaxElements = 4096;
+
+void FuzzParser(std::span<const std::uint8_t> bytes) {
+  using metronome::model::GgmlType;
+  const metronome::model::GgufFile file(bytes, "fuzz.gguf");
+  std::vector<float> out(kMaxElements);
+  for (const auto& t : file.tensors()) {
+    std::uint64_t n = std::min(t.num_elements(), kMaxElements);
+    if (t.type == GgmlType::kQ8_0) n -= n % 32;  // whole blocks only
+    metronome::model::DequantizeToF32(t.type, t.data, n, out.data());
+  }
+  // The typed accessors on every key: each either answers or throws LoadError.
+  for (const auto& [key, value] : file.metadata()) {
+    try {
+      (void)file.GetInt(key);
+    } catch (const metronome::LoadError&) {
+    }
+    try {
+      (void)file.GetFloat(key);
+    } catch (const metronome::LoadError&) {
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::span<const std::uint8_t> bytes(data, size);
+  try {
+    FuzzParser(bytes);
+  } catch (const metronome::LoadError&) {
+  }
+  try {
+    const auto model = metronome::model::internal::LoadGgufModelFromBytes(bytes, "fuzz.gguf");
+    if (model.tokenizer != nullptr) {
+      (void)model.tokenizer->Encode("Hello, world! 123", true);
+    }
+  } catch (const metronome::LoadError&) {
+  } catch (const metronome::ConfigError&) {
+  }
+  return 0;
+}

@@ -1,0 +1,900 @@
+// GGUF parser, dequantisation and model-loader tests. Hostile inputs are built by writing a valid
+// file with GgufWriter and then damaging specific bytes; every damaged file must be rejected with
+// a LoadError (never a crash, a hang or a giant allocation).
+#include "metronome/model/gguf.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "metronome/base/errors.h"
+#include "metronome/model/internal/gguf_loader.h"
+#include "metronome/model/model.h"
+
+namespace metronome::model {
+namespace {
+
+using Bytes = std::vector<std::uint8_t>;
+
+// Position of the first occurrence of `s` in `buf`; fails the test when absent.
+std::size_t FindBytes(const Bytes& buf, const std::string& s) {
+  for (std::size_t i = 0; i + s.size() <= buf.size(); ++i) {
+    if (std::memcmp(buf.data() + i, s.data(), s.size()) == 0) return i;
+  }
+  ADD_FAILURE() << "'" << s << "' not found";
+  return 0;
+}
+
+template <typename T>
+void Poke(Bytes& buf, std::size_t pos, T v) {
+  ASSERT_LE(pos + sizeof(T), buf.size());
+  std::memcpy(buf.data() + pos, &v, sizeof(T));
+}
+
+// Offset of a tensor info's fields, located by the tensor's name (which must appear only there).
+struct TensorInfoPos {
+  std::size_t n_dims, dims, type, offset;
+};
+TensorInfoPos LocateTensorInfo(const Bytes& buf, const std::string& name, std::uint32_t n_dims) {
+  const std::size_t at = FindBytes(buf, name) + name.size();
+  return {at, at + 4, at + 4 + 8 * n_dims, at + 4 + 8 * n_dims + 4};
+}
+
+std::string ErrorOf(const Bytes& buf) {
+  try {
+    const GgufFile f(buf, "test.gguf");
+  } catch (const LoadError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Expects a LoadError whose message starts with the source and contains `needle`.
+void ExpectRejected(const Bytes& buf, const std::string& needle) {
+  const std::string msg = ErrorOf(buf);
+  ASSERT_FALSE(msg.empty()) << "accepted a damaged file (wanted: " << needle << ")";
+  EXPECT_EQ(msg.rfind("test.gguf: ", 0), 0u) << msg;
+  EXPECT_NE(msg.find(needle), std::string::npos) << msg;
+}
+
+std::vector<float> Ramp(std::size_t n, float start, float step) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = start + step * static_cast<float>(i);
+  return v;
+}
+
+// A small llama/qwen2 file whose tensor values are remembered for comparison.
+struct TinySpec {
+  std::string arch = "llama";
+  int dim = 8, layers = 1, heads = 2, kv_heads = 1, ffn = 16, vocab = 6;
+  bool tied = false;
+  bool bias = false;  // write qwen2 attn_{q,k,v}.bias
+  GgmlType matrix_type = GgmlType::kF32;
+  std::string skip_tensor;
+};
+
+struct TinyFile {
+  GgufWriter writer;
+  std::map<std::string, std::vector<float>> values;
+};
+
+TinyFile BuildTiny(const TinySpec& s) {
+  TinyFile f;
+  GgufWriter& w = f.writer;
+  const std::string a = s.arch;
+  w.SetString("general.architecture", a);
+  w.SetUint32(a + ".embedding_length", static_cast<std::uint32_t>(s.dim));
+  w.SetUint32(a + ".block_count", static_cast<std::uint32_t>(s.layers));
+  w.SetUint32(a + ".feed_forward_length", static_cast<std::uint32_t>(s.ffn));
+  w.SetUint32(a + ".attention.head_count", static_cast<std::uint32_t>(s.heads));
+  w.SetUint32(a + ".attention.head_count_kv", static_cast<std::uint32_t>(s.kv_heads));
+  w.SetUint32(a + ".context_length", 64);
+  w.SetFloat32(a + ".attention.layer_norm_rms_epsilon", 1e-6f);
+  w.SetFloat32(a + ".rope.freq_base", 500000.0f);
+  const auto dim = static_cast<std::uint64_t>(s.dim);
+  const auto hd = dim / static_cast<std::uint64_t>(s.heads);
+  const auto kv = hd * static_cast<std::uint64_t>(s.kv_heads);
+  const auto ffn = static_cast<std::uint64_t>(s.ffn);
+  const auto vocab = static_cast<std::uint64_t>(s.vocab);
+  float start = 0.0f;
+  const auto add = [&](const std::string& name, std::vector<std::uint64_t> shape, GgmlType type) {
+    if (name == s.skip_tensor) return;
+    std::uint64_t n = 1;
+    for (auto d : shape) n *= d;
+    // Small exact binary fractions: representable in F16 and distinct per tensor.
+    start += 1.0f;
+    auto v = Ramp(n, start, 1.0f / 1024.0f);
+    w.AddTensor(name, shape, type, v);
+    f.values[name] = std::move(v);
+  };
+  add("token_embd.weight", {dim, vocab}, s.matrix_type);
+  add("output_norm.weight", {dim}, GgmlType::kF32);
+  if (!s.tied) add("output.weight", {dim, vocab}, s.matrix_type);
+  for (int l = 0; l < s.layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    add(p + "attn_norm.weight", {dim}, GgmlType::kF32);
+    add(p + "attn_q.weight", {dim, dim}, s.matrix_type);
+    add(p + "attn_k.weight", {dim, kv}, s.matrix_type);
+    add(p + "attn_v.weight", {dim, kv}, s.matrix_type);
+    if (s.bias) {
+      add(p + "attn_q.bias", {dim}, GgmlType::kF32);
+      add(p + "attn_k.bias", {kv}, GgmlType::kF32);
+      add(p + "attn_v.bias", {kv}, GgmlType::kF32);
+    }
+    add(p + "attn_output.weight", {dim, dim}, s.matrix_type);
+    add(p + "ffn_norm.weight", {dim}, GgmlType::kF32);
+    add(p + "ffn_gate.weight", {dim, ffn}, s.matrix_type);
+    add(p + "ffn_up.weight", {dim, ffn}, s.matrix_type);
+    add(p + "ffn_down.weight", {ffn, dim}, s.matrix_type);
+  }
+  return f;
+}
+
+Bytes MinimalFile() {
+  GgufWriter w;
+  w.SetString("general.architecture", "llama");
+  w.SetStringArray("test.strings", {"alpha", "beta"});
+  w.AddTensor("weights", {4, 2}, GgmlType::kF32, Ramp(8, 0.0f, 0.5f));
+  return w.Serialize();
+}
+
+std::string TempPath(const std::string& name) {
+  return (std::filesystem::path(::testing::TempDir()) / name).string();
+}
+
+std::string LoadErrorOf(const Bytes& buf) {
+  try {
+    (void)internal::LoadGgufModelFromBytes(buf, "model.gguf");
+  } catch (const LoadError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parser: valid files
+
+TEST(GgufFileTest, RoundTripsMetadataAndTensors) {
+  GgufWriter w;
+  w.SetString("general.architecture", "llama");
+  w.SetUint32("a.u32", 4000000000u);
+  w.SetFloat32("a.f32", 0.25f);
+  w.SetStringArray("a.strings", {"x", "", "\xe2\x96\x81hello"});
+  w.SetFloat32Array("a.floats", {1.5f, -2.0f});
+  w.SetInt32Array("a.ints", {-1, 7});
+  w.SetUint32("a.replaced", 1);
+  w.SetUint32("a.replaced", 2);  // setting a key again replaces it
+  w.AddTensor("t.f32", {3, 2}, GgmlType::kF32, Ramp(6, -1.0f, 0.5f));
+  w.AddTensor("t.f16", {5}, GgmlType::kF16, Ramp(5, 0.0f, 0.25f));
+  w.AddTensor("t.bf16", {2, 1, 1, 2}, GgmlType::kBF16, Ramp(4, 1.0f, 1.0f));
+  w.AddTensor("t.q8", {64}, GgmlType::kQ8_0, Ramp(64, -32.0f, 1.0f));
+  const Bytes buf = w.Serialize();
+
+  const GgufFile f(buf, "rt.gguf");
+  EXPECT_EQ(f.version(), 3u);
+  EXPECT_EQ(f.source(), "rt.gguf");
+  EXPECT_EQ(f.metadata().size(), 7u);
+  EXPECT_EQ(f.RequireString("general.architecture"), "llama");
+  EXPECT_EQ(f.RequireInt("a.u32"), 4000000000LL);
+  EXPECT_EQ(f.GetFloat("a.f32"), 0.25);
+  EXPECT_EQ(f.GetInt("a.replaced"), 2);
+  EXPECT_EQ(f.GetInt("a.absent"), std::nullopt);
+  EXPECT_EQ(std::get<std::vector<std::string>>(*f.Find("a.strings")),
+            (std::vector<std::string>{"x", "", "\xe2\x96\x81hello"}));
+  EXPECT_EQ(std::get<std::vector<double>>(*f.Find("a.floats")), (std::vector<double>{1.5, -2.0}));
+  EXPECT_EQ(std::get<std::vector<std::int64_t>>(*f.Find("a.ints")),
+            (std::vector<std::int64_t>{-1, 7}));
+
+  ASSERT_EQ(f.tensors().size(), 4u);
+  const GgufTensorInfo* t = f.FindTensor("t.f32");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->shape, (std::vector<std::uint64_t>{3, 2}));
+  EXPECT_EQ(t->num_elements(), 6u);
+  EXPECT_EQ(t->data.size(), 24u);
+  std::vector<float> out(6);
+  DequantizeToF32(t->type, t->data, 6, out.data());
+  EXPECT_EQ(out, Ramp(6, -1.0f, 0.5f));
+
+  t = f.FindTensor("t.f16");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->type, GgmlType::kF16);
+  out.resize(5);
+  DequantizeToF32(t->type, t->data, 5, out.data());
+  EXPECT_EQ(out, Ramp(5, 0.0f, 0.25f));
+
+  t = f.FindTensor("t.bf16");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->shape, (std::vector<std::uint64_t>{2, 1, 1, 2}));
+  out.resize(4);
+  DequantizeToF32(t->type, t->data, 4, out.data());
+  EXPECT_EQ(out, Ramp(4, 1.0f, 1.0f));
+
+  t = f.FindTensor("t.q8");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->data.size(), 2u * 34u);
+  out.resize(64);
+  DequantizeToF32(t->type, t->data, 64, out.data());
+  const auto expected = Ramp(64, -32.0f, 1.0f);
+  for (std::size_t i = 0; i < 64; ++i) {
+    EXPECT_NEAR(out[i], expected[i], 32.0f / 127.0f) << i;  // within one quantisation step
+  }
+  EXPECT_EQ(f.FindTensor("absent"), nullptr);
+
+  // Tensor data is aligned to the default 32 bytes.
+  for (const auto& ti : f.tensors()) {
+    EXPECT_EQ(ti.offset % 32, 0u) << ti.name;
+    EXPECT_EQ((ti.data.data() - buf.data()) % 32, 0) << ti.name;
+  }
+}
+
+TEST(GgufFileTest, TypedAccessorsRejectWrongTypes) {
+  const Bytes buf = MinimalFile();
+  const GgufFile f(buf, "acc.gguf");
+  EXPECT_THROW((void)f.RequireInt("general.architecture"), LoadError);
+  EXPECT_THROW((void)f.GetFloat("test.strings"), LoadError);
+  EXPECT_THROW((void)f.RequireString("test.strings"), LoadError);
+  try {
+    (void)f.RequireInt("llama.block_count");
+    ADD_FAILURE() << "missing key accepted";
+  } catch (const LoadError& e) {
+    EXPECT_NE(std::string(e.what()).find("acc.gguf: missing metadata key 'llama.block_count'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(GgufFileTest, AcceptsVersion2) {
+  Bytes buf = MinimalFile();
+  Poke<std::uint32_t>(buf, 4, 2);
+  const GgufFile f(buf, "v2.gguf");
+  EXPECT_EQ(f.version(), 2u);
+  EXPECT_EQ(f.tensors().size(), 1u);
+}
+
+TEST(GgufFileTest, HonoursGeneralAlignment) {
+  GgufWriter w;
+  w.SetUint32("general.alignment", 64);
+  w.AddTensor("a", {3}, GgmlType::kF32, Ramp(3, 0.0f, 1.0f));
+  w.AddTensor("b", {5}, GgmlType::kF32, Ramp(5, 0.0f, 1.0f));
+  const Bytes buf = w.Serialize();
+  const GgufFile f(buf, "align.gguf");
+  EXPECT_EQ(f.FindTensor("b")->offset, 64u);
+  for (const auto& t : f.tensors()) EXPECT_EQ((t.data.data() - buf.data()) % 64, 0) << t.name;
+}
+
+TEST(GgufFileTest, EmptyFileWithoutTensorsParses) {
+  GgufWriter w;
+  const GgufFile f(w.Serialize(), "empty.gguf");
+  EXPECT_TRUE(f.metadata().empty());
+  EXPECT_TRUE(f.tensors().empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parser: hostile files
+
+TEST(GgufFileTest, RejectsWrongMagic) {
+  Bytes buf = MinimalFile();
+  buf[0] = 'X';
+  ExpectRejected(buf, "not a GGUF file");
+  ExpectRejected(Bytes{}, "truncated");
+  ExpectRejected(Bytes{'G', 'G'}, "truncated");
+}
+
+TEST(GgufFileTest, RejectsUnsupportedVersions) {
+  for (std::uint32_t v : {0u, 1u, 4u, 0xffffffffu}) {
+    Bytes buf = MinimalFile();
+    Poke(buf, 4, v);
+    ExpectRejected(buf, "unsupported GGUF version " + std::to_string(v));
+  }
+}
+
+TEST(GgufFileTest, RejectsEveryTruncation) {
+  TinySpec spec;
+  spec.layers = 2;
+  const Bytes buf = BuildTiny(spec).writer.Serialize();
+  const GgufFile intact(buf, "intact.gguf");
+  std::size_t data_end = 0;
+  for (const auto& t : intact.tensors()) {
+    data_end = std::max<std::size_t>(data_end, t.data.data() + t.data.size() - buf.data());
+  }
+  ASSERT_GT(data_end, 1000u);
+  int rejected = 0;
+  for (std::size_t cut = 0; cut < data_end; ++cut) {
+    const Bytes part(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(cut));
+    EXPECT_FALSE(ErrorOf(part).empty()) << "accepted truncation at " << cut;
+    EXPECT_FALSE(LoadErrorOf(part).empty()) << "model accepted truncation at " << cut;
+    ++rejected;
+  }
+  EXPECT_EQ(rejected, static_cast<int>(data_end));
+  // Only trailing padding after the last tensor may be dropped.
+  const Bytes padless(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(data_end));
+  EXPECT_TRUE(ErrorOf(padless).empty());
+}
+
+TEST(GgufFileTest, RejectsHugeCounts) {
+  {
+    Bytes buf = MinimalFile();
+    Poke<std::uint64_t>(buf, 8, std::uint64_t{1} << 60);
+    ExpectRejected(buf, "tensor count 1152921504606846976");
+  }
+  {
+    Bytes buf = MinimalFile();
+    Poke<std::uint64_t>(buf, 16, ~std::uint64_t{0});
+    ExpectRejected(buf, "metadata count");
+  }
+  {
+    // Count just above what the file can hold: bounded before any allocation.
+    Bytes buf = MinimalFile();
+    Poke<std::uint64_t>(buf, 16, buf.size());
+    ExpectRejected(buf, "metadata count");
+  }
+}
+
+TEST(GgufFileTest, RejectsHugeStringLengths) {
+  {
+    Bytes buf = MinimalFile();
+    Poke<std::uint64_t>(buf, 24, std::uint64_t{1} << 62);  // length of the first key
+    ExpectRejected(buf, "string length 4611686018427387904");
+  }
+  {
+    Bytes buf = MinimalFile();
+    // "general.architecture" value string: its length sits after the key and the value type.
+    const std::size_t at = FindBytes(buf, "general.architecture") + 20 + 4;
+    Poke<std::uint64_t>(buf, at, 1000000);
+    ExpectRejected(buf, "'general.architecture'");
+  }
+  {
+    Bytes buf = MinimalFile();
+    const std::size_t at = FindBytes(buf, "alpha") - 8;
+    Poke<std::uint64_t>(buf, at, ~std::uint64_t{0});
+    ExpectRejected(buf, "'test.strings'");
+  }
+  {
+    Bytes buf = MinimalFile();
+    const std::size_t at = FindBytes(buf, "weights") - 8;  // tensor name length
+    Poke<std::uint64_t>(buf, at, std::uint64_t{1} << 40);
+    ExpectRejected(buf, "string length");
+  }
+}
+
+TEST(GgufFileTest, RejectsHugeArrayCount) {
+  Bytes buf = MinimalFile();
+  // key, value type (array), element type (string), count.
+  const std::size_t count_at = FindBytes(buf, "test.strings") + 12 + 4 + 4;
+  for (std::uint64_t count : {std::uint64_t{1} << 61, std::uint64_t{1000000}}) {
+    Bytes b = buf;
+    Poke(b, count_at, count);
+    ExpectRejected(b, "'test.strings' has array count " + std::to_string(count));
+  }
+}
+
+TEST(GgufFileTest, RejectsUnknownAndNestedValueTypes) {
+  const Bytes buf = MinimalFile();
+  const std::size_t type_at = FindBytes(buf, "test.strings") + 12;
+  {
+    Bytes b = buf;
+    Poke<std::uint32_t>(b, type_at, 13);
+    ExpectRejected(b, "'test.strings' has unknown value type 13");
+  }
+  {
+    Bytes b = buf;
+    Poke<std::uint32_t>(b, type_at + 4, 9);  // array of arrays
+    ExpectRejected(b, "nested array");
+  }
+  {
+    Bytes b = buf;
+    Poke<std::uint32_t>(b, type_at + 4, 99);
+    ExpectRejected(b, "unknown value type 99");
+  }
+}
+
+TEST(GgufFileTest, RejectsDuplicateKeysAndTensors) {
+  {
+    GgufWriter w;
+    w.SetUint32("dup.a", 1);
+    w.SetUint32("dup.b", 2);
+    Bytes buf = w.Serialize();
+    buf[FindBytes(buf, "dup.b") + 4] = 'a';
+    ExpectRejected(buf, "duplicate metadata key 'dup.a'");
+  }
+  {
+    GgufWriter w;
+    w.AddTensor("ta", {2}, GgmlType::kF32, Ramp(2, 0.0f, 1.0f));
+    w.AddTensor("tb", {2}, GgmlType::kF32, Ramp(2, 0.0f, 1.0f));
+    Bytes buf = w.Serialize();
+    buf[FindBytes(buf, "tb")] = 't';
+    buf[FindBytes(buf, "tb") + 1] = 'a';
+    ExpectRejected(buf, "duplicate tensor 'ta'");
+  }
+}
+
+TEST(GgufFileTest, RejectsBadShapes) {
+  const Bytes buf = MinimalFile();
+  const TensorInfoPos pos = LocateTensorInfo(buf, "weights", 2);
+  for (std::uint32_t n_dims : {0u, 5u, 0xffffffffu}) {
+    Bytes b = buf;
+    Poke(b, pos.n_dims, n_dims);
+    ExpectRejected(b, "tensor 'weights' has " + std::to_string(n_dims) + " dimensions");
+  }
+  {
+    Bytes b = buf;
+    Poke<std::uint64_t>(b, pos.dims + 8, 0);
+    ExpectRejected(b, "tensor 'weights' has a zero dimension");
+  }
+  {
+    // 2^32 x 2^32 overflows any byte-size computation.
+    Bytes b = buf;
+    Poke<std::uint64_t>(b, pos.dims, std::uint64_t{1} << 32);
+    Poke<std::uint64_t>(b, pos.dims + 8, std::uint64_t{1} << 32);
+    ExpectRejected(b, "tensor 'weights' has an absurd shape");
+  }
+  {
+    Bytes b = buf;
+    Poke<std::uint64_t>(b, pos.dims, ~std::uint64_t{0});
+    ExpectRejected(b, "tensor 'weights'");
+  }
+  {
+    // Plausible shape, but its data would lie beyond the end of the file.
+    Bytes b = buf;
+    Poke<std::uint64_t>(b, pos.dims, 1 << 20);
+    ExpectRejected(b, "outside the file's data section");
+  }
+}
+
+TEST(GgufFileTest, RejectsUnknownTensorTypes) {
+  const Bytes buf = MinimalFile();
+  const TensorInfoPos pos = LocateTensorInfo(buf, "weights", 2);
+  for (std::uint32_t type : {2u, 12u, 31u, 1000u}) {
+    Bytes b = buf;
+    Poke(b, pos.type, type);
+    ExpectRejected(b, "tensor 'weights' has unsupported ggml type " + std::to_string(type));
+  }
+  // Q8_0 needs whole 32-element blocks.
+  Bytes b = buf;
+  Poke<std::uint32_t>(b, pos.type, 8);
+  ExpectRejected(b, "not a whole number of blocks");
+}
+
+TEST(GgufFileTest, RejectsDataOutsideFileOrMisaligned) {
+  const Bytes buf = MinimalFile();
+  const TensorInfoPos pos = LocateTensorInfo(buf, "weights", 2);
+  for (std::uint64_t offset : {std::uint64_t{1} << 20, ~std::uint64_t{0} - 31, std::uint64_t{32}}) {
+    Bytes b = buf;
+    Poke(b, pos.offset, offset);
+    ExpectRejected(b, "tensor 'weights' has data at [" + std::to_string(offset));
+  }
+  Bytes b = buf;
+  Poke<std::uint64_t>(b, pos.offset, 4);
+  ExpectRejected(b, "not a multiple of the alignment 32");
+}
+
+TEST(GgufFileTest, RejectsOverlappingTensors) {
+  GgufWriter w;
+  w.AddTensor("ta", {8}, GgmlType::kF32, Ramp(8, 0.0f, 1.0f));
+  w.AddTensor("tb", {8}, GgmlType::kF32, Ramp(8, 0.0f, 1.0f));
+  Bytes buf = w.Serialize();
+  Poke<std::uint64_t>(buf, LocateTensorInfo(buf, "tb", 1).offset, 0);
+  ExpectRejected(buf, "overlapping");
+}
+
+TEST(GgufFileTest, RejectsBadAlignmentAndBools) {
+  {
+    GgufWriter w;
+    w.SetUint32("general.alignment", 64);
+    Bytes buf = w.Serialize();
+    Poke<std::uint32_t>(buf, FindBytes(buf, "general.alignment") + 17 + 4, 48);
+    ExpectRejected(buf, "'general.alignment' must be a power of two");
+  }
+  {
+    GgufWriter w;
+    w.SetUint32("general.alignment", 32);
+    Bytes buf = w.Serialize();
+    Poke<std::uint32_t>(buf, FindBytes(buf, "general.alignment") + 17, 6);  // now a float32
+    ExpectRejected(buf, "'general.alignment' must be a power of two");
+  }
+  {
+    GgufWriter w;
+    w.SetUint32("flag", 0);
+    Bytes buf = w.Serialize();
+    const std::size_t type_at = FindBytes(buf, "flag") + 4;
+    Poke<std::uint32_t>(buf, type_at, 7);  // bool
+    Poke<std::uint8_t>(buf, type_at + 4, 2);
+    ExpectRejected(buf, "invalid byte value 2");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dequantisation
+
+std::vector<float> Dequant(GgmlType type, const Bytes& data, std::uint64_t count) {
+  std::vector<float> out(static_cast<std::size_t>(count), -999.0f);
+  DequantizeToF32(type, data, count, out.data());
+  return out;
+}
+
+Bytes U16Bytes(std::initializer_list<std::uint16_t> v) {
+  Bytes b;
+  for (std::uint16_t x : v) {
+    b.push_back(static_cast<std::uint8_t>(x & 0xff));
+    b.push_back(static_cast<std::uint8_t>(x >> 8));
+  }
+  return b;
+}
+
+TEST(DequantizeTest, F16HandValues) {
+  const Bytes data = U16Bytes(
+      {0x3c00, 0xc000, 0x3555, 0x0001, 0x0400, 0x7bff, 0x8000, 0x7c00, 0xfc00, 0x03ff, 0x3c01});
+  const auto out = Dequant(GgmlType::kF16, data, 11);
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], -2.0f);
+  EXPECT_EQ(out[2], 0.333251953125f);        // 0x3555 = 1365/4096
+  EXPECT_EQ(out[3], std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(out[4], std::ldexp(1.0f, -14));  // smallest normal
+  EXPECT_EQ(out[5], 65504.0f);
+  EXPECT_EQ(out[6], 0.0f);
+  EXPECT_TRUE(std::signbit(out[6]));
+  EXPECT_EQ(out[7], std::numeric_limits<float>::infinity());
+  EXPECT_EQ(out[8], -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(out[9], 1023.0f * std::ldexp(1.0f, -24));  // largest subnormal
+  EXPECT_EQ(out[10], 1.0f + std::ldexp(1.0f, -10));
+  EXPECT_TRUE(std::isnan(Dequant(GgmlType::kF16, U16Bytes({0x7e00}), 1)[0]));
+}
+
+TEST(DequantizeTest, Bf16HandValues) {
+  const auto out = Dequant(GgmlType::kBF16, U16Bytes({0x3f80, 0xc0a0, 0x4049, 0x0000, 0x7f80}), 5);
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], -5.0f);
+  EXPECT_EQ(out[2], 3.140625f);
+  EXPECT_EQ(out[3], 0.0f);
+  EXPECT_EQ(out[4], std::numeric_limits<float>::infinity());
+}
+
+TEST(DequantizeTest, Q8_0HandValues) {
+  Bytes data = U16Bytes({0x3800});  // block 0 scale 0.5
+  for (int j = 0; j < 32; ++j)
+    data.push_back(static_cast<std::uint8_t>(static_cast<std::int8_t>(j - 16)));
+  const Bytes scale1 = U16Bytes({0xc400});  // block 1 scale -4.0
+  data.insert(data.end(), scale1.begin(), scale1.end());
+  for (int j = 0; j < 32; ++j) {
+    const std::int8_t q = j == 0 ? -128 : (j == 1 ? 127 : 0);
+    data.push_back(static_cast<std::uint8_t>(q));
+  }
+  ASSERT_EQ(data.size(), 68u);
+  const auto out = Dequant(GgmlType::kQ8_0, data, 64);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(out[static_cast<std::size_t>(j)], 0.5f * (j - 16)) << j;
+  EXPECT_EQ(out[32], 512.0f);
+  EXPECT_EQ(out[33], -508.0f);
+  for (int j = 34; j < 64; ++j) EXPECT_EQ(out[static_cast<std::size_t>(j)], 0.0f) << j;
+}
+
+TEST(DequantizeTest, F32IsACopy) {
+  const std::vector<float> v = {1.5f, -0.0f, 3e38f};
+  Bytes data(v.size() * 4);
+  std::memcpy(data.data(), v.data(), data.size());
+  EXPECT_EQ(Dequant(GgmlType::kF32, data, 3), v);
+}
+
+TEST(DequantizeTest, RejectsShortDataAndUnknownTypes) {
+  const Bytes two = U16Bytes({0x3c00, 0x3c00});
+  std::vector<float> out(64);
+  EXPECT_THROW(DequantizeToF32(GgmlType::kF16, two, 3, out.data()), LoadError);
+  EXPECT_THROW(DequantizeToF32(GgmlType::kF32, two, 2, out.data()), LoadError);
+  EXPECT_THROW(DequantizeToF32(GgmlType::kQ8_0, Bytes(34), 33, out.data()), LoadError);
+  EXPECT_THROW(DequantizeToF32(GgmlType::kQ8_0, Bytes(33), 32, out.data()), LoadError);
+  EXPECT_THROW(DequantizeToF32(static_cast<GgmlType>(2), Bytes(64), 1, out.data()), LoadError);
+  EXPECT_THROW(DequantizeToF32(GgmlType::kF32, two, ~std::uint64_t{0}, out.data()), LoadError);
+}
+
+TEST(DequantizeTest, WriterRoundsToF16NearestEven) {
+  const float one = 1.0f;
+  const float ulp = std::ldexp(1.0f, -10);
+  const std::vector<float> in = {
+      one + ulp / 2,             // tie: rounds to even (1.0)
+      one + 3 * ulp / 2,         // tie: rounds to even (1 + 2 ulp)
+      one + ulp / 2 + ulp / 64,  // above the tie: rounds up
+      65504.0f,
+      65519.0f,
+      65520.0f,               // max, still max, overflows to inf
+      std::ldexp(1.0f, -25),  // exactly half the smallest subnormal: rounds to 0
+      std::ldexp(1.5f, -25),  // rounds up to the smallest subnormal
+      std::ldexp(3.0f, -24),  // exact subnormal
+      -0.1f,
+      std::numeric_limits<float>::quiet_NaN(),
+  };
+  GgufWriter w;
+  w.AddTensor("t", {in.size()}, GgmlType::kF16, in);
+  const Bytes buf = w.Serialize();
+  const GgufFile f(buf, "f16.gguf");
+  const GgufTensorInfo* t = f.FindTensor("t");
+  std::vector<float> out(in.size());
+  DequantizeToF32(t->type, t->data, in.size(), out.data());
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], one + 2 * ulp);
+  EXPECT_EQ(out[2], one + ulp);
+  EXPECT_EQ(out[3], 65504.0f);
+  EXPECT_EQ(out[4], 65504.0f);
+  EXPECT_EQ(out[5], std::numeric_limits<float>::infinity());
+  EXPECT_EQ(out[6], 0.0f);
+  EXPECT_EQ(out[7], std::ldexp(1.0f, -24));
+  EXPECT_EQ(out[8], std::ldexp(3.0f, -24));
+  EXPECT_EQ(out[9], -0.0999755859375f);  // nearest half to -0.1
+  EXPECT_TRUE(std::isnan(out[10]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Model loader
+
+TEST(GgufLoaderTest, LoadsLlamaIntoFusedLayout) {
+  TinySpec spec;
+  spec.layers = 2;
+  TinyFile tf = BuildTiny(spec);
+  const std::string path = TempPath("tiny_llama.gguf");
+  tf.writer.Write(path);
+  const Model m = LoadGgufModel(path);
+  const ModelConfig& c = m.config;
+  EXPECT_EQ(c.architecture, Architecture::kLlama);
+  EXPECT_EQ(c.rope_style, RopeStyle::kInterleaved);
+  EXPECT_EQ(c.name, "tiny_llama.gguf");
+  EXPECT_EQ(c.dim, 8);
+  EXPECT_EQ(c.num_layers, 2);
+  EXPECT_EQ(c.num_heads, 2);
+  EXPECT_EQ(c.num_kv_heads, 1);
+  EXPECT_EQ(c.head_dim, 4);
+  EXPECT_EQ(c.ffn_dim, 16);
+  EXPECT_EQ(c.vocab_size, 6);
+  EXPECT_EQ(c.context_length, 64);
+  EXPECT_EQ(c.rms_eps, 1e-6f);
+  EXPECT_EQ(c.rope_theta, 500000.0);
+  EXPECT_FALSE(c.tied_embeddings);
+  EXPECT_FALSE(c.has_qkv_bias);
+  EXPECT_EQ(m.tokenizer, nullptr);  // no tokenizer.ggml.* keys
+
+  const auto expect_eq = [&](const float* got, const std::string& name) {
+    const auto& want = tf.values.at(name);
+    EXPECT_EQ(std::memcmp(got, want.data(), want.size() * sizeof(float)), 0) << name;
+  };
+  const ModelWeights& w = *m.weights;
+  expect_eq(w.token_embedding, "token_embd.weight");
+  expect_eq(w.output, "output.weight");
+  expect_eq(w.final_norm, "output_norm.weight");
+  for (int l = 0; l < 2; ++l) {
+    const LayerWeights& lw = w.layers[static_cast<std::size_t>(l)];
+    const std::string p = "blk." + std::to_string(l) + ".";
+    expect_eq(lw.attn_norm, p + "attn_norm.weight");
+    expect_eq(lw.wqkv, p + "attn_q.weight");
+    expect_eq(lw.wqkv + 8 * 8, p + "attn_k.weight");
+    expect_eq(lw.wqkv + 8 * 8 + 4 * 8, p + "attn_v.weight");
+    expect_eq(lw.wo, p + "attn_output.weight");
+    expect_eq(lw.ffn_norm, p + "ffn_norm.weight");
+    expect_eq(lw.w_gate_up, p + "ffn_gate.weight");
+    expect_eq(lw.w_gate_up + 16 * 8, p + "ffn_up.weight");
+    expect_eq(lw.w_down, p + "ffn_down.weight");
+    EXPECT_EQ(lw.bqkv, nullptr);
+  }
+}
+
+TEST(GgufLoaderTest, LoadsQwen2WithBiasesAndTiedOutput) {
+  TinySpec spec;
+  spec.arch = "qwen2";
+  spec.bias = true;
+  spec.tied = true;
+  TinyFile tf = BuildTiny(spec);
+  const Model m = internal::LoadGgufModelFromBytes(tf.writer.Serialize(), "dir/q.gguf");
+  EXPECT_EQ(m.config.architecture, Architecture::kQwen2);
+  EXPECT_EQ(m.config.rope_style, RopeStyle::kNeox);
+  EXPECT_TRUE(m.config.has_qkv_bias);
+  EXPECT_TRUE(m.config.tied_embeddings);
+  EXPECT_EQ(m.config.name, "q.gguf");
+  const LayerWeights& lw = m.weights->layers[0];
+  ASSERT_NE(lw.bqkv, nullptr);
+  EXPECT_EQ(lw.bqkv[0], tf.values.at("blk.0.attn_q.bias")[0]);
+  EXPECT_EQ(lw.bqkv[8], tf.values.at("blk.0.attn_k.bias")[0]);
+  EXPECT_EQ(lw.bqkv[12], tf.values.at("blk.0.attn_v.bias")[0]);
+  EXPECT_EQ(lw.bqkv[15], tf.values.at("blk.0.attn_v.bias")[3]);
+  EXPECT_EQ(m.weights->output, m.weights->token_embedding);
+}
+
+TEST(GgufLoaderTest, DequantisesQ8AndF16Tensors) {
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kF16, GgmlType::kBF16}) {
+    TinySpec spec;
+    spec.dim = 32;
+    spec.heads = 4;
+    spec.kv_heads = 2;
+    spec.ffn = 64;
+    spec.matrix_type = type;
+    TinyFile tf = BuildTiny(spec);
+    const Model m = internal::LoadGgufModelFromBytes(tf.writer.Serialize(), "quant.gguf");
+    const auto& want = tf.values.at("blk.0.ffn_down.weight");
+    const float* got = m.weights->layers[0].w_down;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      // Q8_0: half a step of max|x|/127 per block; F16/BF16 relative rounding.
+      const float tol = type == GgmlType::kQ8_0  ? 0.5f * std::fabs(want[i] + 1.0f) / 127.0f + 1e-3f
+                        : type == GgmlType::kF16 ? std::fabs(want[i]) * 1e-3f
+                                                 : std::fabs(want[i]) * 8e-3f;
+      ASSERT_NEAR(got[i], want[i], tol) << static_cast<int>(type) << " at " << i;
+    }
+  }
+}
+
+TEST(GgufLoaderTest, LoadsEmbeddedTokenizer) {
+  TinySpec spec;
+  spec.vocab = 300;
+  TinyFile tf = BuildTiny(spec);
+  const Vocabulary v = MakeSyntheticVocabulary(300);
+  tf.writer.SetString("tokenizer.ggml.model", "llama");
+  tf.writer.SetStringArray("tokenizer.ggml.tokens", v.tokens);
+  tf.writer.SetFloat32Array("tokenizer.ggml.scores", v.scores);
+  tf.writer.SetInt32Array("tokenizer.ggml.token_type", v.token_types);
+  tf.writer.SetUint32("tokenizer.ggml.bos_token_id", static_cast<std::uint32_t>(v.bos_id));
+  tf.writer.SetUint32("tokenizer.ggml.eos_token_id", static_cast<std::uint32_t>(v.eos_id));
+  tf.writer.SetUint32("tokenizer.ggml.padding_token_id", 0xffffffffu);
+  const Model m = internal::LoadGgufModelFromBytes(tf.writer.Serialize(), "tok.gguf");
+  ASSERT_NE(m.tokenizer, nullptr);
+  EXPECT_EQ(m.tokenizer->vocab_size(), 300);
+  EXPECT_EQ(m.tokenizer->bos_id(), v.bos_id);
+  EXPECT_EQ(m.tokenizer->eos_id(), v.eos_id);
+
+  // A token list that disagrees with the embedding matrix is rejected.
+  tf.writer.SetStringArray("tokenizer.ggml.tokens", {"a", "b"});
+  EXPECT_NE(LoadErrorOf(tf.writer.Serialize()).find("token_embd.weight"), std::string::npos);
+  tf.writer.SetStringArray("tokenizer.ggml.tokens", v.tokens);
+  tf.writer.SetUint32("tokenizer.ggml.bos_token_id", 300);
+  EXPECT_NE(LoadErrorOf(tf.writer.Serialize()).find("bos_token_id"), std::string::npos);
+  tf.writer.SetUint32("tokenizer.ggml.bos_token_id", 1);
+  tf.writer.SetString("tokenizer.ggml.model", "bert");
+  EXPECT_NE(LoadErrorOf(tf.writer.Serialize()).find("'bert'"), std::string::npos);
+}
+
+TEST(GgufLoaderTest, RejectsUnknownArchitecture) {
+  TinyFile tf = BuildTiny({});
+  tf.writer.SetString("general.architecture", "mamba");
+  const std::string path = TempPath("mamba.gguf");
+  tf.writer.Write(path);
+  try {
+    (void)LoadGgufModel(path);
+    ADD_FAILURE() << "accepted architecture mamba";
+  } catch (const LoadError& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind(path + ": ", 0), 0u) << msg;
+    EXPECT_NE(msg.find("unsupported architecture 'mamba'"), std::string::npos) << msg;
+  }
+}
+
+TEST(GgufLoaderTest, RejectsMissingTensors) {
+  for (const std::string name :
+       {"token_embd.weight", "output_norm.weight", "blk.0.attn_k.weight", "blk.1.ffn_down.weight",
+        "blk.1.attn_norm.weight", "blk.0.ffn_up.weight"}) {
+    TinySpec spec;
+    spec.layers = 2;
+    spec.skip_tensor = name;
+    const std::string path = TempPath("missing.gguf");
+    BuildTiny(spec).writer.Write(path);
+    try {
+      (void)LoadGgufModel(path);
+      ADD_FAILURE() << "accepted a file without " << name;
+    } catch (const LoadError& e) {
+      EXPECT_NE(std::string(e.what()).find("missing tensor '" + name + "'"), std::string::npos)
+          << e.what();
+    }
+  }
+  TinySpec spec;
+  spec.arch = "qwen2";
+  EXPECT_NE(LoadErrorOf(BuildTiny(spec).writer.Serialize()).find("'blk.0.attn_q.bias'"),
+            std::string::npos);
+}
+
+TEST(GgufLoaderTest, RejectsShapeAndMetadataMismatches) {
+  {
+    TinyFile tf = BuildTiny({});
+    tf.writer.SetUint32("llama.feed_forward_length", 17);
+    EXPECT_NE(LoadErrorOf(tf.writer.Serialize()).find("tensor 'blk.0.ffn_gate.weight' has shape"),
+              std::string::npos);
+  }
+  {
+    TinyFile tf = BuildTiny({});
+    tf.writer.SetUint32("llama.attention.head_count_kv", 2);
+    EXPECT_NE(LoadErrorOf(tf.writer.Serialize()).find("'blk.0.attn_k.weight'"), std::string::npos);
+  }
+  {
+    TinyFile tf = BuildTiny({});
+    tf.writer.SetUint32("llama.attention.head_count_kv", 3);  // 2 heads not a multiple of 3
+    EXPECT_NE(LoadErrorOf(tf.writer.Serialize()).find("num_kv_heads"), std::string::npos);
+  }
+  {
+    TinyFile tf = BuildTiny({});
+    tf.writer.SetUint32("llama.block_count", 0);
+    EXPECT_NE(LoadErrorOf(tf.writer.Serialize()).find("num_layers"), std::string::npos);
+  }
+  {
+    TinyFile tf = BuildTiny({});
+    tf.writer.SetUint32("llama.block_count", 1000);  // tensors for 999 layers are missing
+    EXPECT_NE(LoadErrorOf(tf.writer.Serialize()).find("missing tensor 'blk.1."), std::string::npos);
+  }
+  {
+    TinyFile tf = BuildTiny({});
+    tf.writer.SetUint32("llama.embedding_length", 0xffffffffu);
+    EXPECT_NE(LoadErrorOf(tf.writer.Serialize()).find("'llama.embedding_length'"),
+              std::string::npos);
+  }
+  {
+    TinyFile tf = BuildTiny({});
+    tf.writer.SetString("llama.block_count", "one");
+    EXPECT_NE(LoadErrorOf(tf.writer.Serialize()).find("'llama.block_count'"), std::string::npos);
+  }
+  {
+    // Missing required key: a fresh writer without the epsilon.
+    GgufWriter w;
+    w.SetString("general.architecture", "llama");
+    w.SetUint32("llama.embedding_length", 8);
+    w.SetUint32("llama.block_count", 1);
+    w.SetUint32("llama.feed_forward_length", 16);
+    w.SetUint32("llama.attention.head_count", 2);
+    w.SetUint32("llama.context_length", 64);
+    EXPECT_NE(LoadErrorOf(w.Serialize()).find("layer_norm_rms_epsilon"), std::string::npos);
+  }
+  {
+    TinyFile tf = BuildTiny({});
+    tf.writer.SetFloat32("llama.attention.layer_norm_rms_epsilon", -1.0f);
+    EXPECT_NE(LoadErrorOf(tf.writer.Serialize()).find("rms_eps"), std::string::npos);
+  }
+}
+
+// Writes the seed corpus of tests/fuzz/corpus/gguf. Run by hand:
+//   gguf_test --gtest_also_run_disabled_tests --gtest_filter='*WriteFuzzSeeds*'
+TEST(GgufLoaderTest, DISABLED_WriteFuzzSeeds) {
+  const std::filesystem::path dir =
+      std::filesystem::path(METRONOME_SOURCE_DIR) / "tests/fuzz/corpus/gguf";
+  std::filesystem::create_directories(dir);
+  TinySpec tiny;
+  tiny.dim = 4;
+  tiny.heads = 2;
+  tiny.ffn = 4;
+  tiny.vocab = 3;
+  BuildTiny(tiny).writer.Write((dir / "tiny_llama.gguf").string());
+  TinySpec qwen = tiny;
+  qwen.arch = "qwen2";
+  qwen.bias = true;
+  qwen.tied = true;
+  qwen.matrix_type = GgmlType::kF16;
+  BuildTiny(qwen).writer.Write((dir / "tiny_qwen2_f16.gguf").string());
+  TinySpec q8;
+  q8.dim = 32;
+  q8.heads = 4;
+  q8.kv_heads = 2;
+  q8.ffn = 32;
+  q8.vocab = 2;
+  q8.matrix_type = GgmlType::kQ8_0;
+  BuildTiny(q8).writer.Write((dir / "q8_llama.gguf").string());
+  TinySpec tok = tiny;
+  tok.vocab = 260;
+  tok.dim = 2;
+  tok.heads = 1;
+  tok.ffn = 2;
+  TinyFile tf = BuildTiny(tok);
+  Vocabulary v = MakeSyntheticVocabulary(260);
+  tf.writer.SetString("tokenizer.ggml.model", "llama");
+  tf.writer.SetStringArray("tokenizer.ggml.tokens", v.tokens);
+  tf.writer.SetFloat32Array("tokenizer.ggml.scores", v.scores);
+  tf.writer.SetInt32Array("tokenizer.ggml.token_type", v.token_types);
+  tf.writer.SetUint32("tokenizer.ggml.bos_token_id", 1);
+  tf.writer.Write((dir / "tokenizer_llama.gguf").string());
+  GgufWriter w;
+  w.SetUint32("general.alignment", 64);
+  w.SetStringArray("a.strings", {"x", "yy"});
+  w.SetFloat32Array("a.floats", {1.0f});
+  w.SetInt32Array("a.ints", {1, -2});
+  w.AddTensor("bf16", {2, 2}, GgmlType::kBF16, Ramp(4, 0.0f, 1.0f));
+  w.AddTensor("q8", {32}, GgmlType::kQ8_0, Ramp(32, 0.0f, 1.0f));
+  w.Write((dir / "metadata_only.gguf").string());
+}
+
+}  // namespace
+}  // namespace metronome::model
