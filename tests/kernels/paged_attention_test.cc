@@ -168,6 +168,7 @@ struct Case {
   const char* name;
   KvPolicy policy;
   int block_tokens;
+  Dims dims = {};  // head_dim 8: the generic path; 16/32/64/128 take the SIMD path
 };
 
 class PagedAttentionReferenceTest : public ::testing::TestWithParam<Case> {};
@@ -176,7 +177,7 @@ class PagedAttentionReferenceTest : public ::testing::TestWithParam<Case> {};
 // tokens, for 60 tokens in total.
 TEST_P(PagedAttentionReferenceTest, MatchesDenseMaskedReference) {
   const Case& c = GetParam();
-  StreamHarness h(Dims{}, c.block_tokens, c.policy, 17);
+  StreamHarness h(c.dims, c.block_tokens, c.policy, 17);
   for (int n : {1, 5, 9, 1, 1, 13, 2, 7, 1, 1, 1, 19}) {
     const double err = h.AppendChunkAndCompare(n);
     ASSERT_LT(err, 2e-5) << c.name << " after " << h.session().length() << " tokens";
@@ -200,7 +201,15 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"w1_s1_b2", KvPolicy::Window(1, 1), 2},
                       Case{"w5_s6_roll_b4", KvPolicy::Window(5, 6, PositionMode::kRolling), 4},
                       Case{"w13_s5_roll_b16", KvPolicy::Window(13, 5, PositionMode::kRolling), 16},
-                      Case{"w_ge_len_roll", KvPolicy::Window(1000, 4, PositionMode::kRolling), 4}),
+                      Case{"w_ge_len_roll", KvPolicy::Window(1000, 4, PositionMode::kRolling), 4},
+                      Case{"hd64_gqa3_w9_s3_roll", KvPolicy::Window(9, 3, PositionMode::kRolling), 4,
+                           Dims{6, 2, 64, 2}},
+                      Case{"hd64_full", KvPolicy::Full(), 16, Dims{6, 2, 64, 2}},
+                      Case{"hd16_mha_w6_s2", KvPolicy::Window(6, 2), 4, Dims{4, 4, 16, 2}},
+                      Case{"hd32_w11_s0_roll", KvPolicy::Window(11, 0, PositionMode::kRolling), 8,
+                           Dims{2, 1, 32, 2}},
+                      Case{"hd128_w8_s4_roll", KvPolicy::Window(8, 4, PositionMode::kRolling), 4,
+                           Dims{2, 1, 128, 2}}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 TEST(PagedAttentionTest, WindowCoveringTheStreamIsExactlyFullAttention) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -32,10 +33,34 @@ TEST(VectorOpsTest, SimdMatchesScalarReference) {
     reference::Axpy(0.7f, a.data(), y2.data(), n);
     for (int i = 0; i < n; ++i) ASSERT_NEAR(y1[static_cast<std::size_t>(i)], y2[static_cast<std::size_t>(i)], 1e-5f);
 
+    std::vector<float> s1(static_cast<std::size_t>(n)), s2(static_cast<std::size_t>(n));
+    auto g = a;
+    for (float& v : g) v *= 30.0f;  // silu over a wide range, both signs
+    SwiGlu(g.data(), b.data(), s1.data(), n);
+    reference::SwiGlu(g.data(), b.data(), s2.data(), n);
+    for (int i = 0; i < n; ++i) {
+      ASSERT_NEAR(s1[static_cast<std::size_t>(i)], s2[static_cast<std::size_t>(i)],
+                  1e-5f * (1.0f + std::abs(s2[static_cast<std::size_t>(i)])));
+    }
+
     std::vector<float> r1(static_cast<std::size_t>(n)), r2(static_cast<std::size_t>(n));
     RmsNorm(a.data(), b.data(), 1e-5f, r1.data(), n);
     reference::RmsNorm(a.data(), b.data(), 1e-5f, r2.data(), n);
     for (int i = 0; i < n; ++i) ASSERT_NEAR(r1[static_cast<std::size_t>(i)], r2[static_cast<std::size_t>(i)], 1e-4f);
+  }
+}
+
+TEST(VectorOpsTest, SoftmaxMatchesScalarReference) {
+  for (int n : {1, 7, 16, 17, 100, 513}) {
+    auto x = Random(n, 40u + static_cast<unsigned>(n));
+    for (float& v : x) v *= 20.0f;  // wide range: exercises large negative exponents
+    auto y = x;
+    Softmax(x.data(), n);
+    reference::Softmax(y.data(), n);
+    for (int i = 0; i < n; ++i) {
+      const float want = y[static_cast<std::size_t>(i)];
+      ASSERT_NEAR(x[static_cast<std::size_t>(i)], want, 1e-6f + 2e-6f * want) << n << " " << i;
+    }
   }
 }
 

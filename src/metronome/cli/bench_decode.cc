@@ -89,7 +89,7 @@ int RunBench(const BenchFlags& f) {
   // Decode: all sessions together, greedy.
   std::vector<TokenId> next(static_cast<std::size_t>(f.sessions));
   for (auto& t : next) t = tok(rng);
-  std::vector<double> step_ms, step_gflops;
+  std::vector<double> step_ms, step_gflops, gemm_ms, attn_ms;
   for (int k = 0; k < f.warmup + f.steps; ++k) {
     std::vector<engine::StepItem> items;
     for (int s = 0; s < f.sessions; ++s) {
@@ -109,6 +109,8 @@ int RunBench(const BenchFlags& f) {
     if (k >= f.warmup) {
       step_ms.push_back(eng.last_step().seconds * 1e3);
       step_gflops.push_back(eng.last_step().flops / eng.last_step().seconds / 1e9);
+      gemm_ms.push_back(eng.last_step().gemm_seconds * 1e3);
+      attn_ms.push_back(eng.last_step().attention_seconds * 1e3);
     }
   }
   const double peak = kernels::MeasureGemmPeakGflops(f.peak_n, 5);
@@ -128,6 +130,8 @@ int RunBench(const BenchFlags& f) {
   std::printf("decode ms per step %.2f (p10 %.2f p90 %.2f)\n", med_ms,
               Percentile(step_ms, 0.1), Percentile(step_ms, 0.9));
   std::printf("decode tokens/s %.1f\n", f.sessions * 1e3 / med_ms);
+  std::printf("step breakdown ms: gemm %.2f attention %.2f other %.2f\n", Median(gemm_ms),
+              Median(attn_ms), med_ms - Median(gemm_ms) - Median(attn_ms));
   std::printf("achieved GFLOP/s %.1f\n", med_gflops);
   std::printf("fp32 GEMM peak GFLOP/s %.1f (in-run sgemm %dx%dx%d)\n", peak, f.peak_n, f.peak_n,
               f.peak_n);

@@ -49,6 +49,16 @@ void EngineOptions::Validate() const {
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+// Adds the wall time of `fn` to *acc.
+template <typename Fn>
+void Timed(double* acc, Fn&& fn) {
+  const auto t0 = Clock::now();
+  fn();
+  *acc += std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
 kv::KvLayout LayoutFor(const model::ModelConfig& c, const EngineOptions& o) {
   o.Validate();
   return {c.num_layers, c.num_kv_heads, c.head_dim, o.block_tokens};
@@ -218,7 +228,7 @@ void Engine::Step(std::span<const StepItem> items, std::vector<StepItemResult>* 
     res.num_logits_rows = bi.n - first;
   }
 
-  last_step_ = StepStats{};
+  last_step_ = StepStats{};  // Forward() accumulates its phase times into it
   if (b.num_tokens > 0) {
     Forward(b);
     for (const Batch::Item& bi : b.items) bi.kv->Commit(bi.n);
@@ -297,7 +307,9 @@ void Engine::Forward(Batch& b) {
     for (int t = 0; t < T; ++t) {
       kernels::RmsNorm(&b.x[sz(t, dim)], lw.attn_norm, c.rms_eps, &b.xb[sz(t, dim)], dim);
     }
-    kernels::MatMulTransposedB(b.xb.data(), T, dim, lw.wqkv, qkvd, b.qkv.data(), false);
+    Timed(&last_step_.gemm_seconds, [&] {
+      kernels::MatMulTransposedB(b.xb.data(), T, dim, lw.wqkv, qkvd, b.qkv.data(), false);
+    });
 
     // Bias, RoPE (q and k at absolute positions), then K/V into the session's blocks.
 #pragma omp parallel for if (parallel_rows) schedule(static)
@@ -314,6 +326,7 @@ void Engine::Forward(Batch& b) {
       std::memcpy(kv->ValueSlot(l, pos), row + qd + kvd, sizeof(float) * static_cast<std::size_t>(kvd));
     }
 
+    const auto t_attn = Clock::now();
 #pragma omp parallel for schedule(dynamic, 1)
     for (std::size_t wi = 0; wi < work.size(); ++wi) {
       const AttnWork& aw = work[wi];
@@ -325,19 +338,28 @@ void Engine::Forward(Batch& b) {
                               b.scratch[static_cast<std::size_t>(omp_get_thread_num())].data());
     }
 
-    kernels::MatMulTransposedB(b.att.data(), T, qd, lw.wo, dim, b.x.data(), true);
+    last_step_.attention_seconds += std::chrono::duration<double>(Clock::now() - t_attn).count();
+
+    Timed(&last_step_.gemm_seconds, [&] {
+      kernels::MatMulTransposedB(b.att.data(), T, qd, lw.wo, dim, b.x.data(), true);
+    });
 
 #pragma omp parallel for if (parallel_rows) schedule(static)
     for (int t = 0; t < T; ++t) {
       kernels::RmsNorm(&b.x[sz(t, dim)], lw.ffn_norm, c.rms_eps, &b.xb[sz(t, dim)], dim);
     }
-    kernels::MatMulTransposedB(b.xb.data(), T, dim, lw.w_gate_up, 2 * ffn, b.gate_up.data(), false);
+    Timed(&last_step_.gemm_seconds, [&] {
+      kernels::MatMulTransposedB(b.xb.data(), T, dim, lw.w_gate_up, 2 * ffn, b.gate_up.data(),
+                                 false);
+    });
 #pragma omp parallel for if (parallel_rows) schedule(static)
     for (int t = 0; t < T; ++t) {
       const float* gu = &b.gate_up[sz(t, 2 * ffn)];
       kernels::SwiGlu(gu, gu + ffn, &b.hidden[sz(t, ffn)], ffn);
     }
-    kernels::MatMulTransposedB(b.hidden.data(), T, ffn, lw.w_down, dim, b.x.data(), true);
+    Timed(&last_step_.gemm_seconds, [&] {
+      kernels::MatMulTransposedB(b.hidden.data(), T, ffn, lw.w_down, dim, b.x.data(), true);
+    });
   }
 
   // Final norm and output projection only for the rows whose logits were asked for.
@@ -350,8 +372,10 @@ void Engine::Forward(Batch& b) {
       kernels::RmsNorm(&b.x[sz(b.logit_rows[static_cast<std::size_t>(r)], dim)], w.final_norm,
                        c.rms_eps, &b.final_rows[sz(r, dim)], dim);
     }
-    kernels::MatMulTransposedB(b.final_rows.data(), R, dim, w.output, c.vocab_size,
-                               logits_.data(), false);
+    Timed(&last_step_.gemm_seconds, [&] {
+      kernels::MatMulTransposedB(b.final_rows.data(), R, dim, w.output, c.vocab_size,
+                                 logits_.data(), false);
+    });
   }
 
   const double proj_flops_per_token =

@@ -83,6 +83,10 @@ struct StepStats {
   int num_sessions = 0;    // sessions that took part
   double flops = 0.0;      // arithmetic of the step (projections, attention, logits)
   double seconds = 0.0;
+  // Where the step's time went (wall seconds): weight GEMMs incl. logits, attention (K/V writes
+  // and the paged kernel), everything else (norms, RoPE, SwiGLU, planning).
+  double gemm_seconds = 0.0;
+  double attention_seconds = 0.0;
 };
 
 class Engine {

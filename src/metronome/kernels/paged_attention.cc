@@ -7,6 +7,10 @@
 #include "metronome/base/check.h"
 #include "metronome/kernels/vector_ops.h"
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace metronome::kernels {
 namespace {
 
@@ -45,15 +49,97 @@ std::int64_t VisibleKeys(const kv::KvPolicy& policy, TokenPos p) {
   return total;
 }
 
-void PagedAttention(const AttentionShape& shape, const kv::PagedKvView& kv,
-                    const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
-                    TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
-                    std::size_t out_stride, float* scratch) noexcept {
+namespace {
+
+#if defined(__AVX512F__)
+// Head dims that are multiples of 16 up to 256 run with the query (or the output accumulator) of
+// one head held in C = head_dim/16 registers. Heads are the outer loop: each walk over the visible
+// blocks serves one head, and the group's other heads re-read the same K/V from L1/L2, not DRAM.
+template <int C>
+struct SimdHead {
+  __m512 v[C];
+  void Load(const float* p) {
+    for (int c = 0; c < C; ++c) v[c] = _mm512_loadu_ps(p + 16 * c);
+  }
+  [[nodiscard]] float DotWith(const float* k) const {
+    __m512 acc = _mm512_mul_ps(v[0], _mm512_loadu_ps(k));
+    for (int c = 1; c < C; ++c) acc = _mm512_fmadd_ps(v[c], _mm512_loadu_ps(k + 16 * c), acc);
+    return _mm512_reduce_add_ps(acc);
+  }
+  void Zero() {
+    for (int c = 0; c < C; ++c) v[c] = _mm512_setzero_ps();
+  }
+  void AddScaled(float a, const float* x) {
+    const __m512 va = _mm512_set1_ps(a);
+    for (int c = 0; c < C; ++c) v[c] = _mm512_fmadd_ps(va, _mm512_loadu_ps(x + 16 * c), v[c]);
+  }
+  void Store(float* p) const {
+    for (int c = 0; c < C; ++c) _mm512_storeu_ps(p + 16 * c, v[c]);
+  }
+};
+
+template <int C>
+struct SimdOps {
+  struct ScoreHead {
+    SimdHead<C> q;
+    void Begin(const float* qh, int /*hd*/) { q.Load(qh); }
+    [[nodiscard]] float Score(const float* k, int /*hd*/) const { return q.DotWith(k); }
+  };
+  struct OutHead {
+    SimdHead<C> acc;
+    void Begin(int /*hd*/) { acc.Zero(); }
+    void Add(float a, const float* v, int /*hd*/) { acc.AddScaled(a, v); }
+    void Finish(float* out, int /*hd*/) const { acc.Store(out); }
+  };
+};
+#endif
+
+// Any head dim: the vector_ops kernels, output accumulated in place.
+struct GenericOps {
+  struct ScoreHead {
+    const float* q = nullptr;
+    void Begin(const float* qh, int /*hd*/) { q = qh; }
+    [[nodiscard]] float Score(const float* k, int hd) const { return Dot(q, k, hd); }
+  };
+  struct OutHead {
+    float* out = nullptr;
+    void Begin(int /*hd*/) {}
+    void Bind(float* o, int hd) {
+      out = o;
+      std::memset(out, 0, sizeof(float) * static_cast<std::size_t>(hd));
+    }
+    void Add(float a, const float* v, int hd) { Axpy(a, v, out, hd); }
+    void Finish(float* /*out*/, int /*hd*/) const {}
+  };
+};
+
+// Calls fn(key_pointer, column) for every visible key of `range`, walking the block table once.
+template <typename Fn>
+inline void ForEachKey(const kv::PagedKvView& kv, int layer, std::size_t plane_offset,
+                       std::size_t head_off, const KeyRange& range, std::int64_t col, Fn&& fn) {
+  const int bt = kv.block_tokens;
+  for (TokenPos j = range.begin; j < range.end;) {
+    const std::int64_t b = j / bt;
+    const float* base = kv.BlockKeys(layer, b);
+    MTR_DCHECK(base != nullptr, "visible key in a freed block");
+    base += plane_offset + head_off;
+    const TokenPos block_end = std::min<TokenPos>((b + 1) * bt, range.end);
+    for (; j < block_end; ++j, ++col) {
+      fn(base + static_cast<std::size_t>(j % bt) * static_cast<std::size_t>(kv.kv_dim), col);
+    }
+  }
+}
+
+template <typename Ops>
+void AttendQueries(const AttentionShape& shape, const kv::PagedKvView& kv,
+                   const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
+                   TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
+                   std::size_t out_stride, float* scratch) noexcept {
   const int hd = shape.head_dim;
   const int group = shape.group();
-  const int bt = kv.block_tokens;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const std::size_t head_off = static_cast<std::size_t>(kv_head) * static_cast<std::size_t>(hd);
+  const std::size_t group_off = static_cast<std::size_t>(kv_head * group) * static_cast<std::size_t>(hd);
 
   for (int i = 0; i < n; ++i) {
     const TokenPos p = pos0 + i;
@@ -63,11 +149,8 @@ void PagedAttention(const AttentionShape& shape, const kv::PagedKvView& kv,
     for (int r = 0; r < num_ranges; ++r) visible += ranges[r].end - ranges[r].begin;
     MTR_DCHECK(visible >= 1, "a query always sees itself");
 
-    const float* q_row = q + static_cast<std::size_t>(i) * q_stride +
-                         static_cast<std::size_t>(kv_head * group) * static_cast<std::size_t>(hd);
-    float* out_row = out + static_cast<std::size_t>(i) * out_stride +
-                     static_cast<std::size_t>(kv_head * group) * static_cast<std::size_t>(hd);
-    float* scores = scratch;  // [group][visible]
+    const float* q_row = q + static_cast<std::size_t>(i) * q_stride + group_off;
+    float* out_row = out + static_cast<std::size_t>(i) * out_stride + group_off;
     float* sink_q = scratch + static_cast<std::size_t>(group) * static_cast<std::size_t>(visible);
 
     // Rolling positions: sinks are scored against the query moved to S + W - 1.
@@ -77,43 +160,61 @@ void PagedAttention(const AttentionShape& shape, const kv::PagedKvView& kv,
       rope.Rotate(sink_q, group, policy.sinks + policy.window - 1 - p);
     }
 
-    // Pass 1: scores, one block at a time so each key is loaded once for the whole group.
-    std::int64_t col = 0;
-    for (int r = 0; r < num_ranges; ++r) {
-      const bool is_sink_range = rolling && ranges[r].sinks;
-      const float* qg = is_sink_range ? sink_q : q_row;
-      for (TokenPos j = ranges[r].begin; j < ranges[r].end;) {
-        const std::int64_t b = j / bt;
-        const float* keys = kv.BlockKeys(layer, b);
-        MTR_DCHECK(keys != nullptr, "visible key in a freed block");
-        const TokenPos block_end = std::min<TokenPos>((b + 1) * bt, ranges[r].end);
-        for (; j < block_end; ++j, ++col) {
-          const float* k = keys + static_cast<std::size_t>(j % bt) * kv.kv_dim + head_off;
-          for (int h = 0; h < group; ++h) {
-            scores[h * visible + col] = Dot(qg + static_cast<std::ptrdiff_t>(h) * hd, k, hd) * scale;
-          }
-        }
+    for (int h = 0; h < group; ++h) {
+      float* scores = scratch + static_cast<std::size_t>(h) * static_cast<std::size_t>(visible);
+      std::int64_t col = 0;
+      for (int r = 0; r < num_ranges; ++r) {
+        const bool is_sink_range = rolling && ranges[r].sinks;
+        typename Ops::ScoreHead sh;
+        sh.Begin((is_sink_range ? sink_q : q_row) + static_cast<std::ptrdiff_t>(h) * hd, hd);
+        ForEachKey(kv, layer, 0, head_off, ranges[r], col,
+                   [&](const float* k, std::int64_t c) { scores[c] = sh.Score(k, hd) * scale; });
+        col += ranges[r].end - ranges[r].begin;
       }
-    }
-    for (int h = 0; h < group; ++h) Softmax(scores + h * visible, static_cast<int>(visible));
+      Softmax(scores, static_cast<int>(visible));
 
-    // Pass 2: weighted sum of values.
-    for (int h = 0; h < group; ++h) std::memset(out_row + h * hd, 0, sizeof(float) * hd);
-    col = 0;
-    for (int r = 0; r < num_ranges; ++r) {
-      for (TokenPos j = ranges[r].begin; j < ranges[r].end;) {
-        const std::int64_t b = j / bt;
-        const float* values = kv.BlockKeys(layer, b) + kv.plane_floats;
-        const TokenPos block_end = std::min<TokenPos>((b + 1) * bt, ranges[r].end);
-        for (; j < block_end; ++j, ++col) {
-          const float* v = values + static_cast<std::size_t>(j % bt) * kv.kv_dim + head_off;
-          for (int h = 0; h < group; ++h) {
-            Axpy(scores[h * visible + col], v, out_row + static_cast<std::ptrdiff_t>(h) * hd, hd);
-          }
-        }
+      typename Ops::OutHead oh;
+      oh.Begin(hd);
+      if constexpr (requires { oh.Bind(out_row, hd); }) {
+        oh.Bind(out_row + static_cast<std::ptrdiff_t>(h) * hd, hd);
       }
+      col = 0;
+      for (int r = 0; r < num_ranges; ++r) {
+        ForEachKey(kv, layer, kv.plane_floats, head_off, ranges[r], col,
+                   [&](const float* v, std::int64_t c) { oh.Add(scores[c], v, hd); });
+        col += ranges[r].end - ranges[r].begin;
+      }
+      oh.Finish(out_row + static_cast<std::ptrdiff_t>(h) * hd, hd);
     }
   }
+}
+
+}  // namespace
+
+void PagedAttention(const AttentionShape& shape, const kv::PagedKvView& kv,
+                    const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
+                    TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
+                    std::size_t out_stride, float* scratch) noexcept {
+#if defined(__AVX512F__)
+  switch (shape.head_dim) {
+    case 16:
+      return AttendQueries<SimdOps<1>>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
+                                       q_stride, out_stride, scratch);
+    case 32:
+      return AttendQueries<SimdOps<2>>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
+                                       q_stride, out_stride, scratch);
+    case 64:
+      return AttendQueries<SimdOps<4>>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
+                                       q_stride, out_stride, scratch);
+    case 128:
+      return AttendQueries<SimdOps<8>>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
+                                       q_stride, out_stride, scratch);
+    default:
+      break;
+  }
+#endif
+  AttendQueries<GenericOps>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out, q_stride,
+                            out_stride, scratch);
 }
 
 }  // namespace metronome::kernels

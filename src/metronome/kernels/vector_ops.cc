@@ -1,6 +1,7 @@
 #include "metronome/kernels/vector_ops.h"
 
 #include <cmath>
+#include <limits>
 
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
@@ -140,11 +141,71 @@ void RmsNorm(const float* x, const float* weight, float eps, float* out, int n) 
   for (int i = 0; i < n; ++i) out[i] = x[i] * inv * weight[i];
 }
 
+
+#if defined(__AVX512F__)
+namespace {
+// e^x as 2^n * e^r with n = round(x log2 e), |r| <= ln2/2, e^r by its degree-7 Taylor polynomial
+// (relative error < 1e-8 before rounding). x is clamped to [-87, 88]: below, the result is ~0
+// (softmax tails), above, it would overflow fp32.
+inline __m512 Exp(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);  // ln2 split hi/lo
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+}  // namespace
+
+void Softmax(float* x, int n) noexcept {
+  __m512 vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  int i = 0;
+  for (; i + 16 <= n; i += 16) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(x + i));
+  if (i < n) vmax = _mm512_mask_max_ps(vmax, TailMask(n - i), vmax, _mm512_maskz_loadu_ps(TailMask(n - i), x + i));
+  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+  __m512 vsum = _mm512_setzero_ps();
+  for (i = 0; i + 16 <= n; i += 16) {
+    const __m512 e = Exp(_mm512_sub_ps(_mm512_loadu_ps(x + i), m));
+    _mm512_storeu_ps(x + i, e);
+    vsum = _mm512_add_ps(vsum, e);
+  }
+  if (i < n) {
+    const __mmask16 k = TailMask(n - i);
+    const __m512 e = _mm512_maskz_mov_ps(k, Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), m)));
+    _mm512_mask_storeu_ps(x + i, k, e);
+    vsum = _mm512_add_ps(vsum, e);
+  }
+  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
+  for (i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), inv));
+  if (i < n) {
+    const __mmask16 k = TailMask(n - i);
+    _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), inv));
+  }
+}
+void SwiGlu(const float* gate, const float* up, float* out, int n) noexcept {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 g = _mm512_loadu_ps(gate + i);
+    const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, Exp(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(silu, _mm512_loadu_ps(up + i)));
+  }
+  if (i < n) reference::SwiGlu(gate + i, up + i, out + i, n - i);
+}
+#else
+void Softmax(float* x, int n) noexcept { reference::Softmax(x, n); }
 void SwiGlu(const float* gate, const float* up, float* out, int n) noexcept {
   reference::SwiGlu(gate, up, out, n);
 }
-
-void Softmax(float* x, int n) noexcept { reference::Softmax(x, n); }
+#endif
 
 int Argmax(const float* x, int n) noexcept {
   int best = 0;
