@@ -84,15 +84,15 @@ void BM_PagedAttention(benchmark::State& state) {
   const kernels::Rope rope(64, 64, 10000.0, metronome::model::RopeStyle::kInterleaved);
   for (auto _ : state) {
     for (int g = 0; g < shape.num_kv_heads; ++g) {
-      kernels::PagedAttention(shape, session.View(), policy, rope, 0, g, p, 1, q.data(),
-                              out.data(), q.size(), q.size(), scratch.data());
+      kernels::PagedAttention(shape, session.View(), policy, rope, 0, g, p, 1, q.data(), out.data(),
+                              q.size(), q.size(), scratch.data());
     }
     benchmark::DoNotOptimize(out.data());
   }
   state.counters["keys_per_query"] = static_cast<double>(visible);
   state.counters["ns_per_key"] = benchmark::Counter(
-      static_cast<double>(visible), benchmark::Counter::kIsIterationInvariantRate |
-                                        benchmark::Counter::kInvert);
+      static_cast<double>(visible),
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_PagedAttention)
     ->ArgsProduct({{512, 2048, 8192}, {0, 1}})

@@ -37,9 +37,10 @@ std::vector<std::vector<float>> AloneLogits(const kv::KvPolicy& policy,
   so.policy = policy;
   const SessionId sid = eng.OpenSession(so);
   std::vector<std::vector<float>> out(tokens.size());
-  EXPECT_EQ(Feed(eng, sid, tokens, chunk, true,
-                 [&](std::size_t i, std::span<const float> lg) { out[i].assign(lg.begin(), lg.end()); }),
-            StepStatus::kOk);
+  EXPECT_EQ(
+      Feed(eng, sid, tokens, chunk, true,
+           [&](std::size_t i, std::span<const float> lg) { out[i].assign(lg.begin(), lg.end()); }),
+      StepStatus::kOk);
   return out;
 }
 
@@ -106,7 +107,8 @@ TEST(EngineTest, BatchedSessionsMatchSessionsRunAlone) {
       // Vary the chunk over time so prefill and decode mix in the same step.
       const std::size_t n = std::min<std::size_t>(
           static_cast<std::size_t>(specs[i].chunk + (steps % 3)), toks[i].size() - fed[i]);
-      items.push_back({ids[i], std::span<const TokenId>(toks[i]).subspan(fed[i], n), LogitsMode::kAll});
+      items.push_back(
+          {ids[i], std::span<const TokenId>(toks[i]).subspan(fed[i], n), LogitsMode::kAll});
       who.push_back(i);
     }
     if (items.empty()) break;
@@ -138,7 +140,8 @@ TEST(EngineTest, PoolExhaustionIsAResultAndOtherSessionsProceed) {
   const auto toks = RandomTokens(20, 3, Tiny().config.vocab_size);
   std::vector<StepItemResult> r;
   // a takes 5 blocks (20 tokens); b needs 1.
-  StepItem items[2] = {{a, toks, LogitsMode::kLast}, {b, std::span<const TokenId>(toks).first(4), LogitsMode::kLast}};
+  StepItem items[2] = {{a, toks, LogitsMode::kLast},
+                       {b, std::span<const TokenId>(toks).first(4), LogitsMode::kLast}};
   eng.Step(items, &r);
   EXPECT_EQ(r[0].status, StepStatus::kOk);
   EXPECT_EQ(r[1].status, StepStatus::kOk);
@@ -152,10 +155,12 @@ TEST(EngineTest, PoolExhaustionIsAResultAndOtherSessionsProceed) {
   EXPECT_TRUE(eng.CloseSession(a));
   EXPECT_EQ(eng.pool_stats().used_blocks, 1);
   for (int i = 0; i < 100; ++i) {
-    StepItem one{b, std::span<const TokenId>(toks).subspan(static_cast<std::size_t>(i % 20), 1), LogitsMode::kLast};
+    StepItem one{b, std::span<const TokenId>(toks).subspan(static_cast<std::size_t>(i % 20), 1),
+                 LogitsMode::kLast};
     eng.Step({&one, 1}, &r);
     ASSERT_EQ(r[0].status, StepStatus::kOk);
-    ASSERT_LE(eng.session_kv(b)->resident_blocks(), kv::KvPolicy::Window(4, 0).MaxResidentBlocks(4));
+    ASSERT_LE(eng.session_kv(b)->resident_blocks(),
+              kv::KvPolicy::Window(4, 0).MaxResidentBlocks(4));
   }
 }
 
@@ -207,7 +212,10 @@ TEST(EngineTest, ThousandWindowedSessionsInOnePool) {
   std::vector<StepItemResult> r;
   for (int step = 0; step < 60; ++step) {
     std::vector<StepItem> items;
-    for (int i = 0; i < 1000; ++i) items.push_back({ids[static_cast<std::size_t>(i)], {&next[static_cast<std::size_t>(i)], 1}, LogitsMode::kNone});
+    for (int i = 0; i < 1000; ++i)
+      items.push_back({ids[static_cast<std::size_t>(i)],
+                       {&next[static_cast<std::size_t>(i)], 1},
+                       LogitsMode::kNone});
     eng.Step(items, &r);
     for (const auto& x : r) ASSERT_EQ(x.status, StepStatus::kOk) << "step " << step;
   }

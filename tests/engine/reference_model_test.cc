@@ -126,8 +126,8 @@ TEST(Stories260KTest, WindowCoveringTheRunReproducesTheReference) {
   eo.kv_blocks = 64;
   Engine eng(m, eo);
   const std::vector<TokenId> ref = ReadIds(ids_path);
-  const auto got = Greedy(eng, kv::KvPolicy::Window(300, 4, kv::PositionMode::kRolling), {1}, 256,
-                          nullptr);
+  const auto got =
+      Greedy(eng, kv::KvPolicy::Window(300, 4, kv::PositionMode::kRolling), {1}, 256, nullptr);
   EXPECT_EQ(got, std::vector<TokenId>(ref.begin() + 1, ref.end()));
 }
 

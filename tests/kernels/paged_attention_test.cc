@@ -28,7 +28,8 @@ struct Dims {
   [[nodiscard]] int kv_dim() const { return kv_heads * hd; }
 };
 
-// Independent RoPE in double: rotate adjacent pairs (interleaved style) of one head by position pos.
+// Independent RoPE in double: rotate adjacent pairs (interleaved style) of one head by position
+// pos.
 void RotateRef(std::vector<double>& v, int offset, int hd, double pos) {
   for (int i = 0; i < hd; i += 2) {
     const double a = pos * std::pow(10000.0, -static_cast<double>(i) / hd);
@@ -57,7 +58,8 @@ class StreamHarness {
   StreamHarness(const Dims& d, int block_tokens, const KvPolicy& policy, unsigned seed)
       : d_(d),
         policy_(policy),
-        pool_({d.layers, d.kv_heads, d.hd, block_tokens}, {.num_blocks = 256, .poison_on_free = true}),
+        pool_({d.layers, d.kv_heads, d.hd, block_tokens},
+              {.num_blocks = 256, .poison_on_free = true}),
         session_(&pool_, policy, 1 << 20),
         rope_(d.hd, d.hd, 10000.0, model::RopeStyle::kInterleaved),
         rng_(seed) {}
@@ -74,7 +76,8 @@ class StreamHarness {
       std::vector<float> q(static_cast<std::size_t>(n * d_.q_dim()));
       for (int t = 0; t < n; ++t) {
         const TokenPos p = pos0 + t;
-        std::vector<double> rq(static_cast<std::size_t>(d_.q_dim())), rk(static_cast<std::size_t>(d_.kv_dim())), rv(static_cast<std::size_t>(d_.kv_dim()));
+        std::vector<double> rq(static_cast<std::size_t>(d_.q_dim())),
+            rk(static_cast<std::size_t>(d_.kv_dim())), rv(static_cast<std::size_t>(d_.kv_dim()));
         for (auto& x : rq) x = nd(rng_);
         for (auto& x : rk) x = nd(rng_);
         for (auto& x : rv) x = nd(rng_);
@@ -127,7 +130,8 @@ class StreamHarness {
       std::vector<double> scores;
       std::vector<TokenPos> keys;
       for (TokenPos j = 0; j <= p; ++j) {
-        const bool visible = j <= p && (j < policy_.effective_sinks() || j > p - policy_.effective_window());
+        const bool visible =
+            j <= p && (j < policy_.effective_sinks() || j > p - policy_.effective_window());
         if (!visible) continue;
         double qpos = 0, kpos = 0;
         RefPositions(policy_, p, j, &qpos, &kpos);
@@ -136,7 +140,9 @@ class StreamHarness {
         RotateRef(q, h * d_.hd, d_.hd, qpos);
         RotateRef(k, g * d_.hd, d_.hd, kpos);
         double s = 0.0;
-        for (int i = 0; i < d_.hd; ++i) s += q[static_cast<std::size_t>(h * d_.hd + i)] * k[static_cast<std::size_t>(g * d_.hd + i)];
+        for (int i = 0; i < d_.hd; ++i)
+          s += q[static_cast<std::size_t>(h * d_.hd + i)] *
+               k[static_cast<std::size_t>(g * d_.hd + i)];
         scores.push_back(s / std::sqrt(static_cast<double>(d_.hd)));
         keys.push_back(j);
       }
@@ -147,7 +153,8 @@ class StreamHarness {
       for (std::size_t k = 0; k < keys.size(); ++k) {
         const auto& v = raw_v_[l][static_cast<std::size_t>(keys[k])];
         for (int i = 0; i < d_.hd; ++i) {
-          out[static_cast<std::size_t>(h * d_.hd + i)] += scores[k] / sum * v[static_cast<std::size_t>(g * d_.hd + i)];
+          out[static_cast<std::size_t>(h * d_.hd + i)] +=
+              scores[k] / sum * v[static_cast<std::size_t>(g * d_.hd + i)];
         }
       }
     }
@@ -202,8 +209,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"w5_s6_roll_b4", KvPolicy::Window(5, 6, PositionMode::kRolling), 4},
                       Case{"w13_s5_roll_b16", KvPolicy::Window(13, 5, PositionMode::kRolling), 16},
                       Case{"w_ge_len_roll", KvPolicy::Window(1000, 4, PositionMode::kRolling), 4},
-                      Case{"hd64_gqa3_w9_s3_roll", KvPolicy::Window(9, 3, PositionMode::kRolling), 4,
-                           Dims{6, 2, 64, 2}},
+                      Case{"hd64_gqa3_w9_s3_roll", KvPolicy::Window(9, 3, PositionMode::kRolling),
+                           4, Dims{6, 2, 64, 2}},
                       Case{"hd64_full", KvPolicy::Full(), 16, Dims{6, 2, 64, 2}},
                       Case{"hd16_mha_w6_s2", KvPolicy::Window(6, 2), 4, Dims{4, 4, 16, 2}},
                       Case{"hd32_w11_s0_roll", KvPolicy::Window(11, 0, PositionMode::kRolling), 8,

@@ -15,7 +15,8 @@ TEST(RopeTest, InterleavedMatchesLlama2cFormula) {
   const int hd = 8;
   Rope rope(hd, hd, 10000.0, RopeStyle::kInterleaved);
   std::vector<float> v(2 * hd);
-  for (int i = 0; i < 2 * hd; ++i) v[static_cast<std::size_t>(i)] = 0.1f * static_cast<float>(i + 1);
+  for (int i = 0; i < 2 * hd; ++i)
+    v[static_cast<std::size_t>(i)] = 0.1f * static_cast<float>(i + 1);
   auto expected = v;
   const TokenPos pos = 37;
   for (int i = 0; i < 2 * hd; i += 2) {
@@ -24,7 +25,8 @@ TEST(RopeTest, InterleavedMatchesLlama2cFormula) {
     const double x0 = v[static_cast<std::size_t>(i)];
     const double x1 = v[static_cast<std::size_t>(i + 1)];
     expected[static_cast<std::size_t>(i)] = static_cast<float>(x0 * std::cos(a) - x1 * std::sin(a));
-    expected[static_cast<std::size_t>(i + 1)] = static_cast<float>(x0 * std::sin(a) + x1 * std::cos(a));
+    expected[static_cast<std::size_t>(i + 1)] =
+        static_cast<float>(x0 * std::sin(a) + x1 * std::cos(a));
   }
   rope.Rotate(v.data(), 2, pos);
   for (std::size_t i = 0; i < v.size(); ++i) EXPECT_NEAR(v[i], expected[i], 1e-6f) << i;
@@ -47,12 +49,15 @@ TEST(RopeTest, RotationsComposeExactlyAtHugePositions) {
   const int hd = 64;
   Rope rope(hd, hd, 10000.0, RopeStyle::kInterleaved);
   std::vector<float> a(hd), b(hd);
-  for (int i = 0; i < hd; ++i) a[static_cast<std::size_t>(i)] = b[static_cast<std::size_t>(i)] = std::sin(0.3f * static_cast<float>(i)) + 0.5f;
+  for (int i = 0; i < hd; ++i)
+    a[static_cast<std::size_t>(i)] = b[static_cast<std::size_t>(i)] =
+        std::sin(0.3f * static_cast<float>(i)) + 0.5f;
   const TokenPos big = TokenPos{3'000'000'000};
   rope.Rotate(a.data(), 1, big);
   rope.Rotate(a.data(), 1, -big + 5);
   rope.Rotate(b.data(), 1, 5);
-  for (int i = 0; i < hd; ++i) EXPECT_NEAR(a[static_cast<std::size_t>(i)], b[static_cast<std::size_t>(i)], 2e-6f) << i;
+  for (int i = 0; i < hd; ++i)
+    EXPECT_NEAR(a[static_cast<std::size_t>(i)], b[static_cast<std::size_t>(i)], 2e-6f) << i;
 }
 
 TEST(RopeTest, AnglesAreExactForLargePositions) {

@@ -31,7 +31,8 @@ TEST(VectorOpsTest, SimdMatchesScalarReference) {
     auto y2 = b;
     Axpy(0.7f, a.data(), y1.data(), n);
     reference::Axpy(0.7f, a.data(), y2.data(), n);
-    for (int i = 0; i < n; ++i) ASSERT_NEAR(y1[static_cast<std::size_t>(i)], y2[static_cast<std::size_t>(i)], 1e-5f);
+    for (int i = 0; i < n; ++i)
+      ASSERT_NEAR(y1[static_cast<std::size_t>(i)], y2[static_cast<std::size_t>(i)], 1e-5f);
 
     std::vector<float> s1(static_cast<std::size_t>(n)), s2(static_cast<std::size_t>(n));
     auto g = a;
@@ -46,7 +47,8 @@ TEST(VectorOpsTest, SimdMatchesScalarReference) {
     std::vector<float> r1(static_cast<std::size_t>(n)), r2(static_cast<std::size_t>(n));
     RmsNorm(a.data(), b.data(), 1e-5f, r1.data(), n);
     reference::RmsNorm(a.data(), b.data(), 1e-5f, r2.data(), n);
-    for (int i = 0; i < n; ++i) ASSERT_NEAR(r1[static_cast<std::size_t>(i)], r2[static_cast<std::size_t>(i)], 1e-4f);
+    for (int i = 0; i < n; ++i)
+      ASSERT_NEAR(r1[static_cast<std::size_t>(i)], r2[static_cast<std::size_t>(i)], 1e-4f);
   }
 }
 

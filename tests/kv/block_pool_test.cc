@@ -42,7 +42,8 @@ TEST(BlockPoolTest, LayoutArithmetic) {
   EXPECT_EQ(l.plane_floats(), 16u * 16u);
   EXPECT_EQ(l.block_floats(), 3u * 2u * 16u * 16u);
   EXPECT_EQ(l.bytes_per_token(), 3u * 2u * 16u * sizeof(float));
-  EXPECT_EQ(BlockPool::BlocksForMegabytes(l, 1.0), static_cast<int>((1 << 20) / l.bytes_per_block()));
+  EXPECT_EQ(BlockPool::BlocksForMegabytes(l, 1.0),
+            static_cast<int>((1 << 20) / l.bytes_per_block()));
 }
 
 TEST(BlockPoolTest, PoisonOnFreeFillsNaN) {

@@ -76,10 +76,9 @@ TEST(SessionKvTest, RandomOperationsKeepPoolAccountingExact) {
     for (int op = 0; op < 2000; ++op) {
       const unsigned r = rng() % 10;
       if (r == 0 || sessions.empty()) {
-        KvPolicy p = (rng() % 3 == 0)
-                         ? KvPolicy::Full()
-                         : KvPolicy::Window(1 + static_cast<TokenPos>(rng() % 40),
-                                            static_cast<TokenPos>(rng() % 10));
+        KvPolicy p = (rng() % 3 == 0) ? KvPolicy::Full()
+                                      : KvPolicy::Window(1 + static_cast<TokenPos>(rng() % 40),
+                                                         static_cast<TokenPos>(rng() % 10));
         sessions.emplace(next++, std::make_unique<SessionKv>(&pool, p, 1 << 20));
       } else if (r == 1) {
         auto it = sessions.begin();

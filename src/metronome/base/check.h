@@ -7,17 +7,18 @@
 #include <cstdlib>
 
 namespace metronome::internal {
-[[noreturn]] inline void CheckFailed(const char* file, int line, const char* cond, const char* msg) {
+[[noreturn]] inline void CheckFailed(const char* file, int line, const char* cond,
+                                     const char* msg) {
   std::fprintf(stderr, "%s:%d: check failed: %s (%s)\n", file, line, cond, msg);
   std::abort();
 }
 }  // namespace metronome::internal
 
-#define MTR_CHECK(cond, msg)                                                    \
-  do {                                                                          \
-    if (!(cond)) [[unlikely]] {                                                 \
-      ::metronome::internal::CheckFailed(__FILE__, __LINE__, #cond, (msg));     \
-    }                                                                           \
+#define MTR_CHECK(cond, msg)                                                \
+  do {                                                                      \
+    if (!(cond)) [[unlikely]] {                                             \
+      ::metronome::internal::CheckFailed(__FILE__, __LINE__, #cond, (msg)); \
+    }                                                                       \
   } while (false)
 
 #ifdef NDEBUG

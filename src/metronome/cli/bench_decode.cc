@@ -42,8 +42,8 @@ int RunBench(const BenchFlags& f) {
   const model::Model m = f.model.Load();
   const kv::KvPolicy policy = f.kv.Policy();
   const std::int64_t total_tokens = f.context + f.warmup + f.steps + 1;
-  engine::Engine eng(m, f.engine.Options(m.config, policy, f.sessions, total_tokens,
-                                         f.prefill_chunk));
+  engine::Engine eng(m,
+                     f.engine.Options(m.config, policy, f.sessions, total_tokens, f.prefill_chunk));
   std::vector<engine::SessionId> ids;
   for (int s = 0; s < f.sessions; ++s) {
     engine::SessionOptions so;
@@ -93,7 +93,8 @@ int RunBench(const BenchFlags& f) {
   for (int k = 0; k < f.warmup + f.steps; ++k) {
     std::vector<engine::StepItem> items;
     for (int s = 0; s < f.sessions; ++s) {
-      items.push_back({ids[static_cast<std::size_t>(s)], {&next[static_cast<std::size_t>(s)], 1},
+      items.push_back({ids[static_cast<std::size_t>(s)],
+                       {&next[static_cast<std::size_t>(s)], 1},
                        engine::LogitsMode::kLast});
     }
     eng.Step(items, &results);
@@ -127,8 +128,8 @@ int RunBench(const BenchFlags& f) {
   std::printf("prefill tokens %lld in %.2f s (%.0f tok/s)\n",
               static_cast<long long>(f.context) * f.sessions, prefill_s,
               static_cast<double>(f.context) * f.sessions / prefill_s);
-  std::printf("decode ms per step %.2f (p10 %.2f p90 %.2f)\n", med_ms,
-              Percentile(step_ms, 0.1), Percentile(step_ms, 0.9));
+  std::printf("decode ms per step %.2f (p10 %.2f p90 %.2f)\n", med_ms, Percentile(step_ms, 0.1),
+              Percentile(step_ms, 0.9));
   std::printf("decode tokens/s %.1f\n", f.sessions * 1e3 / med_ms);
   std::printf("step breakdown ms: gemm %.2f attention %.2f other %.2f\n", Median(gemm_ms),
               Median(attn_ms), med_ms - Median(gemm_ms) - Median(attn_ms));
@@ -136,15 +137,16 @@ int RunBench(const BenchFlags& f) {
   std::printf("fp32 GEMM peak GFLOP/s %.1f (in-run sgemm %dx%dx%d)\n", peak, f.peak_n, f.peak_n,
               f.peak_n);
   std::printf("peak fraction %.2f\n", med_gflops / peak);
-  std::printf("kv resident per session %lld blocks = %s (bound %s), pool used %lld / %lld blocks "
-              "(%s / %s), freed by window %lld\n",
-              static_cast<long long>(kv0->resident_blocks()),
-              HumanBytes(static_cast<double>(kv0->resident_blocks()) * bytes_per_block).c_str(),
-              bound >= 0 ? (std::to_string(bound) + " blocks").c_str() : "none (full)",
-              static_cast<long long>(ps.used_blocks), static_cast<long long>(ps.num_blocks),
-              HumanBytes(static_cast<double>(ps.used_blocks) * bytes_per_block).c_str(),
-              HumanBytes(static_cast<double>(ps.num_blocks) * bytes_per_block).c_str(),
-              static_cast<long long>(ps.blocks_freed_by_window));
+  std::printf(
+      "kv resident per session %lld blocks = %s (bound %s), pool used %lld / %lld blocks "
+      "(%s / %s), freed by window %lld\n",
+      static_cast<long long>(kv0->resident_blocks()),
+      HumanBytes(static_cast<double>(kv0->resident_blocks()) * bytes_per_block).c_str(),
+      bound >= 0 ? (std::to_string(bound) + " blocks").c_str() : "none (full)",
+      static_cast<long long>(ps.used_blocks), static_cast<long long>(ps.num_blocks),
+      HumanBytes(static_cast<double>(ps.used_blocks) * bytes_per_block).c_str(),
+      HumanBytes(static_cast<double>(ps.num_blocks) * bytes_per_block).c_str(),
+      static_cast<long long>(ps.blocks_freed_by_window));
   return 0;
 }
 
@@ -161,7 +163,8 @@ void RegisterBenchDecode(CLI::App* app, int* exit_code) {
       ->check(CLI::Range(1, 100000));
   sub->add_option("--context", flags->context, "Tokens prefilled per session (C)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
-  sub->add_option("--steps", flags->steps, "Measured decode steps (K)")->check(CLI::Range(1, 100000));
+  sub->add_option("--steps", flags->steps, "Measured decode steps (K)")
+      ->check(CLI::Range(1, 100000));
   sub->add_option("--warmup", flags->warmup, "Unmeasured decode steps first")
       ->check(CLI::Range(0, 1000));
   sub->add_option("--prefill-chunk", flags->prefill_chunk, "Prefill chunk per session per step")

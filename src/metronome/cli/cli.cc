@@ -1,7 +1,6 @@
 #include "metronome/cli/cli.h"
 
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <exception>
 

@@ -37,7 +37,8 @@ kv::KvPolicy KvFlags::Policy() const {
   if (window < 1) throw ConfigError("--window = " + std::to_string(window) + " must be >= 1");
   if (sinks < 0) throw ConfigError("--sinks = " + std::to_string(sinks) + " must be >= 0");
   kv::KvPolicy p = kv::KvPolicy::Window(
-      window, sinks, positions == "rolling" ? kv::PositionMode::kRolling : kv::PositionMode::kAbsolute);
+      window, sinks,
+      positions == "rolling" ? kv::PositionMode::kRolling : kv::PositionMode::kAbsolute);
   p.Validate();
   return p;
 }
@@ -65,7 +66,8 @@ engine::EngineOptions EngineFlags::Options(const model::ModelConfig& config,
     o.kv_pool_mb = kv_pool_mb;
   } else {
     const std::int64_t bound = policy.MaxResidentBlocks(block_tokens, chunk_tokens);
-    const std::int64_t full_blocks = (needed_tokens_per_session + block_tokens - 1) / block_tokens + 1;
+    const std::int64_t full_blocks =
+        (needed_tokens_per_session + block_tokens - 1) / block_tokens + 1;
     const std::int64_t per_session = bound >= 0 ? std::min(bound, full_blocks) : full_blocks;
     o.kv_blocks = std::max<std::int64_t>(1, per_session * sessions);
   }

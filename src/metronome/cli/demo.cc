@@ -25,16 +25,16 @@ struct DemoFlags {
   std::uint64_t seed = 1;
 };
 
-const char* const kPrompts[] = {
-    "Once upon a time", "The little dog", "One day, Lily", "The sun was",
-    "Tom and his mom", "In the park", "A big red ball", "The cat said"};
+const char* const kPrompts[] = {"Once upon a time", "The little dog",  "One day, Lily",
+                                "The sun was",      "Tom and his mom", "In the park",
+                                "A big red ball",   "The cat said"};
 
 int RunDemo(const DemoFlags& f) {
   model::Model m = f.model.Load();
   const kv::KvPolicy window_policy = kv::KvPolicy::Window(f.window, f.sinks);
   // Pool: each windowed session at its bound, each full session for its whole run.
-  engine::EngineOptions eo = f.engine.Options(m.config, kv::KvPolicy::Full(), f.sessions,
-                                              f.steps + 16, 16);
+  engine::EngineOptions eo =
+      f.engine.Options(m.config, kv::KvPolicy::Full(), f.sessions, f.steps + 16, 16);
   engine::Engine eng(m, eo);
 
   struct Session {
@@ -52,9 +52,16 @@ int RunDemo(const DemoFlags& f) {
     engine::SessionOptions so;
     so.policy = pol;
     auto s = std::unique_ptr<Session>(new Session{
-        eng.OpenSession(so), pol, {}, 0, -1, "", engine::Sampler({f.temperature, 0.95f, f.seed + static_cast<std::uint64_t>(i)})});
+        eng.OpenSession(so),
+        pol,
+        {},
+        0,
+        -1,
+        "",
+        engine::Sampler({f.temperature, 0.95f, f.seed + static_cast<std::uint64_t>(i)})});
     const std::string prompt = kPrompts[static_cast<std::size_t>(i) % std::size(kPrompts)];
-    s->tokens = m.tokenizer != nullptr ? m.tokenizer->Encode(prompt, true) : std::vector<TokenId>{1};
+    s->tokens =
+        m.tokenizer != nullptr ? m.tokenizer->Encode(prompt, true) : std::vector<TokenId>{1};
     s->prompt_len = s->tokens.size();
     ss.push_back(std::move(s));
   }
@@ -62,13 +69,14 @@ int RunDemo(const DemoFlags& f) {
   std::printf("metronome demo: %d sessions on %s (%d layers, dim %d, vocab %d), %d steps\n",
               f.sessions, m.config.name.c_str(), m.config.num_layers, m.config.dim,
               m.config.vocab_size, f.steps);
-  std::printf("KV pool: %lld blocks of %lld tokens (%s); even sessions full KV, odd sessions %s\n\n",
-              static_cast<long long>(eng.pool_stats().num_blocks),
-              static_cast<long long>(eng.pool_stats().block_tokens),
-              HumanBytes(static_cast<double>(eng.pool_stats().num_blocks) *
-                         static_cast<double>(eng.pool_stats().bytes_per_block))
-                  .c_str(),
-              window_policy.ToString().c_str());
+  std::printf(
+      "KV pool: %lld blocks of %lld tokens (%s); even sessions full KV, odd sessions %s\n\n",
+      static_cast<long long>(eng.pool_stats().num_blocks),
+      static_cast<long long>(eng.pool_stats().block_tokens),
+      HumanBytes(static_cast<double>(eng.pool_stats().num_blocks) *
+                 static_cast<double>(eng.pool_stats().bytes_per_block))
+          .c_str(),
+      window_policy.ToString().c_str());
 
   const auto t0 = std::chrono::steady_clock::now();
   std::int64_t tokens_forwarded = 0;
@@ -118,13 +126,13 @@ int RunDemo(const DemoFlags& f) {
     std::printf("    %s\n", text.c_str());
   }
   const engine::PoolStats ps = eng.pool_stats();
-  std::printf("\n%lld tokens in %.2f s: %.0f tokens/s; KV pool used %lld / %lld blocks (%.0f%%), "
-              "%lld blocks returned by windows\n",
-              static_cast<long long>(tokens_forwarded), secs,
-              static_cast<double>(tokens_forwarded) / secs,
-              static_cast<long long>(ps.used_blocks), static_cast<long long>(ps.num_blocks),
-              100.0 * static_cast<double>(ps.used_blocks) / static_cast<double>(ps.num_blocks),
-              static_cast<long long>(ps.blocks_freed_by_window));
+  std::printf(
+      "\n%lld tokens in %.2f s: %.0f tokens/s; KV pool used %lld / %lld blocks (%.0f%%), "
+      "%lld blocks returned by windows\n",
+      static_cast<long long>(tokens_forwarded), secs, static_cast<double>(tokens_forwarded) / secs,
+      static_cast<long long>(ps.used_blocks), static_cast<long long>(ps.num_blocks),
+      100.0 * static_cast<double>(ps.used_blocks) / static_cast<double>(ps.num_blocks),
+      static_cast<long long>(ps.blocks_freed_by_window));
   return 0;
 }
 

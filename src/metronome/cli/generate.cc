@@ -41,9 +41,9 @@ int RunGenerate(const GenerateFlags& f) {
   if (prompt.empty()) throw ConfigError("the prompt is empty (give --prompt or --prompt-ids)");
 
   const kv::KvPolicy policy = f.kv.Policy();
-  engine::Engine eng(m, f.engine.Options(m.config, policy, 1,
-                                         static_cast<std::int64_t>(prompt.size()) + f.steps,
-                                         f.chunk));
+  engine::Engine eng(
+      m, f.engine.Options(m.config, policy, 1, static_cast<std::int64_t>(prompt.size()) + f.steps,
+                          f.chunk));
   engine::SessionOptions so;
   so.policy = policy;
   so.max_context = f.kv.max_context;
@@ -52,10 +52,9 @@ int RunGenerate(const GenerateFlags& f) {
 
   const auto t0 = std::chrono::steady_clock::now();
   TokenId next = -1;
-  engine::StepStatus st = engine::Feed(eng, sid, prompt, f.chunk, false,
-                                       [&](std::size_t, std::span<const float> logits) {
-                                         next = sampler.Sample(logits);
-                                       });
+  engine::StepStatus st = engine::Feed(
+      eng, sid, prompt, f.chunk, false,
+      [&](std::size_t, std::span<const float> logits) { next = sampler.Sample(logits); });
   const auto t_prefill = std::chrono::steady_clock::now();
   std::vector<TokenId> generated;
   while (st == engine::StepStatus::kOk && static_cast<int>(generated.size()) < f.steps) {
@@ -63,10 +62,9 @@ int RunGenerate(const GenerateFlags& f) {
     if (f.stop_at_eos && m.tokenizer != nullptr && next == m.tokenizer->eos_id()) break;
     if (static_cast<int>(generated.size()) == f.steps) break;
     const TokenId in = next;
-    st = engine::Feed(eng, sid, {&in, 1}, 1, false,
-                      [&](std::size_t, std::span<const float> logits) {
-                        next = sampler.Sample(logits);
-                      });
+    st = engine::Feed(
+        eng, sid, {&in, 1}, 1, false,
+        [&](std::size_t, std::span<const float> logits) { next = sampler.Sample(logits); });
   }
   const auto t1 = std::chrono::steady_clock::now();
 
@@ -115,10 +113,12 @@ void RegisterGenerate(CLI::App* app, int* exit_code) {
   flags->kv.Register(sub);
   flags->engine.Register(sub);
   auto* p = sub->add_option("--prompt", flags->prompt, "Prompt text (BOS is prepended)");
-  auto* pi = sub->add_option("--prompt-ids", flags->prompt_ids, "Prompt as token ids, e.g. \"1 2 3\"");
+  auto* pi =
+      sub->add_option("--prompt-ids", flags->prompt_ids, "Prompt as token ids, e.g. \"1 2 3\"");
   p->excludes(pi);
   sub->add_option("--steps", flags->steps, "Tokens to generate")->check(CLI::Range(0, 1 << 24));
-  sub->add_option("--temperature", flags->temperature, "0: greedy")->check(CLI::Range(0.0f, 100.0f));
+  sub->add_option("--temperature", flags->temperature, "0: greedy")
+      ->check(CLI::Range(0.0f, 100.0f));
   sub->add_option("--top-p", flags->top_p, "Nucleus sampling threshold")
       ->check(CLI::Range(0.0f, 1.0f));
   sub->add_option("--seed", flags->seed, "Sampling seed");

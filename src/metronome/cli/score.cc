@@ -48,8 +48,8 @@ int RunScore(const ScoreFlags& f) {
   if (ids.size() < 2) throw ConfigError("the sequence needs at least 2 tokens to score");
 
   const kv::KvPolicy policy = f.kv.Policy();
-  engine::Engine eng(m, f.engine.Options(m.config, policy, 1, static_cast<std::int64_t>(ids.size()),
-                                         f.chunk));
+  engine::Engine eng(
+      m, f.engine.Options(m.config, policy, 1, static_cast<std::int64_t>(ids.size()), f.chunk));
   engine::SessionOptions so;
   so.policy = policy;
   so.max_context = f.kv.max_context;
@@ -99,7 +99,8 @@ void RegisterScore(CLI::App* app, int* exit_code) {
   flags->engine.Register(sub);
   auto* a = sub->add_option("--ids", flags->ids, "Token ids, e.g. \"1 2 3\"");
   auto* b = sub->add_option("--ids-file", flags->ids_file, "File of whitespace-separated ids");
-  auto* c = sub->add_option("--text-file", flags->text_file, "Text file (tokenized, BOS prepended)");
+  auto* c =
+      sub->add_option("--text-file", flags->text_file, "Text file (tokenized, BOS prepended)");
   a->excludes(b)->excludes(c);
   b->excludes(c);
   sub->add_option("--logits-out", flags->logits_out,

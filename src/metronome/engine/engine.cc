@@ -83,16 +83,16 @@ void EnsureSize(std::vector<float>& v, std::size_t n) {
 struct Engine::Batch {
   struct Item {
     kv::SessionKv* kv = nullptr;
-    TokenPos pos0 = 0;   // position of the chunk's first token
-    int row0 = 0;        // first row of the chunk in the step
+    TokenPos pos0 = 0;  // position of the chunk's first token
+    int row0 = 0;       // first row of the chunk in the step
     int n = 0;
     std::size_t result_index = 0;
     LogitsMode logits = LogitsMode::kNone;
   };
   std::vector<Item> items;
-  std::vector<TokenId> tokens;   // [T]
+  std::vector<TokenId> tokens;      // [T]
   std::vector<TokenPos> positions;  // [T]
-  std::vector<int> item_of_row;  // [T]
+  std::vector<int> item_of_row;     // [T]
   int num_tokens = 0;
   std::vector<float> x, xb, qkv, att, gate_up, hidden;  // activations
   std::vector<float> rope_cos, rope_sin;                // [T, rotary_dim/2]
@@ -152,7 +152,8 @@ PoolStats Engine::pool_stats() const {
   s.block_tokens = pool_.layout().block_tokens;
   s.bytes_per_block = static_cast<std::int64_t>(pool_.layout().bytes_per_block());
   s.blocks_freed_by_window = freed_by_closed_sessions_;
-  for (const auto& [id, kv] : sessions_) s.blocks_freed_by_window += kv->stats().blocks_freed_by_window;
+  for (const auto& [id, kv] : sessions_)
+    s.blocks_freed_by_window += kv->stats().blocks_freed_by_window;
   s.num_sessions = static_cast<std::int64_t>(sessions_.size());
   return s;
 }
@@ -235,8 +236,7 @@ void Engine::Step(std::span<const StepItem> items, std::vector<StepItemResult>* 
   }
   last_step_.num_tokens = b.num_tokens;
   last_step_.num_sessions = static_cast<int>(b.items.size());
-  last_step_.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  last_step_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void Engine::Forward(Batch& b) {
@@ -249,7 +249,9 @@ void Engine::Forward(Batch& b) {
   const int qkvd = c.qkv_dim();
   const int ffn = c.ffn_dim;
   const int pairs = rope_.num_pairs();
-  const auto sz = [](int a, int bb) { return static_cast<std::size_t>(a) * static_cast<std::size_t>(bb); };
+  const auto sz = [](int a, int bb) {
+    return static_cast<std::size_t>(a) * static_cast<std::size_t>(bb);
+  };
 
   EnsureSize(b.x, sz(T, dim));
   EnsureSize(b.xb, sz(T, dim));
@@ -263,7 +265,8 @@ void Engine::Forward(Batch& b) {
   const bool parallel_rows = T >= 4;
 #pragma omp parallel for if (parallel_rows) schedule(static)
   for (int t = 0; t < T; ++t) {
-    std::memcpy(&b.x[sz(t, dim)], w.token_embedding + sz(b.tokens[static_cast<std::size_t>(t)], dim),
+    std::memcpy(&b.x[sz(t, dim)],
+                w.token_embedding + sz(b.tokens[static_cast<std::size_t>(t)], dim),
                 sizeof(float) * static_cast<std::size_t>(dim));
     rope_.Angles(b.positions[static_cast<std::size_t>(t)], &b.rope_cos[sz(t, pairs)],
                  &b.rope_sin[sz(t, pairs)]);
@@ -320,10 +323,12 @@ void Engine::Forward(Batch& b) {
       const float* sn = &b.rope_sin[sz(t, pairs)];
       rope_.Apply(row, c.num_heads, cs, sn);
       rope_.Apply(row + qd, c.num_kv_heads, cs, sn);
-      kv::SessionKv* kv = b.items[static_cast<std::size_t>(b.item_of_row[static_cast<std::size_t>(t)])].kv;
+      kv::SessionKv* kv =
+          b.items[static_cast<std::size_t>(b.item_of_row[static_cast<std::size_t>(t)])].kv;
       const TokenPos pos = b.positions[static_cast<std::size_t>(t)];
       std::memcpy(kv->KeySlot(l, pos), row + qd, sizeof(float) * static_cast<std::size_t>(kvd));
-      std::memcpy(kv->ValueSlot(l, pos), row + qd + kvd, sizeof(float) * static_cast<std::size_t>(kvd));
+      std::memcpy(kv->ValueSlot(l, pos), row + qd + kvd,
+                  sizeof(float) * static_cast<std::size_t>(kvd));
     }
 
     const auto t_attn = Clock::now();
@@ -340,9 +345,8 @@ void Engine::Forward(Batch& b) {
 
     last_step_.attention_seconds += std::chrono::duration<double>(Clock::now() - t_attn).count();
 
-    Timed(&last_step_.gemm_seconds, [&] {
-      kernels::MatMulTransposedB(b.att.data(), T, qd, lw.wo, dim, b.x.data(), true);
-    });
+    Timed(&last_step_.gemm_seconds,
+          [&] { kernels::MatMulTransposedB(b.att.data(), T, qd, lw.wo, dim, b.x.data(), true); });
 
 #pragma omp parallel for if (parallel_rows) schedule(static)
     for (int t = 0; t < T; ++t) {

@@ -29,10 +29,10 @@ namespace metronome::engine {
 enum class SessionId : std::uint32_t {};
 
 struct EngineOptions {
-  int block_tokens = 16;      // B, tokens per KV block
-  std::int64_t kv_blocks = 0;  // pool size in blocks; when 0, derived from kv_pool_mb
-  double kv_pool_mb = 256.0;  // pool size in MiB (used when kv_blocks == 0)
-  int num_threads = 0;        // 0: OpenMP default (all cores)
+  int block_tokens = 16;             // B, tokens per KV block
+  std::int64_t kv_blocks = 0;        // pool size in blocks; when 0, derived from kv_pool_mb
+  double kv_pool_mb = 256.0;         // pool size in MiB (used when kv_blocks == 0)
+  int num_threads = 0;               // 0: OpenMP default (all cores)
   bool poison_freed_blocks = false;  // NaN-fill freed blocks (tests, debugging)
 
   void Validate() const;  // ConfigError naming the field
@@ -55,8 +55,8 @@ struct StepItem {
 
 enum class StepStatus : std::uint8_t {
   kOk,
-  kPoolExhausted,   // no KV blocks for this chunk; the session is unchanged
-  kContextFull,     // the session's context limit would be exceeded; unchanged
+  kPoolExhausted,  // no KV blocks for this chunk; the session is unchanged
+  kContextFull,    // the session's context limit would be exceeded; unchanged
   kUnknownSession,
   kInvalidRequest,  // empty chunk, token id out of range, or the session twice in one step
 };
@@ -79,9 +79,9 @@ struct PoolStats {
 };
 
 struct StepStats {
-  int num_tokens = 0;      // tokens forwarded
-  int num_sessions = 0;    // sessions that took part
-  double flops = 0.0;      // arithmetic of the step (projections, attention, logits)
+  int num_tokens = 0;    // tokens forwarded
+  int num_sessions = 0;  // sessions that took part
+  double flops = 0.0;    // arithmetic of the step (projections, attention, logits)
   double seconds = 0.0;
   // Where the step's time went (wall seconds): weight GEMMs incl. logits, attention (K/V writes
   // and the paged kernel), everything else (norms, RoPE, SwiGLU, planning).

@@ -15,8 +15,8 @@ StepStatus Feed(Engine& engine, SessionId session, std::span<const TokenId> toke
     StepItem item;
     item.session = session;
     item.tokens = tokens.subspan(begin, n);
-    item.logits = all_logits ? LogitsMode::kAll
-                             : (last_chunk ? LogitsMode::kLast : LogitsMode::kNone);
+    item.logits =
+        all_logits ? LogitsMode::kAll : (last_chunk ? LogitsMode::kLast : LogitsMode::kNone);
     engine.Step({&item, 1}, &results);
     const StepItemResult& r = results[0];
     if (r.status != StepStatus::kOk) return r.status;

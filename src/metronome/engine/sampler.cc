@@ -46,7 +46,8 @@ TokenId Sampler::Sample(std::span<const float> logits) {
     }
   }
   float total = 0.0f;
-  for (int i = 0; i < keep; ++i) total += probs_[static_cast<std::size_t>(order_[static_cast<std::size_t>(i)])];
+  for (int i = 0; i < keep; ++i)
+    total += probs_[static_cast<std::size_t>(order_[static_cast<std::size_t>(i)])];
   const float r = std::uniform_real_distribution<float>(0.0f, total)(rng_);
   float cum = 0.0f;
   for (int i = 0; i < keep; ++i) {

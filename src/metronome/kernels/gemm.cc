@@ -1,7 +1,7 @@
 #include "metronome/kernels/gemm.h"
 
-#include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,8 +14,8 @@ namespace metronome::kernels {
 void MatMulTransposedB(const float* x, int m, int k, const float* w, int n, float* y,
                        bool accumulate) noexcept {
   // dnnl_sgemm is row-major. It only fails for invalid arguments, which the engine never passes.
-  const dnnl_status_t st = dnnl_sgemm('N', 'T', m, n, k, 1.0f, x, k, w, k,
-                                      accumulate ? 1.0f : 0.0f, y, n);
+  const dnnl_status_t st =
+      dnnl_sgemm('N', 'T', m, n, k, 1.0f, x, k, w, k, accumulate ? 1.0f : 0.0f, y, n);
   MTR_DCHECK(st == dnnl_success, "dnnl_sgemm rejected its arguments");
   (void)st;
 }
@@ -30,16 +30,13 @@ double MeasureGemmPeakGflops(int n, int repeats) {
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     MatMulTransposedB(a.data(), n, n, b.data(), n, c.data(), false);
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     best = std::max(best, 2.0 * n * static_cast<double>(n) * n / s / 1e9);
   }
   return best;
 }
 
-void SetNumThreads(int n) {
-  omp_set_num_threads(n);
-}
+void SetNumThreads(int n) { omp_set_num_threads(n); }
 
 int NumThreads() { return omp_get_max_threads(); }
 

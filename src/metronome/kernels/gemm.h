@@ -1,6 +1,7 @@
 // fp32 GEMM for the weight projections, backed by oneDNN (JIT kernels chosen for this CPU at run
-// time; its OpenMP threads are the same pool as the engine's attention loops). All projections in the runtime have the form
-// y[m, n] (+)= x[m, k] * W[n, k]^T with W row-major [out, in], the layout of ModelWeights.
+// time; its OpenMP threads are the same pool as the engine's attention loops). All projections in
+// the runtime have the form y[m, n] (+)= x[m, k] * W[n, k]^T with W row-major [out, in], the layout
+// of ModelWeights.
 #pragma once
 
 namespace metronome::kernels {

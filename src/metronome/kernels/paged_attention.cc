@@ -139,7 +139,8 @@ void AttendQueries(const AttentionShape& shape, const kv::PagedKvView& kv,
   const int group = shape.group();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const std::size_t head_off = static_cast<std::size_t>(kv_head) * static_cast<std::size_t>(hd);
-  const std::size_t group_off = static_cast<std::size_t>(kv_head * group) * static_cast<std::size_t>(hd);
+  const std::size_t group_off =
+      static_cast<std::size_t>(kv_head * group) * static_cast<std::size_t>(hd);
 
   for (int i = 0; i < n; ++i) {
     const TokenPos p = pos0 + i;

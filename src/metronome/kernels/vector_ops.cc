@@ -141,7 +141,6 @@ void RmsNorm(const float* x, const float* weight, float eps, float* out, int n) 
   for (int i = 0; i < n; ++i) out[i] = x[i] * inv * weight[i];
 }
 
-
 #if defined(__AVX512F__)
 namespace {
 // e^x as 2^n * e^r with n = round(x log2 e), |r| <= ln2/2, e^r by its degree-7 Taylor polynomial
@@ -169,7 +168,9 @@ void Softmax(float* x, int n) noexcept {
   __m512 vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   int i = 0;
   for (; i + 16 <= n; i += 16) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(x + i));
-  if (i < n) vmax = _mm512_mask_max_ps(vmax, TailMask(n - i), vmax, _mm512_maskz_loadu_ps(TailMask(n - i), x + i));
+  if (i < n)
+    vmax = _mm512_mask_max_ps(vmax, TailMask(n - i), vmax,
+                              _mm512_maskz_loadu_ps(TailMask(n - i), x + i));
   const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
   __m512 vsum = _mm512_setzero_ps();
   for (i = 0; i + 16 <= n; i += 16) {
@@ -184,7 +185,8 @@ void Softmax(float* x, int n) noexcept {
     vsum = _mm512_add_ps(vsum, e);
   }
   const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
-  for (i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), inv));
+  for (i = 0; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), inv));
   if (i < n) {
     const __mmask16 k = TailMask(n - i);
     _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), inv));
@@ -195,7 +197,8 @@ void SwiGlu(const float* gate, const float* up, float* out, int n) noexcept {
   int i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 g = _mm512_loadu_ps(gate + i);
-    const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, Exp(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+    const __m512 silu =
+        _mm512_div_ps(g, _mm512_add_ps(one, Exp(_mm512_sub_ps(_mm512_setzero_ps(), g))));
     _mm512_storeu_ps(out + i, _mm512_mul_ps(silu, _mm512_loadu_ps(up + i)));
   }
   if (i < n) reference::SwiGlu(gate + i, up + i, out + i, n - i);

@@ -89,8 +89,8 @@ class BlockPool {
   KvLayout layout_;
   BlockPoolOptions options_;
   std::unique_ptr<float, FreeDeleter> storage_;
-  std::vector<BlockId> free_list_;     // LIFO: a just-freed (cache-warm) block is reused first
-  std::vector<std::uint8_t> in_use_;   // [num_blocks]: 1 while owned by a session
+  std::vector<BlockId> free_list_;    // LIFO: a just-freed (cache-warm) block is reused first
+  std::vector<std::uint8_t> in_use_;  // [num_blocks]: 1 while owned by a session
 };
 
 }  // namespace metronome::kv

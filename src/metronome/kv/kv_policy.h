@@ -4,8 +4,8 @@
 //
 // Visibility at query position p: key j is visible iff j <= p and (j < S or j > p - W).
 // Positions: `absolute` rotates token j at position j. `rolling` (StreamingLLM) uses in-cache
-// positions once a gap exists (p - W + 1 > S): sink i at i, window token j at S + (j - (p - W + 1)),
-// the query at S + W - 1. Because RoPE scores depend only on position differences, window keys
+// positions once a gap exists (p - W + 1 > S): sink i at i, window token j at S + (j - (p - W +
+// 1)), the query at S + W - 1. Because RoPE scores depend only on position differences, window keys
 // rotated at their absolute positions give exactly the rolling scores; only the sink scores need
 // the query moved to S + W - 1 (see kernels/paged_attention.h).
 #pragma once
@@ -44,8 +44,7 @@ struct KvPolicy {
 
   // Rolling positions are in effect for query p (a gap between sinks and window exists).
   [[nodiscard]] bool RollingGap(TokenPos p) const {
-    return mode == KvMode::kWindow && positions == PositionMode::kRolling &&
-           p - window + 1 > sinks;
+    return mode == KvMode::kWindow && positions == PositionMode::kRolling && p - window + 1 > sinks;
   }
 
   // The bound on resident blocks at rest (between steps): ceil(S/B) + ceil(W/B) + 1. During a step

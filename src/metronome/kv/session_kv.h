@@ -30,8 +30,8 @@ enum class ReserveResult : std::uint8_t {
 };
 
 struct SessionKvStats {
-  TokenPos tokens_seen = 0;              // committed tokens
-  std::int64_t resident_blocks = 0;      // blocks currently owned
+  TokenPos tokens_seen = 0;          // committed tokens
+  std::int64_t resident_blocks = 0;  // blocks currently owned
   std::int64_t peak_resident_blocks = 0;
   std::int64_t blocks_freed_by_window = 0;
 };
@@ -73,8 +73,8 @@ class SessionKv {
   KvPolicy policy_;
   TokenPos max_tokens_;
   int block_tokens_;
-  std::int64_t num_sink_blocks_;     // ceil(S/B); 0 in full mode
-  TokenPos length_ = 0;              // committed tokens
+  std::int64_t num_sink_blocks_;       // ceil(S/B); 0 in full mode
+  TokenPos length_ = 0;                // committed tokens
   std::int64_t allocated_blocks_ = 0;  // logical blocks [0, allocated_blocks_) were allocated
   std::vector<BlockId> sink_blocks_;   // logical blocks [0, min(allocated, num_sink_blocks_))
   // Logical blocks [window_first_block_, allocated_blocks_) are window_blocks_[window_head_ ...].

@@ -24,16 +24,16 @@ struct GgufTensorInfo {
   std::string name;
   std::vector<std::uint64_t> shape;  // ggml order: shape[0] is the innermost (contiguous) dim
   GgmlType type = GgmlType::kF32;
-  std::uint64_t offset = 0;          // relative to the data section, as stored
+  std::uint64_t offset = 0;            // relative to the data section, as stored
   std::span<const std::uint8_t> data;  // validated to lie inside the file
 
   [[nodiscard]] std::uint64_t num_elements() const;
 };
 
 // A metadata value. Arrays of strings/numbers are kept as vectors (bounded by the file size).
-using GgufValue = std::variant<std::uint64_t, std::int64_t, double, bool, std::string,
-                               std::vector<std::string>, std::vector<double>,
-                               std::vector<std::int64_t>>;
+using GgufValue =
+    std::variant<std::uint64_t, std::int64_t, double, bool, std::string, std::vector<std::string>,
+                 std::vector<double>, std::vector<std::int64_t>>;
 
 class GgufFile {
  public:

@@ -17,21 +17,21 @@ enum class RopeStyle : std::uint8_t {
 
 struct ModelConfig {
   Architecture architecture = Architecture::kLlama;
-  std::string name;        // free text for logs, e.g. "stories260K.bin" or "synthetic:tiny"
-  int dim = 0;             // residual width
+  std::string name;  // free text for logs, e.g. "stories260K.bin" or "synthetic:tiny"
+  int dim = 0;       // residual width
   int num_layers = 0;
-  int num_heads = 0;       // query heads
-  int num_kv_heads = 0;    // key/value heads; num_heads % num_kv_heads == 0 (GQA)
-  int head_dim = 0;        // usually dim / num_heads
-  int ffn_dim = 0;         // hidden width of the SwiGLU feed-forward
+  int num_heads = 0;     // query heads
+  int num_kv_heads = 0;  // key/value heads; num_heads % num_kv_heads == 0 (GQA)
+  int head_dim = 0;      // usually dim / num_heads
+  int ffn_dim = 0;       // hidden width of the SwiGLU feed-forward
   int vocab_size = 0;
   int context_length = 0;  // trained context; informational (the KV policy bounds a session)
   float rms_eps = 1e-5f;
   double rope_theta = 10000.0;
-  int rope_dim = 0;        // rotated dims per head (<= head_dim); 0 means head_dim
+  int rope_dim = 0;  // rotated dims per head (<= head_dim); 0 means head_dim
   RopeStyle rope_style = RopeStyle::kInterleaved;
-  bool has_qkv_bias = false;      // qwen2
-  bool tied_embeddings = false;   // output projection shares token_embedding
+  bool has_qkv_bias = false;     // qwen2
+  bool tied_embeddings = false;  // output projection shares token_embedding
 
   [[nodiscard]] int q_dim() const { return num_heads * head_dim; }
   [[nodiscard]] int kv_dim() const { return num_kv_heads * head_dim; }

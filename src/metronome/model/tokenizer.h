@@ -37,11 +37,11 @@ class Tokenizer {
 
 // Raw vocabulary as stored in a GGUF file or a llama2.c tokenizer file.
 struct Vocabulary {
-  std::vector<std::string> tokens;      // token text; SentencePiece uses U+2581 for space
-  std::vector<float> scores;            // merge priority (higher merges first); may be empty
+  std::vector<std::string> tokens;        // token text; SentencePiece uses U+2581 for space
+  std::vector<float> scores;              // merge priority (higher merges first); may be empty
   std::vector<std::int32_t> token_types;  // GGUF token_type (1 normal, 2 unknown, 3 control,
                                           // 6 byte); may be empty
-  std::vector<std::string> merges;      // gpt2 only: "left right" merge rules in priority order
+  std::vector<std::string> merges;        // gpt2 only: "left right" merge rules in priority order
   TokenId bos_id = -1;
   TokenId eos_id = -1;
   TokenId unk_id = -1;

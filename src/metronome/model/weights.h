@@ -19,12 +19,12 @@ struct LayerWeights {
   // [qkv_dim, dim]: rows [0, q_dim) = Wq, [q_dim, q_dim+kv_dim) = Wk, then Wv. Q/K rows use the
   // pair layout of ModelConfig::rope_style (no permutation is applied by the runtime).
   float* wqkv = nullptr;
-  float* bqkv = nullptr;       // [qkv_dim], only when config.has_qkv_bias; else nullptr
-  float* wo = nullptr;         // [dim, q_dim]
-  float* ffn_norm = nullptr;   // [dim]
+  float* bqkv = nullptr;      // [qkv_dim], only when config.has_qkv_bias; else nullptr
+  float* wo = nullptr;        // [dim, q_dim]
+  float* ffn_norm = nullptr;  // [dim]
   // [2 * ffn_dim, dim]: rows [0, ffn_dim) = gate (w1), rows [ffn_dim, 2 ffn_dim) = up (w3)
   float* w_gate_up = nullptr;
-  float* w_down = nullptr;     // [dim, ffn_dim] (w2)
+  float* w_down = nullptr;  // [dim, ffn_dim] (w2)
 };
 
 class ModelWeights {
@@ -35,8 +35,8 @@ class ModelWeights {
 
   float* token_embedding = nullptr;  // [vocab, dim]
   std::vector<LayerWeights> layers;
-  float* final_norm = nullptr;       // [dim]
-  float* output = nullptr;           // [vocab, dim]
+  float* final_norm = nullptr;  // [dim]
+  float* output = nullptr;      // [vocab, dim]
 
   [[nodiscard]] std::size_t num_floats() const { return num_floats_; }
 
