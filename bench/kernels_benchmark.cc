@@ -3,7 +3,7 @@
 //    the in-process square-sgemm peak (counter peak_fraction).
 //  * BM_PagedAttention: one decode query per session over a paged KV of length `context`, full vs
 //    window W=512; counter keys_per_query shows the O(W) bound, and ns_per_key the per-key cost.
-// Run: build/release/bench/kernels_benchmark --benchmark_repetitions=5 \
+// Run: build/release/bench/kernels_benchmark --benchmark_repetitions=5
 //        --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
