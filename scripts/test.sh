@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test job (CI runs exactly this): set up, check formatting, build with warnings as errors and
-# run every test, then run the unit tests again under ASan + UBSan, then smoke-run the GGUF fuzzer.
+# run every test, clang-tidy, then the unit tests again under ASan + UBSan, then smoke-run the GGUF
+# fuzzer.
 # Fails loudly on the first problem.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,9 @@ echo "== build + test (ci preset: optimised, -Werror)"
 cmake --preset ci >/dev/null
 cmake --build --preset ci -j "$jobs"
 ctest --preset ci -j "$jobs"
+
+echo "== clang-tidy (all sources, warnings as errors)"
+bash scripts/tidy.sh build/ci
 
 echo "== benchmark smoke run"
 build/ci/bench/kernels_benchmark --benchmark_min_time=0.01 >/dev/null

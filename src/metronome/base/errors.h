@@ -14,6 +14,9 @@ class LoadError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// strerror(err) without strerror's shared static buffer (safe from any thread).
+std::string ErrnoMessage(int err);
+
 // A configuration value outside its domain (flag, option struct field, protocol parameter).
 class ConfigError : public std::runtime_error {
  public:

@@ -15,7 +15,7 @@ namespace metronome {
 MappedFile::MappedFile(const std::string& path) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    throw LoadError(path + ": cannot open: " + std::strerror(errno));
+    throw LoadError(path + ": cannot open: " + ErrnoMessage(errno));
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -28,7 +28,7 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     if (mapped == MAP_FAILED) {
       const int err = errno;
       ::close(fd);
-      throw LoadError(path + ": mmap failed: " + std::strerror(err));
+      throw LoadError(path + ": mmap failed: " + ErrnoMessage(err));
     }
     data_ = static_cast<const std::uint8_t*>(mapped);
   }

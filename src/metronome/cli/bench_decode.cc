@@ -2,6 +2,7 @@
 // throughput and the fraction of this machine's fp32 GEMM peak measured in the same run.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -35,7 +36,7 @@ double Median(std::vector<double> v) {
 double Percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   if (v.empty()) return 0.0;
-  return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+  return v[static_cast<std::size_t>(std::lround(q * static_cast<double>(v.size() - 1)))];
 }
 
 int RunBench(const BenchFlags& f) {
@@ -92,6 +93,7 @@ int RunBench(const BenchFlags& f) {
   std::vector<double> step_ms, step_gflops, gemm_ms, attn_ms;
   for (int k = 0; k < f.warmup + f.steps; ++k) {
     std::vector<engine::StepItem> items;
+    items.reserve(static_cast<std::size_t>(f.sessions));
     for (int s = 0; s < f.sessions; ++s) {
       items.push_back({ids[static_cast<std::size_t>(s)],
                        {&next[static_cast<std::size_t>(s)], 1},

@@ -90,11 +90,14 @@ std::vector<TokenId> ParseIds(const std::string& text, int vocab, const std::str
       used = 0;
     }
     if (used != word.size()) {
-      throw ConfigError(flag + ": '" + word + "' is not a token id");
+      std::string msg = flag;
+      msg += ": '" + word + "' is not a token id";
+      throw ConfigError(msg);
     }
     if (v < 0 || v >= vocab) {
-      throw ConfigError(flag + ": token id " + word + " is outside the vocabulary [0, " +
-                        std::to_string(vocab) + ")");
+      std::string msg = flag;
+      msg += ": token id " + word + " is outside the vocabulary [0, " + std::to_string(vocab) + ")";
+      throw ConfigError(msg);
     }
     ids.push_back(static_cast<TokenId>(v));
   }

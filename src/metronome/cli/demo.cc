@@ -38,6 +38,8 @@ int RunDemo(const DemoFlags& f) {
   engine::Engine eng(m, eo);
 
   struct Session {
+    Session(engine::SessionId sid, const kv::KvPolicy& pol, const engine::SamplerOptions& so)
+        : id(sid), policy(pol), sampler(so) {}
     engine::SessionId id;
     kv::KvPolicy policy;
     std::vector<TokenId> tokens;
@@ -51,14 +53,9 @@ int RunDemo(const DemoFlags& f) {
     const kv::KvPolicy pol = i % 2 == 0 ? kv::KvPolicy::Full() : window_policy;
     engine::SessionOptions so;
     so.policy = pol;
-    auto s = std::unique_ptr<Session>(new Session{
-        eng.OpenSession(so),
-        pol,
-        {},
-        0,
-        -1,
-        "",
-        engine::Sampler({f.temperature, 0.95f, f.seed + static_cast<std::uint64_t>(i)})});
+    auto s = std::make_unique<Session>(
+        eng.OpenSession(so), pol,
+        engine::SamplerOptions{f.temperature, 0.95f, f.seed + static_cast<std::uint64_t>(i)});
     const std::string prompt = kPrompts[static_cast<std::size_t>(i) % std::size(kPrompts)];
     s->tokens =
         m.tokenizer != nullptr ? m.tokenizer->Encode(prompt, true) : std::vector<TokenId>{1};

@@ -45,11 +45,23 @@ void Rope::Apply(float* vec, int num_heads, const float* cos_v, const float* sin
 }
 
 void Rope::Rotate(float* vec, int num_heads, TokenPos pos) const noexcept {
-  constexpr int kMaxPairs = 512;
-  float c[kMaxPairs];
-  float s[kMaxPairs];
-  Angles(pos, c, s);
-  Apply(vec, num_heads, c, s);
+  const auto p = static_cast<double>(pos);
+  const std::size_t half = inv_freq_.size();
+  for (std::size_t i = 0; i < half; ++i) {
+    const double a = p * inv_freq_[i];
+    const auto c = static_cast<float>(std::cos(a));
+    const auto s = static_cast<float>(std::sin(a));
+    // Pair members of dim i: (2i, 2i+1) interleaved, (i, i + half) NeoX.
+    const std::size_t i0 = style_ == model::RopeStyle::kInterleaved ? 2 * i : i;
+    const std::size_t i1 = style_ == model::RopeStyle::kInterleaved ? 2 * i + 1 : i + half;
+    for (int h = 0; h < num_heads; ++h) {
+      float* x = vec + static_cast<std::ptrdiff_t>(h) * head_dim_;
+      const float x0 = x[i0];
+      const float x1 = x[i1];
+      x[i0] = x0 * c - x1 * s;
+      x[i1] = x0 * s + x1 * c;
+    }
+  }
 }
 
 }  // namespace metronome::kernels

@@ -199,9 +199,11 @@ std::uint64_t ReadIntegerBits(Reader& r, ValueType type, const std::string& what
   *is_signed = true;
   std::int64_t v = 0;
   switch (type) {
-    case ValueType::kInt8:
-      v = r.Read<std::int8_t>(what);
-      break;
+    case ValueType::kInt8: {
+      // Two's complement by hand: avoids sign-extending a plain char by accident.
+      const std::int64_t u = r.Read<std::uint8_t>(what);
+      v = u >= 128 ? u - 256 : u;
+    } break;
     case ValueType::kInt16:
       v = r.Read<std::int16_t>(what);
       break;
@@ -824,7 +826,7 @@ std::vector<std::uint8_t> GgufWriter::Serialize() const {
 void GgufWriter::Write(const std::string& path) const {
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr) {
-    throw LoadError(path + ": cannot open for writing: " + std::strerror(errno));
+    throw LoadError(path + ": cannot open for writing: " + ErrnoMessage(errno));
   }
   bool ok = true;
   try {
@@ -838,7 +840,7 @@ void GgufWriter::Write(const std::string& path) const {
   const int write_errno = errno;
   if (std::fclose(f) != 0) ok = false;
   if (!ok) {
-    throw LoadError(path + ": write failed: " + std::strerror(write_errno));
+    throw LoadError(path + ": write failed: " + ErrnoMessage(write_errno));
   }
 }
 

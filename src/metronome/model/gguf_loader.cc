@@ -270,13 +270,14 @@ Model LoadGgufModelFromBytes(std::span<const std::uint8_t> bytes, const std::str
   // Every tensor is checked before the weights are allocated: the parser has bounded the tensor
   // data by the file size, so a hostile header cannot make us allocate more than a small multiple
   // of the file.
-  ForEachTensor(c, nullptr, [&](const std::string& name, std::vector<std::uint64_t> shape, float*) {
-    ExpectTensor(g, name, shape);
-  });
+  ForEachTensor(c, nullptr,
+                [&](const std::string& name, const std::vector<std::uint64_t>& shape, float*) {
+                  ExpectTensor(g, name, shape);
+                });
   m.tokenizer = ReadTokenizer(g, c);
   m.weights = std::make_unique<ModelWeights>(c);
   ForEachTensor(c, m.weights.get(),
-                [&](const std::string& name, std::vector<std::uint64_t> shape, float* dst) {
+                [&](const std::string& name, const std::vector<std::uint64_t>& shape, float* dst) {
                   const GgufTensorInfo& t = ExpectTensor(g, name, shape);
                   DequantizeToF32(t.type, t.data, t.num_elements(), dst);
                 });
