@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -27,8 +28,10 @@ std::vector<TokenId> RandomTokens(int n, unsigned seed, int vocab) {
 
 // All logits of a sequence fed to one session alone in a fresh engine, `chunk` tokens at a time.
 std::vector<std::vector<float>> AloneLogits(const kv::KvPolicy& policy,
-                                            const std::vector<TokenId>& tokens, int chunk) {
+                                            const std::vector<TokenId>& tokens, int chunk,
+                                            kv::KvDtype dtype = kv::KvDtype::kF32) {
   EngineOptions eo;
+  eo.kv_dtype = dtype;
   eo.kv_blocks = 512;
   eo.block_tokens = 4;
   eo.poison_freed_blocks = true;
@@ -128,6 +131,26 @@ TEST(EngineTest, BatchedSessionsMatchSessionsRunAlone) {
     }
   }
   EXPECT_GT(steps, 5);
+}
+
+// bf16 KV is an approximation: logits stay close to the fp32 ones and the greedy choice agrees
+// almost everywhere (synthetic weights give near-ties, so not everywhere).
+TEST(EngineTest, Bf16KvTracksF32) {
+  const auto toks = RandomTokens(80, 11, Tiny().config.vocab_size);
+  const auto pol = kv::KvPolicy::Window(24, 4, kv::PositionMode::kRolling);
+  const auto f32 = AloneLogits(pol, toks, 7, kv::KvDtype::kF32);
+  const auto bf16 = AloneLogits(pol, toks, 7, kv::KvDtype::kBF16);
+  int agree = 0;
+  double worst = 0.0;
+  for (std::size_t i = 0; i < toks.size(); ++i) {
+    worst = std::max(worst, MaxDiff(f32[i], bf16[i]));
+    const auto a = std::max_element(f32[i].begin(), f32[i].end()) - f32[i].begin();
+    const auto b = std::max_element(bf16[i].begin(), bf16[i].end()) - bf16[i].begin();
+    agree += a == b ? 1 : 0;
+  }
+  EXPECT_LT(worst, 0.1);
+  EXPECT_GT(worst, 0.0) << "bf16 storage must actually round";
+  EXPECT_GE(agree, 72);
 }
 
 TEST(EngineTest, PoolExhaustionIsAResultAndOtherSessionsProceed) {

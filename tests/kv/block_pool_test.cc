@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <set>
 #include <vector>
 
@@ -39,8 +40,8 @@ TEST(BlockPoolTest, AllocateManyIsAllOrNothing) {
 
 TEST(BlockPoolTest, LayoutArithmetic) {
   const KvLayout l{3, 2, 8, 16};  // kv_dim 16
-  EXPECT_EQ(l.plane_floats(), 16u * 16u);
-  EXPECT_EQ(l.block_floats(), 3u * 2u * 16u * 16u);
+  EXPECT_EQ(l.plane_elements(), 16u * 16u);
+  EXPECT_EQ(l.block_elements(), 3u * 2u * 16u * 16u);
   EXPECT_EQ(l.bytes_per_token(), 3u * 2u * 16u * sizeof(float));
   EXPECT_EQ(BlockPool::BlocksForMegabytes(l, 1.0),
             static_cast<int>((1 << 20) / l.bytes_per_block()));
@@ -49,7 +50,7 @@ TEST(BlockPoolTest, LayoutArithmetic) {
 TEST(BlockPoolTest, PoisonOnFreeFillsNaN) {
   BlockPool pool(SmallLayout(), {.num_blocks = 2, .poison_on_free = true});
   const BlockId b = pool.Allocate();
-  float* d = pool.block_data(b);
+  auto* d = reinterpret_cast<float*>(pool.block_data(b));
   d[0] = 1.0f;
   pool.Free(b);
   EXPECT_TRUE(std::isnan(d[0]));
@@ -64,6 +65,37 @@ TEST(BlockPoolDeathTest, DoubleFreeAborts) {
   const BlockId b = pool.Allocate();
   pool.Free(b);
   EXPECT_DEATH(pool.Free(b), "double free");
+}
+
+}  // namespace
+}  // namespace metronome::kv
+
+namespace metronome::kv {
+namespace {
+
+TEST(Bf16Test, RoundsToNearestEvenAndKeepsNaN) {
+  EXPECT_EQ(FromBf16(ToBf16(1.0f)), 1.0f);
+  EXPECT_EQ(FromBf16(ToBf16(-2.5f)), -2.5f);
+  // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1.0).
+  EXPECT_EQ(FromBf16(ToBf16(1.0f + 1.0f / 256.0f)), 1.0f);
+  EXPECT_EQ(FromBf16(ToBf16(1.0f + 3.0f / 256.0f)), 1.0f + 4.0f / 256.0f);
+  EXPECT_TRUE(std::isnan(FromBf16(ToBf16(std::numeric_limits<float>::quiet_NaN()))));
+  for (float f : {0.1f, 3.14159f, -1e-20f, 65504.0f}) {
+    EXPECT_NEAR(FromBf16(ToBf16(f)), f, std::abs(f) / 256.0f);
+  }
+}
+
+TEST(Bf16Test, Bf16PoolHalvesBytesPerBlockAndPoisonsWithNaN) {
+  KvLayout f32{2, 2, 8, 4, KvDtype::kF32};
+  KvLayout bf16 = f32;
+  bf16.dtype = KvDtype::kBF16;
+  EXPECT_EQ(bf16.bytes_per_block() * 2, f32.bytes_per_block());
+  BlockPool pool(bf16, {.num_blocks = 2, .poison_on_free = true});
+  const BlockId b = pool.Allocate();
+  auto* h = reinterpret_cast<std::uint16_t*>(pool.block_data(b));
+  h[0] = ToBf16(1.0f);
+  pool.Free(b);
+  EXPECT_TRUE(std::isnan(FromBf16(h[0])));
 }
 
 }  // namespace

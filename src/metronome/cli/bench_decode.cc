@@ -124,9 +124,10 @@ int RunBench(const BenchFlags& f) {
   const double bytes_per_block = static_cast<double>(ps.bytes_per_block);
   const std::int64_t bound = policy.MaxResidentBlocks(static_cast<int>(ps.block_tokens));
 
-  std::printf("bench-decode model=%s sessions=%d context=%lld steps=%d kv=%s threads=%d\n",
-              m.config.name.c_str(), f.sessions, static_cast<long long>(f.context), f.steps,
-              policy.ToString().c_str(), kernels::NumThreads());
+  std::printf(
+      "bench-decode model=%s sessions=%d context=%lld steps=%d kv=%s kv-dtype=%s threads=%d\n",
+      m.config.name.c_str(), f.sessions, static_cast<long long>(f.context), f.steps,
+      policy.ToString().c_str(), kv::ToString(eng.kv_layout().dtype), kernels::NumThreads());
   std::printf("prefill tokens %lld in %.2f s (%.0f tok/s)\n",
               static_cast<long long>(f.context) * f.sessions, prefill_s,
               static_cast<double>(f.context) * f.sessions / prefill_s);

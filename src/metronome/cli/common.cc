@@ -51,6 +51,9 @@ void EngineFlags::Register(CLI::App* app) {
   app->add_option("--kv-blocks", kv_blocks, "KV pool size in blocks (overrides --kv-pool-mb)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30));
   app->add_option("--threads", threads, "Threads (0: all cores)")->check(CLI::Range(0, 1024));
+  app->add_option("--kv-dtype", kv_dtype,
+                  "KV element type: f32 (exact) | bf16 (half the memory and attention traffic)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
 }
 
 engine::EngineOptions EngineFlags::Options(const model::ModelConfig& config,
@@ -60,6 +63,7 @@ engine::EngineOptions EngineFlags::Options(const model::ModelConfig& config,
   engine::EngineOptions o;
   o.block_tokens = block_tokens;
   o.num_threads = threads;
+  o.kv_dtype = kv_dtype == "bf16" ? kv::KvDtype::kBF16 : kv::KvDtype::kF32;
   if (kv_blocks > 0) {
     o.kv_blocks = kv_blocks;
   } else if (kv_pool_mb > 0.0) {

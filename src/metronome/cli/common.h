@@ -36,6 +36,7 @@ struct EngineFlags {
   double kv_pool_mb = 0.0;  // 0: sized for the run
   std::int64_t kv_blocks = 0;
   int threads = 0;
+  std::string kv_dtype = "f32";
   void Register(CLI::App* app);
   // `needed_tokens_per_session` x `sessions` (plus slack) sizes the pool when neither
   // --kv-pool-mb nor --kv-blocks is given.

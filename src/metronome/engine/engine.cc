@@ -61,7 +61,7 @@ void Timed(double* acc, Fn&& fn) {
 
 kv::KvLayout LayoutFor(const model::ModelConfig& c, const EngineOptions& o) {
   o.Validate();
-  return {c.num_layers, c.num_kv_heads, c.head_dim, o.block_tokens};
+  return {c.num_layers, c.num_kv_heads, c.head_dim, o.block_tokens, o.kv_dtype};
 }
 
 kv::BlockPoolOptions PoolOptionsFor(const kv::KvLayout& layout, const EngineOptions& o) {
@@ -326,9 +326,7 @@ void Engine::Forward(Batch& b) {
       kv::SessionKv* kv =
           b.items[static_cast<std::size_t>(b.item_of_row[static_cast<std::size_t>(t)])].kv;
       const TokenPos pos = b.positions[static_cast<std::size_t>(t)];
-      std::memcpy(kv->KeySlot(l, pos), row + qd, sizeof(float) * static_cast<std::size_t>(kvd));
-      std::memcpy(kv->ValueSlot(l, pos), row + qd + kvd,
-                  sizeof(float) * static_cast<std::size_t>(kvd));
+      kv->WriteKv(l, pos, row + qd, row + qd + kvd);
     }
 
     const auto t_attn = Clock::now();

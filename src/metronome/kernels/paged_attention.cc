@@ -55,23 +55,33 @@ namespace {
 // Head dims that are multiples of 16 up to 256 run with the query (or the output accumulator) of
 // one head held in C = head_dim/16 registers. Heads are the outer loop: each walk over the visible
 // blocks serves one head, and the group's other heads re-read the same K/V from L1/L2, not DRAM.
+// 16 bf16 values widened to fp32 (exact: bf16 is the top half of an fp32).
+inline __m512 LoadBf16x16(const std::uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 Load16(const std::uint16_t* p) { return LoadBf16x16(p); }
+
 template <int C>
 struct SimdHead {
   __m512 v[C];
   void Load(const float* p) {
     for (int c = 0; c < C; ++c) v[c] = _mm512_loadu_ps(p + 16 * c);
   }
-  [[nodiscard]] float DotWith(const float* k) const {
-    __m512 acc = _mm512_mul_ps(v[0], _mm512_loadu_ps(k));
-    for (int c = 1; c < C; ++c) acc = _mm512_fmadd_ps(v[c], _mm512_loadu_ps(k + 16 * c), acc);
+  template <typename E>
+  [[nodiscard]] float DotWith(const E* k) const {
+    __m512 acc = _mm512_mul_ps(v[0], Load16(k));
+    for (int c = 1; c < C; ++c) acc = _mm512_fmadd_ps(v[c], Load16(k + 16 * c), acc);
     return _mm512_reduce_add_ps(acc);
   }
   void Zero() {
     for (int c = 0; c < C; ++c) v[c] = _mm512_setzero_ps();
   }
-  void AddScaled(float a, const float* x) {
+  template <typename E>
+  void AddScaled(float a, const E* x) {
     const __m512 va = _mm512_set1_ps(a);
-    for (int c = 0; c < C; ++c) v[c] = _mm512_fmadd_ps(va, _mm512_loadu_ps(x + 16 * c), v[c]);
+    for (int c = 0; c < C; ++c) v[c] = _mm512_fmadd_ps(va, Load16(x + 16 * c), v[c]);
   }
   void Store(float* p) const {
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(p + 16 * c, v[c]);
@@ -83,12 +93,18 @@ struct SimdOps {
   struct ScoreHead {
     SimdHead<C> q;
     void Begin(const float* qh, int /*hd*/) { q.Load(qh); }
-    [[nodiscard]] float Score(const float* k, int /*hd*/) const { return q.DotWith(k); }
+    template <typename E>
+    [[nodiscard]] float Score(const E* k, int /*hd*/) const {
+      return q.DotWith(k);
+    }
   };
   struct OutHead {
     SimdHead<C> acc;
     void Begin(int /*hd*/) { acc.Zero(); }
-    void Add(float a, const float* v, int /*hd*/) { acc.AddScaled(a, v); }
+    template <typename E>
+    void Add(float a, const E* v, int /*hd*/) {
+      acc.AddScaled(a, v);
+    }
     void Finish(float* out, int /*hd*/) const { acc.Store(out); }
   };
 };
@@ -100,6 +116,11 @@ struct GenericOps {
     const float* q = nullptr;
     void Begin(const float* qh, int /*hd*/) { q = qh; }
     [[nodiscard]] float Score(const float* k, int hd) const { return Dot(q, k, hd); }
+    [[nodiscard]] float Score(const std::uint16_t* k, int hd) const {
+      float s = 0.0f;
+      for (int i = 0; i < hd; ++i) s += q[i] * kv::FromBf16(k[i]);
+      return s;
+    }
   };
   struct OutHead {
     float* out = nullptr;
@@ -109,18 +130,22 @@ struct GenericOps {
       std::memset(out, 0, sizeof(float) * static_cast<std::size_t>(hd));
     }
     void Add(float a, const float* v, int hd) { Axpy(a, v, out, hd); }
+    void Add(float a, const std::uint16_t* v, int hd) {
+      for (int i = 0; i < hd; ++i) out[i] += a * kv::FromBf16(v[i]);
+    }
     void Finish(float* /*out*/, int /*hd*/) const {}
   };
 };
 
 // Calls fn(key_pointer, column) for every visible key of `range`, walking the block table once.
-template <typename Fn>
+// E is the pool's element type (float, or uint16_t holding bf16).
+template <typename E, typename Fn>
 inline void ForEachKey(const kv::PagedKvView& kv, int layer, std::size_t plane_offset,
                        std::size_t head_off, const KeyRange& range, std::int64_t col, Fn&& fn) {
   const int bt = kv.block_tokens;
   for (TokenPos j = range.begin; j < range.end;) {
     const std::int64_t b = j / bt;
-    const float* base = kv.BlockKeys(layer, b);
+    const auto* base = reinterpret_cast<const E*>(kv.BlockKeys(layer, b));
     MTR_DCHECK(base != nullptr, "visible key in a freed block");
     base += plane_offset + head_off;
     const TokenPos block_end = std::min<TokenPos>((b + 1) * bt, range.end);
@@ -130,7 +155,7 @@ inline void ForEachKey(const kv::PagedKvView& kv, int layer, std::size_t plane_o
   }
 }
 
-template <typename Ops>
+template <typename Ops, typename E>
 void AttendQueries(const AttentionShape& shape, const kv::PagedKvView& kv,
                    const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
                    TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
@@ -168,8 +193,8 @@ void AttendQueries(const AttentionShape& shape, const kv::PagedKvView& kv,
         const bool is_sink_range = rolling && ranges[r].sinks;
         typename Ops::ScoreHead sh;
         sh.Begin((is_sink_range ? sink_q : q_row) + static_cast<std::ptrdiff_t>(h) * hd, hd);
-        ForEachKey(kv, layer, 0, head_off, ranges[r], col,
-                   [&](const float* k, std::int64_t c) { scores[c] = sh.Score(k, hd) * scale; });
+        ForEachKey<E>(kv, layer, 0, head_off, ranges[r], col,
+                      [&](const E* k, std::int64_t c) { scores[c] = sh.Score(k, hd) * scale; });
         col += ranges[r].end - ranges[r].begin;
       }
       Softmax(scores, static_cast<int>(visible));
@@ -181,8 +206,8 @@ void AttendQueries(const AttentionShape& shape, const kv::PagedKvView& kv,
       }
       col = 0;
       for (int r = 0; r < num_ranges; ++r) {
-        ForEachKey(kv, layer, kv.plane_floats, head_off, ranges[r], col,
-                   [&](const float* v, std::int64_t c) { oh.Add(scores[c], v, hd); });
+        ForEachKey<E>(kv, layer, kv.plane_elements, head_off, ranges[r], col,
+                      [&](const E* v, std::int64_t c) { oh.Add(scores[c], v, hd); });
         col += ranges[r].end - ranges[r].begin;
       }
       oh.Finish(out_row + static_cast<std::ptrdiff_t>(h) * hd, hd);
@@ -192,30 +217,47 @@ void AttendQueries(const AttentionShape& shape, const kv::PagedKvView& kv,
 
 }  // namespace
 
-void PagedAttention(const AttentionShape& shape, const kv::PagedKvView& kv,
-                    const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
-                    TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
-                    std::size_t out_stride, float* scratch) noexcept {
+namespace {
+
+template <typename E>
+void Dispatch(const AttentionShape& shape, const kv::PagedKvView& kv, const kv::KvPolicy& policy,
+              const Rope& rope, int layer, int kv_head, TokenPos pos0, int n, const float* q,
+              float* out, std::size_t q_stride, std::size_t out_stride, float* scratch) noexcept {
 #if defined(__AVX512F__)
   switch (shape.head_dim) {
     case 16:
-      return AttendQueries<SimdOps<1>>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
-                                       q_stride, out_stride, scratch);
+      return AttendQueries<SimdOps<1>, E>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
+                                          q_stride, out_stride, scratch);
     case 32:
-      return AttendQueries<SimdOps<2>>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
-                                       q_stride, out_stride, scratch);
+      return AttendQueries<SimdOps<2>, E>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
+                                          q_stride, out_stride, scratch);
     case 64:
-      return AttendQueries<SimdOps<4>>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
-                                       q_stride, out_stride, scratch);
+      return AttendQueries<SimdOps<4>, E>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
+                                          q_stride, out_stride, scratch);
     case 128:
-      return AttendQueries<SimdOps<8>>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
-                                       q_stride, out_stride, scratch);
+      return AttendQueries<SimdOps<8>, E>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
+                                          q_stride, out_stride, scratch);
     default:
       break;
   }
 #endif
-  AttendQueries<GenericOps>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out, q_stride,
+  AttendQueries<GenericOps, E>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out, q_stride,
+                               out_stride, scratch);
+}
+
+}  // namespace
+
+void PagedAttention(const AttentionShape& shape, const kv::PagedKvView& kv,
+                    const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
+                    TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
+                    std::size_t out_stride, float* scratch) noexcept {
+  if (kv.dtype == kv::KvDtype::kBF16) {
+    Dispatch<std::uint16_t>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out, q_stride,
                             out_stride, scratch);
+  } else {
+    Dispatch<float>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out, q_stride, out_stride,
+                    scratch);
+  }
 }
 
 }  // namespace metronome::kernels

@@ -1,5 +1,6 @@
 #include "metronome/kv/block_pool.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -11,7 +12,19 @@
 
 namespace metronome::kv {
 
-void BlockPool::FreeDeleter::operator()(float* p) const { std::free(p); }
+void BlockPool::FreeDeleter::operator()(std::byte* p) const { std::free(p); }
+
+const char* ToString(KvDtype d) { return d == KvDtype::kBF16 ? "bf16" : "f32"; }
+
+void BlockPool::Poison(std::byte* data, std::size_t elements) const {
+  if (layout_.dtype == KvDtype::kBF16) {
+    const std::uint16_t nan = ToBf16(std::numeric_limits<float>::quiet_NaN());
+    auto* p = reinterpret_cast<std::uint16_t*>(data);
+    std::fill_n(p, elements, nan);
+  } else {
+    std::fill_n(reinterpret_cast<float*>(data), elements, std::numeric_limits<float>::quiet_NaN());
+  }
+}
 
 BlockPool::BlockPool(const KvLayout& layout, const BlockPoolOptions& options)
     : layout_(layout), options_(options) {
@@ -30,9 +43,9 @@ BlockPool::BlockPool(const KvLayout& layout, const BlockPoolOptions& options)
   if (mem == nullptr) {
     throw ConfigError("kv pool: cannot allocate " + std::to_string(bytes >> 20) + " MiB");
   }
-  storage_.reset(static_cast<float*>(mem));
+  storage_.reset(static_cast<std::byte*>(mem));
   if (options.poison_on_free) {
-    std::fill_n(storage_.get(), bytes / sizeof(float), std::numeric_limits<float>::quiet_NaN());
+    Poison(storage_.get(), layout.block_elements() * static_cast<std::size_t>(options.num_blocks));
   }
   in_use_.assign(static_cast<std::size_t>(options.num_blocks), 0);
   free_list_.reserve(static_cast<std::size_t>(options.num_blocks));
@@ -67,7 +80,7 @@ void BlockPool::Free(BlockId block) noexcept {
   MTR_CHECK(in_use_[static_cast<std::size_t>(block)] != 0, "double free of a KV block");
   in_use_[static_cast<std::size_t>(block)] = 0;
   if (options_.poison_on_free) {
-    std::fill_n(block_data(block), layout_.block_floats(), std::numeric_limits<float>::quiet_NaN());
+    Poison(block_data(block), layout_.block_elements());
   }
   free_list_.push_back(block);
 }

@@ -2,9 +2,11 @@
 // tokens of one session for every layer. Running out of blocks is an ordinary result
 // (kNoBlock / false), never an exception: callers (the scheduler, admission) act on it.
 //
-// Memory layout of block b (floats, from block_data(b)):
+// Memory layout of block b (elements of KvLayout::dtype, from block_data(b)):
 //   [layer][K|V][token in block][kv_dim]
-// so one layer's keys of one block are block_tokens * kv_dim contiguous floats.
+// so one layer's keys of one block are block_tokens * kv_dim contiguous elements. Elements are fp32
+// or bf16 (half the bytes: twice the tokens per MiB, half the attention memory traffic; values are
+// rounded to nearest-even once when written).
 //
 // Invariants: every block is either free (in free_list_) or owned by exactly one session;
 // num_free_blocks() + num_used_blocks() == num_blocks(). Freeing a free block is a bug (MTR_CHECK).
@@ -22,22 +24,42 @@ namespace metronome::kv {
 using BlockId = std::int32_t;
 inline constexpr BlockId kNoBlock = -1;
 
+enum class KvDtype : std::uint8_t { kF32, kBF16 };
+[[nodiscard]] const char* ToString(KvDtype d);
+
+// fp32 -> bf16 with round-to-nearest-even (NaN stays NaN), and back (exact).
+[[nodiscard]] inline std::uint16_t ToBf16(float f) {
+  std::uint32_t u = 0;
+  __builtin_memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+[[nodiscard]] inline float FromBf16(std::uint16_t h) {
+  const std::uint32_t u = static_cast<std::uint32_t>(h) << 16;
+  float f = 0.0f;
+  __builtin_memcpy(&f, &u, sizeof f);
+  return f;
+}
+
 struct KvLayout {
   int num_layers = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
   int block_tokens = 16;  // B: tokens per block
+  KvDtype dtype = KvDtype::kF32;
 
   [[nodiscard]] int kv_dim() const { return num_kv_heads * head_dim; }
-  // Floats of one layer's K (or V) within a block.
-  [[nodiscard]] std::size_t plane_floats() const {
+  [[nodiscard]] std::size_t element_bytes() const { return dtype == KvDtype::kBF16 ? 2 : 4; }
+  // Elements of one layer's K (or V) within a block.
+  [[nodiscard]] std::size_t plane_elements() const {
     return static_cast<std::size_t>(block_tokens) * static_cast<std::size_t>(kv_dim());
   }
-  [[nodiscard]] std::size_t layer_stride_floats() const { return 2 * plane_floats(); }
-  [[nodiscard]] std::size_t block_floats() const {
-    return layer_stride_floats() * static_cast<std::size_t>(num_layers);
+  [[nodiscard]] std::size_t layer_stride_elements() const { return 2 * plane_elements(); }
+  [[nodiscard]] std::size_t block_elements() const {
+    return layer_stride_elements() * static_cast<std::size_t>(num_layers);
   }
-  [[nodiscard]] std::size_t bytes_per_block() const { return block_floats() * sizeof(float); }
+  [[nodiscard]] std::size_t bytes_per_block() const { return block_elements() * element_bytes(); }
   // K and V of one token over all layers.
   [[nodiscard]] std::size_t bytes_per_token() const {
     return bytes_per_block() / static_cast<std::size_t>(block_tokens);
@@ -67,11 +89,10 @@ class BlockPool {
   [[nodiscard]] bool AllocateMany(int n, BlockId* out) noexcept;
   void Free(BlockId block) noexcept;
 
-  [[nodiscard]] float* block_data(BlockId b) noexcept {
-    return storage_.get() + static_cast<std::size_t>(b) * layout_.block_floats();
+  [[nodiscard]] std::byte* block_data(BlockId b) noexcept {
+    return storage_.get() + static_cast<std::size_t>(b) * layout_.bytes_per_block();
   }
-  [[nodiscard]] const float* base() const noexcept { return storage_.get(); }
-  [[nodiscard]] float* mutable_base() noexcept { return storage_.get(); }
+  [[nodiscard]] const std::byte* base() const noexcept { return storage_.get(); }
 
   [[nodiscard]] const KvLayout& layout() const { return layout_; }
   [[nodiscard]] int num_blocks() const { return static_cast<int>(in_use_.size()); }
@@ -84,11 +105,13 @@ class BlockPool {
 
  private:
   struct FreeDeleter {
-    void operator()(float* p) const;
+    void operator()(std::byte* p) const;
   };
+  void Poison(std::byte* data, std::size_t elements) const;
+
   KvLayout layout_;
   BlockPoolOptions options_;
-  std::unique_ptr<float, FreeDeleter> storage_;
+  std::unique_ptr<std::byte, FreeDeleter> storage_;
   std::vector<BlockId> free_list_;    // LIFO: a just-freed (cache-warm) block is reused first
   std::vector<std::uint8_t> in_use_;  // [num_blocks]: 1 while owned by a session
 };

@@ -11,10 +11,12 @@
 namespace metronome::kv {
 
 struct PagedKvView {
-  const float* pool_base = nullptr;
-  std::size_t block_floats = 0;         // KvLayout::block_floats()
-  std::size_t layer_stride_floats = 0;  // KvLayout::layer_stride_floats()
-  std::size_t plane_floats = 0;         // KvLayout::plane_floats(): offset of V after K
+  const std::byte* pool_base = nullptr;
+  KvDtype dtype = KvDtype::kF32;
+  std::size_t element_bytes = 4;
+  std::size_t block_elements = 0;         // KvLayout::block_elements()
+  std::size_t layer_stride_elements = 0;  // KvLayout::layer_stride_elements()
+  std::size_t plane_elements = 0;         // KvLayout::plane_elements(): offset of V after K
   int block_tokens = 0;
   int kv_dim = 0;
   const BlockId* sink_blocks = nullptr;  // logical blocks [0, num_sink_blocks)
@@ -23,8 +25,9 @@ struct PagedKvView {
   std::int64_t window_first_block = 0;
   std::int64_t num_window_blocks = 0;
 
-  // Keys of `layer` in logical block b: [block_tokens][kv_dim]; nullptr if b is not resident.
-  [[nodiscard]] const float* BlockKeys(int layer, std::int64_t b) const noexcept {
+  // Keys of `layer` in logical block b: [block_tokens][kv_dim] elements of `dtype` (values follow
+  // plane_elements later); nullptr if b is not resident.
+  [[nodiscard]] const std::byte* BlockKeys(int layer, std::int64_t b) const noexcept {
     BlockId id = kNoBlock;
     if (b < num_sink_blocks) {
       id = sink_blocks[b];
@@ -32,8 +35,9 @@ struct PagedKvView {
       id = window_blocks[b - window_first_block];
     }
     if (id == kNoBlock) return nullptr;
-    return pool_base + static_cast<std::size_t>(id) * block_floats +
-           static_cast<std::size_t>(layer) * layer_stride_floats;
+    return pool_base + (static_cast<std::size_t>(id) * block_elements +
+                        static_cast<std::size_t>(layer) * layer_stride_elements) *
+                           element_bytes;
   }
 };
 

@@ -1,6 +1,7 @@
 #include "metronome/kv/session_kv.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "metronome/base/check.h"
 
@@ -84,29 +85,52 @@ BlockId SessionKv::BlockOf(TokenPos j) const noexcept {
   return window_blocks_[window_head_ + static_cast<std::size_t>(b - window_first_block_)];
 }
 
-float* SessionKv::BlockBase(TokenPos j) noexcept {
+std::byte* SessionKv::SlotBytes(int layer, TokenPos j) noexcept {
   const BlockId b = BlockOf(j);
   MTR_DCHECK(b != kNoBlock, "token slot is not resident");
-  return pool_->block_data(b);
+  const KvLayout& l = pool_->layout();
+  const std::size_t element =
+      static_cast<std::size_t>(layer) * l.layer_stride_elements() +
+      static_cast<std::size_t>(j % block_tokens_) * static_cast<std::size_t>(l.kv_dim());
+  return pool_->block_data(b) + element * l.element_bytes();
+}
+
+void SessionKv::WriteKv(int layer, TokenPos j, const float* k, const float* v) noexcept {
+  const KvLayout& l = pool_->layout();
+  std::byte* ks = SlotBytes(layer, j);
+  std::byte* vs = ks + l.plane_elements() * l.element_bytes();
+  const auto n = static_cast<std::size_t>(l.kv_dim());
+  if (l.dtype == KvDtype::kF32) {
+    std::memcpy(ks, k, n * sizeof(float));
+    std::memcpy(vs, v, n * sizeof(float));
+    return;
+  }
+  auto* kh = reinterpret_cast<std::uint16_t*>(ks);
+  auto* vh = reinterpret_cast<std::uint16_t*>(vs);
+  for (std::size_t i = 0; i < n; ++i) {
+    kh[i] = ToBf16(k[i]);
+    vh[i] = ToBf16(v[i]);
+  }
 }
 
 float* SessionKv::KeySlot(int layer, TokenPos j) noexcept {
-  const KvLayout& l = pool_->layout();
-  return BlockBase(j) + static_cast<std::size_t>(layer) * l.layer_stride_floats() +
-         static_cast<std::size_t>(j % block_tokens_) * static_cast<std::size_t>(l.kv_dim());
+  MTR_DCHECK(pool_->layout().dtype == KvDtype::kF32, "raw fp32 slot of a bf16 pool");
+  return reinterpret_cast<float*>(SlotBytes(layer, j));
 }
 
 float* SessionKv::ValueSlot(int layer, TokenPos j) noexcept {
-  return KeySlot(layer, j) + pool_->layout().plane_floats();
+  return KeySlot(layer, j) + pool_->layout().plane_elements();
 }
 
 PagedKvView SessionKv::View() const noexcept {
   const KvLayout& l = pool_->layout();
   PagedKvView v;
   v.pool_base = pool_->base();
-  v.block_floats = l.block_floats();
-  v.layer_stride_floats = l.layer_stride_floats();
-  v.plane_floats = l.plane_floats();
+  v.dtype = l.dtype;
+  v.element_bytes = l.element_bytes();
+  v.block_elements = l.block_elements();
+  v.layer_stride_elements = l.layer_stride_elements();
+  v.plane_elements = l.plane_elements();
   v.block_tokens = block_tokens_;
   v.kv_dim = l.kv_dim();
   v.sink_blocks = sink_blocks_.data();

@@ -52,7 +52,10 @@ class SessionKv {
   // Returns every block to the pool; the session is then empty.
   void Release() noexcept;
 
-  // K (or V) of `layer`, token j: [kv_dim] floats. j must be reserved and not freed.
+  // Stores K and V ([kv_dim] fp32 each, converted to the pool's dtype) of token j for `layer`.
+  // j must be reserved and not freed.
+  void WriteKv(int layer, TokenPos j, const float* k, const float* v) noexcept;
+  // Raw fp32 slots of an fp32 pool (tests and tools that fill K/V directly).
   [[nodiscard]] float* KeySlot(int layer, TokenPos j) noexcept;
   [[nodiscard]] float* ValueSlot(int layer, TokenPos j) noexcept;
   [[nodiscard]] BlockId BlockOf(TokenPos j) const noexcept;  // kNoBlock if freed or not reserved
@@ -67,7 +70,7 @@ class SessionKv {
   }
 
  private:
-  [[nodiscard]] float* BlockBase(TokenPos j) noexcept;
+  [[nodiscard]] std::byte* SlotBytes(int layer, TokenPos j) noexcept;  // K slot; V is a plane later
 
   BlockPool* pool_;
   KvPolicy policy_;
