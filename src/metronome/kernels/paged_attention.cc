@@ -67,28 +67,28 @@ template <int C>
 struct SimdHead {
   __m512 v[C];
   void Load(const float* p) {
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int c = 0; c < C; ++c) v[c] = _mm512_loadu_ps(p + 16 * c);
   }
   template <typename E>
   [[nodiscard]] float DotWith(const E* k) const {
     __m512 acc = _mm512_mul_ps(v[0], Load16(k));
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int c = 1; c < C; ++c) acc = _mm512_fmadd_ps(v[c], Load16(k + 16 * c), acc);
     return _mm512_reduce_add_ps(acc);
   }
   void Zero() {
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int c = 0; c < C; ++c) v[c] = _mm512_setzero_ps();
   }
   template <typename E>
   void AddScaled(float a, const E* x) {
     const __m512 va = _mm512_set1_ps(a);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int c = 0; c < C; ++c) v[c] = _mm512_fmadd_ps(va, Load16(x + 16 * c), v[c]);
   }
   void Store(float* p) const {
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(p + 16 * c, v[c]);
   }
 };
