@@ -122,6 +122,11 @@ int RunDemo(const DemoFlags& f) {
                 s.stopped.empty() ? "" : ("  STOPPED: " + s.stopped).c_str());
     std::printf("    %s\n", text.c_str());
   }
+  if (m.config.name.rfind("synthetic:", 0) == 0) {
+    std::printf(
+        "\n(The text is noise: synthetic models have seeded random weights. For a real model try\n"
+        " --model ../shared/models/stories260K.bin --tokenizer ../shared/models/tok512.bin)\n");
+  }
   const engine::PoolStats ps = eng.pool_stats();
   std::printf(
       "\n%lld tokens in %.2f s: %.0f tokens/s; KV pool used %lld / %lld blocks (%.0f%%), "

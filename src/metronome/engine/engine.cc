@@ -89,7 +89,15 @@ struct Engine::Batch {
     std::size_t result_index = 0;
     LogitsMode logits = LogitsMode::kNone;
   };
+  // One unit of attention work: queries [begin, begin + n) of an item's chunk, one KV head.
+  struct AttnWork {
+    int item;
+    int kv_head;
+    int begin;
+    int n;
+  };
   std::vector<Item> items;
+  std::vector<AttnWork> attn_work;
   std::vector<TokenId> tokens;      // [T]
   std::vector<TokenPos> positions;  // [T]
   std::vector<int> item_of_row;     // [T]
@@ -274,14 +282,9 @@ void Engine::Forward(Batch& b) {
 
   // Attention work: (item, kv head, query sub-range) units, so one long prefill chunk still
   // spreads over all threads and many short decode items are balanced dynamically.
-  struct AttnWork {
-    int item;
-    int kv_head;
-    int begin;  // offset within the item's chunk
-    int n;
-  };
   constexpr int kQueriesPerWork = 16;
-  std::vector<AttnWork> work;
+  std::vector<Batch::AttnWork>& work = b.attn_work;
+  work.clear();
   std::int64_t max_visible = 1;
   double attn_flops_per_layer = 0.0;
   const kernels::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim};
@@ -332,7 +335,7 @@ void Engine::Forward(Batch& b) {
     const auto t_attn = Clock::now();
 #pragma omp parallel for schedule(dynamic, 1)
     for (std::size_t wi = 0; wi < work.size(); ++wi) {
-      const AttnWork& aw = work[wi];
+      const Batch::AttnWork& aw = work[wi];
       const Batch::Item& bi = b.items[static_cast<std::size_t>(aw.item)];
       const int row = bi.row0 + aw.begin;
       kernels::PagedAttention(shape, bi.kv->View(), bi.kv->policy(), rope_, l, aw.kv_head,
