@@ -8,6 +8,7 @@ packages=(
   clang clang-format clang-tidy libclang-rt-dev libomp-dev  # fuzzing (libFuzzer), format, lint
   libdnnl-dev            # oneDNN: fp32 GEMM with run-time ISA dispatch
   libcli11-dev           # command line
+  nlohmann-json3-dev     # JSON (event log, summaries)
   libgtest-dev libbenchmark-dev
 )
 
