@@ -1,0 +1,74 @@
+#include "metronome/telemetry/engine_metrics.h"
+
+#include <cmath>
+#include <limits>
+
+namespace metronome::telemetry {
+
+std::string_view ToString(FrameOutcome outcome) {
+  switch (outcome) {
+    case FrameOutcome::kOk:
+      return "ok";
+    case FrameOutcome::kLate:
+      return "late";
+    case FrameOutcome::kStarved:
+      return "starved";
+    case FrameOutcome::kShort:
+      return "short";
+  }
+  return "unknown";
+}
+
+EngineMetrics::EngineMetrics(MetricsRegistry& registry)
+    : frame_latency_ms(registry.AddHistogram(
+          "frame_latency_ms", "Latency from a frame's tick to its output, per session-frame (ms).",
+          DefaultLatencyBucketsMs())),
+      frames_by_outcome_family(registry.AddCounterFamily(
+          "frames_total", "Session-frames by outcome (ok, late, starved, short).", {"outcome"})),
+      frames_by_outcome{},
+      deadline_misses(registry.AddCounter(
+          "deadline_misses_total", "Session-frames whose output missed the frame deadline.")),
+      mute_alarms(registry.AddCounter("mute_alarms_total",
+                                      "Alarms raised because a session produced no output.")),
+      // 0 gets its own bucket: a frame with no tokens is the interesting case.
+      tokens_per_frame(registry.AddHistogram(
+          "tokens_per_frame", "Tokens generated for one session in one frame (tokens).",
+          {0, 1, 2, 4, 8, 16, 32, 64, 128})),
+      iteration_ms(
+          registry.AddHistogram("iteration_ms", "Wall time of one batched engine iteration (ms).",
+                                {0.5, 1, 2, 5, 10, 20, 40, 60, 80, 100, 150, 200, 300, 500, 1000})),
+      batch_tokens(registry.AddHistogram(
+          "batch_tokens", "Tokens (prefill and decode rows) in one engine iteration (tokens).",
+          ExponentialBuckets(1, 2, 14))),
+      kv_blocks_used(registry.AddGauge("kv_blocks_used", "KV pool blocks in use (blocks).")),
+      kv_blocks_free(registry.AddGauge("kv_blocks_free", "KV pool blocks free (blocks).")),
+      session_resident_blocks(registry.AddHistogram(
+          "session_resident_blocks",
+          "KV blocks held by one session, one observation per session-frame (blocks).",
+          ExponentialBuckets(1, 2, 14))),
+      kv_blocks_freed_by_window(registry.AddCounter(
+          "kv_blocks_freed_by_window_total",
+          "KV blocks returned to the pool because they left a session's window (blocks).")),
+      admission_limit(registry.AddGauge(
+          "admission_limit", "Concurrent sessions the admission controller allows (sessions).")),
+      sessions_active(registry.AddGauge("sessions_active", "Sessions currently running.")),
+      sessions_admitted(registry.AddCounter("sessions_admitted_total", "Sessions admitted.")),
+      sessions_rejected_by_reason(registry.AddCounterFamily(
+          "sessions_rejected_total", "Sessions refused admission, by reason.", {"reason"})),
+      saturation_forecast_seconds(registry.AddGauge(
+          "saturation_forecast_seconds",
+          "Forecast time until the KV pool runs out at current rates (s); +Inf when never.")) {
+  for (int i = 0; i < kNumFrameOutcomes; ++i) {
+    // Created up front so every outcome is exposed (as 0) before it first happens.
+    frames_by_outcome[i] =
+        &frames_by_outcome_family.WithLabels({ToString(static_cast<FrameOutcome>(i))});
+  }
+  saturation_forecast_seconds.Set(std::numeric_limits<double>::infinity());
+}
+
+void EngineMetrics::SetSaturationForecastSeconds(double seconds) const noexcept {
+  saturation_forecast_seconds.Set(seconds >= 0.0 ? seconds
+                                                 : std::numeric_limits<double>::infinity());
+}
+
+}  // namespace metronome::telemetry

@@ -1,0 +1,78 @@
+// The real-time engine's metric set, registered once on a MetricsRegistry: frame latency and
+// outcomes, batch shape, KV pool occupancy, admission and the saturation forecast. The struct only
+// holds references into the registry (which must outlive it); updating them is lock-free and
+// allocation-free, so the frame loop records directly. Thread-safety: as Counter/Gauge/Histogram.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+#include "metronome/telemetry/metrics.h"
+
+namespace metronome::telemetry {
+
+// How one session's frame ended; the `outcome` label of metronome_frames_total.
+enum class FrameOutcome : std::uint8_t {
+  kOk,       // output emitted before the frame's deadline
+  kLate,     // output emitted, but after the deadline
+  kStarved,  // the session had no input for the frame
+  kShort,    // fewer tokens than the frame asked for were produced
+};
+inline constexpr int kNumFrameOutcomes = 4;
+[[nodiscard]] std::string_view ToString(FrameOutcome outcome);  // "ok", "late", "starved", "short"
+
+// Exposed names and units (all prefixed metronome_):
+//   frame_latency_ms             histogram  ms, frame tick to its output, one per session-frame
+//   frames_total{outcome}        counter    session-frames by FrameOutcome
+//   deadline_misses_total        counter    session-frames whose output missed the deadline
+//   mute_alarms_total            counter    alarms raised because a session went silent
+//   tokens_per_frame             histogram  tokens generated for one session in one frame
+//   iteration_ms                 histogram  ms, wall time of one engine iteration (batched step)
+//   batch_tokens                 histogram  tokens (prefill + decode rows) in one engine iteration
+//   kv_blocks_used / _free       gauge      KV pool blocks (used + free = pool size)
+//   session_resident_blocks      histogram  blocks one session holds, one observation per
+//                                           session-frame (a distribution, not per-session labels,
+//                                           which would have unbounded cardinality)
+//   kv_blocks_freed_by_window_total  counter  blocks returned because they left a session's window
+//   admission_limit              gauge      sessions the admission controller currently allows
+//   sessions_active              gauge      sessions currently running
+//   sessions_admitted_total      counter    sessions accepted
+//   sessions_rejected_total{reason}  counter  sessions refused, by reason (small fixed vocabulary)
+//   saturation_forecast_seconds  gauge      s until the KV pool is forecast to run out; +Inf when
+//                                           it never does at the current rates
+struct EngineMetrics {
+  // Registers every metric above; throws ConfigError if any of the names is already registered.
+  explicit EngineMetrics(MetricsRegistry& registry);
+
+  [[nodiscard]] Counter& frames(FrameOutcome outcome) const {
+    return *frames_by_outcome[static_cast<int>(outcome)];
+  }
+  // The child for `reason`, created on first use (locks and allocates: cache the reference when
+  // rejecting on a hot path). Reasons should come from a small fixed set, e.g. "limit", "kv_pool".
+  [[nodiscard]] Counter& sessions_rejected(std::string_view reason) const {
+    return sessions_rejected_by_reason.WithLabels({reason});
+  }
+  // seconds < 0 or NaN means "no forecast" and is exposed as +Inf, like an infinite horizon.
+  void SetSaturationForecastSeconds(double seconds) const noexcept;
+
+  Histogram& frame_latency_ms;
+  Family<Counter>& frames_by_outcome_family;
+  std::array<Counter*, kNumFrameOutcomes> frames_by_outcome;  // children, indexed by FrameOutcome
+  Counter& deadline_misses;
+  Counter& mute_alarms;
+  Histogram& tokens_per_frame;
+  Histogram& iteration_ms;
+  Histogram& batch_tokens;
+  Gauge& kv_blocks_used;
+  Gauge& kv_blocks_free;
+  Histogram& session_resident_blocks;
+  Counter& kv_blocks_freed_by_window;
+  Gauge& admission_limit;
+  Gauge& sessions_active;
+  Counter& sessions_admitted;
+  Family<Counter>& sessions_rejected_by_reason;
+  Gauge& saturation_forecast_seconds;
+};
+
+}  // namespace metronome::telemetry
