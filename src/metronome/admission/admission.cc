@@ -1,0 +1,122 @@
+#include "metronome/admission/admission.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <system_error>
+
+#include "metronome/admission/aimd_controller.h"
+#include "metronome/admission/memory_controller.h"
+#include "metronome/admission/static_controller.h"
+#include "metronome/base/check.h"
+#include "metronome/base/errors.h"
+
+namespace metronome::admission {
+namespace {
+
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+[[noreturn]] void Bad(const std::string& field, const std::string& rule, const std::string& got) {
+  throw ConfigError("admission: " + field + " must be " + rule + ", got " + got);
+}
+
+void CheckRange(const char* field, double v, double lo, double hi, bool lo_open, bool hi_open,
+                const std::string& rule) {
+  const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  if (!ok) Bad(field, rule, Num(v));
+}
+
+}  // namespace
+
+std::int64_t SessionsThatFit(const SessionRequest& request, const SystemState& state,
+                             const MemoryOptions& options) {
+  MTR_CHECK(request.projected_blocks >= 0, "projected_blocks must be >= 0");
+  if (request.projected_blocks == 0) return std::numeric_limits<std::int64_t>::max();
+  const auto headroom = static_cast<std::int64_t>(
+      std::ceil(options.headroom_fraction * static_cast<double>(state.total_blocks)));
+  const std::int64_t available = state.free_blocks - state.reserved_blocks - headroom;
+  if (available <= 0) return state.active_sessions;
+  return state.active_sessions + available / request.projected_blocks;
+}
+
+std::int64_t ProjectFullModeBlocks(const MemoryOptions& options, double period_ms,
+                                   std::int64_t tokens_per_frame, std::int64_t prompt_tokens,
+                                   std::int64_t block_tokens) {
+  MTR_CHECK(period_ms > 0 && tokens_per_frame >= 0 && prompt_tokens >= 0 && block_tokens > 0,
+            "ProjectFullModeBlocks: bad arguments");
+  const auto frames =
+      static_cast<std::int64_t>(std::ceil(options.full_mode_session_s * 1000.0 / period_ms));
+  const std::int64_t tokens = prompt_tokens + frames * tokens_per_frame;
+  return (tokens + block_tokens - 1) / block_tokens;
+}
+
+void Validate(const AimdOptions& o) {
+  const double inf = std::numeric_limits<double>::infinity();
+  CheckRange("aimd.window_s", o.window_s, 0.0, inf, true, true, "> 0");
+  CheckRange("aimd.percentile", o.percentile, 0.0, 100.0, true, false, "in (0, 100]");
+  CheckRange("aimd.low_target", o.low_target, 0.0, inf, true, true, "> 0 (a fraction of D)");
+  if (!(std::isfinite(o.high_target) && o.high_target > o.low_target)) {
+    Bad("aimd.high_target", "> aimd.low_target (" + Num(o.low_target) + ")", Num(o.high_target));
+  }
+  CheckRange("aimd.miss_ratio_threshold", o.miss_ratio_threshold, 0.0, 1.0, false, true,
+             "in [0, 1)");
+  CheckRange("aimd.beta", o.beta, 0.0, 1.0, true, true, "in (0, 1)");
+  CheckRange("aimd.cooldown_s", o.cooldown_s, 0.0, inf, false, true, ">= 0");
+  if (o.increase_step < 1) Bad("aimd.increase_step", ">= 1", std::to_string(o.increase_step));
+  if (o.min_limit < 0) Bad("aimd.min_limit", ">= 0", std::to_string(o.min_limit));
+  if (o.max_limit < o.min_limit) {
+    Bad("aimd.max_limit", ">= aimd.min_limit (" + std::to_string(o.min_limit) + ")",
+        std::to_string(o.max_limit));
+  }
+  if (o.initial_limit < o.min_limit || o.initial_limit > o.max_limit) {
+    Bad("aimd.initial_limit",
+        "in [" + std::to_string(o.min_limit) + ", " + std::to_string(o.max_limit) + "]",
+        std::to_string(o.initial_limit));
+  }
+  if (o.min_samples < 1) Bad("aimd.min_samples", ">= 1", std::to_string(o.min_samples));
+  if (o.max_samples < 1 || o.max_samples > (std::int64_t{1} << 24)) {
+    Bad("aimd.max_samples", "in [1, 16777216]", std::to_string(o.max_samples));
+  }
+}
+
+void Validate(const MemoryOptions& o) {
+  CheckRange("memory.full_mode_session_s", o.full_mode_session_s, 0.0,
+             std::numeric_limits<double>::infinity(), true, true, "> 0");
+  CheckRange("memory.headroom_fraction", o.headroom_fraction, 0.0, 1.0, false, true, "in [0, 1)");
+}
+
+std::unique_ptr<AdmissionController> MakeController(const std::string& spec,
+                                                    const AimdOptions& aimd,
+                                                    const MemoryOptions& memory) {
+  static constexpr std::string_view kStatic = "static:";
+  if (spec.starts_with(kStatic)) {
+    const std::string value = spec.substr(kStatic.size());
+    std::int64_t n = 0;
+    const char* end = value.data() + value.size();
+    const auto [ptr, ec] = std::from_chars(value.data(), end, n);
+    if (value.empty() || ec != std::errc() || ptr != end || n < 0) {
+      throw ConfigError("admission: '" + spec + "': static:N needs an integer N >= 0, got '" +
+                        value + "'");
+    }
+    return std::make_unique<StaticController>(n);
+  }
+  if (spec == "memory") {
+    Validate(memory);
+    return std::make_unique<MemoryController>(memory);
+  }
+  if (spec == "aimd") {
+    Validate(aimd);
+    Validate(memory);
+    return std::make_unique<AimdController>(aimd, memory);
+  }
+  throw ConfigError("admission: unknown controller '" + spec +
+                    "' (expected static:N, memory or aimd)");
+}
+
+}  // namespace metronome::admission

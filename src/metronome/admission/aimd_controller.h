@@ -1,0 +1,79 @@
+// `aimd`: a deadline-anchored AIMD limit on the number of sessions. Per control window the signal
+// is a percentile of per-frame latency / deadline (latency measured from frame arrival, so queueing
+// counts) plus the deadline-miss ratio. Grow by a step only when the limit binds and the signal is
+// below the low target; cut to floor(beta * active) when it exceeds the high target or misses pass
+// a threshold, at most once per cooldown; hold in between (the dead band gives a fixed point
+// instead of a sawtooth). Optional KV look-ahead guard: admit only while active < min(limit,
+// N_mem). Thread-safety: not thread-safe; owned by the engine thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "metronome/admission/admission.h"
+
+namespace metronome::admission {
+
+// What the controller saw in its last evaluated window.
+struct AimdWindow {
+  double end_s = 0.0;           // time of the evaluation
+  std::int64_t num_frames = 0;  // frames reported in the window (not only the sampled ones)
+  std::int64_t num_misses = 0;
+  double signal = 0.0;           // percentile of latency / deadline over the sampled frames
+  double miss_ratio = 0.0;       // num_misses / num_frames
+  std::int64_t peak_active = 0;  // largest active count seen by Decide/OnTick in the window
+  std::int64_t num_limit_rejections = 0;
+  bool binding = false;
+};
+
+// Invariants: min_limit <= limit() <= max_limit; the sample buffer never holds more than
+// max_samples entries; limit changes happen only when a window is evaluated, at most one per
+// window.
+class AimdController final : public AdmissionController {
+ public:
+  // Both option structs must pass Validate (MTR_CHECK otherwise; MakeController validates first).
+  AimdController(const AimdOptions& options, const MemoryOptions& memory);
+
+  // Closes the window if due, then rejects with "limit" when active >= limit, or "kv_guard" when
+  // the guard is on and active >= SessionsThatFit. Retry-after: the rest of the current window (the
+  // earliest the limit can move), at least one frame period.
+  Decision Decide(const SessionRequest& request, const SystemState& state, double now_s) override;
+  void OnFrame(double now_s, double latency_ms, double deadline_ms, bool missed) noexcept override;
+  // Closes and evaluates the window once now_s >= its end; the next window starts at now_s.
+  void OnTick(double now_s, const SystemState& state) override;
+
+  [[nodiscard]] std::int64_t limit() const override { return limit_; }
+  std::vector<LimitChange> TakeLimitChanges() override;
+  [[nodiscard]] std::string Describe() const override;
+
+  [[nodiscard]] const AimdWindow& last_window() const { return last_window_; }
+  [[nodiscard]] bool cooling_down() const { return cooling_; }
+
+ private:
+  void Advance(double now_s, std::int64_t active);
+  void Evaluate(double now_s, std::int64_t active);
+  void SetLimit(double now_s, std::int64_t to, std::string reason);
+  [[nodiscard]] double WindowEnd() const { return window_start_s_ + options_.window_s; }
+
+  AimdOptions options_;
+  MemoryOptions memory_;
+  std::int64_t limit_;
+  std::vector<LimitChange> changes_;
+
+  // Current window. started_ is false until the first call sets window_start_s_.
+  bool started_ = false;
+  double window_start_s_ = 0.0;
+  std::vector<double> samples_;  // latency / deadline; capacity max_samples, reserved once
+  std::int64_t num_frames_ = 0;
+  std::int64_t num_misses_ = 0;
+  std::int64_t peak_active_ = 0;
+  std::int64_t num_limit_rejections_ = 0;
+  std::uint64_t rng_state_ = 0x9e3779b97f4a7c15ULL;  // reservoir sampling; fixed seed: reproducible
+
+  bool cooling_ = false;
+  double last_cut_s_ = 0.0;
+  AimdWindow last_window_;
+};
+
+}  // namespace metronome::admission

@@ -1,0 +1,293 @@
+// Single-step direction tests of the AIMD law: one control window in, one decision out. Time is a
+// plain double, so nothing sleeps.
+#include "metronome/admission/aimd_controller.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace metronome::admission {
+namespace {
+
+constexpr double kDeadlineMs = 100.0;  // so latency_ms / 100 is the signal
+
+SystemState Active(std::int64_t n) {
+  return {.active_sessions = n, .free_blocks = 1000, .total_blocks = 1000, .reserved_blocks = 0};
+}
+
+// Runs one full control window starting at `t_s`: `num_frames` frames at `latency_ms`, the first
+// `num_misses` of them missed, `active` sessions throughout. Returns the time the window closed.
+double RunWindow(AimdController& c, double t_s, std::int64_t active, double latency_ms,
+                 int num_frames = 100, int num_misses = 0, double window_s = 2.0) {
+  c.OnTick(t_s, Active(active));
+  for (int i = 0; i < num_frames; ++i) {
+    c.OnFrame(t_s + 0.01 * i, latency_ms, kDeadlineMs, i < num_misses);
+  }
+  c.OnTick(t_s + window_s, Active(active));
+  return t_s + window_s;
+}
+
+AimdOptions Options(std::int64_t initial_limit) {
+  AimdOptions o;
+  o.initial_limit = initial_limit;
+  return o;
+}
+
+TEST(AimdControllerTest, GrowsByStepWhenBindingAndBelowLowTarget) {
+  AimdController c(Options(10), {});
+  RunWindow(c, 0.0, /*active=*/10, /*latency_ms=*/50.0);
+  EXPECT_EQ(c.limit(), 11);
+  const auto changes = c.TakeLimitChanges();
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_DOUBLE_EQ(changes[0].t_s, 2.0);
+  EXPECT_EQ(changes[0].from, 10);
+  EXPECT_EQ(changes[0].to, 11);
+  EXPECT_EQ(changes[0].reason,
+            "increase: p99/D=0.500 < 0.65 over 100 frames, binding (peak active 10, 0 limit "
+            "rejections)");
+  EXPECT_TRUE(c.TakeLimitChanges().empty());  // taken once
+}
+
+TEST(AimdControllerTest, GrowsByConfiguredStepWhenOneBelowLimit) {
+  AimdOptions o = Options(10);
+  o.increase_step = 3;
+  AimdController c(o, {});
+  RunWindow(c, 0.0, 9, 50.0);  // active >= limit - 1 binds
+  EXPECT_EQ(c.limit(), 13);
+}
+
+TEST(AimdControllerTest, HoldsInsideTheDeadBand) {
+  AimdController c(Options(10), {});
+  double t = RunWindow(c, 0.0, 10, 65.0);  // exactly the low target: not below it
+  t = RunWindow(c, t, 10, 75.0);
+  RunWindow(c, t, 10, 85.0);  // exactly the high target: not above it
+  EXPECT_EQ(c.limit(), 10);
+  EXPECT_TRUE(c.TakeLimitChanges().empty());
+}
+
+TEST(AimdControllerTest, HoldsWhenLimitIsNotBinding) {
+  AimdController c(Options(10), {});
+  RunWindow(c, 0.0, 8, 30.0);
+  EXPECT_EQ(c.limit(), 10);
+  EXPECT_FALSE(c.last_window().binding);
+}
+
+TEST(AimdControllerTest, LimitRejectionMakesTheWindowBinding) {
+  AimdController c(Options(10), {});
+  c.OnTick(0.0, Active(5));
+  const Decision d =
+      c.Decide({.period_ms = 80.0, .deadline_ms = 100.0, .projected_blocks = 1}, Active(10), 0.5);
+  EXPECT_FALSE(d.admit);
+  EXPECT_EQ(d.reason, "limit");
+  EXPECT_EQ(d.detail, "active 10 >= limit 10");
+  EXPECT_DOUBLE_EQ(d.retry_after_ms, 1500.0);  // the rest of the window
+  for (int i = 0; i < 100; ++i) c.OnFrame(0.01 * i, 40.0, kDeadlineMs, false);
+  c.OnTick(2.0, Active(5));
+  EXPECT_EQ(c.last_window().num_limit_rejections, 1);
+  EXPECT_TRUE(c.last_window().binding);
+  EXPECT_EQ(c.limit(), 11);
+}
+
+TEST(AimdControllerTest, RetryAfterIsAtLeastOnePeriod) {
+  AimdController c(Options(1), {});
+  c.OnTick(0.0, Active(1));
+  const Decision d =
+      c.Decide({.period_ms = 80.0, .deadline_ms = 100.0, .projected_blocks = 1}, Active(1), 1.99);
+  EXPECT_DOUBLE_EQ(d.retry_after_ms, 80.0);
+}
+
+TEST(AimdControllerTest, CutsToBetaTimesActiveOnHighLatency) {
+  AimdController c(Options(20), {});
+  RunWindow(c, 0.0, 20, 90.0);
+  EXPECT_EQ(c.limit(), 18);  // floor(0.9 * 20)
+  const auto changes = c.TakeLimitChanges();
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].reason,
+            "cut: p99/D=0.900 > 0.85 over 100 frames; floor(0.9 * active 20) = 18");
+  EXPECT_TRUE(c.cooling_down());
+}
+
+TEST(AimdControllerTest, CutUsesActiveNotLimit) {
+  AimdController c(Options(40), {});
+  RunWindow(c, 0.0, 25, 95.0);  // not binding, but overloaded: cut anyway
+  EXPECT_EQ(c.limit(), 22);     // floor(0.9 * 25)
+}
+
+TEST(AimdControllerTest, CutsOnMissRatioEvenWithLowLatencyPercentile) {
+  AimdController c(Options(20), {});
+  RunWindow(c, 0.0, 20, 50.0, /*num_frames=*/1000, /*num_misses=*/2);  // 0.2% > 0.1%
+  EXPECT_EQ(c.limit(), 18);
+  const auto changes = c.TakeLimitChanges();
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].reason.rfind("cut: miss ratio 0.0020 > 0.001", 0), 0u) << changes[0].reason;
+}
+
+TEST(AimdControllerTest, MissRatioAtThresholdDoesNotCut) {
+  AimdController c(Options(20), {});
+  RunWindow(c, 0.0, 10, 50.0, 1000, 1);  // 0.1%: not above
+  EXPECT_EQ(c.limit(), 20);
+}
+
+TEST(AimdControllerTest, DrainCooldownCutsOnceUntilACleanWindow) {
+  AimdController c(Options(20), {});
+  double t = RunWindow(c, 0.0, 20, 90.0);
+  ASSERT_EQ(c.limit(), 18);
+  // Sessions admitted before the cut are still there (never evicted): latency stays high, but the
+  // controller holds instead of cutting again.
+  t = RunWindow(c, t, 20, 95.0);
+  t = RunWindow(c, t, 19, 95.0);
+  EXPECT_EQ(c.limit(), 18);
+  EXPECT_TRUE(c.cooling_down());
+  // A session ends mid-window: the window that saw 19 is not clean yet.
+  c.OnTick(t, Active(19));
+  c.OnTick(t + 0.5, Active(18));
+  for (int i = 0; i < 100; ++i) c.OnFrame(t + 0.01 * i, 95.0, kDeadlineMs, false);
+  t += 2.0;
+  c.OnTick(t, Active(18));
+  EXPECT_EQ(c.limit(), 18);
+  // A whole window at active <= limit measures what the cut allows; still overloaded: cut again.
+  RunWindow(c, t, 18, 95.0);
+  EXPECT_EQ(c.limit(), 16);
+  EXPECT_EQ(c.TakeLimitChanges().size(), 2u);
+}
+
+TEST(AimdControllerTest, DrainCooldownEndsIntoGrowthWhenTheCleanWindowIsFast) {
+  AimdController c(Options(20), {});
+  double t = RunWindow(c, 0.0, 20, 90.0);
+  t = RunWindow(c, t, 18, 40.0);  // began at the cut with 20 active: not clean, hold
+  EXPECT_TRUE(c.cooling_down());
+  EXPECT_EQ(c.limit(), 18);
+  RunWindow(c, t, 18, 40.0);
+  EXPECT_FALSE(c.cooling_down());
+  EXPECT_EQ(c.limit(), 19);
+}
+
+TEST(AimdControllerTest, FixedCooldownHoldsForCooldownSeconds) {
+  AimdOptions o = Options(20);
+  o.cooldown_mode = CooldownMode::kFixed;
+  o.cooldown_s = 5.0;
+  AimdController c(o, {});
+  double t = RunWindow(c, 0.0, 20, 90.0);  // cut at t = 2 to 18
+  ASSERT_EQ(c.limit(), 18);
+  t = RunWindow(c, t, 20, 90.0);  // t = 4: 2 s after the cut
+  t = RunWindow(c, t, 20, 90.0);  // t = 6: 4 s
+  EXPECT_EQ(c.limit(), 18);
+  RunWindow(c, t, 20, 90.0);  // t = 8: 6 s >= 5 s; floor(0.9 * 20) = 18 is no cut below 18
+  EXPECT_EQ(c.limit(), 18);
+  EXPECT_FALSE(c.cooling_down());
+  RunWindow(c, 8.0, 19, 90.0);  // floor(17.1) = 17
+  EXPECT_EQ(c.limit(), 17);
+}
+
+TEST(AimdControllerTest, ClampsToMaxLimit) {
+  AimdOptions o = Options(10);
+  o.max_limit = 11;
+  AimdController c(o, {});
+  double t = RunWindow(c, 0.0, 10, 30.0);
+  t = RunWindow(c, t, 11, 30.0);
+  RunWindow(c, t, 11, 30.0);
+  EXPECT_EQ(c.limit(), 11);
+  EXPECT_EQ(c.TakeLimitChanges().size(), 1u);
+}
+
+TEST(AimdControllerTest, ClampsToMinLimit) {
+  AimdOptions o = Options(6);
+  o.min_limit = 5;
+  AimdController c(o, {});
+  double t = RunWindow(c, 0.0, 5, 99.0);  // floor(4.5) = 4, clamped to 5
+  EXPECT_EQ(c.limit(), 5);
+  EXPECT_TRUE(c.cooling_down());
+  // Cooling ends (5 <= 5 throughout) and nothing goes below the floor, nor is a non-change logged.
+  RunWindow(c, t, 5, 99.0);
+  EXPECT_EQ(c.limit(), 5);
+  EXPECT_EQ(c.TakeLimitChanges().size(), 1u);
+}
+
+TEST(AimdControllerTest, TooFewSamplesHold) {
+  AimdController c(Options(20), {});
+  double t = RunWindow(c, 0.0, 20, 200.0, /*num_frames=*/19, /*num_misses=*/19);
+  t = RunWindow(c, t, 20, 10.0, 19);
+  RunWindow(c, t, 20, 10.0, 0);  // no frames at all
+  EXPECT_EQ(c.limit(), 20);
+  EXPECT_EQ(c.last_window().num_frames, 0);
+}
+
+TEST(AimdControllerTest, SignalIsTheExactConfiguredPercentile) {
+  for (const auto& [p, want] : {std::pair{99.0, 0.99}, {50.0, 0.50}, {100.0, 1.00}, {0.5, 0.01}}) {
+    AimdOptions o = Options(10);
+    o.percentile = p;
+    AimdController c(o, {});
+    c.OnTick(0.0, Active(1));
+    // Latencies 100, 99, ..., 1 ms (order must not matter).
+    for (int i = 100; i >= 1; --i) c.OnFrame(0.0, i, kDeadlineMs, false);
+    c.OnTick(2.0, Active(1));
+    EXPECT_DOUBLE_EQ(c.last_window().signal, want) << "p" << p;
+  }
+}
+
+TEST(AimdControllerTest, ReservoirBoundsMemoryAndStaysClose) {
+  AimdOptions o = Options(10);
+  o.max_samples = 256;
+  AimdController c(o, {});
+  c.OnTick(0.0, Active(1));
+  for (int i = 0; i < 100000; ++i) c.OnFrame(0.0, 1 + i % 100, kDeadlineMs, false);
+  c.OnTick(2.0, Active(1));
+  EXPECT_EQ(c.last_window().num_frames, 100000);
+  EXPECT_GE(c.last_window().signal, 0.95);
+  EXPECT_LE(c.last_window().signal, 1.00);
+}
+
+TEST(AimdControllerTest, SignalIsLatencyOverEachFramesOwnDeadline) {
+  AimdController c(Options(10), {});
+  c.OnTick(0.0, Active(10));
+  for (int i = 0; i < 50; ++i) c.OnFrame(0.0, 40.0, 80.0, false);    // 0.5 of an 80 ms deadline
+  for (int i = 0; i < 50; ++i) c.OnFrame(0.0, 100.0, 200.0, false);  // 0.5 of a 200 ms deadline
+  c.OnTick(2.0, Active(10));
+  EXPECT_DOUBLE_EQ(c.last_window().signal, 0.5);
+}
+
+TEST(AimdControllerTest, KvGuardRejectsWhenThePoolCannotHoldOneMore) {
+  AimdOptions o = Options(10);
+  o.kv_guard = true;
+  AimdController c(o, {});
+  const SessionRequest r{.period_ms = 80.0, .deadline_ms = 80.0, .projected_blocks = 10};
+  // free 20, promised 0: two more fit (N_mem = 5).
+  EXPECT_TRUE(c.Decide(r, {3, 20, 100, 0}, 0.0).admit);
+  // promised 15 of the 20 free: none fits.
+  const Decision d = c.Decide(r, {3, 20, 100, 15}, 0.1);
+  EXPECT_FALSE(d.admit);
+  EXPECT_EQ(d.reason, "kv_guard");
+  EXPECT_EQ(d.detail, "active 3 >= N_mem 3 (needs 10 blocks; free 20, promised 15 of 100)");
+  EXPECT_DOUBLE_EQ(d.retry_after_ms, 80.0);
+  // Without the guard the same request is admitted: the latency limit alone allows it.
+  AimdController unguarded(Options(10), {});
+  EXPECT_TRUE(unguarded.Decide(r, {3, 20, 100, 15}, 0.1).admit);
+}
+
+TEST(AimdControllerTest, LimitBelowActiveOnlyBlocksNewSessions) {
+  AimdController c(Options(20), {});
+  RunWindow(c, 0.0, 20, 90.0);
+  ASSERT_EQ(c.limit(), 18);
+  // 20 sessions keep running (there is no eviction API); a 21st is refused.
+  const Decision d =
+      c.Decide({.period_ms = 80.0, .deadline_ms = 100.0, .projected_blocks = 0}, Active(20), 2.5);
+  EXPECT_FALSE(d.admit);
+  EXPECT_EQ(d.reason, "limit");
+}
+
+TEST(AimdControllerTest, DescribeReportsEveryParameter) {
+  AimdOptions o = Options(7);
+  o.kv_guard = true;
+  AimdController c(o, MemoryOptions{.full_mode_session_s = 120.0, .headroom_fraction = 0.05});
+  EXPECT_EQ(c.Describe(),
+            "aimd(window_s=2, percentile=99, low_target=0.65D, high_target=0.85D, "
+            "miss_ratio_threshold=0.001, increase_step=1, beta=0.9, cooldown=drain, "
+            "initial_limit=7, min_limit=1, max_limit=1024, min_samples=20, max_samples=4096, "
+            "kv_guard=on, full_mode_session_s=120, headroom_fraction=0.05)");
+  o.cooldown_mode = CooldownMode::kFixed;
+  o.kv_guard = false;
+  EXPECT_NE(AimdController(o, {}).Describe().find("cooldown=fixed 4s"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace metronome::admission
