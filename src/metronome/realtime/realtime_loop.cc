@@ -1,0 +1,262 @@
+#include "metronome/realtime/realtime_loop.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "metronome/base/errors.h"
+
+namespace metronome::realtime {
+
+const char* ToString(FrameOutcome o) {
+  switch (o) {
+    case FrameOutcome::kOk:
+      return "ok";
+    case FrameOutcome::kLate:
+      return "late";
+    case FrameOutcome::kStarved:
+      return "starved";
+    case FrameOutcome::kShort:
+      return "short";
+  }
+  return "?";
+}
+
+void SessionSpec::Validate() const {
+  if (!(period_ms > 0.0 && period_ms <= 3.6e6)) {
+    throw ConfigError("period_ms = " + std::to_string(period_ms) + " must be in (0, 3600000]");
+  }
+  if (!(deadline_ms >= 0.0 && deadline_ms <= 3.6e6)) {
+    throw ConfigError("deadline_ms = " + std::to_string(deadline_ms) +
+                      " must be in [0, 3600000] (0: the period)");
+  }
+  if (input_tokens_per_frame < 1 || input_tokens_per_frame > 65536) {
+    throw ConfigError("tokens_per_frame = " + std::to_string(input_tokens_per_frame) +
+                      " must be in [1, 65536]");
+  }
+  if (output_tokens_per_frame < 0 || output_tokens_per_frame > 65536) {
+    throw ConfigError("output_tokens_per_frame = " + std::to_string(output_tokens_per_frame) +
+                      " must be in [0, 65536]");
+  }
+  policy.Validate();
+}
+
+void LoopOptions::Validate() const {
+  if (mute_after_starved < 1) {
+    throw ConfigError("mute_after_starved = " + std::to_string(mute_after_starved) +
+                      " must be >= 1");
+  }
+}
+
+RealtimeLoop::RealtimeLoop(Backend* backend, Clock* clock, const LoopOptions& options)
+    : backend_(backend), clock_(clock), options_(options) {
+  options.Validate();
+}
+
+RealtimeSessionId RealtimeLoop::AddSession(const SessionSpec& spec) {
+  spec.Validate();
+  Session s;
+  s.spec = spec;
+  if (s.spec.deadline_ms == 0.0) s.spec.deadline_ms = s.spec.period_ms;
+  s.backend_id = backend_->Open(spec.policy);
+  s.start = clock_->Now();
+  s.next_arrival = s.start;
+  s.prompt_fed = spec.prompt.empty();
+  const RealtimeSessionId id = next_id_++;
+  sessions_.emplace(id, std::move(s));
+  return id;
+}
+
+void RealtimeLoop::EndSession(RealtimeSessionId id) {
+  const auto it = sessions_.find(id);
+  if (it == sessions_.end()) return;
+  backend_->Close(it->second.backend_id);
+  sessions_.erase(it);
+}
+
+std::vector<RealtimeSessionId> RealtimeLoop::session_ids() const {
+  std::vector<RealtimeSessionId> ids;
+  ids.reserve(sessions_.size());
+  for (const auto& [id, s] : sessions_) ids.push_back(id);
+  return ids;
+}
+
+std::int64_t RealtimeLoop::resident_blocks(RealtimeSessionId id) const {
+  const auto it = sessions_.find(id);
+  return it == sessions_.end() ? 0 : backend_->resident_blocks(it->second.backend_id);
+}
+
+namespace {
+Nanos FromMs(double ms) { return Nanos(std::llround(ms * 1e6)); }
+double Seconds(Nanos t) { return std::chrono::duration<double>(t).count(); }
+}  // namespace
+
+void RealtimeLoop::ReleaseArrivals(Nanos now) {
+  for (auto& [id, s] : sessions_) {
+    while (s.next_arrival <= now) {
+      Frame f;
+      f.index = s.next_index++;
+      f.arrival = s.next_arrival;
+      f.deadline = f.arrival + FromMs(s.spec.deadline_ms);
+      s.frames.push_back(std::move(f));
+      // Drift-free: arrival i is start + i * period, never now + period.
+      s.next_arrival = s.start + FromMs(static_cast<double>(s.next_index) * s.spec.period_ms);
+    }
+  }
+}
+
+void RealtimeLoop::Deliver(RealtimeSessionId id, Session& s, Nanos when, FrameOutcome outcome) {
+  Frame& f = s.frames.front();
+  FrameRecord r;
+  r.session = id;
+  r.index = f.index;
+  r.arrival_s = Seconds(f.arrival);
+  r.delivered_s = Seconds(when);
+  r.latency_ms = std::chrono::duration<double, std::milli>(when - f.arrival).count();
+  const double now = r.delivered_s;
+  r.outcome = outcome;
+  r.tokens = std::move(f.outputs);
+  if (!r.tokens.empty()) s.pending_output = r.tokens.back();
+  s.frames.pop_front();
+
+  ++stats_.frames;
+  switch (outcome) {
+    case FrameOutcome::kOk:
+      ++stats_.ok;
+      break;
+    case FrameOutcome::kLate:
+      ++stats_.late;
+      break;
+    case FrameOutcome::kStarved:
+      ++stats_.starved;
+      break;
+    case FrameOutcome::kShort:
+      ++stats_.short_frames;
+      break;
+  }
+  if (outcome == FrameOutcome::kStarved) {
+    if (std::isnan(stats_.first_starved_at_s)) stats_.first_starved_at_s = now;
+    if (++s.consecutive_starved == options_.mute_after_starved) {
+      ++stats_.mute_alarms;
+      std::fprintf(stderr, "[alarm] mute: session %llu starved %d consecutive frames at t=%.3f s\n",
+                   static_cast<unsigned long long>(id), s.consecutive_starved, now);
+      if (on_mute_alarm) on_mute_alarm(id, now);
+    }
+  } else {
+    s.consecutive_starved = 0;
+  }
+  if (on_frame) on_frame(r);
+}
+
+void RealtimeLoop::DeliverExpired() {
+  const Nanos now = clock_->Now();
+  for (auto& [id, s] : sessions_) {
+    // A frame blocked on the pool is handed back at its deadline with what it has: the silent
+    // failure of KV-pool engines, here counted. A frame that is merely slow keeps computing and
+    // completes late.
+    while (!s.frames.empty() && s.frames.front().blocked && now >= s.frames.front().deadline) {
+      const bool empty = s.frames.front().outputs.empty();
+      Deliver(id, s, s.frames.front().deadline,
+              empty ? FrameOutcome::kStarved : FrameOutcome::kShort);
+    }
+  }
+}
+
+Nanos RealtimeLoop::NextEventTime() const {
+  Nanos t = Nanos::max();
+  for (const auto& [id, s] : sessions_) {
+    t = std::min(t, s.next_arrival);
+    if (!s.frames.empty() && s.frames.front().blocked) t = std::min(t, s.frames.front().deadline);
+  }
+  return t;
+}
+
+bool RealtimeLoop::RunIteration() {
+  const Nanos now = clock_->Now();
+  ReleaseArrivals(now);
+  DeliverExpired();
+
+  // Plan: one item per session with an arrived, unfinished frame.
+  items_.clear();
+  item_sessions_.clear();
+  const int vocab = backend_->vocab_size();
+  for (auto& [id, s] : sessions_) {
+    if (s.frames.empty()) continue;
+    Frame& f = s.frames.front();
+    s.chunk.clear();
+    if (!f.input_fed) {
+      if (!s.prompt_fed) s.chunk = s.spec.prompt;
+      if (s.pending_output >= 0) s.chunk.push_back(s.pending_output);
+      // Input tokens stand in for the session's stream (codec or text tokens): deterministic ids.
+      for (int i = 0; i < s.spec.input_tokens_per_frame; ++i) {
+        const auto v = static_cast<std::int64_t>(
+            id * 7919 + static_cast<std::uint64_t>(f.index) * 131 + static_cast<std::uint64_t>(i));
+        s.chunk.push_back(static_cast<TokenId>(v % vocab));
+      }
+    } else {
+      s.chunk.push_back(f.outputs.back());
+    }
+    items_.push_back({s.backend_id, s.chunk, s.spec.output_tokens_per_frame > 0});
+    item_sessions_.push_back(id);
+  }
+  if (items_.empty()) return false;
+
+  const double duration = backend_->Step(items_, &results_);
+  ++stats_.iterations;
+  // Virtual clock: jump by the step's (modelled or measured) duration. Real clock: the time has
+  // passed already and this returns at once.
+  clock_->SleepUntil(now + Nanos(std::llround(duration * 1e9)));
+  const Nanos done = std::max(clock_->Now(), now + Nanos(std::llround(duration * 1e9)));
+
+  bool progressed = false;
+  int batch_tokens = 0;
+  for (std::size_t i = 0; i < items_.size(); ++i) {
+    const auto it = sessions_.find(item_sessions_[i]);
+    Session& s = it->second;
+    Frame& f = s.frames.front();
+    const BackendItemResult& r = results_[i];
+    if (r.status == engine::StepStatus::kPoolExhausted) {
+      f.blocked = true;
+      continue;
+    }
+    if (r.status == engine::StepStatus::kContextFull || r.status != engine::StepStatus::kOk) {
+      // The full-mode context limit: the session ends with an explicit error, never silently.
+      ++stats_.context_full_sessions;
+      std::fprintf(stderr, "[error] session %llu ended: %s\n",
+                   static_cast<unsigned long long>(it->first), engine::ToString(r.status));
+      backend_->Close(s.backend_id);
+      sessions_.erase(it);
+      continue;
+    }
+    progressed = true;
+    batch_tokens += static_cast<int>(items_[i].tokens.size());
+    f.blocked = false;
+    if (!f.input_fed) {
+      f.input_fed = true;
+      s.prompt_fed = true;
+      s.pending_output = -1;
+    }
+    if (s.spec.output_tokens_per_frame > 0) f.outputs.push_back(r.next_token);
+    if (static_cast<int>(f.outputs.size()) >= s.spec.output_tokens_per_frame) {
+      Deliver(it->first, s, done, done <= f.deadline ? FrameOutcome::kOk : FrameOutcome::kLate);
+    }
+  }
+  if (on_iteration) on_iteration(duration, batch_tokens);
+  return progressed;
+}
+
+void RealtimeLoop::RunUntil(double t_end_s) {
+  const Nanos end(std::llround(t_end_s * 1e9));
+  while (clock_->Now() < end) {
+    if (!RunIteration()) {
+      // Nothing ran (or everything is blocked on the pool): wait for the next arrival or deadline.
+      // Every event is strictly in the future here (due arrivals were released, due deadlines
+      // delivered), so this always makes progress.
+      const Nanos now = clock_->Now();
+      clock_->SleepUntil(std::max(std::min(NextEventTime(), end), now + Nanos(1)));
+    }
+  }
+}
+
+}  // namespace metronome::realtime

@@ -1,0 +1,145 @@
+// The real-time loop: sessions are periodic tasks. Every period a session's frame arrives (a input
+// tokens), must produce o output tokens (each appended to its KV), and is due at its deadline
+// (counted from arrival). Each iteration batches all ready work of all sessions into one backend
+// step (continuous batching), then completes frames and classifies them:
+//   ok      - completed by the deadline
+//   late    - completed after the deadline (compute overload)
+//   starved - delivered at the deadline with no output: the session could not get a KV block
+//   short   - delivered at the deadline with fewer than o outputs, same reason
+// Starved and short frames are what today's engines hand back silently; here they are counted, and
+// k consecutive starved frames of a session raise a `mute` alarm. Admitted sessions are never
+// preempted or recomputed. Time comes from a Clock (real or virtual), work goes to a Backend (the
+// engine or a cost model): the loop is the same code in the server, `drive` and the simulator.
+//
+// Thread-safety: single-threaded; owned by the loop thread.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "metronome/base/clock.h"
+#include "metronome/kv/kv_policy.h"
+#include "metronome/realtime/backend.h"
+
+namespace metronome::realtime {
+
+using RealtimeSessionId = std::uint64_t;
+
+struct SessionSpec {
+  double period_ms = 80.0;
+  double deadline_ms = 0.0;         // 0: equal to the period
+  int input_tokens_per_frame = 1;   // a: appended as one prefill chunk when the frame arrives
+  int output_tokens_per_frame = 1;  // o: decoded one after another, each appended to the KV
+  kv::KvPolicy policy;
+  std::vector<TokenId> prompt;  // fed with the first frame's input (e.g. a system prompt)
+
+  void Validate() const;  // ConfigError naming the field and value
+};
+
+enum class FrameOutcome : std::uint8_t { kOk, kLate, kStarved, kShort };
+[[nodiscard]] const char* ToString(FrameOutcome o);
+
+struct FrameRecord {
+  RealtimeSessionId session = 0;
+  std::int64_t index = 0;  // frame number within the session
+  double arrival_s = 0.0;  // clock seconds
+  double delivered_s = 0.0;
+  double latency_ms = 0.0;  // delivered - arrival
+  FrameOutcome outcome = FrameOutcome::kOk;
+  std::vector<TokenId> tokens;  // the outputs (fewer than o for short, none for starved)
+};
+
+struct LoopOptions {
+  int mute_after_starved = 3;  // k: consecutive starved frames that raise a mute alarm
+
+  void Validate() const;
+};
+
+struct LoopStats {
+  std::int64_t frames = 0;
+  std::int64_t ok = 0;
+  std::int64_t late = 0;
+  std::int64_t starved = 0;
+  std::int64_t short_frames = 0;
+  std::int64_t mute_alarms = 0;
+  std::int64_t context_full_sessions = 0;  // full-mode sessions ended at their context limit
+  std::int64_t iterations = 0;
+  double first_starved_at_s = std::numeric_limits<double>::quiet_NaN();
+};
+
+class RealtimeLoop {
+ public:
+  // Borrows backend and clock (must outlive the loop).
+  RealtimeLoop(Backend* backend, Clock* clock, const LoopOptions& options = {});
+
+  // Opens a session whose first frame arrives now. Throws ConfigError for a bad spec.
+  RealtimeSessionId AddSession(const SessionSpec& spec);
+  // Ends a session at once (pending frames are dropped, its blocks return to the pool).
+  void EndSession(RealtimeSessionId id);
+
+  // Runs iterations until the clock reaches t_end_s. With nothing to do it sleeps until the next
+  // frame arrival or deadline.
+  void RunUntil(double t_end_s);
+  // One iteration; returns false if there was no work (the caller may sleep).
+  bool RunIteration();
+
+  [[nodiscard]] const LoopStats& stats() const { return stats_; }
+  [[nodiscard]] std::int64_t active_sessions() const {
+    return static_cast<std::int64_t>(sessions_.size());
+  }
+  [[nodiscard]] std::vector<RealtimeSessionId> session_ids() const;
+  [[nodiscard]] std::int64_t resident_blocks(RealtimeSessionId id) const;
+  [[nodiscard]] Backend& backend() { return *backend_; }
+
+  // Observers (may be empty): every delivered frame; every mute alarm (session, time).
+  std::function<void(const FrameRecord&)> on_frame;
+  std::function<void(RealtimeSessionId, double)> on_mute_alarm;
+  // Iteration time (s) and batch tokens of each step.
+  std::function<void(double, int)> on_iteration;
+
+ private:
+  // Times are integer nanoseconds of the clock, so arrivals are exact (index * period from the
+  // session's start, drift-free) and comparisons never suffer from rounding.
+  struct Frame {
+    std::int64_t index = 0;
+    Nanos arrival{0};
+    Nanos deadline{0};
+    bool input_fed = false;
+    bool blocked = false;  // the last attempt found the pool exhausted
+    std::vector<TokenId> outputs;
+  };
+  struct Session {
+    SessionSpec spec;
+    BackendSessionId backend_id = 0;
+    Nanos start{0};
+    Nanos next_arrival{0};
+    std::int64_t next_index = 0;
+    std::deque<Frame> frames;
+    bool prompt_fed = false;
+    TokenId pending_output = -1;  // last output of the previous frame, appended next
+    int consecutive_starved = 0;
+    std::vector<TokenId> chunk;  // tokens of this iteration's item (kept alive for the step)
+  };
+
+  void ReleaseArrivals(Nanos now);
+  void DeliverExpired();
+  void Deliver(RealtimeSessionId id, Session& s, Nanos when, FrameOutcome outcome);
+  [[nodiscard]] Nanos NextEventTime() const;
+
+  Backend* backend_;
+  Clock* clock_;
+  LoopOptions options_;
+  std::map<RealtimeSessionId, Session> sessions_;
+  RealtimeSessionId next_id_ = 1;
+  LoopStats stats_;
+  std::vector<BackendItem> items_;
+  std::vector<RealtimeSessionId> item_sessions_;
+  std::vector<BackendItemResult> results_;
+};
+
+}  // namespace metronome::realtime

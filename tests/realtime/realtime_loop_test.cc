@@ -1,0 +1,132 @@
+// The real-time loop on a virtual clock: the silent failure of full KV (starved frames delivered on
+// time, then a mute alarm) at the time the first-order model predicts, window KV never starving,
+// compute overload showing as late frames, and the same behaviour with the real engine.
+#include "metronome/realtime/realtime_loop.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "metronome/base/errors.h"
+#include "metronome/model/model.h"
+
+namespace metronome::realtime {
+namespace {
+
+SessionSpec Spec(const kv::KvPolicy& policy, int a = 3, int o = 1) {
+  SessionSpec s;
+  s.period_ms = 80.0;
+  s.input_tokens_per_frame = a;
+  s.output_tokens_per_frame = o;
+  s.policy = policy;
+  return s;
+}
+
+// N sessions append (a + o) tokens per period each: rho(t) = N r t with r = tokens_per_s / pool,
+// so the pool is full at t_sat = 1 / (N r).
+TEST(RealtimeLoopTest, FullKvStarvesAtThePredictedTimeAndRaisesMuteAlarms) {
+  const int n = 10;
+  const int blocks = 1000;
+  const int bt = 16;
+  CostModelBackend backend({.c0_s = 0.002}, blocks, bt);
+  ManualClock clock;
+  RealtimeLoop loop(&backend, &clock, {.mute_after_starved = 3});
+  for (int i = 0; i < n; ++i) loop.AddSession(Spec(kv::KvPolicy::Full()));
+  const double tokens_per_s = (3 + 1) / 0.080;
+  const double r = tokens_per_s / (blocks * bt);
+  const double t_sat = 1.0 / (n * r);  // 32 s
+  loop.RunUntil(60.0);
+  const LoopStats& st = loop.stats();
+  ASSERT_FALSE(std::isnan(st.first_starved_at_s)) << "full KV must run out";
+  EXPECT_NEAR(st.first_starved_at_s, t_sat, 0.1 * t_sat);
+  EXPECT_GT(st.starved, 0);
+  EXPECT_EQ(st.mute_alarms, n) << "every session goes mute once";
+  EXPECT_EQ(st.late, 0) << "the failure is silent: frames arrive on time";
+  EXPECT_EQ(loop.active_sessions(), n) << "no session is evicted";
+}
+
+TEST(RealtimeLoopTest, WindowKvWithTheSamePopulationNeverStarves) {
+  const int n = 10;
+  CostModelBackend backend({.c0_s = 0.002}, 1000, 16);
+  ManualClock clock;
+  RealtimeLoop loop(&backend, &clock);
+  std::vector<RealtimeSessionId> ids;
+  for (int i = 0; i < n; ++i) ids.push_back(loop.AddSession(Spec(kv::KvPolicy::Window(64, 4))));
+  loop.RunUntil(120.0);
+  const LoopStats& st = loop.stats();
+  EXPECT_EQ(st.starved + st.short_frames, 0);
+  EXPECT_EQ(st.mute_alarms, 0);
+  EXPECT_GE(st.frames, n * 1499);
+  EXPECT_EQ(st.ok, st.frames);
+  const std::int64_t bound = kv::KvPolicy::Window(64, 4).MaxResidentBlocks(16);
+  for (const auto id : ids) EXPECT_LE(loop.resident_blocks(id), bound);
+}
+
+TEST(RealtimeLoopTest, ComputeOverloadShowsAsLateFramesNotStarvation) {
+  CostModelBackend backend({.c0_s = 0.100}, 1000, 16);  // every step takes longer than a period
+  ManualClock clock;
+  RealtimeLoop loop(&backend, &clock);
+  loop.AddSession(Spec(kv::KvPolicy::Window(64, 4), 2, 2));
+  loop.RunUntil(5.0);
+  EXPECT_GT(loop.stats().late, 0);
+  EXPECT_EQ(loop.stats().ok, 0);
+  EXPECT_EQ(loop.stats().starved, 0);
+}
+
+TEST(RealtimeLoopTest, FramesAreDeliveredInOrderWithTheirLatency) {
+  CostModelBackend backend({.c0_s = 0.005}, 100, 16);
+  ManualClock clock;
+  RealtimeLoop loop(&backend, &clock);
+  std::vector<FrameRecord> got;
+  loop.on_frame = [&](const FrameRecord& r) { got.push_back(r); };
+  loop.AddSession(Spec(kv::KvPolicy::Window(32, 2), 4, 3));
+  loop.RunUntil(1.0);
+  ASSERT_GE(got.size(), 12u);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].index, static_cast<std::int64_t>(i));
+    EXPECT_EQ(got[i].tokens.size(), 3u);
+    EXPECT_EQ(got[i].outcome, FrameOutcome::kOk);
+    // Input prefill + 2 decodes, 5 ms each.
+    EXPECT_NEAR(got[i].latency_ms, 15.0, 1e-6);
+  }
+}
+
+TEST(RealtimeLoopTest, RejectsBadSpecs) {
+  CostModelBackend backend({}, 10, 16);
+  ManualClock clock;
+  RealtimeLoop loop(&backend, &clock);
+  SessionSpec s = Spec(kv::KvPolicy::Full());
+  s.period_ms = 0;
+  EXPECT_THROW(loop.AddSession(s), ConfigError);
+  s = Spec(kv::KvPolicy::Window(0, 1));
+  EXPECT_THROW(loop.AddSession(s), ConfigError);
+}
+
+// The real engine on synthetic:tiny, timed for real but on a virtual clock: once a small pool is
+// exhausted, full-KV sessions get 0 tokens per frame; windowed sessions never do.
+TEST(RealtimeLoopTest, RealEngineFullKvGoesMuteWindowKvDoesNot) {
+  const model::Model m = model::MakeSyntheticModel("tiny", 3);
+  for (const bool window : {false, true}) {
+    engine::EngineOptions eo;
+    eo.kv_blocks = 40;
+    eo.block_tokens = 16;
+    engine::Engine eng(m, eo);
+    EngineBackend backend(&eng, {});
+    ManualClock clock;
+    RealtimeLoop loop(&backend, &clock);
+    for (int i = 0; i < 4; ++i) {
+      loop.AddSession(Spec(window ? kv::KvPolicy::Window(32, 4) : kv::KvPolicy::Full(), 2, 1));
+    }
+    loop.RunUntil(8.0);  // 640 tokens of pool / (4 sessions x 37.5 tokens/s) ~ 4.3 s
+    if (window) {
+      EXPECT_EQ(loop.stats().starved, 0);
+      EXPECT_GT(loop.stats().ok, 300);
+    } else {
+      EXPECT_GT(loop.stats().starved, 0);
+      EXPECT_GT(loop.stats().mute_alarms, 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace metronome::realtime
