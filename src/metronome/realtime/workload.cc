@@ -1,0 +1,165 @@
+#include "metronome/realtime/workload.h"
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <vector>
+
+#include "metronome/base/errors.h"
+
+namespace metronome::realtime {
+namespace {
+
+// "<flag> '<spec>': <what>", the shape of every error here.
+ConfigError SpecError(const std::string& flag, const std::string& spec, const std::string& what) {
+  std::string msg = flag;
+  msg += " '";
+  msg += spec;
+  msg += "': ";
+  msg += what;
+  return ConfigError(msg);
+}
+
+// "a,b,c" -> numbers; ConfigError naming the flag and the whole value on any junk.
+std::vector<double> ParseNumbers(const std::string& text, const std::string& flag,
+                                 const std::string& spec) {
+  std::vector<double> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    std::size_t used = 0;
+    double v = 0.0;
+    try {
+      v = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size() || !std::isfinite(v)) {
+      throw SpecError(flag, spec, "'" + item + "' is not a number");
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+void SplitKind(const std::string& spec, const std::string& flag, std::string* kind,
+               std::string* args) {
+  const auto colon = spec.find(':');
+  if (colon == std::string::npos) {
+    throw SpecError(flag, spec, "expected KIND:VALUES");
+  }
+  *kind = spec.substr(0, colon);
+  *args = spec.substr(colon + 1);
+}
+
+}  // namespace
+
+ArrivalProcess ArrivalProcess::Parse(const std::string& spec) {
+  const std::string flag = "--arrival";
+  std::string kind;
+  std::string args;
+  SplitKind(spec, flag, &kind, &args);
+  const std::vector<double> v = ParseNumbers(args, flag, spec);
+  ArrivalProcess p;
+  p.spec_ = spec;
+  if (kind == "poisson") {
+    if (v.size() != 1 || !(v[0] > 0.0)) {
+      throw SpecError(flag, spec, "poisson:RATE needs one rate > 0 (sessions/s)");
+    }
+    p.rate0_ = p.rate1_ = v[0];
+  } else if (kind == "ramp") {
+    if (v.size() != 3 || v[0] < 0.0 || v[1] < 0.0 || !(v[0] + v[1] > 0.0) || !(v[2] > 0.0)) {
+      throw SpecError(flag, spec,
+                      "ramp:R0,R1,SECONDS needs rates >= 0 (not both 0) and SECONDS > 0");
+    }
+    p.rate0_ = v[0];
+    p.rate1_ = v[1];
+    p.ramp_s_ = v[2];
+  } else {
+    throw SpecError(flag, spec,
+                    "unknown kind '" + kind + "' (expected poisson:RATE or ramp:R0,R1,SECONDS)");
+  }
+  return p;
+}
+
+double ArrivalProcess::RateAt(double t_s) const {
+  if (ramp_s_ <= 0.0 || t_s >= ramp_s_) return rate1_;
+  if (t_s <= 0.0) return rate0_;
+  return rate0_ + (rate1_ - rate0_) * t_s / ramp_s_;
+}
+
+double ArrivalProcess::ExpectedArrivals(double t_s) const {
+  if (t_s <= 0.0) return 0.0;
+  if (ramp_s_ <= 0.0) return rate1_ * t_s;
+  const double in_ramp = std::min(t_s, ramp_s_);
+  const double ramp_part = in_ramp * (rate0_ + RateAt(in_ramp)) / 2.0;
+  return ramp_part + (t_s > ramp_s_ ? rate1_ * (t_s - ramp_s_) : 0.0);
+}
+
+double ArrivalProcess::NextAfter(double t_s, std::mt19937_64& rng) const {
+  // Thinning (Lewis-Shedler): candidates at the maximum rate, each kept with rate(t)/max.
+  const double max_rate = std::max(rate0_, rate1_);
+  std::exponential_distribution<double> gap(max_rate);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  double t = t_s;
+  for (;;) {
+    t += gap(rng);
+    if (u(rng) * max_rate <= RateAt(t)) return t;
+  }
+}
+
+SessionDuration SessionDuration::Parse(const std::string& spec) {
+  const std::string flag = "--session-duration";
+  std::string kind;
+  std::string args;
+  SplitKind(spec, flag, &kind, &args);
+  const std::vector<double> v = ParseNumbers(args, flag, spec);
+  SessionDuration d;
+  d.spec_ = spec;
+  if (kind == "fixed" || kind == "exp") {
+    if (v.size() != 1 || !(v[0] > 0.0)) {
+      throw SpecError(flag, spec, kind + ":SECONDS needs one value > 0");
+    }
+    d.kind_ = kind == "fixed" ? Kind::kFixed : Kind::kExp;
+    d.a_ = v[0];
+  } else if (kind == "lognormal") {
+    if (v.size() != 2 || !(v[1] >= 0.0) || v[0] > 30.0) {
+      throw SpecError(flag, spec, "lognormal:MU,SIGMA needs MU <= 30 (ln seconds) and SIGMA >= 0");
+    }
+    d.kind_ = Kind::kLognormal;
+    d.a_ = v[0];
+    d.b_ = v[1];
+  } else {
+    throw SpecError(
+        flag, spec,
+        "unknown kind '" + kind + "' (expected fixed:S, exp:MEAN or lognormal:MU,SIGMA)");
+  }
+  return d;
+}
+
+double SessionDuration::Sample(std::mt19937_64& rng) const {
+  // A session lives at least a microsecond: zero-length sessions would never see a frame.
+  constexpr double kMin = 1e-6;
+  switch (kind_) {
+    case Kind::kFixed:
+      return a_;
+    case Kind::kExp:
+      return std::max(kMin, std::exponential_distribution<double>(1.0 / a_)(rng));
+    case Kind::kLognormal:
+      return std::max(kMin, std::lognormal_distribution<double>(a_, b_)(rng));
+  }
+  return a_;
+}
+
+double SessionDuration::Mean() const {
+  switch (kind_) {
+    case Kind::kFixed:
+    case Kind::kExp:
+      return a_;
+    case Kind::kLognormal:
+      return std::exp(a_ + b_ * b_ / 2.0);
+  }
+  return a_;
+}
+
+}  // namespace metronome::realtime
