@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "metronome/base/errors.h"
+#include "metronome/model/internal/vocabulary_check.h"
 #include "metronome/model/tokenizer.h"
 
 namespace metronome::model {
@@ -394,28 +395,8 @@ class Gpt2Tokenizer final : public Tokenizer {
 };
 
 Gpt2Tokenizer::Gpt2Tokenizer(Vocabulary vocab) : bos_id_(vocab.bos_id), eos_id_(vocab.eos_id) {
+  internal::ValidateVocabulary(vocab, "gpt2");
   const std::size_t n = vocab.tokens.size();
-  if (n == 0) throw LoadError("gpt2 vocabulary: no tokens");
-  if (n > static_cast<std::size_t>(INT32_MAX)) {
-    throw LoadError("gpt2 vocabulary: too many tokens (" + std::to_string(n) + ")");
-  }
-  if (!vocab.scores.empty() && vocab.scores.size() != n) {
-    throw LoadError("gpt2 vocabulary: " + std::to_string(vocab.scores.size()) + " scores for " +
-                    std::to_string(n) + " tokens");
-  }
-  if (!vocab.token_types.empty() && vocab.token_types.size() != n) {
-    throw LoadError("gpt2 vocabulary: " + std::to_string(vocab.token_types.size()) +
-                    " token types for " + std::to_string(n) + " tokens");
-  }
-  const auto check_id = [n](TokenId id, const char* what) {
-    if (id < -1 || id >= static_cast<TokenId>(n)) {
-      throw LoadError(std::string("gpt2 vocabulary: ") + what + " " + std::to_string(id) +
-                      " out of range for " + std::to_string(n) + " tokens");
-    }
-  };
-  check_id(bos_id_, "bos_id");
-  check_id(eos_id_, "eos_id");
-  check_id(vocab.unk_id, "unk_id");
 
   const ByteTable& bytes = Bytes();
   std::unordered_map<std::string, TokenId, StringHash, std::equal_to<>> text_to_id;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "metronome/base/errors.h"
+#include "metronome/model/internal/vocabulary_check.h"
 #include "metronome/model/tokenizer.h"
 
 namespace metronome::model {
@@ -108,28 +109,8 @@ class SentencePieceTokenizer final : public Tokenizer {
 
 SentencePieceTokenizer::SentencePieceTokenizer(Vocabulary vocab)
     : bos_id_(vocab.bos_id), eos_id_(vocab.eos_id), unk_id_(vocab.unk_id) {
+  internal::ValidateVocabulary(vocab, "sentencepiece");
   const std::size_t n = vocab.tokens.size();
-  if (n == 0) throw LoadError("sentencepiece vocabulary: no tokens");
-  if (n > static_cast<std::size_t>(INT32_MAX)) {
-    throw LoadError("sentencepiece vocabulary: too many tokens (" + std::to_string(n) + ")");
-  }
-  if (!vocab.scores.empty() && vocab.scores.size() != n) {
-    throw LoadError("sentencepiece vocabulary: " + std::to_string(vocab.scores.size()) +
-                    " scores for " + std::to_string(n) + " tokens");
-  }
-  if (!vocab.token_types.empty() && vocab.token_types.size() != n) {
-    throw LoadError("sentencepiece vocabulary: " + std::to_string(vocab.token_types.size()) +
-                    " token types for " + std::to_string(n) + " tokens");
-  }
-  const auto check_id = [n](TokenId id, const char* what) {
-    if (id < -1 || id >= static_cast<TokenId>(n)) {
-      throw LoadError(std::string("sentencepiece vocabulary: ") + what + " " + std::to_string(id) +
-                      " out of range for " + std::to_string(n) + " tokens");
-    }
-  };
-  check_id(bos_id_, "bos_id");
-  check_id(eos_id_, "eos_id");
-  check_id(unk_id_, "unk_id");
 
   for (TokenId& b : byte_to_id_) b = -1;
   scores_.resize(n);

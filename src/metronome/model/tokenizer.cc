@@ -15,6 +15,7 @@
 
 #include "metronome/base/errors.h"
 #include "metronome/base/mapped_file.h"
+#include "metronome/model/internal/vocabulary_check.h"
 
 namespace metronome::model {
 namespace {
@@ -70,6 +71,36 @@ constexpr std::string_view kBigrams[] = {
 };
 
 }  // namespace
+
+namespace internal {
+
+void ValidateVocabulary(const Vocabulary& vocab, const char* kind) {
+  const std::string prefix = std::string(kind) + " vocabulary: ";
+  const std::size_t n = vocab.tokens.size();
+  if (n == 0) throw LoadError(prefix + "no tokens");
+  if (n > static_cast<std::size_t>(INT32_MAX)) {
+    throw LoadError(prefix + "too many tokens (" + std::to_string(n) + ")");
+  }
+  if (!vocab.scores.empty() && vocab.scores.size() != n) {
+    throw LoadError(prefix + std::to_string(vocab.scores.size()) + " scores for " +
+                    std::to_string(n) + " tokens");
+  }
+  if (!vocab.token_types.empty() && vocab.token_types.size() != n) {
+    throw LoadError(prefix + std::to_string(vocab.token_types.size()) + " token types for " +
+                    std::to_string(n) + " tokens");
+  }
+  const auto check_id = [&](TokenId id, const char* what) {
+    if (id < -1 || id >= static_cast<TokenId>(n)) {
+      throw LoadError(prefix + what + " " + std::to_string(id) + " out of range for " +
+                      std::to_string(n) + " tokens");
+    }
+  };
+  check_id(vocab.bos_id, "bos_id");
+  check_id(vocab.eos_id, "eos_id");
+  check_id(vocab.unk_id, "unk_id");
+}
+
+}  // namespace internal
 
 std::string Tokenizer::Decode(std::span<const TokenId> ids) const {
   std::string out;
