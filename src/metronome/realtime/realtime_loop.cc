@@ -9,20 +9,6 @@
 
 namespace metronome::realtime {
 
-const char* ToString(FrameOutcome o) {
-  switch (o) {
-    case FrameOutcome::kOk:
-      return "ok";
-    case FrameOutcome::kLate:
-      return "late";
-    case FrameOutcome::kStarved:
-      return "starved";
-    case FrameOutcome::kShort:
-      return "short";
-  }
-  return "?";
-}
-
 void SessionSpec::Validate() const {
   if (!(period_ms > 0.0 && period_ms <= 3.6e6)) {
     throw ConfigError("period_ms = " + std::to_string(period_ms) + " must be in (0, 3600000]");

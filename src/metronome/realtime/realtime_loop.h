@@ -25,6 +25,7 @@
 #include "metronome/base/clock.h"
 #include "metronome/kv/kv_policy.h"
 #include "metronome/realtime/backend.h"
+#include "metronome/telemetry/engine_metrics.h"
 
 namespace metronome::realtime {
 
@@ -41,8 +42,8 @@ struct SessionSpec {
   void Validate() const;  // ConfigError naming the field and value
 };
 
-enum class FrameOutcome : std::uint8_t { kOk, kLate, kStarved, kShort };
-[[nodiscard]] const char* ToString(FrameOutcome o);
+// One vocabulary for frame outcomes: the loop classifies, telemetry labels (ToString there).
+using FrameOutcome = telemetry::FrameOutcome;
 
 struct FrameRecord {
   RealtimeSessionId session = 0;

@@ -12,12 +12,13 @@
 
 namespace metronome::telemetry {
 
-// How one session's frame ended; the `outcome` label of metronome_frames_total.
+// How one session's frame ended; the `outcome` label of metronome_frames_total. The real-time loop
+// (realtime::RealtimeLoop) produces these.
 enum class FrameOutcome : std::uint8_t {
-  kOk,       // output emitted before the frame's deadline
-  kLate,     // output emitted, but after the deadline
-  kStarved,  // the session had no input for the frame
-  kShort,    // fewer tokens than the frame asked for were produced
+  kOk,       // all outputs, by the frame's deadline
+  kLate,     // all outputs, after the deadline (compute overload)
+  kStarved,  // delivered at the deadline with no output: the session could not get a KV block
+  kShort,    // delivered at the deadline with fewer outputs than asked, for the same reason
 };
 inline constexpr int kNumFrameOutcomes = 4;
 [[nodiscard]] std::string_view ToString(FrameOutcome outcome);  // "ok", "late", "starved", "short"
