@@ -67,6 +67,15 @@ check "bench-decode reports tokens/s" grep -q "decode tokens/s" <<<"$out"
 out="$("$bin" demo --sessions 4 --steps 40)"
 check "demo prints per-session lines and pool use" grep -q "KV pool used" <<<"$out"
 
+out="$("$bin" calibrate --batch-sessions 1,2 --contexts 8,32 --chunk-tokens 1,4 --repeats 2 \
+  --threads 1 --out "$tmp/calib.json")"
+check "calibrate ends with the fit as a JSON line" \
+  grep -q '^{.*"c2_s_per_kv_token"' <<<"$(tail -n 1 <<<"$out")"
+check "calibrate --out has the three coefficients, each >= 0" test "$(grep -Ec \
+  '^  "(c0_s|c1_s_per_token|c2_s_per_kv_token)": [0-9]' "$tmp/calib.json")" -eq 3
+check "calibrate --out has the fit quality" test "$(grep -Ec \
+  '^    "(r2|median_abs_rel_error|max_abs_rel_error|num_points)": ' "$tmp/calib.json")" -eq 4
+
 fails_with "missing model file" "cannot open" generate --model "$tmp/none.gguf" --prompt-ids 1
 printf 'GGUF\x03\x00\x00\x00' >"$tmp/short.gguf"
 fails_with "truncated GGUF" "short.gguf" generate --model "$tmp/short.gguf" --prompt-ids 1
@@ -76,6 +85,7 @@ fails_with "unknown synthetic preset" "tiny" generate --model synthetic:nope --p
 fails_with "token id out of range" "99999" generate --model synthetic:tiny --prompt-ids "1 99999"
 fails_with "bad token text" "'x'" score --model synthetic:tiny --ids "1 x 3"
 fails_with "window 0" "window" generate --model synthetic:tiny --prompt-ids 1 --kv window --window 0
+fails_with "calibrate grid value 0" "--batch-sessions = '0,4'" calibrate --batch-sessions 0,4
 
 # --- real models from ../shared (skipped when absent) --------------------------------------------
 if [ -f "$models/stories260K.bin" ]; then

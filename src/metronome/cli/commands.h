@@ -11,5 +11,6 @@ void RegisterScore(CLI::App* app, int* exit_code);
 void RegisterBenchDecode(CLI::App* app, int* exit_code);
 void RegisterDemo(CLI::App* app, int* exit_code);
 void RegisterExportGguf(CLI::App* app, int* exit_code);
+void RegisterCalibrate(CLI::App* app, int* exit_code);
 
 }  // namespace metronome::cli

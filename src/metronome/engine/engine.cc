@@ -142,7 +142,6 @@ SessionId Engine::OpenSession(const SessionOptions& options) {
 bool Engine::CloseSession(SessionId id) {
   const auto it = sessions_.find(static_cast<std::uint32_t>(id));
   if (it == sessions_.end()) return false;
-  freed_by_closed_sessions_ += it->second->stats().blocks_freed_by_window;
   sessions_.erase(it);  // ~SessionKv returns the blocks
   return true;
 }
@@ -152,18 +151,20 @@ const kv::SessionKv* Engine::session_kv(SessionId id) const {
   return it == sessions_.end() ? nullptr : it->second.get();
 }
 
-PoolStats Engine::pool_stats() const {
+PoolStats PoolStatsOf(const kv::BlockPool& pool, std::int64_t num_sessions) {
   PoolStats s;
-  s.num_blocks = pool_.num_blocks();
-  s.free_blocks = pool_.num_free_blocks();
-  s.used_blocks = pool_.num_used_blocks();
-  s.block_tokens = pool_.layout().block_tokens;
-  s.bytes_per_block = static_cast<std::int64_t>(pool_.layout().bytes_per_block());
-  s.blocks_freed_by_window = freed_by_closed_sessions_;
-  for (const auto& [id, kv] : sessions_)
-    s.blocks_freed_by_window += kv->stats().blocks_freed_by_window;
-  s.num_sessions = static_cast<std::int64_t>(sessions_.size());
+  s.num_blocks = pool.num_blocks();
+  s.free_blocks = pool.num_free_blocks();
+  s.used_blocks = pool.num_used_blocks();
+  s.block_tokens = pool.layout().block_tokens;
+  s.bytes_per_block = static_cast<std::int64_t>(pool.layout().bytes_per_block());
+  s.blocks_freed_by_window = pool.blocks_freed_by_window();
+  s.num_sessions = num_sessions;
   return s;
+}
+
+PoolStats Engine::pool_stats() const {
+  return PoolStatsOf(pool_, static_cast<std::int64_t>(sessions_.size()));
 }
 
 std::span<const float> Engine::logits(int row) const {

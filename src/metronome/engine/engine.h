@@ -80,6 +80,8 @@ struct PoolStats {
   std::int64_t blocks_freed_by_window = 0;  // over the engine's life, closed sessions included
   std::int64_t num_sessions = 0;
 };
+// Snapshot of `pool` serving `num_sessions` sessions. O(1).
+[[nodiscard]] PoolStats PoolStatsOf(const kv::BlockPool& pool, std::int64_t num_sessions);
 
 struct StepStats {
   int num_tokens = 0;    // tokens forwarded
@@ -127,7 +129,6 @@ class Engine {
   kv::BlockPool pool_;
   std::unordered_map<std::uint32_t, std::unique_ptr<kv::SessionKv>> sessions_;
   std::uint32_t next_session_id_ = 1;
-  std::int64_t freed_by_closed_sessions_ = 0;
   std::unique_ptr<Batch> batch_;  // step buffers, reused (grow-only) across steps
   std::vector<float> logits_;     // [rows, vocab]
   StepStats last_step_;

@@ -88,6 +88,11 @@ class BlockPool {
   // All-or-nothing: n blocks into out[0..n), or false (and nothing taken) if fewer are free.
   [[nodiscard]] bool AllocateMany(int n, BlockId* out) noexcept;
   void Free(BlockId block) noexcept;
+  // Free() of a block that slid out of a session's window (counted for telemetry).
+  void FreeLeftWindow(BlockId block) noexcept {
+    Free(block);
+    ++blocks_freed_by_window_;
+  }
 
   [[nodiscard]] std::byte* block_data(BlockId b) noexcept {
     return storage_.get() + static_cast<std::size_t>(b) * layout_.bytes_per_block();
@@ -99,6 +104,8 @@ class BlockPool {
   [[nodiscard]] int num_free_blocks() const { return static_cast<int>(free_list_.size()); }
   [[nodiscard]] int num_used_blocks() const { return num_blocks() - num_free_blocks(); }
   [[nodiscard]] bool in_use(BlockId b) const { return in_use_[static_cast<std::size_t>(b)] != 0; }
+  // Blocks returned by FreeLeftWindow over the pool's life.
+  [[nodiscard]] std::int64_t blocks_freed_by_window() const { return blocks_freed_by_window_; }
   [[nodiscard]] std::size_t capacity_bytes() const {
     return layout_.bytes_per_block() * in_use_.size();
   }
@@ -112,6 +119,7 @@ class BlockPool {
   KvLayout layout_;
   BlockPoolOptions options_;
   std::unique_ptr<std::byte, FreeDeleter> storage_;
+  std::int64_t blocks_freed_by_window_ = 0;
   std::vector<BlockId> free_list_;    // LIFO: a just-freed (cache-warm) block is reused first
   std::vector<std::uint8_t> in_use_;  // [num_blocks]: 1 while owned by a session
 };

@@ -24,7 +24,8 @@ OccupancyForecast::OccupancyForecast(const OccupancyForecastOptions& options) : 
 }
 
 void OccupancyForecast::Observe(double t_s, std::int64_t used_blocks, std::int64_t total_blocks,
-                                std::int64_t active_sessions) {
+                                std::int64_t active_sessions, std::int64_t bounded_blocks) {
+  plateau_below_full_ = bounded_blocks >= 0 && bounded_blocks < total_blocks;
   const double rho =
       total_blocks > 0 ? static_cast<double>(used_blocks) / static_cast<double>(total_blocks) : 0.0;
   samples_.push_back({t_s, rho, static_cast<double>(active_sessions)});
@@ -63,6 +64,7 @@ void OccupancyForecast::Refit() {
 }
 
 std::optional<double> OccupancyForecast::TimeToSaturationSeconds() const {
+  if (plateau_below_full_) return std::nullopt;
   if (slope_ <= options_.min_slope_per_s || rate_ <= 0.0 || sessions_ <= 0.0) return std::nullopt;
   const double remaining = rho_ < 1.0 ? 1.0 - rho_ : 0.0;
   return remaining / (sessions_ * rate_);

@@ -26,9 +26,12 @@ class OccupancyForecast {
  public:
   explicit OccupancyForecast(const OccupancyForecastOptions& options = {});
 
-  // One observation; t_s must not decrease.
+  // One observation; t_s must not decrease. `bounded_blocks` is the most the active sessions can
+  // ever hold together (the sum of their window bounds), or -1 when some session is unbounded
+  // (full KV). When it fits in the pool, occupancy plateaus below 1 and t_sat is infinite whatever
+  // the current slope: the first-order model cannot see bounds, the caller can.
   void Observe(double t_s, std::int64_t used_blocks, std::int64_t total_blocks,
-               std::int64_t active_sessions);
+               std::int64_t active_sessions, std::int64_t bounded_blocks = -1);
 
   [[nodiscard]] double occupancy() const { return rho_; }  // rho0: latest used / total
   // r: least-squares slope of occupancy over the window divided by the mean session count; 0 when
@@ -52,6 +55,7 @@ class OccupancyForecast {
   double rate_ = 0.0;
   double slope_ = 0.0;
   double sessions_ = 0.0;
+  bool plateau_below_full_ = false;  // the latest bounded_blocks fits in the pool
 };
 
 }  // namespace metronome::kv

@@ -51,7 +51,7 @@ void SessionKv::Commit(int n) noexcept {
   const TokenPos first_visible = length_ - policy_.window + 1;
   const std::int64_t dead_limit = first_visible > 0 ? first_visible / block_tokens_ : 0;
   while (window_first_block_ < dead_limit && window_head_ < window_blocks_.size()) {
-    pool_->Free(window_blocks_[window_head_]);
+    pool_->FreeLeftWindow(window_blocks_[window_head_]);
     ++window_head_;
     ++window_first_block_;
     ++blocks_freed_by_window_;

@@ -21,7 +21,6 @@ BackendSessionId CostModelBackend::Open(const kv::KvPolicy& policy) {
 void CostModelBackend::Close(BackendSessionId id) {
   const auto it = sessions_.find(id);
   if (it == sessions_.end()) return;
-  freed_by_closed_ += it->second->stats().blocks_freed_by_window;
   sessions_.erase(it);
 }
 
@@ -62,17 +61,7 @@ double CostModelBackend::Step(std::span<const BackendItem> items,
 }
 
 engine::PoolStats CostModelBackend::pool() const {
-  engine::PoolStats s;
-  s.num_blocks = pool_.num_blocks();
-  s.free_blocks = pool_.num_free_blocks();
-  s.used_blocks = pool_.num_used_blocks();
-  s.block_tokens = pool_.layout().block_tokens;
-  s.bytes_per_block = static_cast<std::int64_t>(pool_.layout().bytes_per_block());
-  s.blocks_freed_by_window = freed_by_closed_;
-  for (const auto& [id, kv] : sessions_)
-    s.blocks_freed_by_window += kv->stats().blocks_freed_by_window;
-  s.num_sessions = static_cast<std::int64_t>(sessions_.size());
-  return s;
+  return engine::PoolStatsOf(pool_, static_cast<std::int64_t>(sessions_.size()));
 }
 
 std::int64_t CostModelBackend::resident_blocks(BackendSessionId id) const {

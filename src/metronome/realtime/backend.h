@@ -78,7 +78,6 @@ class CostModelBackend final : public Backend {
   kv::BlockPool pool_;
   std::unordered_map<BackendSessionId, std::unique_ptr<kv::SessionKv>> sessions_;
   BackendSessionId next_id_ = 1;
-  std::int64_t freed_by_closed_ = 0;
 };
 
 // The real model runtime on its engine (borrowed), greedy or sampled next tokens.

@@ -9,6 +9,11 @@
 
 namespace metronome::realtime {
 
+namespace {
+Nanos FromMs(double ms) { return Nanos(std::llround(ms * 1e6)); }
+double Seconds(Nanos t) { return std::chrono::duration<double>(t).count(); }
+}  // namespace
+
 void SessionSpec::Validate() const {
   if (!(period_ms > 0.0 && period_ms <= 3.6e6)) {
     throw ConfigError("period_ms = " + std::to_string(period_ms) + " must be in (0, 3600000]");
@@ -24,6 +29,9 @@ void SessionSpec::Validate() const {
   if (output_tokens_per_frame < 0 || output_tokens_per_frame > 65536) {
     throw ConfigError("output_tokens_per_frame = " + std::to_string(output_tokens_per_frame) +
                       " must be in [0, 65536]");
+  }
+  if (!(phase_ms >= 0.0 && phase_ms < period_ms)) {
+    throw ConfigError("phase_ms = " + std::to_string(phase_ms) + " must be in [0, period_ms)");
   }
   policy.Validate();
 }
@@ -46,7 +54,7 @@ RealtimeSessionId RealtimeLoop::AddSession(const SessionSpec& spec) {
   s.spec = spec;
   if (s.spec.deadline_ms == 0.0) s.spec.deadline_ms = s.spec.period_ms;
   s.backend_id = backend_->Open(spec.policy);
-  s.start = clock_->Now();
+  s.start = clock_->Now() + FromMs(spec.phase_ms);
   s.next_arrival = s.start;
   s.prompt_fed = spec.prompt.empty();
   const RealtimeSessionId id = next_id_++;
@@ -72,11 +80,6 @@ std::int64_t RealtimeLoop::resident_blocks(RealtimeSessionId id) const {
   const auto it = sessions_.find(id);
   return it == sessions_.end() ? 0 : backend_->resident_blocks(it->second.backend_id);
 }
-
-namespace {
-Nanos FromMs(double ms) { return Nanos(std::llround(ms * 1e6)); }
-double Seconds(Nanos t) { return std::chrono::duration<double>(t).count(); }
-}  // namespace
 
 void RealtimeLoop::ReleaseArrivals(Nanos now) {
   for (auto& [id, s] : sessions_) {
@@ -125,8 +128,10 @@ void RealtimeLoop::Deliver(RealtimeSessionId id, Session& s, Nanos when, FrameOu
     if (std::isnan(stats_.first_starved_at_s)) stats_.first_starved_at_s = now;
     if (++s.consecutive_starved == options_.mute_after_starved) {
       ++stats_.mute_alarms;
-      std::fprintf(stderr, "[alarm] mute: session %llu starved %d consecutive frames at t=%.3f s\n",
-                   static_cast<unsigned long long>(id), s.consecutive_starved, now);
+      if (options_.log_to_stderr)
+        std::fprintf(stderr,
+                     "[alarm] mute: session %llu starved %d consecutive frames at t=%.3f s\n",
+                     static_cast<unsigned long long>(id), s.consecutive_starved, now);
       if (on_mute_alarm) on_mute_alarm(id, now);
     }
   } else {
@@ -209,10 +214,13 @@ bool RealtimeLoop::RunIteration() {
     if (r.status == engine::StepStatus::kContextFull || r.status != engine::StepStatus::kOk) {
       // The full-mode context limit: the session ends with an explicit error, never silently.
       ++stats_.context_full_sessions;
-      std::fprintf(stderr, "[error] session %llu ended: %s\n",
-                   static_cast<unsigned long long>(it->first), engine::ToString(r.status));
+      if (options_.log_to_stderr)
+        std::fprintf(stderr, "[error] session %llu ended: %s\n",
+                     static_cast<unsigned long long>(it->first), engine::ToString(r.status));
       backend_->Close(s.backend_id);
+      const RealtimeSessionId ended = it->first;
       sessions_.erase(it);
+      if (on_session_error) on_session_error(ended, Seconds(done), r.status);
       continue;
     }
     progressed = true;
@@ -232,17 +240,26 @@ bool RealtimeLoop::RunIteration() {
   return progressed;
 }
 
+void RealtimeLoop::RunOnce(double t_limit_s) {
+  if (RunIteration()) return;
+  // Nothing ran (or everything is blocked on the pool): wait for the next arrival or deadline.
+  // Every event is strictly in the future here (due arrivals were released, due deadlines
+  // delivered), so this always makes progress.
+  // Rounded up, so a caller's event at t_limit_s is due (Now() >= it) when this returns.
+  const Nanos limit(static_cast<std::int64_t>(std::ceil(t_limit_s * 1e9)));
+  const Nanos now = clock_->Now();
+  if (now >= limit) return;
+  clock_->SleepUntil(std::max(std::min(NextEventTime(), limit), now + Nanos(1)));
+}
+
+double RealtimeLoop::NextEventSeconds() const {
+  const Nanos t = NextEventTime();
+  return t == Nanos::max() ? std::numeric_limits<double>::infinity() : Seconds(t);
+}
+
 void RealtimeLoop::RunUntil(double t_end_s) {
   const Nanos end(std::llround(t_end_s * 1e9));
-  while (clock_->Now() < end) {
-    if (!RunIteration()) {
-      // Nothing ran (or everything is blocked on the pool): wait for the next arrival or deadline.
-      // Every event is strictly in the future here (due arrivals were released, due deadlines
-      // delivered), so this always makes progress.
-      const Nanos now = clock_->Now();
-      clock_->SleepUntil(std::max(std::min(NextEventTime(), end), now + Nanos(1)));
-    }
-  }
+  while (clock_->Now() < end) RunOnce(t_end_s);
 }
 
 }  // namespace metronome::realtime

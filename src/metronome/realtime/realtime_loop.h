@@ -38,6 +38,9 @@ struct SessionSpec {
   int output_tokens_per_frame = 1;  // o: decoded one after another, each appended to the KV
   kv::KvPolicy policy;
   std::vector<TokenId> prompt;  // fed with the first frame's input (e.g. a system prompt)
+  // The first frame arrives this long after the session opens, in [0, period): the session's
+  // phase relative to others. Frames then follow every period from there.
+  double phase_ms = 0.0;
 
   void Validate() const;  // ConfigError naming the field and value
 };
@@ -57,6 +60,7 @@ struct FrameRecord {
 
 struct LoopOptions {
   int mute_after_starved = 3;  // k: consecutive starved frames that raise a mute alarm
+  bool log_to_stderr = true;   // one line per mute alarm and per session ended by an error
 
   void Validate() const;
 };
@@ -88,6 +92,12 @@ class RealtimeLoop {
   void RunUntil(double t_end_s);
   // One iteration; returns false if there was no work (the caller may sleep).
   bool RunIteration();
+  // One iteration, or, when there is no work, a sleep until the next frame arrival or deadline
+  // but no later than t_limit_s. Drivers that interleave their own events (session arrivals,
+  // admission ticks) call this in a loop.
+  void RunOnce(double t_limit_s);
+  // Clock time (s) of the next frame arrival or blocked frame's deadline; +inf with no sessions.
+  [[nodiscard]] double NextEventSeconds() const;
 
   [[nodiscard]] const LoopStats& stats() const { return stats_; }
   [[nodiscard]] std::int64_t active_sessions() const {
@@ -102,6 +112,9 @@ class RealtimeLoop {
   std::function<void(RealtimeSessionId, double)> on_mute_alarm;
   // Iteration time (s) and batch tokens of each step.
   std::function<void(double, int)> on_iteration;
+  // A session the loop ended itself (full-mode context limit or a backend error): id, clock
+  // seconds, status. The session is gone when this runs.
+  std::function<void(RealtimeSessionId, double, engine::StepStatus)> on_session_error;
 
  private:
   // Times are integer nanoseconds of the clock, so arrivals are exact (index * period from the

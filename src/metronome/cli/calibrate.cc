@@ -1,0 +1,387 @@
+// metronome calibrate: fits the simulator's step-time model (realtime::CostModel,
+// t = c0 + c1 * batch_tokens + c2 * visible_kv_tokens) to steps of the real CPU engine.
+//
+// For every grid point (B sessions, context C, chunk n) it opens B fresh sessions, prefills each
+// to C tokens (untimed), runs `warmup` untimed steps, then times `repeats` steps in which every
+// session submits n tokens (n = 1 is a decode step), and records the median step time against
+// batch_tokens = B n and visible_kv_tokens computed exactly as CostModelBackend::Step does. The
+// fit over all grid points is printed as a table, a summary line and a final JSON line.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "metronome/base/errors.h"
+#include "metronome/cli/commands.h"
+#include "metronome/cli/common.h"
+#include "metronome/kernels/gemm.h"
+#include "metronome/kernels/paged_attention.h"
+#include "metronome/realtime/cost_model_fit.h"
+
+namespace metronome::cli {
+namespace {
+
+struct CalibrateFlags {
+  ModelFlags model;
+  KvFlags kv;
+  EngineFlags engine;
+  std::string batch_sessions = "1,4,16,32";
+  std::string contexts = "64,256,1024";
+  std::string chunk_tokens = "1,16";
+  int repeats = 5;
+  int warmup = 1;
+  std::string out;
+};
+
+// Limits of the grid values; generous, they only stop typos from asking for absurd runs.
+constexpr std::int64_t kMaxBatchSessions = 4096;
+constexpr std::int64_t kMaxContext = std::int64_t{1} << 24;
+constexpr std::int64_t kMaxChunk = 1 << 16;
+constexpr int kPrefillChunk = 256;           // tokens per session per prefill step
+constexpr int kPrefillTokensPerStep = 2048;  // prefill steps batch sessions up to this many tokens
+
+struct GridPoint {
+  std::int64_t sessions = 0;  // B
+  std::int64_t context = 0;   // C, tokens prefilled into each session before any other step
+  std::int64_t chunk = 0;     // n, tokens each session submits per step
+  // Tokens each session holds after `steps` steps of `chunk` tokens on top of the context.
+  [[nodiscard]] std::int64_t TotalTokens(int steps) const { return context + steps * chunk; }
+};
+
+struct Measurement {
+  GridPoint point;
+  realtime::StepObservation obs;  // median seconds; mean visible_kv_tokens over the timed steps
+};
+
+// "1,4,16" (commas or spaces) -> values in [lo, hi]; ConfigError naming the flag and its value.
+std::vector<std::int64_t> ParseList(const std::string& text, const std::string& flag,
+                                    std::int64_t lo, std::int64_t hi) {
+  const auto error = [&](const std::string& what) {
+    std::string msg = flag;
+    msg += " = '" + text + "': " + what;
+    return ConfigError(msg);
+  };
+  std::string s = text;
+  std::replace(s.begin(), s.end(), ',', ' ');
+  std::istringstream in(s);
+  std::vector<std::int64_t> values;
+  std::string word;
+  while (in >> word) {
+    std::size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(word, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != word.size()) throw error("'" + word + "' is not an integer");
+    if (v < lo || v > hi) {
+      throw error(word + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    }
+    values.push_back(v);
+  }
+  if (values.empty()) throw error("needs at least one value");
+  return values;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t h = v.size() / 2;
+  return v.size() % 2 == 1 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+}
+
+// Keys the next `n` query tokens of `kv` attend to, summed: CostModelBackend::Step's count.
+double VisibleKv(const kv::SessionKv& kv, std::int64_t n) {
+  double visible = 0.0;
+  for (std::int64_t t = 0; t < n; ++t) {
+    visible += static_cast<double>(kernels::VisibleKeys(kv.policy(), kv.length() + t));
+  }
+  return visible;
+}
+
+// Runs one batched step; false (after printing why) if any item did not run.
+bool RunStep(engine::Engine& eng, const std::vector<engine::StepItem>& items,
+             std::vector<engine::StepItemResult>* results, const char* phase) {
+  eng.Step(items, results);
+  for (const engine::StepItemResult& r : *results) {
+    if (r.status != engine::StepStatus::kOk) {
+      std::fprintf(stderr, "error: %s step failed: %s%s\n", phase, engine::ToString(r.status),
+                   r.status == engine::StepStatus::kPoolExhausted
+                       ? " (raise --kv-pool-mb or --kv-blocks)"
+                       : "");
+      return false;
+    }
+  }
+  return true;
+}
+
+// Measures one grid point on fresh sessions (closed again before returning). False on a failed
+// step.
+bool MeasurePoint(engine::Engine& eng, const kv::KvPolicy& policy, const CalibrateFlags& f,
+                  const GridPoint& g, std::mt19937& rng, Measurement* m) {
+  const int vocab = eng.config().vocab_size;
+  std::uniform_int_distribution<TokenId> tok(0, vocab - 1);
+  const std::int64_t total = g.TotalTokens(f.warmup + f.repeats);
+  std::vector<engine::SessionId> ids;
+  std::vector<std::vector<TokenId>> streams;  // each session's tokens: context, then the steps'
+  for (std::int64_t s = 0; s < g.sessions; ++s) {
+    engine::SessionOptions so;
+    so.policy = policy;
+    so.max_context = f.kv.max_context > 0 ? f.kv.max_context : total;
+    ids.push_back(eng.OpenSession(so));
+    std::vector<TokenId>& stream = streams.emplace_back(static_cast<std::size_t>(total));
+    for (TokenId& t : stream) t = tok(rng);
+  }
+  const auto close_all = [&] {
+    for (const engine::SessionId id : ids) eng.CloseSession(id);
+  };
+  const auto chunk_of = [&](std::size_t s, std::int64_t begin, std::int64_t n) {
+    return std::span<const TokenId>(streams[s])
+        .subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(n));
+  };
+  std::vector<engine::StepItem> items;
+  std::vector<engine::StepItemResult> results;
+
+  // Prefill (untimed): chunks of kPrefillChunk, several sessions per step.
+  const std::int64_t per_step = std::max(1, kPrefillTokensPerStep / kPrefillChunk);
+  for (std::int64_t begin = 0; begin < g.context; begin += kPrefillChunk) {
+    const std::int64_t n = std::min<std::int64_t>(kPrefillChunk, g.context - begin);
+    for (std::int64_t s0 = 0; s0 < g.sessions; s0 += per_step) {
+      items.clear();
+      for (std::int64_t s = s0; s < std::min(g.sessions, s0 + per_step); ++s) {
+        items.push_back({ids[static_cast<std::size_t>(s)],
+                         chunk_of(static_cast<std::size_t>(s), begin, n),
+                         engine::LogitsMode::kNone});
+      }
+      if (!RunStep(eng, items, &results, "prefill")) {
+        close_all();
+        return false;
+      }
+    }
+  }
+
+  // Timed steps: every session submits `chunk` tokens and asks for its next token, as the
+  // real-time loop's EngineBackend does. The clock brackets Engine::Step only, which is the part
+  // of EngineBackend::Step the simulator's cost model replaces.
+  std::vector<double> seconds;
+  double visible_sum = 0.0;
+  for (int k = 0; k < f.warmup + f.repeats; ++k) {
+    items.clear();
+    double visible = 0.0;
+    for (std::size_t s = 0; s < ids.size(); ++s) {
+      const kv::SessionKv* kv = eng.session_kv(ids[s]);
+      visible += VisibleKv(*kv, g.chunk);
+      items.push_back({ids[s], chunk_of(s, kv->length(), g.chunk), engine::LogitsMode::kLast});
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!RunStep(eng, items, &results, "timed")) {
+      close_all();
+      return false;
+    }
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (k >= f.warmup) {
+      seconds.push_back(dt);
+      visible_sum += visible;
+    }
+  }
+  close_all();
+  m->point = g;
+  // visible_kv_tokens grows linearly over the timed steps, so its mean is the middle step's count:
+  // the natural partner of the median time.
+  m->obs = {static_cast<double>(g.sessions * g.chunk), visible_sum / f.repeats, Median(seconds)};
+  return true;
+}
+
+// Fails fast (before any measuring) when the grid's design cannot separate the three terms, e.g.
+// a single context and chunk size make visible_kv_tokens proportional to batch_tokens. The design
+// (batch_tokens, visible_kv_tokens) of every point is known in advance; only the times are not.
+void CheckGridIdentifiesTheModel(const std::vector<GridPoint>& grid, const kv::KvPolicy& policy,
+                                 const CalibrateFlags& f) {
+  std::vector<realtime::StepObservation> design;
+  for (const GridPoint& g : grid) {
+    double visible = 0.0;  // per session, summed over the timed steps
+    for (std::int64_t k = f.warmup; k < f.warmup + f.repeats; ++k) {
+      for (std::int64_t t = 0; t < g.chunk; ++t) {
+        visible += static_cast<double>(kernels::VisibleKeys(policy, g.context + k * g.chunk + t));
+      }
+    }
+    design.push_back({static_cast<double>(g.sessions * g.chunk),
+                      static_cast<double>(g.sessions) * visible / f.repeats, 1.0});
+  }
+  try {
+    (void)realtime::FitCostModel(design);
+  } catch (const ConfigError& e) {
+    std::string msg = "--batch-sessions '" + f.batch_sessions + "' --contexts '" + f.contexts +
+                      "' --chunk-tokens '" + f.chunk_tokens + "': ";
+    msg += e.what();
+    throw ConfigError(msg);
+  }
+}
+
+int RunCalibrate(const CalibrateFlags& f) {
+  const std::vector<std::int64_t> batch =
+      ParseList(f.batch_sessions, "--batch-sessions", 1, kMaxBatchSessions);
+  const std::vector<std::int64_t> contexts = ParseList(f.contexts, "--contexts", 0, kMaxContext);
+  const std::vector<std::int64_t> chunks =
+      ParseList(f.chunk_tokens, "--chunk-tokens", 1, kMaxChunk);
+  if (f.repeats < 1 || f.repeats > 10000) {
+    throw ConfigError("--repeats = " + std::to_string(f.repeats) + " must be in [1, 10000]");
+  }
+  if (f.warmup < 0 || f.warmup > 1000) {
+    throw ConfigError("--warmup = " + std::to_string(f.warmup) + " must be in [0, 1000]");
+  }
+  std::vector<GridPoint> grid;
+  for (const std::int64_t b : batch) {
+    for (const std::int64_t c : contexts) {
+      for (const std::int64_t n : chunks) grid.push_back({b, c, n});
+    }
+  }
+  if (grid.size() < 3) {
+    throw ConfigError("--batch-sessions x --contexts x --chunk-tokens give " +
+                      std::to_string(grid.size()) +
+                      " grid points; fitting 3 coefficients needs at least 3");
+  }
+  const int steps = f.warmup + f.repeats;
+  std::int64_t max_total = 0;
+  for (const GridPoint& g : grid) max_total = std::max(max_total, g.TotalTokens(steps));
+  if (f.kv.max_context > 0 && f.kv.max_context < max_total) {
+    throw ConfigError("--max-context = " + std::to_string(f.kv.max_context) + " is below the " +
+                      std::to_string(max_total) +
+                      " tokens per session the grid needs (largest context + (--warmup + "
+                      "--repeats) x largest chunk)");
+  }
+  const kv::KvPolicy policy = f.kv.Policy();
+  CheckGridIdentifiesTheModel(grid, policy, f);
+  // Open --out now so that an unwritable path fails before minutes of measuring.
+  std::ofstream out_file;
+  if (!f.out.empty()) {
+    out_file.open(f.out);
+    if (!out_file) throw ConfigError("--out: cannot write '" + f.out + "'");
+  }
+
+  const model::Model m = f.model.Load();
+  const std::int64_t max_b = *std::max_element(batch.begin(), batch.end());
+  const std::int64_t max_chunk = *std::max_element(chunks.begin(), chunks.end());
+  engine::EngineOptions eo =
+      f.engine.Options(m.config, policy, max_b, max_total,
+                       static_cast<int>(std::max(max_chunk, std::int64_t{kPrefillChunk})));
+  if (f.engine.kv_blocks == 0 && f.engine.kv_pool_mb <= 0.0) {
+    // Sized for the largest single grid point rather than (largest B) x (largest context): every
+    // point runs on fresh sessions that are closed afterwards.
+    std::int64_t blocks = 1;
+    for (const GridPoint& g : grid) {
+      const engine::EngineOptions one =
+          f.engine.Options(m.config, policy, 1, g.TotalTokens(steps),
+                           static_cast<int>(std::max(g.chunk, std::int64_t{kPrefillChunk})));
+      blocks = std::max(blocks, g.sessions * one.kv_blocks);
+    }
+    eo.kv_blocks = blocks;
+  }
+  engine::Engine eng(m, eo);
+
+  std::mt19937 rng(7);  // token ids only; they do not affect the timing
+  std::vector<Measurement> measured;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const GridPoint& g : grid) {
+    Measurement meas;
+    if (!MeasurePoint(eng, policy, f, g, rng, &meas)) return 3;
+    measured.push_back(meas);
+  }
+  const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<realtime::StepObservation> obs;
+  obs.reserve(measured.size());
+  for (const Measurement& meas : measured) obs.push_back(meas.obs);
+  const realtime::CostModelFit fit = realtime::FitCostModel(obs);
+
+  std::printf(
+      "calibrate model=%s kv=%s kv-dtype=%s threads=%d block-tokens=%d repeats=%d warmup=%d\n",
+      f.model.model.c_str(), policy.ToString().c_str(), kv::ToString(eng.kv_layout().dtype),
+      kernels::NumThreads(), eng.kv_layout().block_tokens, f.repeats, f.warmup);
+  std::printf("%8s %8s %6s %12s %18s %12s %10s %9s\n", "sessions", "context", "chunk",
+              "batch_tokens", "visible_kv_tokens", "measured_ms", "model_ms", "rel_err");
+  nlohmann::json points = nlohmann::json::array();
+  for (const Measurement& meas : measured) {
+    const realtime::StepObservation& o = meas.obs;
+    const double model_s = fit.model.StepSeconds(o.batch_tokens, o.visible_kv_tokens);
+    const double rel = (model_s - o.seconds) / o.seconds;
+    std::printf("%8lld %8lld %6lld %12.0f %18.0f %12.4f %10.4f %8.1f%%\n",
+                static_cast<long long>(meas.point.sessions),
+                static_cast<long long>(meas.point.context),
+                static_cast<long long>(meas.point.chunk), o.batch_tokens, o.visible_kv_tokens,
+                o.seconds * 1e3, model_s * 1e3, rel * 100.0);
+    points.push_back({{"batch_sessions", meas.point.sessions},
+                      {"context", meas.point.context},
+                      {"chunk_tokens", meas.point.chunk},
+                      {"batch_tokens", o.batch_tokens},
+                      {"visible_kv_tokens", o.visible_kv_tokens},
+                      {"measured_s", o.seconds},
+                      {"model_s", model_s},
+                      {"rel_error", rel}});
+  }
+  std::printf(
+      "fit c0_s=%.4g c1_s_per_token=%.4g c2_s_per_kv_token=%.4g r2=%.4f "
+      "median_abs_rel_error=%.3f max_abs_rel_error=%.3f num_points=%lld (measured in %.1f s)\n",
+      fit.model.c0_s, fit.model.c1_s_per_token, fit.model.c2_s_per_kv_token, fit.r2,
+      fit.median_abs_rel_error, fit.max_abs_rel_error, static_cast<long long>(fit.num_points),
+      run_s);
+
+  nlohmann::json j = realtime::CostModelToJson(fit.model);
+  j["fit"] = {{"r2", fit.r2},
+              {"median_abs_rel_error", fit.median_abs_rel_error},
+              {"max_abs_rel_error", fit.max_abs_rel_error},
+              {"num_points", fit.num_points}};
+  j["model"] = f.model.model;
+  j["kv"] = policy.ToString();
+  j["kv_dtype"] = kv::ToString(eng.kv_layout().dtype);
+  j["threads"] = kernels::NumThreads();
+  j["block_tokens"] = eng.kv_layout().block_tokens;
+  std::printf("%s\n", j.dump().c_str());
+  if (out_file.is_open()) {
+    j["points"] = std::move(points);
+    out_file << j.dump(2) << '\n';
+    out_file.flush();
+    if (!out_file) throw ConfigError("--out: cannot write '" + f.out + "'");
+  }
+  return 0;
+}
+
+}  // namespace
+
+void RegisterCalibrate(CLI::App* app, int* exit_code) {
+  auto flags = std::make_shared<CalibrateFlags>();
+  CLI::App* sub = app->add_subcommand(
+      "calibrate",
+      "Fit the simulator's step-time model t = c0 + c1 * batch_tokens + c2 * visible_kv_tokens "
+      "to timed steps of the real engine over a grid of batch sizes, contexts and chunk sizes");
+  flags->model.Register(sub, false);
+  flags->kv.Register(sub);
+  flags->engine.Register(sub);
+  sub->add_option("--batch-sessions", flags->batch_sessions,
+                  "Grid: sessions taking part in each measured step, a comma-separated list")
+      ->capture_default_str();
+  sub->add_option("--contexts", flags->contexts,
+                  "Grid: tokens each session holds before the measured steps (C), a "
+                  "comma-separated list; prefilled untimed")
+      ->capture_default_str();
+  sub->add_option("--chunk-tokens", flags->chunk_tokens,
+                  "Grid: tokens each session submits per measured step (n; 1 = decode), a "
+                  "comma-separated list")
+      ->capture_default_str();
+  sub->add_option("--repeats", flags->repeats,
+                  "Measured steps per grid point; the median step time is fitted")
+      ->capture_default_str();
+  sub->add_option("--warmup", flags->warmup, "Unmeasured steps per grid point before those")
+      ->capture_default_str();
+  sub->add_option("--out", flags->out,
+                  "Also write the fit as JSON to this file: c0_s, c1_s_per_token, "
+                  "c2_s_per_kv_token, fit quality, run settings and every measured point");
+  sub->callback([flags, exit_code] { *exit_code = RunCalibrate(*flags); });
+}
+
+}  // namespace metronome::cli

@@ -1,0 +1,264 @@
+#include "metronome/realtime/cost_model_fit.h"
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <system_error>
+#include <vector>
+
+#include "metronome/base/errors.h"
+
+namespace metronome::realtime {
+namespace {
+
+constexpr std::size_t kTerms = 3;  // c0 (constant), c1 (per batch token), c2 (per visible KV token)
+constexpr std::array<const char*, kTerms> kTermNames = {"the constant term", "batch_tokens",
+                                                        "visible_kv_tokens"};
+constexpr std::array<const char*, kTerms> kJsonFields = {"c0_s", "c1_s_per_token",
+                                                         "c2_s_per_kv_token"};
+
+// A term whose scaled Cholesky pivot falls below this is taken as a linear combination of the
+// terms before it: the pivot is 1 - R^2 of regressing that (unit-RMS) column on the earlier ones,
+// so 1e-9 means the column's own variation is ~3e-5 of its size, far below any timing noise.
+constexpr double kMinPivot = 1e-9;
+
+using Matrix = std::array<std::array<double, kTerms>, kTerms>;
+using Vector = std::array<double, kTerms>;
+
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+double Term(const StepObservation& p, std::size_t j) {
+  return j == 0 ? 1.0 : (j == 1 ? p.batch_tokens : p.visible_kv_tokens);
+}
+
+void ValidatePoint(const StepObservation& p, std::size_t i) {
+  const auto bad = [&](const char* field, double v, const char* want) {
+    std::string msg = "cost model fit: point ";
+    msg += std::to_string(i);
+    msg += ": ";
+    msg += field;
+    msg += " = " + Num(v) + " must be " + want;
+    return ConfigError(msg);
+  };
+  if (!std::isfinite(p.batch_tokens) || p.batch_tokens < 0.0) {
+    throw bad("batch_tokens", p.batch_tokens, "finite and >= 0");
+  }
+  if (!std::isfinite(p.visible_kv_tokens) || p.visible_kv_tokens < 0.0) {
+    throw bad("visible_kv_tokens", p.visible_kv_tokens, "finite and >= 0");
+  }
+  if (!std::isfinite(p.seconds) || p.seconds <= 0.0) {
+    throw bad("seconds", p.seconds, "finite and > 0");
+  }
+}
+
+// Cholesky factor l of g restricted to the m terms idx[0..m): l l^T = g[idx][idx]. Returns the
+// position of the first pivot below kMinPivot (that term is a linear combination of the earlier
+// ones), or m when the submatrix is positive definite.
+std::size_t Cholesky(const Matrix& g, const std::array<std::size_t, kTerms>& idx, std::size_t m,
+                     Matrix* l) {
+  *l = Matrix{};
+  for (std::size_t a = 0; a < m; ++a) {
+    for (std::size_t b = 0; b <= a; ++b) {
+      double s = g[idx[a]][idx[b]];
+      for (std::size_t k = 0; k < b; ++k) s -= (*l)[a][k] * (*l)[b][k];
+      if (a != b) {
+        (*l)[a][b] = s / (*l)[b][b];
+      } else if (s >= kMinPivot) {
+        (*l)[a][a] = std::sqrt(s);
+      } else {
+        return a;
+      }
+    }
+  }
+  return m;
+}
+
+// Solves g x = r for the terms in `mask` (bit j: term j); the other entries of x are 0. The
+// submatrix is positive definite because the full matrix passed CheckNotDegenerate.
+Vector SolveSubset(const Matrix& g, const Vector& r, unsigned mask) {
+  std::array<std::size_t, kTerms> idx{};
+  std::size_t m = 0;
+  for (std::size_t j = 0; j < kTerms; ++j) {
+    if (((mask >> j) & 1U) != 0) idx[m++] = j;
+  }
+  Matrix l;
+  Cholesky(g, idx, m, &l);
+  Vector y{};  // forward: l y = r[idx]
+  for (std::size_t a = 0; a < m; ++a) {
+    double s = r[idx[a]];
+    for (std::size_t k = 0; k < a; ++k) s -= l[a][k] * y[k];
+    y[a] = s / l[a][a];
+  }
+  Vector x{};  // backward: l^T x[idx] = y
+  for (std::size_t a = m; a-- > 0;) {
+    double s = y[a];
+    for (std::size_t k = a + 1; k < m; ++k) s -= l[k][a] * x[idx[k]];
+    x[idx[a]] = s / l[a][a];
+  }
+  return x;
+}
+
+// Throws when some term is all zero or (nearly) a linear combination of the terms before it.
+void CheckNotDegenerate(const Matrix& g, const Vector& scale, std::size_t n) {
+  std::string msg = "cost model fit: degenerate design over " + std::to_string(n) + " points: ";
+  const char* hint = "; measure points that vary the batch size, the context and the chunk size";
+  for (std::size_t j = 0; j < kTerms; ++j) {
+    if (scale[j] == 0.0) {
+      msg += kTermNames[j];
+      msg += " is 0 at every point";
+      msg += hint;
+      throw ConfigError(msg);
+    }
+  }
+  Matrix l;
+  const std::size_t bad = Cholesky(g, {0, 1, 2}, kTerms, &l);
+  if (bad < kTerms) {
+    msg += kTermNames[bad];
+    msg += bad == 1 ? " is (nearly) constant"
+                    : " is (nearly) a linear combination of batch_tokens and a constant";
+    msg += hint;
+    throw ConfigError(msg);
+  }
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t h = v.size() / 2;
+  return v.size() % 2 == 1 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+}
+
+}  // namespace
+
+CostModelFit FitCostModel(std::span<const StepObservation> points) {
+  const std::size_t n = points.size();
+  if (n < 3) {
+    throw ConfigError("cost model fit: " + std::to_string(n) +
+                      " points given; at least 3 are needed for 3 coefficients");
+  }
+  for (std::size_t i = 0; i < n; ++i) ValidatePoint(points[i], i);
+
+  // Column scaling: each term divided by its RMS over the points, so the normal matrix has a unit
+  // diagonal (batch_tokens ~ 1e1..1e3 and visible_kv_tokens ~ 1e2..1e6 would otherwise make it
+  // ill-conditioned). Sums are divided by n to keep magnitudes near 1.
+  Vector scale{};
+  for (const StepObservation& p : points) {
+    for (std::size_t j = 0; j < kTerms; ++j) scale[j] += Term(p, j) * Term(p, j);
+  }
+  for (double& s : scale) s = std::sqrt(s / static_cast<double>(n));
+  Matrix g{};
+  Vector r{};
+  for (const StepObservation& p : points) {
+    Vector x{};
+    for (std::size_t j = 0; j < kTerms; ++j) x[j] = scale[j] > 0.0 ? Term(p, j) / scale[j] : 0.0;
+    for (std::size_t a = 0; a < kTerms; ++a) {
+      r[a] += x[a] * p.seconds / static_cast<double>(n);
+      for (std::size_t b = 0; b < kTerms; ++b) g[a][b] += x[a] * x[b] / static_cast<double>(n);
+    }
+  }
+  CheckNotDegenerate(g, scale, n);
+
+  // Non-negative least squares by enumeration: 7 subsets of 3 terms. The constant-only fit (mean
+  // of the seconds, > 0) is always feasible, so a best feasible subset exists.
+  const auto sse_of = [&](const CostModel& m) {
+    double sse = 0.0;
+    for (const StepObservation& p : points) {
+      const double e = m.StepSeconds(p.batch_tokens, p.visible_kv_tokens) - p.seconds;
+      sse += e * e;
+    }
+    return sse;
+  };
+  CostModel best;
+  double best_sse = std::numeric_limits<double>::infinity();
+  for (unsigned mask = 1; mask < (1U << kTerms); ++mask) {
+    const Vector c = SolveSubset(g, r, mask);
+    if (std::any_of(c.begin(), c.end(), [](double v) { return v < 0.0; })) continue;
+    const CostModel m{c[0] / scale[0], c[1] / scale[1], c[2] / scale[2]};
+    const double sse = sse_of(m);
+    if (sse < best_sse) {
+      best_sse = sse;
+      best = m;
+    }
+  }
+
+  CostModelFit fit;
+  fit.model = best;
+  fit.num_points = static_cast<std::int64_t>(n);
+  double mean = 0.0;
+  for (const StepObservation& p : points) mean += p.seconds / static_cast<double>(n);
+  double sst = 0.0;
+  std::vector<double> rel;
+  rel.reserve(n);
+  for (const StepObservation& p : points) {
+    sst += (p.seconds - mean) * (p.seconds - mean);
+    rel.push_back(std::abs(best.StepSeconds(p.batch_tokens, p.visible_kv_tokens) - p.seconds) /
+                  p.seconds);
+  }
+  fit.r2 = sst > 0.0 ? 1.0 - best_sse / sst : (best_sse > 0.0 ? 0.0 : 1.0);
+  fit.median_abs_rel_error = Median(rel);
+  fit.max_abs_rel_error = *std::max_element(rel.begin(), rel.end());
+  return fit;
+}
+
+nlohmann::json CostModelToJson(const CostModel& model) {
+  return nlohmann::json{{kJsonFields[0], model.c0_s},
+                        {kJsonFields[1], model.c1_s_per_token},
+                        {kJsonFields[2], model.c2_s_per_kv_token}};
+}
+
+CostModel CostModelFromJson(const nlohmann::json& j, const std::string& source) {
+  if (!j.is_object()) {
+    std::string msg = source;
+    msg += ": expected a JSON object with fields c0_s, c1_s_per_token, c2_s_per_kv_token, got ";
+    msg += j.type_name();
+    throw ConfigError(msg);
+  }
+  std::array<double, kTerms> v{};
+  for (std::size_t k = 0; k < kTerms; ++k) {
+    std::string msg = source;
+    msg += ": field \"";
+    msg += kJsonFields[k];
+    msg += "\"";
+    const auto it = j.find(kJsonFields[k]);
+    if (it == j.end()) throw ConfigError(msg + " is missing");
+    if (!it->is_number()) {
+      throw ConfigError(msg + " must be a number, got " + it->type_name() + " " + it->dump());
+    }
+    v[k] = it->get<double>();
+    if (!std::isfinite(v[k])) throw ConfigError(msg + " = " + Num(v[k]) + " must be finite");
+    if (v[k] < 0.0) throw ConfigError(msg + " = " + Num(v[k]) + " must be >= 0");
+  }
+  return CostModel{v[0], v[1], v[2]};
+}
+
+CostModel LoadCostModelFile(const std::string& path) {
+  const std::string source = "cost model file '" + path + "'";
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw ConfigError(source + ": cannot read: is a directory");
+  }
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw ConfigError(source + ": cannot read: " + ErrnoMessage(errno));
+  std::ostringstream text;
+  text << f.rdbuf();
+  if (f.bad()) throw ConfigError(source + ": cannot read: " + ErrnoMessage(errno));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    throw ConfigError(source + ": invalid JSON: " + e.what());
+  }
+  return CostModelFromJson(j, source);
+}
+
+}  // namespace metronome::realtime

@@ -1,0 +1,57 @@
+// Fitting the simulator's iteration-time model (CostModel, backend.h) to measured engine steps, and
+// its JSON form (the file `metronome calibrate --out` writes and the simulator loads).
+//
+// The fit is least squares on t = c0 + c1 * batch_tokens + c2 * visible_kv_tokens with every
+// coefficient constrained to be >= 0 (a negative per-token cost is unphysical and would make the
+// simulator predict negative step times for some batches).
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <span>
+#include <string>
+
+#include "metronome/realtime/backend.h"
+
+namespace metronome::realtime {
+
+// One measured step (or the median of several at one operating point).
+struct StepObservation {
+  double batch_tokens = 0.0;       // query tokens in the step, all sessions; >= 0
+  double visible_kv_tokens = 0.0;  // sum over those query tokens of the keys each attends to; >= 0
+  double seconds = 0.0;            // measured step duration; > 0
+};
+
+struct CostModelFit {
+  CostModel model;  // every coefficient >= 0
+  double r2 = 0.0;  // 1 - SSE / SST of the seconds (1 when SST is 0 and the fit is exact)
+  // |model - measured| / measured over the points (dimensionless; 0.05 is 5 %).
+  double median_abs_rel_error = 0.0;
+  double max_abs_rel_error = 0.0;
+  std::int64_t num_points = 0;
+};
+
+// Least squares with coefficients >= 0: among the fits on every subset of the three terms (the
+// ordinary least-squares solution of the 3x3, 2x2 or 1x1 normal equations, columns scaled to unit
+// RMS for conditioning) the feasible one with the smallest squared error, which is exactly what an
+// active-set loop dropping negative terms converges to. Throws ConfigError with fewer than 3
+// points, a non-finite / negative field (naming the point and field), or a degenerate design (a
+// term that is all zero or a linear combination of the others over these points, e.g. every point
+// with the same batch size and context).
+[[nodiscard]] CostModelFit FitCostModel(std::span<const StepObservation> points);
+
+// {"c0_s": .., "c1_s_per_token": .., "c2_s_per_kv_token": ..}
+[[nodiscard]] nlohmann::json CostModelToJson(const CostModel& model);
+
+// Reads the three fields of an object (other fields are ignored, so a `calibrate --out` file loads
+// as is). Throws ConfigError naming `source` (e.g. "cost model file 'x.json'") and the field: not
+// an object, missing, not a number, non-finite or negative.
+[[nodiscard]] CostModel CostModelFromJson(const nlohmann::json& j, const std::string& source);
+
+// CostModelFromJson of a file's contents. Throws ConfigError naming the path for an unreadable file
+// or invalid JSON, and the path and field for a bad value.
+[[nodiscard]] CostModel LoadCostModelFile(const std::string& path);
+
+}  // namespace metronome::realtime

@@ -1,0 +1,145 @@
+#include "metronome/realtime/presets.h"
+
+#include <cmath>
+
+#include "metronome/base/errors.h"
+
+namespace metronome::realtime {
+namespace {
+
+// One H200: 141 GB HBM3e at 4.8 TB/s. The KV pool is 60% of HBM (84.6 GB) unless a preset says
+// otherwise, the convention of ../shared/notes/workloads.md.
+constexpr double kH200PoolBytes = 0.6 * 141e9;
+
+std::vector<SimPreset> MakePresets() {
+  std::vector<SimPreset> p;
+
+  // Moshi 7B (kyutai): temporal transformer 32 layers x 32 KV heads x head_dim 128, bf16 =
+  // 524,288 B per position, one position per 80 ms frame (Mimi 12.5 Hz).
+  p.push_back({
+      .name = "moshi-7b",
+      .description = "Moshi 7B full-duplex speech, 80 ms frames (12.5 Hz), one position per frame",
+      .period_ms = 80.0,
+      .tokens_per_frame = 1,
+      .output_tokens_per_frame = 1,
+      .kv_bytes_per_token = 262144.0,
+      .pool_bytes = kH200PoolBytes,
+      .cost = {.c0_s = 0.008, .c1_s_per_token = 1.0e-4, .c2_s_per_kv_token = 27.5e-9},
+      .window_tokens = 1000,
+      .sinks = 4,
+      .assumed =
+          {
+              "kv_bytes_per_token: Moshi sums the user's and its own streams into one 512 KiB "
+              "position per frame; the loop appends an input and an output token per frame, so "
+              "each is modelled as half a position (256 KiB): bytes per frame stay exact",
+              "pool_bytes: 60% of 141 GB",
+              "c0 = 8 ms: weights 15.4 GB at 4.8 TB/s (3.2 ms) plus 8 depformer sub-steps and "
+              "launch overhead; no published per-step time",
+              "c1 = 0.1 ms per token: serving-stack throughput of ~10k tokens/s for a 7B model",
+              "c2 = 27.5 ns per (query, key): a full 240 s ring (6000 tokens, 2 queries) costs "
+              "0.33 ms per session per frame, the bandwidth roofline of the note",
+              "window 1000 tokens (40 s) + 4 sinks: Metronome's choice; Moshi's own ring is 3000 "
+              "positions (240 s)",
+          },
+  });
+
+  // Qwen2.5-Omni-7B thinker: 28 layers x 4 KV heads x 128, bf16 = 57,344 B per token. The audio
+  // encoder works in 2 s blocks of 50 tokens (25/s).
+  p.push_back({
+      .name = "qwen25-omni-7b",
+      .description = "Qwen2.5-Omni-7B thinker, 2 s audio blocks (50 audio + ~4 text tokens)",
+      .period_ms = 2000.0,
+      .tokens_per_frame = 50,
+      .output_tokens_per_frame = 4,
+      .kv_bytes_per_token = 57344.0,
+      .pool_bytes = kH200PoolBytes,
+      .cost = {.c0_s = 0.006, .c1_s_per_token = 3.0e-5, .c2_s_per_kv_token = 2.0e-9},
+      .window_tokens = 8192,
+      .sinks = 4,
+      .assumed =
+          {
+              "output_tokens_per_frame = 4: ~3.5 text tokens/s of speech at a 50% speaking duty "
+              "cycle over a 2 s block, rounded up",
+              "talker KV (which mirrors the thinker's context) is not modelled: thinker only",
+              "pool_bytes: 60% of 141 GB",
+              "c0 = 6 ms: 15 GB of weights at 4.8 TB/s plus overhead",
+              "c1 = 30 us per token: ~15 GFLOP per token at ~500 TFLOP/s effective",
+              "c2 = 2 ns per (query, key): 4 x 28 layers x 28 heads x 128 FLOP at ~200 TFLOP/s",
+              "window 8192 tokens + 4 sinks: Metronome's choice (the model has no bound)",
+          },
+  });
+
+  // MiniCPM-o 4.5 (LLM = Qwen3-8B): 36 layers x 8 KV heads x 128, bf16 = 147,456 B per token.
+  // 1 s units: <unit>, 10 audio tokens, then a listen/speak decision.
+  p.push_back({
+      .name = "minicpm-o-4.5",
+      .description = "MiniCPM-o 4.5 duplex audio, 1 s units (<unit> + 10 audio in, ~3 out)",
+      .period_ms = 1000.0,
+      .tokens_per_frame = 11,
+      .output_tokens_per_frame = 3,
+      .kv_bytes_per_token = 147456.0,
+      .pool_bytes = kH200PoolBytes,
+      .cost = {.c0_s = 0.006, .c1_s_per_token = 3.0e-5, .c2_s_per_kv_token = 4.0e-9},
+      .window_tokens = 6000,
+      .sinks = 4,
+      .assumed =
+          {
+              "output_tokens_per_frame = 3: a listen token, or text plus chunk_eos (audio only, no "
+              "video)",
+              "pool_bytes: 60% of 141 GB",
+              "c0 = 6 ms: 16 GB of weights at 4.8 TB/s plus overhead",
+              "c1 = 30 us per token: ~16 GFLOP per token at ~500 TFLOP/s effective",
+              "c2 = 4 ns per (query, key): 4 x 36 layers x 32 heads x 128 FLOP at ~150 TFLOP/s",
+              "window 6000 tokens + 4 sinks: what the model's opt-in `basic` sliding mode keeps",
+          },
+  });
+
+  // Qwen3-Omni-30B-A3B thinker: 48 layers x 4 KV heads x 128, bf16 = 98,304 B per token; MoE with
+  // 3B active parameters of ~30B.
+  p.push_back({
+      .name = "qwen3-omni-30b-a3b",
+      .description = "Qwen3-Omni-30B-A3B thinker (MoE), 1 s chunks (13 audio + ~2 text tokens)",
+      .period_ms = 1000.0,
+      .tokens_per_frame = 13,
+      .output_tokens_per_frame = 2,
+      .kv_bytes_per_token = 98304.0,
+      .pool_bytes = 0.45 * 141e9,
+      .cost = {.c0_s = 0.015, .c1_s_per_token = 2.0e-5, .c2_s_per_kv_token = 3.0e-9},
+      .window_tokens = 8192,
+      .sinks = 4,
+      .assumed =
+          {
+              "period_ms = 1000: a deployment choice (the reference processor uses 2 s chunks)",
+              "output_tokens_per_frame = 2: ~3.5 text tokens/s at a 50% speaking duty cycle",
+              "pool_bytes: 45% of 141 GB (the weights take ~70 GB)",
+              "c0 = 15 ms: a large batch touches every expert, ~70 GB of weights at 4.8 TB/s",
+              "c1 = 20 us per token: 3B active parameters plus MoE routing overhead",
+              "c2 = 3 ns per (query, key): 4 x 48 layers x 32 heads x 128 FLOP at ~250 TFLOP/s",
+              "window 8192 tokens + 4 sinks: Metronome's choice (max_model_len is 32768)",
+          },
+  });
+  return p;
+}
+
+}  // namespace
+
+std::int64_t SimPreset::PoolBlocks() const {
+  return static_cast<std::int64_t>(
+      std::floor(pool_bytes / (kv_bytes_per_token * static_cast<double>(block_tokens))));
+}
+
+const std::vector<SimPreset>& BuiltinPresets() {
+  static const std::vector<SimPreset> presets = MakePresets();
+  return presets;
+}
+
+const SimPreset& FindPreset(const std::string& name) {
+  std::string names;
+  for (const SimPreset& p : BuiltinPresets()) {
+    if (p.name == name) return p;
+    names += names.empty() ? p.name : ", " + p.name;
+  }
+  throw ConfigError("--preset '" + name + "' is not a built-in preset (one of: " + names + ")");
+}
+
+}  // namespace metronome::realtime

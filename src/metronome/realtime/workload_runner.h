@@ -1,0 +1,158 @@
+// Runs one workload on a RealtimeLoop: sessions asked for by a fixed population (--sessions N) or
+// an arrival process (--arrival), each asking the admission controller first (a rejected client
+// retries after the controller's retry-after hint), living for a sampled duration, and observed
+// throughout: metrics, the JSON-lines event log, the online saturation forecast and a run summary.
+// This is the one driver behind `metronome sim` (cost-model backend, virtual clock) and `metronome
+// drive` (the real engine, real clock): the scheduler, KV manager, admission and telemetry are the
+// same code.
+//
+// Thread-safety: single-threaded; Run() owns the loop thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "metronome/admission/admission.h"
+#include "metronome/base/clock.h"
+#include "metronome/kv/occupancy_forecast.h"
+#include "metronome/realtime/backend.h"
+#include "metronome/realtime/realtime_loop.h"
+#include "metronome/telemetry/event_log.h"
+#include "metronome/telemetry/metrics.h"
+
+namespace metronome::realtime {
+
+struct WorkloadOptions {
+  SessionSpec session;  // every session's period, deadline, a, o, KV policy and prompt
+  // A fixed population: N clients ask at t = 0 and retry after every rejection until admitted.
+  std::int64_t sessions = 0;
+  // Population sessions start with phases drawn uniformly from [0, period) (clients do not connect
+  // in lockstep); true aligns them all to t = 0. Arriving sessions start when they are admitted.
+  bool aligned_phases = false;
+  std::string arrival;  // ArrivalProcess spec ("poisson:RATE", "ramp:..."), or empty
+  // SessionDuration spec ("fixed:S", "exp:MEAN", "lognormal:MU,SIGMA"), or empty: sessions live
+  // until the run ends.
+  std::string session_duration;
+  double duration_s = 60.0;  // run length on the clock, s
+  std::uint64_t seed = 1;
+  // An arriving client whose request is rejected retries after the retry-after hint for this long
+  // (s, from its first request), then gives up (counted as abandoned). Population clients never
+  // give up.
+  double patience_s = 10.0;
+  std::string admission = "memory";  // "static:N", "memory" or "aimd"
+  admission::AimdOptions aimd;
+  admission::MemoryOptions memory;
+  kv::OccupancyForecastOptions forecast;
+  // The forecast reported in the summary is the one made this long after the active count first
+  // reached its peak (so the fit has seen the full population grow), s.
+  double forecast_settle_s = 5.0;
+  double sample_interval_s = 0.5;  // pool/forecast/gauge sampling period, s
+  LoopOptions loop;
+  // Alarms, limit changes and forecast warnings also go to stderr (mute alarms rate-limited).
+  bool log_to_stderr = true;
+
+  void Validate() const;  // ConfigError naming the flag and value
+};
+
+// The state of the run at one sample (every sample_interval_s).
+struct RunSample {
+  double t_s = 0.0;
+  std::int64_t active = 0;
+  std::int64_t limit = admission::kNoLimit;
+  double kv_used_fraction = 0.0;
+  // Forecast time until the pool is full, s from t_s; +inf when occupancy is not growing.
+  double t_sat_s = std::numeric_limits<double>::infinity();
+  // Cumulative counts since the start of the run.
+  std::int64_t frames = 0;
+  std::int64_t ok = 0;
+  std::int64_t late = 0;
+  std::int64_t starved = 0;
+  std::int64_t short_frames = 0;
+  std::int64_t mute_alarms = 0;
+  std::int64_t admitted = 0;
+  std::int64_t rejected = 0;
+};
+
+// One admitted session's life.
+struct SessionRecord {
+  RealtimeSessionId id = 0;
+  double admitted_s = 0.0;
+  double scheduled_end_s = std::numeric_limits<double>::infinity();  // from its sampled duration
+  double ended_s = std::numeric_limits<double>::quiet_NaN();         // NaN while running
+  std::int64_t frames = 0;      // frames delivered to it, any outcome
+  bool ended_by_error = false;  // the loop ended it (full-mode context limit)
+};
+
+// Everything `--summary-json` prints. NaN fields are written as null.
+struct RunSummary {
+  std::int64_t frames = 0;
+  std::int64_t ok_frames = 0;
+  std::int64_t late_frames = 0;
+  std::int64_t starved_frames = 0;
+  std::int64_t short_frames = 0;
+  // Frames whose output missed the deadline: the late ones. Starved and short frames are handed
+  // back on time, which is exactly why a deadline metric alone looks healthy while sessions are
+  // mute; they are counted separately.
+  std::int64_t deadline_misses = 0;
+  std::int64_t mute_alarms = 0;
+  double first_starved_at_s = std::numeric_limits<double>::quiet_NaN();
+  // Predicted clock time at which the pool fills: forecast time + t_sat of the forecast made
+  // forecast_settle_s after the active count first reached its peak. NaN: infinite.
+  double t_sat_predicted_s = std::numeric_limits<double>::quiet_NaN();
+  double t_sat_forecast_at_s = std::numeric_limits<double>::quiet_NaN();  // when it was made
+  double kv_peak_fraction = 0.0;
+  std::int64_t admitted = 0;
+  std::int64_t rejected = 0;   // rejection decisions (a retrying client counts once per try)
+  std::int64_t abandoned = 0;  // arriving clients that gave up after patience_s
+  std::int64_t ended_by_error = 0;
+  std::int64_t limit_final = admission::kNoLimit;
+  double limit_mean_second_half = std::numeric_limits<double>::quiet_NaN();  // time-weighted
+  double active_mean_second_half = 0.0;                                      // time-weighted
+  std::int64_t active_peak = 0;
+  std::int64_t limit_changes = 0;
+  double p50_frame_latency_ms = std::numeric_limits<double>::quiet_NaN();
+  double p99_frame_latency_ms = std::numeric_limits<double>::quiet_NaN();
+  double deadline_ms = 0.0;
+  double duration_s = 0.0;
+  std::int64_t iterations = 0;
+  std::string admission;  // the controller with every parameter
+  std::string kv_policy;
+
+  [[nodiscard]] nlohmann::json ToJson() const;
+};
+
+class WorkloadRunner {
+ public:
+  // Borrows everything (all must outlive the runner). `registry` (optional) receives the engine
+  // metric set (telemetry::EngineMetrics; one runner per registry); `events` (optional) receives
+  // frames, admissions, limit changes, alarms and session ends. Throws ConfigError for bad options.
+  WorkloadRunner(Backend* backend, Clock* clock, const WorkloadOptions& options,
+                 telemetry::MetricsRegistry* registry = nullptr,
+                 telemetry::EventLog* events = nullptr);
+  ~WorkloadRunner();
+  WorkloadRunner(const WorkloadRunner&) = delete;
+  WorkloadRunner& operator=(const WorkloadRunner&) = delete;
+
+  // Runs from the clock's current time for options.duration_s. Call once.
+  RunSummary Run();
+
+  [[nodiscard]] const std::vector<RunSample>& samples() const;
+  [[nodiscard]] const std::vector<SessionRecord>& sessions() const;
+  [[nodiscard]] const std::vector<admission::LimitChange>& limit_changes() const;
+  [[nodiscard]] const admission::AdmissionController& controller() const;
+  [[nodiscard]] RealtimeLoop& loop();
+
+  // Called at every sample (may be empty), e.g. for a progress line.
+  std::function<void(const RunSample&)> on_sample;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace metronome::realtime

@@ -1,0 +1,211 @@
+#include "metronome/realtime/cost_model_fit.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "metronome/base/errors.h"
+
+namespace metronome::realtime {
+namespace {
+
+// The calibrate grid's shape: B sessions, each a chunk of `chunk` query tokens at context `ctx`
+// under full KV (query at position p sees p + 1 keys).
+std::vector<StepObservation> Grid(const CostModel& truth) {
+  std::vector<StepObservation> points;
+  for (const double b : {1.0, 4.0, 16.0, 32.0}) {
+    for (const double ctx : {64.0, 256.0, 1024.0}) {
+      for (const double chunk : {1.0, 16.0}) {
+        const double bt = b * chunk;
+        const double vis = b * (chunk * (ctx + 1.0) + chunk * (chunk - 1.0) / 2.0);
+        points.push_back({bt, vis, truth.StepSeconds(bt, vis)});
+      }
+    }
+  }
+  return points;
+}
+
+// Message of the ConfigError `f` throws; fails the test when it throws nothing.
+template <typename F>
+std::string ErrorOf(F&& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no ConfigError thrown";
+  return "";
+}
+
+TEST(FitCostModelTest, RecoversExactCoefficientsFromNoiselessPoints) {
+  const CostModel truth{2e-4, 3e-6, 4e-9};
+  const std::vector<StepObservation> points = Grid(truth);
+  const CostModelFit fit = FitCostModel(points);
+  EXPECT_NEAR(fit.model.c0_s, truth.c0_s, 1e-9 * truth.c0_s);
+  EXPECT_NEAR(fit.model.c1_s_per_token, truth.c1_s_per_token, 1e-9 * truth.c1_s_per_token);
+  EXPECT_NEAR(fit.model.c2_s_per_kv_token, truth.c2_s_per_kv_token, 1e-9 * truth.c2_s_per_kv_token);
+  EXPECT_NEAR(fit.r2, 1.0, 1e-12);
+  EXPECT_LT(fit.max_abs_rel_error, 1e-9);
+  EXPECT_LE(fit.median_abs_rel_error, fit.max_abs_rel_error);
+  EXPECT_EQ(fit.num_points, static_cast<std::int64_t>(points.size()));
+}
+
+TEST(FitCostModelTest, NoisyPointsGiveCoefficientsWithinAFewPercent) {
+  const CostModel truth{1e-3, 5e-6, 2e-8};  // attention-dominated, as on the CPU engine
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> noise(0.0, 0.01);  // 1 % multiplicative timing noise
+  std::vector<StepObservation> points;
+  for (int rep = 0; rep < 5; ++rep) {
+    for (StepObservation p : Grid(truth)) {
+      p.seconds *= 1.0 + noise(rng);
+      points.push_back(p);
+    }
+  }
+  const CostModelFit fit = FitCostModel(points);
+  EXPECT_NEAR(fit.model.c0_s, truth.c0_s, 0.05 * truth.c0_s);
+  EXPECT_NEAR(fit.model.c1_s_per_token, truth.c1_s_per_token, 0.05 * truth.c1_s_per_token);
+  EXPECT_NEAR(fit.model.c2_s_per_kv_token, truth.c2_s_per_kv_token, 0.02 * truth.c2_s_per_kv_token);
+  EXPECT_GT(fit.r2, 0.99);
+  EXPECT_LT(fit.median_abs_rel_error, 0.02);
+  EXPECT_LT(fit.max_abs_rel_error, 0.1);
+}
+
+TEST(FitCostModelTest, ClampsATermThatWouldBeNegativeAndRefitsTheRest) {
+  // Data with a negative per-token slope: unconstrained OLS would return c1 < 0.
+  const CostModel truth{5e-3, -1e-6, 4e-9};
+  const std::vector<StepObservation> points = Grid(truth);
+  for (const StepObservation& p : points) ASSERT_GT(p.seconds, 0.0);
+  const CostModelFit fit = FitCostModel(points);
+  EXPECT_EQ(fit.model.c1_s_per_token, 0.0);
+  EXPECT_GE(fit.model.c0_s, 0.0);
+  EXPECT_GE(fit.model.c2_s_per_kv_token, 0.0);
+  // The remaining terms are the ordinary least-squares line of seconds on visible_kv_tokens.
+  double mx = 0.0;
+  double my = 0.0;
+  for (const StepObservation& p : points) {
+    mx += p.visible_kv_tokens / static_cast<double>(points.size());
+    my += p.seconds / static_cast<double>(points.size());
+  }
+  double sxy = 0.0;
+  double sxx = 0.0;
+  for (const StepObservation& p : points) {
+    sxy += (p.visible_kv_tokens - mx) * (p.seconds - my);
+    sxx += (p.visible_kv_tokens - mx) * (p.visible_kv_tokens - mx);
+  }
+  const double slope = sxy / sxx;
+  EXPECT_NEAR(fit.model.c2_s_per_kv_token, slope, 1e-9 * slope);
+  EXPECT_NEAR(fit.model.c0_s, my - slope * mx, 1e-9 * (my - slope * mx));
+  EXPECT_LT(fit.r2, 1.0);
+}
+
+TEST(FitCostModelTest, RejectsFewerThanThreePoints) {
+  EXPECT_NE(ErrorOf([] { (void)FitCostModel({}); }).find("0 points given; at least 3"),
+            std::string::npos);
+  const std::vector<StepObservation> two = {{1, 10, 1e-3}, {4, 100, 2e-3}};
+  EXPECT_NE(ErrorOf([&] { (void)FitCostModel(two); }).find("2 points given; at least 3"),
+            std::string::npos);
+}
+
+TEST(FitCostModelTest, RejectsDegenerateDesigns) {
+  // Same batch size everywhere: batch_tokens cannot be told from the constant.
+  const std::vector<StepObservation> same_batch = {{4, 10, 1e-3}, {4, 100, 2e-3}, {4, 300, 3e-3}};
+  const std::string e1 = ErrorOf([&] { (void)FitCostModel(same_batch); });
+  EXPECT_NE(e1.find("degenerate"), std::string::npos) << e1;
+  EXPECT_NE(e1.find("batch_tokens is (nearly) constant"), std::string::npos) << e1;
+  // visible_kv_tokens proportional to batch_tokens (one context for every point).
+  const std::vector<StepObservation> collinear = {
+      {1, 100, 1e-3}, {4, 400, 2e-3}, {16, 1600, 3e-3}, {32, 3200, 5e-3}};
+  const std::string e2 = ErrorOf([&] { (void)FitCostModel(collinear); });
+  EXPECT_NE(e2.find("visible_kv_tokens is (nearly) a linear combination"), std::string::npos) << e2;
+  const std::vector<StepObservation> no_kv = {{1, 0, 1e-3}, {4, 0, 2e-3}, {16, 0, 3e-3}};
+  const std::string e3 = ErrorOf([&] { (void)FitCostModel(no_kv); });
+  EXPECT_NE(e3.find("visible_kv_tokens is 0 at every point"), std::string::npos) << e3;
+}
+
+TEST(FitCostModelTest, RejectsBadPointsNamingThePointAndField) {
+  std::vector<StepObservation> points = {{1, 10, 1e-3}, {4, 100, 2e-3}, {16, 500, 3e-3}};
+  points[1].seconds = 0.0;
+  EXPECT_NE(ErrorOf([&] { (void)FitCostModel(points); }).find("point 1: seconds = 0"),
+            std::string::npos);
+  points[1].seconds = 2e-3;
+  points[2].visible_kv_tokens = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_NE(ErrorOf([&] { (void)FitCostModel(points); }).find("point 2: visible_kv_tokens"),
+            std::string::npos);
+  points[2].visible_kv_tokens = 500;
+  points[0].batch_tokens = -1;
+  EXPECT_NE(ErrorOf([&] { (void)FitCostModel(points); }).find("point 0: batch_tokens = -1"),
+            std::string::npos);
+}
+
+TEST(CostModelJsonTest, RoundTripsThroughTextAndFiles) {
+  const CostModel m{1.25e-3, 3.5e-6, 7.125e-9};
+  const nlohmann::json j = CostModelToJson(m);
+  EXPECT_EQ(j.size(), 3U);
+  const CostModel back = CostModelFromJson(nlohmann::json::parse(j.dump()), "test");
+  EXPECT_EQ(back.c0_s, m.c0_s);
+  EXPECT_EQ(back.c1_s_per_token, m.c1_s_per_token);
+  EXPECT_EQ(back.c2_s_per_kv_token, m.c2_s_per_kv_token);
+
+  // A calibrate output file: the coefficients plus fields the loader ignores.
+  nlohmann::json file = j;
+  file["fit"] = {{"r2", 0.99}};
+  file["model"] = "synthetic:tiny";
+  const std::string path = ::testing::TempDir() + "/cost_model_fit_test.json";
+  std::ofstream(path) << file.dump(2);
+  const CostModel loaded = LoadCostModelFile(path);
+  EXPECT_EQ(loaded.c0_s, m.c0_s);
+  EXPECT_EQ(loaded.c1_s_per_token, m.c1_s_per_token);
+  EXPECT_EQ(loaded.c2_s_per_kv_token, m.c2_s_per_kv_token);
+}
+
+TEST(CostModelJsonTest, BadValuesNameTheSourceAndField) {
+  const nlohmann::json good = CostModelToJson(CostModel{1e-3, 1e-6, 1e-9});
+  for (const char* field : {"c0_s", "c1_s_per_token", "c2_s_per_kv_token"}) {
+    nlohmann::json j = good;
+    j.erase(field);
+    EXPECT_EQ(ErrorOf([&] { (void)CostModelFromJson(j, "src.json"); }),
+              "src.json: field \"" + std::string(field) + "\" is missing");
+    j[field] = "fast";
+    EXPECT_EQ(
+        ErrorOf([&] { (void)CostModelFromJson(j, "src.json"); }),
+        "src.json: field \"" + std::string(field) + "\" must be a number, got string \"fast\"");
+    j[field] = -2e-6;
+    EXPECT_EQ(ErrorOf([&] { (void)CostModelFromJson(j, "src.json"); }),
+              "src.json: field \"" + std::string(field) + "\" = -2e-06 must be >= 0");
+    j[field] = std::numeric_limits<double>::infinity();
+    EXPECT_EQ(ErrorOf([&] { (void)CostModelFromJson(j, "src.json"); }),
+              "src.json: field \"" + std::string(field) + "\" = inf must be finite");
+  }
+  const std::string e = ErrorOf([] { (void)CostModelFromJson(nlohmann::json::array(), "a.json"); });
+  EXPECT_NE(e.find("a.json: expected a JSON object"), std::string::npos) << e;
+  EXPECT_NE(e.find("got array"), std::string::npos) << e;
+}
+
+TEST(CostModelJsonTest, FileErrorsNameThePath) {
+  const std::string dir = ::testing::TempDir();
+  const std::string missing = dir + "/no_such_cost_model.json";
+  const std::string e1 = ErrorOf([&] { (void)LoadCostModelFile(missing); });
+  EXPECT_NE(e1.find("cost model file '" + missing + "': cannot read"), std::string::npos) << e1;
+
+  const std::string broken = dir + "/broken_cost_model.json";
+  std::ofstream(broken) << "{\"c0_s\": 0.001,";
+  const std::string e2 = ErrorOf([&] { (void)LoadCostModelFile(broken); });
+  EXPECT_NE(e2.find("cost model file '" + broken + "': invalid JSON"), std::string::npos) << e2;
+
+  const std::string negative = dir + "/negative_cost_model.json";
+  std::ofstream(negative) << R"({"c0_s": 0.001, "c1_s_per_token": 0, "c2_s_per_kv_token": -1})";
+  EXPECT_EQ(ErrorOf([&] { (void)LoadCostModelFile(negative); }),
+            "cost model file '" + negative + "': field \"c2_s_per_kv_token\" = -1 must be >= 0");
+
+  const std::string e3 = ErrorOf([&] { (void)LoadCostModelFile(dir); });
+  EXPECT_NE(e3.find("is a directory"), std::string::npos) << e3;
+}
+
+}  // namespace
+}  // namespace metronome::realtime

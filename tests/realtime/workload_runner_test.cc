@@ -1,0 +1,211 @@
+// The workload driver on a virtual clock: admission in front of the loop (rejections, retries,
+// patience), session lifetimes, the saturation forecast against the observed wall, and the
+// observability outputs (summary JSON, Prometheus text, JSON-lines events) of one run.
+#include "metronome/realtime/workload_runner.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "metronome/base/errors.h"
+#include "support/prometheus_validator.h"
+
+namespace metronome::realtime {
+namespace {
+
+WorkloadOptions Options(const kv::KvPolicy& policy, std::int64_t sessions, double duration_s) {
+  WorkloadOptions o;
+  o.session.period_ms = 80.0;
+  o.session.input_tokens_per_frame = 3;
+  o.session.output_tokens_per_frame = 1;
+  o.session.policy = policy;
+  o.sessions = sessions;
+  o.duration_s = duration_s;
+  o.admission = "static:" + std::to_string(sessions);
+  o.log_to_stderr = false;
+  return o;
+}
+
+// 10 sessions x 4 tokens / 80 ms into 1000 blocks of 16 tokens: t_sat = 16000 / 500 = 32 s.
+TEST(WorkloadRunnerTest, FullKvWallMatchesTheOnlineForecast) {
+  CostModelBackend backend({.c0_s = 0.002}, 1000, 16);
+  ManualClock clock;
+  WorkloadRunner runner(&backend, &clock, Options(kv::KvPolicy::Full(), 10, 60.0));
+  const RunSummary s = runner.Run();
+  ASSERT_TRUE(std::isfinite(s.first_starved_at_s));
+  ASSERT_TRUE(std::isfinite(s.t_sat_predicted_s)) << "full KV grows: the forecast is finite";
+  EXPECT_NEAR(s.first_starved_at_s, 32.0, 3.2);
+  EXPECT_NEAR(s.t_sat_predicted_s, s.first_starved_at_s, 0.1 * s.first_starved_at_s);
+  EXPECT_LT(s.t_sat_forecast_at_s, 10.0 + 1.0) << "made soon after the population was complete";
+  EXPECT_EQ(s.mute_alarms, 10);
+  EXPECT_GT(s.starved_frames, 0);
+  EXPECT_EQ(s.deadline_misses, 0) << "the failure is silent to a deadline metric";
+  EXPECT_DOUBLE_EQ(s.kv_peak_fraction, 1.0);
+  EXPECT_EQ(s.admitted, 10);
+  EXPECT_EQ(s.rejected, 0);
+  // Starved frames are delivered at the deadline: the p99 shows the wall as latency = D.
+  EXPECT_NEAR(s.p99_frame_latency_ms, 80.0, 0.5);
+}
+
+TEST(WorkloadRunnerTest, WindowKvSamePopulationNeverStarvesAndForecastIsInfinite) {
+  CostModelBackend backend({.c0_s = 0.002}, 1000, 16);
+  ManualClock clock;
+  WorkloadRunner runner(&backend, &clock, Options(kv::KvPolicy::Window(64, 4), 10, 120.0));
+  const RunSummary s = runner.Run();
+  EXPECT_EQ(s.starved_frames + s.short_frames + s.late_frames, 0);
+  EXPECT_EQ(s.mute_alarms, 0);
+  EXPECT_TRUE(std::isnan(s.first_starved_at_s));
+  EXPECT_TRUE(std::isnan(s.t_sat_predicted_s)) << "every session sits at its bound";
+  EXPECT_EQ(s.ok_frames, s.frames);
+  EXPECT_GE(s.frames, 10 * 1499);
+  EXPECT_LT(s.kv_peak_fraction, 0.1);
+  EXPECT_NEAR(s.active_mean_second_half, 10.0, 1e-9);
+  EXPECT_NEAR(s.limit_mean_second_half, 10.0, 1e-9);
+}
+
+TEST(WorkloadRunnerTest, RejectedPopulationClientsRetryUntilAdmitted) {
+  CostModelBackend backend({.c0_s = 0.002}, 4000, 16);
+  ManualClock clock;
+  WorkloadOptions o = Options(kv::KvPolicy::Window(64, 4), 8, 40.0);
+  o.admission = "static:5";
+  o.session_duration = "fixed:10";
+  WorkloadRunner runner(&backend, &clock, o);
+  std::int64_t max_active = 0;
+  runner.on_sample = [&](const RunSample& s) { max_active = std::max(max_active, s.active); };
+  const RunSummary s = runner.Run();
+  EXPECT_LE(max_active, 5);
+  EXPECT_EQ(s.active_peak, 5);
+  EXPECT_GT(s.rejected, 0);
+  // 8 clients, 10 s each, 5 at a time: all 8 served in the first ~20 s; nobody gives up.
+  EXPECT_EQ(s.admitted, 8);
+  EXPECT_EQ(s.abandoned, 0);
+  EXPECT_EQ(s.limit_final, 5);
+  for (const SessionRecord& r : runner.sessions()) {
+    // Sessions end at their duration (at the first loop turn after it: within one 2 ms step).
+    EXPECT_GE(r.ended_s, r.scheduled_end_s - 1e-9);
+    EXPECT_LE(r.ended_s, r.scheduled_end_s + 0.0021);
+    // 10 s at 80 ms: 125 frame arrivals; the last may still be in flight at the end.
+    EXPECT_GE(r.frames, 124);
+    EXPECT_LE(r.frames, 125);
+  }
+}
+
+TEST(WorkloadRunnerTest, ArrivingClientsGiveUpAfterTheirPatience) {
+  CostModelBackend backend({.c0_s = 0.002}, 4000, 16);
+  ManualClock clock;
+  WorkloadOptions o = Options(kv::KvPolicy::Window(64, 4), 0, 60.0);
+  o.arrival = "poisson:2";
+  o.admission = "static:3";  // sessions never end: after 3, everyone is rejected
+  o.patience_s = 1.0;
+  WorkloadRunner runner(&backend, &clock, o);
+  const RunSummary s = runner.Run();
+  EXPECT_EQ(s.admitted, 3);
+  // ~120 arrivals, each retrying every 80 ms for 1 s: about 13 rejections each.
+  EXPECT_GT(s.abandoned, 80);
+  EXPECT_LT(s.abandoned, 160);
+  EXPECT_GE(s.rejected, 12 * s.abandoned);
+  EXPECT_LE(s.rejected, 14 * (s.abandoned + 3));
+}
+
+TEST(WorkloadRunnerTest, MemoryAdmissionHoldsWindowSessionsToWhatThePoolFits) {
+  const std::int64_t bound = kv::KvPolicy::Window(64, 4).MaxResidentBlocks(16, 5);
+  CostModelBackend backend({.c0_s = 0.002}, 10 * bound + 3, 16);
+  ManualClock clock;
+  WorkloadOptions o = Options(kv::KvPolicy::Window(64, 4), 30, 30.0);
+  o.admission = "memory";
+  WorkloadRunner runner(&backend, &clock, o);
+  const RunSummary s = runner.Run();
+  EXPECT_EQ(s.admitted, 10);
+  EXPECT_EQ(s.starved_frames, 0);
+  EXPECT_EQ(s.limit_final, admission::kNoLimit);
+  EXPECT_EQ(s.ToJson()["limit_final"], nullptr);
+}
+
+TEST(WorkloadRunnerTest, SummaryJsonHasEveryDocumentedField) {
+  CostModelBackend backend({.c0_s = 0.002}, 1000, 16);
+  ManualClock clock;
+  WorkloadRunner runner(&backend, &clock, Options(kv::KvPolicy::Full(), 4, 5.0));
+  const nlohmann::json j = runner.Run().ToJson();
+  for (const char* key :
+       {"frames", "ok_frames", "late_frames", "starved_frames", "short_frames", "deadline_misses",
+        "mute_alarms", "first_starved_at_s", "t_sat_predicted_s", "kv_peak_fraction", "admitted",
+        "rejected", "limit_final", "limit_mean_second_half", "active_mean_second_half",
+        "p50_frame_latency_ms", "p99_frame_latency_ms", "deadline_ms"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_EQ(j["first_starved_at_s"], nullptr);
+  EXPECT_EQ(j["deadline_ms"], 80.0);
+  EXPECT_EQ(j["frames"], j["ok_frames"]);
+}
+
+TEST(WorkloadRunnerTest, MetricsAreValidPrometheusTextAndEventsAreJsonLines) {
+  CostModelBackend backend({.c0_s = 0.002}, 300, 16);
+  ManualClock clock;
+  telemetry::MetricsRegistry registry;
+  std::ostringstream lines;
+  telemetry::EventLog events(lines);
+  WorkloadOptions o =
+      Options(kv::KvPolicy::Full(), 6, 40.0);  // 4 x 50 tokens/s fill 300 x 16 at 24 s
+  o.admission = "static:4";
+  WorkloadRunner runner(&backend, &clock, o, &registry, &events);
+  const RunSummary s = runner.Run();
+  ASSERT_GT(s.starved_frames, 0) << "the run must reach the wall to exercise alarms";
+
+  test_support::Exposition e;
+  const std::string text = registry.ExpositionText();
+  ASSERT_EQ(test_support::ValidateExposition(text, &e), "") << text;
+  EXPECT_EQ(e.Value("metronome_frames_total", {{"outcome", "starved"}}),
+            static_cast<double>(s.starved_frames));
+  EXPECT_EQ(e.Value("metronome_frames_total", {{"outcome", "ok"}}),
+            static_cast<double>(s.ok_frames));
+  EXPECT_EQ(e.Value("metronome_mute_alarms_total"), static_cast<double>(s.mute_alarms));
+  EXPECT_EQ(e.Value("metronome_sessions_admitted_total"), 4.0);
+  EXPECT_EQ(e.Value("metronome_sessions_rejected_total", {{"reason", "limit"}}),
+            static_cast<double>(s.rejected));
+  EXPECT_EQ(e.Value("metronome_admission_limit"), 4.0);
+  EXPECT_EQ(e.Value("metronome_frame_latency_ms_count"), static_cast<double>(s.frames));
+  EXPECT_EQ(e.Value("metronome_kv_blocks_used") + e.Value("metronome_kv_blocks_free"), 300.0);
+
+  std::set<std::string> types;
+  std::istringstream in(lines.str());
+  std::string line;
+  std::int64_t frames = 0;
+  std::int64_t alarms = 0;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line);  // throws on an invalid line
+    ASSERT_TRUE(j.contains("t_ms") && j.contains("type")) << line;
+    types.insert(j["type"].get<std::string>());
+    if (j["type"] == "frame") ++frames;
+    if (j["type"] == "alarm" && j["kind"] == "mute") ++alarms;
+  }
+  EXPECT_EQ(frames, s.frames);
+  EXPECT_EQ(alarms, s.mute_alarms);
+  EXPECT_TRUE(types.contains("admission"));
+}
+
+TEST(WorkloadRunnerTest, RejectsBadOptionsWithTheFlagName) {
+  CostModelBackend backend({.c0_s = 0.002}, 100, 16);
+  ManualClock clock;
+  WorkloadOptions o = Options(kv::KvPolicy::Full(), 0, 10.0);
+  EXPECT_THROW(WorkloadRunner(&backend, &clock, o), ConfigError);  // no population, no arrivals
+  o.sessions = 2;
+  o.duration_s = -1.0;
+  try {
+    WorkloadRunner runner(&backend, &clock, o);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--duration"), std::string::npos) << e.what();
+  }
+  o.duration_s = 10.0;
+  o.arrival = "poisson:-1";
+  EXPECT_THROW(WorkloadRunner(&backend, &clock, o), ConfigError);
+  o.arrival.clear();
+  o.admission = "static:x";
+  EXPECT_THROW(WorkloadRunner(&backend, &clock, o), ConfigError);
+}
+
+}  // namespace
+}  // namespace metronome::realtime
