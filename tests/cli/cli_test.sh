@@ -76,6 +76,62 @@ check "calibrate --out has the three coefficients, each >= 0" test "$(grep -Ec \
 check "calibrate --out has the fit quality" test "$(grep -Ec \
   '^    "(r2|median_abs_rel_error|max_abs_rel_error|num_points)": ' "$tmp/calib.json")" -eq 4
 
+# --- real-time engine: sim (virtual clock) and drive (real engine, real clock) -------------------
+jget() {  # jget JSON KEY: the value of a top-level key of a one-line JSON object
+  grep -o "\"$2\":[^,}]*" <<<"$1" | head -n 1 | cut -d: -f2-
+}
+sim_full="$("$bin" sim --preset moshi-7b --sessions 200 --kv full --admission static:200 \
+  --duration 90 --summary-json --quiet --metrics-out "$tmp/sim.prom" | tail -n 1)"
+check "sim full KV: frames starve and every session raises a mute alarm" \
+  test "$(jget "$sim_full" starved_frames)" -gt 0 -a "$(jget "$sim_full" mute_alarms)" -eq 200
+check "sim full KV: the failure is invisible to the deadline metric" \
+  test "$(jget "$sim_full" deadline_misses)" -eq 0
+check "sim full KV: first starved frame within 10% of the forecast" awk \
+  -v a="$(jget "$sim_full" first_starved_at_s)" -v b="$(jget "$sim_full" t_sat_predicted_s)" \
+  'BEGIN { d = a - b; if (d < 0) d = -d; exit (a > 0 && b > 0 && d <= 0.1 * a) ? 0 : 1 }'
+for key in frames ok_frames late_frames starved_frames short_frames deadline_misses mute_alarms \
+  first_starved_at_s t_sat_predicted_s kv_peak_fraction admitted rejected limit_final \
+  limit_mean_second_half active_mean_second_half p50_frame_latency_ms p99_frame_latency_ms \
+  deadline_ms; do
+  check "sim --summary-json has $key" grep -q "\"$key\":" <<<"$sim_full"
+done
+check "sim --metrics-out writes Prometheus text" \
+  grep -q '^metronome_frames_total{outcome="starved"} [1-9]' "$tmp/sim.prom"
+sim_window="$("$bin" sim --preset moshi-7b --sessions 200 --kv window --admission static:200 \
+  --duration 90 --summary-json --quiet | tail -n 1)"
+check "sim window KV: same population never starves, forecast infinite" test \
+  "$(jget "$sim_window" starved_frames)" -eq 0 -a "$(jget "$sim_window" mute_alarms)" -eq 0 \
+  -a "$(jget "$sim_window" t_sat_predicted_s)" = null
+"$bin" sim --list-presets >"$tmp/presets.txt"
+check "sim --list-presets marks assumed numbers" test "$(grep -c '^  \[assumed\]' \
+  "$tmp/presets.txt")" -ge 4 -a "$(grep -c '^[a-z0-9.-]*: ' "$tmp/presets.txt")" -eq 4
+
+# drive: 8 sessions on synthetic:tiny with a 40-block pool. Full KV runs dry within ~1 s and
+# frames come back empty; a 32-token window never does.
+drive_args=(drive --model synthetic:tiny --sessions 8 --admission static:8 --kv-blocks 40
+  --period-ms 40 --tokens-per-frame 2 --duration 3 --threads 1 --summary-json --quiet)
+drive_full="$("$bin" "${drive_args[@]}" --kv full --events-out "$tmp/full.jsonl" | tail -n 1)"
+check "drive full KV: frames starve and sessions go mute" \
+  test "$(jget "$drive_full" starved_frames)" -gt 0 -a "$(jget "$drive_full" mute_alarms)" -eq 8
+check "drive full KV: tokens per frame drop to 0" \
+  test "$(tail -n 20 "$tmp/full.jsonl" | grep -c '"tokens":0')" -gt 0
+drive_window="$("$bin" "${drive_args[@]}" --kv window --window 32 --sinks 4 \
+  --events-out "$tmp/window.jsonl" | tail -n 1)"
+check "drive window KV: never starves" test "$(jget "$drive_window" starved_frames)" -eq 0 \
+  -a "$(jget "$drive_window" short_frames)" -eq 0
+check "drive window KV: every frame has its output token" \
+  test "$(grep -c '"type":"frame"' "$tmp/window.jsonl")" -gt 0 -a \
+  "$(grep -c '"tokens":0' "$tmp/window.jsonl")" -eq 0
+fails_with "sim unknown preset" "--preset 'nope'" sim --preset nope --sessions 1
+fails_with "sim bad arrival" "--arrival" sim --arrival poisson:x
+fails_with "sim bad admission" "static:N" sim --sessions 2 --admission fifo
+fails_with "sim bad session duration" "--session-duration" sim --sessions 2 \
+  --session-duration exp:-1
+fails_with "sim without sessions or arrivals" "--sessions" sim --duration 5
+fails_with "sim bad cooldown" "--aimd-cooldown" sim --sessions 2 --admission aimd \
+  --aimd-cooldown soon
+fails_with "sim bad aimd beta" "beta" sim --sessions 2 --admission aimd --aimd-beta 1.5
+
 fails_with "missing model file" "cannot open" generate --model "$tmp/none.gguf" --prompt-ids 1
 printf 'GGUF\x03\x00\x00\x00' >"$tmp/short.gguf"
 fails_with "truncated GGUF" "short.gguf" generate --model "$tmp/short.gguf" --prompt-ids 1

@@ -19,6 +19,8 @@ int Main(int argc, char** argv) {
   RegisterBenchDecode(&app, &exit_code);
   RegisterExportGguf(&app, &exit_code);
   RegisterCalibrate(&app, &exit_code);
+  RegisterSim(&app, &exit_code);
+  RegisterDrive(&app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

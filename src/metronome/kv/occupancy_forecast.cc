@@ -65,6 +65,7 @@ void OccupancyForecast::Refit() {
 
 std::optional<double> OccupancyForecast::TimeToSaturationSeconds() const {
   if (plateau_below_full_) return std::nullopt;
+  if (rho_ >= 1.0) return 0.0;  // already full
   if (slope_ <= options_.min_slope_per_s || rate_ <= 0.0 || sessions_ <= 0.0) return std::nullopt;
   const double remaining = rho_ < 1.0 ? 1.0 - rho_ : 0.0;
   return remaining / (sessions_ * rate_);

@@ -1,0 +1,253 @@
+#include "metronome/cli/workload_flags.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "metronome/base/errors.h"
+#include "metronome/telemetry/event_log.h"
+#include "metronome/telemetry/metrics.h"
+
+namespace metronome::cli {
+namespace {
+
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+std::string Seconds(double s) {
+  if (!std::isfinite(s)) return "never";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", s);
+  return buf;
+}
+
+admission::CooldownMode ParseCooldown(const std::string& spec, double* fixed_s) {
+  if (spec == "drain") return admission::CooldownMode::kDrain;
+  if (spec.rfind("fixed:", 0) == 0) {
+    const std::string v = spec.substr(6);
+    std::size_t used = 0;
+    double s = -1.0;
+    try {
+      s = std::stod(v, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == v.size() && !v.empty() && s >= 0.0 && std::isfinite(s)) {
+      *fixed_s = s;
+      return admission::CooldownMode::kFixed;
+    }
+  }
+  throw ConfigError("--aimd-cooldown = '" + spec + "' must be 'drain' or 'fixed:SECONDS'");
+}
+
+void PrintProgressHeader() {
+  std::printf("%8s %7s %6s %8s %9s %10s %9s %7s %8s %6s %7s\n", "t_s", "active", "limit", "kv_used",
+              "t_sat_s", "frames", "ok", "late", "starved", "short", "alarms");
+}
+
+void PrintProgress(const realtime::RunSample& s) {
+  const std::string limit =
+      s.limit == admission::kNoLimit ? std::string("-") : std::to_string(s.limit);
+  const std::string t_sat = std::isfinite(s.t_sat_s) ? Num(std::round(s.t_sat_s)) : "inf";
+  std::printf("%8.1f %7lld %6s %7.1f%% %9s %10lld %9lld %7lld %8lld %6lld %7lld\n", s.t_s,
+              static_cast<long long>(s.active), limit.c_str(), 100.0 * s.kv_used_fraction,
+              t_sat.c_str(), static_cast<long long>(s.frames), static_cast<long long>(s.ok),
+              static_cast<long long>(s.late), static_cast<long long>(s.starved),
+              static_cast<long long>(s.short_frames), static_cast<long long>(s.mute_alarms));
+  std::fflush(stdout);
+}
+
+void PrintSummary(const realtime::RunSummary& s) {
+  const auto pct = [&](std::int64_t n) {
+    return s.frames > 0 ? 100.0 * static_cast<double>(n) / static_cast<double>(s.frames) : 0.0;
+  };
+  std::printf(
+      "frames: %lld = %lld ok + %lld late + %lld starved + %lld short (%.2f%% starved or short)\n",
+      static_cast<long long>(s.frames), static_cast<long long>(s.ok_frames),
+      static_cast<long long>(s.late_frames), static_cast<long long>(s.starved_frames),
+      static_cast<long long>(s.short_frames), pct(s.starved_frames + s.short_frames));
+  std::printf("deadline misses: %lld (%.2f%%); mute alarms: %lld; first starved frame: %s\n",
+              static_cast<long long>(s.deadline_misses), pct(s.deadline_misses),
+              static_cast<long long>(s.mute_alarms),
+              std::isfinite(s.first_starved_at_s) ? Seconds(s.first_starved_at_s).c_str() : "none");
+  std::printf("saturation forecast: pool full at %s (forecast made at %s); KV peak %.1f%%\n",
+              Seconds(s.t_sat_predicted_s).c_str(), Seconds(s.t_sat_forecast_at_s).c_str(),
+              100.0 * s.kv_peak_fraction);
+  const std::string limit_final =
+      s.limit_final == admission::kNoLimit ? std::string("none") : std::to_string(s.limit_final);
+  std::printf(
+      "admission %s: %lld admitted, %lld rejected, %lld gave up; limit final %s, mean over the "
+      "second half %s; active mean over the second half %.1f (peak %lld)\n",
+      s.admission.c_str(), static_cast<long long>(s.admitted), static_cast<long long>(s.rejected),
+      static_cast<long long>(s.abandoned), limit_final.c_str(),
+      std::isfinite(s.limit_mean_second_half) ? Num(s.limit_mean_second_half).c_str() : "-",
+      s.active_mean_second_half, static_cast<long long>(s.active_peak));
+  std::printf("frame latency: p50 %.2f ms, p99 %.2f ms (deadline %g ms)\n", s.p50_frame_latency_ms,
+              s.p99_frame_latency_ms, s.deadline_ms);
+}
+
+}  // namespace
+
+void WorkloadFlags::Register(CLI::App* app) {
+  app->add_option("--period-ms", period_ms, "Frame period P in ms");
+  app->add_option("--deadline-ms", deadline_ms,
+                  "Frame deadline D in ms, counted from the frame's arrival (default: P)");
+  app->add_option("--tokens-per-frame", tokens_per_frame,
+                  "a: input tokens appended per frame (one prefill chunk)");
+  app->add_option("--output-tokens-per-frame", output_tokens_per_frame,
+                  "o: output tokens decoded per frame, each appended to the KV");
+  app->add_option("--prompt-tokens", prompt_tokens,
+                  "Initial prompt length in tokens, fed with each session's first frame")
+      ->check(CLI::Range(0, 1 << 20));
+  app->add_option("--kv", kv, "Per-session KV policy: full | window")
+      ->check(CLI::IsMember({"full", "window"}));
+  app->add_option("--window", window, "W: most recent tokens kept (window mode)");
+  app->add_option("--sinks", sinks, "S: first tokens pinned as attention sinks (window mode)");
+  app->add_option("--positions", positions, "RoPE positions: absolute | rolling")
+      ->check(CLI::IsMember({"absolute", "rolling"}));
+  app->add_option("--sessions", sessions,
+                  "A fixed population of N sessions asking at t=0 (retrying until admitted)");
+  app->add_option("--arrival", arrival,
+                  "Session arrivals: poisson:RATE (per s) | ramp:R0,R1,SECONDS");
+  app->add_option("--session-duration", session_duration,
+                  "Session lifetime in s: fixed:S | exp:MEAN | lognormal:MU,SIGMA (default: until "
+                  "the run ends)");
+  app->add_option("--duration", duration_s, "Run length in seconds");
+  app->add_option("--seed", seed, "Seed of every random draw (arrivals, durations, phases)");
+  app->add_option("--patience-s", patience_s,
+                  "How long an arriving client retries after a rejection before giving up");
+  app->add_flag("--aligned-phases", aligned_phases,
+                "Start every population session's frames at t=0 (default: random phases)");
+  app->add_option("--admission", admission, "Admission controller: static:N | memory | aimd");
+  app->add_option("--aimd-window-s", aimd.window_s, "AIMD control window, s");
+  app->add_option("--aimd-percentile", aimd.percentile,
+                  "AIMD signal: this percentile of frame latency / deadline");
+  app->add_option("--aimd-low", aimd.low_target,
+                  "AIMD grows while the signal is below this fraction of D");
+  app->add_option("--aimd-high", aimd.high_target,
+                  "AIMD cuts when the signal exceeds this fraction of D");
+  app->add_option("--aimd-miss-ratio", aimd.miss_ratio_threshold,
+                  "AIMD cuts when a window's deadline-miss ratio exceeds this");
+  app->add_option("--aimd-step", aimd.increase_step, "AIMD additive increase, sessions/window");
+  app->add_option("--aimd-beta", aimd.beta, "AIMD cut: limit = floor(beta x active)");
+  app->add_option("--aimd-cooldown", aimd_cooldown,
+                  "After a cut: drain (hold until a full window ran at or under the limit) | "
+                  "fixed:SECONDS");
+  app->add_option("--aimd-initial", aimd.initial_limit, "AIMD starting limit (warm start)");
+  app->add_option("--aimd-min", aimd.min_limit, "AIMD lowest limit");
+  app->add_option("--aimd-max", aimd.max_limit, "AIMD highest limit");
+  app->add_option("--aimd-min-samples", aimd.min_samples,
+                  "AIMD holds on windows with fewer frames than this");
+  app->add_flag("--kv-guard", aimd.kv_guard,
+                "AIMD also requires active < sessions the KV pool can hold (look-ahead guard)");
+  app->add_option("--memory-session-s", memory.full_mode_session_s,
+                  "memory/KV guard: assumed session length for the full-KV projection, s");
+  app->add_option("--memory-headroom", memory.headroom_fraction,
+                  "memory/KV guard: fraction of the pool never promised, in [0, 1)");
+  app->add_option("--mute-after", mute_after,
+                  "k: consecutive starved frames that raise a session's mute alarm");
+  app->add_option("--forecast-horizon-s", forecast_horizon_s,
+                  "Warn when the pool is forecast to fill within this many seconds");
+  app->add_option("--events-out", events_out,
+                  "Write a JSON-lines event log (frames, admissions, limit changes, alarms)");
+  app->add_option("--metrics-out", metrics_out,
+                  "Write the Prometheus text exposition of the run's metrics at the end");
+  app->add_flag("--summary-json", summary_json,
+                "Print the run summary as one JSON object on the last line");
+  app->add_option("--report-every", report_every_s,
+                  "Print a progress line every this many seconds of the clock (0: off)");
+  app->add_flag("--quiet", quiet, "No alarm, limit-change or forecast lines on stderr");
+}
+
+realtime::WorkloadOptions WorkloadFlags::Options(const SessionDefaults& d, int vocab) const {
+  realtime::WorkloadOptions o;
+  o.session.period_ms = period_ms.value_or(d.period_ms);
+  o.session.deadline_ms = deadline_ms.value_or(d.deadline_ms);
+  o.session.input_tokens_per_frame = tokens_per_frame.value_or(d.tokens_per_frame);
+  o.session.output_tokens_per_frame = output_tokens_per_frame.value_or(d.output_tokens_per_frame);
+  if (!(o.session.period_ms > 0.0)) {
+    throw ConfigError("--period-ms = " + Num(o.session.period_ms) + " must be > 0");
+  }
+  if (!(o.session.deadline_ms >= 0.0)) {
+    throw ConfigError("--deadline-ms = " + Num(o.session.deadline_ms) + " must be > 0");
+  }
+  if (o.session.input_tokens_per_frame < 1) {
+    throw ConfigError("--tokens-per-frame = " + std::to_string(o.session.input_tokens_per_frame) +
+                      " must be >= 1");
+  }
+  if (o.session.output_tokens_per_frame < 0) {
+    throw ConfigError("--output-tokens-per-frame = " +
+                      std::to_string(o.session.output_tokens_per_frame) + " must be >= 0");
+  }
+  // The prompt stands in for a system prompt: fixed, deterministic ids.
+  for (int i = 0; i < prompt_tokens; ++i) o.session.prompt.push_back((i * 31 + 7) % vocab);
+  if (kv == "window") {
+    const std::int64_t w = window.value_or(d.window);
+    const std::int64_t s = sinks.value_or(d.sinks);
+    if (w < 1) throw ConfigError("--window = " + std::to_string(w) + " must be >= 1");
+    if (s < 0) throw ConfigError("--sinks = " + std::to_string(s) + " must be >= 0");
+    o.session.policy = kv::KvPolicy::Window(
+        w, s, positions == "rolling" ? kv::PositionMode::kRolling : kv::PositionMode::kAbsolute);
+  } else {
+    o.session.policy = kv::KvPolicy::Full();
+  }
+  o.sessions = sessions;
+  o.arrival = arrival;
+  o.session_duration = session_duration;
+  o.duration_s = duration_s;
+  o.seed = seed;
+  o.patience_s = patience_s;
+  o.aligned_phases = aligned_phases;
+  o.admission = admission;
+  o.aimd = aimd;
+  o.aimd.cooldown_mode = ParseCooldown(aimd_cooldown, &o.aimd.cooldown_s);
+  o.memory = memory;
+  o.loop.mute_after_starved = mute_after;
+  if (mute_after < 1) {
+    throw ConfigError("--mute-after = " + std::to_string(mute_after) + " must be >= 1");
+  }
+  o.forecast.horizon_s = forecast_horizon_s;
+  // Short runs (drive on a small pool hits its wall in seconds) sample and settle faster.
+  o.sample_interval_s = std::min(0.5, duration_s / 200.0);
+  o.forecast_settle_s = std::min(5.0, duration_s / 20.0);
+  o.log_to_stderr = !quiet;
+  o.Validate();
+  return o;
+}
+
+int RunWorkload(realtime::Backend* backend, Clock* clock, const WorkloadFlags& flags,
+                const realtime::WorkloadOptions& options, const std::string& header) {
+  std::unique_ptr<telemetry::EventLog> events;
+  if (!flags.events_out.empty()) events = std::make_unique<telemetry::EventLog>(flags.events_out);
+  telemetry::MetricsRegistry registry;
+  realtime::WorkloadRunner runner(backend, clock, options, &registry, events.get());
+  std::printf("%s", header.c_str());
+  std::fflush(stdout);
+
+  if (flags.report_every_s > 0.0) {
+    PrintProgressHeader();
+    auto next_report_s = std::make_shared<double>(flags.report_every_s);
+    runner.on_sample = [next_report_s, every = flags.report_every_s](const realtime::RunSample& s) {
+      if (s.t_s + 1e-9 < *next_report_s) return;
+      PrintProgress(s);
+      while (*next_report_s <= s.t_s + 1e-9) *next_report_s += every;
+    };
+  }
+  const realtime::RunSummary summary = runner.Run();
+  PrintSummary(summary);
+  if (!flags.metrics_out.empty()) registry.WriteExpositionFile(flags.metrics_out);
+  if (events && !events->ok()) {
+    std::fprintf(stderr, "error: writing --events-out '%s' failed (disk full?)\n",
+                 flags.events_out.c_str());
+    return 1;
+  }
+  if (flags.summary_json) std::printf("%s\n", summary.ToJson().dump().c_str());
+  return 0;
+}
+
+}  // namespace metronome::cli

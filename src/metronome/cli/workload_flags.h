@@ -1,0 +1,71 @@
+// The workload flags `metronome sim` and `metronome drive` share (other tools rely on these
+// spellings), and the run + report both commands end with. Internal to the cli module.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "metronome/base/clock.h"
+#include "metronome/realtime/backend.h"
+#include "metronome/realtime/workload_runner.h"
+
+namespace metronome::cli {
+
+// Defaults that depend on the model or preset; a flag given on the command line wins.
+struct SessionDefaults {
+  double period_ms = 80.0;
+  double deadline_ms = 0.0;  // 0: the period
+  int tokens_per_frame = 1;
+  int output_tokens_per_frame = 1;
+  std::int64_t window = 512;
+  std::int64_t sinks = 4;
+};
+
+struct WorkloadFlags {
+  // Session shape. Unset optionals take SessionDefaults.
+  std::optional<double> period_ms;
+  std::optional<double> deadline_ms;
+  std::optional<int> tokens_per_frame;
+  std::optional<int> output_tokens_per_frame;
+  int prompt_tokens = 0;
+  std::string kv = "full";
+  std::optional<std::int64_t> window;
+  std::optional<std::int64_t> sinks;
+  std::string positions = "absolute";
+  // Who asks for sessions and for how long.
+  std::int64_t sessions = 0;
+  std::string arrival;
+  std::string session_duration;
+  double duration_s = 60.0;
+  std::uint64_t seed = 1;
+  double patience_s = 10.0;
+  bool aligned_phases = false;
+  // Admission.
+  std::string admission = "memory";
+  admission::AimdOptions aimd;
+  std::string aimd_cooldown = "drain";
+  admission::MemoryOptions memory;
+  // Alarms and forecast.
+  int mute_after = 3;
+  double forecast_horizon_s = 300.0;
+  // Outputs.
+  std::string events_out;
+  std::string metrics_out;
+  bool summary_json = false;
+  double report_every_s = 0.0;
+  bool quiet = false;
+
+  void Register(CLI::App* app);
+  // ConfigError naming the flag on bad values. `vocab` bounds the prompt's synthetic token ids.
+  [[nodiscard]] realtime::WorkloadOptions Options(const SessionDefaults& defaults, int vocab) const;
+};
+
+// Runs the workload on `backend` and `clock`, printing `header` first, a progress table every
+// --report-every seconds, a human summary, and (with --summary-json) the summary as the last
+// line. Writes --events-out and --metrics-out. Returns the exit code.
+int RunWorkload(realtime::Backend* backend, Clock* clock, const WorkloadFlags& flags,
+                const realtime::WorkloadOptions& options, const std::string& header);
+
+}  // namespace metronome::cli
