@@ -49,6 +49,23 @@ TEST(OccupancyForecastTest, GrowthThatStopsAtTheBoundBecomesInfiniteOnceTheWindo
   EXPECT_FALSE(f.TimeToSaturationSeconds().has_value());
 }
 
+// With the sessions' bounds known, growing occupancy that will plateau inside the pool is never a
+// saturation, even while the slope is steep; bounds that exceed the pool keep the first-order
+// forecast; a full pool forecasts 0.
+TEST(OccupancyForecastTest, KnownBoundsThatFitThePoolMeanNeverSaturating) {
+  OccupancyForecast f({.window_s = 10.0, .horizon_s = 1e9});
+  for (int i = 0; i <= 20; ++i) f.Observe(i, i * 10, 1000, 10, /*bounded_blocks=*/1000);
+  EXPECT_FALSE(f.TimeToSaturationSeconds().has_value()) << "10 x 100 blocks fit in 1000";
+  f.Observe(21, 210, 1000, 10, /*bounded_blocks=*/1001);
+  ASSERT_TRUE(f.TimeToSaturationSeconds().has_value());
+  EXPECT_NEAR(*f.TimeToSaturationSeconds(), (1000.0 - 210.0) / 10.0, 1.0);
+  OccupancyForecast full;
+  full.Observe(0, 1000, 1000, 10);
+  full.Observe(1, 1000, 1000, 10);
+  ASSERT_TRUE(full.TimeToSaturationSeconds().has_value());
+  EXPECT_EQ(*full.TimeToSaturationSeconds(), 0.0);
+}
+
 TEST(OccupancyForecastTest, RejectsBadOptions) {
   EXPECT_THROW(OccupancyForecast({.window_s = 0.0}), ConfigError);
   EXPECT_THROW(OccupancyForecast({.window_s = 1.0, .horizon_s = -1.0}), ConfigError);

@@ -85,18 +85,25 @@ TEST(FitCostModelTest, ClampsATermThatWouldBeNegativeAndRefitsTheRest) {
   EXPECT_EQ(fit.model.c1_s_per_token, 0.0);
   EXPECT_GE(fit.model.c0_s, 0.0);
   EXPECT_GE(fit.model.c2_s_per_kv_token, 0.0);
-  // The remaining terms are the ordinary least-squares line of seconds on visible_kv_tokens.
+  // The remaining terms are the weighted (1/t^2: relative error) least-squares line of seconds on
+  // visible_kv_tokens.
+  double sw = 0.0;
   double mx = 0.0;
   double my = 0.0;
   for (const StepObservation& p : points) {
-    mx += p.visible_kv_tokens / static_cast<double>(points.size());
-    my += p.seconds / static_cast<double>(points.size());
+    const double w = 1.0 / (p.seconds * p.seconds);
+    sw += w;
+    mx += w * p.visible_kv_tokens;
+    my += w * p.seconds;
   }
+  mx /= sw;
+  my /= sw;
   double sxy = 0.0;
   double sxx = 0.0;
   for (const StepObservation& p : points) {
-    sxy += (p.visible_kv_tokens - mx) * (p.seconds - my);
-    sxx += (p.visible_kv_tokens - mx) * (p.visible_kv_tokens - mx);
+    const double w = 1.0 / (p.seconds * p.seconds);
+    sxy += w * (p.visible_kv_tokens - mx) * (p.seconds - my);
+    sxx += w * (p.visible_kv_tokens - mx) * (p.visible_kv_tokens - mx);
   }
   const double slope = sxy / sxx;
   EXPECT_NEAR(fit.model.c2_s_per_kv_token, slope, 1e-9 * slope);

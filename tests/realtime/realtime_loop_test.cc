@@ -110,6 +110,7 @@ TEST(RealtimeLoopTest, RealEngineFullKvGoesMuteWindowKvDoesNot) {
     engine::EngineOptions eo;
     eo.kv_blocks = 40;
     eo.block_tokens = 16;
+    eo.num_threads = 1;  // an OpenMP team on a loaded 2-core box stalls for seconds
     engine::Engine eng(m, eo);
     EngineBackend backend(&eng, {});
     ManualClock clock;

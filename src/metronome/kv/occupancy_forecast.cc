@@ -25,7 +25,7 @@ OccupancyForecast::OccupancyForecast(const OccupancyForecastOptions& options) : 
 
 void OccupancyForecast::Observe(double t_s, std::int64_t used_blocks, std::int64_t total_blocks,
                                 std::int64_t active_sessions, std::int64_t bounded_blocks) {
-  plateau_below_full_ = bounded_blocks >= 0 && bounded_blocks < total_blocks;
+  plateau_below_full_ = bounded_blocks >= 0 && bounded_blocks <= total_blocks;
   const double rho =
       total_blocks > 0 ? static_cast<double>(used_blocks) / static_cast<double>(total_blocks) : 0.0;
   samples_.push_back({t_s, rho, static_cast<double>(active_sessions)});

@@ -28,8 +28,8 @@ class OccupancyForecast {
 
   // One observation; t_s must not decrease. `bounded_blocks` is the most the active sessions can
   // ever hold together (the sum of their window bounds), or -1 when some session is unbounded
-  // (full KV). When it fits in the pool, occupancy plateaus below 1 and t_sat is infinite whatever
-  // the current slope: the first-order model cannot see bounds, the caller can.
+  // (full KV). When it fits in the pool, occupancy plateaus at or below 1 and t_sat is infinite
+  // whatever the current slope: the first-order model cannot see bounds, the caller can.
   void Observe(double t_s, std::int64_t used_blocks, std::int64_t total_blocks,
                std::int64_t active_sessions, std::int64_t bounded_blocks = -1);
 

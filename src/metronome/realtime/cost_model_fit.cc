@@ -153,7 +153,9 @@ CostModelFit FitCostModel(std::span<const StepObservation> points) {
   // ill-conditioned). Sums are divided by n to keep magnitudes near 1.
   Vector scale{};
   for (const StepObservation& p : points) {
-    for (std::size_t j = 0; j < kTerms; ++j) scale[j] += Term(p, j) * Term(p, j);
+    for (std::size_t j = 0; j < kTerms; ++j) {
+      scale[j] += Term(p, j) * Term(p, j) / (p.seconds * p.seconds);
+    }
   }
   for (double& s : scale) s = std::sqrt(s / static_cast<double>(n));
   Matrix g{};
@@ -161,9 +163,14 @@ CostModelFit FitCostModel(std::span<const StepObservation> points) {
   for (const StepObservation& p : points) {
     Vector x{};
     for (std::size_t j = 0; j < kTerms; ++j) x[j] = scale[j] > 0.0 ? Term(p, j) / scale[j] : 0.0;
+    // Weight 1/t^2: the fit minimises relative error, so a 40 us decode step counts as much as
+    // a 20 ms prefill (unweighted, the big steps dominate and small ones come out several x off).
+    const double w = 1.0 / (p.seconds * p.seconds);
     for (std::size_t a = 0; a < kTerms; ++a) {
-      r[a] += x[a] * p.seconds / static_cast<double>(n);
-      for (std::size_t b = 0; b < kTerms; ++b) g[a][b] += x[a] * x[b] / static_cast<double>(n);
+      r[a] += w * x[a] * p.seconds / static_cast<double>(n);
+      for (std::size_t b = 0; b < kTerms; ++b) {
+        g[a][b] += w * x[a] * x[b] / static_cast<double>(n);
+      }
     }
   }
   CheckNotDegenerate(g, scale, n);
@@ -173,7 +180,7 @@ CostModelFit FitCostModel(std::span<const StepObservation> points) {
   const auto sse_of = [&](const CostModel& m) {
     double sse = 0.0;
     for (const StepObservation& p : points) {
-      const double e = m.StepSeconds(p.batch_tokens, p.visible_kv_tokens) - p.seconds;
+      const double e = (m.StepSeconds(p.batch_tokens, p.visible_kv_tokens) - p.seconds) / p.seconds;
       sse += e * e;
     }
     return sse;
@@ -204,7 +211,12 @@ CostModelFit FitCostModel(std::span<const StepObservation> points) {
     rel.push_back(std::abs(best.StepSeconds(p.batch_tokens, p.visible_kv_tokens) - p.seconds) /
                   p.seconds);
   }
-  fit.r2 = sst > 0.0 ? 1.0 - best_sse / sst : (best_sse > 0.0 ? 0.0 : 1.0);
+  double sse = 0.0;
+  for (const StepObservation& p : points) {
+    const double e = best.StepSeconds(p.batch_tokens, p.visible_kv_tokens) - p.seconds;
+    sse += e * e;
+  }
+  fit.r2 = sst > 0.0 ? 1.0 - sse / sst : (sse > 0.0 ? 0.0 : 1.0);
   fit.median_abs_rel_error = Median(rel);
   fit.max_abs_rel_error = *std::max_element(rel.begin(), rel.end());
   return fit;

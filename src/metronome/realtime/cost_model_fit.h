@@ -1,9 +1,10 @@
 // Fitting the simulator's iteration-time model (CostModel, backend.h) to measured engine steps, and
 // its JSON form (the file `metronome calibrate --out` writes and the simulator loads).
 //
-// The fit is least squares on t = c0 + c1 * batch_tokens + c2 * visible_kv_tokens with every
-// coefficient constrained to be >= 0 (a negative per-token cost is unphysical and would make the
-// simulator predict negative step times for some batches).
+// The fit is least squares of the relative error (each point weighted 1/t^2, so small decode steps
+// count as much as large prefills) on t = c0 + c1 * batch_tokens + c2 * visible_kv_tokens with
+// every coefficient constrained to be >= 0 (a negative per-token cost is unphysical and would make
+// the simulator predict negative step times for some batches).
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -34,10 +35,10 @@ struct CostModelFit {
 };
 
 // Least squares with coefficients >= 0: among the fits on every subset of the three terms (the
-// ordinary least-squares solution of the 3x3, 2x2 or 1x1 normal equations, columns scaled to unit
-// RMS for conditioning) the feasible one with the smallest squared error, which is exactly what an
-// active-set loop dropping negative terms converges to. Throws ConfigError with fewer than 3
-// points, a non-finite / negative field (naming the point and field), or a degenerate design (a
+// weighted least-squares solution of the 3x3, 2x2 or 1x1 normal equations, columns scaled to unit
+// RMS for conditioning) the feasible one with the smallest weighted squared error, which is exactly
+// what an active-set loop dropping negative terms converges to. Throws ConfigError with fewer than
+// 3 points, a non-finite / negative field (naming the point and field), or a degenerate design (a
 // term that is all zero or a linear combination of the others over these points, e.g. every point
 // with the same batch size and context).
 [[nodiscard]] CostModelFit FitCostModel(std::span<const StepObservation> points);

@@ -58,15 +58,30 @@ RealtimeSessionId RealtimeLoop::AddSession(const SessionSpec& spec) {
   s.next_arrival = s.start;
   s.prompt_fed = spec.prompt.empty();
   const RealtimeSessionId id = next_id_++;
-  sessions_.emplace(id, std::move(s));
+  const Nanos first = s.next_arrival;
+  Session& stored = sessions_.emplace(id, std::move(s)).first->second;
+  arrivals_.push({first, id, &stored});
   return id;
 }
 
 void RealtimeLoop::EndSession(RealtimeSessionId id) {
   const auto it = sessions_.find(id);
   if (it == sessions_.end()) return;
+  if (it->second.ready) {
+    std::erase_if(ready_, [id](const auto& entry) { return entry.first == id; });
+  }
+  Retire(it);
+}
+
+void RealtimeLoop::Retire(SessionMap::iterator it) {
   backend_->Close(it->second.backend_id);
-  sessions_.erase(it);
+  const RealtimeSessionId id = it->first;
+  SessionMap::node_type node = sessions_.extract(it);
+  Session& s = node.mapped();
+  s.ended = true;
+  s.frames.clear();
+  s.chunk = {};
+  ended_.emplace(id, std::move(node));
 }
 
 std::vector<RealtimeSessionId> RealtimeLoop::session_ids() const {
@@ -82,7 +97,16 @@ std::int64_t RealtimeLoop::resident_blocks(RealtimeSessionId id) const {
 }
 
 void RealtimeLoop::ReleaseArrivals(Nanos now) {
-  for (auto& [id, s] : sessions_) {
+  bool added = false;
+  while (!arrivals_.empty() && arrivals_.top().t <= now) {
+    const Arrival a = arrivals_.top();
+    arrivals_.pop();
+    if (a.session->ended) {
+      ended_.erase(a.id);  // its last reference is gone
+      continue;
+    }
+    const RealtimeSessionId id = a.id;
+    Session& s = *a.session;
     while (s.next_arrival <= now) {
       Frame f;
       f.index = s.next_index++;
@@ -92,7 +116,15 @@ void RealtimeLoop::ReleaseArrivals(Nanos now) {
       // Drift-free: arrival i is start + i * period, never now + period.
       s.next_arrival = s.start + FromMs(static_cast<double>(s.next_index) * s.spec.period_ms);
     }
+    arrivals_.push({s.next_arrival, id, &s});
+    if (!s.ready) {
+      s.ready = true;
+      ready_.emplace_back(id, &s);
+      added = true;
+    }
   }
+  // Sessions are served in id order every iteration, as if iterating them all.
+  if (added) std::sort(ready_.begin(), ready_.end());
 }
 
 void RealtimeLoop::Deliver(RealtimeSessionId id, Session& s, Nanos when, FrameOutcome outcome) {
@@ -105,6 +137,7 @@ void RealtimeLoop::Deliver(RealtimeSessionId id, Session& s, Nanos when, FrameOu
   r.latency_ms = std::chrono::duration<double, std::milli>(when - f.arrival).count();
   const double now = r.delivered_s;
   r.outcome = outcome;
+  r.resident_blocks = backend_->resident_blocks(s.backend_id);
   r.tokens = std::move(f.outputs);
   if (!r.tokens.empty()) s.pending_output = r.tokens.back();
   s.frames.pop_front();
@@ -142,7 +175,8 @@ void RealtimeLoop::Deliver(RealtimeSessionId id, Session& s, Nanos when, FrameOu
 
 void RealtimeLoop::DeliverExpired() {
   const Nanos now = clock_->Now();
-  for (auto& [id, s] : sessions_) {
+  for (auto& [id, sp] : ready_) {
+    Session& s = *sp;
     // A frame blocked on the pool is handed back at its deadline with what it has: the silent
     // failure of KV-pool engines, here counted. A frame that is merely slow keeps computing and
     // completes late.
@@ -155,12 +189,22 @@ void RealtimeLoop::DeliverExpired() {
 }
 
 Nanos RealtimeLoop::NextEventTime() const {
-  Nanos t = Nanos::max();
-  for (const auto& [id, s] : sessions_) {
-    t = std::min(t, s.next_arrival);
+  // The heap's top may belong to an ended session: at worst one early wake-up.
+  Nanos t = arrivals_.empty() ? Nanos::max() : arrivals_.top().t;
+  for (const auto& [id, sp] : ready_) {
+    const Session& s = *sp;
     if (!s.frames.empty() && s.frames.front().blocked) t = std::min(t, s.frames.front().deadline);
   }
   return t;
+}
+
+void RealtimeLoop::CompactReady() {
+  std::erase_if(ready_, [](const auto& entry) {
+    if (entry.second == nullptr) return true;  // ended during the iteration
+    if (!entry.second->frames.empty()) return false;
+    entry.second->ready = false;
+    return true;
+  });
 }
 
 bool RealtimeLoop::RunIteration() {
@@ -170,9 +214,11 @@ bool RealtimeLoop::RunIteration() {
 
   // Plan: one item per session with an arrived, unfinished frame.
   items_.clear();
-  item_sessions_.clear();
+  item_ready_index_.clear();
   const int vocab = backend_->vocab_size();
-  for (auto& [id, s] : sessions_) {
+  for (std::size_t k = 0; k < ready_.size(); ++k) {
+    const RealtimeSessionId id = ready_[k].first;
+    Session& s = *ready_[k].second;
     if (s.frames.empty()) continue;
     Frame& f = s.frames.front();
     s.chunk.clear();
@@ -189,9 +235,12 @@ bool RealtimeLoop::RunIteration() {
       s.chunk.push_back(f.outputs.back());
     }
     items_.push_back({s.backend_id, s.chunk, s.spec.output_tokens_per_frame > 0});
-    item_sessions_.push_back(id);
+    item_ready_index_.push_back(k);
   }
-  if (items_.empty()) return false;
+  if (items_.empty()) {
+    CompactReady();
+    return false;
+  }
 
   const double duration = backend_->Step(items_, &results_);
   ++stats_.iterations;
@@ -203,8 +252,9 @@ bool RealtimeLoop::RunIteration() {
   bool progressed = false;
   int batch_tokens = 0;
   for (std::size_t i = 0; i < items_.size(); ++i) {
-    const auto it = sessions_.find(item_sessions_[i]);
-    Session& s = it->second;
+    auto& entry = ready_[item_ready_index_[i]];
+    const RealtimeSessionId id = entry.first;
+    Session& s = *entry.second;
     Frame& f = s.frames.front();
     const BackendItemResult& r = results_[i];
     if (r.status == engine::StepStatus::kPoolExhausted) {
@@ -216,11 +266,10 @@ bool RealtimeLoop::RunIteration() {
       ++stats_.context_full_sessions;
       if (options_.log_to_stderr)
         std::fprintf(stderr, "[error] session %llu ended: %s\n",
-                     static_cast<unsigned long long>(it->first), engine::ToString(r.status));
-      backend_->Close(s.backend_id);
-      const RealtimeSessionId ended = it->first;
-      sessions_.erase(it);
-      if (on_session_error) on_session_error(ended, Seconds(done), r.status);
+                     static_cast<unsigned long long>(id), engine::ToString(r.status));
+      entry.second = nullptr;
+      Retire(sessions_.find(id));
+      if (on_session_error) on_session_error(id, Seconds(done), r.status);
       continue;
     }
     progressed = true;
@@ -233,9 +282,10 @@ bool RealtimeLoop::RunIteration() {
     }
     if (s.spec.output_tokens_per_frame > 0) f.outputs.push_back(r.next_token);
     if (static_cast<int>(f.outputs.size()) >= s.spec.output_tokens_per_frame) {
-      Deliver(it->first, s, done, done <= f.deadline ? FrameOutcome::kOk : FrameOutcome::kLate);
+      Deliver(id, s, done, done <= f.deadline ? FrameOutcome::kOk : FrameOutcome::kLate);
     }
   }
+  CompactReady();
   if (on_iteration) on_iteration(duration, batch_tokens);
   return progressed;
 }

@@ -19,6 +19,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <queue>
 #include <string>
 #include <vector>
 
@@ -55,7 +56,8 @@ struct FrameRecord {
   double delivered_s = 0.0;
   double latency_ms = 0.0;  // delivered - arrival
   FrameOutcome outcome = FrameOutcome::kOk;
-  std::vector<TokenId> tokens;  // the outputs (fewer than o for short, none for starved)
+  std::vector<TokenId> tokens;       // the outputs (fewer than o for short, none for starved)
+  std::int64_t resident_blocks = 0;  // KV blocks the session holds at delivery
 };
 
 struct LoopOptions {
@@ -107,7 +109,8 @@ class RealtimeLoop {
   [[nodiscard]] std::int64_t resident_blocks(RealtimeSessionId id) const;
   [[nodiscard]] Backend& backend() { return *backend_; }
 
-  // Observers (may be empty): every delivered frame; every mute alarm (session, time).
+  // Observers (may be empty): every delivered frame; every mute alarm (session, time). They run
+  // inside an iteration and must not add or end sessions.
   std::function<void(const FrameRecord&)> on_frame;
   std::function<void(RealtimeSessionId, double)> on_mute_alarm;
   // Iteration time (s) and batch tokens of each step.
@@ -137,6 +140,8 @@ class RealtimeLoop {
     bool prompt_fed = false;
     TokenId pending_output = -1;  // last output of the previous frame, appended next
     int consecutive_starved = 0;
+    bool ready = false;          // listed in ready_
+    bool ended = false;          // retired: waiting for its arrivals_ entry to pop
     std::vector<TokenId> chunk;  // tokens of this iteration's item (kept alive for the step)
   };
 
@@ -144,15 +149,35 @@ class RealtimeLoop {
   void DeliverExpired();
   void Deliver(RealtimeSessionId id, Session& s, Nanos when, FrameOutcome outcome);
   [[nodiscard]] Nanos NextEventTime() const;
+  void CompactReady();  // drops ended sessions and those with no frame left
 
   Backend* backend_;
   Clock* clock_;
   LoopOptions options_;
-  std::map<RealtimeSessionId, Session> sessions_;
+  // Per-iteration work is O(sessions with work), not O(sessions), and never searches the map:
+  // every live session has exactly one entry in the arrivals_ min-heap (its next frame arrival,
+  // with its address), and ready_ lists the sessions with arrived, undelivered frames by id.
+  struct Arrival {
+    Nanos t;
+    RealtimeSessionId id;
+    Session* session;
+    bool operator>(const Arrival& o) const { return t != o.t ? t > o.t : id > o.id; }
+  };
+  // Retires a session: closes it in the backend and moves its node (same address) to ended_ until
+  // its arrivals_ entry pops. Not while iterating ready_ (RunIteration nulls its entry instead).
+  using SessionMap = std::map<RealtimeSessionId, Session>;
+  void Retire(SessionMap::iterator it);
+
+  // Node-based: Session addresses are stable, so the heap, ready_ and the step's items point at
+  // them.
+  SessionMap sessions_;
+  std::map<RealtimeSessionId, SessionMap::node_type> ended_;
+  std::priority_queue<Arrival, std::vector<Arrival>, std::greater<>> arrivals_;
+  std::vector<std::pair<RealtimeSessionId, Session*>> ready_;
   RealtimeSessionId next_id_ = 1;
   LoopStats stats_;
   std::vector<BackendItem> items_;
-  std::vector<RealtimeSessionId> item_sessions_;
+  std::vector<std::size_t> item_ready_index_;  // items_[i] is the frame of ready_[index]
   std::vector<BackendItemResult> results_;
 };
 

@@ -396,7 +396,7 @@ void WorkloadRunner::State::OnFrame(const FrameRecord& r) {
     metrics->frames(r.outcome).Inc();
     if (missed) metrics->deadline_misses.Inc();
     metrics->tokens_per_frame.Observe(static_cast<double>(r.tokens.size()));
-    metrics->session_resident_blocks.Observe(static_cast<double>(loop.resident_blocks(r.session)));
+    metrics->session_resident_blocks.Observe(static_cast<double>(r.resident_blocks));
   }
   if (events != nullptr && events->enabled()) {
     events->Frame(now * 1e3, {.session_id = r.session,

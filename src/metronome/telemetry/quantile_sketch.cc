@@ -1,6 +1,7 @@
 #include "metronome/telemetry/quantile_sketch.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -8,26 +9,31 @@
 
 namespace metronome::telemetry {
 
+// Buckets are read straight off the bits of a positive double: dropping the low (52 - m) mantissa
+// bits leaves exponent and top m mantissa bits, a bucket of relative width <= 2^-m. Its midpoint
+// is within 2^-(m+1) of every value in it. No log() per sample.
 QuantileSketch::QuantileSketch(const QuantileSketchOptions& options) : options_(options) {
-  if (!(options.min_value > 0.0 && options.max_value > options.min_value)) {
-    throw ConfigError("quantile sketch: need 0 < min_value < max_value");
+  if (!(options.min_value > 0.0 && options.max_value > options.min_value &&
+        std::isfinite(options.max_value))) {
+    throw ConfigError("quantile sketch: need 0 < min_value < max_value < inf");
   }
   if (!(options.relative_error > 0.0 && options.relative_error < 0.5)) {
     throw ConfigError("quantile sketch: relative_error must be in (0, 0.5)");
   }
-  gamma_ = (1.0 + options.relative_error) / (1.0 - options.relative_error);
-  log_gamma_ = std::log(gamma_);
-  const auto n = static_cast<std::size_t>(
-      std::ceil(std::log(options.max_value / options.min_value) / log_gamma_));
-  buckets_.assign(n + 2, 0);
+  int m = 0;
+  while (m < 52 && std::ldexp(1.0, -(m + 1)) > options.relative_error) ++m;
+  shift_ = 52 - m;
+  base_ = std::bit_cast<std::uint64_t>(options.min_value) >> shift_;
+  const std::uint64_t top = std::bit_cast<std::uint64_t>(options.max_value) >> shift_;
+  buckets_.assign(static_cast<std::size_t>(top - base_) + 2, 0);
 }
 
 void QuantileSketch::Add(double value) noexcept {
   if (std::isnan(value)) return;
   std::size_t b = 0;
   if (value >= options_.min_value) {
-    const double i = std::floor(std::log(value / options_.min_value) / log_gamma_) + 1.0;
-    b = std::min(static_cast<std::size_t>(i), buckets_.size() - 1);
+    const std::uint64_t key = std::bit_cast<std::uint64_t>(value) >> shift_;
+    b = std::min(static_cast<std::size_t>(key - base_) + 1, buckets_.size() - 1);
   }
   ++buckets_[b];
   ++count_;
@@ -45,10 +51,10 @@ double QuantileSketch::Quantile(double q) const noexcept {
     seen += buckets_[b];
     if (seen < rank) continue;
     if (b == 0) return 0.0;
-    // Bucket b covers [min * gamma^(b-1), min * gamma^b); its centre in the relative sense is
-    // within relative_error of every value in it. Never report above the true maximum.
-    const double lo = options_.min_value * std::exp(static_cast<double>(b - 1) * log_gamma_);
-    return std::min(lo * 2.0 * gamma_ / (1.0 + gamma_), max_);
+    const std::uint64_t key = base_ + (b - 1);
+    const double lo = std::bit_cast<double>(key << shift_);
+    const double hi = std::bit_cast<double>((key + 1) << shift_);
+    return std::min(0.5 * (lo + hi), max_);  // never above the true maximum
   }
   return max_;
 }
