@@ -124,7 +124,9 @@ void WorkloadFlags::Register(CLI::App* app) {
   app->add_flag("--aligned-phases", aligned_phases,
                 "Start every population session's frames at t=0 (default: random phases)");
   app->add_option("--admission", admission, "Admission controller: static:N | memory | aimd");
-  app->add_option("--aimd-window-s", aimd.window_s, "AIMD control window, s");
+  app->add_option("--aimd-window-s", aimd_window_s,
+                  "AIMD control window, s (default: 2 s or 25 frame periods, whichever is longer, "
+                  "so a window holds enough frames)");
   app->add_option("--aimd-percentile", aimd.percentile,
                   "AIMD signal: this percentile of frame latency / deadline");
   app->add_option("--aimd-low", aimd.low_target,
@@ -205,6 +207,7 @@ realtime::WorkloadOptions WorkloadFlags::Options(const SessionDefaults& d, int v
   o.aligned_phases = aligned_phases;
   o.admission = admission;
   o.aimd = aimd;
+  o.aimd.window_s = aimd_window_s.value_or(std::max(2.0, 25.0 * o.session.period_ms / 1000.0));
   o.aimd.cooldown_mode = ParseCooldown(aimd_cooldown, &o.aimd.cooldown_s);
   o.memory = memory;
   o.loop.mute_after_starved = mute_after;
@@ -214,7 +217,9 @@ realtime::WorkloadOptions WorkloadFlags::Options(const SessionDefaults& d, int v
   o.forecast.horizon_s = forecast_horizon_s;
   // Short runs (drive on a small pool hits its wall in seconds) sample and settle faster.
   o.sample_interval_s = std::min(0.5, duration_s / 200.0);
-  o.forecast_settle_s = std::min(5.0, duration_s / 20.0);
+  // Block-granular growth is lumpy over the first frames: fit at least 10 periods of it.
+  o.forecast_settle_s =
+      std::min(std::max(5.0, 10.0 * o.session.period_ms / 1000.0), duration_s / 20.0);
   o.log_to_stderr = !quiet;
   o.Validate();
   return o;

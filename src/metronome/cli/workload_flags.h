@@ -45,6 +45,7 @@ struct WorkloadFlags {
   // Admission.
   std::string admission = "memory";
   admission::AimdOptions aimd;
+  std::optional<double> aimd_window_s;
   std::string aimd_cooldown = "drain";
   admission::MemoryOptions memory;
   // Alarms and forecast.

@@ -462,7 +462,9 @@ RunSummary WorkloadRunner::Run() {
   if (st.arrival) st.next_arrival_s = st.arrival->NextAfter(0.0, st.rng);
   if (st.metrics) st.metrics->admission_limit.Set(static_cast<double>(st.controller->limit()));
 
-  for (double now = st.Now(); now < end; now = st.Now()) {
+  while (true) {
+    const double now = st.Now();
+    if (now >= end) break;
     const double due = now + kDueSlackSeconds;
     st.EndDueSessions(now);
     st.HandleRequests(now);
