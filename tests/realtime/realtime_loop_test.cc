@@ -129,5 +129,82 @@ TEST(RealtimeLoopTest, RealEngineFullKvGoesMuteWindowKvDoesNot) {
   }
 }
 
+// Frames from a client (the server's path): each carries its own tokens and arrives when submitted.
+TEST(RealtimeLoopTest, ExternalFramesCarryTheirTokensAndArePacedBySubmission) {
+  CostModelBackend backend({.c0_s = 0.003}, 1000, 16);
+  ManualClock clock;
+  RealtimeLoop loop(&backend, &clock);
+  SessionSpec spec = Spec(kv::KvPolicy::Window(64, 4), 1, 2);
+  spec.external_frames = true;
+  const RealtimeSessionId id = loop.AddSession(spec);
+  std::vector<FrameRecord> got;
+  loop.on_frame = [&](const FrameRecord& r) { got.push_back(r); };
+
+  loop.RunUntil(1.0);  // no frames submitted: nothing runs, nothing is delivered
+  EXPECT_EQ(loop.stats().frames, 0);
+  EXPECT_EQ(loop.stats().iterations, 0);
+
+  EXPECT_EQ(loop.SubmitFrame(id, {1, 2, 3}), RealtimeLoop::SubmitResult::kOk);
+  EXPECT_EQ(loop.SubmitFrame(id, {4}), RealtimeLoop::SubmitResult::kOk);
+  EXPECT_EQ(loop.SubmitFrame(id, {5}), RealtimeLoop::SubmitResult::kTooEarly)
+      << "two frames already waiting";
+  EXPECT_EQ(loop.SubmitFrame(id, {}), RealtimeLoop::SubmitResult::kEmpty);
+  EXPECT_EQ(loop.SubmitFrame(id + 1, {1}), RealtimeLoop::SubmitResult::kUnknownSession);
+  const RealtimeSessionId clocked = loop.AddSession(Spec(kv::KvPolicy::Full()));
+  EXPECT_EQ(loop.SubmitFrame(clocked, {1}), RealtimeLoop::SubmitResult::kNotExternal);
+  loop.EndSession(clocked);
+
+  loop.RunUntil(1.1);
+  ASSERT_EQ(got.size(), 2U);
+  EXPECT_EQ(got[0].index, 0);
+  EXPECT_EQ(got[1].index, 1);
+  for (const FrameRecord& r : got) {
+    EXPECT_EQ(r.outcome, FrameOutcome::kOk);
+    EXPECT_EQ(r.tokens.size(), 2U);
+    EXPECT_DOUBLE_EQ(r.arrival_s, 1.0);
+  }
+  // Frame 0: prefill of 3 tokens then 1 decode (2 steps); frame 1 waits for them, then 2 steps.
+  EXPECT_NEAR(got[0].latency_ms, 6.0, 1e-6);
+  EXPECT_NEAR(got[1].latency_ms, 12.0, 1e-6);
+  // KV: 3 + 1 tokens of frame 0 (its last output is appended with frame 1), then 1 + 1 + 1.
+  EXPECT_EQ(loop.resident_blocks(id), 1);
+}
+
+// The client's tokens reach the real model: a frame's outputs are the engine's greedy continuation
+// of exactly those tokens.
+TEST(RealtimeLoopTest, ExternalFrameOutputsAreTheGreedyContinuationOfTheSubmittedTokens) {
+  const model::Model m = model::MakeSyntheticModel("tiny", 3);
+  engine::EngineOptions eo;
+  eo.kv_blocks = 64;
+  eo.num_threads = 1;
+  engine::Engine reference(m, eo);
+  const engine::SessionId ref = reference.OpenSession({});
+  std::vector<TokenId> context = {1, 5, 9, 42};
+  std::vector<TokenId> expected;
+  for (int i = 0; i < 4; ++i) {
+    const std::vector<TokenId> chunk = i == 0 ? context : std::vector<TokenId>{expected.back()};
+    std::vector<engine::StepItemResult> results;
+    reference.Step(std::vector<engine::StepItem>{{ref, chunk, engine::LogitsMode::kLast}},
+                   &results);
+    ASSERT_EQ(results[0].status, engine::StepStatus::kOk);
+    const auto logits = reference.logits(results[0].first_logits_row);
+    expected.push_back(
+        static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+  }
+
+  engine::Engine eng(m, eo);
+  EngineBackend backend(&eng, {});
+  ManualClock clock;
+  RealtimeLoop loop(&backend, &clock);
+  SessionSpec spec = Spec(kv::KvPolicy::Full(), 4, 4);
+  spec.external_frames = true;
+  const RealtimeSessionId id = loop.AddSession(spec);
+  std::vector<TokenId> got;
+  loop.on_frame = [&](const FrameRecord& r) { got = r.tokens; };
+  ASSERT_EQ(loop.SubmitFrame(id, context), RealtimeLoop::SubmitResult::kOk);
+  loop.RunUntil(1.0);
+  EXPECT_EQ(got, expected);
+}
+
 }  // namespace
 }  // namespace metronome::realtime

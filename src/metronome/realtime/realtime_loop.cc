@@ -30,6 +30,10 @@ void SessionSpec::Validate() const {
     throw ConfigError("output_tokens_per_frame = " + std::to_string(output_tokens_per_frame) +
                       " must be in [0, 65536]");
   }
+  if (max_pending_frames < 1 || max_pending_frames > 1024) {
+    throw ConfigError("max_pending_frames = " + std::to_string(max_pending_frames) +
+                      " must be in [1, 1024]");
+  }
   if (!(phase_ms >= 0.0 && phase_ms < period_ms)) {
     throw ConfigError("phase_ms = " + std::to_string(phase_ms) + " must be in [0, period_ms)");
   }
@@ -60,8 +64,34 @@ RealtimeSessionId RealtimeLoop::AddSession(const SessionSpec& spec) {
   const RealtimeSessionId id = next_id_++;
   const Nanos first = s.next_arrival;
   Session& stored = sessions_.emplace(id, std::move(s)).first->second;
-  arrivals_.push({first, id, &stored});
+  if (!spec.external_frames) arrivals_.push({first, id, &stored});
   return id;
+}
+
+RealtimeLoop::SubmitResult RealtimeLoop::SubmitFrame(RealtimeSessionId id,
+                                                     std::vector<TokenId> tokens) {
+  const auto it = sessions_.find(id);
+  if (it == sessions_.end()) return SubmitResult::kUnknownSession;
+  Session& s = it->second;
+  if (!s.spec.external_frames) return SubmitResult::kNotExternal;
+  if (tokens.empty()) return SubmitResult::kEmpty;
+  if (static_cast<int>(s.frames.size()) >= s.spec.max_pending_frames) {
+    return SubmitResult::kTooEarly;
+  }
+  Frame f;
+  f.index = s.next_index++;
+  f.arrival = clock_->Now();
+  f.deadline = f.arrival + FromMs(s.spec.deadline_ms);
+  f.input = std::move(tokens);
+  s.frames.push_back(std::move(f));
+  if (!s.ready) {
+    s.ready = true;
+    // Keep ready_ sorted by id (sessions are served in id order).
+    const auto pos = std::lower_bound(ready_.begin(), ready_.end(),
+                                      std::pair<RealtimeSessionId, Session*>{id, nullptr});
+    ready_.insert(pos, {id, &s});
+  }
+  return SubmitResult::kOk;
 }
 
 void RealtimeLoop::EndSession(RealtimeSessionId id) {
@@ -225,8 +255,12 @@ bool RealtimeLoop::RunIteration() {
     if (!f.input_fed) {
       if (!s.prompt_fed) s.chunk = s.spec.prompt;
       if (s.pending_output >= 0) s.chunk.push_back(s.pending_output);
-      // Input tokens stand in for the session's stream (codec or text tokens): deterministic ids.
-      for (int i = 0; i < s.spec.input_tokens_per_frame; ++i) {
+      if (s.spec.external_frames) {
+        s.chunk.insert(s.chunk.end(), f.input.begin(), f.input.end());
+      }
+      // Otherwise input tokens stand in for the session's stream (codec or text tokens):
+      // deterministic ids.
+      for (int i = 0; !s.spec.external_frames && i < s.spec.input_tokens_per_frame; ++i) {
         const auto v = static_cast<std::int64_t>(
             id * 7919 + static_cast<std::uint64_t>(f.index) * 131 + static_cast<std::uint64_t>(i));
         s.chunk.push_back(static_cast<TokenId>(v % vocab));

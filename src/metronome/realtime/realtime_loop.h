@@ -42,6 +42,11 @@ struct SessionSpec {
   // The first frame arrives this long after the session opens, in [0, period): the session's
   // phase relative to others. Frames then follow every period from there.
   double phase_ms = 0.0;
+  // Frames come from outside (a network client) through SubmitFrame, each with its own input
+  // tokens, instead of arriving every period with stand-in tokens. The period then only bounds how
+  // fast a client may send: SubmitFrame refuses a frame while max_pending_frames are waiting.
+  bool external_frames = false;
+  int max_pending_frames = 2;
 
   void Validate() const;  // ConfigError naming the field and value
 };
@@ -89,6 +94,12 @@ class RealtimeLoop {
   // Ends a session at once (pending frames are dropped, its blocks return to the pool).
   void EndSession(RealtimeSessionId id);
 
+  enum class SubmitResult : std::uint8_t { kOk, kUnknownSession, kNotExternal, kTooEarly, kEmpty };
+  // A frame of an external_frames session, arriving now with these input tokens (at least one;
+  // ids must be valid for the backend's vocabulary: the caller checks). Its deadline is now +
+  // deadline_ms. kTooEarly when max_pending_frames of the session are still waiting.
+  SubmitResult SubmitFrame(RealtimeSessionId id, std::vector<TokenId> tokens);
+
   // Runs iterations until the clock reaches t_end_s. With nothing to do it sleeps until the next
   // frame arrival or deadline.
   void RunUntil(double t_end_s);
@@ -127,7 +138,8 @@ class RealtimeLoop {
     Nanos arrival{0};
     Nanos deadline{0};
     bool input_fed = false;
-    bool blocked = false;  // the last attempt found the pool exhausted
+    bool blocked = false;        // the last attempt found the pool exhausted
+    std::vector<TokenId> input;  // external frames: the client's tokens
     std::vector<TokenId> outputs;
   };
   struct Session {
