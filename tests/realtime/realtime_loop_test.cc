@@ -206,5 +206,34 @@ TEST(RealtimeLoopTest, ExternalFrameOutputsAreTheGreedyContinuationOfTheSubmitte
   EXPECT_EQ(got, expected);
 }
 
+// A full-KV session at its context limit ends with an explicit error, never silently; the others
+// go on.
+TEST(RealtimeLoopTest, FullKvSessionAtItsContextLimitEndsWithAnError) {
+  const model::Model m = model::MakeSyntheticModel("tiny", 3);
+  engine::EngineOptions eo;
+  eo.kv_blocks = 64;
+  eo.num_threads = 1;
+  engine::Engine eng(m, eo);
+  EngineBackend backend(&eng, {}, /*max_context=*/40);
+  ManualClock clock;
+  RealtimeLoop loop(&backend, &clock, {.mute_after_starved = 3, .log_to_stderr = false});
+  const RealtimeSessionId full = loop.AddSession(Spec(kv::KvPolicy::Full(), 7, 1));
+  const RealtimeSessionId window = loop.AddSession(Spec(kv::KvPolicy::Window(16, 4), 7, 1));
+  std::vector<std::pair<RealtimeSessionId, engine::StepStatus>> errors;
+  loop.on_session_error = [&](RealtimeSessionId id, double, engine::StepStatus st) {
+    errors.emplace_back(id, st);
+  };
+  loop.RunUntil(2.0);
+  // 8 tokens per frame into a 40-token context: the 6th frame does not fit.
+  ASSERT_EQ(errors.size(), 1U);
+  EXPECT_EQ(errors[0].first, full);
+  EXPECT_EQ(errors[0].second, engine::StepStatus::kContextFull);
+  EXPECT_EQ(loop.stats().context_full_sessions, 1);
+  EXPECT_EQ(loop.active_sessions(), 1);
+  EXPECT_EQ(loop.session_ids(), std::vector<RealtimeSessionId>{window});
+  EXPECT_EQ(loop.stats().starved, 0);
+  EXPECT_EQ(eng.pool_stats().num_sessions, 1) << "the ended session's blocks went back";
+}
+
 }  // namespace
 }  // namespace metronome::realtime

@@ -18,6 +18,7 @@ struct DriveFlags {
   EngineFlags engine;
   WorkloadFlags workload;
   float temperature = 0.0f;
+  std::int64_t max_context = 0;
 };
 
 int RunDrive(const DriveFlags& f) {
@@ -37,7 +38,10 @@ int RunDrive(const DriveFlags& f) {
   engine::SamplerOptions so;
   so.temperature = f.temperature;
   so.Validate();
-  realtime::EngineBackend backend(&eng, so);
+  if (f.max_context < 0) {
+    throw ConfigError("--max-context = " + std::to_string(f.max_context) + " must be >= 0");
+  }
+  realtime::EngineBackend backend(&eng, so, f.max_context);
   SteadyClock clock;
   const engine::PoolStats pool = eng.pool_stats();
 
@@ -67,6 +71,9 @@ void RegisterDrive(CLI::App* app, int* exit_code) {
   flags->model.Register(sub, /*required=*/false);
   flags->engine.Register(sub);
   sub->add_option("--temperature", flags->temperature, "Sampling temperature (0: greedy)");
+  sub->add_option("--max-context", flags->max_context,
+                  "Context limit of full-KV sessions in tokens (0: the model's trained context); a "
+                  "session reaching it ends with an error");
   flags->workload.Register(sub);
   sub->callback([flags, exit_code] { *exit_code = RunDrive(*flags); });
 }

@@ -87,8 +87,14 @@ void PrintSummary(const realtime::RunSummary& s) {
       static_cast<long long>(s.abandoned), limit_final.c_str(),
       std::isfinite(s.limit_mean_second_half) ? Num(s.limit_mean_second_half).c_str() : "-",
       s.active_mean_second_half, static_cast<long long>(s.active_peak));
-  std::printf("frame latency: p50 %.2f ms, p99 %.2f ms (deadline %g ms)\n", s.p50_frame_latency_ms,
-              s.p99_frame_latency_ms, s.deadline_ms);
+  if (s.frames > 0) {
+    std::printf("frame latency: p50 %.2f ms, p99 %.2f ms (deadline %g ms)\n",
+                s.p50_frame_latency_ms, s.p99_frame_latency_ms, s.deadline_ms);
+  }
+  if (s.ended_by_error > 0) {
+    std::printf("sessions ended by an error (context limit): %lld\n",
+                static_cast<long long>(s.ended_by_error));
+  }
 }
 
 }  // namespace

@@ -69,12 +69,15 @@ std::int64_t CostModelBackend::resident_blocks(BackendSessionId id) const {
   return it == sessions_.end() ? 0 : it->second->resident_blocks();
 }
 
-EngineBackend::EngineBackend(engine::Engine* engine, const engine::SamplerOptions& sampling)
-    : engine_(engine), sampler_(sampling) {}
+EngineBackend::EngineBackend(engine::Engine* engine, const engine::SamplerOptions& sampling,
+                             TokenPos max_context)
+    : engine_(engine), sampler_(sampling), max_context_(max_context) {}
 
 BackendSessionId EngineBackend::Open(const kv::KvPolicy& policy) {
   engine::SessionOptions so;
   so.policy = policy;
+  // A window session streams for as long as it lives; only full KV has a context to run out of.
+  so.max_context = policy.mode == kv::KvMode::kFull ? max_context_ : 0;
   return static_cast<BackendSessionId>(engine_->OpenSession(so));
 }
 

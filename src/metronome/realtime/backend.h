@@ -83,7 +83,9 @@ class CostModelBackend final : public Backend {
 // The real model runtime on its engine (borrowed), greedy or sampled next tokens.
 class EngineBackend final : public Backend {
  public:
-  EngineBackend(engine::Engine* engine, const engine::SamplerOptions& sampling);
+  // max_context: context limit in tokens of full-KV sessions (0: the model's trained context).
+  EngineBackend(engine::Engine* engine, const engine::SamplerOptions& sampling,
+                TokenPos max_context = 0);
   BackendSessionId Open(const kv::KvPolicy& policy) override;
   void Close(BackendSessionId id) override;
   double Step(std::span<const BackendItem> items, std::vector<BackendItemResult>* out) override;
@@ -95,6 +97,7 @@ class EngineBackend final : public Backend {
  private:
   engine::Engine* engine_;
   engine::Sampler sampler_;
+  TokenPos max_context_;
   std::vector<engine::StepItem> items_;
   std::vector<engine::StepItemResult> results_;
 };

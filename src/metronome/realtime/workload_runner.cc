@@ -445,6 +445,10 @@ WorkloadRunner::WorkloadRunner(Backend* backend, Clock* clock, const WorkloadOpt
     rec.ended_s = t_s - st.t0;
     rec.ended_by_error = true;
     ++st.summary.ended_by_error;
+    if (st.options.log_to_stderr) {
+      std::fprintf(stderr, "[error] session %llu ended at t=%.2f s: %s\n",
+                   static_cast<unsigned long long>(id), rec.ended_s, ToString(status));
+    }
     if (st.events != nullptr && st.events->enabled()) {
       st.events->Write(rec.ended_s * 1e3, "session_end",
                        {{"session_id", id}, {"frames", rec.frames}, {"error", ToString(status)}});

@@ -1,0 +1,249 @@
+// The wire protocol of `metronome serve` (docs/protocol.md is the client author's reference):
+// client messages parsed and checked against the server's caps, server messages serialised. Pure
+// code: no sockets, no engine, no clock, so every byte a client can send is fuzzable
+// (tests/fuzz/protocol_fuzzer.cc). The parsers never throw and never crash: bad input becomes a
+// ProtocolError whose message names the message type, the field and the bad value.
+//
+// What the parsers check: JSON syntax, types, ranges, the server's caps, unknown fields, token ids
+// against the vocabulary. What they cannot check (the server does, with the same ErrorCode
+// vocabulary): whether a session exists, frame pacing, session limits, authorisation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "metronome/base/types.h"
+
+namespace metronome::server {
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+// Wire names (ToString) are snake_case and stable: clients switch on them.
+enum class ErrorCode : std::uint8_t {
+  kBadJson,          // "bad_json": not UTF-8, not JSON, not an object, too deep, duplicate key
+  kTooLarge,         // "too_large": longer than ServerCaps::max_message_bytes
+  kUnknownType,      // "unknown_type": "type" names no client message
+  kUnknownField,     // "unknown_field": a field this message does not have (typo?)
+  kMissingField,     // "missing_field": a required field is absent
+  kBadField,         // "bad_field": wrong type, or outside the protocol's range
+  kOverCap,          // "over_cap": well-formed, but beyond this server's caps (ServerCaps)
+  kUnknownSession,   // "unknown_session" (server): no such session on this connection
+  kTokenOutOfRange,  // "token_out_of_range": a token id outside [0, vocab_size)
+  kFrameTooEarly,    // "frame_too_early" (server): the session already has 2 frames waiting
+  kTooManySessions,  // "too_many_sessions" (server): the connection's session limit is reached
+  kUnauthorized,     // "unauthorized" (server): missing or wrong access token
+  kInternal,         // "internal": the server's fault, not the message's
+};
+inline constexpr int kNumErrorCodes = 13;
+
+[[nodiscard]] std::string_view ToString(ErrorCode code);
+// The inverse of ToString (for clients and tests); nullopt for an unknown name.
+[[nodiscard]] std::optional<ErrorCode> ErrorCodeFromString(std::string_view name);
+
+struct ProtocolError {
+  ErrorCode code = ErrorCode::kInternal;
+  // "<message type>: <field> = <value> <what is wrong>", e.g.
+  // "session.start: kv.window = 0 must be in [1, 65536]". Values are quoted JSON, long strings cut.
+  std::string message;
+  // Context read from the message before the error, so a client can tell which of its sessions,
+  // frames or pending session.start requests the error is about.
+  std::optional<std::uint64_t> session;
+  std::optional<std::int64_t> frame;       // the frame's index
+  std::optional<std::string> client_ref;   // session.start's client_ref
+};
+
+// ---------------------------------------------------------------------------------------------
+// Server caps: the limits a client request is checked against (over_cap beyond them).
+
+struct ServerCaps {
+  double min_period_ms = 10.0;
+  double max_period_ms = 10000.0;  // also the largest deadline_ms
+  int max_tokens_per_frame = 4096;  // tokens_per_frame, and ids in one frame
+  int max_output_tokens_per_frame = 256;
+  std::int64_t max_window = 65536;  // kv.window, tokens
+  std::int64_t max_sinks = 1024;    // kv.sinks, tokens
+  bool allow_full_kv = true;        // false: kv.policy "full" is over_cap
+  std::size_t max_message_bytes = std::size_t{1} << 20;  // one WebSocket message, text or binary
+  // prompt.ids entries; a text prompt is checked by the server after tokenising it.
+  int max_prompt_tokens = 8192;
+  int vocab_size = 0;                   // ids must be in [0, vocab_size); 0: only >= 0 is checked
+  std::size_t max_text_bytes = 65536;   // frame text and prompt text, UTF-8 bytes
+};
+
+// ---------------------------------------------------------------------------------------------
+// Client messages
+
+enum class KvPolicyKind : std::uint8_t { kFull, kWindow };     // "full", "window"
+enum class KvPositions : std::uint8_t { kAbsolute, kRolling };  // "absolute", "rolling"
+[[nodiscard]] std::string_view ToString(KvPolicyKind policy);
+[[nodiscard]] std::string_view ToString(KvPositions positions);
+
+// session.start's "kv" as the client sent it. nullopt: not given, the server applies its default
+// (policy: window; window, sinks, positions: the server's configured values).
+struct KvRequest {
+  std::optional<KvPolicyKind> policy;
+  std::optional<std::int64_t> window;  // tokens, [1, max_window]; only with policy window
+  std::optional<std::int64_t> sinks;   // tokens, [0, max_sinks]; only with policy window
+  std::optional<KvPositions> positions;  // rolling only with policy window
+};
+
+using TokenIds = std::vector<TokenId>;
+// A frame's input or a prompt: token ids, or UTF-8 text for the server to tokenise.
+using TokensOrText = std::variant<TokenIds, std::string>;
+
+// "session.start"
+struct StartRequest {
+  double period_ms = 0.0;              // P, in [min_period_ms, max_period_ms]
+  double deadline_ms = 0.0;            // from each frame's arrival; the period when not given
+  int tokens_per_frame = 0;            // a, in [1, max_tokens_per_frame]
+  int output_tokens_per_frame = 1;     // o, in [0, max_output_tokens_per_frame]
+  KvRequest kv;                        // all nullopt when "kv" is absent
+  std::optional<TokensOrText> prompt;  // fed with the first frame
+  std::optional<std::string> client_ref;  // <= kMaxClientRefBytes, echoed in the answer
+};
+inline constexpr std::size_t kMaxClientRefBytes = 64;
+
+// "frame" (JSON) or a binary frame (ids only).
+struct FrameRequest {
+  std::uint64_t session = 0;
+  std::optional<std::int64_t> index;  // the client's frame counter, >= 0
+  // ids: 1..max_tokens_per_frame entries, each in [0, vocab_size); text: 1..max_text_bytes bytes.
+  TokensOrText input;
+};
+
+// "session.end"
+struct EndRequest {
+  std::uint64_t session = 0;
+};
+
+// "ping"
+struct PingRequest {
+  std::optional<double> nonce;  // echoed in the pong
+};
+
+using ClientMessage = std::variant<StartRequest, FrameRequest, EndRequest, PingRequest>;
+
+// One WebSocket text message. Checks the size first (too_large), then UTF-8, JSON syntax, nesting
+// (at most kMaxJsonDepth levels) and duplicate keys (bad_json), then the message's fields in the
+// order of docs/protocol.md. Never throws.
+[[nodiscard]] std::variant<ClientMessage, ProtocolError> ParseClientMessage(
+    std::string_view text, const ServerCaps& caps);
+inline constexpr int kMaxJsonDepth = 16;
+
+// Binary frames: one WebSocket binary message carries one frame of token ids. Little-endian:
+//   offset 0  u8  magic 'M' (0x4d)
+//   offset 1  u8  version 1
+//   offset 2  u16 reserved, 0
+//   offset 4  u64 session
+//   offset 12 i64 frame index, -1: none
+//   offset 20 u32 count, in [1, max_tokens_per_frame]
+//   offset 24 count x i32 token ids
+// The message must be exactly 24 + 4 * count bytes.
+inline constexpr std::size_t kBinaryFrameHeaderBytes = 24;
+inline constexpr std::uint8_t kBinaryFrameMagic = 0x4d;  // 'M'
+inline constexpr std::uint8_t kBinaryFrameVersion = 1;
+
+// Every length is checked against the bytes present before it is used. Never throws.
+[[nodiscard]] std::variant<FrameRequest, ProtocolError> ParseBinaryFrame(
+    std::span<const std::byte> bytes, const ServerCaps& caps);
+// For clients and tests. `frame.input` must hold ids (at most 2^32 - 1 of them): text has no
+// binary encoding, and passing it is a bug (MTR_CHECK).
+[[nodiscard]] std::vector<std::byte> EncodeBinaryFrame(const FrameRequest& frame);
+
+// ---------------------------------------------------------------------------------------------
+// Server messages. Serialize() returns one JSON text message; "type" comes first, optional fields
+// are omitted when absent, non-finite numbers become null and invalid UTF-8 is replaced by U+FFFD,
+// so it never throws for any field value.
+
+struct KvSettings {  // the effective policy of a started session
+  KvPolicyKind policy = KvPolicyKind::kWindow;
+  std::int64_t window = 0;  // tokens; only serialised for policy window
+  std::int64_t sinks = 0;   // tokens; only serialised for policy window
+  KvPositions positions = KvPositions::kAbsolute;
+};
+
+// "session.started"
+struct SessionStarted {
+  std::uint64_t session = 0;
+  std::optional<std::string> client_ref;
+  double period_ms = 0.0;
+  double deadline_ms = 0.0;
+  int tokens_per_frame = 0;
+  int output_tokens_per_frame = 0;
+  KvSettings kv;
+  // Tokens the session may append before it ends with reason context_full; nullopt (null on the
+  // wire): unlimited.
+  std::optional<std::int64_t> max_context;
+  [[nodiscard]] std::string Serialize() const;
+};
+
+// "session.rejected": admission said no; the client may retry after retry_after_ms.
+struct SessionRejected {
+  std::optional<std::string> client_ref;
+  std::string reason;  // short code: "limit", "kv_guard", "pool"
+  std::string detail;  // human-readable, with the numbers behind it
+  double retry_after_ms = 0.0;
+  [[nodiscard]] std::string Serialize() const;
+};
+
+enum class FrameOutcome : std::uint8_t { kOk, kLate, kStarved, kShort };
+[[nodiscard]] std::string_view ToString(FrameOutcome outcome);  // "ok", "late", "starved", "short"
+
+// "frame.result"
+struct FrameResult {
+  std::uint64_t session = 0;
+  // The client's index when the frame carried one, else the session's count of accepted frames
+  // before this one.
+  std::int64_t frame = 0;
+  TokenIds ids;  // the outputs: o of them, fewer for short, none for starved
+  std::optional<std::string> text;  // ids decoded, for sessions that sent text
+  double latency_ms = 0.0;          // from the frame's arrival at the server to this result
+  FrameOutcome outcome = FrameOutcome::kOk;
+  [[nodiscard]] std::string Serialize() const;
+};
+
+enum class EndReason : std::uint8_t {
+  kClient,          // "client": the client sent session.end
+  kContextFull,     // "context_full": a full-KV session reached max_context
+  kServerShutdown,  // "server_shutdown"
+  kDisconnect,      // "disconnect": the connection closed (logs and events; nobody to tell)
+  kError,           // "error": the engine ended the session for another reason (server log)
+};
+[[nodiscard]] std::string_view ToString(EndReason reason);
+
+// "session.ended"
+struct SessionEnded {
+  std::uint64_t session = 0;
+  EndReason reason = EndReason::kClient;
+  std::int64_t frames = 0;  // frame.result messages sent for the session
+  [[nodiscard]] std::string Serialize() const;
+};
+
+// "alarm", e.g. kind "mute" after k consecutive starved frames.
+struct Alarm {
+  std::uint64_t session = 0;
+  std::string kind;
+  std::string detail;
+  [[nodiscard]] std::string Serialize() const;
+};
+
+// "pong": the ping's nonce echoed (an integer when it was one, up to 2^53).
+struct Pong {
+  std::optional<double> nonce;
+  [[nodiscard]] std::string Serialize() const;
+};
+
+// "error": a ProtocolError on the wire.
+struct ErrorMessage {
+  ProtocolError error;
+  [[nodiscard]] std::string Serialize() const;
+};
+
+}  // namespace metronome::server
