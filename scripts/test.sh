@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test job (CI runs exactly this): set up, check formatting, build with warnings as errors and
 # run every test, clang-tidy, then the unit tests again under ASan + UBSan, then smoke-run the GGUF
-# fuzzer.
+# and wire protocol fuzzers.
 # Fails loudly on the first problem.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,4 +36,9 @@ cmake --build --preset fuzz -j "$jobs" --target gguf_fuzzer
 mkdir -p build/fuzz/corpus
 build/fuzz/tests/fuzz/gguf_fuzzer -max_total_time=30 -rss_limit_mb=2048 build/fuzz/corpus \
   tests/fuzz/corpus/gguf
+echo "== wire protocol fuzz smoke run (libFuzzer, 30 s)"
+cmake --build --preset fuzz -j "$jobs" --target protocol_fuzzer
+mkdir -p build/fuzz/protocol_corpus
+build/fuzz/tests/fuzz/protocol_fuzzer -max_total_time=30 -rss_limit_mb=2048 \
+  build/fuzz/protocol_corpus tests/fuzz/protocol_corpus
 echo "== all checks passed"

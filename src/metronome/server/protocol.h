@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "metronome/base/types.h"
+#include "metronome/telemetry/engine_metrics.h"
 
 namespace metronome::server {
 
@@ -55,8 +56,8 @@ struct ProtocolError {
   // Context read from the message before the error, so a client can tell which of its sessions,
   // frames or pending session.start requests the error is about.
   std::optional<std::uint64_t> session;
-  std::optional<std::int64_t> frame;       // the frame's index
-  std::optional<std::string> client_ref;   // session.start's client_ref
+  std::optional<std::int64_t> frame;      // the frame's index
+  std::optional<std::string> client_ref;  // session.start's client_ref
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -64,23 +65,23 @@ struct ProtocolError {
 
 struct ServerCaps {
   double min_period_ms = 10.0;
-  double max_period_ms = 10000.0;  // also the largest deadline_ms
+  double max_period_ms = 10000.0;   // also the largest deadline_ms
   int max_tokens_per_frame = 4096;  // tokens_per_frame, and ids in one frame
   int max_output_tokens_per_frame = 256;
-  std::int64_t max_window = 65536;  // kv.window, tokens
-  std::int64_t max_sinks = 1024;    // kv.sinks, tokens
-  bool allow_full_kv = true;        // false: kv.policy "full" is over_cap
+  std::int64_t max_window = 65536;                       // kv.window, tokens
+  std::int64_t max_sinks = 1024;                         // kv.sinks, tokens
+  bool allow_full_kv = true;                             // false: kv.policy "full" is over_cap
   std::size_t max_message_bytes = std::size_t{1} << 20;  // one WebSocket message, text or binary
   // prompt.ids entries; a text prompt is checked by the server after tokenising it.
   int max_prompt_tokens = 8192;
-  int vocab_size = 0;                   // ids must be in [0, vocab_size); 0: only >= 0 is checked
-  std::size_t max_text_bytes = 65536;   // frame text and prompt text, UTF-8 bytes
+  int vocab_size = 0;                  // ids must be in [0, vocab_size); 0: only >= 0 is checked
+  std::size_t max_text_bytes = 65536;  // frame text and prompt text, UTF-8 bytes
 };
 
 // ---------------------------------------------------------------------------------------------
 // Client messages
 
-enum class KvPolicyKind : std::uint8_t { kFull, kWindow };     // "full", "window"
+enum class KvPolicyKind : std::uint8_t { kFull, kWindow };      // "full", "window"
 enum class KvPositions : std::uint8_t { kAbsolute, kRolling };  // "absolute", "rolling"
 [[nodiscard]] std::string_view ToString(KvPolicyKind policy);
 [[nodiscard]] std::string_view ToString(KvPositions positions);
@@ -89,8 +90,8 @@ enum class KvPositions : std::uint8_t { kAbsolute, kRolling };  // "absolute", "
 // (policy: window; window, sinks, positions: the server's configured values).
 struct KvRequest {
   std::optional<KvPolicyKind> policy;
-  std::optional<std::int64_t> window;  // tokens, [1, max_window]; only with policy window
-  std::optional<std::int64_t> sinks;   // tokens, [0, max_sinks]; only with policy window
+  std::optional<std::int64_t> window;    // tokens, [1, max_window]; only with policy window
+  std::optional<std::int64_t> sinks;     // tokens, [0, max_sinks]; only with policy window
   std::optional<KvPositions> positions;  // rolling only with policy window
 };
 
@@ -100,12 +101,12 @@ using TokensOrText = std::variant<TokenIds, std::string>;
 
 // "session.start"
 struct StartRequest {
-  double period_ms = 0.0;              // P, in [min_period_ms, max_period_ms]
-  double deadline_ms = 0.0;            // from each frame's arrival; the period when not given
-  int tokens_per_frame = 0;            // a, in [1, max_tokens_per_frame]
-  int output_tokens_per_frame = 1;     // o, in [0, max_output_tokens_per_frame]
-  KvRequest kv;                        // all nullopt when "kv" is absent
-  std::optional<TokensOrText> prompt;  // fed with the first frame
+  double period_ms = 0.0;                 // P, in [min_period_ms, max_period_ms]
+  double deadline_ms = 0.0;               // from each frame's arrival; the period when not given
+  int tokens_per_frame = 0;               // a, in [1, max_tokens_per_frame]
+  int output_tokens_per_frame = 1;        // o, in [0, max_output_tokens_per_frame]
+  KvRequest kv;                           // all nullopt when "kv" is absent
+  std::optional<TokensOrText> prompt;     // fed with the first frame
   std::optional<std::string> client_ref;  // <= kMaxClientRefBytes, echoed in the answer
 };
 inline constexpr std::size_t kMaxClientRefBytes = 64;
@@ -131,10 +132,10 @@ struct PingRequest {
 using ClientMessage = std::variant<StartRequest, FrameRequest, EndRequest, PingRequest>;
 
 // One WebSocket text message. Checks the size first (too_large), then UTF-8, JSON syntax, nesting
-// (at most kMaxJsonDepth levels) and duplicate keys (bad_json), then the message's fields in the
-// order of docs/protocol.md. Never throws.
-[[nodiscard]] std::variant<ClientMessage, ProtocolError> ParseClientMessage(
-    std::string_view text, const ServerCaps& caps);
+// (at most kMaxJsonDepth levels) and duplicate keys (bad_json), then "type", unknown fields, and
+// the message's fields; the first problem found is reported. Never throws.
+[[nodiscard]] std::variant<ClientMessage, ProtocolError> ParseClientMessage(std::string_view text,
+                                                                            const ServerCaps& caps);
 inline constexpr int kMaxJsonDepth = 16;
 
 // Binary frames: one WebSocket binary message carries one frame of token ids. Little-endian:
@@ -193,8 +194,9 @@ struct SessionRejected {
   [[nodiscard]] std::string Serialize() const;
 };
 
-enum class FrameOutcome : std::uint8_t { kOk, kLate, kStarved, kShort };
-[[nodiscard]] std::string_view ToString(FrameOutcome outcome);  // "ok", "late", "starved", "short"
+// One vocabulary for frame outcomes across the loop, telemetry and the wire ("ok", "late",
+// "starved", "short": telemetry::ToString).
+using FrameOutcome = telemetry::FrameOutcome;
 
 // "frame.result"
 struct FrameResult {
@@ -202,8 +204,8 @@ struct FrameResult {
   // The client's index when the frame carried one, else the session's count of accepted frames
   // before this one.
   std::int64_t frame = 0;
-  TokenIds ids;  // the outputs: o of them, fewer for short, none for starved
-  std::optional<std::string> text;  // ids decoded, for sessions that sent text
+  TokenIds ids;                     // the outputs: o of them, fewer for short, none for starved
+  std::optional<std::string> text;  // ids decoded, for frames that carried text
   double latency_ms = 0.0;          // from the frame's arrival at the server to this result
   FrameOutcome outcome = FrameOutcome::kOk;
   [[nodiscard]] std::string Serialize() const;
