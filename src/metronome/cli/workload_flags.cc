@@ -100,20 +100,26 @@ void PrintSummary(const realtime::RunSummary& s) {
 }  // namespace
 
 void WorkloadFlags::Register(CLI::App* app) {
-  app->add_option("--period-ms", period_ms, "Frame period P in ms");
+  app->add_option("--period-ms", period_ms,
+                  "Frame period P in ms (default: the preset's for sim, 80 for drive)");
   app->add_option("--deadline-ms", deadline_ms,
                   "Frame deadline D in ms, counted from the frame's arrival (default: P)");
   app->add_option("--tokens-per-frame", tokens_per_frame,
-                  "a: input tokens appended per frame (one prefill chunk)");
+                  "a: input tokens appended per frame, one prefill chunk (default: the preset's "
+                  "for sim, 1 for drive)");
   app->add_option("--output-tokens-per-frame", output_tokens_per_frame,
-                  "o: output tokens decoded per frame, each appended to the KV");
+                  "o: output tokens decoded per frame, each appended to the KV (default: the "
+                  "preset's for sim, 1 for drive)");
   app->add_option("--prompt-tokens", prompt_tokens,
                   "Initial prompt length in tokens, fed with each session's first frame")
       ->check(CLI::Range(0, 1 << 20));
   app->add_option("--kv", kv, "Per-session KV policy: full | window")
       ->check(CLI::IsMember({"full", "window"}));
-  app->add_option("--window", window, "W: most recent tokens kept (window mode)");
-  app->add_option("--sinks", sinks, "S: first tokens pinned as attention sinks (window mode)");
+  app->add_option("--window", window,
+                  "W: most recent tokens kept, window mode (default: the preset's for sim, 512 for "
+                  "drive)");
+  app->add_option("--sinks", sinks,
+                  "S: first tokens pinned as attention sinks, window mode (default: 4)");
   app->add_option("--positions", positions, "RoPE positions: absolute | rolling")
       ->check(CLI::IsMember({"absolute", "rolling"}));
   app->add_option("--sessions", sessions,

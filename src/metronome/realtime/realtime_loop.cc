@@ -121,6 +121,11 @@ std::vector<RealtimeSessionId> RealtimeLoop::session_ids() const {
   return ids;
 }
 
+bool RealtimeLoop::bounded(RealtimeSessionId id) const {
+  const auto it = sessions_.find(id);
+  return it != sessions_.end() && it->second.spec.policy.mode == kv::KvMode::kWindow;
+}
+
 std::int64_t RealtimeLoop::resident_blocks(RealtimeSessionId id) const {
   const auto it = sessions_.find(id);
   return it == sessions_.end() ? 0 : backend_->resident_blocks(it->second.backend_id);
@@ -167,6 +172,7 @@ void RealtimeLoop::Deliver(RealtimeSessionId id, Session& s, Nanos when, FrameOu
   r.latency_ms = std::chrono::duration<double, std::milli>(when - f.arrival).count();
   const double now = r.delivered_s;
   r.outcome = outcome;
+  r.deadline_ms = s.spec.deadline_ms;
   r.resident_blocks = backend_->resident_blocks(s.backend_id);
   r.tokens = std::move(f.outputs);
   if (!r.tokens.empty()) s.pending_output = r.tokens.back();

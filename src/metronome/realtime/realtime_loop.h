@@ -59,7 +59,8 @@ struct FrameRecord {
   std::int64_t index = 0;  // frame number within the session
   double arrival_s = 0.0;  // clock seconds
   double delivered_s = 0.0;
-  double latency_ms = 0.0;  // delivered - arrival
+  double latency_ms = 0.0;   // delivered - arrival
+  double deadline_ms = 0.0;  // the session's deadline, from arrival
   FrameOutcome outcome = FrameOutcome::kOk;
   std::vector<TokenId> tokens;       // the outputs (fewer than o for short, none for starved)
   std::int64_t resident_blocks = 0;  // KV blocks the session holds at delivery
@@ -118,6 +119,8 @@ class RealtimeLoop {
   }
   [[nodiscard]] std::vector<RealtimeSessionId> session_ids() const;
   [[nodiscard]] std::int64_t resident_blocks(RealtimeSessionId id) const;
+  // Whether the session's KV is bounded (window policy); false for full KV or an unknown id.
+  [[nodiscard]] bool bounded(RealtimeSessionId id) const;
   [[nodiscard]] Backend& backend() { return *backend_; }
 
   // Observers (may be empty): every delivered frame; every mute alarm (session, time). They run

@@ -1,0 +1,118 @@
+// The serving core around a RealtimeLoop: every new session asks the admission controller first;
+// every delivered frame feeds the controller, the metrics, the event log and the run's latency
+// sketch; every loop turn ticks the controller (control windows, limit changes) and, every
+// sample_interval_s, samples the pool into the saturation forecast and the gauges. The same code
+// serves `metronome sim` / `drive` (WorkloadRunner generates the sessions) and the network server
+// (sessions come from clients).
+//
+// Times: `now_s` arguments are seconds since Start() on the loop's clock.
+// Thread-safety: single-threaded; owned by the loop thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "metronome/admission/admission.h"
+#include "metronome/base/clock.h"
+#include "metronome/kv/occupancy_forecast.h"
+#include "metronome/realtime/backend.h"
+#include "metronome/realtime/realtime_loop.h"
+#include "metronome/telemetry/event_log.h"
+#include "metronome/telemetry/metrics.h"
+
+namespace metronome::realtime {
+
+struct SupervisorOptions {
+  std::string admission = "memory";  // "static:N", "memory" or "aimd"
+  admission::AimdOptions aimd;
+  admission::MemoryOptions memory;
+  kv::OccupancyForecastOptions forecast;
+  double sample_interval_s = 0.5;  // pool/forecast/gauge sampling period, s
+  LoopOptions loop;
+  // Alarms, limit changes, forecast warnings and session errors also go to stderr (mute alarms
+  // rate-limited).
+  bool log_to_stderr = true;
+
+  void Validate() const;  // ConfigError naming the field
+};
+
+// The pool and the run at one sample.
+struct SupervisorSample {
+  double t_s = 0.0;
+  std::int64_t active = 0;
+  std::int64_t limit = admission::kNoLimit;
+  std::int64_t used_blocks = 0;
+  std::int64_t total_blocks = 0;
+  double kv_used_fraction = 0.0;
+  // Forecast time until the pool is full, s from t_s; +inf when it never fills at this rate.
+  double t_sat_s = std::numeric_limits<double>::infinity();
+  bool forecast_warning = false;
+};
+
+// Blocks a session with `spec` holds at most: its window bound, or in full mode its size after
+// memory.full_mode_session_s of frames. What admission reserves for it.
+[[nodiscard]] std::int64_t ProjectedBlocks(const SessionSpec& spec, int block_tokens,
+                                           const admission::MemoryOptions& memory);
+
+class Supervisor {
+ public:
+  // Borrows everything (all must outlive it). `registry` (optional) receives the engine metric set
+  // (telemetry::EngineMetrics; one supervisor per registry); `events` (optional) receives frames,
+  // admissions, limit changes, alarms and session ends. Throws ConfigError for bad options.
+  Supervisor(Backend* backend, Clock* clock, const SupervisorOptions& options,
+             telemetry::MetricsRegistry* registry = nullptr, telemetry::EventLog* events = nullptr);
+  ~Supervisor();
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+
+  // Sets time zero to the clock's now.
+  void Start();
+  [[nodiscard]] double Now() const;           // seconds since Start()
+  [[nodiscard]] double StartSeconds() const;  // the clock's seconds at Start()
+
+  struct AdmitResult {
+    admission::Decision decision;
+    RealtimeSessionId id = 0;  // when admitted
+  };
+  // Asks the controller whether a session with `spec` may join now; if so adds it to the loop.
+  // Throws ConfigError for an invalid spec (before asking).
+  AdmitResult Admit(const SessionSpec& spec, double now_s);
+  // Ends a session (its blocks return to the pool); `reason` goes to the event log.
+  void End(RealtimeSessionId id, double now_s, const std::string& reason = "end");
+
+  // Once per loop turn: controller tick and limit changes; a sample when one is due. Returns true
+  // when a sample was taken (see last_sample()).
+  bool Tick(double now_s);
+
+  [[nodiscard]] RealtimeLoop& loop();
+  [[nodiscard]] const RealtimeLoop& loop() const;
+  [[nodiscard]] const admission::AdmissionController& controller() const;
+  [[nodiscard]] const std::vector<admission::LimitChange>& limit_changes() const;
+  [[nodiscard]] const SupervisorSample& last_sample() const;
+  [[nodiscard]] double next_sample_s() const;
+  [[nodiscard]] std::int64_t admitted() const;
+  [[nodiscard]] std::int64_t rejected() const;
+  [[nodiscard]] std::int64_t ended_by_error() const;
+  [[nodiscard]] std::int64_t peak_active() const;
+  [[nodiscard]] double kv_peak_fraction() const;  // over every Tick
+  // Percentile (q in [0, 1]) of every frame latency so far, ms; NaN before the first frame.
+  [[nodiscard]] double LatencyQuantileMs(double q) const;
+
+  // Observers called after the supervisor's own handling (may be empty; must not add or end
+  // sessions): every delivered frame; a session the loop ended with an error; every admission.
+  std::function<void(const FrameRecord&)> on_frame;
+  std::function<void(RealtimeSessionId, double, engine::StepStatus)> on_session_error;
+  std::function<void(RealtimeSessionId, double)> on_mute_alarm;
+  // The active count reached a new peak at now_s (the runner times its forecast record off it).
+  std::function<void(double)> on_new_peak;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace metronome::realtime
