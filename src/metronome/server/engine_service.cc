@@ -1,0 +1,218 @@
+#include "metronome/server/engine_service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <future>
+#include <utility>
+
+#include "metronome/base/errors.h"
+
+namespace metronome::server {
+
+std::string_view ToString(SessionEnd reason) {
+  switch (reason) {
+    case SessionEnd::kClient:
+      return "client";
+    case SessionEnd::kContextFull:
+      return "context_full";
+    case SessionEnd::kError:
+      return "error";
+    case SessionEnd::kServerShutdown:
+      return "server_shutdown";
+  }
+  return "error";
+}
+
+EngineService::EngineService(realtime::Backend* backend, Clock* clock,
+                             const realtime::SupervisorOptions& options,
+                             telemetry::MetricsRegistry* registry, telemetry::EventLog* events)
+    : backend_(backend), supervisor_(backend, clock, options, registry, events) {
+  supervisor_.on_frame = [this](const realtime::FrameRecord& r) {
+    const auto it = sinks_.find(r.session);
+    if (it != sinks_.end() && it->second.on_frame) it->second.on_frame(r);
+  };
+  supervisor_.on_mute_alarm = [this](RealtimeSessionId id, double /*now_s*/) {
+    const auto it = sinks_.find(id);
+    if (it != sinks_.end() && it->second.on_alarm) it->second.on_alarm("mute");
+  };
+  supervisor_.on_session_error = [this](RealtimeSessionId id, double /*now_s*/,
+                                        engine::StepStatus status) {
+    const auto it = sinks_.find(id);
+    if (it == sinks_.end()) return;
+    SessionSink sink = std::move(it->second);
+    sinks_.erase(it);
+    if (sink.on_ended) {
+      sink.on_ended(status == engine::StepStatus::kContextFull ? SessionEnd::kContextFull
+                                                               : SessionEnd::kError);
+    }
+  };
+  thread_ = std::thread([this] { Run(); });
+}
+
+EngineService::~EngineService() { Shutdown(); }
+
+void EngineService::Post(std::function<void()> command) {
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    if (!accepting_) return;  // the engine thread is gone: nobody would run it
+    commands_.push_back(std::move(command));
+  }
+  wake_.notify_one();
+}
+
+void EngineService::StartSession(realtime::SessionSpec spec, SessionSink sink,
+                                 std::function<void(const StartOutcome&)> done) {
+  spec.external_frames = true;
+  Post([this, spec = std::move(spec), sink = std::move(sink), done = std::move(done)]() mutable {
+    StartOutcome out;
+    if (draining_) {
+      out.decision.reason = "shutdown";
+      out.decision.detail = "the server is shutting down";
+    } else {
+      try {
+        const realtime::Supervisor::AdmitResult r = supervisor_.Admit(spec, supervisor_.Now());
+        out.admitted = r.decision.admit;
+        out.id = r.id;
+        out.decision = r.decision;
+        if (out.admitted) sinks_.emplace(r.id, std::move(sink));
+      } catch (const ConfigError& e) {
+        out.error = e.what();
+      }
+    }
+    if (done) done(out);
+  });
+}
+
+void EngineService::SubmitFrame(RealtimeSessionId id, std::vector<TokenId> tokens,
+                                std::function<void(SubmitOutcome)> done) {
+  Post([this, id, tokens = std::move(tokens), done = std::move(done)]() mutable {
+    SubmitOutcome out = SubmitOutcome::kUnknownSession;
+    if (sinks_.contains(id)) {
+      switch (supervisor_.loop().SubmitFrame(id, std::move(tokens))) {
+        case realtime::RealtimeLoop::SubmitResult::kOk:
+          out = SubmitOutcome::kOk;
+          break;
+        case realtime::RealtimeLoop::SubmitResult::kTooEarly:
+          out = SubmitOutcome::kTooEarly;
+          break;
+        case realtime::RealtimeLoop::SubmitResult::kEmpty:
+          out = SubmitOutcome::kEmpty;
+          break;
+        case realtime::RealtimeLoop::SubmitResult::kUnknownSession:
+        case realtime::RealtimeLoop::SubmitResult::kNotExternal:
+          out = SubmitOutcome::kUnknownSession;
+          break;
+      }
+    }
+    if (done) done(out);
+  });
+}
+
+void EngineService::EndSession(RealtimeSessionId id) {
+  Post([this, id] {
+    const auto it = sinks_.find(id);
+    if (it == sinks_.end()) return;
+    SessionSink sink = std::move(it->second);
+    sinks_.erase(it);
+    supervisor_.End(id, supervisor_.Now(), "client");
+    if (sink.on_ended) sink.on_ended(SessionEnd::kClient);
+  });
+}
+
+nlohmann::json EngineService::Stats() {
+  auto promise = std::make_shared<std::promise<nlohmann::json>>();
+  std::future<nlohmann::json> result = promise->get_future();
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return nlohmann::json{{"stopped", true}};
+  }
+  Post([this, promise] {
+    const realtime::SupervisorSample& s = supervisor_.last_sample();
+    const realtime::LoopStats& ls = supervisor_.loop().stats();
+    const engine::PoolStats pool = backend_->pool();
+    const std::int64_t limit = supervisor_.controller().limit();
+    nlohmann::json j;
+    j["t_s"] = supervisor_.Now();
+    j["sessions"] = {{"active", supervisor_.loop().active_sessions()},
+                     {"admitted", supervisor_.admitted()},
+                     {"rejected", supervisor_.rejected()},
+                     {"ended_by_error", supervisor_.ended_by_error()}};
+    j["admission"] = {
+        {"controller", supervisor_.controller().Describe()},
+        {"limit", limit == admission::kNoLimit ? nlohmann::json(nullptr) : nlohmann::json(limit)},
+        {"limit_changes", supervisor_.limit_changes().size()}};
+    j["kv"] = {{"used_blocks", pool.used_blocks},
+               {"free_blocks", pool.free_blocks},
+               {"total_blocks", pool.num_blocks},
+               {"blocks_freed_by_window", pool.blocks_freed_by_window},
+               {"peak_fraction", supervisor_.kv_peak_fraction()}};
+    j["forecast"] = {
+        {"t_sat_s", std::isfinite(s.t_sat_s) ? nlohmann::json(s.t_sat_s) : nlohmann::json(nullptr)},
+        {"warning", s.forecast_warning}};
+    j["frames"] = {{"total", ls.frames},       {"ok", ls.ok},
+                   {"late", ls.late},          {"starved", ls.starved},
+                   {"short", ls.short_frames}, {"mute_alarms", ls.mute_alarms}};
+    const double p50 = supervisor_.LatencyQuantileMs(0.5);
+    const double p99 = supervisor_.LatencyQuantileMs(0.99);
+    j["latency_ms"] = {{"p50", std::isfinite(p50) ? nlohmann::json(p50) : nlohmann::json(nullptr)},
+                       {"p99", std::isfinite(p99) ? nlohmann::json(p99) : nlohmann::json(nullptr)}};
+    promise->set_value(std::move(j));
+  });
+  return result.get();
+}
+
+void EngineService::EndAll(SessionEnd reason) {
+  std::unordered_map<RealtimeSessionId, SessionSink> sinks = std::move(sinks_);
+  sinks_.clear();
+  for (auto& [id, sink] : sinks) {
+    supervisor_.End(id, supervisor_.Now(), std::string(ToString(reason)));
+    if (sink.on_ended) sink.on_ended(reason);
+  }
+}
+
+void EngineService::Shutdown() {
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void EngineService::Run() {
+  supervisor_.Start();
+  std::deque<std::function<void()>> batch;
+  while (true) {
+    bool stop = false;
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      batch.swap(commands_);
+      stop = stopping_;
+    }
+    for (auto& command : batch) command();
+    batch.clear();
+    if (stop) break;
+    supervisor_.Tick(supervisor_.Now());
+    if (supervisor_.loop().RunIteration()) continue;
+    // Idle: sleep until the next frame deadline or sample, or until a command arrives.
+    const double next_s =
+        std::min(supervisor_.loop().NextEventSeconds() - supervisor_.StartSeconds(),
+                 supervisor_.next_sample_s());
+    const double wait_s = std::clamp(next_s - supervisor_.Now(), 0.0, 1.0);
+    std::unique_lock<std::mutex> lock(mu_);
+    wake_.wait_for(lock, std::chrono::duration<double>(wait_s),
+                   [this] { return stopping_ || !commands_.empty(); });
+  }
+  // Commands that raced with the shutdown still get answers; then every session ends.
+  draining_ = true;
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    batch.swap(commands_);
+    accepting_ = false;
+  }
+  for (auto& command : batch) command();
+  EndAll(SessionEnd::kServerShutdown);
+}
+
+}  // namespace metronome::server

@@ -1,0 +1,105 @@
+// The engine behind the network server: one engine thread owns the Supervisor (real-time loop,
+// admission, telemetry, forecast) and the backend; network threads talk to it only through this
+// class. Calls from any thread post a command to the engine thread and return at once; results come
+// back through callbacks that run ON THE ENGINE THREAD, so they must be quick and must not call
+// back into the service synchronously (post to the caller's own executor instead).
+//
+// The engine thread runs an iteration whenever a session has work, and otherwise waits on a
+// condition variable until the next frame deadline, the next telemetry sample or a new command —
+// a frame submitted by a client wakes it at once.
+//
+// Thread-safety: every public method may be called from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "metronome/base/clock.h"
+#include "metronome/realtime/backend.h"
+#include "metronome/realtime/supervisor.h"
+#include "metronome/telemetry/event_log.h"
+#include "metronome/telemetry/metrics.h"
+
+namespace metronome::server {
+
+using realtime::RealtimeSessionId;
+
+// Why a session ended.
+enum class SessionEnd : std::uint8_t { kClient, kContextFull, kError, kServerShutdown };
+[[nodiscard]] std::string_view ToString(SessionEnd reason);  // "client", "context_full", ...
+
+// What a session's owner (a connection) hears, on the engine thread. The sink must stay valid
+// until on_ended has run (at the latest during Shutdown).
+struct SessionSink {
+  std::function<void(const realtime::FrameRecord&)> on_frame;  // every frame, in order
+  std::function<void(SessionEnd)> on_ended;                    // once, last
+  std::function<void(std::string_view kind)> on_alarm;         // e.g. "mute"
+};
+
+struct StartOutcome {
+  bool admitted = false;
+  RealtimeSessionId id = 0;
+  admission::Decision decision;  // reason, detail, retry_after_ms when rejected
+  std::string error;             // non-empty: the spec was invalid (ConfigError text)
+};
+
+enum class SubmitOutcome : std::uint8_t { kOk, kUnknownSession, kTooEarly, kEmpty };
+
+class EngineService {
+ public:
+  // Borrows backend, clock, registry and events (all must outlive the service); starts the engine
+  // thread. Throws ConfigError for bad options.
+  EngineService(realtime::Backend* backend, Clock* clock,
+                const realtime::SupervisorOptions& options,
+                telemetry::MetricsRegistry* registry = nullptr,
+                telemetry::EventLog* events = nullptr);
+  // Shutdown() if not done yet.
+  ~EngineService();
+  EngineService(const EngineService&) = delete;
+  EngineService& operator=(const EngineService&) = delete;
+
+  // Admission decides on the engine thread; `done` gets the outcome there. An admitted session
+  // takes frames from SubmitFrame (spec.external_frames is forced on) and reports to `sink`.
+  void StartSession(realtime::SessionSpec spec, SessionSink sink,
+                    std::function<void(const StartOutcome&)> done);
+  // A frame of the client's tokens, arriving now. `done` (optional) gets the outcome.
+  void SubmitFrame(RealtimeSessionId id, std::vector<TokenId> tokens,
+                   std::function<void(SubmitOutcome)> done = {});
+  // Ends a session (its blocks return to the pool at once); its sink hears kClient.
+  void EndSession(RealtimeSessionId id);
+
+  // A JSON snapshot (sessions, pool, admission, forecast, frame counts); blocks until the engine
+  // thread has produced it.
+  [[nodiscard]] nlohmann::json Stats();
+  // Ends every session (sinks hear kServerShutdown) and joins the engine thread. Idempotent.
+  // Calls made after it are ignored (their callbacks never run).
+  void Shutdown();
+
+ private:
+  void Post(std::function<void()> command);
+  void Run();  // the engine thread
+  void EndAll(SessionEnd reason);
+
+  realtime::Backend* backend_;
+  realtime::Supervisor supervisor_;                           // engine thread only
+  std::unordered_map<RealtimeSessionId, SessionSink> sinks_;  // engine thread only
+  bool draining_ = false;  // engine thread only: shutting down, admit nobody
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> commands_;  // guarded by mu_
+  bool stopping_ = false;                       // guarded by mu_
+  bool accepting_ = true;  // guarded by mu_; false once the engine thread took its last commands
+  std::thread thread_;
+};
+
+}  // namespace metronome::server

@@ -1,0 +1,190 @@
+// The engine service on the real clock with the cost-model backend (1 ms steps): sessions started,
+// fed and ended from other threads, results in order on the engine thread, rejections, pacing,
+// shutdown with sessions open, and every block back in the pool.
+#include "metronome/server/engine_service.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace metronome::server {
+namespace {
+
+using namespace std::chrono_literals;
+
+realtime::SessionSpec Spec(double period_ms = 20.0) {
+  realtime::SessionSpec s;
+  s.period_ms = period_ms;
+  s.input_tokens_per_frame = 2;
+  s.output_tokens_per_frame = 2;
+  s.policy = kv::KvPolicy::Window(32, 4);
+  return s;
+}
+
+realtime::SupervisorOptions Options(const std::string& admission) {
+  realtime::SupervisorOptions o;
+  o.admission = admission;
+  o.log_to_stderr = false;
+  return o;
+}
+
+// Collects what one session's sink hears (written on the engine thread, read by the test).
+struct Client {
+  std::mutex mu;
+  std::vector<realtime::FrameRecord> frames;
+  std::vector<SessionEnd> ends;
+  std::promise<StartOutcome> started;
+
+  SessionSink Sink() {
+    return {.on_frame =
+                [this](const realtime::FrameRecord& r) {
+                  const std::lock_guard<std::mutex> lock(mu);
+                  frames.push_back(r);
+                },
+            .on_ended =
+                [this](SessionEnd e) {
+                  const std::lock_guard<std::mutex> lock(mu);
+                  ends.push_back(e);
+                },
+            .on_alarm = {}};
+  }
+  std::size_t num_frames() {
+    const std::lock_guard<std::mutex> lock(mu);
+    return frames.size();
+  }
+};
+
+StartOutcome Start(EngineService& service, Client& c, const realtime::SessionSpec& spec) {
+  service.StartSession(spec, c.Sink(), [&c](const StartOutcome& o) { c.started.set_value(o); });
+  return c.started.get_future().get();
+}
+
+bool WaitFor(const std::function<bool()>& done) {
+  for (int i = 0; i < 400; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return done();
+}
+
+TEST(EngineServiceTest, FramesFromAClientComeBackInOrderAndBlocksReturnOnEnd) {
+  Client c;
+  realtime::CostModelBackend backend({.c0_s = 0.001}, 256, 16);
+  SteadyClock clock;
+  EngineService service(&backend, &clock, Options("static:4"));
+  const StartOutcome started = Start(service, c, Spec());
+  ASSERT_TRUE(started.admitted) << started.decision.detail << started.error;
+  for (int i = 0; i < 10; ++i) {
+    std::promise<SubmitOutcome> p;
+    service.SubmitFrame(started.id, {1, 2}, [&p](SubmitOutcome o) { p.set_value(o); });
+    EXPECT_EQ(p.get_future().get(), SubmitOutcome::kOk);
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(WaitFor([&] { return c.num_frames() == 10; }));
+  {
+    const std::lock_guard<std::mutex> lock(c.mu);
+    for (std::size_t i = 0; i < c.frames.size(); ++i) {
+      EXPECT_EQ(c.frames[i].index, static_cast<std::int64_t>(i));
+      EXPECT_EQ(c.frames[i].tokens.size(), 2U);
+      EXPECT_EQ(c.frames[i].outcome, realtime::FrameOutcome::kOk);
+      EXPECT_LT(c.frames[i].latency_ms, 20.0);
+    }
+  }
+  EXPECT_GT(backend.pool().used_blocks, 0);
+  service.EndSession(started.id);
+  ASSERT_TRUE(WaitFor([&] {
+    const std::lock_guard<std::mutex> lock(c.mu);
+    return c.ends.size() == 1;
+  }));
+  EXPECT_EQ(c.ends[0], SessionEnd::kClient);
+  const nlohmann::json stats = service.Stats();
+  EXPECT_EQ(stats["kv"]["used_blocks"], 0) << stats.dump();
+  EXPECT_EQ(stats["frames"]["ok"], 10);
+  EXPECT_EQ(stats["sessions"]["active"], 0);
+  // A frame for the ended session is refused.
+  std::promise<SubmitOutcome> p;
+  service.SubmitFrame(started.id, {1}, [&p](SubmitOutcome o) { p.set_value(o); });
+  EXPECT_EQ(p.get_future().get(), SubmitOutcome::kUnknownSession);
+}
+
+TEST(EngineServiceTest, AdmissionRejectsWithAReasonAndFramesFasterThanThePeriodAreRefused) {
+  // Clients outlive the service: its shutdown tells open sessions' sinks that they ended.
+  Client a;
+  Client b;
+  Client bad;
+  realtime::CostModelBackend backend({.c0_s = 0.001}, 256, 16);
+  SteadyClock clock;
+  EngineService service(&backend, &clock, Options("static:1"));
+  const StartOutcome first = Start(service, a, Spec(1000.0));
+  ASSERT_TRUE(first.admitted);
+  const StartOutcome second = Start(service, b, Spec(1000.0));
+  EXPECT_FALSE(second.admitted);
+  EXPECT_EQ(second.decision.reason, "limit");
+  EXPECT_GT(second.decision.retry_after_ms, 0.0);
+
+  // max_pending_frames = 2: a burst of 5 frames in one command batch keeps at most 2 waiting.
+  std::atomic<int> ok{0};
+  std::atomic<int> too_early{0};
+  for (int i = 0; i < 5; ++i) {
+    service.SubmitFrame(first.id, {3, 4}, [&](SubmitOutcome o) {
+      (o == SubmitOutcome::kOk ? ok : too_early).fetch_add(1);
+    });
+  }
+  ASSERT_TRUE(WaitFor([&] { return ok + too_early == 5; }));
+  EXPECT_GE(ok.load(), 2);
+  EXPECT_GE(too_early.load(), 1);
+
+  realtime::SessionSpec invalid = Spec();
+  invalid.period_ms = -1.0;
+  const StartOutcome rejected_spec = Start(service, bad, invalid);
+  EXPECT_FALSE(rejected_spec.admitted);
+  EXPECT_NE(rejected_spec.error.find("period_ms"), std::string::npos) << rejected_spec.error;
+}
+
+TEST(EngineServiceTest, ManyClientsAtOnceAndShutdownEndsOpenSessions) {
+  realtime::CostModelBackend backend({.c0_s = 0.001}, 1024, 16);
+  SteadyClock clock;
+  auto service = std::make_unique<EngineService>(&backend, &clock, Options("static:16"));
+  constexpr int kClients = 8;
+  constexpr int kFrames = 15;
+  std::vector<std::unique_ptr<Client>> clients;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) clients.push_back(std::make_unique<Client>());
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      Client& c = *clients[static_cast<std::size_t>(i)];
+      const StartOutcome s = Start(*service, c, Spec());
+      ASSERT_TRUE(s.admitted);
+      for (int f = 0; f < kFrames; ++f) {
+        service->SubmitFrame(s.id, {static_cast<TokenId>(i), static_cast<TokenId>(f)});
+        std::this_thread::sleep_for(20ms);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (auto& c : clients) {
+    ASSERT_TRUE(WaitFor([&] { return c->num_frames() == kFrames; })) << c->num_frames();
+    const std::lock_guard<std::mutex> lock(c->mu);
+    for (int f = 0; f < kFrames; ++f) {
+      EXPECT_EQ(c->frames[static_cast<std::size_t>(f)].index, f);
+    }
+  }
+  service->Shutdown();
+  for (auto& c : clients) {
+    ASSERT_EQ(c->ends.size(), 1U);
+    EXPECT_EQ(c->ends[0], SessionEnd::kServerShutdown);
+  }
+  EXPECT_EQ(backend.pool().used_blocks, 0);
+  // Calls after shutdown are ignored, never hang.
+  service->SubmitFrame(1, {1});
+  EXPECT_EQ(service->Stats()["stopped"], true);
+  service.reset();
+}
+
+}  // namespace
+}  // namespace metronome::server
