@@ -46,6 +46,8 @@ class Backend {
   [[nodiscard]] virtual std::int64_t resident_blocks(BackendSessionId id) const = 0;
   [[nodiscard]] virtual int vocab_size() const = 0;
   [[nodiscard]] virtual int block_tokens() const = 0;
+  // Most tokens a full-KV session can hold before it ends with kContextFull; 0: unlimited.
+  [[nodiscard]] virtual TokenPos full_kv_context_limit() const { return 0; }
 };
 
 // Iteration time model: t = c0 + c1 * batch_tokens + c2 * visible_kv_tokens (seconds), where
@@ -93,6 +95,9 @@ class EngineBackend final : public Backend {
   [[nodiscard]] std::int64_t resident_blocks(BackendSessionId id) const override;
   [[nodiscard]] int vocab_size() const override { return engine_->config().vocab_size; }
   [[nodiscard]] int block_tokens() const override { return engine_->kv_layout().block_tokens; }
+  [[nodiscard]] TokenPos full_kv_context_limit() const override {
+    return max_context_ > 0 ? max_context_ : engine_->config().context_length;
+  }
 
  private:
   engine::Engine* engine_;

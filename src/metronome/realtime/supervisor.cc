@@ -32,15 +32,17 @@ void SupervisorOptions::Validate() const {
 }
 
 std::int64_t ProjectedBlocks(const SessionSpec& spec, int block_tokens,
-                             const admission::MemoryOptions& memory) {
+                             const admission::MemoryOptions& memory, TokenPos context_limit) {
   if (spec.policy.mode == kv::KvMode::kWindow) {
     // The largest item a frame appends: prompt + the previous output + the input.
     const int chunk = static_cast<int>(spec.prompt.size()) + 1 + spec.input_tokens_per_frame;
     return spec.policy.MaxResidentBlocks(block_tokens, chunk);
   }
-  return admission::ProjectFullModeBlocks(
+  const std::int64_t projected = admission::ProjectFullModeBlocks(
       memory, spec.period_ms, spec.input_tokens_per_frame + spec.output_tokens_per_frame,
       static_cast<std::int64_t>(spec.prompt.size()), block_tokens);
+  if (context_limit <= 0) return projected;
+  return std::min(projected, (context_limit + block_tokens - 1) / block_tokens);
 }
 
 struct Supervisor::State {
@@ -276,7 +278,8 @@ Supervisor::AdmitResult Supervisor::Admit(const SessionSpec& spec, double now_s)
   admission::SessionRequest request;
   request.period_ms = spec.period_ms;
   request.deadline_ms = spec.deadline_ms > 0.0 ? spec.deadline_ms : spec.period_ms;
-  request.projected_blocks = ProjectedBlocks(spec, st.backend->block_tokens(), st.options.memory);
+  request.projected_blocks = ProjectedBlocks(spec, st.backend->block_tokens(), st.options.memory,
+                                             st.backend->full_kv_context_limit());
   if (!st.system_cache) st.system_cache = st.System();
   admission::SystemState& system = *st.system_cache;
 

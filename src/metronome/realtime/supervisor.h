@@ -54,9 +54,11 @@ struct SupervisorSample {
 };
 
 // Blocks a session with `spec` holds at most: its window bound, or in full mode its size after
-// memory.full_mode_session_s of frames. What admission reserves for it.
+// memory.full_mode_session_s of frames, capped by the backend's context limit (a full-KV session
+// ends there; 0: no limit). What admission reserves for it.
 [[nodiscard]] std::int64_t ProjectedBlocks(const SessionSpec& spec, int block_tokens,
-                                           const admission::MemoryOptions& memory);
+                                           const admission::MemoryOptions& memory,
+                                           TokenPos context_limit = 0);
 
 class Supervisor {
  public:
