@@ -96,6 +96,12 @@ TEST(EngineServiceTest, FramesFromAClientComeBackInOrderAndBlocksReturnOnEnd) {
     }
   }
   EXPECT_GT(backend.pool().used_blocks, 0);
+  const nlohmann::json live = service.Stats();
+  ASSERT_EQ(live["sessions"]["list"].size(), 1U) << live.dump();
+  EXPECT_EQ(live["sessions"]["list"][0]["id"], started.id);
+  EXPECT_EQ(live["sessions"]["list"][0]["ok"], 10);
+  EXPECT_EQ(live["sessions"]["list"][0]["starved"], 0);
+  EXPECT_GT(live["sessions"]["list"][0]["resident_blocks"], 0);
   service.EndSession(started.id);
   ASSERT_TRUE(WaitFor([&] {
     const std::lock_guard<std::mutex> lock(c.mu);

@@ -29,19 +29,22 @@ EngineService::EngineService(realtime::Backend* backend, Clock* clock,
                              telemetry::MetricsRegistry* registry, telemetry::EventLog* events)
     : backend_(backend), supervisor_(backend, clock, options, registry, events) {
   supervisor_.on_frame = [this](const realtime::FrameRecord& r) {
-    const auto it = sinks_.find(r.session);
-    if (it != sinks_.end() && it->second.on_frame) it->second.on_frame(r);
+    const auto it = live_.find(r.session);
+    if (it == live_.end()) return;
+    ++it->second.frames_by_outcome[static_cast<std::size_t>(r.outcome)];
+    it->second.last_latency_ms = r.latency_ms;
+    if (it->second.sink.on_frame) it->second.sink.on_frame(r);
   };
   supervisor_.on_mute_alarm = [this](RealtimeSessionId id, double /*now_s*/) {
-    const auto it = sinks_.find(id);
-    if (it != sinks_.end() && it->second.on_alarm) it->second.on_alarm("mute");
+    const auto it = live_.find(id);
+    if (it != live_.end() && it->second.sink.on_alarm) it->second.sink.on_alarm("mute");
   };
   supervisor_.on_session_error = [this](RealtimeSessionId id, double /*now_s*/,
                                         engine::StepStatus status) {
-    const auto it = sinks_.find(id);
-    if (it == sinks_.end()) return;
-    SessionSink sink = std::move(it->second);
-    sinks_.erase(it);
+    const auto it = live_.find(id);
+    if (it == live_.end()) return;
+    SessionSink sink = std::move(it->second.sink);
+    live_.erase(it);
     if (sink.on_ended) {
       sink.on_ended(status == engine::StepStatus::kContextFull ? SessionEnd::kContextFull
                                                                : SessionEnd::kError);
@@ -75,7 +78,9 @@ void EngineService::StartSession(realtime::SessionSpec spec, SessionSink sink,
         out.admitted = r.decision.admit;
         out.id = r.id;
         out.decision = r.decision;
-        if (out.admitted) sinks_.emplace(r.id, std::move(sink));
+        if (out.admitted) {
+          live_.emplace(r.id, Live{.sink = std::move(sink), .started_s = supervisor_.Now()});
+        }
       } catch (const ConfigError& e) {
         out.error = e.what();
       }
@@ -88,7 +93,7 @@ void EngineService::SubmitFrame(RealtimeSessionId id, std::vector<TokenId> token
                                 std::function<void(SubmitOutcome)> done) {
   Post([this, id, tokens = std::move(tokens), done = std::move(done)]() mutable {
     SubmitOutcome out = SubmitOutcome::kUnknownSession;
-    if (sinks_.contains(id)) {
+    if (live_.contains(id)) {
       switch (supervisor_.loop().SubmitFrame(id, std::move(tokens))) {
         case realtime::RealtimeLoop::SubmitResult::kOk:
           out = SubmitOutcome::kOk;
@@ -111,23 +116,23 @@ void EngineService::SubmitFrame(RealtimeSessionId id, std::vector<TokenId> token
 
 void EngineService::EndSession(RealtimeSessionId id) {
   Post([this, id] {
-    const auto it = sinks_.find(id);
-    if (it == sinks_.end()) return;
-    SessionSink sink = std::move(it->second);
-    sinks_.erase(it);
+    const auto it = live_.find(id);
+    if (it == live_.end()) return;
+    SessionSink sink = std::move(it->second.sink);
+    live_.erase(it);
     supervisor_.End(id, supervisor_.Now(), "client");
     if (sink.on_ended) sink.on_ended(SessionEnd::kClient);
   });
 }
 
-nlohmann::json EngineService::Stats() {
+nlohmann::json EngineService::Stats(std::size_t max_listed) {
   auto promise = std::make_shared<std::promise<nlohmann::json>>();
   std::future<nlohmann::json> result = promise->get_future();
   {
     const std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return nlohmann::json{{"stopped", true}};
   }
-  Post([this, promise] {
+  Post([this, promise, max_listed] {
     const realtime::SupervisorSample& s = supervisor_.last_sample();
     const realtime::LoopStats& ls = supervisor_.loop().stats();
     const engine::PoolStats pool = backend_->pool();
@@ -157,17 +162,38 @@ nlohmann::json EngineService::Stats() {
     const double p99 = supervisor_.LatencyQuantileMs(0.99);
     j["latency_ms"] = {{"p50", std::isfinite(p50) ? nlohmann::json(p50) : nlohmann::json(nullptr)},
                        {"p99", std::isfinite(p99) ? nlohmann::json(p99) : nlohmann::json(nullptr)}};
+    // Per-session table, oldest first (ids grow with admission).
+    std::vector<RealtimeSessionId> ids;
+    ids.reserve(live_.size());
+    for (const auto& [id, session] : live_) ids.push_back(id);
+    std::sort(ids.begin(), ids.end());
+    nlohmann::json list = nlohmann::json::array();
+    for (std::size_t i = 0; i < ids.size() && i < max_listed; ++i) {
+      const Live& l = live_.at(ids[i]);
+      nlohmann::json row;
+      row["id"] = ids[i];
+      row["age_s"] = supervisor_.Now() - l.started_s;
+      row["resident_blocks"] = supervisor_.loop().resident_blocks(ids[i]);
+      for (int o = 0; o < telemetry::kNumFrameOutcomes; ++o) {
+        row[std::string(telemetry::ToString(static_cast<telemetry::FrameOutcome>(o)))] =
+            l.frames_by_outcome[static_cast<std::size_t>(o)];
+      }
+      row["last_latency_ms"] = l.last_latency_ms;
+      list.push_back(std::move(row));
+    }
+    j["sessions"]["list"] = std::move(list);
+    j["sessions"]["listed"] = std::min(ids.size(), max_listed);
     promise->set_value(std::move(j));
   });
   return result.get();
 }
 
 void EngineService::EndAll(SessionEnd reason) {
-  std::unordered_map<RealtimeSessionId, SessionSink> sinks = std::move(sinks_);
-  sinks_.clear();
-  for (auto& [id, sink] : sinks) {
+  std::unordered_map<RealtimeSessionId, Live> live = std::move(live_);
+  live_.clear();
+  for (auto& [id, session] : live) {
     supervisor_.End(id, supervisor_.Now(), std::string(ToString(reason)));
-    if (sink.on_ended) sink.on_ended(reason);
+    if (session.sink.on_ended) session.sink.on_ended(reason);
   }
 }
 

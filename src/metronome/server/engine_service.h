@@ -11,6 +11,7 @@
 // Thread-safety: every public method may be called from any thread.
 #pragma once
 
+#include <array>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -77,9 +78,9 @@ class EngineService {
   // Ends a session (its blocks return to the pool at once); its sink hears kClient.
   void EndSession(RealtimeSessionId id);
 
-  // A JSON snapshot (sessions, pool, admission, forecast, frame counts); blocks until the engine
-  // thread has produced it.
-  [[nodiscard]] nlohmann::json Stats();
+  // A JSON snapshot (sessions with a per-session table of at most max_listed, pool, admission,
+  // forecast, frame counts, latency percentiles); blocks until the engine thread has produced it.
+  [[nodiscard]] nlohmann::json Stats(std::size_t max_listed = 200);
   // Ends every session (sinks hear kServerShutdown) and joins the engine thread. Idempotent.
   // Calls made after it are ignored (their callbacks never run).
   void Shutdown();
@@ -89,9 +90,17 @@ class EngineService {
   void Run();  // the engine thread
   void EndAll(SessionEnd reason);
 
+  // A live session: its sink and what /v1/stats reports about it.
+  struct Live {
+    SessionSink sink;
+    double started_s = 0.0;
+    std::array<std::int64_t, telemetry::kNumFrameOutcomes> frames_by_outcome{};
+    double last_latency_ms = 0.0;
+  };
+
   realtime::Backend* backend_;
-  realtime::Supervisor supervisor_;                           // engine thread only
-  std::unordered_map<RealtimeSessionId, SessionSink> sinks_;  // engine thread only
+  realtime::Supervisor supervisor_;                   // engine thread only
+  std::unordered_map<RealtimeSessionId, Live> live_;  // engine thread only
   bool draining_ = false;  // engine thread only: shutting down, admit nobody
 
   std::mutex mu_;
