@@ -9,6 +9,7 @@ packages=(
   libdnnl-dev            # oneDNN: fp32 GEMM with run-time ISA dispatch
   libcli11-dev           # command line
   nlohmann-json3-dev     # JSON (event log, summaries)
+  libboost-dev           # Beast/Asio (header-only): the network server
   libgtest-dev libbenchmark-dev
 )
 

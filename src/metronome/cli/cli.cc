@@ -21,6 +21,7 @@ int Main(int argc, char** argv) {
   RegisterCalibrate(&app, &exit_code);
   RegisterSim(&app, &exit_code);
   RegisterDrive(&app, &exit_code);
+  RegisterServe(&app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -14,5 +14,6 @@ void RegisterExportGguf(CLI::App* app, int* exit_code);
 void RegisterCalibrate(CLI::App* app, int* exit_code);
 void RegisterSim(CLI::App* app, int* exit_code);
 void RegisterDrive(CLI::App* app, int* exit_code);
+void RegisterServe(CLI::App* app, int* exit_code);
 
 }  // namespace metronome::cli

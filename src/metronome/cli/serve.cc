@@ -1,0 +1,167 @@
+// metronome serve: the real engine behind the network server (docs/protocol.md). Clients open
+// real-time sessions over WebSocket on /v1/realtime; /metrics, /healthz and /v1/stats are plain
+// HTTP. Runs until SIGINT or SIGTERM.
+#include <algorithm>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <csignal>
+#include <cstdio>
+#include <string>
+
+#include "metronome/base/errors.h"
+#include "metronome/cli/commands.h"
+#include "metronome/cli/common.h"
+#include "metronome/engine/engine.h"
+#include "metronome/engine/sampler.h"
+#include "metronome/realtime/backend.h"
+#include "metronome/server/engine_service.h"
+#include "metronome/server/http_server.h"
+
+namespace metronome::cli {
+namespace {
+
+struct ServeFlags {
+  ModelFlags model;
+  EngineFlags engine;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int io_threads = 1;
+  std::string auth_token;
+  int max_sessions_per_connection = 4;
+  int max_connections = 256;
+  std::int64_t sessions_hint = 16;  // pool sizing when neither --kv-blocks nor --kv-pool-mb
+  // Session defaults and caps.
+  std::int64_t window = 512;
+  std::int64_t sinks = 4;
+  std::string positions = "absolute";
+  bool no_full_kv = false;
+  std::int64_t max_context = 0;
+  float temperature = 0.0f;
+  // Admission and alarms.
+  std::string admission = "memory";
+  admission::AimdOptions aimd;
+  admission::MemoryOptions memory;
+  int mute_after = 3;
+  bool quiet = false;
+};
+
+int RunServe(const ServeFlags& f) {
+  if (f.window < 1) throw ConfigError("--window = " + std::to_string(f.window) + " must be >= 1");
+  if (f.sinks < 0) throw ConfigError("--sinks = " + std::to_string(f.sinks) + " must be >= 0");
+  if (f.mute_after < 1) {
+    throw ConfigError("--mute-after = " + std::to_string(f.mute_after) + " must be >= 1");
+  }
+  if (f.max_context < 0) {
+    throw ConfigError("--max-context = " + std::to_string(f.max_context) + " must be >= 0");
+  }
+  const model::Model m = f.model.Load();
+  const kv::PositionMode pos =
+      f.positions == "rolling" ? kv::PositionMode::kRolling : kv::PositionMode::kAbsolute;
+  const kv::KvPolicy policy = kv::KvPolicy::Window(f.window, f.sinks, pos);
+  const engine::EngineOptions eo = f.engine.Options(
+      m.config, policy, f.sessions_hint, f.window + f.sinks + 64, static_cast<int>(f.window));
+  engine::Engine eng(m, eo);
+  engine::SamplerOptions so;
+  so.temperature = f.temperature;
+  so.Validate();
+  realtime::EngineBackend backend(&eng, so, f.max_context);
+  SteadyClock clock;
+
+  realtime::SupervisorOptions sup;
+  sup.admission = f.admission;
+  sup.aimd = f.aimd;
+  sup.memory = f.memory;
+  sup.loop.mute_after_starved = f.mute_after;
+  sup.loop.log_to_stderr = !f.quiet;
+  sup.log_to_stderr = !f.quiet;
+  telemetry::MetricsRegistry registry;
+  server::EngineService service(&backend, &clock, sup, &registry);
+
+  server::ServerOptions so2;
+  so2.host = f.host;
+  so2.port = f.port;
+  so2.io_threads = f.io_threads;
+  so2.auth_token = f.auth_token;
+  so2.max_sessions_per_connection = f.max_sessions_per_connection;
+  so2.max_connections = f.max_connections;
+  so2.default_window = f.window;
+  so2.default_sinks = f.sinks;
+  so2.default_positions = pos == kv::PositionMode::kRolling ? server::KvPositions::kRolling
+                                                            : server::KvPositions::kAbsolute;
+  so2.caps.vocab_size = m.config.vocab_size;
+  so2.caps.allow_full_kv = !f.no_full_kv;
+  so2.full_kv_max_context = backend.full_kv_context_limit();
+  server::HttpServer http(&service, &registry, so2, m.tokenizer.get());
+  http.Start();
+
+  const engine::PoolStats pool = eng.pool_stats();
+  std::printf("metronome serve --model %s: KV pool %lld blocks x %lld tokens (%s)\n",
+              f.model.model.c_str(), static_cast<long long>(pool.num_blocks),
+              static_cast<long long>(pool.block_tokens),
+              HumanBytes(static_cast<double>(pool.num_blocks * pool.bytes_per_block)).c_str());
+  std::printf("listening on http://%s:%d\n", f.host.c_str(), http.port());
+  std::fflush(stdout);
+
+  boost::asio::io_context signals_io;
+  boost::asio::signal_set signals(signals_io, SIGINT, SIGTERM);
+  signals.async_wait([](const boost::system::error_code& /*ec*/, int /*signal*/) {});
+  signals_io.run();  // returns after the first signal
+
+  std::printf("shutting down\n");
+  std::fflush(stdout);
+  http.Stop();
+  service.Shutdown();
+  return 0;
+}
+
+}  // namespace
+
+void RegisterServe(CLI::App* app, int* exit_code) {
+  auto flags = std::make_shared<ServeFlags>();
+  CLI::App* sub = app->add_subcommand(
+      "serve",
+      "Serve real-time sessions over WebSocket (docs/protocol.md) on the real engine, with "
+      "/metrics, /healthz and /v1/stats");
+  flags->model.Register(sub, /*required=*/false);
+  flags->engine.Register(sub);
+  sub->add_option("--host", flags->host, "Address to listen on");
+  sub->add_option("--port", flags->port, "TCP port (0: an ephemeral port, printed)")
+      ->check(CLI::Range(0, 65535));
+  sub->add_option("--io-threads", flags->io_threads, "Network threads")->check(CLI::Range(1, 256));
+  sub->add_option("--auth-token", flags->auth_token,
+                  "Require 'Authorization: Bearer TOKEN' on the upgrade and on /v1/*");
+  sub->add_option("--max-sessions-per-connection", flags->max_sessions_per_connection,
+                  "Sessions one connection may hold (too_many_sessions beyond)")
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--max-connections", flags->max_connections, "Open connections at most")
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--pool-sessions", flags->sessions_hint,
+                  "Window sessions the KV pool is sized for without --kv-blocks/--kv-pool-mb")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
+  sub->add_option("--window", flags->window, "Default kv.window of a session, tokens");
+  sub->add_option("--sinks", flags->sinks, "Default kv.sinks of a session, tokens");
+  sub->add_option("--positions", flags->positions, "Default kv.positions: absolute | rolling")
+      ->check(CLI::IsMember({"absolute", "rolling"}));
+  sub->add_flag("--no-full-kv", flags->no_full_kv, "Refuse kv.policy full (over_cap)");
+  sub->add_option("--max-context", flags->max_context,
+                  "Context limit of full-KV sessions in tokens (0: the model's trained context)");
+  sub->add_option("--temperature", flags->temperature, "Sampling temperature (0: greedy)");
+  sub->add_option("--admission", flags->admission,
+                  "Admission controller: static:N | memory | aimd");
+  sub->add_option("--aimd-window-s", flags->aimd.window_s, "AIMD control window, s");
+  sub->add_option("--aimd-initial", flags->aimd.initial_limit, "AIMD starting limit");
+  sub->add_option("--aimd-min", flags->aimd.min_limit, "AIMD lowest limit");
+  sub->add_option("--aimd-max", flags->aimd.max_limit, "AIMD highest limit");
+  sub->add_flag("--kv-guard", flags->aimd.kv_guard,
+                "AIMD: also refuse a session the KV pool could not hold");
+  sub->add_option("--memory-session-s", flags->memory.full_mode_session_s,
+                  "Memory admission: seconds of a full-KV session it reserves for");
+  sub->add_option("--memory-headroom", flags->memory.headroom_fraction,
+                  "Memory admission: pool fraction kept free");
+  sub->add_option("--mute-after", flags->mute_after,
+                  "Consecutive starved frames that raise a mute alarm");
+  sub->add_flag("--quiet", flags->quiet, "No alarm or limit-change lines on stderr");
+  sub->callback([flags, exit_code] { *exit_code = RunServe(*flags); });
+}
+
+}  // namespace metronome::cli

@@ -1,0 +1,706 @@
+#include "metronome/server/http_server.h"
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+#include <chrono>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace metronome::server {
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+using Request = http::request<http::string_body>;
+
+constexpr std::chrono::seconds kHttpIdle{30};
+constexpr std::chrono::milliseconds kCloseGrace{1000};
+
+std::string_view View(beast::string_view v) { return {v.data(), v.size()}; }
+
+// A connection the server can close on Stop().
+class Closable {
+ public:
+  virtual ~Closable() = default;
+  virtual void Close() = 0;  // any thread
+};
+
+ProtocolError Error(ErrorCode code, std::string message) {
+  ProtocolError e;
+  e.code = code;
+  e.message = std::move(message);
+  return e;
+}
+
+EndReason ToEndReason(SessionEnd e) {
+  switch (e) {
+    case SessionEnd::kClient:
+      return EndReason::kClient;
+    case SessionEnd::kContextFull:
+      return EndReason::kContextFull;
+    case SessionEnd::kServerShutdown:
+      return EndReason::kServerShutdown;
+    case SessionEnd::kError:
+      return EndReason::kError;
+  }
+  return EndReason::kError;
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  EngineService* service;
+  telemetry::MetricsRegistry* registry;
+  ServerOptions options;
+  const model::Tokenizer* tokenizer;
+
+  // Declared before io: connections unregister while io's leftover handlers are destroyed.
+  std::mutex mu;
+  std::unordered_map<Closable*, std::weak_ptr<Closable>> conns;  // guarded by mu
+  bool accepting = true;                                         // guarded by mu
+
+  net::io_context io;
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+  tcp::acceptor acceptor{net::make_strand(io)};
+  std::vector<std::thread> threads;
+  std::atomic<int> bound_port{0};
+  bool started = false;
+  bool stopped = false;
+
+  Impl(EngineService* s, telemetry::MetricsRegistry* r, const ServerOptions& o,
+       const model::Tokenizer* t)
+      : service(s), registry(r), options(o), tokenizer(t) {
+    options.caps.max_message_bytes = options.max_message_bytes;
+  }
+
+  // False when the server is stopping or (with `check`) at max_connections.
+  bool Register(const std::shared_ptr<Closable>& c, bool check) {
+    const std::lock_guard<std::mutex> lock(mu);
+    if (!accepting ||
+        (check && conns.size() >= static_cast<std::size_t>(options.max_connections))) {
+      return false;
+    }
+    conns.emplace(c.get(), c);
+    return true;
+  }
+  void Unregister(Closable* c) {
+    const std::lock_guard<std::mutex> lock(mu);
+    conns.erase(c);
+  }
+  bool Authorized(const Request& req) const {
+    if (options.auth_token.empty()) return true;
+    return View(req[http::field::authorization]) == "Bearer " + options.auth_token;
+  }
+  void DoAccept();
+};
+
+namespace {
+
+using Impl = HttpServer::Impl;
+
+// ---------------------------------------------------------------------------------------------
+// WebSocket connection on /v1/realtime.
+
+class WsConnection final : public Closable, public std::enable_shared_from_this<WsConnection> {
+ public:
+  WsConnection(tcp::socket&& socket, Impl* srv)
+      : ws_(std::move(socket)), strand_(ws_.get_executor()), timer_(strand_), srv_(srv) {}
+  ~WsConnection() override { srv_->Unregister(this); }
+  WsConnection(const WsConnection&) = delete;
+  WsConnection& operator=(const WsConnection&) = delete;
+
+  void Run(Request req) {
+    ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
+    ws_.read_message_max(srv_->options.max_message_bytes);
+    auto self = shared_from_this();
+    auto r = std::make_shared<Request>(std::move(req));
+    net::dispatch(strand_, [self, r] {
+      self->ws_.async_accept(*r, [self, r](beast::error_code ec) {
+        if (ec) {
+          self->Gone();
+          return;
+        }
+        self->DoRead();
+      });
+    });
+  }
+
+  void Close() override {
+    auto self = shared_from_this();
+    net::post(strand_, [self] { self->HardClose(); });
+  }
+
+ private:
+  struct FrameInfo {
+    std::optional<std::int64_t> index;
+    bool text = false;
+  };
+  struct SessionState {
+    std::unordered_map<std::int64_t, FrameInfo> pending;  // by the loop's frame index
+    std::int64_t accepted = 0;
+    std::int64_t results = 0;
+    bool ending = false;
+  };
+
+  void DoRead() {
+    auto self = shared_from_this();
+    ws_.async_read(buf_, [self](beast::error_code ec, std::size_t /*n*/) { self->OnRead(ec); });
+  }
+
+  void OnRead(beast::error_code ec) {
+    if (ec) {
+      Gone();
+      HardClose();
+      return;
+    }
+    const auto data = buf_.data();
+    if (ws_.got_text()) {
+      auto parsed = ParseClientMessage(
+          std::string_view(static_cast<const char*>(data.data()), data.size()), srv_->options.caps);
+      if (auto* m = std::get_if<ClientMessage>(&parsed)) {
+        Handle(std::move(*m));
+      } else {
+        SendError(std::get<ProtocolError>(parsed));
+      }
+    } else {
+      auto parsed = ParseBinaryFrame(
+          std::span<const std::byte>(static_cast<const std::byte*>(data.data()), data.size()),
+          srv_->options.caps);
+      if (auto* f = std::get_if<FrameRequest>(&parsed)) {
+        OnFrameRequest(std::move(*f));
+      } else {
+        SendError(std::get<ProtocolError>(parsed));
+      }
+    }
+    buf_.consume(buf_.size());
+    if (!closed_) DoRead();
+  }
+
+  void Handle(ClientMessage&& m) {
+    if (auto* s = std::get_if<StartRequest>(&m)) {
+      OnStart(std::move(*s));
+    } else if (auto* f = std::get_if<FrameRequest>(&m)) {
+      OnFrameRequest(std::move(*f));
+    } else if (auto* e = std::get_if<EndRequest>(&m)) {
+      OnEnd(*e);
+    } else if (auto* p = std::get_if<PingRequest>(&m)) {
+      Send(Pong{.nonce = p->nonce}.Serialize());
+    }
+  }
+
+  void OnStart(StartRequest&& r) {
+    const ServerOptions& o = srv_->options;
+    auto fail = [&](ErrorCode code, std::string message) {
+      ProtocolError e = Error(code, std::move(message));
+      e.client_ref = r.client_ref;
+      SendError(e);
+    };
+    const auto open = static_cast<int>(sessions_.size()) + pending_starts_;
+    if (open >= o.max_sessions_per_connection) {
+      fail(ErrorCode::kTooManySessions,
+           "session.start: this connection has " + std::to_string(open) + " sessions, the limit");
+      return;
+    }
+    realtime::SessionSpec spec;
+    spec.period_ms = r.period_ms;
+    spec.deadline_ms = r.deadline_ms > 0.0 ? r.deadline_ms : r.period_ms;
+    spec.input_tokens_per_frame = r.tokens_per_frame;
+    spec.output_tokens_per_frame = r.output_tokens_per_frame;
+    KvSettings kv;
+    kv.policy = r.kv.policy.value_or(KvPolicyKind::kWindow);
+    kv.positions = r.kv.positions.value_or(o.default_positions);
+    const kv::PositionMode pos = kv.positions == KvPositions::kRolling
+                                     ? kv::PositionMode::kRolling
+                                     : kv::PositionMode::kAbsolute;
+    std::optional<std::int64_t> max_context;
+    if (kv.policy == KvPolicyKind::kWindow) {
+      kv.window = r.kv.window.value_or(o.default_window);
+      kv.sinks = r.kv.sinks.value_or(o.default_sinks);
+      spec.policy = kv::KvPolicy::Window(kv.window, kv.sinks, pos);
+    } else {
+      spec.policy = kv::KvPolicy::Full();
+      if (o.full_kv_max_context > 0) max_context = o.full_kv_max_context;
+    }
+    if (r.prompt) {
+      if (auto* ids = std::get_if<TokenIds>(&*r.prompt)) {
+        spec.prompt = std::move(*ids);
+      } else {
+        const auto& text = std::get<std::string>(*r.prompt);
+        if (!text.empty()) {
+          if (srv_->tokenizer == nullptr) {
+            fail(ErrorCode::kBadField,
+                 "session.start: prompt.text needs a tokenizer and this server has none (send "
+                 "prompt.ids)");
+            return;
+          }
+          spec.prompt = srv_->tokenizer->Encode(text, /*add_bos=*/true);
+          if (static_cast<std::int64_t>(spec.prompt.size()) > o.caps.max_prompt_tokens) {
+            fail(ErrorCode::kOverCap, "session.start: prompt.text has " +
+                                          std::to_string(spec.prompt.size()) +
+                                          " tokens, more than max_prompt_tokens = " +
+                                          std::to_string(o.caps.max_prompt_tokens));
+            return;
+          }
+        }
+      }
+    }
+    SessionStarted started{.session = 0,
+                           .client_ref = r.client_ref,
+                           .period_ms = spec.period_ms,
+                           .deadline_ms = spec.deadline_ms,
+                           .tokens_per_frame = spec.input_tokens_per_frame,
+                           .output_tokens_per_frame = spec.output_tokens_per_frame,
+                           .kv = kv,
+                           .max_context = max_context};
+    ++pending_starts_;
+    auto self = shared_from_this();
+    // Set on the engine thread by `done`, read there by the sink: no lock needed.
+    auto id = std::make_shared<RealtimeSessionId>(0);
+    SessionSink sink{
+        .on_frame =
+            [self, id](const realtime::FrameRecord& rec) {
+              net::post(self->strand_, [self, sid = *id, rec] { self->OnResult(sid, rec); });
+            },
+        .on_ended =
+            [self, id](SessionEnd e) {
+              net::post(self->strand_, [self, sid = *id, e] { self->OnEnded(sid, e); });
+            },
+        .on_alarm =
+            [self, id](std::string_view kind) {
+              net::post(self->strand_,
+                        [self, sid = *id, k = std::string(kind)] { self->OnAlarm(sid, k); });
+            }};
+    srv_->service->StartSession(
+        std::move(spec), std::move(sink),
+        [self, id, started = std::move(started)](const StartOutcome& out) mutable {
+          *id = out.id;
+          net::post(self->strand_, [self, out, started = std::move(started)]() mutable {
+            self->OnStarted(out, std::move(started));
+          });
+        });
+  }
+
+  void OnStarted(const StartOutcome& out, SessionStarted started) {
+    --pending_starts_;
+    if (out.admitted) {
+      if (gone_) {
+        srv_->service->EndSession(out.id);
+        return;
+      }
+      sessions_.emplace(out.id, SessionState{});
+      started.session = out.id;
+      Send(started.Serialize());
+    } else if (!out.error.empty()) {
+      ProtocolError e = Error(ErrorCode::kBadField, "session.start: " + out.error);
+      e.client_ref = started.client_ref;
+      SendError(e);
+    } else {
+      Send(SessionRejected{.client_ref = started.client_ref,
+                           .reason = out.decision.reason,
+                           .detail = out.decision.detail,
+                           .retry_after_ms = out.decision.retry_after_ms}
+               .Serialize());
+    }
+  }
+
+  void OnFrameRequest(FrameRequest&& f) {
+    auto fail = [&](ErrorCode code, std::string message) {
+      ProtocolError e = Error(code, std::move(message));
+      e.session = f.session;
+      e.frame = f.index;
+      SendError(e);
+    };
+    auto it = sessions_.find(f.session);
+    if (it == sessions_.end() || it->second.ending) {
+      fail(ErrorCode::kUnknownSession,
+           "frame: session " + std::to_string(f.session) + " is not open on this connection");
+      return;
+    }
+    std::vector<TokenId> tokens;
+    const bool text = std::holds_alternative<std::string>(f.input);
+    if (text) {
+      if (srv_->tokenizer == nullptr) {
+        fail(ErrorCode::kBadField,
+             "frame: text needs a tokenizer and this server has none (send ids)");
+        return;
+      }
+      tokens = srv_->tokenizer->Encode(std::get<std::string>(f.input), /*add_bos=*/false);
+      if (tokens.empty()) {
+        fail(ErrorCode::kBadField, "frame: text has no tokens");
+        return;
+      }
+      const int cap = srv_->options.caps.max_tokens_per_frame;
+      if (static_cast<std::int64_t>(tokens.size()) > cap) {
+        fail(ErrorCode::kOverCap,
+             "frame: text has " + std::to_string(tokens.size()) +
+                 " tokens, more than max_tokens_per_frame = " + std::to_string(cap));
+        return;
+      }
+    } else {
+      tokens = std::move(std::get<TokenIds>(f.input));
+    }
+    auto self = shared_from_this();
+    srv_->service->SubmitFrame(f.session, std::move(tokens),
+                               [self, sid = f.session, index = f.index, text](SubmitOutcome out) {
+                                 net::post(self->strand_, [self, sid, index, text, out] {
+                                   self->OnSubmitted(sid, index, text, out);
+                                 });
+                               });
+  }
+
+  void OnSubmitted(std::uint64_t sid, std::optional<std::int64_t> index, bool text,
+                   SubmitOutcome out) {
+    auto fail = [&](ErrorCode code, std::string message) {
+      ProtocolError e = Error(code, std::move(message));
+      e.session = sid;
+      e.frame = index;
+      SendError(e);
+    };
+    auto it = sessions_.find(sid);
+    switch (out) {
+      case SubmitOutcome::kOk:
+        if (it != sessions_.end()) {
+          it->second.pending[it->second.accepted++] = FrameInfo{.index = index, .text = text};
+        }
+        return;
+      case SubmitOutcome::kTooEarly:
+        fail(ErrorCode::kFrameTooEarly,
+             "frame: session " + std::to_string(sid) + " already has its frames waiting");
+        return;
+      case SubmitOutcome::kUnknownSession:
+        fail(ErrorCode::kUnknownSession,
+             "frame: session " + std::to_string(sid) + " is not open on this connection");
+        return;
+      case SubmitOutcome::kEmpty:
+        fail(ErrorCode::kBadField, "frame: no tokens");
+        return;
+    }
+  }
+
+  void OnEnd(const EndRequest& e) {
+    auto it = sessions_.find(e.session);
+    if (it == sessions_.end() || it->second.ending) {
+      ProtocolError err =
+          Error(ErrorCode::kUnknownSession, "session.end: session " + std::to_string(e.session) +
+                                                " is not open on this connection");
+      err.session = e.session;
+      SendError(err);
+      return;
+    }
+    it->second.ending = true;
+    srv_->service->EndSession(e.session);
+  }
+
+  void OnResult(RealtimeSessionId sid, const realtime::FrameRecord& rec) {
+    auto it = sessions_.find(sid);
+    if (it == sessions_.end()) return;
+    SessionState& st = it->second;
+    FrameResult fr;
+    fr.session = sid;
+    fr.frame = rec.index;
+    auto p = st.pending.find(rec.index);
+    if (p != st.pending.end()) {
+      if (p->second.index) fr.frame = *p->second.index;
+      if (p->second.text && srv_->tokenizer != nullptr) {
+        fr.text = srv_->tokenizer->Decode(rec.tokens);
+      }
+      st.pending.erase(p);
+    }
+    fr.ids = rec.tokens;
+    fr.latency_ms = rec.latency_ms;
+    fr.outcome = rec.outcome;
+    ++st.results;
+    Send(fr.Serialize());
+  }
+
+  void OnEnded(RealtimeSessionId sid, SessionEnd e) {
+    auto it = sessions_.find(sid);
+    if (it == sessions_.end()) return;
+    const std::int64_t frames = it->second.results;
+    sessions_.erase(it);
+    Send(SessionEnded{.session = sid, .reason = ToEndReason(e), .frames = frames}.Serialize());
+  }
+
+  void OnAlarm(RealtimeSessionId sid, const std::string& kind) {
+    if (!sessions_.contains(sid)) return;
+    Send(Alarm{.session = sid,
+               .kind = kind,
+               .detail = kind == "mute" ? "consecutive starved frames" : kind}
+             .Serialize());
+  }
+
+  void SendError(const ProtocolError& e) { Send(ErrorMessage{.error = e}.Serialize()); }
+
+  void Send(std::string message) {
+    if (closed_) return;
+    if (queue_.size() >= srv_->options.max_send_queue) {
+      CloseWith(websocket::close_code::policy_error);
+      return;
+    }
+    queue_.push_back(std::move(message));
+    if (!writing_) DoWrite();
+  }
+
+  void DoWrite() {
+    writing_ = true;
+    ws_.text(true);
+    auto self = shared_from_this();
+    ws_.async_write(net::buffer(queue_.front()),
+                    [self](beast::error_code ec, std::size_t /*n*/) { self->OnWrite(ec); });
+  }
+
+  void OnWrite(beast::error_code ec) {
+    writing_ = false;
+    queue_.pop_front();
+    if (ec) {
+      Gone();
+      HardClose();
+      return;
+    }
+    if (close_code_) {
+      queue_.clear();
+      StartClose();
+      return;
+    }
+    if (!queue_.empty() && !closed_) DoWrite();
+  }
+
+  // Closes with `code` (a close frame after the write in flight, if any), ends the sessions at
+  // once, and drops the socket after kCloseGrace whatever the peer does.
+  void CloseWith(websocket::close_code code) {
+    if (closed_) return;
+    closed_ = true;
+    Gone();
+    close_code_ = code;
+    if (writing_) {
+      while (queue_.size() > 1) queue_.pop_back();  // the front one is being written
+    } else {
+      queue_.clear();
+      StartClose();
+    }
+    auto self = shared_from_this();
+    timer_.expires_after(kCloseGrace);
+    timer_.async_wait([self](beast::error_code ec) {
+      if (!ec) self->HardClose();
+    });
+  }
+
+  void StartClose() {
+    auto self = shared_from_this();
+    ws_.async_close(websocket::close_reason(*close_code_),
+                    [self](beast::error_code /*ec*/) { self->HardClose(); });
+  }
+
+  void HardClose() {
+    closed_ = true;
+    beast::error_code ec;
+    beast::get_lowest_layer(ws_).socket().shutdown(tcp::socket::shutdown_both, ec);
+    beast::get_lowest_layer(ws_).socket().close(ec);
+    timer_.cancel();
+  }
+
+  // The connection is gone (or going): every session ends at once; nobody is told.
+  void Gone() {
+    if (gone_) return;
+    gone_ = true;
+    closed_ = true;
+    for (auto& [sid, st] : sessions_) {
+      if (!st.ending) srv_->service->EndSession(sid);
+      st.ending = true;
+    }
+  }
+
+  websocket::stream<beast::tcp_stream> ws_;
+  net::any_io_executor strand_;
+  net::steady_timer timer_;
+  Impl* srv_;
+  beast::flat_buffer buf_;
+  std::deque<std::string> queue_;
+  bool writing_ = false;
+  bool closed_ = false;  // nothing more is sent
+  bool gone_ = false;    // sessions ended
+  std::optional<websocket::close_code> close_code_;
+  std::unordered_map<std::uint64_t, SessionState> sessions_;
+  int pending_starts_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Plain HTTP connection: routes, or hands an upgrade on /v1/realtime to a WsConnection.
+
+class HttpSession final : public Closable, public std::enable_shared_from_this<HttpSession> {
+ public:
+  HttpSession(tcp::socket&& socket, Impl* srv) : stream_(std::move(socket)), srv_(srv) {}
+  ~HttpSession() override { srv_->Unregister(this); }
+  HttpSession(const HttpSession&) = delete;
+  HttpSession& operator=(const HttpSession&) = delete;
+
+  void Run() {
+    auto self = shared_from_this();
+    net::dispatch(stream_.get_executor(), [self] { self->DoRead(); });
+  }
+
+  void Close() override {
+    auto self = shared_from_this();
+    net::post(stream_.get_executor(), [self] {
+      beast::error_code ec;
+      self->stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+      self->stream_.socket().close(ec);
+    });
+  }
+
+ private:
+  void DoRead() {
+    parser_.emplace();
+    parser_->body_limit(srv_->options.max_message_bytes);
+    stream_.expires_after(kHttpIdle);
+    auto self = shared_from_this();
+    http::async_read(stream_, buffer_, *parser_,
+                     [self](beast::error_code ec, std::size_t /*n*/) { self->OnRead(ec); });
+  }
+
+  void OnRead(beast::error_code ec) {
+    if (ec) {
+      stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+      return;
+    }
+    Request req = parser_->release();
+    const std::string_view target = View(req.target());
+    const std::string_view path = target.substr(0, target.find('?'));
+    if (websocket::is_upgrade(req) && path == "/v1/realtime") {
+      if (!srv_->Authorized(req)) {
+        Respond(req, http::status::unauthorized, "unauthorized\n", "text/plain");
+        return;
+      }
+      stream_.expires_never();
+      auto ws = std::make_shared<WsConnection>(stream_.release_socket(), srv_);
+      if (srv_->Register(ws, /*check=*/false)) ws->Run(std::move(req));
+      return;
+    }
+    if (req.method() != http::verb::get) {
+      Respond(req, http::status::method_not_allowed, "method not allowed\n", "text/plain");
+    } else if (path == "/healthz") {
+      Respond(req, http::status::ok, "ok", "text/plain");
+    } else if (path == "/metrics") {
+      Respond(req, http::status::ok,
+              srv_->registry != nullptr ? srv_->registry->ExpositionText() : std::string(),
+              "text/plain; version=0.0.4");
+    } else if (path.starts_with("/v1/") && !srv_->Authorized(req)) {
+      Respond(req, http::status::unauthorized, "unauthorized\n", "text/plain");
+    } else if (path == "/v1/stats") {
+      Respond(req, http::status::ok, srv_->service->Stats().dump(), "application/json");
+    } else {
+      Respond(req, http::status::not_found, "not found\n", "text/plain");
+    }
+  }
+
+  void Respond(const Request& req, http::status status, std::string body,
+               std::string_view content_type) {
+    auto res = std::make_shared<http::response<http::string_body>>(status, req.version());
+    res->set(http::field::server, "metronome");
+    res->set(http::field::content_type,
+             beast::string_view(content_type.data(), content_type.size()));
+    res->keep_alive(req.keep_alive());
+    res->body() = std::move(body);
+    res->prepare_payload();
+    auto self = shared_from_this();
+    http::async_write(stream_, *res, [self, res](beast::error_code ec, std::size_t /*n*/) {
+      if (ec || res->need_eof()) {
+        self->stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+        return;
+      }
+      self->DoRead();
+    });
+  }
+
+  beast::tcp_stream stream_;
+  Impl* srv_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+};
+
+}  // namespace
+
+void HttpServer::Impl::DoAccept() {
+  acceptor.async_accept(net::make_strand(io), [this](beast::error_code ec, tcp::socket socket) {
+    if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
+    if (!ec) {
+      auto s = std::make_shared<HttpSession>(std::move(socket), this);
+      if (Register(s, /*check=*/true)) s->Run();
+    }
+    DoAccept();
+  });
+}
+
+HttpServer::HttpServer(EngineService* service, telemetry::MetricsRegistry* registry,
+                       const ServerOptions& options, const model::Tokenizer* tokenizer)
+    : impl_(std::make_unique<Impl>(service, registry, options, tokenizer)) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+void HttpServer::Start() {
+  Impl& s = *impl_;
+  if (s.started) return;
+  s.started = true;
+  tcp::resolver resolver(s.io);
+  const auto results = resolver.resolve(s.options.host, std::to_string(s.options.port));
+  const tcp::endpoint endpoint = results.begin()->endpoint();
+  s.acceptor.open(endpoint.protocol());
+  s.acceptor.set_option(net::socket_base::reuse_address(true));
+  s.acceptor.bind(endpoint);
+  s.acceptor.listen(net::socket_base::max_listen_connections);
+  s.bound_port = s.acceptor.local_endpoint().port();
+  s.DoAccept();
+  s.work.emplace(s.io.get_executor());
+  const int n = std::max(1, s.options.io_threads);
+  for (int i = 0; i < n; ++i) s.threads.emplace_back([&s] { s.io.run(); });
+}
+
+int HttpServer::port() const { return impl_->bound_port.load(); }
+
+void HttpServer::Stop() {
+  Impl& s = *impl_;
+  if (!s.started || s.stopped) return;
+  s.stopped = true;
+  net::post(s.acceptor.get_executor(), [&s] {
+    beast::error_code ec;
+    s.acceptor.close(ec);
+  });
+  std::vector<std::shared_ptr<Closable>> open;
+  {
+    const std::lock_guard<std::mutex> lock(s.mu);
+    s.accepting = false;
+    for (auto& [key, weak] : s.conns) {
+      if (auto c = weak.lock()) open.push_back(std::move(c));
+    }
+  }
+  for (auto& c : open) c->Close();
+  open.clear();
+  // Connections go once their sessions' last callbacks have run.
+  for (int i = 0; i < 600; ++i) {
+    {
+      const std::lock_guard<std::mutex> lock(s.mu);
+      if (s.conns.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  s.work.reset();
+  s.io.stop();
+  for (auto& t : s.threads) t.join();
+  s.threads.clear();
+}
+
+}  // namespace metronome::server

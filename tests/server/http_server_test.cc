@@ -1,0 +1,341 @@
+// The network server end to end on the real clock with the cost-model backend: a Beast sync
+// WebSocket client opens sessions, sends frames and bad input; plain HTTP routes and access
+// control; an abrupt disconnect returns every block to the pool.
+#include "metronome/server/http_server.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace metronome::server {
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+using nlohmann::json;
+
+realtime::SupervisorOptions Supervisor(const std::string& admission) {
+  realtime::SupervisorOptions o;
+  o.admission = admission;
+  o.log_to_stderr = false;
+  o.loop.log_to_stderr = false;
+  return o;
+}
+
+// The engine service and the server on an ephemeral port; no tokenizer.
+struct Server {
+  realtime::CostModelBackend backend{{.c0_s = 0.001}, 256, 16};
+  SteadyClock clock;
+  telemetry::MetricsRegistry registry;
+  EngineService service;
+  HttpServer http;
+
+  Server(const std::string& admission, const ServerOptions& options)
+      : service(&backend, &clock, Supervisor(admission), &registry),
+        http(&service, &registry, options, nullptr) {
+    http.Start();
+  }
+  ~Server() {
+    http.Stop();
+    service.Shutdown();
+  }
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+};
+
+void SetReadTimeout(tcp::socket& socket) {
+  timeval tv{.tv_sec = 5, .tv_usec = 0};
+  ::setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+}
+
+// A sync WebSocket client on /v1/realtime.
+class Client {
+ public:
+  explicit Client(int port, const std::string& token = "") {
+    ws_.next_layer().connect(
+        tcp::endpoint(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
+    SetReadTimeout(ws_.next_layer());
+    if (!token.empty()) {
+      ws_.set_option(websocket::stream_base::decorator([token](websocket::request_type& req) {
+        req.set(http::field::authorization, "Bearer " + token);
+      }));
+    }
+    ws_.handshake("127.0.0.1", "/v1/realtime");
+  }
+  void Send(const json& j) { SendText(j.dump()); }
+  void SendText(const std::string& s) {
+    ws_.text(true);
+    ws_.write(net::buffer(s));
+  }
+  void SendBinary(const std::vector<std::byte>& b) {
+    ws_.binary(true);
+    ws_.write(net::buffer(b.data(), b.size()));
+  }
+  json Read() {
+    beast::flat_buffer b;
+    ws_.read(b);
+    return json::parse(beast::buffers_to_string(b.data()));
+  }
+  // Reads until a message of `type` (skipping others, e.g. results of other sessions).
+  json ReadType(const std::string& type) {
+    for (int i = 0; i < 100; ++i) {
+      json j = Read();
+      if (j["type"] == type) return j;
+    }
+    return {};
+  }
+  std::uint64_t Start(const json& extra = json::object()) {
+    json start = {{"type", "session.start"},
+                  {"period_ms", 20},
+                  {"tokens_per_frame", 2},
+                  {"output_tokens_per_frame", 2},
+                  {"kv", {{"window", 32}, {"sinks", 4}}}};
+    start.update(extra);
+    Send(start);
+    const json j = Read();
+    EXPECT_EQ(j["type"], "session.started") << j.dump();
+    return j.value("session", std::uint64_t{0});
+  }
+  websocket::stream<tcp::socket>& ws() { return ws_; }
+
+ private:
+  net::io_context io_;
+  websocket::stream<tcp::socket> ws_{io_};
+};
+
+struct HttpResult {
+  int status = 0;
+  std::string body;
+  std::string content_type;
+};
+
+HttpResult Get(int port, const std::string& target, const std::string& token = "",
+               http::verb verb = http::verb::get, bool upgrade = false) {
+  net::io_context io;
+  tcp::socket socket(io);
+  socket.connect(
+      tcp::endpoint(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
+  SetReadTimeout(socket);
+  http::request<http::string_body> req{verb, target, 11};
+  req.set(http::field::host, "127.0.0.1");
+  if (!token.empty()) req.set(http::field::authorization, "Bearer " + token);
+  if (upgrade) {
+    req.set(http::field::upgrade, "websocket");
+    req.set(http::field::connection, "upgrade");
+    req.set(http::field::sec_websocket_key, "dGhlIHNhbXBsZSBub25jZQ==");
+    req.set(http::field::sec_websocket_version, "13");
+  }
+  req.prepare_payload();
+  http::write(socket, req);
+  beast::flat_buffer b;
+  http::response<http::string_body> res;
+  http::read(socket, b, res);
+  return {.status = static_cast<int>(res.result_int()),
+          .body = res.body(),
+          .content_type = std::string(res[http::field::content_type])};
+}
+
+TEST(HttpServerTest, FramesComeBackInOrderWithTheClientsIndexAndMetricsAreServed) {
+  Server s("static:4", {});
+  Client c(s.http.port());
+  // A generous deadline: "ok" must not depend on how loaded the test machine is.
+  const std::uint64_t id = c.Start({{"client_ref", "a"}, {"deadline_ms", 500}});
+  ASSERT_NE(id, 0U);
+  for (int i = 0; i < 10; ++i) {
+    c.Send({{"type", "frame"}, {"session", id}, {"index", 100 + i}, {"ids", {1, 2}}});
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (int i = 0; i < 10; ++i) {
+    const json r = c.Read();
+    ASSERT_EQ(r["type"], "frame.result") << r.dump();
+    EXPECT_EQ(r["session"], id);
+    EXPECT_EQ(r["frame"], 100 + i);
+    EXPECT_EQ(r["outcome"], "ok");
+    EXPECT_EQ(r["ids"].size(), 2U);
+    EXPECT_LT(r["latency_ms"].get<double>(), 500.0);
+  }
+  // A binary frame without an index: the result counts the session's accepted frames.
+  c.SendBinary(EncodeBinaryFrame({.session = id, .index = std::nullopt, .input = TokenIds{3, 4}}));
+  const json r = c.Read();
+  EXPECT_EQ(r["type"], "frame.result") << r.dump();
+  EXPECT_EQ(r["frame"], 10);
+  c.Send({{"type", "ping"}, {"nonce", 7}});
+  EXPECT_EQ(c.Read(), (json{{"type", "pong"}, {"nonce", 7}}));
+  c.Send({{"type", "session.end"}, {"session", id}});
+  const json ended = c.Read();
+  EXPECT_EQ(ended["type"], "session.ended") << ended.dump();
+  EXPECT_EQ(ended["reason"], "client");
+  EXPECT_EQ(ended["frames"], 11);
+
+  const HttpResult metrics = Get(s.http.port(), "/metrics");
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.body.find("metronome_frames_total"), std::string::npos) << metrics.body;
+  EXPECT_EQ(metrics.content_type, "text/plain; version=0.0.4");
+  const HttpResult health = Get(s.http.port(), "/healthz");
+  EXPECT_EQ(health.status, 200);
+  EXPECT_EQ(health.body, "ok");
+  const HttpResult stats = Get(s.http.port(), "/v1/stats");
+  EXPECT_EQ(stats.status, 200);
+  EXPECT_EQ(json::parse(stats.body)["sessions"]["active"], 0) << stats.body;
+  EXPECT_EQ(Get(s.http.port(), "/nope").status, 404);
+  EXPECT_EQ(Get(s.http.port(), "/healthz", "", http::verb::post).status, 405);
+}
+
+TEST(HttpServerTest, AdmissionRejectsASecondSessionWithReasonLimit) {
+  Server s("static:1", {});
+  Client c(s.http.port());
+  ASSERT_NE(c.Start(), 0U);
+  c.Send({{"type", "session.start"},
+          {"period_ms", 20},
+          {"tokens_per_frame", 1},
+          {"client_ref", "second"}});
+  const json j = c.Read();
+  EXPECT_EQ(j["type"], "session.rejected") << j.dump();
+  EXPECT_EQ(j["reason"], "limit");
+  EXPECT_EQ(j["client_ref"], "second");
+  EXPECT_GT(j["retry_after_ms"].get<double>(), 0.0);
+}
+
+TEST(HttpServerTest, BadInputGetsErrorsAndTheConnectionGoesOn) {
+  ServerOptions o;
+  o.caps.vocab_size = 65536;
+  o.max_sessions_per_connection = 2;
+  o.max_message_bytes = 4096;
+  Server s("static:8", o);
+  Client a(s.http.port());
+  Client b(s.http.port());
+  auto code = [](const json& j) { return j.value("code", std::string("(none)")); };
+
+  a.SendText("{\"type\": \"ping\",");
+  EXPECT_EQ(code(a.Read()), "bad_json");
+  a.Send({{"type", "sesion.start"}});
+  EXPECT_EQ(code(a.Read()), "unknown_type");
+  const std::uint64_t id = a.Start();
+  a.Send({{"type", "frame"}, {"session", id}, {"index", 3}, {"ids", {1, 70000}}});
+  json e = a.Read();
+  EXPECT_EQ(code(e), "token_out_of_range") << e.dump();
+  EXPECT_EQ(e["frame"], 3);
+  // Another connection's session.
+  b.Send({{"type", "frame"}, {"session", id}, {"ids", {1, 2}}});
+  e = b.Read();
+  EXPECT_EQ(code(e), "unknown_session") << e.dump();
+  EXPECT_EQ(e["session"], id);
+  b.Send({{"type", "session.end"}, {"session", id}});
+  EXPECT_EQ(code(b.Read()), "unknown_session");
+  // The per-connection session limit.
+  ASSERT_NE(a.Start(), 0U);
+  a.Send({{"type", "session.start"}, {"period_ms", 20}, {"tokens_per_frame", 1}});
+  EXPECT_EQ(code(a.Read()), "too_many_sessions");
+  // Still alive.
+  a.Send({{"type", "ping"}});
+  EXPECT_EQ(a.Read()["type"], "pong");
+  // Too large: closed with 1009.
+  a.SendText(std::string(5000, ' '));
+  beast::flat_buffer buf;
+  beast::error_code ec;
+  a.ws().read(buf, ec);
+  EXPECT_EQ(ec, websocket::error::closed) << ec.message();
+  EXPECT_EQ(a.ws().reason().code, websocket::close_code::too_big);
+  // Its sessions ended with it.
+  bool drained = false;
+  for (int i = 0; i < 200 && !drained; ++i) {
+    const json st = s.service.Stats();
+    drained = st["sessions"]["active"] == 0;
+    if (!drained) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(drained);
+}
+
+TEST(HttpServerTest, AnAbruptDisconnectEndsItsSessionsAndFreesTheirBlocks) {
+  Server s("static:8", {});
+  {
+    Client c(s.http.port());
+    const std::uint64_t id1 = c.Start();
+    const std::uint64_t id2 = c.Start();
+    for (int i = 0; i < 3; ++i) {
+      c.Send({{"type", "frame"}, {"session", id1}, {"ids", {1, 2}}});
+      c.Send({{"type", "frame"}, {"session", id2}, {"ids", {1, 2}}});
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    c.ReadType("frame.result");
+    EXPECT_GT(s.service.Stats()["kv"]["used_blocks"].get<std::int64_t>(), 0);
+    beast::error_code ec;
+    c.ws().next_layer().close(ec);  // no close frame
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  json st;
+  for (;;) {
+    st = s.service.Stats();
+    if (st["kv"]["used_blocks"] == 0 && st["sessions"]["active"] == 0) break;
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(1)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(st["kv"]["used_blocks"], 0) << st.dump();
+  EXPECT_EQ(st["sessions"]["active"], 0) << st.dump();
+}
+
+TEST(HttpServerTest, AnAccessTokenIsRequiredOnTheUpgradeAndOnV1) {
+  ServerOptions o;
+  o.auth_token = "sesame";
+  Server s("static:4", o);
+  // An upgrade without the token: 401, with it: 101.
+  EXPECT_EQ(Get(s.http.port(), "/v1/realtime", "", http::verb::get, true).status, 401);
+  EXPECT_EQ(Get(s.http.port(), "/v1/realtime", "wrong", http::verb::get, true).status, 401);
+  EXPECT_EQ(Get(s.http.port(), "/v1/realtime", "sesame", http::verb::get, true).status, 101);
+  EXPECT_THROW(Client(s.http.port(), "wrong"), boost::system::system_error);
+  Client c(s.http.port(), "sesame");
+  c.Send({{"type", "ping"}, {"nonce", 1}});
+  EXPECT_EQ(c.Read()["type"], "pong");
+  EXPECT_EQ(Get(s.http.port(), "/v1/stats").status, 401);
+  EXPECT_EQ(Get(s.http.port(), "/v1/stats", "sesame").status, 200);
+  EXPECT_EQ(Get(s.http.port(), "/healthz").status, 200);
+}
+
+TEST(HttpServerTest, AReaderSlowerThanTheSendQueueIsClosedAndItsSessionsEnd) {
+  ServerOptions o;
+  o.max_send_queue = 4;
+  Server s("static:8", o);
+  Client c(s.http.port());
+  ASSERT_NE(c.Start(), 0U);
+  // Pings and no reads: a burst of pongs overflows the queue of 4 (a reader that does not keep
+  // up is closed the same way, once the socket buffers are full).
+  const std::string ping = json{{"type", "ping"}, {"nonce", 123456789}}.dump();
+  ASSERT_EQ(s.service.Stats()["sessions"]["active"], 1);
+  beast::error_code ec;
+  int sent = 0;
+  for (int i = 0; i < 400000 && !ec; ++i, ++sent) {
+    c.ws().text(true);
+    c.ws().write(net::buffer(ping), ec);
+    if (i % 1000 == 0 && s.service.Stats()["sessions"]["active"] == 0) break;
+  }
+  bool ended = false;
+  for (int i = 0; i < 400 && !ended; ++i) {
+    ended = s.service.Stats()["sessions"]["active"] == 0;
+    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(ended) << sent << " " << ec.message();
+  // What was queued before the overflow arrives, then the close frame.
+  beast::flat_buffer buf;
+  for (int i = 0; i < 100000 && !ec; ++i) {
+    c.ws().read(buf, ec);
+    buf.clear();
+  }
+  EXPECT_EQ(ec, websocket::error::closed) << ec.message();
+  EXPECT_EQ(c.ws().reason().code, websocket::close_code::policy_error);
+}
+
+}  // namespace
+}  // namespace metronome::server
