@@ -16,12 +16,6 @@
 namespace metronome::admission {
 namespace {
 
-std::string Num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-
 [[noreturn]] void Bad(const std::string& field, const std::string& rule, const std::string& got) {
   throw ConfigError("admission: " + field + " must be " + rule + ", got " + got);
 }
@@ -29,7 +23,7 @@ std::string Num(double v) {
 void CheckRange(const char* field, double v, double lo, double hi, bool lo_open, bool hi_open,
                 const std::string& rule) {
   const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
-  if (!ok) Bad(field, rule, Num(v));
+  if (!ok) Bad(field, rule, FormatValue(v));
 }
 
 }  // namespace
@@ -62,7 +56,8 @@ void Validate(const AimdOptions& o) {
   CheckRange("aimd.percentile", o.percentile, 0.0, 100.0, true, false, "in (0, 100]");
   CheckRange("aimd.low_target", o.low_target, 0.0, inf, true, true, "> 0 (a fraction of D)");
   if (!(std::isfinite(o.high_target) && o.high_target > o.low_target)) {
-    Bad("aimd.high_target", "> aimd.low_target (" + Num(o.low_target) + ")", Num(o.high_target));
+    Bad("aimd.high_target", "> aimd.low_target (" + FormatValue(o.low_target) + ")",
+        FormatValue(o.high_target));
   }
   CheckRange("aimd.miss_ratio_threshold", o.miss_ratio_threshold, 0.0, 1.0, false, true,
              "in [0, 1)");

@@ -1,8 +1,15 @@
 #include "metronome/base/errors.h"
 
+#include <cstdio>
 #include <cstring>
 
 namespace metronome {
+
+std::string FormatValue(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
 
 std::string ErrnoMessage(int err) {
   char buf[256];

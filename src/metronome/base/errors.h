@@ -14,6 +14,9 @@ class LoadError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A number as error messages show it: printf's %g (6 significant digits, no trailing zeros).
+std::string FormatValue(double v);
+
 // strerror(err) without strerror's shared static buffer (safe from any thread).
 std::string ErrnoMessage(int err);
 

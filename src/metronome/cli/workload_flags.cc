@@ -13,12 +13,6 @@
 namespace metronome::cli {
 namespace {
 
-std::string Num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-
 std::string Seconds(double s) {
   if (!std::isfinite(s)) return "never";
   char buf[32];
@@ -53,7 +47,7 @@ void PrintProgressHeader() {
 void PrintProgress(const realtime::RunSample& s) {
   const std::string limit =
       s.limit == admission::kNoLimit ? std::string("-") : std::to_string(s.limit);
-  const std::string t_sat = std::isfinite(s.t_sat_s) ? Num(std::round(s.t_sat_s)) : "inf";
+  const std::string t_sat = std::isfinite(s.t_sat_s) ? FormatValue(std::round(s.t_sat_s)) : "inf";
   std::printf("%8.1f %7lld %6s %7.1f%% %9s %10lld %9lld %7lld %8lld %6lld %7lld\n", s.t_s,
               static_cast<long long>(s.active), limit.c_str(), 100.0 * s.kv_used_fraction,
               t_sat.c_str(), static_cast<long long>(s.frames), static_cast<long long>(s.ok),
@@ -85,7 +79,7 @@ void PrintSummary(const realtime::RunSummary& s) {
       "second half %s; active mean over the second half %.1f (peak %lld)\n",
       s.admission.c_str(), static_cast<long long>(s.admitted), static_cast<long long>(s.rejected),
       static_cast<long long>(s.abandoned), limit_final.c_str(),
-      std::isfinite(s.limit_mean_second_half) ? Num(s.limit_mean_second_half).c_str() : "-",
+      std::isfinite(s.limit_mean_second_half) ? FormatValue(s.limit_mean_second_half).c_str() : "-",
       s.active_mean_second_half, static_cast<long long>(s.active_peak));
   if (s.frames > 0) {
     std::printf("frame latency: p50 %.2f ms, p99 %.2f ms (deadline %g ms)\n",
@@ -185,10 +179,10 @@ realtime::WorkloadOptions WorkloadFlags::Options(const SessionDefaults& d, int v
   o.session.input_tokens_per_frame = tokens_per_frame.value_or(d.tokens_per_frame);
   o.session.output_tokens_per_frame = output_tokens_per_frame.value_or(d.output_tokens_per_frame);
   if (!(o.session.period_ms > 0.0)) {
-    throw ConfigError("--period-ms = " + Num(o.session.period_ms) + " must be > 0");
+    throw ConfigError("--period-ms = " + FormatValue(o.session.period_ms) + " must be > 0");
   }
   if (!(o.session.deadline_ms >= 0.0)) {
-    throw ConfigError("--deadline-ms = " + Num(o.session.deadline_ms) + " must be > 0");
+    throw ConfigError("--deadline-ms = " + FormatValue(o.session.deadline_ms) + " must be > 0");
   }
   if (o.session.input_tokens_per_frame < 1) {
     throw ConfigError("--tokens-per-frame = " + std::to_string(o.session.input_tokens_per_frame) +

@@ -32,12 +32,6 @@ constexpr double kMinPivot = 1e-9;
 using Matrix = std::array<std::array<double, kTerms>, kTerms>;
 using Vector = std::array<double, kTerms>;
 
-std::string Num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
-
 double Term(const StepObservation& p, std::size_t j) {
   return j == 0 ? 1.0 : (j == 1 ? p.batch_tokens : p.visible_kv_tokens);
 }
@@ -48,7 +42,7 @@ void ValidatePoint(const StepObservation& p, std::size_t i) {
     msg += std::to_string(i);
     msg += ": ";
     msg += field;
-    msg += " = " + Num(v) + " must be " + want;
+    msg += " = " + FormatValue(v) + " must be " + want;
     return ConfigError(msg);
   };
   if (!std::isfinite(p.batch_tokens) || p.batch_tokens < 0.0) {
@@ -247,8 +241,9 @@ CostModel CostModelFromJson(const nlohmann::json& j, const std::string& source) 
       throw ConfigError(msg + " must be a number, got " + it->type_name() + " " + it->dump());
     }
     v[k] = it->get<double>();
-    if (!std::isfinite(v[k])) throw ConfigError(msg + " = " + Num(v[k]) + " must be finite");
-    if (v[k] < 0.0) throw ConfigError(msg + " = " + Num(v[k]) + " must be >= 0");
+    if (!std::isfinite(v[k]))
+      throw ConfigError(msg + " = " + FormatValue(v[k]) + " must be finite");
+    if (v[k] < 0.0) throw ConfigError(msg + " = " + FormatValue(v[k]) + " must be >= 0");
   }
   return CostModel{v[0], v[1], v[2]};
 }

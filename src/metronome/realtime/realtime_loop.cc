@@ -121,11 +121,6 @@ std::vector<RealtimeSessionId> RealtimeLoop::session_ids() const {
   return ids;
 }
 
-bool RealtimeLoop::bounded(RealtimeSessionId id) const {
-  const auto it = sessions_.find(id);
-  return it != sessions_.end() && it->second.spec.policy.mode == kv::KvMode::kWindow;
-}
-
 std::int64_t RealtimeLoop::resident_blocks(RealtimeSessionId id) const {
   const auto it = sessions_.find(id);
   return it == sessions_.end() ? 0 : backend_->resident_blocks(it->second.backend_id);

@@ -119,8 +119,6 @@ class RealtimeLoop {
   }
   [[nodiscard]] std::vector<RealtimeSessionId> session_ids() const;
   [[nodiscard]] std::int64_t resident_blocks(RealtimeSessionId id) const;
-  // Whether the session's KV is bounded (window policy); false for full KV or an unknown id.
-  [[nodiscard]] bool bounded(RealtimeSessionId id) const;
   [[nodiscard]] Backend& backend() { return *backend_; }
 
   // Observers (may be empty): every delivered frame; every mute alarm (session, time). They run

@@ -13,19 +13,11 @@
 #include "metronome/telemetry/quantile_sketch.h"
 
 namespace metronome::realtime {
-namespace {
-
-std::string Num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-
-}  // namespace
 
 void SupervisorOptions::Validate() const {
   if (!(sample_interval_s > 0.0 && sample_interval_s <= 60.0)) {
-    throw ConfigError("sample_interval_s = " + Num(sample_interval_s) + " must be in (0, 60]");
+    throw ConfigError("sample_interval_s = " + FormatValue(sample_interval_s) +
+                      " must be in (0, 60]");
   }
   forecast.Validate();
   loop.Validate();
@@ -46,9 +38,10 @@ std::int64_t ProjectedBlocks(const SessionSpec& spec, int block_tokens,
 }
 
 struct Supervisor::State {
-  State(Backend* b, Clock* c, const SupervisorOptions& o, telemetry::MetricsRegistry* registry,
-        telemetry::EventLog* e)
-      : backend(b),
+  State(Supervisor& owner_, Backend* b, Clock* c, const SupervisorOptions& o,
+        telemetry::MetricsRegistry* registry, telemetry::EventLog* e)
+      : owner(owner_),
+        backend(b),
         clock(c),
         options(o),
         loop(b, c, LoopWithoutLogging(o.loop)),
@@ -69,6 +62,7 @@ struct Supervisor::State {
   void OnFrame(const FrameRecord& r);
   void Forget(RealtimeSessionId id) { projected.erase(id); }
 
+  Supervisor& owner;  // its public observers are called after the supervisor's own handling
   Backend* backend;
   Clock* clock;
   SupervisorOptions options;
@@ -79,8 +73,13 @@ struct Supervisor::State {
   telemetry::EventLog* events;
   double t0 = 0.0;
 
-  // Projected blocks of every live session: what admission reserved for it.
-  std::unordered_map<RealtimeSessionId, std::int64_t> projected;
+  // Every live session's projection: what admission reserved for it, and whether that is a hard
+  // bound (window KV) or only an estimate (full KV).
+  struct Projection {
+    std::int64_t blocks = 0;
+    bool bounded = false;
+  };
+  std::unordered_map<RealtimeSessionId, Projection> projected;
   // SystemState for Admit, computed once per turn (O(sessions)) and kept current by Admit itself:
   // a crowd retrying every period costs one pass, not one per request.
   std::optional<admission::SystemState> system_cache;
@@ -96,11 +95,6 @@ struct Supervisor::State {
   double kv_peak_fraction = 0.0;
   bool forecast_warning = false;
   std::int64_t last_freed_by_window = 0;
-
-  std::function<void(const FrameRecord&)>* on_frame = nullptr;
-  std::function<void(RealtimeSessionId, double, engine::StepStatus)>* on_session_error = nullptr;
-  std::function<void(RealtimeSessionId, double)>* on_mute_alarm = nullptr;
-  std::function<void(double)>* on_new_peak = nullptr;
 };
 
 admission::SystemState Supervisor::State::System() const {
@@ -109,8 +103,8 @@ admission::SystemState Supervisor::State::System() const {
   s.active_sessions = loop.active_sessions();
   s.free_blocks = pool.free_blocks;
   s.total_blocks = pool.num_blocks;
-  for (const auto& [id, blocks] : projected) {
-    s.reserved_blocks += std::max<std::int64_t>(0, blocks - loop.resident_blocks(id));
+  for (const auto& [id, p] : projected) {
+    s.reserved_blocks += std::max<std::int64_t>(0, p.blocks - loop.resident_blocks(id));
   }
   return s;
 }
@@ -137,13 +131,12 @@ void Supervisor::State::Sample(double now) {
   // Bounded sessions can never hold more than the sum of their bounds; any full-KV session makes
   // the total unbounded.
   std::int64_t bounded = 0;
-  for (const RealtimeSessionId id : loop.session_ids()) {
-    if (!loop.bounded(id)) {
+  for (const auto& [id, p] : projected) {
+    if (!p.bounded) {
       bounded = -1;
       break;
     }
-    const auto it = projected.find(id);
-    bounded += it == projected.end() ? 0 : it->second;
+    bounded += p.blocks;
   }
   forecast.Observe(now, pool.used_blocks, pool.num_blocks, active, bounded);
   const std::optional<double> t_sat = forecast.TimeToSaturationSeconds();
@@ -158,7 +151,7 @@ void Supervisor::State::Sample(double now) {
     }
     if (Logging()) {
       events->Alarm(now * 1e3, {.kind = "saturation_forecast",
-                                .detail = "t_sat_s=" + Num(t_sat.value_or(0.0))});
+                                .detail = "t_sat_s=" + FormatValue(t_sat.value_or(0.0))});
     }
   }
   forecast_warning = warning;
@@ -205,20 +198,16 @@ void Supervisor::State::OnFrame(const FrameRecord& r) {
                               .latency_ms = r.latency_ms,
                               .num_tokens = static_cast<int>(r.tokens.size())});
   }
-  if (*on_frame) (*on_frame)(r);
+  if (owner.on_frame) owner.on_frame(r);
 }
 
 Supervisor::Supervisor(Backend* backend, Clock* clock, const SupervisorOptions& options,
                        telemetry::MetricsRegistry* registry, telemetry::EventLog* events) {
   options.Validate();
-  state_ = std::make_unique<State>(backend, clock, options, registry, events);
+  state_ = std::make_unique<State>(*this, backend, clock, options, registry, events);
   State& st = *state_;
-  st.on_frame = &on_frame;
-  st.on_session_error = &on_session_error;
-  st.on_mute_alarm = &on_mute_alarm;
-  st.on_new_peak = &on_new_peak;
   st.loop.on_frame = [&st](const FrameRecord& r) { st.OnFrame(r); };
-  st.loop.on_mute_alarm = [&st](RealtimeSessionId id, double t_s) {
+  st.loop.on_mute_alarm = [this, &st](RealtimeSessionId id, double t_s) {
     if (st.metrics) st.metrics->mute_alarms.Inc();
     const std::int64_t n = st.loop.stats().mute_alarms;
     const double now = t_s - st.t0;
@@ -235,7 +224,7 @@ Supervisor::Supervisor(Backend* backend, Clock* clock, const SupervisorOptions& 
                                    .detail = std::to_string(st.options.loop.mute_after_starved) +
                                              " consecutive starved frames"});
     }
-    if (*st.on_mute_alarm) (*st.on_mute_alarm)(id, now);
+    if (on_mute_alarm) on_mute_alarm(id, now);
   };
   st.loop.on_iteration = [&st](double seconds, int batch_tokens) {
     st.system_cache.reset();
@@ -243,7 +232,8 @@ Supervisor::Supervisor(Backend* backend, Clock* clock, const SupervisorOptions& 
     st.metrics->iteration_ms.Observe(seconds * 1e3);
     st.metrics->batch_tokens.Observe(static_cast<double>(batch_tokens));
   };
-  st.loop.on_session_error = [&st](RealtimeSessionId id, double t_s, engine::StepStatus status) {
+  st.loop.on_session_error = [this, &st](RealtimeSessionId id, double t_s,
+                                         engine::StepStatus status) {
     const double now = t_s - st.t0;
     st.Forget(id);
     ++st.ended_by_error;
@@ -255,7 +245,7 @@ Supervisor::Supervisor(Backend* backend, Clock* clock, const SupervisorOptions& 
       st.events->Write(now * 1e3, "session_end",
                        {{"session_id", id}, {"reason", "error"}, {"error", ToString(status)}});
     }
-    if (*st.on_session_error) (*st.on_session_error)(id, now, status);
+    if (on_session_error) on_session_error(id, now, status);
   };
 }
 
@@ -299,7 +289,9 @@ Supervisor::AdmitResult Supervisor::Admit(const SessionSpec& spec, double now_s)
     return result;
   }
   result.id = st.loop.AddSession(spec);
-  st.projected.emplace(result.id, request.projected_blocks);
+  st.projected.emplace(result.id,
+                       State::Projection{.blocks = request.projected_blocks,
+                                         .bounded = spec.policy.mode == kv::KvMode::kWindow});
   // The new session holds nothing yet: all of its projection is reserved.
   ++system.active_sessions;
   system.reserved_blocks += request.projected_blocks;
@@ -317,7 +309,7 @@ Supervisor::AdmitResult Supervisor::Admit(const SessionSpec& spec, double now_s)
   }
   if (active > st.peak_active) {
     st.peak_active = active;
-    if (*st.on_new_peak) (*st.on_new_peak)(now_s);
+    if (on_new_peak) on_new_peak(now_s);
   }
   return result;
 }

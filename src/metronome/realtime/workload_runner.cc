@@ -17,12 +17,6 @@
 namespace metronome::realtime {
 namespace {
 
-std::string Num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-
 nlohmann::json NullIfNan(double v) {
   return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
 }
@@ -56,16 +50,17 @@ void WorkloadOptions::Validate() const {
     throw ConfigError("give --sessions N (a fixed population) or --arrival (an arrival process)");
   }
   if (!(duration_s > 0.0 && duration_s <= 1e7)) {
-    throw ConfigError("--duration = " + Num(duration_s) + " must be in (0, 1e7] seconds");
+    throw ConfigError("--duration = " + FormatValue(duration_s) + " must be in (0, 1e7] seconds");
   }
   if (!(patience_s >= 0.0 && std::isfinite(patience_s))) {
-    throw ConfigError("--patience-s = " + Num(patience_s) + " must be >= 0");
+    throw ConfigError("--patience-s = " + FormatValue(patience_s) + " must be >= 0");
   }
   if (!(sample_interval_s > 0.0 && sample_interval_s <= 60.0)) {
-    throw ConfigError("sample_interval_s = " + Num(sample_interval_s) + " must be in (0, 60]");
+    throw ConfigError("sample_interval_s = " + FormatValue(sample_interval_s) +
+                      " must be in (0, 60]");
   }
   if (!(forecast_settle_s >= 0.0 && std::isfinite(forecast_settle_s))) {
-    throw ConfigError("forecast_settle_s = " + Num(forecast_settle_s) + " must be >= 0");
+    throw ConfigError("forecast_settle_s = " + FormatValue(forecast_settle_s) + " must be >= 0");
   }
   if (!arrival.empty()) (void)ArrivalProcess::Parse(arrival);
   if (!session_duration.empty()) (void)SessionDuration::Parse(session_duration);
