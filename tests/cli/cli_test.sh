@@ -132,6 +132,46 @@ fails_with "sim bad cooldown" "--aimd-cooldown" sim --sessions 2 --admission aim
   --aimd-cooldown soon
 fails_with "sim bad aimd beta" "beta" sim --sessions 2 --admission aimd --aimd-beta 1.5
 
+# serve + loadgen over loopback: the drive scenario above through the network. Full KV goes mute
+# on the client side; window KV does not (the full-KV sessions ended, so the pool is empty again);
+# serve exits 0 on SIGTERM.
+"$bin" serve --model synthetic:tiny --port 0 --threads 1 --kv-blocks 40 --admission static:8 \
+  --quiet >"$tmp/serve.out" 2>&1 &
+serve_pid=$!
+port=""
+for _ in $(seq 1 100); do
+  port="$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$tmp/serve.out" | grep -o '[0-9]*$')"
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+check "serve prints its port" test -n "$port"
+lg_args=(loadgen --url "ws://127.0.0.1:$port" --sessions 4 --period-ms 40 --tokens-per-frame 2
+  --summary-json --report-every 0)
+# 4 sessions x 3 tokens per 40 ms fill the 640-token pool in ~2.1 s.
+lg_full="$("$bin" "${lg_args[@]}" --duration 3.5 --kv full --events-out "$tmp/lg_full.csv" | tail -n 1)"
+check "loadgen full KV: frames starve and sessions go mute (client side)" \
+  test "$(jget "$lg_full" starved_frames)" -gt 0 -a "$(jget "$lg_full" mute_alarms)" -eq 4
+check "loadgen full KV: every frame sent was answered" \
+  test "$(jget "$lg_full" frames)" -eq "$(jget "$lg_full" frames_sent)" -a \
+  "$(jget "$lg_full" lost_frames)" -eq 0
+check "loadgen --events-out .csv writes one row per frame" test \
+  "$(($(wc -l <"$tmp/lg_full.csv") - 1))" -eq "$(jget "$lg_full" frames)"
+lg_window="$("$bin" "${lg_args[@]}" --duration 2 --kv window --window 32 --sinks 4 | tail -n 1)"
+check "loadgen window KV: never starves" test "$(jget "$lg_window" starved_frames)" -eq 0 \
+  -a "$(jget "$lg_window" admitted)" -eq 4 -a "$(jget "$lg_window" frames)" -gt 150
+for key in frames ok_frames late_frames starved_frames short_frames deadline_misses admitted \
+  rejected p50_frame_latency_ms p99_frame_latency_ms deadline_ms mute_alarms; do
+  check "loadgen --summary-json has $key" grep -q "\"$key\":" <<<"$lg_window"
+done
+kill -TERM "$serve_pid"
+wait "$serve_pid"
+check "serve exits 0 on SIGTERM" test $? -eq 0
+lg_down="$("$bin" loadgen --url "ws://127.0.0.1:$port" --sessions 1 --duration 1 2>&1)"
+check "loadgen without a server fails with a message" grep -q "cannot reach" <<<"$lg_down"
+fails_with "loadgen bad url" "ws://" loadgen --url "http://127.0.0.1:1" --sessions 1
+fails_with "loadgen bad payload" "--payload" loadgen --url "ws://127.0.0.1:1" --sessions 1 \
+  --payload "ids:$tmp/none.txt"
+
 fails_with "missing model file" "cannot open" generate --model "$tmp/none.gguf" --prompt-ids 1
 printf 'GGUF\x03\x00\x00\x00' >"$tmp/short.gguf"
 fails_with "truncated GGUF" "short.gguf" generate --model "$tmp/short.gguf" --prompt-ids 1

@@ -22,6 +22,7 @@ int Main(int argc, char** argv) {
   RegisterSim(&app, &exit_code);
   RegisterDrive(&app, &exit_code);
   RegisterServe(&app, &exit_code);
+  RegisterLoadgen(&app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

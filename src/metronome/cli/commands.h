@@ -15,5 +15,6 @@ void RegisterCalibrate(CLI::App* app, int* exit_code);
 void RegisterSim(CLI::App* app, int* exit_code);
 void RegisterDrive(CLI::App* app, int* exit_code);
 void RegisterServe(CLI::App* app, int* exit_code);
+void RegisterLoadgen(CLI::App* app, int* exit_code);
 
 }  // namespace metronome::cli

@@ -94,6 +94,13 @@ void PrintSummary(const realtime::RunSummary& s) {
 }  // namespace
 
 void WorkloadFlags::Register(CLI::App* app) {
+  RegisterSessionShape(app);
+  RegisterPopulation(app);
+  RegisterAdmission(app);
+  RegisterOutputs(app, /*with_metrics_out=*/true);
+}
+
+void WorkloadFlags::RegisterSessionShape(CLI::App* app) {
   app->add_option("--period-ms", period_ms,
                   "Frame period P in ms (default: the preset's for sim, 80 for drive)");
   app->add_option("--deadline-ms", deadline_ms,
@@ -116,6 +123,9 @@ void WorkloadFlags::Register(CLI::App* app) {
                   "S: first tokens pinned as attention sinks, window mode (default: 4)");
   app->add_option("--positions", positions, "RoPE positions: absolute | rolling")
       ->check(CLI::IsMember({"absolute", "rolling"}));
+}
+
+void WorkloadFlags::RegisterPopulation(CLI::App* app) {
   app->add_option("--sessions", sessions,
                   "A fixed population of N sessions asking at t=0 (retrying until admitted)");
   app->add_option("--arrival", arrival,
@@ -129,6 +139,9 @@ void WorkloadFlags::Register(CLI::App* app) {
                   "How long an arriving client retries after a rejection before giving up");
   app->add_flag("--aligned-phases", aligned_phases,
                 "Start every population session's frames at t=0 (default: random phases)");
+}
+
+void WorkloadFlags::RegisterAdmission(CLI::App* app) {
   app->add_option("--admission", admission, "Admission controller: static:N | memory | aimd");
   app->add_option("--aimd-window-s", aimd_window_s,
                   "AIMD control window, s (default: 2 s or 25 frame periods, whichever is longer, "
@@ -161,10 +174,15 @@ void WorkloadFlags::Register(CLI::App* app) {
                   "k: consecutive starved frames that raise a session's mute alarm");
   app->add_option("--forecast-horizon-s", forecast_horizon_s,
                   "Warn when the pool is forecast to fill within this many seconds");
+}
+
+void WorkloadFlags::RegisterOutputs(CLI::App* app, bool with_metrics_out) {
   app->add_option("--events-out", events_out,
                   "Write a JSON-lines event log (frames, admissions, limit changes, alarms)");
-  app->add_option("--metrics-out", metrics_out,
-                  "Write the Prometheus text exposition of the run's metrics at the end");
+  if (with_metrics_out) {
+    app->add_option("--metrics-out", metrics_out,
+                    "Write the Prometheus text exposition of the run's metrics at the end");
+  }
   app->add_flag("--summary-json", summary_json,
                 "Print the run summary as one JSON object on the last line");
   app->add_option("--report-every", report_every_s,

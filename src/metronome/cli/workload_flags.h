@@ -58,7 +58,13 @@ struct WorkloadFlags {
   double report_every_s = 0.0;
   bool quiet = false;
 
+  // Every flag (sim, drive). The parts are for tools that take only some of them: loadgen is a
+  // client, so it has the session shape, the population and the outputs but no admission.
   void Register(CLI::App* app);
+  void RegisterSessionShape(CLI::App* app);
+  void RegisterPopulation(CLI::App* app);
+  void RegisterAdmission(CLI::App* app);
+  void RegisterOutputs(CLI::App* app, bool with_metrics_out);
   // ConfigError naming the flag on bad values. `vocab` bounds the prompt's synthetic token ids.
   [[nodiscard]] realtime::WorkloadOptions Options(const SessionDefaults& defaults, int vocab) const;
 };

@@ -1,0 +1,196 @@
+// metronome loadgen: paced real-time sessions against `metronome serve` over WebSocket, with the
+// workload flags of sim and drive, measured on the client side.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "metronome/base/errors.h"
+#include "metronome/cli/commands.h"
+#include "metronome/cli/workload_flags.h"
+#include "metronome/loadgen/load_generator.h"
+
+namespace metronome::cli {
+namespace {
+
+struct LoadgenFlags {
+  std::string url;
+  std::string auth_token;
+  std::string payload = "random";
+  std::string encoding = "binary";
+  int vocab = 0;
+  WorkloadFlags workload;
+};
+
+loadgen::LoadGenOptions OptionsOf(const LoadgenFlags& f) {
+  const WorkloadFlags& w = f.workload;
+  loadgen::LoadGenOptions o;
+  o.url = f.url;
+  o.auth_token = f.auth_token;
+  o.period_ms = w.period_ms.value_or(80.0);
+  o.deadline_ms = w.deadline_ms.value_or(0.0);
+  o.tokens_per_frame = w.tokens_per_frame.value_or(1);
+  o.output_tokens_per_frame = w.output_tokens_per_frame.value_or(1);
+  o.kv = w.kv;
+  o.window = w.window;
+  o.sinks = w.sinks;
+  o.positions = w.positions;
+  o.prompt_tokens = w.prompt_tokens;
+  o.sessions = w.sessions;
+  o.arrival = w.arrival;
+  o.session_duration = w.session_duration;
+  o.duration_s = w.duration_s;
+  o.seed = w.seed;
+  o.patience_s = w.patience_s;
+  o.aligned_phases = w.aligned_phases;
+  o.payload = loadgen::PayloadSource::Parse(f.payload);
+  o.binary_frames = f.encoding == "binary";
+  o.vocab = f.vocab;
+  o.sample_interval_s = std::min(0.5, w.duration_s / 20.0);
+  o.Validate();
+  return o;
+}
+
+void PrintProgressHeader() {
+  std::printf("%8s %7s %8s %9s %9s %7s %8s %6s %7s %9s %7s %12s\n", "t_s", "active", "waiting",
+              "frames", "ok", "late", "starved", "short", "alarms", "rejected", "errors",
+              "p99_ms(1s)");
+}
+
+void PrintProgress(const loadgen::LoadGenSample& s) {
+  std::printf(
+      "%8.1f %7lld %8lld %9lld %9lld %7lld %8lld %6lld %7lld %9lld %7lld %12s\n", s.t_s,
+      static_cast<long long>(s.active), static_cast<long long>(s.waiting),
+      static_cast<long long>(s.frames), static_cast<long long>(s.ok),
+      static_cast<long long>(s.late), static_cast<long long>(s.starved),
+      static_cast<long long>(s.short_frames), static_cast<long long>(s.mute_alarms),
+      static_cast<long long>(s.rejected), static_cast<long long>(s.errors),
+      std::isfinite(s.p99_latency_ms_recent) ? FormatValue(s.p99_latency_ms_recent).c_str() : "-");
+  std::fflush(stdout);
+}
+
+void PrintSummary(const loadgen::LoadGenSummary& s) {
+  const auto pct = [&](std::int64_t n) {
+    return s.frames > 0 ? 100.0 * static_cast<double>(n) / static_cast<double>(s.frames) : 0.0;
+  };
+  std::printf(
+      "frames sent %lld, answered %lld = %lld ok + %lld late + %lld starved + %lld short "
+      "(%.2f%% starved or short); lost %lld, refused %lld\n",
+      static_cast<long long>(s.frames_sent), static_cast<long long>(s.frames),
+      static_cast<long long>(s.ok_frames), static_cast<long long>(s.late_frames),
+      static_cast<long long>(s.starved_frames), static_cast<long long>(s.short_frames),
+      pct(s.starved_frames + s.short_frames), static_cast<long long>(s.lost_frames),
+      static_cast<long long>(s.refused_frames));
+  std::printf(
+      "deadline misses (late frames, client clock): %lld (%.2f%%); results after the "
+      "deadline, any outcome: %lld; mute alarms: %lld; first starved frame: %s\n",
+      static_cast<long long>(s.deadline_misses), pct(s.deadline_misses),
+      static_cast<long long>(s.after_deadline_frames), static_cast<long long>(s.mute_alarms),
+      std::isfinite(s.first_starved_at_s) ? (FormatValue(s.first_starved_at_s) + " s").c_str()
+                                          : "none");
+  std::printf(
+      "sessions: %lld admitted, %lld rejections, %lld gave up, %lld ended by the server; "
+      "peak active %lld; errors %lld, failed connections %lld\n",
+      static_cast<long long>(s.admitted), static_cast<long long>(s.rejected),
+      static_cast<long long>(s.abandoned), static_cast<long long>(s.ended_by_error),
+      static_cast<long long>(s.active_peak), static_cast<long long>(s.errors),
+      static_cast<long long>(s.connect_failures));
+  if (s.frames > 0) {
+    std::printf(
+        "frame latency: client p50 %.2f ms, p99 %.2f ms; server p50 %.2f ms, p99 %.2f ms "
+        "(deadline %g ms); send lag p99 %.2f ms\n",
+        s.p50_frame_latency_ms, s.p99_frame_latency_ms, s.p50_server_latency_ms,
+        s.p99_server_latency_ms, s.deadline_ms, s.p99_send_lag_ms);
+  }
+}
+
+int RunLoadgen(const LoadgenFlags& f) {
+  const loadgen::LoadGenOptions options = OptionsOf(f);
+  const WorkloadFlags& w = f.workload;
+  const bool csv =
+      w.events_out.size() > 4 && w.events_out.compare(w.events_out.size() - 4, 4, ".csv") == 0;
+  std::unique_ptr<telemetry::EventLog> events;
+  std::ofstream csv_out;
+  if (csv) {
+    csv_out.open(w.events_out);
+    if (!csv_out) throw ConfigError("--events-out = '" + w.events_out + "' cannot be opened");
+    csv_out << "t_s,session,frame,outcome,latency_ms,server_outcome,server_latency_ms,outputs\n";
+  } else if (!w.events_out.empty()) {
+    events = std::make_unique<telemetry::EventLog>(w.events_out);
+  }
+  loadgen::LoadGenerator gen(options, events.get());
+  if (csv) {
+    gen.on_frame = [&csv_out](const loadgen::ClientFrame& c) {
+      csv_out << c.t_s << ',' << c.session << ',' << c.frame << ',' << c.outcome << ','
+              << c.latency_ms << ',' << c.server_outcome << ',' << c.server_latency_ms << ','
+              << c.outputs << '\n';
+    };
+  }
+  std::printf("metronome loadgen --url %s: %s, P=%g ms, a=%d, o=%d, KV %s, %g s\n",
+              options.url.c_str(),
+              options.sessions > 0 ? (std::to_string(options.sessions) + " sessions").c_str()
+                                   : ("arrivals " + options.arrival).c_str(),
+              options.period_ms, options.tokens_per_frame, options.output_tokens_per_frame,
+              options.kv.c_str(), options.duration_s);
+  std::fflush(stdout);
+  if (w.report_every_s > 0.0) {
+    PrintProgressHeader();
+    auto next_report_s = std::make_shared<double>(w.report_every_s);
+    gen.on_sample = [next_report_s, every = w.report_every_s](const loadgen::LoadGenSample& s) {
+      if (s.t_s + 1e-9 < *next_report_s) return;
+      PrintProgress(s);
+      while (*next_report_s <= s.t_s + 1e-9) *next_report_s += every;
+    };
+  }
+  loadgen::LoadGenSummary summary;
+  try {
+    summary = gen.Run();
+  } catch (const std::runtime_error& e) {  // the server is not there, or refused the token
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  PrintSummary(summary);
+  if ((events && !events->ok()) || (csv && !csv_out.flush())) {
+    std::fprintf(stderr, "error: writing --events-out '%s' failed (disk full?)\n",
+                 w.events_out.c_str());
+    return 1;
+  }
+  if (w.summary_json) std::printf("%s\n", summary.ToJson().dump().c_str());
+  return 0;
+}
+
+}  // namespace
+
+void RegisterLoadgen(CLI::App* app, int* exit_code) {
+  auto flags = std::make_shared<LoadgenFlags>();
+  CLI::App* sub = app->add_subcommand(
+      "loadgen",
+      "Drive a running `metronome serve` with paced real-time sessions over WebSocket (the "
+      "workload flags of sim and drive), measuring every frame on the client side");
+  sub->add_option("--url", flags->url, "Server, ws://HOST:PORT (path default /v1/realtime)")
+      ->required();
+  sub->add_option("--auth-token", flags->auth_token, "Bearer token the server asks for");
+  sub->add_option("--payload", flags->payload,
+                  "Frame inputs: random (seeded ids) | ids:FILE (token ids, whitespace or comma "
+                  "separated) | text:FILE (a = words per frame, tokenised by the server)");
+  sub->add_option("--encoding", flags->encoding, "Id frames as binary | json messages")
+      ->check(CLI::IsMember({"binary", "json"}));
+  sub->add_option("--vocab", flags->vocab,
+                  "Random ids are drawn from [0, VOCAB) (default: the server's vocabulary)")
+      ->check(CLI::Range(0, 1 << 30));
+  flags->workload.report_every_s = 2.0;
+  flags->workload.RegisterSessionShape(sub);
+  flags->workload.RegisterPopulation(sub);
+  flags->workload.RegisterOutputs(sub, /*with_metrics_out=*/false);
+  sub->get_option("--events-out")
+      ->description(
+          "Write a trace: JSON lines (frames, admissions, rejections, alarms, errors, "
+          "session ends), or CSV of the frames when the name ends in .csv");
+  sub->get_option("--report-every")
+      ->description("Print a progress line every this many seconds (default 2; 0: off)");
+  sub->callback([flags, exit_code] { *exit_code = RunLoadgen(*flags); });
+}
+
+}  // namespace metronome::cli

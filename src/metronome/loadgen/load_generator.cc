@@ -1,0 +1,869 @@
+#include "metronome/loadgen/load_generator.h"
+
+#include <algorithm>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string_view>
+#include <utility>
+#include <variant>
+
+#include "metronome/base/errors.h"
+#include "metronome/realtime/workload.h"
+#include "metronome/server/protocol.h"
+#include "metronome/telemetry/quantile_sketch.h"
+
+namespace metronome::loadgen {
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+using SteadyTime = std::chrono::steady_clock::time_point;
+using Nanos = std::chrono::nanoseconds;
+
+nlohmann::json NullIfNan(double v) { return std::isfinite(v) ? nlohmann::json(v) : nullptr; }
+
+Nanos FromMs(double ms) { return Nanos(static_cast<std::int64_t>(std::llround(ms * 1e6))); }
+
+double MsBetween(SteadyTime a, SteadyTime b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+struct ParsedUrl {
+  std::string host;
+  std::string port;
+  std::string path;
+};
+
+ParsedUrl ParseUrl(const std::string& url) {
+  const std::string_view scheme = "ws://";
+  if (url.rfind(scheme, 0) != 0) {
+    throw ConfigError("--url = '" + url + "' must start with ws:// (wss is not supported)");
+  }
+  const std::string rest = url.substr(scheme.size());
+  const std::size_t slash = rest.find('/');
+  const std::string authority = rest.substr(0, slash);
+  ParsedUrl p;
+  p.path = slash == std::string::npos ? "/v1/realtime" : rest.substr(slash);
+  if (p.path == "/") p.path = "/v1/realtime";
+  const std::size_t colon = authority.rfind(':');
+  if (colon == std::string::npos || colon + 1 == authority.size() || colon == 0) {
+    throw ConfigError("--url = '" + url + "' must name a host and a port (ws://HOST:PORT)");
+  }
+  p.host = authority.substr(0, colon);
+  p.port = authority.substr(colon + 1);
+  if (p.host.size() > 2 && p.host.front() == '[' && p.host.back() == ']') {
+    p.host = p.host.substr(1, p.host.size() - 2);
+  }
+  const bool digits =
+      std::all_of(p.port.begin(), p.port.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits || p.port.size() > 5 || std::stoi(p.port) < 1 || std::stoi(p.port) > 65535) {
+    throw ConfigError("--url = '" + url + "': port '" + p.port + "' must be in [1, 65535]");
+  }
+  return p;
+}
+
+std::string ReadFile(const std::string& path, const std::string& spec) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError("--payload = '" + spec + "': cannot open '" + path + "'");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A frame the client sent and has not seen answered yet (results come back in order).
+struct Outstanding {
+  std::int64_t index = 0;
+  SteadyTime sent;
+};
+
+}  // namespace
+
+PayloadSource PayloadSource::Parse(const std::string& spec) {
+  PayloadSource p;
+  if (spec.empty() || spec == "random") return p;
+  const std::size_t colon = spec.find(':');
+  const std::string kind = spec.substr(0, colon);
+  const std::string path = colon == std::string::npos ? std::string() : spec.substr(colon + 1);
+  if ((kind != "ids" && kind != "text") || path.empty()) {
+    throw ConfigError("--payload = '" + spec + "' must be 'random', 'ids:FILE' or 'text:FILE'");
+  }
+  const std::string body = ReadFile(path, spec);
+  p.describe = spec;
+  if (kind == "ids") {
+    p.kind = Kind::kIds;
+    std::string token;
+    std::int64_t line = 1;
+    const auto flush = [&] {
+      if (token.empty()) return;
+      std::size_t used = 0;
+      long long v = -1;
+      try {
+        v = std::stoll(token, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != token.size() || v < 0 || v > std::numeric_limits<std::int32_t>::max()) {
+        throw ConfigError("--payload = '" + spec + "': line " + std::to_string(line) + ": '" +
+                          token + "' is not a token id (an integer in [0, 2^31))");
+      }
+      p.ids.push_back(static_cast<TokenId>(v));
+      token.clear();
+    };
+    for (const char c : body) {
+      if (c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == ',') {
+        flush();
+        if (c == '\n') ++line;
+      } else {
+        token.push_back(c);
+      }
+    }
+    flush();
+    if (p.ids.empty()) throw ConfigError("--payload = '" + spec + "': the file holds no ids");
+  } else {
+    p.kind = Kind::kText;
+    std::istringstream words(body);
+    std::string w;
+    while (words >> w) p.words.push_back(w);
+    if (p.words.empty()) throw ConfigError("--payload = '" + spec + "': the file holds no words");
+  }
+  return p;
+}
+
+void LoadGenOptions::Validate() const {
+  (void)ParseUrl(url);
+  if (!(period_ms > 0.0) || !std::isfinite(period_ms)) {
+    throw ConfigError("--period-ms = " + FormatValue(period_ms) + " must be > 0");
+  }
+  if (!(deadline_ms >= 0.0) || !std::isfinite(deadline_ms)) {
+    throw ConfigError("--deadline-ms = " + FormatValue(deadline_ms) + " must be > 0");
+  }
+  if (tokens_per_frame < 1) {
+    throw ConfigError("--tokens-per-frame = " + std::to_string(tokens_per_frame) + " must be >= 1");
+  }
+  if (output_tokens_per_frame < 0) {
+    throw ConfigError("--output-tokens-per-frame = " + std::to_string(output_tokens_per_frame) +
+                      " must be >= 0");
+  }
+  if (kv != "full" && kv != "window") {
+    throw ConfigError("--kv = '" + kv + "' must be 'full' or 'window'");
+  }
+  if (window && *window < 1) {
+    throw ConfigError("--window = " + std::to_string(*window) + " must be >= 1");
+  }
+  if (sinks && *sinks < 0) {
+    throw ConfigError("--sinks = " + std::to_string(*sinks) + " must be >= 0");
+  }
+  if (!positions.empty() && positions != "absolute" && positions != "rolling") {
+    throw ConfigError("--positions = '" + positions + "' must be 'absolute' or 'rolling'");
+  }
+  if (prompt_tokens < 0) {
+    throw ConfigError("--prompt-tokens = " + std::to_string(prompt_tokens) + " must be >= 0");
+  }
+  if (sessions < 0) {
+    throw ConfigError("--sessions = " + std::to_string(sessions) + " must be >= 0");
+  }
+  if ((sessions > 0) == !arrival.empty()) {
+    throw ConfigError("give exactly one of --sessions N and --arrival SPEC");
+  }
+  if (!arrival.empty()) (void)realtime::ArrivalProcess::Parse(arrival);
+  if (!session_duration.empty()) (void)realtime::SessionDuration::Parse(session_duration);
+  if (!(duration_s > 0.0) || !std::isfinite(duration_s)) {
+    throw ConfigError("--duration = " + FormatValue(duration_s) + " must be > 0");
+  }
+  if (!(patience_s >= 0.0)) {
+    throw ConfigError("--patience-s = " + FormatValue(patience_s) + " must be >= 0");
+  }
+  if (vocab < 0) throw ConfigError("--vocab = " + std::to_string(vocab) + " must be >= 0");
+  if (!(drain_grace_ms >= 0.0) || !(connect_timeout_s > 0.0) || !(sample_interval_s > 0.0)) {
+    throw ConfigError(
+        "loadgen: drain_grace_ms, connect_timeout_s and sample_interval_s must be > 0");
+  }
+}
+
+nlohmann::json LoadGenSummary::ToJson() const {
+  nlohmann::json j;
+  j["frames"] = frames;
+  j["ok_frames"] = ok_frames;
+  j["late_frames"] = late_frames;
+  j["starved_frames"] = starved_frames;
+  j["short_frames"] = short_frames;
+  j["deadline_misses"] = deadline_misses;
+  j["mute_alarms"] = mute_alarms;
+  j["first_starved_at_s"] = NullIfNan(first_starved_at_s);
+  j["admitted"] = admitted;
+  j["rejected"] = rejected;
+  j["abandoned"] = abandoned;
+  j["ended_by_error"] = ended_by_error;
+  j["active_peak"] = active_peak;
+  j["p50_frame_latency_ms"] = NullIfNan(p50_frame_latency_ms);
+  j["p99_frame_latency_ms"] = NullIfNan(p99_frame_latency_ms);
+  j["deadline_ms"] = deadline_ms;
+  j["duration_s"] = duration_s;
+  j["kv_policy"] = kv_policy;
+  j["frames_sent"] = frames_sent;
+  j["lost_frames"] = lost_frames;
+  j["refused_frames"] = refused_frames;
+  j["outcome_disagreements"] = outcome_disagreements;
+  j["after_deadline_frames"] = after_deadline_frames;
+  j["errors"] = errors;
+  j["connect_failures"] = connect_failures;
+  j["p50_server_latency_ms"] = NullIfNan(p50_server_latency_ms);
+  j["p99_server_latency_ms"] = NullIfNan(p99_server_latency_ms);
+  j["p99_send_lag_ms"] = NullIfNan(p99_send_lag_ms);
+  j["payload"] = payload;
+  return j;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct LoadGenerator::State {
+  explicit State(const LoadGenOptions& o, telemetry::EventLog* e)
+      : options(o),
+        events(e),
+        url(ParseUrl(o.url)),
+        rng(o.seed),
+        sample_timer(io),
+        arrival_timer(io),
+        stop_timer(io) {
+    options.Validate();
+    if (!o.arrival.empty()) arrival = realtime::ArrivalProcess::Parse(o.arrival);
+    if (!o.session_duration.empty()) {
+      lifetime = realtime::SessionDuration::Parse(o.session_duration);
+    }
+    deadline_ms = o.deadline_ms > 0.0 ? o.deadline_ms : o.period_ms;
+  }
+
+  struct Client;
+
+  LoadGenOptions options;
+  telemetry::EventLog* events;
+  ParsedUrl url;
+  std::mt19937_64 rng;
+  std::optional<realtime::ArrivalProcess> arrival;
+  std::optional<realtime::SessionDuration> lifetime;
+  double deadline_ms = 0.0;
+  int vocab = 256;
+
+  net::io_context io;
+  tcp::resolver::results_type endpoints;
+  net::steady_timer sample_timer;
+  net::steady_timer arrival_timer;
+  net::steady_timer stop_timer;
+  SteadyTime start;
+  bool finishing = false;  // the run's duration is over: no new sessions or frames
+  std::vector<std::shared_ptr<Client>> clients;
+  std::int64_t next_ordinal = 0;
+  std::int64_t open_clients = 0;  // spawned and not done
+
+  // Counts (single thread: plain integers).
+  LoadGenSummary summary;
+  std::int64_t active = 0;
+  std::int64_t waiting = 0;
+  telemetry::QuantileSketch client_latency;
+  telemetry::QuantileSketch server_latency;
+  telemetry::QuantileSketch send_lag;
+  std::unique_ptr<telemetry::QuantileSketch> recent = std::make_unique<telemetry::QuantileSketch>();
+  std::function<void(const LoadGenSample&)>* on_sample = nullptr;
+  std::function<void(const ClientFrame&)>* on_frame = nullptr;
+
+  [[nodiscard]] double Now() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  void Trace(std::string_view type, nlohmann::json fields) {
+    if (events != nullptr && events->enabled())
+      events->Write(Now() * 1000.0, type, std::move(fields));
+  }
+
+  void FetchVocab();
+  void SpawnClient(bool population);
+  void ScheduleArrival(double after_s);
+  void ScheduleSample();
+  void Finish();
+  void StopWhenIdle();
+  LoadGenSample Sample() const;
+};
+
+// One simulated client: one connection, at most one session at a time.
+struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
+  enum class Phase : std::uint8_t {
+    kConnecting,
+    kAsking,
+    kRetryWait,
+    kStreaming,
+    kDraining,
+    kEnding,
+    kDone
+  };
+
+  Client(State* s, std::int64_t ord, bool pop)
+      : st(s),
+        ordinal(ord),
+        population(pop),
+        ws(s->io),
+        timer(s->io),
+        payload_rng(s->options.seed * 1000003ULL + static_cast<std::uint64_t>(ord)) {
+    if (st->lifetime) lifetime_s = st->lifetime->Sample(st->rng);
+    if (population && !st->options.aligned_phases) {
+      phase_ms = std::uniform_real_distribution<double>(0.0, st->options.period_ms)(st->rng);
+    }
+    const auto& p = st->options.payload;
+    if (p.kind == PayloadSource::Kind::kIds) {
+      cursor = static_cast<std::size_t>(ord * 7919) % p.ids.size();
+    } else if (p.kind == PayloadSource::Kind::kText) {
+      cursor = static_cast<std::size_t>(ord * 7919) % p.words.size();
+    }
+  }
+
+  State* st;
+  std::int64_t ordinal;
+  bool population;
+  websocket::stream<beast::tcp_stream> ws;
+  net::steady_timer timer;
+  std::mt19937_64 payload_rng;
+  std::size_t cursor = 0;
+  double lifetime_s = std::numeric_limits<double>::infinity();
+  double phase_ms = 0.0;
+  Phase phase = Phase::kConnecting;
+  double first_ask_s = 0.0;
+  double admitted_s = 0.0;
+  std::uint64_t session = 0;
+  std::int64_t next_index = 0;
+  SteadyTime first_frame;
+  std::deque<Outstanding> outstanding;
+  beast::flat_buffer read_buffer;
+  struct Message {
+    std::string bytes;
+    bool binary = false;
+  };
+  std::deque<Message> send_queue;
+  bool writing = false;
+
+  void Start() {
+    ++st->waiting;
+    first_ask_s = st->Now();
+    beast::get_lowest_layer(ws).expires_after(std::chrono::duration_cast<Nanos>(
+        std::chrono::duration<double>(st->options.connect_timeout_s)));
+    beast::get_lowest_layer(ws).async_connect(
+        st->endpoints, [self = shared_from_this()](beast::error_code ec, const tcp::endpoint&) {
+          self->OnConnect(ec);
+        });
+  }
+
+  void OnConnect(beast::error_code ec) {
+    if (ec) return Fail("connect", ec);
+    // Frames are small and due now: Nagle's algorithm would hold one behind the server's delayed
+    // ACK (~40 ms on Linux) and the client would measure that instead of the server.
+    beast::error_code ignored;
+    beast::get_lowest_layer(ws).socket().set_option(tcp::no_delay(true), ignored);
+    ws.set_option(websocket::stream_base::decorator(
+        [token = st->options.auth_token](websocket::request_type& req) {
+          req.set(http::field::user_agent, "metronome-loadgen");
+          if (!token.empty()) req.set(http::field::authorization, "Bearer " + token);
+        }));
+    ws.async_handshake(st->url.host + ":" + st->url.port, st->url.path,
+                       [self = shared_from_this()](beast::error_code e) { self->OnHandshake(e); });
+  }
+
+  void OnHandshake(beast::error_code ec) {
+    if (ec) return Fail("handshake", ec);
+    beast::get_lowest_layer(ws).expires_never();
+    ws.set_option(websocket::stream_base::timeout::suggested(beast::role_type::client));
+    ws.read_message_max(std::size_t{16} << 20);
+    Read();
+    Ask();
+  }
+
+  void Fail(const char* what, beast::error_code ec) {
+    if (phase == Phase::kDone) return;
+    if (phase == Phase::kConnecting) {
+      ++st->summary.connect_failures;
+      st->Trace("error", {{"client", ordinal}, {"what", what}, {"message", ec.message()}});
+    } else if (phase != Phase::kEnding) {
+      st->Trace("error", {{"client", ordinal}, {"what", what}, {"message", ec.message()}});
+    }
+    Done();
+  }
+
+  // Leaves for good: outstanding frames are lost, counts settle, the socket closes.
+  void Done() {
+    if (phase == Phase::kDone) return;
+    if (phase == Phase::kStreaming || phase == Phase::kDraining || phase == Phase::kEnding) {
+      --st->active;
+    } else {
+      --st->waiting;
+    }
+    st->summary.lost_frames += static_cast<std::int64_t>(outstanding.size());
+    outstanding.clear();
+    phase = Phase::kDone;
+    --st->open_clients;
+    timer.cancel();
+    beast::error_code ignored;
+    beast::get_lowest_layer(ws).socket().shutdown(tcp::socket::shutdown_both, ignored);
+    beast::get_lowest_layer(ws).close();
+    st->StopWhenIdle();
+  }
+
+  void Ask() {
+    if (st->finishing) return Done();
+    phase = Phase::kAsking;
+    const LoadGenOptions& o = st->options;
+    nlohmann::json j = {{"type", "session.start"},
+                        {"period_ms", o.period_ms},
+                        {"tokens_per_frame", o.tokens_per_frame},
+                        {"output_tokens_per_frame", o.output_tokens_per_frame},
+                        {"client_ref", "c" + std::to_string(ordinal)}};
+    if (o.deadline_ms > 0.0) j["deadline_ms"] = o.deadline_ms;
+    nlohmann::json kv = {{"policy", o.kv}};
+    if (o.kv == "window") {
+      if (o.window) kv["window"] = *o.window;
+      if (o.sinks) kv["sinks"] = *o.sinks;
+    }
+    if (!o.positions.empty()) kv["positions"] = o.positions;
+    j["kv"] = std::move(kv);
+    if (o.prompt_tokens > 0) {
+      std::vector<int> ids;
+      for (int i = 0; i < o.prompt_tokens; ++i) ids.push_back((i * 31 + 7) % st->vocab);
+      j["prompt"] = {{"ids", std::move(ids)}};
+    }
+    Send(j.dump(), false);
+  }
+
+  void Send(std::string bytes, bool binary) {
+    send_queue.push_back({std::move(bytes), binary});
+    if (!writing) WriteNext();
+  }
+
+  void WriteNext() {
+    if (send_queue.empty() || phase == Phase::kDone) {
+      writing = false;
+      return;
+    }
+    writing = true;
+    ws.binary(send_queue.front().binary);
+    ws.async_write(net::buffer(send_queue.front().bytes),
+                   [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                     self->send_queue.pop_front();
+                     if (ec) return self->Fail("write", ec);
+                     self->WriteNext();
+                   });
+  }
+
+  void Read() {
+    ws.async_read(read_buffer, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      if (ec) return self->Fail("read", ec);
+      const std::string text = beast::buffers_to_string(self->read_buffer.data());
+      self->read_buffer.consume(self->read_buffer.size());
+      self->OnMessage(text);
+      if (self->phase != Phase::kDone) self->Read();
+    });
+  }
+
+  void OnMessage(const std::string& text) {
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
+      ++st->summary.errors;
+      st->Trace("error", {{"client", ordinal}, {"what", "unparsable server message"}});
+      return;
+    }
+    const std::string type = j["type"];
+    if (type == "session.started") {
+      OnStarted(j);
+    } else if (type == "session.rejected") {
+      OnRejected(j);
+    } else if (type == "frame.result") {
+      OnResult(j);
+    } else if (type == "alarm") {
+      if (j.value("kind", "") == "mute") ++st->summary.mute_alarms;
+      st->Trace(
+          "alarm",
+          {{"session", session}, {"kind", j.value("kind", "")}, {"detail", j.value("detail", "")}});
+    } else if (type == "session.ended") {
+      const std::string reason = j.value("reason", "");
+      if (reason != "client") ++st->summary.ended_by_error;
+      st->Trace("session_end", {{"session", session},
+                                {"reason", reason},
+                                {"frames", j.value("frames", 0)},
+                                {"lifetime_s", st->Now() - admitted_s}});
+      Done();
+    } else if (type == "error") {
+      OnError(j);
+    }
+  }
+
+  void OnStarted(const nlohmann::json& j) {
+    session = j.value("session", std::uint64_t{0});
+    --st->waiting;
+    ++st->active;
+    st->summary.active_peak = std::max(st->summary.active_peak, st->active);
+    ++st->summary.admitted;
+    admitted_s = st->Now();
+    st->Trace("admission",
+              {{"session", session}, {"admitted", true}, {"wait_s", admitted_s - first_ask_s}});
+    phase = Phase::kStreaming;
+    first_frame = std::chrono::steady_clock::now() + FromMs(phase_ms);
+    next_index = 0;
+    ScheduleFrame();
+  }
+
+  void OnRejected(const nlohmann::json& j) {
+    ++st->summary.rejected;
+    const double retry_ms = std::max(1.0, j.value("retry_after_ms", 1000.0));
+    st->Trace("admission", {{"client", ordinal},
+                            {"admitted", false},
+                            {"reason", j.value("reason", "")},
+                            {"retry_after_ms", retry_ms}});
+    if (!population && st->Now() + retry_ms / 1000.0 - first_ask_s > st->options.patience_s) {
+      ++st->summary.abandoned;
+      st->Trace("abandoned", {{"client", ordinal}, {"waited_s", st->Now() - first_ask_s}});
+      return Done();
+    }
+    phase = Phase::kRetryWait;
+    timer.expires_after(FromMs(retry_ms));
+    timer.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (!ec && self->phase == Phase::kRetryWait) self->Ask();
+    });
+  }
+
+  void OnResult(const nlohmann::json& j) {
+    const SteadyTime now = std::chrono::steady_clock::now();
+    const std::int64_t index = j.value("frame", std::int64_t{-1});
+    while (!outstanding.empty() && outstanding.front().index < index) {
+      ++st->summary.lost_frames;  // the server dropped it without a result
+      outstanding.pop_front();
+    }
+    if (outstanding.empty() || outstanding.front().index != index) {
+      ++st->summary.errors;
+      st->Trace("error",
+                {{"session", session}, {"what", "result for a frame not sent"}, {"frame", index}});
+      return;
+    }
+    const double latency_ms = MsBetween(outstanding.front().sent, now);
+    outstanding.pop_front();
+    const std::size_t outputs = j.contains("ids") && j["ids"].is_array() ? j["ids"].size() : 0;
+    const auto asked = static_cast<std::size_t>(st->options.output_tokens_per_frame);
+    const bool miss = latency_ms > st->deadline_ms;
+    std::string_view outcome = "ok";
+    LoadGenSummary& s = st->summary;
+    ++s.frames;
+    if (asked > 0 && outputs == 0) {
+      outcome = "starved";
+      ++s.starved_frames;
+      if (!std::isfinite(s.first_starved_at_s)) s.first_starved_at_s = st->Now();
+    } else if (outputs < asked) {
+      outcome = "short";
+      ++s.short_frames;
+    } else if (miss) {
+      outcome = "late";
+      ++s.late_frames;
+      ++s.deadline_misses;
+    } else {
+      ++s.ok_frames;
+    }
+    if (miss) ++s.after_deadline_frames;
+    const std::string server_outcome = j.value("outcome", "");
+    if (server_outcome != outcome) ++s.outcome_disagreements;
+    const double server_ms = j.value("latency_ms", std::numeric_limits<double>::quiet_NaN());
+    st->client_latency.Add(latency_ms);
+    st->recent->Add(latency_ms);
+    st->server_latency.Add(server_ms);
+    if (st->on_frame != nullptr && *st->on_frame) {
+      (*st->on_frame)(
+          {st->Now(), session, index, outcome, latency_ms, server_outcome, server_ms, outputs});
+    }
+    if (st->events != nullptr && st->events->enabled()) {
+      st->Trace("frame", {{"session", session},
+                          {"frame", index},
+                          {"outcome", outcome},
+                          {"latency_ms", latency_ms},
+                          {"server_outcome", server_outcome},
+                          {"server_latency_ms", server_ms},
+                          {"num_tokens", outputs}});
+    }
+    if (phase == Phase::kDraining && outstanding.empty()) End();
+  }
+
+  void OnError(const nlohmann::json& j) {
+    ++st->summary.errors;
+    const std::string code = j.value("code", "");
+    st->Trace("error", {{"session", session}, {"code", code}, {"message", j.value("message", "")}});
+    if (j.contains("frame") && j["frame"].is_number_integer()) {
+      const std::int64_t index = j["frame"];
+      const auto it = std::find_if(outstanding.begin(), outstanding.end(),
+                                   [&](const Outstanding& f) { return f.index == index; });
+      if (it != outstanding.end()) {
+        outstanding.erase(it);
+        ++st->summary.refused_frames;
+      }
+    } else if (phase == Phase::kAsking) {
+      // session.start itself was refused (bad parameters): retrying unchanged cannot help.
+      std::fprintf(stderr, "loadgen: session.start refused: %s: %s\n", code.c_str(),
+                   j.value("message", "").c_str());
+      Done();
+    }
+  }
+
+  void ScheduleFrame() {
+    timer.expires_at(first_frame + next_index * FromMs(st->options.period_ms));
+    timer.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (!ec) self->OnFrameDue();
+    });
+  }
+
+  void OnFrameDue() {
+    if (phase != Phase::kStreaming) return;
+    if (st->finishing || st->Now() - admitted_s >= lifetime_s) return BeginEnd();
+    const SteadyTime scheduled = first_frame + next_index * FromMs(st->options.period_ms);
+    const SteadyTime now = std::chrono::steady_clock::now();
+    st->send_lag.Add(std::max(0.0, MsBetween(scheduled, now)));
+    SendFrame(next_index);
+    outstanding.push_back({next_index, now});
+    ++st->summary.frames_sent;
+    ++next_index;
+    ScheduleFrame();
+  }
+
+  void SendFrame(std::int64_t index) {
+    const LoadGenOptions& o = st->options;
+    const auto a = static_cast<std::size_t>(o.tokens_per_frame);
+    if (o.payload.kind == PayloadSource::Kind::kText) {
+      std::string text;
+      for (std::size_t i = 0; i < a; ++i) {
+        if (i > 0) text.push_back(' ');
+        text += o.payload.words[cursor];
+        cursor = (cursor + 1) % o.payload.words.size();
+      }
+      Send(nlohmann::json{{"type", "frame"}, {"session", session}, {"index", index}, {"text", text}}
+               .dump(),
+           false);
+      return;
+    }
+    server::FrameRequest f;
+    f.session = session;
+    f.index = index;
+    server::TokenIds ids(a);
+    for (auto& id : ids) {
+      if (o.payload.kind == PayloadSource::Kind::kIds) {
+        id = o.payload.ids[cursor];
+        cursor = (cursor + 1) % o.payload.ids.size();
+      } else {
+        id = static_cast<TokenId>(payload_rng() % static_cast<std::uint64_t>(st->vocab));
+      }
+    }
+    if (o.binary_frames) {
+      f.input = std::move(ids);
+      const std::vector<std::byte> bytes = server::EncodeBinaryFrame(f);
+      Send(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()), true);
+    } else {
+      Send(nlohmann::json{{"type", "frame"}, {"session", session}, {"index", index}, {"ids", ids}}
+               .dump(),
+           false);
+    }
+  }
+
+  // Stop sending; give outstanding frames until their deadline plus the grace, then end.
+  void BeginEnd() {
+    phase = Phase::kDraining;
+    if (outstanding.empty()) return End();
+    timer.expires_after(FromMs(st->deadline_ms + st->options.drain_grace_ms));
+    timer.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (!ec && self->phase == Phase::kDraining) self->End();
+    });
+  }
+
+  void End() {
+    phase = Phase::kEnding;
+    Send(nlohmann::json{{"type", "session.end"}, {"session", session}}.dump(), false);
+    // session.ended closes the client; a server that never answers is not waited for forever.
+    timer.expires_after(std::chrono::seconds(2));
+    timer.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (!ec && self->phase == Phase::kEnding) self->Done();
+    });
+  }
+
+  // The run is over: sessions drain and end; clients not yet admitted leave.
+  void Finish() {
+    switch (phase) {
+      case Phase::kStreaming:
+        timer.cancel();
+        BeginEnd();
+        break;
+      case Phase::kConnecting:
+      case Phase::kAsking:
+      case Phase::kRetryWait:
+        Done();
+        break;
+      default:
+        break;
+    }
+  }
+};
+
+void LoadGenerator::State::FetchVocab() {
+  // One plain HTTP request before the run: it proves the server is there (and the token good) and
+  // reads the vocabulary random payloads are drawn from.
+  tcp::socket socket(io);
+  beast::error_code ec;
+  net::connect(socket, endpoints, ec);
+  if (ec) {
+    throw std::runtime_error("cannot reach the server at " + options.url + ": " + ec.message());
+  }
+  http::request<http::empty_body> req(http::verb::get, "/v1/stats", 11);
+  req.set(http::field::host, url.host);
+  if (!options.auth_token.empty()) {
+    req.set(http::field::authorization, "Bearer " + options.auth_token);
+  }
+  http::write(socket, req, ec);
+  beast::flat_buffer buffer;
+  http::response<http::string_body> res;
+  if (!ec) http::read(socket, buffer, res, ec);
+  if (ec) throw std::runtime_error("GET /v1/stats from " + options.url + ": " + ec.message());
+  if (res.result() == http::status::unauthorized) {
+    throw std::runtime_error("the server at " + options.url +
+                             " wants an access token (--auth-token) and did not take this one");
+  }
+  if (options.vocab > 0) {
+    vocab = options.vocab;
+    return;
+  }
+  const nlohmann::json stats = nlohmann::json::parse(res.body(), nullptr, false);
+  if (stats.is_object() && stats.contains("caps") && stats["caps"].contains("vocab_size") &&
+      stats["caps"]["vocab_size"].is_number_integer() && stats["caps"]["vocab_size"] > 0) {
+    vocab = stats["caps"]["vocab_size"];
+  }
+}
+
+void LoadGenerator::State::SpawnClient(bool population) {
+  auto c = std::make_shared<Client>(this, next_ordinal++, population);
+  clients.push_back(c);
+  ++open_clients;
+  c->Start();
+}
+
+void LoadGenerator::State::ScheduleArrival(double after_s) {
+  const double next_s = arrival->NextAfter(after_s, rng);
+  if (next_s >= options.duration_s) return;
+  arrival_timer.expires_at(start + FromMs(next_s * 1000.0));
+  arrival_timer.async_wait([this, next_s](beast::error_code ec) {
+    if (ec || finishing) return;
+    SpawnClient(false);
+    ScheduleArrival(next_s);
+  });
+}
+
+LoadGenSample LoadGenerator::State::Sample() const {
+  LoadGenSample s;
+  s.t_s = Now();
+  s.active = active;
+  s.waiting = waiting;
+  s.frames = summary.frames;
+  s.ok = summary.ok_frames;
+  s.late = summary.late_frames;
+  s.starved = summary.starved_frames;
+  s.short_frames = summary.short_frames;
+  s.mute_alarms = summary.mute_alarms;
+  s.admitted = summary.admitted;
+  s.rejected = summary.rejected;
+  s.errors = summary.errors + summary.connect_failures;
+  s.p99_latency_ms_recent = recent->Quantile(0.99);
+  return s;
+}
+
+void LoadGenerator::State::ScheduleSample() {
+  sample_timer.expires_after(FromMs(options.sample_interval_s * 1000.0));
+  sample_timer.async_wait([this](beast::error_code ec) {
+    // A cancel() cannot recall a handler already queued: check for the end here too.
+    if (ec || (finishing && open_clients == 0)) return;
+    if (on_sample != nullptr && *on_sample) (*on_sample)(Sample());
+    recent = std::make_unique<telemetry::QuantileSketch>();
+    // Finished clients go (a long run with arrivals would otherwise keep every one).
+    std::erase_if(clients, [](const auto& c) { return c->phase == Client::Phase::kDone; });
+    ScheduleSample();
+  });
+}
+
+void LoadGenerator::State::Finish() {
+  finishing = true;
+  arrival_timer.cancel();
+  for (auto& c : clients) c->Finish();
+  // Whatever has not closed by now (a server that stopped answering) is cut off.
+  stop_timer.expires_after(FromMs(deadline_ms + options.drain_grace_ms + 3000.0));
+  stop_timer.async_wait([this](beast::error_code ec) {
+    if (ec) return;
+    for (auto& c : clients) c->Done();
+  });
+  StopWhenIdle();
+}
+
+// After the run, the io_context returns once the last client is done and these timers go.
+void LoadGenerator::State::StopWhenIdle() {
+  if (!finishing || open_clients > 0) return;
+  sample_timer.cancel();
+  stop_timer.cancel();
+}
+
+LoadGenerator::LoadGenerator(const LoadGenOptions& options, telemetry::EventLog* events)
+    : state_(std::make_unique<State>(options, events)) {}
+
+LoadGenerator::~LoadGenerator() = default;
+
+LoadGenSummary LoadGenerator::Run() {
+  State& st = *state_;
+  st.on_sample = &on_sample;
+  st.on_frame = &on_frame;
+  tcp::resolver resolver(st.io);
+  beast::error_code ec;
+  st.endpoints = resolver.resolve(st.url.host, st.url.port, ec);
+  if (ec) throw std::runtime_error("cannot resolve '" + st.url.host + "': " + ec.message());
+  st.FetchVocab();
+
+  st.start = std::chrono::steady_clock::now();
+  if (st.options.sessions > 0) {
+    for (std::int64_t i = 0; i < st.options.sessions; ++i) st.SpawnClient(true);
+  } else {
+    st.ScheduleArrival(0.0);
+  }
+  st.ScheduleSample();
+  net::steady_timer end_timer(st.io);
+  end_timer.expires_at(st.start + FromMs(st.options.duration_s * 1000.0));
+  end_timer.async_wait([&st](beast::error_code e) {
+    if (!e) st.Finish();
+  });
+  st.io.run();
+
+  LoadGenSummary s = st.summary;
+  s.duration_s = st.Now();
+  s.deadline_ms = st.deadline_ms;
+  s.p50_frame_latency_ms = st.client_latency.Quantile(0.5);
+  s.p99_frame_latency_ms = st.client_latency.Quantile(0.99);
+  s.p50_server_latency_ms = st.server_latency.Quantile(0.5);
+  s.p99_server_latency_ms = st.server_latency.Quantile(0.99);
+  s.p99_send_lag_ms = st.send_lag.Quantile(0.99);
+  s.kv_policy = st.options.kv == "full"
+                    ? "full"
+                    : "window W=" +
+                          (st.options.window ? std::to_string(*st.options.window)
+                                             : std::string("server default")) +
+                          " S=" +
+                          (st.options.sinks ? std::to_string(*st.options.sinks)
+                                            : std::string("server default"));
+  s.payload = st.options.payload.describe;
+  return s;
+}
+
+}  // namespace metronome::loadgen

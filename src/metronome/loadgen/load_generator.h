@@ -1,0 +1,175 @@
+// `metronome loadgen`: a paced real-time client population for `metronome serve`. Each simulated
+// client opens its own WebSocket connection to /v1/realtime, asks for a session (retrying after a
+// rejection's retry_after_ms, like sim/drive's clients), streams frames on a drift-free clock
+// (frame k is sent at start + k x period, however late the previous send was), and measures every
+// frame on the client side: latency from send to frame.result, and the outcome judged from what
+// came back (no outputs: starved; fewer than asked: short; after the deadline: a deadline miss).
+// The same workload spellings as sim and drive (realtime/workload.h) decide who asks and for how
+// long, so a scenario can be run in-process and over the network and the two compared.
+//
+// Thread-safety: Run() drives everything on the calling thread (one Asio io_context); on_sample is
+// called on that thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "metronome/base/types.h"
+#include "metronome/telemetry/event_log.h"
+
+namespace metronome::loadgen {
+
+// Where frame inputs come from.
+struct PayloadSource {
+  enum class Kind : std::uint8_t {
+    kRandom,  // seeded uniform ids in [0, vocab)
+    kIds,     // consecutive chunks of a token-id file, each client from its own offset
+    kText,    // consecutive chunks of a text file's words, sent as text for the server to tokenise
+  };
+  Kind kind = Kind::kRandom;
+  std::vector<TokenId> ids;         // kIds
+  std::vector<std::string> words;   // kText
+  std::string describe = "random";  // for the summary
+
+  // "random" | "ids:FILE" (integers separated by whitespace or commas) | "text:FILE". Throws
+  // ConfigError naming --payload, the file and the problem.
+  static PayloadSource Parse(const std::string& spec);
+};
+
+struct LoadGenOptions {
+  // Server. ws://HOST:PORT[/PATH]; the path defaults to /v1/realtime.
+  std::string url;
+  std::string auth_token;  // sent as "Authorization: Bearer T" when not empty
+  // Session shape, sent in session.start.
+  double period_ms = 80.0;
+  double deadline_ms = 0.0;  // 0: the period
+  int tokens_per_frame = 1;
+  int output_tokens_per_frame = 1;
+  std::string kv = "window";  // "full" | "window"
+  std::optional<std::int64_t> window;
+  std::optional<std::int64_t> sinks;
+  std::string positions;  // empty: the server's default
+  int prompt_tokens = 0;  // a fixed prompt of this many ids, sent with session.start
+  // Who asks and for how long (realtime/workload.h spellings).
+  std::int64_t sessions = 0;  // a population asking at t = 0, retrying until admitted
+  std::string arrival;        // or an arrival process
+  std::string session_duration;
+  double duration_s = 60.0;
+  std::uint64_t seed = 1;
+  double patience_s = 10.0;  // arriving clients retry this long, then give up
+  bool aligned_phases = false;
+  // Payload and encoding.
+  PayloadSource payload;
+  bool binary_frames = true;  // id frames as binary messages (text frames are always JSON)
+  int vocab = 0;              // random ids in [0, vocab); 0: ask the server (/v1/stats), else 256
+  // After the run (or a session's lifetime) a session waits this long for its outstanding frames
+  // before it sends session.end, ms past its deadline.
+  double drain_grace_ms = 1000.0;
+  double connect_timeout_s = 5.0;
+  double sample_interval_s = 0.5;  // on_sample period
+
+  void Validate() const;  // ConfigError naming the flag and value
+};
+
+// The client-side view at one sample. Counts are cumulative.
+struct LoadGenSample {
+  double t_s = 0.0;
+  std::int64_t active = 0;   // admitted sessions streaming frames
+  std::int64_t waiting = 0;  // clients connecting, asking or waiting to retry
+  std::int64_t frames = 0;
+  std::int64_t ok = 0;
+  std::int64_t late = 0;
+  std::int64_t starved = 0;
+  std::int64_t short_frames = 0;
+  std::int64_t mute_alarms = 0;
+  std::int64_t admitted = 0;
+  std::int64_t rejected = 0;
+  std::int64_t errors = 0;
+  // Client latency p99 over frames received since the previous sample, ms (NaN: none).
+  double p99_latency_ms_recent = std::numeric_limits<double>::quiet_NaN();
+};
+
+// One answered frame as the client saw it (the trace's frame row).
+struct ClientFrame {
+  double t_s = 0.0;  // when the result arrived, s from the start of the run
+  std::uint64_t session = 0;
+  std::int64_t frame = 0;
+  std::string_view outcome;         // judged by the client: ok, late, starved, short
+  double latency_ms = 0.0;          // send to result, client clock
+  std::string_view server_outcome;  // as the server reported it
+  double server_latency_ms = 0.0;   // arrival at the server to result, server clock
+  std::size_t outputs = 0;          // output ids received
+};
+
+// The summary: the keys of sim/drive's RunSummary that a client can observe, with the same
+// meaning, plus what only a client sees.
+struct LoadGenSummary {
+  std::int64_t frames = 0;  // frame.result messages received
+  std::int64_t ok_frames = 0;
+  std::int64_t late_frames = 0;     // every output, but after the deadline (client clock)
+  std::int64_t starved_frames = 0;  // no outputs although some were asked for
+  std::int64_t short_frames = 0;    // fewer outputs than asked for
+  // As in sim/drive: the late frames. Starved and short frames are handed back at their deadline
+  // by design (and reach the client a network hop after it); they are counted on their own.
+  std::int64_t deadline_misses = 0;
+  std::int64_t mute_alarms = 0;  // "alarm" messages of kind mute
+  double first_starved_at_s = std::numeric_limits<double>::quiet_NaN();
+  std::int64_t admitted = 0;
+  std::int64_t rejected = 0;        // session.rejected messages (a retrying client counts per try)
+  std::int64_t abandoned = 0;       // arriving clients that gave up after patience_s
+  std::int64_t ended_by_error = 0;  // sessions the server ended (context_full, error, shutdown)
+  std::int64_t active_peak = 0;
+  double p50_frame_latency_ms = std::numeric_limits<double>::quiet_NaN();  // client clock
+  double p99_frame_latency_ms = std::numeric_limits<double>::quiet_NaN();
+  double deadline_ms = 0.0;
+  double duration_s = 0.0;
+  std::string kv_policy;
+  // Only a client sees these.
+  std::int64_t frames_sent = 0;
+  std::int64_t lost_frames = 0;     // sent, never answered (connection lost, session ended)
+  std::int64_t refused_frames = 0;  // answered with an error (e.g. frame_too_early)
+  // Results whose outcome the server judged differently from the client (network delay turning
+  // an on-time frame late, mostly).
+  std::int64_t outcome_disagreements = 0;
+  // Results that reached the client after the deadline, whatever they held.
+  std::int64_t after_deadline_frames = 0;
+  std::int64_t errors = 0;            // error messages received
+  std::int64_t connect_failures = 0;  // connections or handshakes that failed
+  double p50_server_latency_ms = std::numeric_limits<double>::quiet_NaN();  // the server's clock
+  double p99_server_latency_ms = std::numeric_limits<double>::quiet_NaN();
+  // How late the client sent frames against its own schedule (an overloaded client shows here).
+  double p99_send_lag_ms = std::numeric_limits<double>::quiet_NaN();
+  std::string payload;
+
+  [[nodiscard]] nlohmann::json ToJson() const;
+};
+
+class LoadGenerator {
+ public:
+  // `events` (optional, borrowed): the trace, one line per frame, admission, rejection, alarm,
+  // error and session end. Throws ConfigError for bad options.
+  explicit LoadGenerator(const LoadGenOptions& options, telemetry::EventLog* events = nullptr);
+  ~LoadGenerator();
+  LoadGenerator(const LoadGenerator&) = delete;
+  LoadGenerator& operator=(const LoadGenerator&) = delete;
+
+  // Runs for options.duration_s, drains, closes every connection and returns the summary. Throws
+  // std::runtime_error when the server cannot be reached at all. Call once.
+  LoadGenSummary Run();
+
+  std::function<void(const LoadGenSample&)> on_sample;
+  std::function<void(const ClientFrame&)> on_frame;  // every answered frame (e.g. a CSV trace)
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace metronome::loadgen

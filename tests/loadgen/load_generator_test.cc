@@ -1,0 +1,245 @@
+// The load generator against a real `serve` stack (EngineService + HttpServer on an ephemeral
+// loopback port, cost-model backend, real clock): paced frames all come back and are counted,
+// rejected clients retry or give up, a full KV pool shows up as starved frames and mute alarms on
+// the client side, the trace parses, and bad options or an absent server fail with clear errors.
+#include "metronome/loadgen/load_generator.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#include "metronome/base/errors.h"
+#include "metronome/server/http_server.h"
+
+namespace metronome::loadgen {
+namespace {
+
+struct Server {
+  realtime::CostModelBackend backend;
+  SteadyClock clock;
+  telemetry::MetricsRegistry registry;
+  server::EngineService service;
+  server::HttpServer http;
+
+  static realtime::SupervisorOptions Supervisor(const std::string& admission) {
+    realtime::SupervisorOptions o;
+    o.admission = admission;
+    o.log_to_stderr = false;
+    o.loop.log_to_stderr = false;
+    o.loop.mute_after_starved = 3;
+    return o;
+  }
+  explicit Server(const std::string& admission, std::int64_t blocks = 256)
+      : backend({.c0_s = 0.001}, blocks, 16),
+        service(&backend, &clock, Supervisor(admission), &registry),
+        http(&service, &registry, server::ServerOptions{}, nullptr) {
+    http.Start();
+  }
+  ~Server() {
+    http.Stop();
+    service.Shutdown();
+  }
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  [[nodiscard]] std::string url() const { return "ws://127.0.0.1:" + std::to_string(http.port()); }
+};
+
+LoadGenOptions Options(const Server& s) {
+  LoadGenOptions o;
+  o.url = s.url();
+  o.period_ms = 40.0;
+  o.kv = "window";
+  o.window = 64;
+  o.sinks = 4;
+  o.duration_s = 1.2;
+  o.vocab = 100;
+  o.sample_interval_s = 0.2;
+  return o;
+}
+
+TEST(LoadGeneratorTest, PacedSessionsGetEveryFrameBackOnTime) {
+  Server server("static:8");
+  LoadGenOptions o = Options(server);
+  o.sessions = 3;
+  std::ostringstream trace;
+  telemetry::EventLog events(trace);
+  LoadGenerator gen(o, &events);
+  int samples = 0;
+  gen.on_sample = [&](const LoadGenSample& s) {
+    ++samples;
+    EXPECT_LE(s.active, 3);
+  };
+  const LoadGenSummary s = gen.Run();
+  EXPECT_EQ(s.admitted, 3);
+  EXPECT_EQ(s.rejected, 0);
+  // 1.2 s at 40 ms from a random phase in [0, 40 ms): 30 or 31 frames per session (sent before
+  // the run's end), every one answered.
+  EXPECT_GE(s.frames_sent, 3 * 29);
+  EXPECT_LE(s.frames_sent, 3 * 31);
+  EXPECT_EQ(s.frames, s.frames_sent);
+  EXPECT_EQ(s.lost_frames, 0);
+  EXPECT_EQ(s.errors, 0);
+  EXPECT_EQ(s.starved_frames + s.short_frames, 0);
+  EXPECT_EQ(s.ok_frames + s.late_frames, s.frames);
+  EXPECT_GT(s.ok_frames, s.frames * 9 / 10);  // c0 = 1 ms against a 40 ms deadline
+  EXPECT_GE(s.p50_frame_latency_ms, s.p50_server_latency_ms);
+  EXPECT_LT(s.p50_frame_latency_ms, 40.0);
+  EXPECT_EQ(s.deadline_ms, 40.0);
+  EXPECT_EQ(s.active_peak, 3);
+  EXPECT_GE(samples, 4);
+  // Sessions ended with session.end: the server's pool is empty again.
+  EXPECT_EQ(server.backend.pool().used_blocks, 0);
+
+  // The trace: every line is JSON; one frame line per answered frame, each session's indices in
+  // order from 0.
+  std::istringstream lines(trace.str());
+  std::string line;
+  std::int64_t frames = 0;
+  std::map<std::uint64_t, std::int64_t> next_index;
+  while (std::getline(lines, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j["type"] == "frame") {
+      ++frames;
+      const std::uint64_t session = j["session"];
+      EXPECT_EQ(j["frame"].get<std::int64_t>(), next_index[session]++);
+      EXPECT_EQ(j["num_tokens"], 1);
+    }
+  }
+  EXPECT_EQ(frames, s.frames);
+  EXPECT_EQ(next_index.size(), 3u);
+
+  const nlohmann::json j = s.ToJson();
+  for (const char* key : {"frames", "ok_frames", "late_frames", "starved_frames", "short_frames",
+                          "deadline_misses", "admitted", "rejected", "p50_frame_latency_ms",
+                          "p99_frame_latency_ms", "deadline_ms", "mute_alarms"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+}
+
+TEST(LoadGeneratorTest, ARejectedPopulationClientRetriesUntilASessionEnds) {
+  Server server("static:1");
+  LoadGenOptions o = Options(server);
+  o.sessions = 2;
+  o.session_duration = "fixed:0.4";
+  o.duration_s = 1.5;
+  const LoadGenSummary s = LoadGenerator(o).Run();
+  // One holds the only slot for 0.4 s while the other is told "limit" and retries after the hint;
+  // then the other gets its turn (and the first asks no more: its lifetime is over).
+  EXPECT_GE(s.rejected, 1);
+  EXPECT_GE(s.admitted, 2);
+  EXPECT_EQ(s.active_peak, 1);
+  EXPECT_EQ(s.lost_frames, 0);
+  EXPECT_EQ(server.backend.pool().used_blocks, 0);
+}
+
+TEST(LoadGeneratorTest, ArrivingClientsGiveUpAfterTheirPatience) {
+  Server server("static:1");
+  LoadGenOptions o = Options(server);
+  o.arrival = "poisson:20";
+  o.patience_s = 0.0;
+  o.duration_s = 1.0;
+  const LoadGenSummary s = LoadGenerator(o).Run();
+  EXPECT_EQ(s.admitted, 1);  // sessions live until the run ends: the slot never frees
+  EXPECT_GE(s.rejected, 5);
+  EXPECT_EQ(s.abandoned, s.rejected);  // patience 0: one try each
+}
+
+TEST(LoadGeneratorTest, AFullKvPoolShowsAsStarvedFramesAndMuteAlarmsOnTheClient) {
+  // 8 blocks of 16 tokens; 2 full-KV sessions at 2 tokens per frame in (+1 out) fill it in ~22
+  // frames, then every frame comes back empty at its deadline.
+  Server server("static:4", /*blocks=*/8);
+  LoadGenOptions o = Options(server);
+  o.sessions = 2;
+  o.kv = "full";
+  o.window.reset();
+  o.sinks.reset();
+  o.tokens_per_frame = 2;
+  o.duration_s = 2.0;
+  std::ostringstream trace;
+  telemetry::EventLog events(trace);
+  const LoadGenSummary s = LoadGenerator(o, &events).Run();
+  EXPECT_EQ(s.admitted, 2);
+  EXPECT_GT(s.starved_frames, 10);
+  EXPECT_EQ(s.mute_alarms, 2);  // one per session (k = 3 consecutive)
+  EXPECT_TRUE(std::isfinite(s.first_starved_at_s));
+  EXPECT_LT(s.first_starved_at_s, 1.5);
+  // Handed back on time: not deadline misses, but each result reaches the client a hop after the
+  // deadline.
+  EXPECT_EQ(s.deadline_misses, s.late_frames);
+  EXPECT_GE(s.after_deadline_frames, s.starved_frames / 2);
+  EXPECT_NE(trace.str().find("\"type\":\"alarm\""), std::string::npos);
+}
+
+TEST(LoadGeneratorTest, IdAndTextPayloadFilesAreReadAndBadOnesNamed) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path();
+  const std::string ids = (dir / "metronome_loadgen_ids.txt").string();
+  const std::string text = (dir / "metronome_loadgen_text.txt").string();
+  const std::string bad = (dir / "metronome_loadgen_bad.txt").string();
+  std::ofstream(ids) << "1 2, 3\n4\n";
+  std::ofstream(text) << "hello there\n  general kenobi\n";
+  std::ofstream(bad) << "1 2\n3 x7\n";
+  const PayloadSource a = PayloadSource::Parse("ids:" + ids);
+  EXPECT_EQ(a.kind, PayloadSource::Kind::kIds);
+  EXPECT_EQ(a.ids, (std::vector<TokenId>{1, 2, 3, 4}));
+  const PayloadSource b = PayloadSource::Parse("text:" + text);
+  EXPECT_EQ(b.words, (std::vector<std::string>{"hello", "there", "general", "kenobi"}));
+  EXPECT_EQ(PayloadSource::Parse("random").kind, PayloadSource::Kind::kRandom);
+  try {
+    (void)PayloadSource::Parse("ids:" + bad);
+    FAIL() << "bad id accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("line 2: 'x7'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)PayloadSource::Parse("ids:/nonexistent/x"), ConfigError);
+  EXPECT_THROW((void)PayloadSource::Parse("words:" + text), ConfigError);
+  std::filesystem::remove(ids);
+  std::filesystem::remove(text);
+  std::filesystem::remove(bad);
+}
+
+TEST(LoadGeneratorTest, BadOptionsAreNamedAndAnAbsentServerIsAnError) {
+  LoadGenOptions o;
+  o.sessions = 1;
+  const auto message = [](LoadGenOptions x) {
+    try {
+      x.Validate();
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  o.url = "http://127.0.0.1:1";
+  EXPECT_NE(message(o).find("--url"), std::string::npos);
+  o.url = "ws://127.0.0.1";
+  EXPECT_NE(message(o).find("port"), std::string::npos);
+  o.url = "ws://127.0.0.1:70000";
+  EXPECT_NE(message(o).find("70000"), std::string::npos);
+  o.url = "ws://127.0.0.1:1";
+  EXPECT_EQ(message(o), "accepted");
+  LoadGenOptions p = o;
+  p.period_ms = 0.0;
+  EXPECT_NE(message(p).find("--period-ms"), std::string::npos);
+  p = o;
+  p.kv = "paged";
+  EXPECT_NE(message(p).find("--kv"), std::string::npos);
+  p = o;
+  p.arrival = "poisson:2";
+  EXPECT_NE(message(p).find("exactly one"), std::string::npos);
+  p = o;
+  p.sessions = 0;
+  p.arrival = "gauss:1";
+  EXPECT_NE(message(p).find("--arrival"), std::string::npos);
+
+  // Port 1 on loopback: nothing listens there.
+  EXPECT_THROW(LoadGenerator(o).Run(), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace metronome::loadgen
