@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs everything Metronome needs to build, test and benchmark on Debian 12, from Debian's
-# packages only. Idempotent; run as root (or with sudo available).
+# Installs everything Metronome needs to build, test and benchmark on Debian 12: Debian's packages,
+# then the dashboard's npm packages (web/package-lock.json: uPlot, embedded into the binary at build
+# time, and playwright-core for the browser test). Idempotent; run as root (or with sudo available).
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake ninja-build pkg-config
@@ -11,10 +13,13 @@ packages=(
   nlohmann-json3-dev     # JSON (event log, summaries)
   libboost-dev           # Beast/Asio (header-only): the network server
   libgtest-dev libbenchmark-dev
+  nodejs npm chromium    # the dashboard: npm ci (uPlot, playwright-core) and its browser test
 )
 
 missing=()
 for p in "${packages[@]}"; do
+  # A nodejs from elsewhere (e.g. NodeSource) bundles npm and conflicts with Debian's npm package.
+  if [ "$p" = npm ] && command -v npm >/dev/null; then continue; fi
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
@@ -25,4 +30,16 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
   echo "[setup] all packages present"
+fi
+
+# The dashboard's JavaScript packages, exactly as locked. Playwright drives the Debian chromium
+# (/usr/bin/chromium); it must not download browsers of its own. A copy of the lock file in
+# node_modules records what was installed: when it matches, the install is current.
+stamp=web/node_modules/.metronome-package-lock.json
+if cmp -s web/package-lock.json "$stamp"; then
+  echo "[setup] web/node_modules up to date"
+else
+  echo "[setup] npm ci --prefix web"
+  PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --prefix web --no-audit --no-fund
+  cp web/package-lock.json "$stamp"
 fi

@@ -102,6 +102,10 @@ TEST(EngineServiceTest, FramesFromAClientComeBackInOrderAndBlocksReturnOnEnd) {
   EXPECT_EQ(live["sessions"]["list"][0]["ok"], 10);
   EXPECT_EQ(live["sessions"]["list"][0]["starved"], 0);
   EXPECT_GT(live["sessions"]["list"][0]["resident_blocks"], 0);
+  // The spec left the deadline at 0: the period.
+  EXPECT_EQ(live["sessions"]["list"][0]["period_ms"], 20.0);
+  EXPECT_EQ(live["sessions"]["list"][0]["deadline_ms"], 20.0);
+  EXPECT_EQ(live["deadline_ms"], 20.0);
   service.EndSession(started.id);
   ASSERT_TRUE(WaitFor([&] {
     const std::lock_guard<std::mutex> lock(c.mu);
@@ -112,6 +116,7 @@ TEST(EngineServiceTest, FramesFromAClientComeBackInOrderAndBlocksReturnOnEnd) {
   EXPECT_EQ(stats["kv"]["used_blocks"], 0) << stats.dump();
   EXPECT_EQ(stats["frames"]["ok"], 10);
   EXPECT_EQ(stats["sessions"]["active"], 0);
+  EXPECT_TRUE(stats["deadline_ms"].is_null()) << stats.dump();
   // A frame for the ended session is refused.
   std::promise<SubmitOutcome> p;
   service.SubmitFrame(started.id, {1}, [&p](SubmitOutcome o) { p.set_value(o); });
@@ -150,6 +155,34 @@ TEST(EngineServiceTest, AdmissionRejectsWithAReasonAndFramesFasterThanThePeriodA
   const StartOutcome rejected_spec = Start(service, bad, invalid);
   EXPECT_FALSE(rejected_spec.admitted);
   EXPECT_NE(rejected_spec.error.find("period_ms"), std::string::npos) << rejected_spec.error;
+}
+
+TEST(EngineServiceTest, StatsReportEachSessionsDeadlineAndTheTightestLiveOne) {
+  Client a;
+  Client b;
+  realtime::CostModelBackend backend({.c0_s = 0.001}, 256, 16);
+  SteadyClock clock;
+  EngineService service(&backend, &clock, Options("static:4"));
+  realtime::SessionSpec loose = Spec(40.0);
+  loose.deadline_ms = 60.0;
+  realtime::SessionSpec tight = Spec(40.0);
+  tight.deadline_ms = 25.0;
+  const StartOutcome first = Start(service, a, loose);
+  const StartOutcome second = Start(service, b, tight);
+  ASSERT_TRUE(first.admitted && second.admitted);
+  nlohmann::json stats = service.Stats();
+  ASSERT_EQ(stats["sessions"]["list"].size(), 2U) << stats.dump();
+  EXPECT_EQ(stats["sessions"]["list"][0]["deadline_ms"], 60.0);
+  EXPECT_EQ(stats["sessions"]["list"][0]["period_ms"], 40.0);
+  EXPECT_EQ(stats["sessions"]["list"][1]["deadline_ms"], 25.0);
+  EXPECT_EQ(stats["deadline_ms"], 25.0);
+  service.EndSession(second.id);
+  ASSERT_TRUE(WaitFor([&] {
+    const std::lock_guard<std::mutex> lock(b.mu);
+    return b.ends.size() == 1;
+  }));
+  stats = service.Stats();
+  EXPECT_EQ(stats["deadline_ms"], 60.0) << stats.dump();
 }
 
 TEST(EngineServiceTest, ManyClientsAtOnceAndShutdownEndsOpenSessions) {

@@ -1,6 +1,6 @@
 // The network server end to end on the real clock with the cost-model backend: a Beast sync
 // WebSocket client opens sessions, sends frames and bad input; plain HTTP routes and access
-// control; an abrupt disconnect returns every block to the pool.
+// control; the dashboard's embedded files; an abrupt disconnect returns every block to the pool.
 #include "metronome/server/http_server.h"
 
 #include <gtest/gtest.h>
@@ -16,6 +16,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "metronome/server/dashboard_assets.h"
 
 namespace metronome::server {
 namespace {
@@ -190,6 +192,7 @@ TEST(HttpServerTest, FramesComeBackInOrderWithTheClientsIndexAndMetricsAreServed
   const HttpResult stats = Get(s.http.port(), "/v1/stats");
   EXPECT_EQ(stats.status, 200);
   EXPECT_EQ(json::parse(stats.body)["sessions"]["active"], 0) << stats.body;
+  EXPECT_EQ(json::parse(stats.body)["caps"]["max_window"], ServerCaps{}.max_window) << stats.body;
   EXPECT_EQ(Get(s.http.port(), "/nope").status, 404);
   EXPECT_EQ(Get(s.http.port(), "/healthz", "", http::verb::post).status, 405);
 }
@@ -302,6 +305,44 @@ TEST(HttpServerTest, AnAccessTokenIsRequiredOnTheUpgradeAndOnV1) {
   EXPECT_EQ(Get(s.http.port(), "/v1/stats").status, 401);
   EXPECT_EQ(Get(s.http.port(), "/v1/stats", "sesame").status, 200);
   EXPECT_EQ(Get(s.http.port(), "/healthz").status, 200);
+}
+
+TEST(HttpServerTest, TheDashboardIsServedFromEmbeddedFilesWithoutTheToken) {
+  ServerOptions o;
+  o.auth_token = "sesame";
+  Server s("static:4", o);
+  const HttpResult page = Get(s.http.port(), "/");
+  EXPECT_EQ(page.status, 200);
+  EXPECT_EQ(page.content_type, "text/html; charset=utf-8");
+  EXPECT_NE(page.body.find("<title>Metronome</title>"), std::string::npos) << page.body;
+  EXPECT_NE(page.body.find("/dashboard/dashboard.js"), std::string::npos);
+  EXPECT_EQ(Get(s.http.port(), "/dashboard/index.html").body, page.body);
+  const HttpResult js = Get(s.http.port(), "/dashboard/dashboard.js");
+  EXPECT_EQ(js.status, 200);
+  EXPECT_TRUE(js.content_type.starts_with("application/javascript")) << js.content_type;
+  EXPECT_NE(js.body.find("metronomeDashboard"), std::string::npos);
+  const HttpResult css = Get(s.http.port(), "/dashboard/dashboard.css");
+  EXPECT_EQ(css.status, 200);
+  EXPECT_TRUE(css.content_type.starts_with("text/css")) << css.content_type;
+  // A query string does not change what is served.
+  EXPECT_EQ(Get(s.http.port(), "/dashboard/dashboard.css?v=2").body, css.body);
+  EXPECT_EQ(Get(s.http.port(), "/dashboard/nope.js").status, 404);
+  EXPECT_EQ(Get(s.http.port(), "/dashboard/").status, 404);
+  EXPECT_EQ(Get(s.http.port(), "/dashboard/../v1/stats").status, 404);
+  EXPECT_EQ(Get(s.http.port(), "/", "", http::verb::post).status, 405);
+  // The data behind the page still needs the token.
+  EXPECT_EQ(Get(s.http.port(), "/v1/stats").status, 401);
+}
+
+TEST(HttpServerTest, EveryEmbeddedAssetIsServedUnderItsPath) {
+  Server s("static:4", {});
+  ASSERT_FALSE(DashboardAssets().empty());
+  for (const DashboardAsset& a : DashboardAssets()) {
+    const HttpResult r = Get(s.http.port(), std::string(a.path));
+    EXPECT_EQ(r.status, 200) << a.path;
+    EXPECT_EQ(r.content_type, a.content_type) << a.path;
+    EXPECT_EQ(r.body, a.bytes) << a.path;
+  }
 }
 
 TEST(HttpServerTest, AReaderSlowerThanTheSendQueueIsClosedAndItsSessionsEnd) {

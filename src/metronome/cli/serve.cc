@@ -1,6 +1,6 @@
 // metronome serve: the real engine behind the network server (docs/protocol.md). Clients open
-// real-time sessions over WebSocket on /v1/realtime; /metrics, /healthz and /v1/stats are plain
-// HTTP. Runs until SIGINT or SIGTERM.
+// real-time sessions over WebSocket on /v1/realtime; /metrics, /healthz, /v1/stats and the
+// dashboard at / are plain HTTP. Runs until SIGINT or SIGTERM.
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -11,6 +11,7 @@
 #include "metronome/base/errors.h"
 #include "metronome/cli/commands.h"
 #include "metronome/cli/common.h"
+#include "metronome/cli/workload_flags.h"
 #include "metronome/engine/engine.h"
 #include "metronome/engine/sampler.h"
 #include "metronome/realtime/backend.h"
@@ -37,20 +38,15 @@ struct ServeFlags {
   bool no_full_kv = false;
   std::int64_t max_context = 0;
   float temperature = 0.0f;
-  // Admission and alarms.
-  std::string admission = "memory";
-  admission::AimdOptions aimd;
-  admission::MemoryOptions memory;
-  int mute_after = 3;
+  AdmissionFlags admission;  // admission, alarms, forecast: the same flags as sim and drive
   bool quiet = false;
 };
 
 int RunServe(const ServeFlags& f) {
   if (f.window < 1) throw ConfigError("--window = " + std::to_string(f.window) + " must be >= 1");
   if (f.sinks < 0) throw ConfigError("--sinks = " + std::to_string(f.sinks) + " must be >= 0");
-  if (f.mute_after < 1) {
-    throw ConfigError("--mute-after = " + std::to_string(f.mute_after) + " must be >= 1");
-  }
+  // Validated before the model loads: a typo fails at once.
+  realtime::SupervisorOptions sup = f.admission.Supervisor(/*period_ms=*/0.0);
   if (f.max_context < 0) {
     throw ConfigError("--max-context = " + std::to_string(f.max_context) + " must be >= 0");
   }
@@ -67,11 +63,6 @@ int RunServe(const ServeFlags& f) {
   realtime::EngineBackend backend(&eng, so, f.max_context);
   SteadyClock clock;
 
-  realtime::SupervisorOptions sup;
-  sup.admission = f.admission;
-  sup.aimd = f.aimd;
-  sup.memory = f.memory;
-  sup.loop.mute_after_starved = f.mute_after;
   sup.loop.log_to_stderr = !f.quiet;
   sup.log_to_stderr = !f.quiet;
   telemetry::MetricsRegistry registry;
@@ -100,6 +91,8 @@ int RunServe(const ServeFlags& f) {
               static_cast<long long>(pool.block_tokens),
               HumanBytes(static_cast<double>(pool.num_blocks * pool.bytes_per_block)).c_str());
   std::printf("listening on http://%s:%d\n", f.host.c_str(), http.port());
+  std::printf("dashboard: http://%s:%d/%s\n", f.host.c_str(), http.port(),
+              f.auth_token.empty() ? "" : "#token=<the --auth-token>");
   std::fflush(stdout);
 
   boost::asio::io_context signals_io;
@@ -121,7 +114,7 @@ void RegisterServe(CLI::App* app, int* exit_code) {
   CLI::App* sub = app->add_subcommand(
       "serve",
       "Serve real-time sessions over WebSocket (docs/protocol.md) on the real engine, with "
-      "/metrics, /healthz and /v1/stats");
+      "/metrics, /healthz, /v1/stats and a live dashboard at /");
   flags->model.Register(sub, /*required=*/false);
   flags->engine.Register(sub);
   sub->add_option("--host", flags->host, "Address to listen on");
@@ -146,20 +139,11 @@ void RegisterServe(CLI::App* app, int* exit_code) {
   sub->add_option("--max-context", flags->max_context,
                   "Context limit of full-KV sessions in tokens (0: the model's trained context)");
   sub->add_option("--temperature", flags->temperature, "Sampling temperature (0: greedy)");
-  sub->add_option("--admission", flags->admission,
-                  "Admission controller: static:N | memory | aimd");
-  sub->add_option("--aimd-window-s", flags->aimd.window_s, "AIMD control window, s");
-  sub->add_option("--aimd-initial", flags->aimd.initial_limit, "AIMD starting limit");
-  sub->add_option("--aimd-min", flags->aimd.min_limit, "AIMD lowest limit");
-  sub->add_option("--aimd-max", flags->aimd.max_limit, "AIMD highest limit");
-  sub->add_flag("--kv-guard", flags->aimd.kv_guard,
-                "AIMD: also refuse a session the KV pool could not hold");
-  sub->add_option("--memory-session-s", flags->memory.full_mode_session_s,
-                  "Memory admission: seconds of a full-KV session it reserves for");
-  sub->add_option("--memory-headroom", flags->memory.headroom_fraction,
-                  "Memory admission: pool fraction kept free");
-  sub->add_option("--mute-after", flags->mute_after,
-                  "Consecutive starved frames that raise a mute alarm");
+  flags->admission.Register(sub);
+  sub->get_option("--aimd-window-s")
+      ->description(
+          "AIMD control window, s (default 2; give about 25 frame periods when the "
+          "sessions' periods are longer than 80 ms)");
   sub->add_flag("--quiet", flags->quiet, "No alarm or limit-change lines on stderr");
   sub->callback([flags, exit_code] { *exit_code = RunServe(*flags); });
 }

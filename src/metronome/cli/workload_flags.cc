@@ -141,7 +141,9 @@ void WorkloadFlags::RegisterPopulation(CLI::App* app) {
                 "Start every population session's frames at t=0 (default: random phases)");
 }
 
-void WorkloadFlags::RegisterAdmission(CLI::App* app) {
+void WorkloadFlags::RegisterAdmission(CLI::App* app) { admission.Register(app); }
+
+void AdmissionFlags::Register(CLI::App* app) {
   app->add_option("--admission", admission, "Admission controller: static:N | memory | aimd");
   app->add_option("--aimd-window-s", aimd_window_s,
                   "AIMD control window, s (default: 2 s or 25 frame periods, whichever is longer, "
@@ -190,6 +192,21 @@ void WorkloadFlags::RegisterOutputs(CLI::App* app, bool with_metrics_out) {
   app->add_flag("--quiet", quiet, "No alarm, limit-change or forecast lines on stderr");
 }
 
+realtime::SupervisorOptions AdmissionFlags::Supervisor(double period_ms) const {
+  realtime::SupervisorOptions o;
+  o.admission = admission;
+  o.aimd = aimd;
+  o.aimd.window_s = aimd_window_s.value_or(std::max(2.0, 25.0 * period_ms / 1000.0));
+  o.aimd.cooldown_mode = ParseCooldown(aimd_cooldown, &o.aimd.cooldown_s);
+  o.memory = memory;
+  if (mute_after < 1) {
+    throw ConfigError("--mute-after = " + std::to_string(mute_after) + " must be >= 1");
+  }
+  o.loop.mute_after_starved = mute_after;
+  o.forecast.horizon_s = forecast_horizon_s;
+  return o;
+}
+
 realtime::WorkloadOptions WorkloadFlags::Options(const SessionDefaults& d, int vocab) const {
   realtime::WorkloadOptions o;
   o.session.period_ms = period_ms.value_or(d.period_ms);
@@ -229,16 +246,12 @@ realtime::WorkloadOptions WorkloadFlags::Options(const SessionDefaults& d, int v
   o.seed = seed;
   o.patience_s = patience_s;
   o.aligned_phases = aligned_phases;
-  o.admission = admission;
-  o.aimd = aimd;
-  o.aimd.window_s = aimd_window_s.value_or(std::max(2.0, 25.0 * o.session.period_ms / 1000.0));
-  o.aimd.cooldown_mode = ParseCooldown(aimd_cooldown, &o.aimd.cooldown_s);
-  o.memory = memory;
-  o.loop.mute_after_starved = mute_after;
-  if (mute_after < 1) {
-    throw ConfigError("--mute-after = " + std::to_string(mute_after) + " must be >= 1");
-  }
-  o.forecast.horizon_s = forecast_horizon_s;
+  const realtime::SupervisorOptions sup = admission.Supervisor(o.session.period_ms);
+  o.admission = sup.admission;
+  o.aimd = sup.aimd;
+  o.memory = sup.memory;
+  o.loop.mute_after_starved = sup.loop.mute_after_starved;
+  o.forecast.horizon_s = sup.forecast.horizon_s;
   // Short runs (drive on a small pool hits its wall in seconds) sample and settle faster.
   o.sample_interval_s = std::min(0.5, duration_s / 200.0);
   // Block-granular growth is lumpy over the first frames: fit at least 10 periods of it.

@@ -9,6 +9,7 @@
 
 #include "metronome/base/clock.h"
 #include "metronome/realtime/backend.h"
+#include "metronome/realtime/supervisor.h"
 #include "metronome/realtime/workload_runner.h"
 
 namespace metronome::cli {
@@ -21,6 +22,23 @@ struct SessionDefaults {
   int output_tokens_per_frame = 1;
   std::int64_t window = 512;
   std::int64_t sinks = 4;
+};
+
+// Admission, alarm and forecast flags: the server's side of a workload (sim, drive and serve).
+struct AdmissionFlags {
+  std::string admission = "memory";
+  admission::AimdOptions aimd;
+  std::optional<double> aimd_window_s;
+  std::string aimd_cooldown = "drain";
+  admission::MemoryOptions memory;
+  int mute_after = 3;
+  double forecast_horizon_s = 300.0;
+
+  void Register(CLI::App* app);
+  // The admission controller, its parameters, the mute alarm and the forecast horizon; the AIMD
+  // control window defaults to 2 s or 25 periods of `period_ms`, whichever is longer. ConfigError
+  // naming the flag on bad values.
+  [[nodiscard]] realtime::SupervisorOptions Supervisor(double period_ms) const;
 };
 
 struct WorkloadFlags {
@@ -42,15 +60,8 @@ struct WorkloadFlags {
   std::uint64_t seed = 1;
   double patience_s = 10.0;
   bool aligned_phases = false;
-  // Admission.
-  std::string admission = "memory";
-  admission::AimdOptions aimd;
-  std::optional<double> aimd_window_s;
-  std::string aimd_cooldown = "drain";
-  admission::MemoryOptions memory;
-  // Alarms and forecast.
-  int mute_after = 3;
-  double forecast_horizon_s = 300.0;
+  // Admission, alarms and forecast.
+  AdmissionFlags admission;
   // Outputs.
   std::string events_out;
   std::string metrics_out;

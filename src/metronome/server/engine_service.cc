@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <future>
+#include <limits>
 #include <utility>
 
 #include "metronome/base/errors.h"
@@ -79,7 +80,11 @@ void EngineService::StartSession(realtime::SessionSpec spec, SessionSink sink,
         out.id = r.id;
         out.decision = r.decision;
         if (out.admitted) {
-          live_.emplace(r.id, Live{.sink = std::move(sink), .started_s = supervisor_.Now()});
+          live_.emplace(r.id, Live{.sink = std::move(sink),
+                                   .started_s = supervisor_.Now(),
+                                   .period_ms = spec.period_ms,
+                                   .deadline_ms =
+                                       spec.deadline_ms > 0.0 ? spec.deadline_ms : spec.period_ms});
         }
       } catch (const ConfigError& e) {
         out.error = e.what();
@@ -165,7 +170,14 @@ nlohmann::json EngineService::Stats(std::size_t max_listed) {
     // Per-session table, oldest first (ids grow with admission).
     std::vector<RealtimeSessionId> ids;
     ids.reserve(live_.size());
-    for (const auto& [id, session] : live_) ids.push_back(id);
+    double tightest_deadline_ms = std::numeric_limits<double>::infinity();
+    for (const auto& [id, session] : live_) {
+      ids.push_back(id);
+      tightest_deadline_ms = std::min(tightest_deadline_ms, session.deadline_ms);
+    }
+    // The line a latency chart compares against: the tightest deadline any live session has.
+    j["deadline_ms"] = std::isfinite(tightest_deadline_ms) ? nlohmann::json(tightest_deadline_ms)
+                                                           : nlohmann::json(nullptr);
     std::sort(ids.begin(), ids.end());
     nlohmann::json list = nlohmann::json::array();
     for (std::size_t i = 0; i < ids.size() && i < max_listed; ++i) {
@@ -174,6 +186,8 @@ nlohmann::json EngineService::Stats(std::size_t max_listed) {
       row["id"] = ids[i];
       row["age_s"] = supervisor_.Now() - l.started_s;
       row["resident_blocks"] = supervisor_.loop().resident_blocks(ids[i]);
+      row["period_ms"] = l.period_ms;
+      row["deadline_ms"] = l.deadline_ms;
       for (int o = 0; o < telemetry::kNumFrameOutcomes; ++o) {
         row[std::string(telemetry::ToString(static_cast<telemetry::FrameOutcome>(o)))] =
             l.frames_by_outcome[static_cast<std::size_t>(o)];

@@ -79,7 +79,8 @@ class EngineService {
   void EndSession(RealtimeSessionId id);
 
   // A JSON snapshot (sessions with a per-session table of at most max_listed, pool, admission,
-  // forecast, frame counts, latency percentiles); blocks until the engine thread has produced it.
+  // forecast, frame counts, latency percentiles, the tightest live deadline); blocks until the
+  // engine thread has produced it.
   [[nodiscard]] nlohmann::json Stats(std::size_t max_listed = 200);
   // Ends every session (sinks hear kServerShutdown) and joins the engine thread. Idempotent.
   // Calls made after it are ignored (their callbacks never run).
@@ -94,6 +95,8 @@ class EngineService {
   struct Live {
     SessionSink sink;
     double started_s = 0.0;
+    double period_ms = 0.0;
+    double deadline_ms = 0.0;  // effective: the period when the spec left it 0
     std::array<std::int64_t, telemetry::kNumFrameOutcomes> frames_by_outcome{};
     double last_latency_ms = 0.0;
   };

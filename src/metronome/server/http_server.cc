@@ -17,6 +17,8 @@
 #include <variant>
 #include <vector>
 
+#include "metronome/server/dashboard_assets.h"
+
 namespace metronome::server {
 namespace {
 
@@ -539,7 +541,8 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
 };
 
 // ---------------------------------------------------------------------------------------------
-// Plain HTTP connection: routes, or hands an upgrade on /v1/realtime to a WsConnection.
+// Plain HTTP connection: routes (the dashboard's embedded files included), or hands an upgrade on
+// /v1/realtime to a WsConnection.
 
 class HttpSession final : public Closable, public std::enable_shared_from_this<HttpSession> {
  public:
@@ -601,18 +604,38 @@ class HttpSession final : public Closable, public std::enable_shared_from_this<H
     } else if (path.starts_with("/v1/") && !srv_->Authorized(req)) {
       Respond(req, http::status::unauthorized, "unauthorized\n", "text/plain");
     } else if (path == "/v1/stats") {
-      Respond(req, http::status::ok, srv_->service->Stats().dump(), "application/json");
+      nlohmann::json stats = srv_->service->Stats();
+      // What a client may ask for (loadgen draws its random ids from vocab_size).
+      const ServerCaps& c = srv_->options.caps;
+      stats["caps"] = {{"vocab_size", c.vocab_size},
+                       {"min_period_ms", c.min_period_ms},
+                       {"max_period_ms", c.max_period_ms},
+                       {"max_tokens_per_frame", c.max_tokens_per_frame},
+                       {"max_output_tokens_per_frame", c.max_output_tokens_per_frame},
+                       {"max_window", c.max_window},
+                       {"max_sinks", c.max_sinks},
+                       {"allow_full_kv", c.allow_full_kv},
+                       {"max_prompt_tokens", c.max_prompt_tokens}};
+      Respond(req, http::status::ok, stats.dump(), "application/json");
+    } else if (const DashboardAsset* asset = FindDashboardAsset(path); asset != nullptr) {
+      // No auth: the page holds no data, it fetches /v1/* with the token from its URL fragment.
+      // no-cache: a rebuilt binary serves new files under the same names.
+      Respond(req, http::status::ok, std::string(asset->bytes), asset->content_type, "no-cache");
     } else {
       Respond(req, http::status::not_found, "not found\n", "text/plain");
     }
   }
 
   void Respond(const Request& req, http::status status, std::string body,
-               std::string_view content_type) {
+               std::string_view content_type, std::string_view cache_control = {}) {
     auto res = std::make_shared<http::response<http::string_body>>(status, req.version());
     res->set(http::field::server, "metronome");
     res->set(http::field::content_type,
              beast::string_view(content_type.data(), content_type.size()));
+    if (!cache_control.empty()) {
+      res->set(http::field::cache_control,
+               beast::string_view(cache_control.data(), cache_control.size()));
+    }
     res->keep_alive(req.keep_alive());
     res->body() = std::move(body);
     res->prepare_payload();
@@ -638,6 +661,10 @@ void HttpServer::Impl::DoAccept() {
   acceptor.async_accept(net::make_strand(io), [this](beast::error_code ec, tcp::socket socket) {
     if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
     if (!ec) {
+      // Results are small messages sent as soon as they are ready: without TCP_NODELAY, Nagle's
+      // algorithm holds one behind the peer's delayed ACK (~40 ms on Linux), half a Moshi period.
+      beast::error_code ignored;
+      socket.set_option(tcp::no_delay(true), ignored);
       auto s = std::make_shared<HttpSession>(std::move(socket), this);
       if (Register(s, /*check=*/true)) s->Run();
     }

@@ -1,5 +1,6 @@
 // The network front end of `metronome serve` (docs/protocol.md): one TCP port serving HTTP
-// (/healthz, /metrics, /v1/stats) and the WebSocket endpoint /v1/realtime, on Boost.Beast/Asio.
+// (/healthz, /metrics, /v1/stats, the dashboard at / and /dashboard/*) and the WebSocket endpoint
+// /v1/realtime, on Boost.Beast/Asio.
 // Each connection runs on its own strand; the engine's callbacks (engine thread) post back to it.
 // Sends go through a bounded per-connection queue, one async_write at a time; a reader slower than
 // that queue is closed with status 1008. When a connection closes, its sessions end at once.
@@ -30,7 +31,8 @@ struct ServerOptions {
   // and its sessions end.
   std::size_t max_send_queue = 256;
   // Empty: no access control. Otherwise the upgrade and /v1/* need "Authorization: Bearer T"
-  // (401 otherwise).
+  // (401 otherwise); the dashboard's static files do not (the page sends the token it is given
+  // in its URL fragment, /#token=T).
   std::string auth_token;
   ServerCaps caps;  // caps.max_message_bytes is overridden by max_message_bytes
   // Session defaults when session.start does not give them.
