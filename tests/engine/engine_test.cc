@@ -253,3 +253,33 @@ TEST(EngineTest, ThousandWindowedSessionsInOnePool) {
 
 }  // namespace
 }  // namespace metronome::engine
+
+namespace metronome::engine {
+namespace {
+
+TEST(EngineWarmUpTest, LeavesThePoolAsItWasAndFitsSmallPools) {
+  const model::Model m = model::MakeSyntheticModel("tiny", 3);
+  EngineOptions eo;
+  eo.kv_blocks = 64;
+  eo.num_threads = 1;
+  Engine eng(m, eo);
+  const SessionId keep = eng.OpenSession({});
+  std::vector<TokenId> ids = {1, 2, 3, 4, 5};
+  std::vector<StepItemResult> results;
+  eng.Step(std::vector<StepItem>{{keep, ids, LogitsMode::kLast}}, &results);
+  const PoolStats before = eng.pool_stats();
+  EXPECT_GT(eng.WarmUp(256), 0.0);
+  const PoolStats after = eng.pool_stats();
+  EXPECT_EQ(after.free_blocks, before.free_blocks);
+  EXPECT_EQ(after.num_sessions, before.num_sessions);
+  EXPECT_EQ(eng.session_kv(keep)->length(), 5);
+
+  EngineOptions tiny = eo;
+  tiny.kv_blocks = 1;  // one block of 16 tokens: the chunk shrinks to fit half of it
+  Engine small(m, tiny);
+  EXPECT_GT(small.WarmUp(256), 0.0);
+  EXPECT_EQ(small.pool_stats().free_blocks, 1);
+}
+
+}  // namespace
+}  // namespace metronome::engine

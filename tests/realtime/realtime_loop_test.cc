@@ -170,6 +170,35 @@ TEST(RealtimeLoopTest, ExternalFramesCarryTheirTokensAndArePacedBySubmission) {
   EXPECT_EQ(loop.resident_blocks(id), 1);
 }
 
+// A server stamps a frame when its network thread receives it; the time it then waited for the
+// loop's thread counts: latency from that stamp, deadline from it too (late here, although the
+// loop itself took 6 ms).
+TEST(RealtimeLoopTest, AnExternalFrameStampedEarlierCountsItsQueueingDelay) {
+  CostModelBackend backend({.c0_s = 0.003}, 1000, 16);
+  ManualClock clock;
+  RealtimeLoop loop(&backend, &clock);
+  SessionSpec spec = Spec(kv::KvPolicy::Window(64, 4), 1, 2);
+  spec.external_frames = true;
+  spec.deadline_ms = 40.0;
+  const RealtimeSessionId id = loop.AddSession(spec);
+  std::vector<FrameRecord> got;
+  loop.on_frame = [&](const FrameRecord& r) { got.push_back(r); };
+  clock.Advance(std::chrono::milliseconds(100));
+  // Received at 60 ms, handed to the loop at 100 ms; a stamp from the future is clamped to now.
+  ASSERT_EQ(loop.SubmitFrame(id, {1, 2, 3}, Nanos(std::chrono::milliseconds(60))),
+            RealtimeLoop::SubmitResult::kOk);
+  ASSERT_EQ(loop.SubmitFrame(id, {4}, Nanos(std::chrono::milliseconds(500))),
+            RealtimeLoop::SubmitResult::kOk);
+  loop.RunUntil(0.2);
+  ASSERT_EQ(got.size(), 2U);
+  EXPECT_DOUBLE_EQ(got[0].arrival_s, 0.06);
+  EXPECT_NEAR(got[0].latency_ms, 46.0, 1e-6);  // 40 ms queued + 2 steps of 3 ms
+  EXPECT_EQ(got[0].outcome, FrameOutcome::kLate);
+  EXPECT_DOUBLE_EQ(got[1].arrival_s, 0.1);
+  EXPECT_NEAR(got[1].latency_ms, 12.0, 1e-6);
+  EXPECT_EQ(got[1].outcome, FrameOutcome::kOk);
+}
+
 // The client's tokens reach the real model: a frame's outputs are the engine's greedy continuation
 // of exactly those tokens.
 TEST(RealtimeLoopTest, ExternalFrameOutputsAreTheGreedyContinuationOfTheSubmittedTokens) {

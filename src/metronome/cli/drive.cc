@@ -35,6 +35,7 @@ int RunDrive(const DriveFlags& f) {
       m.config, probe.session.policy, population, tokens,
       static_cast<int>(probe.session.prompt.size()) + probe.session.input_tokens_per_frame + 1);
   engine::Engine eng(m, eo);
+  eng.WarmUp();  // before the first client: its frames must not pay for JIT and first touch
   engine::SamplerOptions so;
   so.temperature = f.temperature;
   so.Validate();

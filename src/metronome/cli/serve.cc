@@ -57,6 +57,7 @@ int RunServe(const ServeFlags& f) {
   const engine::EngineOptions eo = f.engine.Options(
       m.config, policy, f.sessions_hint, f.window + f.sinks + 64, static_cast<int>(f.window));
   engine::Engine eng(m, eo);
+  eng.WarmUp();  // before the first client: its frames must not pay for JIT and first touch
   engine::SamplerOptions so;
   so.temperature = f.temperature;
   so.Validate();

@@ -146,6 +146,31 @@ bool Engine::CloseSession(SessionId id) {
   return true;
 }
 
+double Engine::WarmUp(int chunk_tokens) {
+  const auto t0 = std::chrono::steady_clock::now();
+  // Half the free pool at most (less one block per decode), so warming up can never fail or take
+  // blocks a caller counted on.
+  const PoolStats pool = pool_stats();
+  const std::int64_t fits = pool.free_blocks * pool.block_tokens / 2 - 4;
+  const int chunk = static_cast<int>(std::min<std::int64_t>(chunk_tokens, fits));
+  if (chunk < 1) return 0.0;
+  SessionOptions so;
+  so.policy = kv::KvPolicy::Full();
+  const SessionId id = OpenSession(so);
+  std::vector<TokenId> tokens(static_cast<std::size_t>(chunk));
+  for (int i = 0; i < chunk; ++i) {
+    tokens[static_cast<std::size_t>(i)] = static_cast<TokenId>(i % model_.config.vocab_size);
+  }
+  std::vector<StepItemResult> results;
+  Step(std::vector<StepItem>{{id, tokens, LogitsMode::kLast}}, &results);
+  for (int k = 0; k < 3; ++k) {
+    Step(std::vector<StepItem>{{id, std::span<const TokenId>(tokens.data(), 1), LogitsMode::kLast}},
+         &results);
+  }
+  CloseSession(id);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 const kv::SessionKv* Engine::session_kv(SessionId id) const {
   const auto it = sessions_.find(static_cast<std::uint32_t>(id));
   return it == sessions_.end() ? nullptr : it->second.get();

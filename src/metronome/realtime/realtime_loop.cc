@@ -69,7 +69,8 @@ RealtimeSessionId RealtimeLoop::AddSession(const SessionSpec& spec) {
 }
 
 RealtimeLoop::SubmitResult RealtimeLoop::SubmitFrame(RealtimeSessionId id,
-                                                     std::vector<TokenId> tokens) {
+                                                     std::vector<TokenId> tokens,
+                                                     std::optional<Nanos> arrival) {
   const auto it = sessions_.find(id);
   if (it == sessions_.end()) return SubmitResult::kUnknownSession;
   Session& s = it->second;
@@ -80,7 +81,8 @@ RealtimeLoop::SubmitResult RealtimeLoop::SubmitFrame(RealtimeSessionId id,
   }
   Frame f;
   f.index = s.next_index++;
-  f.arrival = clock_->Now();
+  // Never later than now: a stamp from another thread may trail this thread's clock read.
+  f.arrival = std::min(arrival.value_or(clock_->Now()), clock_->Now());
   f.deadline = f.arrival + FromMs(s.spec.deadline_ms);
   f.input = std::move(tokens);
   s.frames.push_back(std::move(f));

@@ -96,10 +96,13 @@ class RealtimeLoop {
   void EndSession(RealtimeSessionId id);
 
   enum class SubmitResult : std::uint8_t { kOk, kUnknownSession, kNotExternal, kTooEarly, kEmpty };
-  // A frame of an external_frames session, arriving now with these input tokens (at least one;
-  // ids must be valid for the backend's vocabulary: the caller checks). Its deadline is now +
+  // A frame of an external_frames session with these input tokens (at least one; ids must be
+  // valid for the backend's vocabulary: the caller checks), arriving at `arrival` on the loop's
+  // clock (default: now; a server passes the time its network thread received the frame, so time
+  // spent queued for the loop's thread counts against the frame). Its deadline is arrival +
   // deadline_ms. kTooEarly when max_pending_frames of the session are still waiting.
-  SubmitResult SubmitFrame(RealtimeSessionId id, std::vector<TokenId> tokens);
+  SubmitResult SubmitFrame(RealtimeSessionId id, std::vector<TokenId> tokens,
+                           std::optional<Nanos> arrival = std::nullopt);
 
   // Runs iterations until the clock reaches t_end_s. With nothing to do it sleeps until the next
   // frame arrival or deadline.

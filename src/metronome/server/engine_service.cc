@@ -28,7 +28,7 @@ std::string_view ToString(SessionEnd reason) {
 EngineService::EngineService(realtime::Backend* backend, Clock* clock,
                              const realtime::SupervisorOptions& options,
                              telemetry::MetricsRegistry* registry, telemetry::EventLog* events)
-    : backend_(backend), supervisor_(backend, clock, options, registry, events) {
+    : backend_(backend), clock_(clock), supervisor_(backend, clock, options, registry, events) {
   supervisor_.on_frame = [this](const realtime::FrameRecord& r) {
     const auto it = live_.find(r.session);
     if (it == live_.end()) return;
@@ -96,10 +96,13 @@ void EngineService::StartSession(realtime::SessionSpec spec, SessionSink sink,
 
 void EngineService::SubmitFrame(RealtimeSessionId id, std::vector<TokenId> tokens,
                                 std::function<void(SubmitOutcome)> done) {
-  Post([this, id, tokens = std::move(tokens), done = std::move(done)]() mutable {
+  // The frame arrives now, on the caller's (network) thread: time it then waits for the engine
+  // thread, e.g. behind a long step, is part of its latency and eats into its deadline.
+  const Nanos arrival = clock_->Now();
+  Post([this, id, arrival, tokens = std::move(tokens), done = std::move(done)]() mutable {
     SubmitOutcome out = SubmitOutcome::kUnknownSession;
     if (live_.contains(id)) {
-      switch (supervisor_.loop().SubmitFrame(id, std::move(tokens))) {
+      switch (supervisor_.loop().SubmitFrame(id, std::move(tokens), arrival)) {
         case realtime::RealtimeLoop::SubmitResult::kOk:
           out = SubmitOutcome::kOk;
           break;

@@ -72,7 +72,8 @@ class EngineService {
   // takes frames from SubmitFrame (spec.external_frames is forced on) and reports to `sink`.
   void StartSession(realtime::SessionSpec spec, SessionSink sink,
                     std::function<void(const StartOutcome&)> done);
-  // A frame of the client's tokens, arriving now. `done` (optional) gets the outcome.
+  // A frame of the client's tokens, arriving now (stamped on the calling thread, before it waits
+  // for the engine thread). `done` (optional) gets the outcome.
   void SubmitFrame(RealtimeSessionId id, std::vector<TokenId> tokens,
                    std::function<void(SubmitOutcome)> done = {});
   // Ends a session (its blocks return to the pool at once); its sink hears kClient.
@@ -102,7 +103,8 @@ class EngineService {
   };
 
   realtime::Backend* backend_;
-  realtime::Supervisor supervisor_;                   // engine thread only
+  Clock* clock_;                     // read from any thread (Clock::Now is thread-safe)
+  realtime::Supervisor supervisor_;  // engine thread only
   std::unordered_map<RealtimeSessionId, Live> live_;  // engine thread only
   bool draining_ = false;  // engine thread only: shutting down, admit nobody
 
