@@ -175,6 +175,11 @@ TEST(LoadGeneratorTest, AFullKvPoolShowsAsStarvedFramesAndMuteAlarmsOnTheClient)
   EXPECT_EQ(s.deadline_misses, s.late_frames);
   EXPECT_GE(s.after_deadline_frames, s.starved_frames / 2);
   EXPECT_NE(trace.str().find("\"type\":\"alarm\""), std::string::npos);
+  // The alarm says why, with the pool's numbers.
+  EXPECT_NE(trace.str().find("3 consecutive frames came back with no output: no KV block for the "
+                             "session (8 of 8 blocks in use)"),
+            std::string::npos)
+      << trace.str().substr(0, 2000);
 }
 
 TEST(LoadGeneratorTest, IdAndTextPayloadFilesAreReadAndBadOnesNamed) {

@@ -49,6 +49,7 @@ loadgen::LoadGenOptions OptionsOf(const LoadgenFlags& f) {
   o.binary_frames = f.encoding == "binary";
   o.vocab = f.vocab;
   o.sample_interval_s = std::min(0.5, w.duration_s / 20.0);
+  if (w.quiet) o.alarms_to_stderr = 0;
   o.Validate();
   return o;
 }

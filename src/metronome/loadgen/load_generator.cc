@@ -270,6 +270,7 @@ struct LoadGenerator::State {
   std::vector<std::shared_ptr<Client>> clients;
   std::int64_t next_ordinal = 0;
   std::int64_t open_clients = 0;  // spawned and not done
+  int alarms_logged = 0;
 
   // Counts (single thread: plain integers).
   LoadGenSummary summary;
@@ -490,6 +491,14 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
       OnResult(j);
     } else if (type == "alarm") {
       if (j.value("kind", "") == "mute") ++st->summary.mute_alarms;
+      if (st->alarms_logged < st->options.alarms_to_stderr) {
+        ++st->alarms_logged;
+        std::fprintf(
+            stderr, "[alarm] t=%.1f s session %llu %s: %s%s\n", st->Now(),
+            static_cast<unsigned long long>(session), j.value("kind", "").c_str(),
+            j.value("detail", "").c_str(),
+            st->alarms_logged == st->options.alarms_to_stderr ? " (further alarms counted)" : "");
+      }
       st->Trace(
           "alarm",
           {{"session", session}, {"kind", j.value("kind", "")}, {"detail", j.value("detail", "")}});

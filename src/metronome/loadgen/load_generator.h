@@ -74,6 +74,8 @@ struct LoadGenOptions {
   double drain_grace_ms = 1000.0;
   double connect_timeout_s = 5.0;
   double sample_interval_s = 0.5;  // on_sample period
+  // The first alarms the server raises go to stderr as they arrive (then only counted).
+  int alarms_to_stderr = 3;
 
   void Validate() const;  // ConfigError naming the flag and value
 };

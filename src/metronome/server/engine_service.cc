@@ -28,7 +28,10 @@ std::string_view ToString(SessionEnd reason) {
 EngineService::EngineService(realtime::Backend* backend, Clock* clock,
                              const realtime::SupervisorOptions& options,
                              telemetry::MetricsRegistry* registry, telemetry::EventLog* events)
-    : backend_(backend), clock_(clock), supervisor_(backend, clock, options, registry, events) {
+    : backend_(backend),
+      clock_(clock),
+      mute_after_(options.loop.mute_after_starved),
+      supervisor_(backend, clock, options, registry, events) {
   supervisor_.on_frame = [this](const realtime::FrameRecord& r) {
     const auto it = live_.find(r.session);
     if (it == live_.end()) return;
@@ -36,9 +39,15 @@ EngineService::EngineService(realtime::Backend* backend, Clock* clock,
     it->second.last_latency_ms = r.latency_ms;
     if (it->second.sink.on_frame) it->second.sink.on_frame(r);
   };
-  supervisor_.on_mute_alarm = [this](RealtimeSessionId id, double /*now_s*/) {
+  supervisor_.on_mute_alarm = [this](RealtimeSessionId id, double now_s) {
     const auto it = live_.find(id);
-    if (it != live_.end() && it->second.sink.on_alarm) it->second.sink.on_alarm("mute");
+    if (it == live_.end() || !it->second.sink.on_alarm) return;
+    const engine::PoolStats pool = backend_->pool();
+    it->second.sink.on_alarm(
+        "mute", std::to_string(mute_after_) +
+                    " consecutive frames came back with no output: no KV block for the session (" +
+                    std::to_string(pool.used_blocks) + " of " + std::to_string(pool.num_blocks) +
+                    " blocks in use) at t=" + FormatValue(now_s) + " s");
   };
   supervisor_.on_session_error = [this](RealtimeSessionId id, double /*now_s*/,
                                         engine::StepStatus status) {

@@ -43,7 +43,8 @@ enum class SessionEnd : std::uint8_t { kClient, kContextFull, kError, kServerShu
 struct SessionSink {
   std::function<void(const realtime::FrameRecord&)> on_frame;  // every frame, in order
   std::function<void(SessionEnd)> on_ended;                    // once, last
-  std::function<void(std::string_view kind)> on_alarm;         // e.g. "mute"
+  // kind e.g. "mute"; detail: what happened, with the numbers behind it.
+  std::function<void(std::string_view kind, std::string_view detail)> on_alarm;
 };
 
 struct StartOutcome {
@@ -104,6 +105,7 @@ class EngineService {
 
   realtime::Backend* backend_;
   Clock* clock_;                     // read from any thread (Clock::Now is thread-safe)
+  int mute_after_;                   // k of the mute alarm, for its message
   realtime::Supervisor supervisor_;  // engine thread only
   std::unordered_map<RealtimeSessionId, Live> live_;  // engine thread only
   bool draining_ = false;  // engine thread only: shutting down, admit nobody

@@ -282,9 +282,9 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
               net::post(self->strand_, [self, sid = *id, e] { self->OnEnded(sid, e); });
             },
         .on_alarm =
-            [self, id](std::string_view kind) {
-              net::post(self->strand_,
-                        [self, sid = *id, k = std::string(kind)] { self->OnAlarm(sid, k); });
+            [self, id](std::string_view kind, std::string_view detail) {
+              net::post(self->strand_, [self, sid = *id, k = std::string(kind),
+                                        d = std::string(detail)] { self->OnAlarm(sid, k, d); });
             }};
     srv_->service->StartSession(
         std::move(spec), std::move(sink),
@@ -437,12 +437,9 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     Send(SessionEnded{.session = sid, .reason = ToEndReason(e), .frames = frames}.Serialize());
   }
 
-  void OnAlarm(RealtimeSessionId sid, const std::string& kind) {
+  void OnAlarm(RealtimeSessionId sid, const std::string& kind, const std::string& detail) {
     if (!sessions_.contains(sid)) return;
-    Send(Alarm{.session = sid,
-               .kind = kind,
-               .detail = kind == "mute" ? "consecutive starved frames" : kind}
-             .Serialize());
+    Send(Alarm{.session = sid, .kind = kind, .detail = detail}.Serialize());
   }
 
   void SendError(const ProtocolError& e) { Send(ErrorMessage{.error = e}.Serialize()); }
