@@ -58,5 +58,30 @@ TEST(SupervisorTest, MemoryAdmissionReservesProjectionsWithinATurn) {
   EXPECT_THROW((void)sup.Admit(bad, 0.0), ConfigError);
 }
 
+// --max-sessions caps concurrency whatever the controller would allow; ending one frees a slot.
+TEST(SupervisorTest, MaxSessionsIsAHardCapOverTheController) {
+  CostModelBackend backend({.c0_s = 0.001}, 1000, 16);
+  ManualClock clock;
+  SupervisorOptions o;
+  o.admission = "static:100";
+  o.max_sessions = 2;
+  o.log_to_stderr = false;
+  Supervisor sup(&backend, &clock, o);
+  sup.Start();
+  EXPECT_TRUE(sup.Admit(Spec(kv::KvPolicy::Window(64, 4)), 0.0).decision.admit);
+  EXPECT_TRUE(sup.Admit(Spec(kv::KvPolicy::Window(64, 4)), 0.0).decision.admit);
+  const Supervisor::AdmitResult r = sup.Admit(Spec(kv::KvPolicy::Window(64, 4)), 0.0);
+  EXPECT_FALSE(r.decision.admit);
+  EXPECT_EQ(r.decision.reason, "max_sessions");
+  EXPECT_NE(r.decision.detail.find("2 sessions are active"), std::string::npos)
+      << r.decision.detail;
+  EXPECT_GT(r.decision.retry_after_ms, 0.0);
+  sup.End(1, 0.0);
+  EXPECT_TRUE(sup.Admit(Spec(kv::KvPolicy::Window(64, 4)), 0.0).decision.admit);
+  SupervisorOptions bad = o;
+  bad.max_sessions = -1;
+  EXPECT_THROW(bad.Validate(), ConfigError);
+}
+
 }  // namespace
 }  // namespace metronome::realtime

@@ -145,6 +145,8 @@ void WorkloadFlags::RegisterAdmission(CLI::App* app) { admission.Register(app); 
 
 void AdmissionFlags::Register(CLI::App* app) {
   app->add_option("--admission", admission, "Admission controller: static:N | memory | aimd");
+  app->add_option("--max-sessions", max_sessions,
+                  "Hard cap on concurrent sessions, whatever the controller says (0: none)");
   app->add_option("--aimd-window-s", aimd_window_s,
                   "AIMD control window, s (default: 2 s or 25 frame periods, whichever is longer, "
                   "so a window holds enough frames)");
@@ -195,6 +197,7 @@ void WorkloadFlags::RegisterOutputs(CLI::App* app, bool with_metrics_out) {
 realtime::SupervisorOptions AdmissionFlags::Supervisor(double period_ms) const {
   realtime::SupervisorOptions o;
   o.admission = admission;
+  o.max_sessions = max_sessions;
   o.aimd = aimd;
   o.aimd.window_s = aimd_window_s.value_or(std::max(2.0, 25.0 * period_ms / 1000.0));
   o.aimd.cooldown_mode = ParseCooldown(aimd_cooldown, &o.aimd.cooldown_s);
@@ -248,6 +251,7 @@ realtime::WorkloadOptions WorkloadFlags::Options(const SessionDefaults& d, int v
   o.aligned_phases = aligned_phases;
   const realtime::SupervisorOptions sup = admission.Supervisor(o.session.period_ms);
   o.admission = sup.admission;
+  o.max_sessions = sup.max_sessions;
   o.aimd = sup.aimd;
   o.memory = sup.memory;
   o.loop.mute_after_starved = sup.loop.mute_after_starved;

@@ -27,6 +27,7 @@ struct SessionDefaults {
 // Admission, alarm and forecast flags: the server's side of a workload (sim, drive and serve).
 struct AdmissionFlags {
   std::string admission = "memory";
+  std::int64_t max_sessions = 0;
   admission::AimdOptions aimd;
   std::optional<double> aimd_window_s;
   std::string aimd_cooldown = "drain";

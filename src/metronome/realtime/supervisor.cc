@@ -15,6 +15,9 @@
 namespace metronome::realtime {
 
 void SupervisorOptions::Validate() const {
+  if (max_sessions < 0) {
+    throw ConfigError("--max-sessions = " + std::to_string(max_sessions) + " must be >= 0");
+  }
   if (!(sample_interval_s > 0.0 && sample_interval_s <= 60.0)) {
     throw ConfigError("sample_interval_s = " + FormatValue(sample_interval_s) +
                       " must be in (0, 60]");
@@ -274,7 +277,15 @@ Supervisor::AdmitResult Supervisor::Admit(const SessionSpec& spec, double now_s)
   admission::SystemState& system = *st.system_cache;
 
   AdmitResult result;
-  result.decision = st.controller->Decide(request, system, now_s);
+  if (st.options.max_sessions > 0 && system.active_sessions >= st.options.max_sessions) {
+    result.decision = {.admit = false,
+                       .reason = "max_sessions",
+                       .detail = std::to_string(system.active_sessions) +
+                                 " sessions are active, the server's --max-sessions",
+                       .retry_after_ms = request.period_ms};
+  } else {
+    result.decision = st.controller->Decide(request, system, now_s);
+  }
   const admission::Decision& d = result.decision;
   if (!d.admit) {
     ++st.rejected;

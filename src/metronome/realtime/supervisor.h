@@ -28,6 +28,9 @@ namespace metronome::realtime {
 
 struct SupervisorOptions {
   std::string admission = "memory";  // "static:N", "memory" or "aimd"
+  // A hard cap on concurrent sessions whatever the controller says (0: none): the operator's
+  // ceiling (e.g. a server's file descriptors), rejected with reason "max_sessions".
+  std::int64_t max_sessions = 0;
   admission::AimdOptions aimd;
   admission::MemoryOptions memory;
   kv::OccupancyForecastOptions forecast;

@@ -113,6 +113,7 @@ struct WorkloadRunner::State {
   static SupervisorOptions SupervisorOptionsOf(const WorkloadOptions& o) {
     SupervisorOptions s;
     s.admission = o.admission;
+    s.max_sessions = o.max_sessions;
     s.aimd = o.aimd;
     s.memory = o.memory;
     s.forecast = o.forecast;

@@ -45,6 +45,7 @@ struct WorkloadOptions {
   // give up.
   double patience_s = 10.0;
   std::string admission = "memory";  // "static:N", "memory" or "aimd"
+  std::int64_t max_sessions = 0;     // hard cap whatever the controller says (0: none)
   admission::AimdOptions aimd;
   admission::MemoryOptions memory;
   kv::OccupancyForecastOptions forecast;

@@ -188,7 +188,7 @@ struct SessionStarted {
 // "session.rejected": admission said no; the client may retry after retry_after_ms.
 struct SessionRejected {
   std::optional<std::string> client_ref;
-  std::string reason;  // short code: "limit", "kv_guard", "pool"
+  std::string reason;  // short code: "limit", "kv_guard", "pool", "max_sessions"
   std::string detail;  // human-readable, with the numbers behind it
   double retry_after_ms = 0.0;
   [[nodiscard]] std::string Serialize() const;
