@@ -231,6 +231,12 @@ TEST(HttpServerTest, BadInputGetsErrorsAndTheConnectionGoesOn) {
   json e = a.Read();
   EXPECT_EQ(code(e), "token_out_of_range") << e.dump();
   EXPECT_EQ(e["frame"], 3);
+  // More ids than the session declared (Start() asks for 2 per frame).
+  a.Send({{"type", "frame"}, {"session", id}, {"index", 4}, {"ids", {1, 2, 3}}});
+  e = a.Read();
+  EXPECT_EQ(code(e), "over_cap") << e.dump();
+  EXPECT_NE(e["message"].get<std::string>().find("tokens_per_frame = 2"), std::string::npos)
+      << e.dump();
   // Another connection's session.
   b.Send({{"type", "frame"}, {"session", id}, {"ids", {1, 2}}});
   e = b.Read();

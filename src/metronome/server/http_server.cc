@@ -152,6 +152,9 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     bool text = false;
   };
   struct SessionState {
+    // Declared in session.start; admission projected the session's KV with it, so an id frame
+    // may not carry more (text frames are tokenised here and may differ).
+    int tokens_per_frame = 0;
     std::unordered_map<std::int64_t, FrameInfo> pending;  // by the loop's frame index
     std::int64_t accepted = 0;
     std::int64_t results = 0;
@@ -303,7 +306,9 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
         srv_->service->EndSession(out.id);
         return;
       }
-      sessions_.emplace(out.id, SessionState{});
+      SessionState state;
+      state.tokens_per_frame = started.tokens_per_frame;
+      sessions_.emplace(out.id, std::move(state));
       started.session = out.id;
       Send(started.Serialize());
     } else if (!out.error.empty()) {
@@ -354,6 +359,13 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
       }
     } else {
       tokens = std::move(std::get<TokenIds>(f.input));
+      const int declared = it->second.tokens_per_frame;
+      if (static_cast<std::int64_t>(tokens.size()) > declared) {
+        fail(ErrorCode::kOverCap,
+             "frame: ids has " + std::to_string(tokens.size()) +
+                 " tokens, more than the session's tokens_per_frame = " + std::to_string(declared));
+        return;
+      }
     }
     auto self = shared_from_this();
     srv_->service->SubmitFrame(f.session, std::move(tokens),
