@@ -222,6 +222,9 @@ TEST(EngineServiceTest, ManyClientsAtOnceAndShutdownEndsOpenSessions) {
   // Calls after shutdown are ignored, never hang.
   service->SubmitFrame(1, {1});
   EXPECT_EQ(service->Stats()["stopped"], true);
+  bool answered = false;
+  service->StatsAsync(10, [&](const nlohmann::json& j) { answered = j["stopped"] == true; });
+  EXPECT_TRUE(answered);  // at once, on this thread
   service.reset();
 }
 

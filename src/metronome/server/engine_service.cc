@@ -65,13 +65,14 @@ EngineService::EngineService(realtime::Backend* backend, Clock* clock,
 
 EngineService::~EngineService() { Shutdown(); }
 
-void EngineService::Post(std::function<void()> command) {
+bool EngineService::Post(std::function<void()> command) {
   {
     const std::lock_guard<std::mutex> lock(mu_);
-    if (!accepting_) return;  // the engine thread is gone: nobody would run it
+    if (!accepting_) return false;  // the engine thread is gone: nobody would run it
     commands_.push_back(std::move(command));
   }
   wake_.notify_one();
+  return true;
 }
 
 void EngineService::StartSession(realtime::SessionSpec spec, SessionSink sink,
@@ -142,76 +143,81 @@ void EngineService::EndSession(RealtimeSessionId id) {
   });
 }
 
+void EngineService::StatsAsync(std::size_t max_listed, std::function<void(nlohmann::json)> done) {
+  auto shared = std::make_shared<std::function<void(nlohmann::json)>>(std::move(done));
+  if (!Post([this, max_listed, shared] { (*shared)(Snapshot(max_listed)); })) {
+    (*shared)(nlohmann::json{{"stopped", true}});
+  }
+}
+
 nlohmann::json EngineService::Stats(std::size_t max_listed) {
   auto promise = std::make_shared<std::promise<nlohmann::json>>();
   std::future<nlohmann::json> result = promise->get_future();
-  {
-    const std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) return nlohmann::json{{"stopped", true}};
-  }
-  Post([this, promise, max_listed] {
-    const realtime::SupervisorSample& s = supervisor_.last_sample();
-    const realtime::LoopStats& ls = supervisor_.loop().stats();
-    const engine::PoolStats pool = backend_->pool();
-    const std::int64_t limit = supervisor_.controller().limit();
-    nlohmann::json j;
-    j["t_s"] = supervisor_.Now();
-    j["sessions"] = {{"active", supervisor_.loop().active_sessions()},
-                     {"admitted", supervisor_.admitted()},
-                     {"rejected", supervisor_.rejected()},
-                     {"ended_by_error", supervisor_.ended_by_error()}};
-    j["admission"] = {
-        {"controller", supervisor_.controller().Describe()},
-        {"limit", limit == admission::kNoLimit ? nlohmann::json(nullptr) : nlohmann::json(limit)},
-        {"limit_changes", supervisor_.limit_changes().size()}};
-    j["kv"] = {{"used_blocks", pool.used_blocks},
-               {"free_blocks", pool.free_blocks},
-               {"total_blocks", pool.num_blocks},
-               {"blocks_freed_by_window", pool.blocks_freed_by_window},
-               {"peak_fraction", supervisor_.kv_peak_fraction()}};
-    j["forecast"] = {
-        {"t_sat_s", std::isfinite(s.t_sat_s) ? nlohmann::json(s.t_sat_s) : nlohmann::json(nullptr)},
-        {"warning", s.forecast_warning}};
-    j["frames"] = {{"total", ls.frames},       {"ok", ls.ok},
-                   {"late", ls.late},          {"starved", ls.starved},
-                   {"short", ls.short_frames}, {"mute_alarms", ls.mute_alarms}};
-    const double p50 = supervisor_.LatencyQuantileMs(0.5);
-    const double p99 = supervisor_.LatencyQuantileMs(0.99);
-    j["latency_ms"] = {{"p50", std::isfinite(p50) ? nlohmann::json(p50) : nlohmann::json(nullptr)},
-                       {"p99", std::isfinite(p99) ? nlohmann::json(p99) : nlohmann::json(nullptr)}};
-    // Per-session table, oldest first (ids grow with admission).
-    std::vector<RealtimeSessionId> ids;
-    ids.reserve(live_.size());
-    double tightest_deadline_ms = std::numeric_limits<double>::infinity();
-    for (const auto& [id, session] : live_) {
-      ids.push_back(id);
-      tightest_deadline_ms = std::min(tightest_deadline_ms, session.deadline_ms);
-    }
-    // The line a latency chart compares against: the tightest deadline any live session has.
-    j["deadline_ms"] = std::isfinite(tightest_deadline_ms) ? nlohmann::json(tightest_deadline_ms)
-                                                           : nlohmann::json(nullptr);
-    std::sort(ids.begin(), ids.end());
-    nlohmann::json list = nlohmann::json::array();
-    for (std::size_t i = 0; i < ids.size() && i < max_listed; ++i) {
-      const Live& l = live_.at(ids[i]);
-      nlohmann::json row;
-      row["id"] = ids[i];
-      row["age_s"] = supervisor_.Now() - l.started_s;
-      row["resident_blocks"] = supervisor_.loop().resident_blocks(ids[i]);
-      row["period_ms"] = l.period_ms;
-      row["deadline_ms"] = l.deadline_ms;
-      for (int o = 0; o < telemetry::kNumFrameOutcomes; ++o) {
-        row[std::string(telemetry::ToString(static_cast<telemetry::FrameOutcome>(o)))] =
-            l.frames_by_outcome[static_cast<std::size_t>(o)];
-      }
-      row["last_latency_ms"] = l.last_latency_ms;
-      list.push_back(std::move(row));
-    }
-    j["sessions"]["list"] = std::move(list);
-    j["sessions"]["listed"] = std::min(ids.size(), max_listed);
-    promise->set_value(std::move(j));
-  });
+  StatsAsync(max_listed, [promise](nlohmann::json j) { promise->set_value(std::move(j)); });
   return result.get();
+}
+
+nlohmann::json EngineService::Snapshot(std::size_t max_listed) const {
+  const realtime::SupervisorSample& s = supervisor_.last_sample();
+  const realtime::LoopStats& ls = supervisor_.loop().stats();
+  const engine::PoolStats pool = backend_->pool();
+  const std::int64_t limit = supervisor_.controller().limit();
+  nlohmann::json j;
+  j["t_s"] = supervisor_.Now();
+  j["sessions"] = {{"active", supervisor_.loop().active_sessions()},
+                   {"admitted", supervisor_.admitted()},
+                   {"rejected", supervisor_.rejected()},
+                   {"ended_by_error", supervisor_.ended_by_error()}};
+  j["admission"] = {
+      {"controller", supervisor_.controller().Describe()},
+      {"limit", limit == admission::kNoLimit ? nlohmann::json(nullptr) : nlohmann::json(limit)},
+      {"limit_changes", supervisor_.limit_changes().size()}};
+  j["kv"] = {{"used_blocks", pool.used_blocks},
+             {"free_blocks", pool.free_blocks},
+             {"total_blocks", pool.num_blocks},
+             {"blocks_freed_by_window", pool.blocks_freed_by_window},
+             {"peak_fraction", supervisor_.kv_peak_fraction()}};
+  j["forecast"] = {
+      {"t_sat_s", std::isfinite(s.t_sat_s) ? nlohmann::json(s.t_sat_s) : nlohmann::json(nullptr)},
+      {"warning", s.forecast_warning}};
+  j["frames"] = {{"total", ls.frames},       {"ok", ls.ok},
+                 {"late", ls.late},          {"starved", ls.starved},
+                 {"short", ls.short_frames}, {"mute_alarms", ls.mute_alarms}};
+  const double p50 = supervisor_.LatencyQuantileMs(0.5);
+  const double p99 = supervisor_.LatencyQuantileMs(0.99);
+  j["latency_ms"] = {{"p50", std::isfinite(p50) ? nlohmann::json(p50) : nlohmann::json(nullptr)},
+                     {"p99", std::isfinite(p99) ? nlohmann::json(p99) : nlohmann::json(nullptr)}};
+  // Per-session table, oldest first (ids grow with admission).
+  std::vector<RealtimeSessionId> ids;
+  ids.reserve(live_.size());
+  double tightest_deadline_ms = std::numeric_limits<double>::infinity();
+  for (const auto& [id, session] : live_) {
+    ids.push_back(id);
+    tightest_deadline_ms = std::min(tightest_deadline_ms, session.deadline_ms);
+  }
+  // The line a latency chart compares against: the tightest deadline any live session has.
+  j["deadline_ms"] = std::isfinite(tightest_deadline_ms) ? nlohmann::json(tightest_deadline_ms)
+                                                         : nlohmann::json(nullptr);
+  std::sort(ids.begin(), ids.end());
+  nlohmann::json list = nlohmann::json::array();
+  for (std::size_t i = 0; i < ids.size() && i < max_listed; ++i) {
+    const Live& l = live_.at(ids[i]);
+    nlohmann::json row;
+    row["id"] = ids[i];
+    row["age_s"] = supervisor_.Now() - l.started_s;
+    row["resident_blocks"] = supervisor_.loop().resident_blocks(ids[i]);
+    row["period_ms"] = l.period_ms;
+    row["deadline_ms"] = l.deadline_ms;
+    for (int o = 0; o < telemetry::kNumFrameOutcomes; ++o) {
+      row[std::string(telemetry::ToString(static_cast<telemetry::FrameOutcome>(o)))] =
+          l.frames_by_outcome[static_cast<std::size_t>(o)];
+    }
+    row["last_latency_ms"] = l.last_latency_ms;
+    list.push_back(std::move(row));
+  }
+  j["sessions"]["list"] = std::move(list);
+  j["sessions"]["listed"] = std::min(ids.size(), max_listed);
+  return j;
 }
 
 void EngineService::EndAll(SessionEnd reason) {

@@ -84,13 +84,18 @@ class EngineService {
   // forecast, frame counts, latency percentiles, the tightest live deadline); blocks until the
   // engine thread has produced it.
   [[nodiscard]] nlohmann::json Stats(std::size_t max_listed = 200);
+  // The same without blocking the caller: `done` gets the snapshot on the engine thread (or at
+  // once, {"stopped": true}, after Shutdown). For network threads, which must not wait.
+  void StatsAsync(std::size_t max_listed, std::function<void(nlohmann::json)> done);
   // Ends every session (sinks hear kServerShutdown) and joins the engine thread. Idempotent.
   // Calls made after it are ignored (their callbacks never run).
   void Shutdown();
 
  private:
-  void Post(std::function<void()> command);
-  void Run();  // the engine thread
+  // False (command dropped) once the engine thread is gone.
+  bool Post(std::function<void()> command);
+  void Run();                                                           // the engine thread
+  [[nodiscard]] nlohmann::json Snapshot(std::size_t max_listed) const;  // engine thread
   void EndAll(SessionEnd reason);
 
   // A live session: its sink and what /v1/stats reports about it.

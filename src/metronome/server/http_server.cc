@@ -613,19 +613,14 @@ class HttpSession final : public Closable, public std::enable_shared_from_this<H
     } else if (path.starts_with("/v1/") && !srv_->Authorized(req)) {
       Respond(req, http::status::unauthorized, "unauthorized\n", "text/plain");
     } else if (path == "/v1/stats") {
-      nlohmann::json stats = srv_->service->Stats();
-      // What a client may ask for (loadgen draws its random ids from vocab_size).
-      const ServerCaps& c = srv_->options.caps;
-      stats["caps"] = {{"vocab_size", c.vocab_size},
-                       {"min_period_ms", c.min_period_ms},
-                       {"max_period_ms", c.max_period_ms},
-                       {"max_tokens_per_frame", c.max_tokens_per_frame},
-                       {"max_output_tokens_per_frame", c.max_output_tokens_per_frame},
-                       {"max_window", c.max_window},
-                       {"max_sinks", c.max_sinks},
-                       {"allow_full_kv", c.allow_full_kv},
-                       {"max_prompt_tokens", c.max_prompt_tokens}};
-      Respond(req, http::status::ok, stats.dump(), "application/json");
+      // The engine thread builds the snapshot; this thread goes on serving other connections.
+      auto self = shared_from_this();
+      auto shared_req = std::make_shared<Request>(std::move(req));
+      srv_->service->StatsAsync(200, [self, shared_req](nlohmann::json stats) {
+        net::post(self->stream_.get_executor(), [self, shared_req, stats = std::move(stats)]() {
+          self->RespondStats(*shared_req, stats);
+        });
+      });
     } else if (const DashboardAsset* asset = FindDashboardAsset(path); asset != nullptr) {
       // No auth: the page holds no data, it fetches /v1/* with the token from its URL fragment.
       // no-cache: a rebuilt binary serves new files under the same names.
@@ -633,6 +628,21 @@ class HttpSession final : public Closable, public std::enable_shared_from_this<H
     } else {
       Respond(req, http::status::not_found, "not found\n", "text/plain");
     }
+  }
+
+  void RespondStats(const Request& req, nlohmann::json stats) {
+    // What a client may ask for (loadgen draws its random ids from vocab_size).
+    const ServerCaps& c = srv_->options.caps;
+    stats["caps"] = {{"vocab_size", c.vocab_size},
+                     {"min_period_ms", c.min_period_ms},
+                     {"max_period_ms", c.max_period_ms},
+                     {"max_tokens_per_frame", c.max_tokens_per_frame},
+                     {"max_output_tokens_per_frame", c.max_output_tokens_per_frame},
+                     {"max_window", c.max_window},
+                     {"max_sinks", c.max_sinks},
+                     {"allow_full_kv", c.allow_full_kv},
+                     {"max_prompt_tokens", c.max_prompt_tokens}};
+    Respond(req, http::status::ok, stats.dump(), "application/json");
   }
 
   void Respond(const Request& req, http::status status, std::string body,
