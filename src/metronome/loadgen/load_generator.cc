@@ -438,8 +438,11 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
     if (!o.positions.empty()) kv["positions"] = o.positions;
     j["kv"] = std::move(kv);
     if (o.prompt_tokens > 0) {
-      std::vector<int> ids;
-      for (int i = 0; i < o.prompt_tokens; ++i) ids.push_back((i * 31 + 7) % st->vocab);
+      // The same fixed stand-in system prompt as sim and drive's --prompt-tokens.
+      std::vector<int> ids(static_cast<std::size_t>(o.prompt_tokens));
+      for (int i = 0; i < o.prompt_tokens; ++i) {
+        ids[static_cast<std::size_t>(i)] = (i * 31 + 7) % st->vocab;
+      }
       j["prompt"] = {{"ids", std::move(ids)}};
     }
     Send(j.dump(), false);
