@@ -48,6 +48,23 @@ TEST(WorkloadRunnerTest, FullKvWallMatchesTheOnlineForecast) {
   EXPECT_EQ(s.rejected, 0);
   // Starved frames are delivered at the deadline: the p99 shows the wall as latency = D.
   EXPECT_NEAR(s.p99_frame_latency_ms, 80.0, 0.5);
+  // The samples' interval view: every frame counted once; one output token per frame before the
+  // wall, none after it, where the interval p50 sits at the deadline.
+  std::int64_t counted = 0;
+  for (const RunSample& x : runner.samples()) counted += x.interval_frames;
+  EXPECT_EQ(counted, runner.samples().back().frames);  // frames up to the last sample
+  const RunSample* before = nullptr;
+  const RunSample* after = nullptr;
+  for (const RunSample& x : runner.samples()) {
+    if (x.t_s > 20.0 && x.t_s < 25.0) before = &x;
+    if (x.t_s > 50.0 && x.t_s < 55.0) after = &x;
+  }
+  ASSERT_NE(before, nullptr);
+  ASSERT_NE(after, nullptr);
+  EXPECT_DOUBLE_EQ(before->interval_tokens_per_frame, 1.0);
+  EXPECT_LT(before->interval_p99_latency_ms, 40.0);
+  EXPECT_DOUBLE_EQ(after->interval_tokens_per_frame, 0.0);
+  EXPECT_NEAR(after->interval_p50_latency_ms, 80.0, 0.5);
 }
 
 TEST(WorkloadRunnerTest, WindowKvSamePopulationNeverStarvesAndForecastIsInfinite) {

@@ -61,3 +61,21 @@ TEST(QuantileSketchTest, RejectsBadOptions) {
 
 }  // namespace
 }  // namespace metronome::telemetry
+
+namespace metronome::telemetry {
+namespace {
+
+TEST(QuantileSketchClearTest, ClearForgetsEverythingAndKeepsWorking) {
+  QuantileSketch q;
+  for (int i = 1; i <= 100; ++i) q.Add(i);
+  q.Clear();
+  EXPECT_EQ(q.count(), 0);
+  EXPECT_TRUE(std::isnan(q.Quantile(0.5)));
+  EXPECT_EQ(q.max(), 0.0);
+  q.Add(7.0);
+  EXPECT_NEAR(q.Quantile(0.5), 7.0, 7.0 * 0.01);
+  EXPECT_EQ(q.count(), 1);
+}
+
+}  // namespace
+}  // namespace metronome::telemetry

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -186,6 +188,9 @@ void WorkloadFlags::RegisterOutputs(CLI::App* app, bool with_metrics_out) {
   if (with_metrics_out) {
     app->add_option("--metrics-out", metrics_out,
                     "Write the Prometheus text exposition of the run's metrics at the end");
+    app->add_option("--timeseries-out", timeseries_out,
+                    "Write a CSV row per sample (active, limit, KV used, forecast, cumulative "
+                    "frames by outcome, the interval's p50/p99 latency and tokens per frame)");
   }
   app->add_flag("--summary-json", summary_json,
                 "Print the run summary as one JSON object on the last line");
@@ -275,18 +280,47 @@ int RunWorkload(realtime::Backend* backend, Clock* clock, const WorkloadFlags& f
   std::printf("%s", header.c_str());
   std::fflush(stdout);
 
+  std::ofstream timeseries;
+  if (!flags.timeseries_out.empty()) {
+    timeseries.open(flags.timeseries_out);
+    if (!timeseries) {
+      throw ConfigError("--timeseries-out = '" + flags.timeseries_out + "' cannot be opened");
+    }
+    timeseries << "t_s,active,limit,kv_used_fraction,t_sat_s,frames,ok,late,starved,short,"
+                  "mute_alarms,admitted,rejected,interval_frames,interval_p50_ms,"
+                  "interval_p99_ms,interval_tokens_per_frame\n";
+  }
+  const auto csv_number = [](double v) { return std::isfinite(v) ? FormatValue(v) : ""; };
+  std::function<void(const realtime::RunSample&)> progress;
   if (flags.report_every_s > 0.0) {
     PrintProgressHeader();
     auto next_report_s = std::make_shared<double>(flags.report_every_s);
-    runner.on_sample = [next_report_s, every = flags.report_every_s](const realtime::RunSample& s) {
+    progress = [next_report_s, every = flags.report_every_s](const realtime::RunSample& s) {
       if (s.t_s + 1e-9 < *next_report_s) return;
       PrintProgress(s);
       while (*next_report_s <= s.t_s + 1e-9) *next_report_s += every;
     };
   }
+  runner.on_sample = [&](const realtime::RunSample& s) {
+    if (progress) progress(s);
+    if (!timeseries.is_open()) return;
+    timeseries << FormatValue(s.t_s) << ',' << s.active << ','
+               << (s.limit == admission::kNoLimit ? std::string() : std::to_string(s.limit)) << ','
+               << FormatValue(s.kv_used_fraction) << ',' << csv_number(s.t_sat_s) << ',' << s.frames
+               << ',' << s.ok << ',' << s.late << ',' << s.starved << ',' << s.short_frames << ','
+               << s.mute_alarms << ',' << s.admitted << ',' << s.rejected << ','
+               << s.interval_frames << ',' << csv_number(s.interval_p50_latency_ms) << ','
+               << csv_number(s.interval_p99_latency_ms) << ','
+               << csv_number(s.interval_tokens_per_frame) << '\n';
+  };
   const realtime::RunSummary summary = runner.Run();
   PrintSummary(summary);
   if (!flags.metrics_out.empty()) registry.WriteExpositionFile(flags.metrics_out);
+  if (timeseries.is_open() && !timeseries.flush()) {
+    std::fprintf(stderr, "error: writing --timeseries-out '%s' failed (disk full?)\n",
+                 flags.timeseries_out.c_str());
+    return 1;
+  }
   if (events && !events->ok()) {
     std::fprintf(stderr, "error: writing --events-out '%s' failed (disk full?)\n",
                  flags.events_out.c_str());

@@ -66,6 +66,7 @@ struct WorkloadFlags {
   // Outputs.
   std::string events_out;
   std::string metrics_out;
+  std::string timeseries_out;  // CSV, one row per sample
   bool summary_json = false;
   double report_every_s = 0.0;
   bool quiet = false;

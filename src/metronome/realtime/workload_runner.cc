@@ -13,6 +13,7 @@
 #include "metronome/base/errors.h"
 #include "metronome/realtime/supervisor.h"
 #include "metronome/realtime/workload.h"
+#include "metronome/telemetry/quantile_sketch.h"
 
 namespace metronome::realtime {
 namespace {
@@ -147,6 +148,8 @@ struct WorkloadRunner::State {
   std::vector<SessionRecord> records;
   std::vector<RunSample> samples;
   RunSummary summary;
+  telemetry::QuantileSketch interval_latency_ms;  // frames since the last sample
+  std::int64_t interval_tokens = 0;
 
   double last_turn_s = 0.0;
   double weighted_active = 0.0;  // integral of active over the second half, session-seconds
@@ -229,6 +232,15 @@ void WorkloadRunner::State::RecordSample() {
   s.mute_alarms = ls.mute_alarms;
   s.admitted = supervisor.admitted();
   s.rejected = supervisor.rejected();
+  s.interval_frames = interval_latency_ms.count();
+  if (s.interval_frames > 0) {
+    s.interval_p50_latency_ms = interval_latency_ms.Quantile(0.5);
+    s.interval_p99_latency_ms = interval_latency_ms.Quantile(0.99);
+    s.interval_tokens_per_frame =
+        static_cast<double>(interval_tokens) / static_cast<double>(s.interval_frames);
+  }
+  interval_latency_ms.Clear();
+  interval_tokens = 0;
   samples.push_back(s);
 }
 
@@ -256,6 +268,8 @@ WorkloadRunner::WorkloadRunner(Backend* backend, Clock* clock, const WorkloadOpt
   st.supervisor.on_frame = [&st](const FrameRecord& r) {
     const auto it = st.record_of.find(r.session);
     if (it != st.record_of.end()) ++st.records[it->second].frames;
+    st.interval_latency_ms.Add(r.latency_ms);
+    st.interval_tokens += static_cast<std::int64_t>(r.tokens.size());
   };
   st.supervisor.on_session_error = [&st](RealtimeSessionId id, double now, engine::StepStatus) {
     const auto it = st.record_of.find(id);

@@ -77,6 +77,13 @@ struct RunSample {
   std::int64_t mute_alarms = 0;
   std::int64_t admitted = 0;
   std::int64_t rejected = 0;
+  // Frames delivered since the previous sample: their count, latency percentiles (ms; NaN when
+  // none) and mean output tokens per frame (the conversation's pulse: it drops to 0 when
+  // sessions starve).
+  std::int64_t interval_frames = 0;
+  double interval_p50_latency_ms = std::numeric_limits<double>::quiet_NaN();
+  double interval_p99_latency_ms = std::numeric_limits<double>::quiet_NaN();
+  double interval_tokens_per_frame = std::numeric_limits<double>::quiet_NaN();
 };
 
 // One admitted session's life.

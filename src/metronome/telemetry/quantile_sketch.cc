@@ -28,6 +28,12 @@ QuantileSketch::QuantileSketch(const QuantileSketchOptions& options) : options_(
   buckets_.assign(static_cast<std::size_t>(top - base_) + 2, 0);
 }
 
+void QuantileSketch::Clear() noexcept {
+  std::fill(buckets_.begin(), buckets_.end(), 0);
+  count_ = 0;
+  max_ = 0.0;
+}
+
 void QuantileSketch::Add(double value) noexcept {
   if (std::isnan(value)) return;
   std::size_t b = 0;

@@ -24,6 +24,7 @@ class QuantileSketch {
   explicit QuantileSketch(const QuantileSketchOptions& options = {});
 
   void Add(double value) noexcept;  // NaN is ignored
+  void Clear() noexcept;            // empty again, same options (no allocation)
   // The q-quantile (q in [0, 1]) by the nearest-rank rule; NaN when empty.
   [[nodiscard]] double Quantile(double q) const noexcept;
   [[nodiscard]] std::int64_t count() const noexcept { return count_; }
