@@ -14,6 +14,7 @@ packages=(
   libboost-dev           # Beast/Asio (header-only): the network server
   libgtest-dev libbenchmark-dev
   nodejs npm chromium    # the dashboard: npm ci (uPlot, playwright-core) and its browser test
+  gnuplot-nox            # the evaluation suite's plots (experiments/eval)
 )
 
 missing=()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test job (CI runs exactly this): set up, check formatting, build with warnings as errors and
-# run every test, clang-tidy, then the unit tests again under ASan + UBSan, then smoke-run the GGUF
-# and wire protocol fuzzers.
+# run every test, clang-tidy, the evaluation suite's quick mode, then the unit tests again under
+# ASan + UBSan, then smoke-run the GGUF and wire protocol fuzzers.
 # Fails loudly on the first problem.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +24,9 @@ echo "== benchmark smoke run"
 build/ci/bench/kernels_benchmark --benchmark_min_time=0.01 >/dev/null
 build/ci/apps/metronome bench-decode --model synthetic:tiny --sessions 4 --context 64 --steps 4 \
   >/dev/null
+
+echo "== evaluation suite, quick mode (experiments/eval; outputs in build/eval/quick)"
+bash experiments/eval/run.sh --quick --bin build/ci/apps/metronome
 
 echo "== ASan + UBSan (unit tests)"
 cmake --preset asan >/dev/null
