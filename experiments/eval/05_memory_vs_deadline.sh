@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Experiment 05, memory ceiling vs deadline ceiling, per simulator preset. Expected (the paper's
+# one-GPU Moshi numbers): the pool holds about 500 bounded sessions while the deadline allows about
+# 209, so with bounded KV the deadline, not memory, binds, and a latency signal is what admission
+# needs; with full KV, memory binds far lower.
+source "$(dirname "$0")/common.sh"
+eval_init 05_memory_vs_deadline "$@"
+record_seed "sim (all runs)" "$SEED"
+
+# p99_ok PRESET N RUN_S: p99 <= 0.85 D with no starved frame. The probe's pool is made
+# unlimited (DEADLINE_POOL_GB) so that only compute decides: the deadline ceiling on its own.
+p99_ok() {
+  local j
+  j="$(summary sim --preset "$1" --sessions "$2" --kv window --admission "static:$2" \
+    --duration "$3" --seed "$SEED" --kv-pool-gb "$DEADLINE_POOL_GB")"
+  awk -v p="$(jget "$j" p99_frame_latency_ms)" -v d="$(jget "$j" deadline_ms)" \
+    -v s="$(jget "$j" starved_frames)" 'BEGIN { exit (p <= 0.85 * d && s == 0) ? 0 : 1 }'
+}
+
+: >"$OUT/05_data.csv"
+for preset in $PRESETS; do
+  # period (ms), tokens appended per frame and the default window, from the preset listing.
+  read -r period per_frame window < <("$BIN" sim --list-presets | awk -v p="$preset:" '
+    $1 == p { f = 1; next }
+    f && /period/ { split($4, a, "="); split($5, o, "="); per = $2; tok = a[2] + o[2] }
+    f && /default window/ { split($NF, w, "="); split($(NF - 1), w, "="); print per, tok, w[2]; exit }')
+  run_s=$(awk -v p="$period" -v t="$per_frame" -v w="$window" -v m="$MIN_RUN_S" 'BEGIN {
+    r = p * 30 / 1000; f = 2 * w / (t * 1000 / p); if (f > r) r = f; if (r < m) r = m;
+    printf "%d", r }')
+  progress "$preset: N_mem under the window bound (a crowd of $CROWD)"
+  j="$(summary sim --preset "$preset" --sessions "$CROWD" --kv window --admission memory \
+    --duration "$(awk -v p="$period" 'BEGIN { print 3 * p / 1000 }')" --seed "$SEED")"
+  n_mem="$(jget "$j" admitted)"
+  progress "$preset: N_mem with full KV ($FULL_SESSION_S s sessions)"
+  j="$(summary sim --preset "$preset" --sessions "$CROWD" --kv full --admission memory \
+    --memory-session-s "$FULL_SESSION_S" --duration "$(awk -v p="$period" 'BEGIN { print 3 * p / 1000 }')" \
+    --seed "$SEED")"
+  n_full="$(jget "$j" admitted)"
+  lo=1
+  hi=32
+  progress "$preset: N_true by bisection (${run_s} s per probe)"
+  while p99_ok "$preset" "$hi" "$run_s"; do lo=$hi; hi=$((hi * 2)); done
+  while ((hi - lo > 1)); do
+    mid=$(((lo + hi) / 2))
+    if p99_ok "$preset" "$mid" "$run_s"; then lo=$mid; else hi=$mid; fi
+    progress "$preset: N_true in [$lo, $hi)"
+  done
+  echo "$preset,$n_mem,$lo,$n_full,$window" >>"$OUT/05_data.csv"
+done
+
+{
+  echo "| preset | window W (+4 sinks) | N_mem: pool holds (window bound) | N_true: deadline allows (p99 <= 0.85 D) | binding ceiling | N_mem / N_true | full KV: pool holds for ${FULL_SESSION_S} s sessions |"
+  echo "| --- | ---: | ---: | ---: | --- | ---: | ---: |"
+  while IFS=, read -r preset n_mem n_true n_full window; do
+    bind=deadline
+    if ((n_mem < n_true)); then bind=memory; fi
+    printf '| %s | %s | %s | %s | %s | %.2f | %s |\n' "$preset" "$window" "$n_mem" "$n_true" \
+      "$bind" "$(awk -v a="$n_mem" -v b="$n_true" 'BEGIN { print a / b }')" "$n_full"
+  done <"$OUT/05_data.csv"
+} >"$OUT/05_memory_vs_deadline.md"
+
+plot "
+set output '$OUT/05_memory_vs_deadline.png'
+set title 'Sessions per simulated H200: memory ceiling vs deadline ceiling' font ',13'
+set style data histograms; set style histogram clustered gap 1
+set style fill solid 0.8 noborder; set boxwidth 0.9
+set ylabel 'sessions'; set yrange [0:*]; set xtics rotate by 0
+set key top right
+plot '$OUT/05_data.csv' using 2:xtic(1) lc rgb '#2471a3' title 'pool holds (window bound)', \
+     '' using 3 lc rgb '#d68910' title 'deadline allows (p99 <= 0.85 D)', \
+     '' using 4 lc rgb '#c0392b' title 'pool holds (full KV, ${FULL_SESSION_S} s sessions)'
+"
+finish
