@@ -22,7 +22,7 @@ while (($# > 0)); do
 done
 if [ -z "$bin" ]; then
   cmake --preset release >/dev/null
-  cmake --build --preset release --target metronome
+  cmake --build --preset release --target metronome realtime_benchmark
   bin=build/release/apps/metronome
 fi
 if ((${#quick[@]})); then out=build/eval/quick; else out=build/eval/full; fi

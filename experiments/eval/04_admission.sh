@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Experiment 04, admission: where controllers settle under arrivals well above capacity. N_true is
+# measured first (bisection over fixed window-KV populations: the largest N with p99 <= 0.85 D and
+# no starved frame). Expected (the paper: N* ~209 on one GPU with the bound): AIMD on the bounded
+# (window) system converges to N* just under N_true with no starving; on full KV, where latency is
+# flat until the pool runs dry, it over-admits into the KV wall; the KV look-ahead guard
+# (--kv-guard) holds it back. static:N_true, memory admission and a dead-band-free AIMD for
+# comparison.
+source "$(dirname "$0")/common.sh"
+eval_init 04_admission "$@"
+record_seed "sim (all runs)" "$SEED"
+
+# p99_ok PRESET N RUN_S: N window sessions keep p99 <= 0.85 D with no starved frame.
+p99_ok() {
+  local j
+  j="$(summary sim --preset "$1" --sessions "$2" --kv window --admission "static:$2" \
+    --duration "$3" --seed "$SEED")"
+  awk -v p="$(jget "$j" p99_frame_latency_ms)" -v d="$(jget "$j" deadline_ms)" \
+    -v s="$(jget "$j" starved_frames)" 'BEGIN { exit (p <= 0.85 * d && s == 0) ? 0 : 1 }'
+}
+
+# The runs: controller label, KV policy, admission flags.
+RUNS=(
+  "static window"
+  "memory window"
+  "aimd window"
+  "aimd-nodeadband window"
+  "aimd+guard window"
+  "aimd full"
+  "aimd+guard full"
+)
+
+: >"$OUT/04_ntrue.csv"
+for preset in $PRESETS; do
+  # period (ms), tokens appended per frame and the default window, from the preset listing.
+  read -r period per_frame window < <("$BIN" sim --list-presets | awk -v p="$preset:" '
+    $1 == p { f = 1; next }
+    f && /period/ { split($4, a, "="); split($5, o, "="); per = $2; tok = a[2] + o[2] }
+    f && /default window/ { split($NF, w, "="); split($(NF - 1), w, "="); print per, tok, w[2]; exit }')
+  probe_s=$(awk -v p="$period" -v t="$per_frame" -v w="$window" -v m="$MIN_PROBE_S" \
+    -v k="$PROBE_FILLS" 'BEGIN { r = p * 30 / 1000; f = k * w / (t * 1000 / p); if (f > r) r = f;
+    if (r < m) r = m; printf "%d", r }')
+  progress "$preset: N_true by bisection (${probe_s} s per probe)"
+  lo=1
+  hi=32
+  while p99_ok "$preset" "$hi" "$probe_s"; do lo=$hi; hi=$((hi * 2)); done
+  while ((hi - lo > 1)); do
+    mid=$(((lo + hi) / 2))
+    if p99_ok "$preset" "$mid" "$probe_s"; then lo=$mid; else hi=$mid; fi
+  done
+  n_true=$lo
+  aimd_w=$(awk -v p="$period" 'BEGIN { w = 25 * p / 1000; if (w < 2) w = 2; print w }')
+  run_s=$(awk -v n="$n_true" -v w="$aimd_w" -v k="$RAMP_MULT" -v m="$MIN_RUN_S" \
+    'BEGIN { r = k * n * w; if (r < m) r = m; printf "%d", r }')
+  rate=$(awk -v n="$n_true" -v o="$OFFERED" -v l="$LIFETIME_S" 'BEGIN { printf "%.4f", o * n / l }')
+  echo "$preset,$n_true,$probe_s,$run_s,$rate,$aimd_w" >>"$OUT/04_ntrue.csv"
+  progress "$preset: N_true = $n_true; arrivals poisson:$rate x exp:$LIFETIME_S s, ${run_s} s runs"
+
+  for r in "${RUNS[@]}"; do
+    read -r ctl kv <<<"$r"
+    adm=()
+    case "$ctl" in
+      static) adm=(--admission "static:$n_true") ;;
+      memory) adm=(--admission memory) ;;
+      aimd) adm=(--admission aimd) ;;
+      aimd-nodeadband) adm=(--admission aimd --aimd-low "$NARROW_LOW" --aimd-high 0.85) ;;
+      aimd+guard) adm=(--admission aimd --kv-guard) ;;
+    esac
+    if [[ "$ctl" == aimd* ]]; then adm+=(--aimd-window-s "$aimd_w" --aimd-initial "$AIMD_INITIAL"); fi
+    progress "$preset: $ctl, $kv KV"
+    summary sim --preset "$preset" --seed "$SEED" --kv "$kv" "${adm[@]}" \
+      --arrival "poisson:$rate" --session-duration "exp:$LIFETIME_S" --duration "$run_s" \
+      --timeseries-out "$OUT/04_${preset}_${ctl}_$kv.csv" >"$OUT/04_${preset}_${ctl}_$kv.json"
+  done
+done
+
+# limit_stats CSV RUN_S BAND COL: second-half mean, std, peak-to-trough of column COL (3: the
+# limit; 2: active, for memory admission, which has no limit), and the settling time (the first
+# sample from which it stays within +-BAND of that mean; "-" if it never does).
+limit_stats() {
+  awk -F, -v d="$2" -v b="$3" -v c="$4" 'NR > 1 { v = $c; t[n] = $1; l[n] = v; n++
+      if ($1 >= d / 2) { s += v; q += v * v; m++; if (m == 1 || v > hi) hi = v; if (m == 1 || v < lo) lo = v } }
+    END { mean = s / m; sd = q / m - mean * mean; sd = sd > 0 ? sqrt(sd) : 0
+      settle = 0
+      for (i = 0; i < n; i++) if (l[i] < (1 - b) * mean || l[i] > (1 + b) * mean) settle = (i + 1 < n) ? t[i + 1] : -1
+      printf "%.1f %.1f %d %s\n", mean, sd, hi - lo, settle < 0 ? "-" : sprintf("%.0f", settle) }' "$1"
+}
+pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f%%", 100 * a / b; else print "-" }'; }
+fmt() { if [ "$1" = null ] || [ -z "$1" ]; then echo "-"; else printf '%.1f' "$1"; fi; }
+
+: >"$OUT/04_data.csv"
+{
+  echo "N_true: the largest fixed window-KV population with p99 <= 0.85 D and no starved frame (bisection, the preset's pool). Arrivals: poisson at $OFFERED x N_true / $LIFETIME_S s, lifetimes exp:$LIFETIME_S s (offered load ~$OFFERED x N_true). AIMD: control window 25 periods (>= 2 s), start at $AIMD_INITIAL; no dead band = grow below $NARROW_LOW D, cut above 0.85 D. N* = the limit's mean over the second half; settling: the limit stays within +-$(awk -v b="$SETTLE_BAND" 'BEGIN { print 100 * b }')% of N* from then on; oscillation: the limit's std / peak-to-trough over the second half. memory admission has no limit: its row reports the active sessions instead. With the KV guard on full KV the guard, not the limit, binds (active < limit), so the sessions held are the active column."
+  echo
+  while IFS=, read -r preset n_true probe_s run_s rate aimd_w; do
+    echo "**$preset**: N_true = $n_true (${probe_s} s probes); arrivals poisson:$rate/s, ${run_s} s runs, AIMD window ${aimd_w} s."
+    echo
+    echo "| controller | KV | N* | N* / N_true | active mean (2nd half) | settling (s) | peak active / N_true | limit std / peak-to-trough | admitted | rejected | abandoned | late | starved | mute alarms | p99 (ms) |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    for r in "${RUNS[@]}"; do
+      read -r ctl kv <<<"$r"
+      j="$(cat "$OUT/04_${preset}_${ctl}_$kv.json")"
+      nstar="$(jget "$j" limit_mean_second_half)"
+      col=3
+      if [ "$nstar" = null ]; then nstar="$(jget "$j" active_mean_second_half)"; col=2; fi
+      read -r mean sd ptt settle < <(limit_stats "$OUT/04_${preset}_${ctl}_$kv.csv" "$run_s" "$SETTLE_BAND" "$col")
+      mark=""
+      if ((col == 2)); then mark=" (no limit: active)"; fi
+      peak="$(jget "$j" active_peak)"
+      frames="$(jget "$j" frames)"
+      echo "$preset,$ctl,$kv,$n_true,$mean,$sd,$ptt,$settle,$peak,$(jget "$j" rejected),$(jget "$j" late_frames),$(jget "$j" starved_frames),$frames,$(jget "$j" mute_alarms)" >>"$OUT/04_data.csv"
+      printf '| %s | %s | %s | %.2f | %s | %s | %.2f | %s / %s | %s | %s | %s | %s | %s | %s | %s |\n' \
+        "$ctl" "$kv" "$(fmt "$nstar")$mark" "$(awk -v a="$nstar" -v b="$n_true" 'BEGIN { print a / b }')" \
+        "$(fmt "$(jget "$j" active_mean_second_half)")" "$settle" \
+        "$(awk -v a="$peak" -v b="$n_true" 'BEGIN { print a / b }')" "$sd" "$ptt" \
+        "$(jget "$j" admitted)" "$(jget "$j" rejected)" "$(jget "$j" abandoned)" \
+        "$(pct "$(jget "$j" late_frames)" "$frames")" "$(pct "$(jget "$j" starved_frames)" "$frames")" \
+        "$(jget "$j" mute_alarms)" "$(fmt "$(jget "$j" p99_frame_latency_ms)")"
+    done
+    echo
+  done <"$OUT/04_ntrue.csv"
+} >"$OUT/04_admission.md"
+
+# One panel per preset: limit (solid) and active (thin) over time, AIMD on window KV vs AIMD on
+# full KV vs AIMD + guard on full KV, with N_true.
+npresets=$(wc -l <"$OUT/04_ntrue.csv")
+panels=""
+while IFS=, read -r preset n_true _ _ _ _; do
+  f="$OUT/04_$preset"
+  panels+="
+set title '$preset (N_true = $n_true)'
+set xlabel 'time (s)'; set ylabel 'sessions'; set yrange [0:*]; set xrange [0:*]
+plot '${f}_aimd_window.csv' every ::1 using 1:3 with lines lw 2 lc rgb '#2471a3' title 'AIMD, window KV: limit', \\
+     '${f}_aimd_window.csv' every ::1 using 1:2 with lines lw 0.7 lc rgb '#7fb3d5' title '... active', \\
+     '${f}_aimd_full.csv' every ::1 using 1:3 with lines lw 2 lc rgb '#c0392b' title 'AIMD, full KV: limit', \\
+     '${f}_aimd_full.csv' every ::1 using 1:2 with lines lw 0.7 lc rgb '#f1948a' title '... active', \\
+     '${f}_aimd+guard_full.csv' every ::1 using 1:3 with lines lw 2 lc rgb '#1e8449' title 'AIMD + KV guard, full KV: limit', \\
+     '${f}_aimd+guard_full.csv' every ::1 using 1:2 with lines lw 0.7 lc rgb '#82e0aa' title '... active', \\
+     $n_true with lines dt 2 lw 1.5 lc rgb '#555555' title 'N_true'
+"
+done <"$OUT/04_ntrue.csv"
+plot "
+set output '$OUT/04_admission.png'
+set terminal pngcairo size $((700 * npresets + 400)),750 font 'DejaVu Sans,11' linewidth 1.5 noenhanced
+set key below horizontal maxrows 3 box lc rgb '#cccccc' font ',9'
+set multiplot layout 1,$npresets title 'AIMD admission under arrivals at ~${OFFERED}x N_true: window KV vs full KV' font ',13'
+$panels
+unset multiplot
+"
+finish
