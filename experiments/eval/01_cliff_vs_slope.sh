@@ -15,6 +15,18 @@ for kv in full window; do
     --duration "$DURATION_S" --timeseries-out "$OUT/01_time_$kv.csv" >"$OUT/01_time_$kv.json"
 done
 
+# 1b. The other presets over time (table rows only).
+for spec in $OTHER_PRESETS; do
+  IFS=: read -r other n dur <<<"$spec"
+  record_seed "sim $other" "$SEED"
+  for kv in full window; do
+    progress "$other, $n sessions, $kv KV, ${dur} s"
+    summary sim --preset "$other" --seed "$SEED" --sessions "$n" --kv "$kv" --admission "static:$n" \
+      --duration "$dur" --timeseries-out "$OUT/01_other_${other}_$kv.csv" \
+      >"$OUT/01_other_${other}_$kv.json"
+  done
+done
+
 # 2. Against N.
 : >"$OUT/01_sweep.csv"
 for n in $N_SWEEP; do
@@ -49,16 +61,24 @@ pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1f%%", 100 * a / b
 fmt() { if [ "$1" = null ] || [ -z "$1" ]; then echo "-"; else printf '%.1f' "$1"; fi; }
 
 {
-  echo "**Over time** ($PRESET on one simulated H200, $N_TIME sessions, ${DURATION_S} s; real engine: synthetic:tiny, $DRIVE_N sessions, $DRIVE_BLOCKS-block pool, ${DRIVE_S} s):"
+  echo "**Over time** (simulated H200: each preset's default window for window KV; real engine: synthetic:tiny, $DRIVE_N sessions, $DRIVE_BLOCKS-block pool, window W=32 + 4, ${DRIVE_S} s):"
   echo
   echo "| run | KV | first starved frame (s) | starved frames | mute alarms | deadline misses | p99 latency (ms) | deadline (ms) | output tokens/frame, last 10% |"
   echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-  for run in time drive; do
+  runs=(time)
+  for spec in $OTHER_PRESETS; do runs+=("other_${spec%%:*}"); done
+  runs+=(drive)
+  for run in "${runs[@]}"; do
     for kv in full window; do
       j="$(cat "$OUT/01_${run}_$kv.json")"
       dur=$DURATION_S
       label="$PRESET, N=$N_TIME"
-      if [ "$run" = drive ]; then dur=$DRIVE_S; label="synthetic:tiny, N=$DRIVE_N"; fi
+      if [ "$run" = drive ]; then dur=$DRIVE_S; label="synthetic:tiny (CPU), N=$DRIVE_N"; fi
+      if [[ "$run" == other_* ]]; then
+        spec="$(tr ' ' '\n' <<<"$OTHER_PRESETS" | grep "^${run#other_}:")"
+        IFS=: read -r other n dur <<<"$spec"
+        label="$other, N=$n"
+      fi
       from=$(awk -v d="$dur" 'BEGIN { print 0.9 * d }')
       echo "| $label | $kv | $(fmt "$(jget "$j" first_starved_at_s)") | $(pct "$(jget "$j" starved_frames)" "$(jget "$j" frames)") | $(jget "$j" mute_alarms) | $(jget "$j" deadline_misses) | $(fmt "$(jget "$j" p99_frame_latency_ms)") | $(jget "$j" deadline_ms) | $(tail_tokens "$OUT/01_${run}_$kv.csv" "$from") |"
     done
