@@ -32,11 +32,7 @@ RUNS=(
 
 : >"$OUT/04_ntrue.csv"
 for preset in $PRESETS; do
-  # period (ms), tokens appended per frame and the default window, from the preset listing.
-  read -r period per_frame window < <("$BIN" sim --list-presets | awk -v p="$preset:" '
-    $1 == p { f = 1; next }
-    f && /period/ { split($4, a, "="); split($5, o, "="); per = $2; tok = a[2] + o[2] }
-    f && /default window/ { split($NF, w, "="); split($(NF - 1), w, "="); print per, tok, w[2]; exit }')
+  read -r period per_frame window < <(preset_shape "$preset")
   probe_s=$(awk -v p="$period" -v t="$per_frame" -v w="$window" -v m="$MIN_PROBE_S" \
     -v k="$PROBE_FILLS" 'BEGIN { r = p * 30 / 1000; f = k * w / (t * 1000 / p); if (f > r) r = f;
     if (r < m) r = m; printf "%d", r }')

@@ -47,6 +47,15 @@ record_seed() { printf '%s %s\n' "$1" "$2" >>"$OUT/$NAME.seeds"; }
 # without commas).
 jget() { grep -o "\"$2\":[^,}]*" <<<"$1" | head -n 1 | cut -d: -f2- | tr -d '"'; }
 
+# preset_shape PRESET: "period_ms tokens_per_frame window" of a simulator preset (tokens per frame
+# = a + o), read from `metronome sim --list-presets`.
+preset_shape() {
+  "$BIN" sim --list-presets | awk -v p="$1:" '
+    $1 == p { f = 1; next }
+    f && /period/ { split($4, a, "="); split($5, o, "="); per = $2; tok = a[2] + o[2] }
+    f && /default window/ { split($NF, w, "="); split($(NF - 1), w, "="); print per, tok, w[2]; exit }'
+}
+
 # summary ARGS...: run metronome with --summary-json and print the summary line.
 summary() { "$BIN" "$@" --summary-json --quiet | tail -n 1; }
 
