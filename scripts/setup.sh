@@ -9,6 +9,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   clang clang-format clang-tidy libclang-rt-dev libomp-dev  # fuzzing (libFuzzer), format, lint
   libdnnl-dev            # oneDNN: fp32 GEMM with run-time ISA dispatch
+  ocl-icd-opencl-dev     # oneDNN's CMake config looks for OpenCL (a Recommends we skip)
   libcli11-dev           # command line
   nlohmann-json3-dev     # JSON (event log, summaries)
   libboost-dev           # Beast/Asio (header-only): the network server
