@@ -52,6 +52,20 @@ for kv in full window; do
 done
 record_seed "drive synthetic:tiny (model seed)" 1
 
+# 3b. The same sessions over the network: serve (the same pool) + loadgen on loopback, measured on
+# the client; loadgen's frame trace (t_s, session, frame, outcome, latency_ms, ..., outputs) gives
+# the end's tokens per frame.
+for kv in full window; do
+  progress "serve + loadgen synthetic:tiny, $DRIVE_N sessions, $kv KV, ${DRIVE_S} s"
+  extra=()
+  if [ "$kv" = window ]; then extra=(--window 32 --sinks 4); fi
+  serve_start --kv-blocks "$DRIVE_BLOCKS" --admission "static:$DRIVE_N"
+  summary loadgen --url "$SERVE_URL" --sessions "$DRIVE_N" --period-ms 40 --tokens-per-frame 2 \
+    --duration "$DRIVE_S" --kv "$kv" "${extra[@]}" --seed "$SEED" --report-every 0 \
+    --events-out "$OUT/01_serve_$kv.frames.csv" >"$OUT/01_serve_$kv.json"
+  serve_stop
+done
+
 # Tokens per frame over the last tenth of a run (the conversation's pulse at the end).
 tail_tokens() {
   awk -F, -v from="$2" 'NR > 1 && $1 >= from && $14 > 0 { f += $14; t += $14 * $17 }
@@ -67,20 +81,30 @@ fmt() { if [ "$1" = null ] || [ -z "$1" ]; then echo "-"; else printf '%.1f' "$1
   echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
   runs=(time)
   for spec in $OTHER_PRESETS; do runs+=("other_${spec%%:*}"); done
-  runs+=(drive)
+  runs+=(drive serve)
   for run in "${runs[@]}"; do
     for kv in full window; do
       j="$(cat "$OUT/01_${run}_$kv.json")"
       dur=$DURATION_S
       label="$PRESET, N=$N_TIME"
       if [ "$run" = drive ]; then dur=$DRIVE_S; label="synthetic:tiny (CPU), N=$DRIVE_N"; fi
+      if [ "$run" = serve ]; then
+        dur=$DRIVE_S
+        label="synthetic:tiny (CPU), N=$DRIVE_N, serve + loadgen (client clock)"
+      fi
       if [[ "$run" == other_* ]]; then
         spec="$(tr ' ' '\n' <<<"$OTHER_PRESETS" | grep "^${run#other_}:")"
         IFS=: read -r other n dur <<<"$spec"
         label="$other, N=$n"
       fi
       from=$(awk -v d="$dur" 'BEGIN { print 0.9 * d }')
-      echo "| $label | $kv | $(fmt "$(jget "$j" first_starved_at_s)") | $(pct "$(jget "$j" starved_frames)" "$(jget "$j" frames)") | $(jget "$j" mute_alarms) | $(jget "$j" deadline_misses) | $(fmt "$(jget "$j" p99_frame_latency_ms)") | $(jget "$j" deadline_ms) | $(tail_tokens "$OUT/01_${run}_$kv.csv" "$from") |"
+      if [ "$run" = serve ]; then
+        tail="$(awk -F, -v from="$from" 'NR > 1 && $1 >= from { f++; t += $8 }
+          END { if (f > 0) printf "%.2f", t / f; else printf "-" }' "$OUT/01_serve_$kv.frames.csv")"
+      else
+        tail="$(tail_tokens "$OUT/01_${run}_$kv.csv" "$from")"
+      fi
+      echo "| $label | $kv | $(fmt "$(jget "$j" first_starved_at_s)") | $(pct "$(jget "$j" starved_frames)" "$(jget "$j" frames)") | $(jget "$j" mute_alarms) | $(jget "$j" deadline_misses) | $(fmt "$(jget "$j" p99_frame_latency_ms)") | $(jget "$j" deadline_ms) | $tail |"
     done
   done
   echo

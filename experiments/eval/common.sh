@@ -85,3 +85,36 @@ finish() {
   done
   progress "done: $OUT/$NAME.md, $OUT/$NAME.png"
 }
+
+# serve_start [serve flags...]: `metronome serve --model synthetic:tiny` on a free loopback port,
+# one engine thread; sets SERVE_PID and SERVE_URL (ws://127.0.0.1:PORT). The server is stopped on
+# exit if the experiment has not stopped it (serve_stop).
+SERVE_PID=""
+serve_start() {
+  local log="$OUT/$NAME.serve.log" port="" _
+  "$BIN" serve --model synthetic:tiny --port 0 --threads 1 --quiet "$@" >"$log" 2>&1 &
+  SERVE_PID=$!
+  trap 'if [ -n "$SERVE_PID" ]; then kill "$SERVE_PID" 2>/dev/null || true; fi' EXIT
+  for _ in $(seq 1 300); do
+    port="$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$log" | grep -o '[0-9]*$' || true)"
+    if [ -n "$port" ]; then
+      SERVE_URL="ws://127.0.0.1:$port"
+      return 0
+    fi
+    kill -0 "$SERVE_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "$NAME: serve did not start:" >&2
+  cat "$log" >&2
+  exit 1
+}
+
+# serve_stop: SIGTERM (drain and close), and fail if the server did not exit cleanly.
+serve_stop() {
+  kill -TERM "$SERVE_PID"
+  if ! wait "$SERVE_PID"; then
+    echo "$NAME: serve exited with status $? on SIGTERM (log: $OUT/$NAME.serve.log)" >&2
+    exit 1
+  fi
+  SERVE_PID=""
+}
