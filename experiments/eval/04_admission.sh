@@ -10,11 +10,25 @@ source "$(dirname "$0")/common.sh"
 eval_init 04_admission "$@"
 record_seed "sim (all runs)" "$SEED"
 
-# p99_ok PRESET N RUN_S: N window sessions keep p99 <= 0.85 D with no starved frame.
+# The pseudo-preset "cpu" is the real engine (drive synthetic:tiny, one thread, the real clock)
+# with heavy frames (CPU_TOKENS_IN in, CPU_TOKENS_OUT out per CPU_PERIOD_MS) so that the deadline
+# binds at a few dozen sessions; the others are simulator presets.
+cpu_args=(drive --model synthetic:tiny --threads 1 --period-ms "$CPU_PERIOD_MS"
+  --tokens-per-frame "$CPU_TOKENS_IN" --output-tokens-per-frame "$CPU_TOKENS_OUT")
+label() { if [ "$1" = cpu ]; then echo "synthetic:tiny, CPU engine (drive)"; else echo "$1"; fi; }
+
+# p99_ok PRESET N RUN_S: N window sessions keep p99 <= 0.85 D with no starved frame (the CPU
+# engine on a pool that never binds).
 p99_ok() {
   local j
-  j="$(summary sim --preset "$1" --sessions "$2" --kv window --admission "static:$2" \
-    --duration "$3" --seed "$SEED")"
+  if [ "$1" = cpu ]; then
+    j="$(summary "${cpu_args[@]}" --seed "$SEED" --sessions "$2" --kv window \
+      --window "$CPU_WINDOW" --sinks 4 --admission "static:$2" --kv-blocks $((40 * $2 + 64)) \
+      --duration "$3")"
+  else
+    j="$(summary sim --preset "$1" --sessions "$2" --kv window --admission "static:$2" \
+      --duration "$3" --seed "$SEED")"
+  fi
   awk -v p="$(jget "$j" p99_frame_latency_ms)" -v d="$(jget "$j" deadline_ms)" \
     -v s="$(jget "$j" starved_frames)" 'BEGIN { exit (p <= 0.85 * d && s == 0) ? 0 : 1 }'
 }
@@ -30,12 +44,28 @@ RUNS=(
   "aimd+guard full"
 )
 
+if [[ " $PRESETS " == *" cpu "* ]]; then read -r -a CPU_RUN_LIST <<<"$CPU_RUNS"; fi
+# runs_of PRESET: the runs (indices into RUNS) for a preset.
+runs_of() {
+  local i
+  for i in "${!RUNS[@]}"; do
+    if [ "$1" != cpu ] || [[ " ${CPU_RUN_LIST[*]} " == *" ${RUNS[$i]// /:} "* ]]; then echo "$i"; fi
+  done
+}
+
 : >"$OUT/04_ntrue.csv"
 for preset in $PRESETS; do
-  read -r period per_frame window < <(preset_shape "$preset")
-  probe_s=$(awk -v p="$period" -v t="$per_frame" -v w="$window" -v m="$MIN_PROBE_S" \
-    -v k="$PROBE_FILLS" 'BEGIN { r = p * 30 / 1000; f = k * w / (t * 1000 / p); if (f > r) r = f;
-    if (r < m) r = m; printf "%d", r }')
+  if [ "$preset" = cpu ]; then
+    period=$CPU_PERIOD_MS
+    probe_s=$CPU_PROBE_S
+    lifetime_s=$CPU_LIFETIME_S
+  else
+    read -r period per_frame window < <(preset_shape "$preset")
+    probe_s=$(awk -v p="$period" -v t="$per_frame" -v w="$window" -v m="$MIN_PROBE_S" \
+      -v k="$PROBE_FILLS" 'BEGIN { r = p * 30 / 1000; f = k * w / (t * 1000 / p); if (f > r) r = f;
+      if (r < m) r = m; printf "%d", r }')
+    lifetime_s=$LIFETIME_S
+  fi
   progress "$preset: N_true by bisection (${probe_s} s per probe)"
   lo=1
   hi=32
@@ -48,12 +78,14 @@ for preset in $PRESETS; do
   aimd_w=$(awk -v p="$period" 'BEGIN { w = 25 * p / 1000; if (w < 2) w = 2; print w }')
   run_s=$(awk -v n="$n_true" -v w="$aimd_w" -v k="$RAMP_MULT" -v m="$MIN_RUN_S" \
     'BEGIN { r = k * n * w; if (r < m) r = m; printf "%d", r }')
-  rate=$(awk -v n="$n_true" -v o="$OFFERED" -v l="$LIFETIME_S" 'BEGIN { printf "%.4f", o * n / l }')
-  echo "$preset,$n_true,$probe_s,$run_s,$rate,$aimd_w" >>"$OUT/04_ntrue.csv"
-  progress "$preset: N_true = $n_true; arrivals poisson:$rate x exp:$LIFETIME_S s, ${run_s} s runs"
+  initial=$AIMD_INITIAL
+  if [ "$preset" = cpu ]; then run_s=$CPU_RUN_S; initial=$CPU_AIMD_INITIAL; fi
+  rate=$(awk -v n="$n_true" -v o="$OFFERED" -v l="$lifetime_s" 'BEGIN { printf "%.4f", o * n / l }')
+  echo "$preset,$n_true,$probe_s,$run_s,$rate,$aimd_w,$lifetime_s" >>"$OUT/04_ntrue.csv"
+  progress "$preset: N_true = $n_true; arrivals poisson:$rate x exp:$lifetime_s s, ${run_s} s runs"
 
-  for r in "${RUNS[@]}"; do
-    read -r ctl kv <<<"$r"
+  for i in $(runs_of "$preset"); do
+    read -r ctl kv <<<"${RUNS[$i]}"
     adm=()
     case "$ctl" in
       static) adm=(--admission "static:$n_true") ;;
@@ -62,10 +94,15 @@ for preset in $PRESETS; do
       aimd-nodeadband) adm=(--admission aimd --aimd-low "$NARROW_LOW" --aimd-high 0.85) ;;
       aimd+guard) adm=(--admission aimd --kv-guard) ;;
     esac
-    if [[ "$ctl" == aimd* ]]; then adm+=(--aimd-window-s "$aimd_w" --aimd-initial "$AIMD_INITIAL"); fi
+    if [[ "$ctl" == aimd* ]]; then adm+=(--aimd-window-s "$aimd_w" --aimd-initial "$initial"); fi
     progress "$preset: $ctl, $kv KV"
-    summary sim --preset "$preset" --seed "$SEED" --kv "$kv" "${adm[@]}" \
-      --arrival "poisson:$rate" --session-duration "exp:$LIFETIME_S" --duration "$run_s" \
+    base=(sim --preset "$preset")
+    if [ "$preset" = cpu ]; then
+      base=("${cpu_args[@]}" --kv-blocks "$CPU_BLOCKS")
+      if [ "$kv" = window ]; then base+=(--window "$CPU_WINDOW" --sinks 4); fi
+    fi
+    summary "${base[@]}" --seed "$SEED" --kv "$kv" "${adm[@]}" \
+      --arrival "poisson:$rate" --session-duration "exp:$lifetime_s" --duration "$run_s" \
       --timeseries-out "$OUT/04_${preset}_${ctl}_$kv.csv" >"$OUT/04_${preset}_${ctl}_$kv.json"
   done
 done
@@ -86,15 +123,19 @@ fmt() { if [ "$1" = null ] || [ -z "$1" ]; then echo "-"; else printf '%.1f' "$1
 
 : >"$OUT/04_data.csv"
 {
-  echo "N_true: the largest fixed window-KV population with p99 <= 0.85 D and no starved frame (bisection, the preset's pool). Arrivals: poisson at $OFFERED x N_true / $LIFETIME_S s, lifetimes exp:$LIFETIME_S s (offered load ~$OFFERED x N_true). AIMD: control window 25 periods (>= 2 s), start at $AIMD_INITIAL; no dead band = grow below $NARROW_LOW D, cut above 0.85 D. N* = the limit's mean over the second half; settling: the limit stays within +-$(awk -v b="$SETTLE_BAND" 'BEGIN { print 100 * b }')% of N* from then on; oscillation: the limit's std / peak-to-trough over the second half. memory admission has no limit: its row reports the active sessions instead. With the KV guard on full KV the guard, not the limit, binds (active < limit), so the sessions held are the active column."
+  echo "N_true: the largest fixed window-KV population with p99 <= 0.85 D and no starved frame (bisection, the preset's pool; the CPU engine's on a pool that never binds). Arrivals: poisson at $OFFERED x N_true / L, lifetimes exp:L (L = $LIFETIME_S s in the simulator, $CPU_LIFETIME_S s on the CPU engine; offered load ~$OFFERED x N_true). AIMD: control window 25 periods (>= 2 s), start at $AIMD_INITIAL; no dead band = grow below $NARROW_LOW D, cut above 0.85 D. N* = the limit's mean over the second half; settling: the limit stays within +-$(awk -v b="$SETTLE_BAND" 'BEGIN { print 100 * b }')% of N* from then on; oscillation: the limit's std / peak-to-trough over the second half. memory admission has no limit: its row reports the active sessions instead. With the KV guard on full KV the guard, not the limit, binds (active < limit), so the sessions held are the active column."
   echo
-  while IFS=, read -r preset n_true probe_s run_s rate aimd_w; do
-    echo "**$preset**: N_true = $n_true (${probe_s} s probes); arrivals poisson:$rate/s, ${run_s} s runs, AIMD window ${aimd_w} s."
+  while IFS=, read -r preset n_true probe_s run_s rate aimd_w lifetime_s; do
+    pool=""
+    if [ "$preset" = cpu ]; then
+      pool=" Frames of $CPU_TOKENS_IN tokens in + $CPU_TOKENS_OUT out every $CPU_PERIOD_MS ms, a $CPU_BLOCKS-block pool (16 tokens a block), window W = $CPU_WINDOW + 4 sinks."
+    fi
+    echo "**$(label "$preset")**: N_true = $n_true (${probe_s} s probes); arrivals poisson:$rate/s x exp:$lifetime_s s, ${run_s} s runs, AIMD window ${aimd_w} s.$pool"
     echo
     echo "| controller | KV | N* | N* / N_true | active mean (2nd half) | settling (s) | peak active / N_true | limit std / peak-to-trough | admitted | rejected | abandoned | late | starved | mute alarms | p99 (ms) |"
     echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-    for r in "${RUNS[@]}"; do
-      read -r ctl kv <<<"$r"
+    for i in $(runs_of "$preset"); do
+      read -r ctl kv <<<"${RUNS[$i]}"
       j="$(cat "$OUT/04_${preset}_${ctl}_$kv.json")"
       nstar="$(jget "$j" limit_mean_second_half)"
       col=3
@@ -124,7 +165,7 @@ panels=""
 while IFS=, read -r preset n_true _ _ _ _; do
   f="$OUT/04_$preset"
   panels+="
-set title '$preset (N_true = $n_true)'
+set title '$(label "$preset") (N_true = $n_true)'
 set xlabel 'time (s)'; set ylabel 'sessions'; set yrange [0:*]; set xrange [0:*]
 plot '${f}_aimd_window.csv' every ::1 using 1:3 with lines lw 2 lc rgb '#2471a3' title 'AIMD, window KV: limit', \\
      '${f}_aimd_window.csv' every ::1 using 1:2 with lines lw 0.7 lc rgb '#7fb3d5' title '... active', \\
