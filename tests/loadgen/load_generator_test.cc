@@ -16,41 +16,13 @@
 
 #include "metronome/base/errors.h"
 #include "metronome/server/http_server.h"
+#include "support/loopback_server.h"
 
 namespace metronome::loadgen {
 namespace {
 
-struct Server {
-  realtime::CostModelBackend backend;
-  SteadyClock clock;
-  telemetry::MetricsRegistry registry;
-  server::EngineService service;
-  server::HttpServer http;
-
-  static realtime::SupervisorOptions Supervisor(const std::string& admission) {
-    realtime::SupervisorOptions o;
-    o.admission = admission;
-    o.log_to_stderr = false;
-    o.loop.log_to_stderr = false;
-    o.loop.mute_after_starved = 3;
-    return o;
-  }
-  explicit Server(const std::string& admission, std::int64_t blocks = 256,
-                  const server::ServerOptions& options = {})
-      : backend({.c0_s = 0.001}, blocks, 16),
-        service(&backend, &clock, Supervisor(admission), &registry),
-        http(&service, &registry, options, nullptr) {
-    http.Start();
-  }
-  ~Server() {
-    http.Stop();
-    service.Shutdown();
-  }
-  Server(const Server&) = delete;
-  Server& operator=(const Server&) = delete;
-
-  [[nodiscard]] std::string url() const { return "ws://127.0.0.1:" + std::to_string(http.port()); }
-};
+// Mute alarms after 3 consecutive starved frames: the default the tests below count with.
+using Server = testing::LoopbackServer;
 
 LoadGenOptions Options(const Server& s) {
   LoadGenOptions o;

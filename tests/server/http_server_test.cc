@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "metronome/server/dashboard_assets.h"
+#include "support/loopback_server.h"
 
 namespace metronome::server {
 namespace {
@@ -29,33 +30,9 @@ namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using nlohmann::json;
 
-realtime::SupervisorOptions Supervisor(const std::string& admission) {
-  realtime::SupervisorOptions o;
-  o.admission = admission;
-  o.log_to_stderr = false;
-  o.loop.log_to_stderr = false;
-  return o;
-}
-
-// The engine service and the server on an ephemeral port; no tokenizer.
-struct Server {
-  realtime::CostModelBackend backend{{.c0_s = 0.001}, 256, 16};
-  SteadyClock clock;
-  telemetry::MetricsRegistry registry;
-  EngineService service;
-  HttpServer http;
-
+struct Server : testing::LoopbackServer {
   Server(const std::string& admission, const ServerOptions& options)
-      : service(&backend, &clock, Supervisor(admission), &registry),
-        http(&service, &registry, options, nullptr) {
-    http.Start();
-  }
-  ~Server() {
-    http.Stop();
-    service.Shutdown();
-  }
-  Server(const Server&) = delete;
-  Server& operator=(const Server&) = delete;
+      : LoopbackServer(admission, /*blocks=*/256, options) {}
 };
 
 void SetReadTimeout(tcp::socket& socket) {
