@@ -24,17 +24,32 @@ cell() { if [ -z "$1" ] || [ "$1" = null ]; then printf '–'; else printf '%s' 
   echo
 } >"$MD"
 
+# run_args PRESET KV: the command line of one run (the global array ARGS). The pseudo-preset
+# "cpu" is the real engine (drive) on the real clock; the others are simulator presets.
+run_args() {
+  if [ "$1" = cpu ]; then
+    ARGS=(drive --model synthetic:tiny --threads 1 --period-ms "$CPU_PERIOD_MS"
+      --tokens-per-frame "$CPU_TOKENS_IN" --output-tokens-per-frame "$CPU_TOKENS_OUT"
+      --kv-blocks "$CPU_BLOCKS")
+    if [ "$2" = window ]; then ARGS+=(--window "$CPU_WINDOW" --sinks 4); fi
+  else
+    ARGS=(sim --preset "$1")
+  fi
+  ARGS+=(--arrival "${ARRIVAL[$1]}" --session-duration "${LIFETIME[$1]}"
+    --admission "${ADMISSION[$1]}" --duration "${DURATION[$1]}" --mute-after "$MUTE_AFTER"
+    --kv "$2")
+}
+label() { if [ "$1" = cpu ]; then echo "synthetic:tiny, CPU engine (drive)"; else echo "$1"; fi; }
+
 plot_cmds=()
+horizon_rows=()
 panel=0
 for preset in "${PRESETS[@]}"; do
   panel=$((panel + 1))
   key="${preset//[^A-Za-z0-9]/_}"
-  common=(sim --preset "$preset" --arrival "${ARRIVAL[$preset]}"
-    --session-duration "${LIFETIME[$preset]}" --admission "${ADMISSION[$preset]}"
-    --duration "${DURATION[$preset]}" --mute-after "$MUTE_AFTER")
   {
-    echo "**$preset**: arrivals \`${ARRIVAL[$preset]}\`, lifetimes \`${LIFETIME[$preset]}\` s," \
-      "admission \`${ADMISSION[$preset]}\`, ${DURATION[$preset]} s per run, $SEEDS seeds"
+    echo "**$(label "$preset")**: arrivals \`${ARRIVAL[$preset]}\`, lifetimes \`${LIFETIME[$preset]}\` s," \
+      "admission \`${ADMISSION[$preset]}\`, ${DURATION[$preset]} s per run, ${NSEEDS[$preset]} seeds"
     echo
     echo "| seed | full: collapsed | first starved (s) | starved % | mute alarms | KV peak | window: collapsed | first starved (s) | starved % | mute alarms | KV peak |"
     echo "| ---: | :---: | ---: | ---: | ---: | ---: | :---: | ---: | ---: | ---: | ---: |"
@@ -44,13 +59,23 @@ for preset in "${PRESETS[@]}"; do
   full_collapsed_files=()
   full_survived_files=()
   window_files=()
-  for ((i = 0; i < SEEDS; i++)); do
+  for ((i = 0; i < ${NSEEDS[$preset]}; i++)); do
     seed=$((SEED_FIRST + i))
-    record_seed "$preset" "$seed"
+    record_seed "$(label "$preset")" "$seed"
+    # The seed's two runs side by side (2 cores; the real engine's runs are light: a few
+    # sessions of a tiny model, and what decides collapse here is memory, not time).
+    pids=()
+    for kv in full window; do
+      run_args "$preset" "$kv"
+      summary "${ARGS[@]}" --seed "$seed" --timeseries-out "$DATA/${key}_${kv}_seed${seed}.csv" \
+        >"$DATA/${key}_${kv}_seed${seed}.json" &
+      pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p"; done
     row="| $seed"
     for kv in full window; do
       csv="$DATA/${key}_${kv}_seed${seed}.csv"
-      s=$(summary "${common[@]}" --kv "$kv" --seed "$seed" --timeseries-out "$csv")
+      s=$(cat "$DATA/${key}_${kv}_seed${seed}.json")
       frames=$(jget "$s" frames)
       starved=$(jget "$s" starved_frames)
       alarms=$(jget "$s" mute_alarms)
@@ -75,16 +100,30 @@ for preset in "${PRESETS[@]}"; do
       esac
     done
     echo "$row |" >>"$MD"
-    progress "$preset seed $seed: full ${n_collapsed[full]} collapsed so far, window ${n_collapsed[window]}"
+    progress "$(label "$preset") seed $seed: full ${n_collapsed[full]} collapsed so far, window ${n_collapsed[window]}"
   done
+  # Collapse against the horizon: a full-KV run has collapsed by time t if its first mute alarm
+  # (the timeseries' cumulative mute_alarms, column 11) came at or before t.
+  hrow="| $(label "$preset") |"
+  for q in 1 2 3 4; do
+    t=$(awk -v d="${DURATION[$preset]}" -v q="$q" 'BEGIN { print d * q / 4 }')
+    k=0
+    for f in "${full_collapsed_files[@]}"; do
+      if awk -F, -v t="$t" 'NR > 1 && $11 > 0 { found = ($1 <= t); exit } END { exit !found }' "$f"; then
+        k=$((k + 1))
+      fi
+    done
+    hrow+=" $k/${NSEEDS[$preset]} by ${t} s |"
+  done
+  horizon_rows+=("$hrow")
   {
     echo
-    echo "collapses ($preset): full ${n_collapsed[full]}/$SEEDS, window ${n_collapsed[window]}/$SEEDS" \
-      "(severe: full ${n_severe[full]}/$SEEDS, window ${n_severe[window]}/$SEEDS);" \
-      "sessions rejected by admission over all $((2 * SEEDS)) runs: $rejected_total"
+    echo "collapses ($(label "$preset")): full ${n_collapsed[full]}/${NSEEDS[$preset]}, window ${n_collapsed[window]}/${NSEEDS[$preset]}" \
+      "(severe: full ${n_severe[full]}/${NSEEDS[$preset]}, window ${n_severe[window]}/${NSEEDS[$preset]});" \
+      "sessions rejected by admission over all $((2 * NSEEDS[$preset])) runs: $rejected_total"
     echo
   } >>"$MD"
-  progress "$preset: collapses full ${n_collapsed[full]}/$SEEDS, window ${n_collapsed[window]}/$SEEDS"
+  progress "$(label "$preset"): collapses full ${n_collapsed[full]}/${NSEEDS[$preset]}, window ${n_collapsed[window]}/${NSEEDS[$preset]}"
 
   # One panel per preset: KV occupancy (column 4) over time (column 1), one line per run; full KV
   # in reds (dark: collapsed, light: survived), window KV in blues.
@@ -103,11 +142,20 @@ for preset in "${PRESETS[@]}"; do
   add_items "#F4A582" "full KV, survived (${#full_survived_files[@]})" "${full_survived_files[@]}"
   add_items "#B2182B" "full KV, collapsed (${#full_collapsed_files[@]})" "${full_collapsed_files[@]}"
   add_items "#2166AC" "window KV (${n_collapsed[window]}/${#window_files[@]} collapsed)" "${window_files[@]}"
-  plot_cmds+=("set title \"$preset: ${ARRIVAL[$preset]}, lifetimes ${LIFETIME[$preset]} s, ${ADMISSION[$preset]}; collapses: full ${n_collapsed[full]}/$SEEDS, window ${n_collapsed[window]}/$SEEDS\"
+  plot_cmds+=("set title \"$(label "$preset"): ${ARRIVAL[$preset]}, lifetimes ${LIFETIME[$preset]} s, ${ADMISSION[$preset]}; collapses: full ${n_collapsed[full]}/${NSEEDS[$preset]}, window ${n_collapsed[window]}/${NSEEDS[$preset]}\"
 set xrange [0:${DURATION[$preset]}]
 plot $(IFS=,; echo "${items[*]}")")
   unset n_collapsed n_severe
 done
+{
+  echo "Full-KV collapses against the horizon H (a run counts from its first mute alarm): the"
+  echo "collapse rate is a property of load and run length, not a constant."
+  echo
+  echo "| runs | H/4 | H/2 | 3H/4 | H |"
+  echo "| --- | ---: | ---: | ---: | ---: |"
+  printf '%s\n' "${horizon_rows[@]}"
+  echo
+} >>"$MD"
 
 npanels=${#PRESETS[@]}
 height=$((80 + 520 * npanels))

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The evaluation suite (docs/results.md): every experiment, one after the other, with progress.
-#   bash experiments/eval/run.sh [--quick] [--only 01,02] [--bin PATH] [--publish]
+#   bash experiments/eval/run.sh [--quick] [--only 01,02] [--bin PATH] [--publish | --publish-only]
 # --quick: the CI-sized runs (a few minutes in all), into build/eval/quick.
 # Full runs go into build/eval/full; --publish then copies each table into docs/results.md
-# (between its BEGIN/END markers) and each plot into docs/results/.
+# (between its BEGIN/END markers) and each plot into docs/results/; --publish-only publishes what
+# an earlier full run left in build/eval/full without running anything.
 # Without --bin it builds the release preset first.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,10 +18,11 @@ while (($# > 0)); do
     --only) only="$2"; shift 2 ;;
     --bin) bin="$2"; shift 2 ;;
     --publish) publish=1; shift ;;
+    --publish-only) publish=2; shift ;;
     *) echo "run.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
-if [ -z "$bin" ]; then
+if [ -z "$bin" ] && [ "$publish" != 2 ]; then
   cmake --preset release >/dev/null
   cmake --build --preset release --target metronome realtime_benchmark
   bin=build/release/apps/metronome
@@ -32,10 +34,16 @@ ran=0
 for script in experiments/eval/[0-9][0-9]_*.sh; do
   name="$(basename "$script" .sh)"
   if [ -n "$only" ] && ! grep -qw "${name%%_*}" <<<"${only//,/ }"; then continue; fi
-  echo "== $name"
-  bash "$script" "${quick[@]}" --bin "$bin" --out "$out"
   ran=$((ran + 1))
-  if [ "$publish" = 1 ]; then
+  if [ "$publish" != 2 ]; then
+    echo "== $name"
+    bash "$script" "${quick[@]}" --bin "$bin" --out "$out"
+  fi
+  if [ "$publish" != 0 ]; then
+    for f in "$out/$name.md" "$out/$name.png"; do
+      if [ ! -s "$f" ]; then echo "run.sh: nothing to publish: $f is missing" >&2; exit 1; fi
+    done
+    echo "== $name: published"
     mkdir -p docs/results
     cp "$out/$name.png" "docs/results/$name.png"
     # The table replaces what stands between this experiment's markers in docs/results.md.
@@ -50,4 +58,8 @@ if ((ran == 0)); then
   echo "run.sh: no experiment matched --only '$only'" >&2
   exit 2
 fi
-echo "evaluation: $ran experiments done; tables and plots in $out"
+if [ "$publish" = 2 ]; then
+  echo "evaluation: $ran experiments published from $out"
+else
+  echo "evaluation: $ran experiments done; tables and plots in $out"
+fi
