@@ -66,6 +66,9 @@ for preset in "${PRESETS[@]}"; do
     # sessions of a tiny model, and what decides collapse here is memory, not time).
     pids=()
     for kv in full window; do
+      if have "$DATA/${key}_${kv}_seed${seed}.json" "$DATA/${key}_${kv}_seed${seed}.csv"; then
+        continue
+      fi
       run_args "$preset" "$kv"
       summary "${ARGS[@]}" --seed "$seed" --timeseries-out "$DATA/${key}_${kv}_seed${seed}.csv" \
         >"$DATA/${key}_${kv}_seed${seed}.json" &

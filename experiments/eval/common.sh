@@ -5,13 +5,16 @@
 # plus any raw data (CSV) it plotted from.
 #
 # Flags every experiment takes: --quick (the CI-sized run), --bin PATH (the metronome binary;
-# default build/release/apps/metronome), --out DIR (default build/eval/{quick,full}).
+# default build/release/apps/metronome), --out DIR (default build/eval/{quick,full}), --resume
+# (keep the runs an earlier invocation left in DIR and run only the missing ones: for adding a
+# preset or seeds to a long experiment; the tables and plots are always rebuilt).
 set -euo pipefail
 
 eval_init() {
   NAME="$1"
   shift
   QUICK=0
+  RESUME=0
   BIN="${METRONOME_BIN:-build/release/apps/metronome}"
   OUT=""
   while (($# > 0)); do
@@ -19,7 +22,8 @@ eval_init() {
       --quick) QUICK=1; shift ;;
       --bin) BIN="$2"; shift 2 ;;
       --out) OUT="$2"; shift 2 ;;
-      *) echo "$NAME: unknown argument '$1' (--quick, --bin PATH, --out DIR)" >&2; exit 2 ;;
+      --resume) RESUME=1; shift ;;
+      *) echo "$NAME: unknown argument '$1' (--quick, --bin PATH, --out DIR, --resume)" >&2; exit 2 ;;
     esac
   done
   if [ -z "$OUT" ]; then
@@ -54,6 +58,13 @@ preset_shape() {
     $1 == p { f = 1; next }
     f && /period/ { split($4, a, "="); split($5, o, "="); per = $2; tok = a[2] + o[2] }
     f && /default window/ { split($NF, w, "="); split($(NF - 1), w, "="); print per, tok, w[2]; exit }'
+}
+
+# have FILE...: with --resume, whether every FILE was left non-empty by an earlier run.
+have() {
+  local f
+  if [ "$RESUME" != 1 ]; then return 1; fi
+  for f in "$@"; do [ -s "$f" ] || return 1; done
 }
 
 # summary ARGS...: run metronome with --summary-json and print the summary line.

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # The evaluation suite (docs/results.md): every experiment, one after the other, with progress.
-#   bash experiments/eval/run.sh [--quick] [--only 01,02] [--bin PATH] [--publish | --publish-only]
+#   bash experiments/eval/run.sh [--quick] [--only 01,02] [--bin PATH] [--resume]
+#                                [--publish | --publish-only]
 # --quick: the CI-sized runs (a few minutes in all), into build/eval/quick.
 # Full runs go into build/eval/full; --publish then copies each table into docs/results.md
 # (between its BEGIN/END markers) and each plot into docs/results/; --publish-only publishes what
 # an earlier full run left in build/eval/full without running anything.
+# --resume: each experiment keeps the runs it finds in the output folder and runs the missing ones.
 # Without --bin it builds the release preset first.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 quick=()
+resume=()
 only=""
 bin=""
 publish=0
@@ -17,6 +20,7 @@ while (($# > 0)); do
     --quick) quick=(--quick); shift ;;
     --only) only="$2"; shift 2 ;;
     --bin) bin="$2"; shift 2 ;;
+    --resume) resume=(--resume); shift ;;
     --publish) publish=1; shift ;;
     --publish-only) publish=2; shift ;;
     *) echo "run.sh: unknown argument '$1'" >&2; exit 2 ;;
@@ -37,7 +41,7 @@ for script in experiments/eval/[0-9][0-9]_*.sh; do
   ran=$((ran + 1))
   if [ "$publish" != 2 ]; then
     echo "== $name"
-    bash "$script" "${quick[@]}" --bin "$bin" --out "$out"
+    bash "$script" "${quick[@]}" "${resume[@]}" --bin "$bin" --out "$out"
   fi
   if [ "$publish" != 0 ]; then
     for f in "$out/$name.md" "$out/$name.png"; do
