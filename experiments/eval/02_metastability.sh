@@ -31,7 +31,9 @@ run_args() {
     ARGS=(drive --model synthetic:tiny --threads 1 --period-ms "$CPU_PERIOD_MS"
       --tokens-per-frame "$CPU_TOKENS_IN" --output-tokens-per-frame "$CPU_TOKENS_OUT"
       --kv-blocks "$CPU_BLOCKS")
-    if [ "$2" = window ]; then ARGS+=(--window "$CPU_WINDOW" --sinks 4); fi
+    # Full KV: past the synthetic model's trained context (4096 tokens) a session would be ended
+    # with an error; here it keeps growing, as the race needs.
+    if [ "$2" = window ]; then ARGS+=(--window "$CPU_WINDOW" --sinks 4); else ARGS+=(--max-context 1000000); fi
   else
     ARGS=(sim --preset "$1")
   fi

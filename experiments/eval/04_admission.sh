@@ -64,17 +64,23 @@ for preset in $PRESETS; do
     probe_s=$(awk -v p="$period" -v t="$per_frame" -v w="$window" -v m="$MIN_PROBE_S" \
       -v k="$PROBE_FILLS" 'BEGIN { r = p * 30 / 1000; f = k * w / (t * 1000 / p); if (f > r) r = f;
       if (r < m) r = m; printf "%d", r }')
-    lifetime_s=$LIFETIME_S
+    lifetime_s=${LIFETIME_OF[$preset]:-$LIFETIME_S}
   fi
-  progress "$preset: N_true by bisection (${probe_s} s per probe)"
-  lo=1
-  hi=32
-  while p99_ok "$preset" "$hi" "$probe_s"; do lo=$hi; hi=$((hi * 2)); done
-  while ((hi - lo > 1)); do
-    mid=$(((lo + hi) / 2))
-    if p99_ok "$preset" "$mid" "$probe_s"; then lo=$mid; else hi=$mid; fi
-  done
-  n_true=$lo
+  if have "$OUT/04_ntrue_$preset.txt"; then
+    n_true=$(cat "$OUT/04_ntrue_$preset.txt")
+    progress "$preset: N_true = $n_true (kept from an earlier run)"
+  else
+    progress "$preset: N_true by bisection (${probe_s} s per probe)"
+    lo=1
+    hi=32
+    while p99_ok "$preset" "$hi" "$probe_s"; do lo=$hi; hi=$((hi * 2)); done
+    while ((hi - lo > 1)); do
+      mid=$(((lo + hi) / 2))
+      if p99_ok "$preset" "$mid" "$probe_s"; then lo=$mid; else hi=$mid; fi
+    done
+    n_true=$lo
+    echo "$n_true" >"$OUT/04_ntrue_$preset.txt"
+  fi
   aimd_w=$(awk -v p="$period" 'BEGIN { w = 25 * p / 1000; if (w < 2) w = 2; print w }')
   run_s=$(awk -v n="$n_true" -v w="$aimd_w" -v k="$RAMP_MULT" -v m="$MIN_RUN_S" \
     'BEGIN { r = k * n * w; if (r < m) r = m; printf "%d", r }')
@@ -95,11 +101,18 @@ for preset in $PRESETS; do
       aimd+guard) adm=(--admission aimd --kv-guard) ;;
     esac
     if [[ "$ctl" == aimd* ]]; then adm+=(--aimd-window-s "$aimd_w" --aimd-initial "$initial"); fi
+    if have "$OUT/04_${preset}_${ctl}_$kv.json" "$OUT/04_${preset}_${ctl}_$kv.csv"; then continue; fi
     progress "$preset: $ctl, $kv KV"
     base=(sim --preset "$preset")
     if [ "$preset" = cpu ]; then
       base=("${cpu_args[@]}" --kv-blocks "$CPU_BLOCKS")
-      if [ "$kv" = window ]; then base+=(--window "$CPU_WINDOW" --sinks 4); fi
+      # Full KV: past the synthetic model's trained context (4096 tokens, 2.4 s of these frames)
+      # a session would be ended with an error; here it keeps growing.
+      if [ "$kv" = window ]; then
+        base+=(--window "$CPU_WINDOW" --sinks 4)
+      else
+        base+=(--max-context 1000000)
+      fi
     fi
     summary "${base[@]}" --seed "$SEED" --kv "$kv" "${adm[@]}" \
       --arrival "poisson:$rate" --session-duration "exp:$lifetime_s" --duration "$run_s" \
@@ -123,7 +136,7 @@ fmt() { if [ "$1" = null ] || [ -z "$1" ]; then echo "-"; else printf '%.1f' "$1
 
 : >"$OUT/04_data.csv"
 {
-  echo "N_true: the largest fixed window-KV population with p99 <= 0.85 D and no starved frame (bisection, the preset's pool; the CPU engine's on a pool that never binds). Arrivals: poisson at $OFFERED x N_true / L, lifetimes exp:L (L = $LIFETIME_S s in the simulator, $CPU_LIFETIME_S s on the CPU engine; offered load ~$OFFERED x N_true). AIMD: control window 25 periods (>= 2 s), start at $AIMD_INITIAL; no dead band = grow below $NARROW_LOW D, cut above 0.85 D. N* = the limit's mean over the second half; settling: the limit stays within +-$(awk -v b="$SETTLE_BAND" 'BEGIN { print 100 * b }')% of N* from then on; oscillation: the limit's std / peak-to-trough over the second half. memory admission has no limit: its row reports the active sessions instead. With the KV guard on full KV the guard, not the limit, binds (active < limit), so the sessions held are the active column."
+  echo "N_true: the largest fixed window-KV population with p99 <= 0.85 D and no starved frame (bisection, the preset's pool; the CPU engine's on a pool that never binds). Arrivals: poisson at $OFFERED x N_true / L, lifetimes exp:L (L per run below: $LIFETIME_S s in the simulator unless the preset's windows take longer to fill, $CPU_LIFETIME_S s on the CPU engine; offered load ~$OFFERED x N_true). AIMD: control window 25 periods (>= 2 s), start at $AIMD_INITIAL ($CPU_AIMD_INITIAL on the CPU engine); no dead band = grow below $NARROW_LOW D, cut above 0.85 D. N* = the limit's mean over the second half; settling: the limit stays within +-$(awk -v b="$SETTLE_BAND" 'BEGIN { print 100 * b }')% of N* from then on; oscillation: the limit's std / peak-to-trough over the second half. memory admission has no limit: its row reports the active sessions instead. With the KV guard on full KV the guard, not the limit, binds (active < limit), so the sessions held are the active column."
   echo
   while IFS=, read -r preset n_true probe_s run_s rate aimd_w lifetime_s; do
     pool=""
@@ -160,27 +173,36 @@ fmt() { if [ "$1" = null ] || [ -z "$1" ]; then echo "-"; else printf '%.1f' "$1
 
 # One panel per preset: limit (solid) and active (thin) over time, AIMD on window KV vs AIMD on
 # full KV vs AIMD + guard on full KV, with N_true.
+# One panel per preset: limit (thick) and active sessions (thin) over time for AIMD on window KV,
+# AIMD + guard on window KV (where it ran), AIMD and AIMD + guard on full KV, with N_true.
 npresets=$(wc -l <"$OUT/04_ntrue.csv")
+cols=$((npresets < 3 ? npresets : 3))
+rows=$(((npresets + cols - 1) / cols))
 panels=""
 while IFS=, read -r preset n_true _ _ _ _; do
   f="$OUT/04_$preset"
+  lines=()
+  add_line() { # RUN COLOUR_LIMIT COLOUR_ACTIVE TITLE
+    [ -s "${f}_$1.csv" ] || return 0
+    lines+=("'${f}_$1.csv' every ::1 using 1:3 with lines lw 2 lc rgb '$2' title '$4: limit'"
+      "'${f}_$1.csv' every ::1 using 1:2 with lines lw 0.7 lc rgb '$3' title '... active'")
+  }
+  add_line aimd_window '#2471a3' '#7fb3d5' 'AIMD, window KV'
+  add_line aimd+guard_window '#8e44ad' '#c39bd3' 'AIMD + KV guard, window KV'
+  add_line aimd_full '#c0392b' '#f1948a' 'AIMD, full KV'
+  add_line aimd+guard_full '#1e8449' '#82e0aa' 'AIMD + KV guard, full KV'
+  lines+=("$n_true with lines dt 2 lw 1.5 lc rgb '#555555' title 'N_true'")
   panels+="
 set title '$(label "$preset") (N_true = $n_true)'
 set xlabel 'time (s)'; set ylabel 'sessions'; set yrange [0:*]; set xrange [0:*]
-plot '${f}_aimd_window.csv' every ::1 using 1:3 with lines lw 2 lc rgb '#2471a3' title 'AIMD, window KV: limit', \\
-     '${f}_aimd_window.csv' every ::1 using 1:2 with lines lw 0.7 lc rgb '#7fb3d5' title '... active', \\
-     '${f}_aimd_full.csv' every ::1 using 1:3 with lines lw 2 lc rgb '#c0392b' title 'AIMD, full KV: limit', \\
-     '${f}_aimd_full.csv' every ::1 using 1:2 with lines lw 0.7 lc rgb '#f1948a' title '... active', \\
-     '${f}_aimd+guard_full.csv' every ::1 using 1:3 with lines lw 2 lc rgb '#1e8449' title 'AIMD + KV guard, full KV: limit', \\
-     '${f}_aimd+guard_full.csv' every ::1 using 1:2 with lines lw 0.7 lc rgb '#82e0aa' title '... active', \\
-     $n_true with lines dt 2 lw 1.5 lc rgb '#555555' title 'N_true'
+plot $(printf '%s, ' "${lines[@]}" | sed 's/, $//')
 "
 done <"$OUT/04_ntrue.csv"
 plot "
 set output '$OUT/04_admission.png'
-set terminal pngcairo size $((700 * npresets + 400)),750 font 'DejaVu Sans,11' linewidth 1.5 noenhanced
-set key below horizontal maxrows 3 box lc rgb '#cccccc' font ',9'
-set multiplot layout 1,$npresets title 'AIMD admission under arrivals at ~${OFFERED}x N_true: window KV vs full KV' font ',13'
+set terminal pngcairo size $((640 * cols + 100)),$((560 * rows + 60)) font 'DejaVu Sans,11' linewidth 1.5 noenhanced
+set key below horizontal maxrows 4 box lc rgb '#cccccc' font ',9'
+set multiplot layout $rows,$cols title 'AIMD admission under arrivals at ~${OFFERED}x N_true: window KV vs full KV' font ',13'
 $panels
 unset multiplot
 "
