@@ -22,6 +22,7 @@ skip_run() {
   } >"$OUT/06_quality.md"
   plot "
 set output '$OUT/06_quality.png'
+set terminal pngcairo size $((80 + 520 * nstreams)),650 font 'DejaVu Sans,11' linewidth 1.5
 unset border; unset tics; unset key; unset grid
 set label 1 'experiment 06 skipped: $1' at graph 0.5, graph 0.5 center font ',14'
 plot [0:1][0:1] 1/0 notitle
@@ -74,14 +75,21 @@ model_args() {
 }
 
 # 1. The streams (ids files, BOS first, STREAM_LEN tokens).
+# make_free MODEL FILE SETTING: SETTING is full or window:W:S:positions (the attention that
+# writes the stream).
 make_free() {
-  local n="$1" f="$2"
-  local -a ma
+  local n="$1" f="$2" w s p
+  local -a ma kv
   mapfile -t ma < <(model_args "$n")
+  kv=(--kv full --max-context "$STREAM_LEN")
+  if [ "$3" != full ]; then
+    IFS=: read -r _ w s p <<<"$3"
+    kv=(--kv window --window "$w" --sinks "$s" --positions "$p")
+  fi
   "$BIN" generate "${ma[@]}" --prompt-ids 1 --steps $((STREAM_LEN - 1)) --temperature "$FREE_TEMP" \
-    --top-p "$TOP_P" --seed "$SEED" --kv "$FREE_KV" --max-context "$STREAM_LEN" \
-    --threads "$THREADS" --print-ids 2>/dev/null | { printf '1 '; cat; } >"$f"
-  record_seed "free stream, $n" "$SEED"
+    --top-p "$TOP_P" --seed "$SEED" "${kv[@]}" --threads "$THREADS" --print-ids 2>/dev/null |
+    { printf '1 '; cat; } >"$f"
+  record_seed "free stream ($3), $n" "$SEED"
 }
 make_turns() {
   local n="$1" f="$2" k=0 have=0 steps
@@ -145,7 +153,8 @@ for n in "${names[@]}"; do
     ids="$RAW/${n}_$stream.ids"
     progress "$n (trained context $ctx): making the $stream stream, $STREAM_LEN tokens"
     case "$stream" in
-      free) make_free "$n" "$ids" ;;
+      free) make_free "$n" "$ids" "$FREE_KV" ;;
+      free-window) make_free "$n" "$ids" "$FREE_WINDOW" ;;
       turns) make_turns "$n" "$ids" ;;
       *) echo "06_quality: unknown stream '$stream'" >&2; exit 2 ;;
     esac
@@ -174,7 +183,7 @@ done
 
 # 3. The table.
 {
-  echo "Teacher-forced perplexity of ${STREAM_LEN}-token streams each model wrote itself (free: one sampled generation at T=$FREE_TEMP under $FREE_KV attention; turns: short sampled stories joined with BOS). Within / beyond: query positions < / >= the trained context. Window settings keep W recent tokens + S sinks; with S=0, absolute and rolling positions score the same (RoPE sees only query-key distances)."
+  echo "Teacher-forced perplexity of ${STREAM_LEN}-token streams each model wrote itself (free: one sampled generation at T=$FREE_TEMP under $FREE_KV attention; free-window: the same under $(label_of "$FREE_WINDOW") attention; turns: short sampled stories joined with BOS). Within / beyond: query positions < / >= the trained context. Window settings keep W recent tokens + S sinks; with S=0, absolute and rolling positions score the same (RoPE sees only query-key distances)."
   echo
   echo "| model | stream | setting | ppl, all | ppl, within trained context | ppl, beyond trained context |"
   echo "| --- | --- | --- | ---: | ---: | ---: |"
@@ -208,6 +217,7 @@ plot $cmd"
 done
 plot "
 set output '$OUT/06_quality.png'
+set terminal pngcairo size $((80 + 520 * nstreams)),650 font 'DejaVu Sans,11' linewidth 1.5
 set multiplot layout 1,$nstreams title '$n: per-position NLL (${SMOOTH}-token moving average), ${STREAM_LEN}-token streams' font ',13'
 set xlabel 'query position'; set ylabel 'NLL of the next token (nats)'
 set xrange [0:$STREAM_LEN]; set yrange [0:*]
