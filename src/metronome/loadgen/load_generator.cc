@@ -197,25 +197,7 @@ void LoadGenOptions::Validate() const {
 }
 
 nlohmann::json LoadGenSummary::ToJson() const {
-  nlohmann::json j;
-  j["frames"] = frames;
-  j["ok_frames"] = ok_frames;
-  j["late_frames"] = late_frames;
-  j["starved_frames"] = starved_frames;
-  j["short_frames"] = short_frames;
-  j["deadline_misses"] = deadline_misses;
-  j["mute_alarms"] = mute_alarms;
-  j["first_starved_at_s"] = NullIfNan(first_starved_at_s);
-  j["admitted"] = admitted;
-  j["rejected"] = rejected;
-  j["abandoned"] = abandoned;
-  j["ended_by_error"] = ended_by_error;
-  j["active_peak"] = active_peak;
-  j["p50_frame_latency_ms"] = NullIfNan(p50_frame_latency_ms);
-  j["p99_frame_latency_ms"] = NullIfNan(p99_frame_latency_ms);
-  j["deadline_ms"] = deadline_ms;
-  j["duration_s"] = duration_s;
-  j["kv_policy"] = kv_policy;
+  nlohmann::json j = FrameSummary::ToJson();
   j["frames_sent"] = frames_sent;
   j["lost_frames"] = lost_frames;
   j["refused_frames"] = refused_frames;

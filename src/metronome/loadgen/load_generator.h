@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "metronome/base/types.h"
+#include "metronome/realtime/frame_summary.h"
 #include "metronome/telemetry/event_log.h"
 
 namespace metronome::loadgen {
@@ -110,29 +111,15 @@ struct ClientFrame {
   std::size_t outputs = 0;          // output ids received
 };
 
-// The summary: the keys of sim/drive's RunSummary that a client can observe, with the same
-// meaning, plus what only a client sees.
-struct LoadGenSummary {
-  std::int64_t frames = 0;  // frame.result messages received
-  std::int64_t ok_frames = 0;
-  std::int64_t late_frames = 0;     // every output, but after the deadline (client clock)
-  std::int64_t starved_frames = 0;  // no outputs although some were asked for
-  std::int64_t short_frames = 0;    // fewer outputs than asked for
-  // As in sim/drive: the late frames. Starved and short frames are handed back at their deadline
-  // by design (and reach the client a network hop after it); they are counted on their own.
-  std::int64_t deadline_misses = 0;
-  std::int64_t mute_alarms = 0;  // "alarm" messages of kind mute
-  double first_starved_at_s = std::numeric_limits<double>::quiet_NaN();
-  std::int64_t admitted = 0;
-  std::int64_t rejected = 0;        // session.rejected messages (a retrying client counts per try)
-  std::int64_t abandoned = 0;       // arriving clients that gave up after patience_s
-  std::int64_t ended_by_error = 0;  // sessions the server ended (context_full, error, shutdown)
-  std::int64_t active_peak = 0;
-  double p50_frame_latency_ms = std::numeric_limits<double>::quiet_NaN();  // client clock
-  double p99_frame_latency_ms = std::numeric_limits<double>::quiet_NaN();
-  double deadline_ms = 0.0;
-  double duration_s = 0.0;
-  std::string kv_policy;
+// The summary: the keys of sim/drive's summary that a client can observe (realtime::FrameSummary,
+// the same meaning), plus what only a client sees. Counted on the client: frames = frame.result
+// messages received; late = every output, but after the deadline on the client clock;
+// deadline_misses = the late frames, as in sim/drive (starved and short frames are handed back at
+// their deadline by design and reach the client a network hop after it; they are counted on their
+// own); mute_alarms = "alarm" messages of kind mute; rejected = session.rejected messages (a
+// retrying client counts per try); ended_by_error = sessions the server ended (context_full, error,
+// shutdown); latency percentiles on the client clock.
+struct LoadGenSummary : realtime::FrameSummary {
   // Only a client sees these.
   std::int64_t frames_sent = 0;
   std::int64_t lost_frames = 0;     // sent, never answered (connection lost, session ended)

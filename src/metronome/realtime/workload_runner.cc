@@ -70,35 +70,17 @@ void WorkloadOptions::Validate() const {
 }
 
 nlohmann::json RunSummary::ToJson() const {
-  nlohmann::json j;
-  j["frames"] = frames;
-  j["ok_frames"] = ok_frames;
-  j["late_frames"] = late_frames;
-  j["starved_frames"] = starved_frames;
-  j["short_frames"] = short_frames;
-  j["deadline_misses"] = deadline_misses;
-  j["mute_alarms"] = mute_alarms;
-  j["first_starved_at_s"] = NullIfNan(first_starved_at_s);
+  nlohmann::json j = FrameSummary::ToJson();
   j["t_sat_predicted_s"] = NullIfNan(t_sat_predicted_s);
   j["t_sat_forecast_at_s"] = NullIfNan(t_sat_forecast_at_s);
   j["kv_peak_fraction"] = kv_peak_fraction;
-  j["admitted"] = admitted;
-  j["rejected"] = rejected;
-  j["abandoned"] = abandoned;
-  j["ended_by_error"] = ended_by_error;
   j["limit_final"] =
       limit_final == admission::kNoLimit ? nlohmann::json(nullptr) : nlohmann::json(limit_final);
   j["limit_mean_second_half"] = NullIfNan(limit_mean_second_half);
   j["active_mean_second_half"] = active_mean_second_half;
-  j["active_peak"] = active_peak;
   j["limit_changes"] = limit_changes;
-  j["p50_frame_latency_ms"] = NullIfNan(p50_frame_latency_ms);
-  j["p99_frame_latency_ms"] = NullIfNan(p99_frame_latency_ms);
-  j["deadline_ms"] = deadline_ms;
-  j["duration_s"] = duration_s;
   j["iterations"] = iterations;
   j["admission"] = admission;
-  j["kv_policy"] = kv_policy;
   return j;
 }
 

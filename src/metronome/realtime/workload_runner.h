@@ -21,6 +21,7 @@
 #include "metronome/base/clock.h"
 #include "metronome/kv/occupancy_forecast.h"
 #include "metronome/realtime/backend.h"
+#include "metronome/realtime/frame_summary.h"
 #include "metronome/realtime/realtime_loop.h"
 #include "metronome/telemetry/event_log.h"
 #include "metronome/telemetry/metrics.h"
@@ -97,39 +98,19 @@ struct SessionRecord {
 };
 
 // Everything `--summary-json` prints. NaN fields are written as null.
-struct RunSummary {
-  std::int64_t frames = 0;
-  std::int64_t ok_frames = 0;
-  std::int64_t late_frames = 0;
-  std::int64_t starved_frames = 0;
-  std::int64_t short_frames = 0;
-  // Frames whose output missed the deadline: the late ones. Starved and short frames are handed
-  // back on time, which is exactly why a deadline metric alone looks healthy while sessions are
-  // mute; they are counted separately.
-  std::int64_t deadline_misses = 0;
-  std::int64_t mute_alarms = 0;
-  double first_starved_at_s = std::numeric_limits<double>::quiet_NaN();
+// The engine's summary of a sim or drive run.
+struct RunSummary : FrameSummary {
   // Predicted clock time at which the pool fills: forecast time + t_sat of the forecast made
   // forecast_settle_s after the active count first reached its peak. NaN: infinite.
   double t_sat_predicted_s = std::numeric_limits<double>::quiet_NaN();
   double t_sat_forecast_at_s = std::numeric_limits<double>::quiet_NaN();  // when it was made
   double kv_peak_fraction = 0.0;
-  std::int64_t admitted = 0;
-  std::int64_t rejected = 0;   // rejection decisions (a retrying client counts once per try)
-  std::int64_t abandoned = 0;  // arriving clients that gave up after patience_s
-  std::int64_t ended_by_error = 0;
   std::int64_t limit_final = admission::kNoLimit;
   double limit_mean_second_half = std::numeric_limits<double>::quiet_NaN();  // time-weighted
   double active_mean_second_half = 0.0;                                      // time-weighted
-  std::int64_t active_peak = 0;
   std::int64_t limit_changes = 0;
-  double p50_frame_latency_ms = std::numeric_limits<double>::quiet_NaN();
-  double p99_frame_latency_ms = std::numeric_limits<double>::quiet_NaN();
-  double deadline_ms = 0.0;
-  double duration_s = 0.0;
   std::int64_t iterations = 0;
   std::string admission;  // the controller with every parameter
-  std::string kv_policy;
 
   [[nodiscard]] nlohmann::json ToJson() const;
 };

@@ -1,0 +1,40 @@
+// The frame and session counts every run summary shares, whoever observed the frames.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace metronome::realtime {
+
+// What a run's summary reports about its frames and sessions, whoever observed them: the engine
+// (sim, drive: RunSummary) or a client over the network (loadgen: LoadGenSummary). The same keys
+// with the same meaning, so experiment scripts read either.
+struct FrameSummary {
+  std::int64_t frames = 0;
+  std::int64_t ok_frames = 0;
+  std::int64_t late_frames = 0;     // every output asked for, but after the deadline
+  std::int64_t starved_frames = 0;  // no outputs although some were asked for
+  std::int64_t short_frames = 0;    // fewer outputs than asked for
+  // Frames whose output missed the deadline: the late ones. Starved and short frames are handed
+  // back on time, which is exactly why a deadline metric alone looks healthy while sessions are
+  // mute; they are counted separately.
+  std::int64_t deadline_misses = 0;
+  std::int64_t mute_alarms = 0;
+  double first_starved_at_s = std::numeric_limits<double>::quiet_NaN();
+  std::int64_t admitted = 0;
+  std::int64_t rejected = 0;   // rejection decisions (a retrying client counts once per try)
+  std::int64_t abandoned = 0;  // arriving clients that gave up after patience_s
+  std::int64_t ended_by_error = 0;
+  std::int64_t active_peak = 0;
+  double p50_frame_latency_ms = std::numeric_limits<double>::quiet_NaN();
+  double p99_frame_latency_ms = std::numeric_limits<double>::quiet_NaN();
+  double deadline_ms = 0.0;
+  double duration_s = 0.0;
+  std::string kv_policy;
+
+  [[nodiscard]] nlohmann::json ToJson() const;
+};
+
+}  // namespace metronome::realtime
