@@ -210,7 +210,7 @@ TEST(LoadGeneratorTest, IdAndTextPayloadFilesAreReadAndBadOnesNamed) {
 TEST(LoadGeneratorTest, BadOptionsAreNamedAndAnAbsentServerIsAnError) {
   LoadGenOptions o;
   o.sessions = 1;
-  const auto message = [](LoadGenOptions x) {
+  const auto message = [](const LoadGenOptions& x) {
     try {
       x.Validate();
     } catch (const ConfigError& e) {
