@@ -132,6 +132,8 @@ for preset in "${PRESETS[@]}"; do
 
   # One panel per preset: KV occupancy (column 4) over time (column 1), one line per run; full KV
   # in reds (dark: collapsed, light: survived), window KV in blues.
+  # At most ~250 points a line: 100 runs of dense lines make a PNG of megabytes otherwise.
+  stride=$(($(wc -l <"${window_files[0]}") / 250 + 1))
   items=()
   first_item=1
   add_items() { # COLOUR TITLE FILES...
@@ -140,7 +142,7 @@ for preset in "${PRESETS[@]}"; do
     for f in "$@"; do
       if ((first_item)); then t="title \"$title\""; else t="notitle"; fi
       [ "$title" = "" ] && t="notitle"
-      items+=("\"$f\" every ::1 using 1:4 with lines lw 0.8 lc rgb \"$colour\" $t")
+      items+=("\"$f\" every $stride::1 using 1:4 with lines lw 0.8 lc rgb \"$colour\" $t")
       title=""
     done
   }
