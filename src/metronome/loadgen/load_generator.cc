@@ -36,8 +36,6 @@ using tcp = net::ip::tcp;
 using SteadyTime = std::chrono::steady_clock::time_point;
 using Nanos = std::chrono::nanoseconds;
 
-nlohmann::json NullIfNan(double v) { return std::isfinite(v) ? nlohmann::json(v) : nullptr; }
-
 Nanos FromMs(double ms) { return Nanos(static_cast<std::int64_t>(std::llround(ms * 1e6))); }
 
 double MsBetween(SteadyTime a, SteadyTime b) {
@@ -205,9 +203,9 @@ nlohmann::json LoadGenSummary::ToJson() const {
   j["after_deadline_frames"] = after_deadline_frames;
   j["errors"] = errors;
   j["connect_failures"] = connect_failures;
-  j["p50_server_latency_ms"] = NullIfNan(p50_server_latency_ms);
-  j["p99_server_latency_ms"] = NullIfNan(p99_server_latency_ms);
-  j["p99_send_lag_ms"] = NullIfNan(p99_send_lag_ms);
+  j["p50_server_latency_ms"] = realtime::NullIfNan(p50_server_latency_ms);
+  j["p99_server_latency_ms"] = realtime::NullIfNan(p99_server_latency_ms);
+  j["p99_send_lag_ms"] = realtime::NullIfNan(p99_send_lag_ms);
   j["payload"] = payload;
   return j;
 }

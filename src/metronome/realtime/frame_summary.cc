@@ -1,13 +1,6 @@
 #include "metronome/realtime/frame_summary.h"
 
-#include <cmath>
-
 namespace metronome::realtime {
-namespace {
-
-nlohmann::json NullIfNan(double v) { return std::isfinite(v) ? nlohmann::json(v) : nullptr; }
-
-}  // namespace
 
 nlohmann::json FrameSummary::ToJson() const {
   nlohmann::json j;

@@ -1,12 +1,18 @@
 // The frame and session counts every run summary shares, whoever observed the frames.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 
 namespace metronome::realtime {
+
+// A summary value as JSON: a number, or null when it is NaN or infinite (none measured, never).
+inline nlohmann::json NullIfNan(double v) {
+  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
 
 // What a run's summary reports about its frames and sessions, whoever observed them: the engine
 // (sim, drive: RunSummary) or a client over the network (loadgen: LoadGenSummary). The same keys

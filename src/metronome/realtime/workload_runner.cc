@@ -18,10 +18,6 @@
 namespace metronome::realtime {
 namespace {
 
-nlohmann::json NullIfNan(double v) {
-  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
-}
-
 std::string PolicyName(const kv::KvPolicy& p) {
   if (p.mode == kv::KvMode::kFull) return "full";
   return "window(W=" + std::to_string(p.window) + ",S=" + std::to_string(p.sinks) + "," +
