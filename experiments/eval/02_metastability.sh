@@ -24,16 +24,14 @@ cell() { if [ -z "$1" ] || [ "$1" = null ]; then printf '–'; else printf '%s' 
   echo
 } >"$MD"
 
-# run_args PRESET KV: the command line of one run (the global array ARGS). The pseudo-preset
-# "cpu" is the real engine (drive) on the real clock; the others are simulator presets.
+# run_args PRESET KV: the command line of one run (the global array ARGS); "cpu": the real engine.
 run_args() {
   if [ "$1" = cpu ]; then
     ARGS=(drive --model synthetic:tiny --threads 1 --period-ms "$CPU_PERIOD_MS"
       --tokens-per-frame "$CPU_TOKENS_IN" --output-tokens-per-frame "$CPU_TOKENS_OUT"
       --kv-blocks "$CPU_BLOCKS")
-    # Full KV: past the synthetic model's trained context (4096 tokens) a session would be ended
-    # with an error; here it keeps growing, as the race needs.
-    if [ "$2" = window ]; then ARGS+=(--window "$CPU_WINDOW" --sinks 4); else ARGS+=(--max-context 1000000); fi
+    engine_kv_args "$2" "$CPU_WINDOW"
+    ARGS+=("${KV_ARGS[@]}")
   else
     ARGS=(sim --preset "$1")
   fi
@@ -41,7 +39,6 @@ run_args() {
     --admission "${ADMISSION[$1]}" --duration "${DURATION[$1]}" --mute-after "$MUTE_AFTER"
     --kv "$2")
 }
-label() { if [ "$1" = cpu ]; then echo "synthetic:tiny, CPU engine (drive)"; else echo "$1"; fi; }
 
 plot_cmds=()
 horizon_rows=()
@@ -50,7 +47,7 @@ for preset in "${PRESETS[@]}"; do
   panel=$((panel + 1))
   key="${preset//[^A-Za-z0-9]/_}"
   {
-    echo "**$(label "$preset")**: arrivals \`${ARRIVAL[$preset]}\`, lifetimes \`${LIFETIME[$preset]}\` s," \
+    echo "**$(run_label "$preset")**: arrivals \`${ARRIVAL[$preset]}\`, lifetimes \`${LIFETIME[$preset]}\` s," \
       "admission \`${ADMISSION[$preset]}\`, ${DURATION[$preset]} s per run, ${NSEEDS[$preset]} seeds"
     echo
     echo "| seed | full: collapsed | first starved (s) | starved % | mute alarms | KV peak | window: collapsed | first starved (s) | starved % | mute alarms | KV peak |"
@@ -63,7 +60,7 @@ for preset in "${PRESETS[@]}"; do
   window_files=()
   for ((i = 0; i < ${NSEEDS[$preset]}; i++)); do
     seed=$((SEED_FIRST + i))
-    record_seed "$(label "$preset")" "$seed"
+    record_seed "$(run_label "$preset")" "$seed"
     # The seed's two runs side by side (2 cores; the real engine's runs are light: a few
     # sessions of a tiny model, and what decides collapse here is memory, not time).
     pids=()
@@ -105,11 +102,11 @@ for preset in "${PRESETS[@]}"; do
       esac
     done
     echo "$row |" >>"$MD"
-    progress "$(label "$preset") seed $seed: full ${n_collapsed[full]} collapsed so far, window ${n_collapsed[window]}"
+    progress "$(run_label "$preset") seed $seed: full ${n_collapsed[full]} collapsed so far, window ${n_collapsed[window]}"
   done
   # Collapse against the horizon: a full-KV run has collapsed by time t if its first mute alarm
   # (the timeseries' cumulative mute_alarms, column 11) came at or before t.
-  hrow="| $(label "$preset") |"
+  hrow="| $(run_label "$preset") |"
   for q in 1 2 3 4; do
     t=$(awk -v d="${DURATION[$preset]}" -v q="$q" 'BEGIN { print d * q / 4 }')
     k=0
@@ -123,12 +120,12 @@ for preset in "${PRESETS[@]}"; do
   horizon_rows+=("$hrow")
   {
     echo
-    echo "collapses ($(label "$preset")): full ${n_collapsed[full]}/${NSEEDS[$preset]}, window ${n_collapsed[window]}/${NSEEDS[$preset]}" \
+    echo "collapses ($(run_label "$preset")): full ${n_collapsed[full]}/${NSEEDS[$preset]}, window ${n_collapsed[window]}/${NSEEDS[$preset]}" \
       "(severe: full ${n_severe[full]}/${NSEEDS[$preset]}, window ${n_severe[window]}/${NSEEDS[$preset]});" \
       "sessions rejected by admission over all $((2 * NSEEDS[$preset])) runs: $rejected_total"
     echo
   } >>"$MD"
-  progress "$(label "$preset"): collapses full ${n_collapsed[full]}/${NSEEDS[$preset]}, window ${n_collapsed[window]}/${NSEEDS[$preset]}"
+  progress "$(run_label "$preset"): collapses full ${n_collapsed[full]}/${NSEEDS[$preset]}, window ${n_collapsed[window]}/${NSEEDS[$preset]}"
 
   # One panel per preset: KV occupancy (column 4) over time (column 1), one line per run; full KV
   # in reds (dark: collapsed, light: survived), window KV in blues.
@@ -149,7 +146,7 @@ for preset in "${PRESETS[@]}"; do
   add_items "#F4A582" "full KV, survived (${#full_survived_files[@]})" "${full_survived_files[@]}"
   add_items "#B2182B" "full KV, collapsed (${#full_collapsed_files[@]})" "${full_collapsed_files[@]}"
   add_items "#2166AC" "window KV (${n_collapsed[window]}/${#window_files[@]} collapsed)" "${window_files[@]}"
-  plot_cmds+=("set title \"$(label "$preset"): ${ARRIVAL[$preset]}, lifetimes ${LIFETIME[$preset]} s, ${ADMISSION[$preset]}; collapses: full ${n_collapsed[full]}/${NSEEDS[$preset]}, window ${n_collapsed[window]}/${NSEEDS[$preset]}\"
+  plot_cmds+=("set title \"$(run_label "$preset"): ${ARRIVAL[$preset]}, lifetimes ${LIFETIME[$preset]} s, ${ADMISSION[$preset]}; collapses: full ${n_collapsed[full]}/${NSEEDS[$preset]}, window ${n_collapsed[window]}/${NSEEDS[$preset]}\"
 set xrange [0:${DURATION[$preset]}]
 plot $(IFS=,; echo "${items[*]}")")
   unset n_collapsed n_severe

@@ -15,22 +15,16 @@ record_seed "sim (all runs)" "$SEED"
 # binds at a few dozen sessions; the others are simulator presets.
 cpu_args=(drive --model synthetic:tiny --threads 1 --period-ms "$CPU_PERIOD_MS"
   --tokens-per-frame "$CPU_TOKENS_IN" --output-tokens-per-frame "$CPU_TOKENS_OUT")
-label() { if [ "$1" = cpu ]; then echo "synthetic:tiny, CPU engine (drive)"; else echo "$1"; fi; }
 
-# p99_ok PRESET N RUN_S: N window sessions keep p99 <= 0.85 D with no starved frame (the CPU
+# p99_ok PRESET RUN_S N: N window sessions keep p99 <= 0.85 D with no starved frame (the CPU
 # engine on a pool that never binds).
 p99_ok() {
-  local j
   if [ "$1" = cpu ]; then
-    j="$(summary "${cpu_args[@]}" --seed "$SEED" --sessions "$2" --kv window \
-      --window "$CPU_WINDOW" --sinks 4 --admission "static:$2" --kv-blocks $((40 * $2 + 64)) \
-      --duration "$3")"
+    engine_window_ok "$2" "${cpu_args[@]}" --seed "$SEED" --window "$CPU_WINDOW" --sinks 4 "$3"
   else
-    j="$(summary sim --preset "$1" --sessions "$2" --kv window --admission "static:$2" \
-      --duration "$3" --seed "$SEED")"
+    meets_deadline "$(summary sim --preset "$1" --sessions "$3" --kv window \
+      --admission "static:$3" --duration "$2" --seed "$SEED")"
   fi
-  awk -v p="$(jget "$j" p99_frame_latency_ms)" -v d="$(jget "$j" deadline_ms)" \
-    -v s="$(jget "$j" starved_frames)" 'BEGIN { exit (p <= 0.85 * d && s == 0) ? 0 : 1 }'
 }
 
 # The runs: controller label, KV policy, admission flags.
@@ -61,9 +55,7 @@ for preset in $PRESETS; do
     lifetime_s=$CPU_LIFETIME_S
   else
     read -r period per_frame window < <(preset_shape "$preset")
-    probe_s=$(awk -v p="$period" -v t="$per_frame" -v w="$window" -v m="$MIN_PROBE_S" \
-      -v k="$PROBE_FILLS" 'BEGIN { r = p * 30 / 1000; f = k * w / (t * 1000 / p); if (f > r) r = f;
-      if (r < m) r = m; printf "%d", r }')
+    probe_s=$(probe_seconds "$period" "$per_frame" "$window" "$MIN_PROBE_S" "$PROBE_FILLS")
     lifetime_s=${LIFETIME_OF[$preset]:-$LIFETIME_S}
   fi
   if have "$OUT/04_ntrue_$preset.txt"; then
@@ -71,14 +63,8 @@ for preset in $PRESETS; do
     progress "$preset: N_true = $n_true (kept from an earlier run)"
   else
     progress "$preset: N_true by bisection (${probe_s} s per probe)"
-    lo=1
-    hi=32
-    while p99_ok "$preset" "$hi" "$probe_s"; do lo=$hi; hi=$((hi * 2)); done
-    while ((hi - lo > 1)); do
-      mid=$(((lo + hi) / 2))
-      if p99_ok "$preset" "$mid" "$probe_s"; then lo=$mid; else hi=$mid; fi
-    done
-    n_true=$lo
+    largest_passing "$preset" 32 1 p99_ok "$preset" "$probe_s"
+    n_true=$LARGEST
     echo "$n_true" >"$OUT/04_ntrue_$preset.txt"
   fi
   aimd_w=$(awk -v p="$period" 'BEGIN { w = 25 * p / 1000; if (w < 2) w = 2; print w }')
@@ -105,14 +91,8 @@ for preset in $PRESETS; do
     progress "$preset: $ctl, $kv KV"
     base=(sim --preset "$preset")
     if [ "$preset" = cpu ]; then
-      base=("${cpu_args[@]}" --kv-blocks "$CPU_BLOCKS")
-      # Full KV: past the synthetic model's trained context (4096 tokens, 2.4 s of these frames)
-      # a session would be ended with an error; here it keeps growing.
-      if [ "$kv" = window ]; then
-        base+=(--window "$CPU_WINDOW" --sinks 4)
-      else
-        base+=(--max-context 1000000)
-      fi
+      engine_kv_args "$kv" "$CPU_WINDOW"
+      base=("${cpu_args[@]}" --kv-blocks "$CPU_BLOCKS" "${KV_ARGS[@]}")
     fi
     summary "${base[@]}" --seed "$SEED" --kv "$kv" "${adm[@]}" \
       --arrival "poisson:$rate" --session-duration "exp:$lifetime_s" --duration "$run_s" \
@@ -143,7 +123,7 @@ fmt() { if [ "$1" = null ] || [ -z "$1" ]; then echo "-"; else printf '%.1f' "$1
     if [ "$preset" = cpu ]; then
       pool=" Frames of $CPU_TOKENS_IN tokens in + $CPU_TOKENS_OUT out every $CPU_PERIOD_MS ms, a $CPU_BLOCKS-block pool (16 tokens a block), window W = $CPU_WINDOW + 4 sinks."
     fi
-    echo "**$(label "$preset")**: N_true = $n_true (${probe_s} s probes); arrivals poisson:$rate/s x exp:$lifetime_s s, ${run_s} s runs, AIMD window ${aimd_w} s.$pool"
+    echo "**$(run_label "$preset")**: N_true = $n_true (${probe_s} s probes); arrivals poisson:$rate/s x exp:$lifetime_s s, ${run_s} s runs, AIMD window ${aimd_w} s.$pool"
     echo
     echo "| controller | KV | N* | N* / N_true | active mean (2nd half) | settling (s) | peak active / N_true | limit std / peak-to-trough | admitted | rejected | abandoned | late | starved | mute alarms | p99 (ms) |"
     echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
@@ -193,7 +173,7 @@ while IFS=, read -r preset n_true _ _ _ _; do
   add_line aimd+guard_full '#1e8449' '#82e0aa' 'AIMD + KV guard, full KV'
   lines+=("$n_true with lines dt 2 lw 1.5 lc rgb '#555555' title 'N_true'")
   panels+="
-set title '$(label "$preset") (N_true = $n_true)'
+set title '$(run_label "$preset") (N_true = $n_true)'
 set xlabel 'time (s)'; set ylabel 'sessions'; set yrange [0:*]; set xrange [0:*]
 plot $(printf '%s, ' "${lines[@]}" | sed 's/, $//')
 "

@@ -7,22 +7,17 @@ source "$(dirname "$0")/common.sh"
 eval_init 05_memory_vs_deadline "$@"
 record_seed "sim (all runs)" "$SEED"
 
-# p99_ok PRESET N RUN_S: p99 <= 0.85 D with no starved frame. The probe's pool is made
+# p99_ok PRESET RUN_S N: p99 <= 0.85 D with no starved frame. The probe's pool is made
 # unlimited (DEADLINE_POOL_GB) so that only compute decides: the deadline ceiling on its own.
 p99_ok() {
-  local j
-  j="$(summary sim --preset "$1" --sessions "$2" --kv window --admission "static:$2" \
-    --duration "$3" --seed "$SEED" --kv-pool-gb "$DEADLINE_POOL_GB")"
-  awk -v p="$(jget "$j" p99_frame_latency_ms)" -v d="$(jget "$j" deadline_ms)" \
-    -v s="$(jget "$j" starved_frames)" 'BEGIN { exit (p <= 0.85 * d && s == 0) ? 0 : 1 }'
+  meets_deadline "$(summary sim --preset "$1" --sessions "$3" --kv window --admission "static:$3" \
+    --duration "$2" --seed "$SEED" --kv-pool-gb "$DEADLINE_POOL_GB")"
 }
 
 : >"$OUT/05_data.csv"
 for preset in $PRESETS; do
   read -r period per_frame window < <(preset_shape "$preset")
-  run_s=$(awk -v p="$period" -v t="$per_frame" -v w="$window" -v m="$MIN_RUN_S" 'BEGIN {
-    r = p * 30 / 1000; f = 2 * w / (t * 1000 / p); if (f > r) r = f; if (r < m) r = m;
-    printf "%d", r }')
+  run_s=$(probe_seconds "$period" "$per_frame" "$window" "$MIN_RUN_S" 2)
   progress "$preset: N_mem under the window bound (a crowd of $CROWD)"
   j="$(summary sim --preset "$preset" --sessions "$CROWD" --kv window --admission memory \
     --duration "$(awk -v p="$period" 'BEGIN { print 3 * p / 1000 }')" --seed "$SEED")"
@@ -32,28 +27,14 @@ for preset in $PRESETS; do
     --memory-session-s "$FULL_SESSION_S" --duration "$(awk -v p="$period" 'BEGIN { print 3 * p / 1000 }')" \
     --seed "$SEED")"
   n_full="$(jget "$j" admitted)"
-  lo=1
-  hi=32
   progress "$preset: N_true by bisection (${run_s} s per probe)"
-  while p99_ok "$preset" "$hi" "$run_s"; do lo=$hi; hi=$((hi * 2)); done
-  while ((hi - lo > 1)); do
-    mid=$(((lo + hi) / 2))
-    if p99_ok "$preset" "$mid" "$run_s"; then lo=$mid; else hi=$mid; fi
-    progress "$preset: N_true in [$lo, $hi)"
-  done
-  echo "$preset,$n_mem,$lo,$n_full,$window" >>"$OUT/05_data.csv"
+  largest_passing "$preset" 32 1 p99_ok "$preset" "$run_s"
+  echo "$preset,$n_mem,$LARGEST,$n_full,$window" >>"$OUT/05_data.csv"
 done
 
 # The CPU engine row (real clock: N_true moves by a few sessions between runs on a busy machine).
 cpu=(drive --model synthetic:tiny --threads 1 --period-ms 40 --tokens-per-frame 64
   --output-tokens-per-frame 4 --seed "$SEED")
-cpu_ok() {  # cpu_ok N: p99 <= 0.85 D with no starved frame, on a pool that never binds
-  local j
-  j="$(summary "${cpu[@]}" --sessions "$1" --kv window --window 128 --sinks 4 \
-    --admission "static:$1" --kv-blocks $((40 * $1 + 64)) --duration "$CPU_PROBE_S")"
-  awk -v p="$(jget "$j" p99_frame_latency_ms)" -v d="$(jget "$j" deadline_ms)" \
-    -v s="$(jget "$j" starved_frames)" 'BEGIN { exit (p <= 0.85 * d && s == 0) ? 0 : 1 }'
-}
 progress "synthetic:tiny (CPU): N_mem, $CPU_BLOCKS-block pool"
 j="$(summary "${cpu[@]}" --sessions 400 --kv window --window 128 --sinks 4 --admission memory \
   --kv-blocks "$CPU_BLOCKS" --duration 0.5)"
@@ -61,16 +42,10 @@ cpu_mem="$(jget "$j" admitted)"
 j="$(summary "${cpu[@]}" --sessions 400 --kv full --admission memory \
   --memory-session-s "$FULL_SESSION_S" --kv-blocks "$CPU_BLOCKS" --duration 0.5)"
 cpu_full="$(jget "$j" admitted)"
-lo=1
-hi=8
 progress "synthetic:tiny (CPU): N_true by bisection (${CPU_PROBE_S} s per probe)"
-while cpu_ok "$hi"; do lo=$hi; hi=$((hi * 2)); done
-while ((hi - lo > 2)); do
-  mid=$(((lo + hi) / 2))
-  if cpu_ok "$mid"; then lo=$mid; else hi=$mid; fi
-  progress "synthetic:tiny (CPU): N_true in [$lo, $hi)"
-done
-echo "synthetic:tiny (CPU $CPU_BLOCKS blocks),$cpu_mem,$lo,$cpu_full,128" >>"$OUT/05_data.csv"
+largest_passing "synthetic:tiny (CPU)" 8 2 engine_window_ok "$CPU_PROBE_S" "${cpu[@]}" \
+  --window 128 --sinks 4
+echo "synthetic:tiny (CPU $CPU_BLOCKS blocks),$cpu_mem,$LARGEST,$cpu_full,128" >>"$OUT/05_data.csv"
 
 {
   echo "| preset | window W (+4 sinks) | N_mem: pool holds (window bound) | N_true: deadline allows (p99 <= 0.85 D) | binding ceiling | N_mem / N_true | full KV: pool holds for ${FULL_SESSION_S} s sessions |"

@@ -70,6 +70,56 @@ have() {
 # summary ARGS...: run metronome with --summary-json and print the summary line.
 summary() { "$BIN" "$@" --summary-json --quiet | tail -n 1; }
 
+# run_label PRESET: how tables and plots name a run's system; the pseudo-preset "cpu" is the real
+# engine (drive synthetic:tiny on the real clock), the others are simulator presets.
+run_label() { if [ "$1" = cpu ]; then echo "synthetic:tiny, CPU engine (drive)"; else echo "$1"; fi; }
+
+# engine_kv_args KV WINDOW: the real engine's KV flags (the global array KV_ARGS). Window KV:
+# W = WINDOW + 4 sinks. Full KV: past the synthetic model's trained context (4096 tokens) a
+# session would be ended with an error; in these experiments it must keep growing.
+engine_kv_args() {
+  if [ "$1" = window ]; then KV_ARGS=(--window "$2" --sinks 4); else KV_ARGS=(--max-context 1000000); fi
+}
+
+# meets_deadline SUMMARY_JSON: p99 frame latency <= 0.85 D and no starved frame (N_true's test).
+meets_deadline() {
+  awk -v p="$(jget "$1" p99_frame_latency_ms)" -v d="$(jget "$1" deadline_ms)" \
+    -v s="$(jget "$1" starved_frames)" 'BEGIN { exit (p <= 0.85 * d && s == 0) ? 0 : 1 }'
+}
+
+# engine_window_ok SECONDS DRIVE_ARGS... N: N window sessions on the real engine (DRIVE_ARGS: the
+# drive command with its model, frame shape and window) meet the deadline for SECONDS, on a pool
+# that never binds. N comes last, as largest_passing passes it.
+engine_window_ok() {
+  local seconds="$1" n="${!#}"
+  shift
+  meets_deadline "$(summary "${@:1:$#-1}" --sessions "$n" --kv window --admission "static:$n" \
+    --kv-blocks $((40 * n + 64)) --duration "$seconds")"
+}
+
+# probe_seconds PERIOD_MS TOKENS_PER_FRAME WINDOW MIN_S FILLS: how long an N_true probe runs: 30
+# periods, FILLS window fills, at least MIN_S.
+probe_seconds() {
+  awk -v p="$1" -v t="$2" -v w="$3" -v m="$4" -v k="$5" 'BEGIN { r = p * 30 / 1000;
+    f = k * w / (t * 1000 / p); if (f > r) r = f; if (r < m) r = m; printf "%d", r }'
+}
+
+# largest_passing LABEL START TOLERANCE PREDICATE ARGS...: the largest N >= 1 for which
+# `PREDICATE ARGS... N` succeeds (it must succeed for every smaller N): doubling from START, then
+# bisection until the bracket [lo, hi) is at most TOLERANCE wide, with a progress line per probe.
+# Sets LARGEST (1 when even START fails and nothing smaller was tried).
+largest_passing() {
+  local label="$1" lo=1 hi="$2" tolerance="$3" mid
+  shift 3
+  while "$@" "$hi"; do lo=$hi; hi=$((hi * 2)); done
+  while ((hi - lo > tolerance)); do
+    mid=$(((lo + hi) / 2))
+    if "$@" "$mid"; then lo=$mid; else hi=$mid; fi
+    progress "$label: N_true in [$lo, $hi)"
+  done
+  LARGEST=$lo
+}
+
 # plot SCRIPT: run gnuplot on SCRIPT (a here-doc) with the house style; the script sets its own
 # output file and plot commands.
 plot() {
