@@ -74,14 +74,14 @@ namespace metronome::kv {
 namespace {
 
 TEST(Bf16Test, RoundsToNearestEvenAndKeepsNaN) {
-  EXPECT_EQ(FromBf16(ToBf16(1.0f)), 1.0f);
-  EXPECT_EQ(FromBf16(ToBf16(-2.5f)), -2.5f);
+  EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.0f)), 1.0f);
+  EXPECT_EQ(Bf16ToFloat(FloatToBf16(-2.5f)), -2.5f);
   // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1.0).
-  EXPECT_EQ(FromBf16(ToBf16(1.0f + 1.0f / 256.0f)), 1.0f);
-  EXPECT_EQ(FromBf16(ToBf16(1.0f + 3.0f / 256.0f)), 1.0f + 4.0f / 256.0f);
-  EXPECT_TRUE(std::isnan(FromBf16(ToBf16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.0f + 1.0f / 256.0f)), 1.0f);
+  EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.0f + 3.0f / 256.0f)), 1.0f + 4.0f / 256.0f);
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(std::numeric_limits<float>::quiet_NaN()))));
   for (float f : {0.1f, 3.14159f, -1e-20f, 65504.0f}) {
-    EXPECT_NEAR(FromBf16(ToBf16(f)), f, std::abs(f) / 256.0f);
+    EXPECT_NEAR(Bf16ToFloat(FloatToBf16(f)), f, std::abs(f) / 256.0f);
   }
 }
 
@@ -93,9 +93,9 @@ TEST(Bf16Test, Bf16PoolHalvesBytesPerBlockAndPoisonsWithNaN) {
   BlockPool pool(bf16, {.num_blocks = 2, .poison_on_free = true});
   const BlockId b = pool.Allocate();
   auto* h = reinterpret_cast<std::uint16_t*>(pool.block_data(b));
-  h[0] = ToBf16(1.0f);
+  h[0] = FloatToBf16(1.0f);
   pool.Free(b);
-  EXPECT_TRUE(std::isnan(FromBf16(h[0])));
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(h[0])));
 }
 
 }  // namespace

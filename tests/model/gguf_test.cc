@@ -452,10 +452,17 @@ TEST(GgufFileTest, RejectsBadShapes) {
 TEST(GgufFileTest, RejectsUnknownTensorTypes) {
   const Bytes buf = MinimalFile();
   const TensorInfoPos pos = LocateTensorInfo(buf, "weights", 2);
-  for (std::uint32_t type : {2u, 12u, 31u, 1000u}) {
+  // Ids ggml never defined or has retired.
+  for (std::uint32_t type : {4u, 5u, 31u, 1000u}) {
     Bytes b = buf;
     Poke(b, pos.type, type);
-    ExpectRejected(b, "tensor 'weights' has unsupported ggml type " + std::to_string(type));
+    ExpectRejected(b, "tensor 'weights' has unknown ggml type id " + std::to_string(type));
+  }
+  // Known types are sized by their own blocks: Q4_K needs whole 256-element super-blocks.
+  for (std::uint32_t type : {2u, 12u}) {
+    Bytes b = buf;
+    Poke(b, pos.type, type);
+    ExpectRejected(b, "not a whole number of blocks");
   }
   // Q8_0 needs whole 32-element blocks.
   Bytes b = buf;

@@ -123,7 +123,7 @@ struct GenericOps {
     [[nodiscard]] float Score(const float* k, int hd) const { return Dot(q, k, hd); }
     [[nodiscard]] float Score(const std::uint16_t* k, int hd) const {
       float s = 0.0f;
-      for (int i = 0; i < hd; ++i) s += q[i] * kv::FromBf16(k[i]);
+      for (int i = 0; i < hd; ++i) s += q[i] * Bf16ToFloat(k[i]);
       return s;
     }
   };
@@ -136,7 +136,7 @@ struct GenericOps {
     }
     void Add(float a, const float* v, int hd) { Axpy(a, v, out, hd); }
     void Add(float a, const std::uint16_t* v, int hd) {
-      for (int i = 0; i < hd; ++i) out[i] += a * kv::FromBf16(v[i]);
+      for (int i = 0; i < hd; ++i) out[i] += a * Bf16ToFloat(v[i]);
     }
     void Finish(float* /*out*/, int /*hd*/) const {}
   };

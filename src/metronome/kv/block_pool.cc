@@ -18,7 +18,7 @@ const char* ToString(KvDtype d) { return d == KvDtype::kBF16 ? "bf16" : "f32"; }
 
 void BlockPool::Poison(std::byte* data, std::size_t elements) const {
   if (layout_.dtype == KvDtype::kBF16) {
-    const std::uint16_t nan = ToBf16(std::numeric_limits<float>::quiet_NaN());
+    const std::uint16_t nan = FloatToBf16(std::numeric_limits<float>::quiet_NaN());
     auto* p = reinterpret_cast<std::uint16_t*>(data);
     std::fill_n(p, elements, nan);
   } else {

@@ -19,6 +19,8 @@
 #include <memory>
 #include <vector>
 
+#include "metronome/base/half.h"
+
 namespace metronome::kv {
 
 using BlockId = std::int32_t;
@@ -26,21 +28,6 @@ inline constexpr BlockId kNoBlock = -1;
 
 enum class KvDtype : std::uint8_t { kF32, kBF16 };
 [[nodiscard]] const char* ToString(KvDtype d);
-
-// fp32 -> bf16 with round-to-nearest-even (NaN stays NaN), and back (exact).
-[[nodiscard]] inline std::uint16_t ToBf16(float f) {
-  std::uint32_t u = 0;
-  __builtin_memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<std::uint16_t>(u >> 16);
-}
-[[nodiscard]] inline float FromBf16(std::uint16_t h) {
-  const std::uint32_t u = static_cast<std::uint32_t>(h) << 16;
-  float f = 0.0f;
-  __builtin_memcpy(&f, &u, sizeof f);
-  return f;
-}
 
 struct KvLayout {
   int num_layers = 0;

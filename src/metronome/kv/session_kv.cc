@@ -108,8 +108,8 @@ void SessionKv::WriteKv(int layer, TokenPos j, const float* k, const float* v) n
   auto* kh = reinterpret_cast<std::uint16_t*>(ks);
   auto* vh = reinterpret_cast<std::uint16_t*>(vs);
   for (std::size_t i = 0; i < n; ++i) {
-    kh[i] = ToBf16(k[i]);
-    vh[i] = ToBf16(v[i]);
+    kh[i] = FloatToBf16(k[i]);
+    vh[i] = FloatToBf16(v[i]);
   }
 }
 

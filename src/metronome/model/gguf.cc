@@ -13,6 +13,8 @@
 #include <utility>
 
 #include "metronome/base/errors.h"
+#include "metronome/base/half.h"
+#include "metronome/quant/ggml_type.h"
 
 namespace metronome::model {
 namespace {
@@ -73,46 +75,12 @@ std::uint64_t ScalarSize(std::uint32_t type) {
   return 0;
 }
 
-bool IsKnownGgmlType(std::uint32_t t) {
-  switch (static_cast<GgmlType>(t)) {
-    case GgmlType::kF32:
-    case GgmlType::kF16:
-    case GgmlType::kQ8_0:
-    case GgmlType::kBF16:
-      return true;
-  }
-  return false;
+// The types DequantizeToF32 converts (the others are parsed and sized, but not converted).
+bool IsDequantizable(GgmlType t) {
+  return t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kQ8_0 || t == GgmlType::kBF16;
 }
 
-const char* GgmlTypeName(GgmlType t) {
-  switch (t) {
-    case GgmlType::kF32:
-      return "F32";
-    case GgmlType::kF16:
-      return "F16";
-    case GgmlType::kQ8_0:
-      return "Q8_0";
-    case GgmlType::kBF16:
-      return "BF16";
-  }
-  return "unknown";
-}
-
-// Bytes needed for `count` elements of `type`, or nullopt when the count cannot be stored in that
-// type (Q8_0 needs whole blocks). `count` must be <= kMaxElements.
-std::optional<std::uint64_t> TensorBytes(GgmlType type, std::uint64_t count) {
-  switch (type) {
-    case GgmlType::kF32:
-      return count * 4;
-    case GgmlType::kF16:
-    case GgmlType::kBF16:
-      return count * 2;
-    case GgmlType::kQ8_0:
-      if (count % kQ8BlockElems != 0) return std::nullopt;
-      return count / kQ8BlockElems * kQ8BlockBytes;
-  }
-  return std::nullopt;
-}
+std::string GgmlTypeName(GgmlType t) { return std::string(quant::Name(t)); }
 
 const char* ValueTypeName(const GgufValue& v) {
   switch (v.index()) {
@@ -329,75 +297,6 @@ std::string ShapeString(const std::vector<std::uint64_t>& shape) {
   return s + "]";
 }
 
-float HalfToFloat(std::uint16_t h) {
-  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
-  std::uint32_t exp = (h >> 10) & 0x1fu;
-  std::uint32_t mant = h & 0x3ffu;
-  std::uint32_t bits = 0;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {
-      // Subnormal half: renormalise so the implicit bit is explicit, adjusting the exponent.
-      exp = 127 - 15 + 1;
-      while ((mant & 0x400u) == 0) {
-        mant <<= 1;
-        --exp;
-      }
-      mant &= 0x3ffu;
-      bits = sign | (exp << 23) | (mant << 13);
-    }
-  } else if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);  // inf / NaN (payload kept)
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  return std::bit_cast<float>(bits);
-}
-
-// Round-to-nearest-even, overflow to infinity, NaN stays NaN.
-std::uint16_t FloatToHalf(float f) {
-  const auto x = std::bit_cast<std::uint32_t>(f);
-  const auto sign = static_cast<std::uint16_t>((x >> 16) & 0x8000u);
-  const std::uint32_t absx = x & 0x7fffffffu;
-  if (absx >= 0x7f800000u) {
-    return static_cast<std::uint16_t>(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0u));
-  }
-  if (absx >= 0x477ff000u) {  // >= 65520: rounds past the largest half (65504)
-    return static_cast<std::uint16_t>(sign | 0x7c00u);
-  }
-  const std::uint32_t e = absx >> 23;
-  if (e < 113) {               // below 2^-14: a half subnormal (units of 2^-24) or zero
-    if (e < 102) return sign;  // below 2^-25: rounds to zero
-    const std::uint32_t m = (absx & 0x7fffffu) | 0x800000u;
-    const std::uint32_t shift = 126 - e;  // 14..24
-    std::uint32_t q = m >> shift;
-    const std::uint32_t rem = m & ((1u << shift) - 1);
-    const std::uint32_t half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (q & 1u) != 0)) ++q;
-    return static_cast<std::uint16_t>(sign | q);
-  }
-  const std::uint32_t m = absx & 0x7fffffu;
-  std::uint32_t q = ((e - 127 + 15) << 10) | (m >> 13);
-  const std::uint32_t rem = m & 0x1fffu;
-  // A carry out of the mantissa correctly bumps the exponent.
-  if (rem > 0x1000u || (rem == 0x1000u && (q & 1u) != 0)) ++q;
-  return static_cast<std::uint16_t>(sign | q);
-}
-
-float Bf16ToFloat(std::uint16_t h) {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
-}
-
-std::uint16_t FloatToBf16(float f) {
-  const auto x = std::bit_cast<std::uint32_t>(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) {
-    return static_cast<std::uint16_t>((x >> 16) | 0x40u);  // keep NaN a (quiet) NaN
-  }
-  const std::uint32_t rounded = x + 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<std::uint16_t>(rounded >> 16);
-}
-
 // --- writer encoding helpers ---
 
 void PutBytes(std::vector<std::uint8_t>& out, const void* p, std::size_t n) {
@@ -566,9 +465,8 @@ GgufFile::GgufFile(std::span<const std::uint8_t> bytes, std::string source)
       elements *= dim;
     }
     const auto type = r.Read<std::uint32_t>("the type of " + what);
-    if (!IsKnownGgmlType(type)) {
-      r.Fail(what + " has unsupported ggml type " + std::to_string(type) +
-             " (supported: F32, F16, BF16, Q8_0)");
+    if (!quant::FindGgmlType(type)) {
+      r.Fail(what + " has unknown ggml type id " + std::to_string(type));
     }
     t.type = static_cast<GgmlType>(type);
     t.offset = r.Read<std::uint64_t>("the data offset of " + what);
@@ -592,7 +490,7 @@ GgufFile::GgufFile(std::span<const std::uint8_t> bytes, std::string source)
   const std::uint64_t data_size = data_start <= size ? size - data_start : 0;
   for (auto& t : tensors_) {
     const std::string what = "tensor '" + t.name + "'";
-    const auto nbytes = TensorBytes(t.type, t.num_elements());
+    const auto nbytes = quant::TensorBytes(t.type, t.num_elements());
     if (!nbytes) {
       r.Fail(what + " of type " + GgmlTypeName(t.type) + " has shape " + ShapeString(t.shape) +
              ", which is not a whole number of blocks");
@@ -675,11 +573,11 @@ std::string GgufFile::RequireString(const std::string& key) const {
 
 void DequantizeToF32(GgmlType type, std::span<const std::uint8_t> data, std::uint64_t count,
                      float* out) {
-  if (!IsKnownGgmlType(static_cast<std::uint32_t>(type))) {
-    throw LoadError("cannot dequantise unsupported ggml type " +
-                    std::to_string(static_cast<std::uint32_t>(type)));
+  if (!IsDequantizable(type)) {
+    throw LoadError("cannot dequantise ggml type " + GgmlTypeName(type) +
+                    " (supported: F32, F16, BF16, Q8_0)");
   }
-  const auto needed = count <= kMaxElements ? TensorBytes(type, count) : std::nullopt;
+  const auto needed = count <= kMaxElements ? quant::TensorBytes(type, count) : std::nullopt;
   if (!needed || *needed > data.size()) {
     throw LoadError("cannot dequantise " + std::to_string(count) + " " + GgmlTypeName(type) +
                     " elements from " + std::to_string(data.size()) + " bytes");
@@ -696,7 +594,7 @@ void DequantizeToF32(GgmlType type, std::span<const std::uint8_t> data, std::uin
       for (std::size_t i = 0; i < n; ++i) {
         std::uint16_t h;
         std::memcpy(&h, p + 2 * i, sizeof(h));
-        out[i] = is_f16 ? HalfToFloat(h) : Bf16ToFloat(h);
+        out[i] = is_f16 ? F16ToFloat(h) : Bf16ToFloat(h);
       }
       return;
     }
@@ -705,13 +603,15 @@ void DequantizeToF32(GgmlType type, std::span<const std::uint8_t> data, std::uin
         const std::uint8_t* block = p + b * kQ8BlockBytes;
         std::uint16_t d_bits;
         std::memcpy(&d_bits, block, sizeof(d_bits));
-        const float d = HalfToFloat(d_bits);
+        const float d = F16ToFloat(d_bits);
         const auto* q = reinterpret_cast<const std::int8_t*>(block + 2);
         float* o = out + b * kQ8BlockElems;
         for (std::size_t j = 0; j < kQ8BlockElems; ++j) o[j] = d * static_cast<float>(q[j]);
       }
       return;
     }
+    default:
+      return;  // excluded by IsDequantizable above
   }
 }
 
@@ -774,7 +674,11 @@ void GgufWriter::AddTensor(const std::string& name, std::vector<std::uint64_t> s
   for (const auto& t : tensors_) {
     if (t.name == name) throw ConfigError("GgufWriter: duplicate tensor '" + name + "'");
   }
-  const auto nbytes = TensorBytes(type, count);
+  if (!IsDequantizable(type)) {
+    throw ConfigError("GgufWriter: tensor '" + name + "': cannot encode ggml type " +
+                      GgmlTypeName(type) + " (supported: F32, F16, BF16, Q8_0)");
+  }
+  const auto nbytes = quant::TensorBytes(type, count);
   if (!nbytes) {
     throw ConfigError("GgufWriter: tensor '" + name + "' of shape " + ShapeString(shape) +
                       " cannot be stored as " + GgmlTypeName(type));
@@ -791,7 +695,7 @@ void GgufWriter::AddTensor(const std::string& name, std::vector<std::uint64_t> s
     case GgmlType::kBF16:
       for (std::size_t i = 0; i < n; ++i) {
         const std::uint16_t h =
-            type == GgmlType::kF16 ? FloatToHalf(values[i]) : FloatToBf16(values[i]);
+            type == GgmlType::kF16 ? FloatToF16(values[i]) : FloatToBf16(values[i]);
         std::memcpy(out + 2 * i, &h, sizeof(h));
       }
       break;
@@ -804,7 +708,7 @@ void GgufWriter::AddTensor(const std::string& name, std::vector<std::uint64_t> s
         const float d = amax / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         std::uint8_t* block = out + b * kQ8BlockBytes;
-        const std::uint16_t dh = FloatToHalf(d);
+        const std::uint16_t dh = FloatToF16(d);
         std::memcpy(block, &dh, sizeof(dh));
         for (std::size_t j = 0; j < kQ8BlockElems; ++j) {
           const auto q = static_cast<std::int8_t>(std::lround(x[j] * id));
@@ -812,6 +716,8 @@ void GgufWriter::AddTensor(const std::string& name, std::vector<std::uint64_t> s
         }
       }
       break;
+    default:
+      break;  // excluded by the type check above
   }
   tensors_.push_back(std::move(t));
 }

@@ -15,10 +15,12 @@
 #include <variant>
 #include <vector>
 
+#include "metronome/quant/ggml_type.h"
+
 namespace metronome::model {
 
-// ggml tensor types this project reads (values are ggml's enum values).
-enum class GgmlType : std::uint32_t { kF32 = 0, kF16 = 1, kQ8_0 = 8, kBF16 = 30 };
+// Every ggml tensor type (quant/ggml_type.h); the parser accepts any id ggml defines.
+using GgmlType = quant::GgmlType;
 
 struct GgufTensorInfo {
   std::string name;
