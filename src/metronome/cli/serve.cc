@@ -1,6 +1,7 @@
 // metronome serve: the real engine behind the network server (docs/protocol.md). Clients open
 // real-time sessions over WebSocket on /v1/realtime; /metrics, /healthz, /v1/stats and the
-// dashboard at / are plain HTTP. Runs until SIGINT or SIGTERM.
+// dashboard at / are plain HTTP. Runs until SIGINT or SIGTERM, then shuts down gracefully
+// (docs/protocol.md, "Shutdown").
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -105,8 +106,11 @@ int RunServe(const ServeFlags& f) {
 
   std::printf("shutting down\n");
   std::fflush(stdout);
-  http.Stop();
+  // The engine first: every session ends with reason server_shutdown (in the events and metrics
+  // too) and each client is sent session.ended; then every connection gets what is queued and a
+  // 1001 close. Bounded: HttpServer::Stop returns within about 3 s.
   service.Shutdown();
+  http.Stop();
   return 0;
 }
 
