@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsclient import Closed, WsClient, get_json, http_request  # noqa: E402
 
