@@ -16,6 +16,7 @@ packages=(
   libgtest-dev libbenchmark-dev
   nodejs npm chromium    # the dashboard: npm ci (uPlot, playwright-core) and its browser test
   gnuplot-nox            # the evaluation suite's plots (experiments/eval)
+  python3                # tests/redteam: the red team's WebSocket client (standard library only)
 )
 
 missing=()

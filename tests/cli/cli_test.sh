@@ -25,7 +25,8 @@ fails_with() {  # fails_with NAME PATTERN ARGS...: metronome must exit 2 and pri
   local name="$1" pattern="$2"
   shift 2
   local out rc
-  out="$("$bin" "$@" 2>&1)"
+  # A bad flag that slips through would start a server (or hang on a FIFO): bounded.
+  out="$(timeout 60 "$bin" "$@" 2>&1)"
   rc=$?
   if [ "$rc" -eq 2 ] && grep -q -- "$pattern" <<<"$out"; then
     pass=$((pass + 1))
@@ -163,6 +164,8 @@ for key in frames ok_frames late_frames starved_frames short_frames deadline_mis
   rejected p50_frame_latency_ms p99_frame_latency_ms deadline_ms mute_alarms; do
   check "loadgen --summary-json has $key" grep -q "\"$key\":" <<<"$lg_window"
 done
+fails_with "serve on a busy port: one line, exit 2" "cannot listen on 127.0.0.1:$port" \
+  serve --model synthetic:tiny --port "$port" --threads 1 --quiet
 kill -TERM "$serve_pid"
 wait "$serve_pid"
 check "serve exits 0 on SIGTERM" test $? -eq 0
@@ -171,6 +174,29 @@ check "loadgen without a server fails with a message" grep -q "cannot reach" <<<
 fails_with "loadgen bad url" "ws://" loadgen --url "http://127.0.0.1:1" --sessions 1
 fails_with "loadgen bad payload" "--payload" loadgen --url "ws://127.0.0.1:1" --sessions 1 \
   --payload "ids:$tmp/none.txt"
+
+# Start failures and bad flags: one "error:" line naming the flag or address, exit 2, no abort.
+fails_with "serve on a foreign address" "cannot listen on 192.0.2.1" serve --host 192.0.2.1 \
+  --port 0 --threads 1 --quiet
+fails_with "serve --window beyond any session's" "--window" serve --window 9223372036854775807
+fails_with "serve --sinks beyond the cap" "--sinks" serve --sinks 100000
+fails_with "serve --kv-pool-mb nan" "--kv-pool-mb: 'nan' is not a finite number" serve \
+  --kv-pool-mb nan
+fails_with "sim --kv-pool-gb inf" "--kv-pool-gb: 'inf' is not a finite number" sim --preset \
+  moshi-7b --sessions 1 --kv-pool-gb inf
+fails_with "serve --temperature inf" "--temperature" serve --temperature inf
+fails_with "serve a pool too small for one default session" "fewer than one default session" \
+  serve --kv-blocks 2 --threads 1 --port 0
+fails_with "a value out of its range exits 2 (CLI11 said 105)" "--port" serve --port 70000
+fails_with "an unknown flag exits 2 (CLI11 said 109)" "--no-such-flag" serve --no-such-flag
+fails_with "a value that is not a number exits 2" "--max-connections" serve \
+  --max-connections lots
+fails_with "serve --allowed-origins junk" "allowed_origins" serve --allowed-origins evil.example
+check "--help still exits 0" "$bin" serve --help >/dev/null
+mkfifo "$tmp/fifo.gguf"
+fails_with "a FIFO as the model is refused, not opened" "it is a FIFO" generate \
+  --model "$tmp/fifo.gguf" --prompt-ids 1
+fails_with "a directory as the model" "it is a directory" generate --model "$tmp" --prompt-ids 1
 
 fails_with "missing model file" "cannot open" generate --model "$tmp/none.gguf" --prompt-ids 1
 printf 'GGUF\x03\x00\x00\x00' >"$tmp/short.gguf"

@@ -7,17 +7,21 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
+#include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "metronome/base/errors.h"
 #include "metronome/server/dashboard_assets.h"
+#include "metronome/server/http_access.h"
 #include "support/loopback_server.h"
 
 namespace metronome::server {
@@ -99,32 +103,78 @@ struct HttpResult {
   int status = 0;
   std::string body;
   std::string content_type;
+  std::string content_length;
+  std::string allow;
+};
+
+// Headers of an upgrade request beyond the defaults (empty value: leave the header out).
+struct UpgradeHeaders {
+  std::string key = "dGhlIHNhbXBsZSBub25jZQ==";
+  std::string origin;
+  std::string host = "127.0.0.1";
+  static UpgradeHeaders Key(std::string key) {
+    UpgradeHeaders h;
+    h.key = std::move(key);
+    return h;
+  }
+  static UpgradeHeaders Origin(std::string origin, std::string host = "127.0.0.1") {
+    UpgradeHeaders h;
+    h.origin = std::move(origin);
+    h.host = std::move(host);
+    return h;
+  }
 };
 
 HttpResult Get(int port, const std::string& target, const std::string& token = "",
-               http::verb verb = http::verb::get, bool upgrade = false) {
+               http::verb verb = http::verb::get, bool upgrade = false,
+               const UpgradeHeaders& headers = {}) {
   net::io_context io;
   tcp::socket socket(io);
   socket.connect(
       tcp::endpoint(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
   SetReadTimeout(socket);
   http::request<http::string_body> req{verb, target, 11};
-  req.set(http::field::host, "127.0.0.1");
+  req.set(http::field::host, headers.host);
   if (!token.empty()) req.set(http::field::authorization, "Bearer " + token);
   if (upgrade) {
     req.set(http::field::upgrade, "websocket");
     req.set(http::field::connection, "upgrade");
-    req.set(http::field::sec_websocket_key, "dGhlIHNhbXBsZSBub25jZQ==");
+    if (!headers.key.empty()) req.set(http::field::sec_websocket_key, headers.key);
     req.set(http::field::sec_websocket_version, "13");
+    if (!headers.origin.empty()) req.set(http::field::origin, headers.origin);
   }
   req.prepare_payload();
   http::write(socket, req);
   beast::flat_buffer b;
-  http::response<http::string_body> res;
-  http::read(socket, b, res);
+  // HEAD: the answer has GET's Content-Length and no body; the parser must be told.
+  http::response_parser<http::string_body> parser;
+  parser.skip(verb == http::verb::head);
+  http::read(socket, b, parser);
+  const auto& res = parser.get();
   return {.status = static_cast<int>(res.result_int()),
           .body = res.body(),
-          .content_type = std::string(res[http::field::content_type])};
+          .content_type = std::string(res[http::field::content_type]),
+          .content_length = std::string(res[http::field::content_length]),
+          .allow = std::string(res[http::field::allow])};
+}
+
+// Get, with -1 for a connection the server closed without an answer.
+int TryGetStatus(int port, const std::string& target) {
+  try {
+    return Get(port, target).status;
+  } catch (const boost::system::system_error&) {
+    return -1;
+  }
+}
+
+template <typename Pred>
+bool WaitFor(Pred pred, std::chrono::milliseconds limit) {
+  const auto give_up = std::chrono::steady_clock::now() + limit;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > give_up) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
 }
 
 TEST(HttpServerTest, FramesComeBackInOrderWithTheClientsIndexAndMetricsAreServed) {
@@ -359,6 +409,225 @@ TEST(HttpServerTest, AReaderSlowerThanTheSendQueueIsClosedAndItsSessionsEnd) {
   }
   EXPECT_EQ(ec, websocket::error::closed) << ec.message();
   EXPECT_EQ(c.ws().reason().code, websocket::close_code::policy_error);
+}
+
+TEST(HttpServerTest, HeadIsAnsweredWhereverGetIsWithHeadersAndNoBody) {
+  Server s("static:4", {});
+  for (const std::string path : {"/healthz", "/metrics", "/v1/stats", "/"}) {
+    const HttpResult get = Get(s.http.port(), path);
+    const HttpResult head = Get(s.http.port(), path, "", http::verb::head);
+    EXPECT_EQ(head.status, 200) << path;
+    EXPECT_EQ(head.content_type, get.content_type) << path;
+    EXPECT_TRUE(head.body.empty()) << path;
+    if (path == "/healthz" || path == "/") {  // the others change between two requests
+      EXPECT_EQ(head.content_length, std::to_string(get.body.size())) << path;
+    }
+  }
+  EXPECT_EQ(Get(s.http.port(), "/nope", "", http::verb::head).status, 404);
+  const HttpResult post = Get(s.http.port(), "/healthz", "", http::verb::post);
+  EXPECT_EQ(post.status, 405);
+  EXPECT_EQ(post.allow, "GET, HEAD");
+}
+
+TEST(HttpServerTest, AnUpgradeWithAMalformedSecWebSocketKeyIsRefused) {
+  Server s("static:4", {});
+  for (const std::string key : {"x", "dGhlIHNhbXBsZSBub25jZQ=", "dGhlIHNhbXBsZSBub25jZR==",
+                                "dGhlIHNhbXBsZSBub25j!Q==", "dGhlIHNhbXBsZSBub25jZW9uY2U="}) {
+    EXPECT_EQ(
+        Get(s.http.port(), "/v1/realtime", "", http::verb::get, true, UpgradeHeaders::Key(key))
+            .status,
+        400)
+        << key;
+  }
+  EXPECT_EQ(Get(s.http.port(), "/v1/realtime", "", http::verb::get, true).status, 101);
+}
+
+TEST(HttpServerTest, WithoutATokenOnlySameHostOrLoopbackOriginsMayUpgrade) {
+  Server s("static:4", {});
+  auto upgrade = [&](const std::string& origin, const std::string& host) {
+    return Get(s.http.port(), "/v1/realtime", "", http::verb::get, true,
+               UpgradeHeaders::Origin(origin, host))
+        .status;
+  };
+  EXPECT_EQ(upgrade("https://evil.example", "127.0.0.1:1"), 403);
+  EXPECT_EQ(upgrade("null", "127.0.0.1:1"), 403);
+  EXPECT_EQ(upgrade("http://localhost:3000", "127.0.0.1:1"), 101);
+  EXPECT_EQ(upgrade("http://box.example:8080", "box.example:8080"), 101);
+  EXPECT_EQ(upgrade("", "127.0.0.1:1"), 101);  // no Origin: not a browser
+
+  ServerOptions listed;
+  listed.allowed_origins = ParseAllowedOrigins("https://app.example");
+  Server t("static:4", listed);
+  EXPECT_EQ(Get(t.http.port(), "/v1/realtime", "", http::verb::get, true,
+                UpgradeHeaders::Origin("https://app.example"))
+                .status,
+            101);
+  EXPECT_EQ(Get(t.http.port(), "/v1/realtime", "", http::verb::get, true,
+                UpgradeHeaders::Origin("http://localhost:3000"))
+                .status,
+            403);
+}
+
+// Slowloris: sockets that connect, send part of a request header and trickle one more byte every
+// few ms, reconnecting whenever the server drops them, always more of them than the server's cap.
+class Slowloris {
+ public:
+  Slowloris(int port, int sockets) : port_(port), sockets_(sockets) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~Slowloris() {
+    stop_ = true;
+    thread_.join();
+  }
+  Slowloris(const Slowloris&) = delete;
+  Slowloris& operator=(const Slowloris&) = delete;
+  [[nodiscard]] int reconnects() const { return reconnects_.load(); }
+
+ private:
+  void Connect(tcp::socket& socket) {
+    beast::error_code ec;
+    socket.close(ec);
+    socket.connect(
+        tcp::endpoint(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port_)), ec);
+    if (!ec) net::write(socket, net::buffer(std::string_view("GET /healthz HTTP/1.1\r\nX-")), ec);
+    ++reconnects_;
+  }
+  void Run() {
+    net::io_context io;
+    std::vector<tcp::socket> socks;
+    for (int i = 0; i < sockets_; ++i) {
+      socks.emplace_back(io);
+      Connect(socks.back());
+    }
+    while (!stop_) {
+      for (tcp::socket& socket : socks) {
+        beast::error_code ec;
+        net::write(socket, net::buffer(std::string_view("a")), ec);  // MSG_NOSIGNAL
+        if (ec) Connect(socket);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+
+  int port_;
+  int sockets_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> reconnects_{0};
+  std::thread thread_;
+};
+
+TEST(HttpServerTest, SlowlorisSocketsAtTheCapDoNotLockOutALegitimateClient) {
+  ServerOptions o;
+  o.max_connections = 8;
+  // A deadline far beyond the test: the legitimate client must be served because idle
+  // connections make room, not because the slow ones time out.
+  o.handshake_timeout_ms = 600000;
+  Server s("static:4", o);
+  const Slowloris attack(s.http.port(), 12);
+  // The attack fills the cap and keeps cycling (each reconnect takes an idle slot).
+  ASSERT_TRUE(WaitFor([&] { return attack.reconnects() > 24; }, std::chrono::seconds(5)));
+  // A generous bound: only a lockout fails it, not a loaded machine.
+  const auto bound = std::chrono::seconds(5);
+  EXPECT_TRUE(WaitFor([&] { return TryGetStatus(s.http.port(), "/healthz") == 200; }, bound));
+  bool session = false;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        try {
+          Client c(s.http.port());
+          session = c.Start({{"deadline_ms", 1000}}) != 0;
+        } catch (const boost::system::system_error&) {
+          session = false;
+        }
+        return session;
+      },
+      bound));
+  EXPECT_TRUE(session);
+}
+
+TEST(HttpServerTest, ARequestHeaderNotFinishedInTimeIsClosed) {
+  ServerOptions o;
+  o.handshake_timeout_ms = 200;
+  Server s("static:4", o);
+  net::io_context io;
+  tcp::socket socket(io);
+  socket.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"),
+                               static_cast<unsigned short>(s.http.port())));
+  SetReadTimeout(socket);  // 5 s, far beyond the server's deadline
+  net::write(socket, net::buffer(std::string_view("GET /healthz HTTP/1.1\r\nHost: x")));
+  char byte = 0;
+  beast::error_code ec;
+  socket.read_some(net::buffer(&byte, 1), ec);
+  // Closed by the server (EOF or reset), not our 5 s read timeout expiring.
+  EXPECT_TRUE(ec == net::error::eof || ec == net::error::connection_reset) << ec.message();
+}
+
+TEST(HttpServerTest, APerAddressCapKeepsSessionsAndEvictsOnlyIdleConnections) {
+  ServerOptions o;
+  o.max_connections_per_address = 2;
+  Server s("static:8", o);
+  Client a(s.http.port());
+  Client b(s.http.port());
+  ASSERT_NE(a.Start(), 0U);
+  const std::uint64_t b_id = b.Start();
+  ASSERT_NE(b_id, 0U);
+  // Both hold a session: a third connection from 127.0.0.1 is refused.
+  EXPECT_EQ(TryGetStatus(s.http.port(), "/healthz"), -1);
+  // Once b has no session it is idle, and a newcomer takes its slot.
+  b.Send({{"type", "session.end"}, {"session", b_id}});
+  EXPECT_EQ(b.Read()["type"], "session.ended");
+  EXPECT_EQ(TryGetStatus(s.http.port(), "/healthz"), 200);
+  beast::flat_buffer buf;
+  beast::error_code ec;
+  b.ws().read(buf, ec);
+  EXPECT_TRUE(ec) << "b was not evicted";
+  // a kept its session.
+  a.Send({{"type", "ping"}, {"nonce", 2}});
+  EXPECT_EQ(a.Read()["type"], "pong");
+}
+
+TEST(HttpServerTest, StopTellsEverySessionServerShutdownThenClosesWith1001) {
+  Server s("static:8", {});
+  Client c(s.http.port());
+  const std::uint64_t id1 = c.Start();
+  const std::uint64_t id2 = c.Start();
+  ASSERT_NE(id1, 0U);
+  ASSERT_NE(id2, 0U);
+  std::thread stopper([&] { s.http.Stop(); });
+  std::set<std::uint64_t> ended;
+  for (int i = 0; i < 10 && ended.size() < 2; ++i) {
+    const json j = c.Read();
+    if (j["type"] != "session.ended") continue;
+    EXPECT_EQ(j["reason"], "server_shutdown") << j.dump();
+    ended.insert(j["session"].get<std::uint64_t>());
+  }
+  EXPECT_EQ(ended, (std::set<std::uint64_t>{id1, id2}));
+  beast::flat_buffer buf;
+  beast::error_code ec;
+  c.ws().read(buf, ec);
+  EXPECT_EQ(ec, websocket::error::closed) << ec.message();
+  EXPECT_EQ(c.ws().reason().code, websocket::close_code::going_away);
+  stopper.join();
+  EXPECT_TRUE(WaitFor([&] { return s.service.Stats()["kv"]["used_blocks"] == 0; },
+                      std::chrono::seconds(5)));
+}
+
+TEST(HttpServerTest, StartFailsWithAConfigErrorNamingTheAddress) {
+  Server s("static:4", {});
+  ServerOptions busy;
+  busy.port = s.http.port();
+  HttpServer second(&s.service, nullptr, busy, nullptr);
+  try {
+    second.Start();
+    ADD_FAILURE() << "bound a port already in use";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("127.0.0.1:" + std::to_string(s.http.port())), std::string::npos) << what;
+    EXPECT_NE(what.find("in use"), std::string::npos) << what;
+  }
+  ServerOptions foreign;
+  foreign.host = "192.0.2.1";  // TEST-NET-1: numeric (no DNS), never a local address
+  HttpServer third(&s.service, nullptr, foreign, nullptr);
+  EXPECT_THROW(third.Start(), ConfigError);
 }
 
 }  // namespace

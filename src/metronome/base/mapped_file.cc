@@ -12,15 +12,46 @@
 
 namespace metronome {
 
+namespace {
+
+const char* FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+void RequireRegular(const std::string& path, const struct stat& st) {
+  if (!S_ISREG(st.st_mode)) {
+    throw LoadError(path + ": not a regular file (it is " + std::string(FileKind(st.st_mode)) +
+                    ")");
+  }
+}
+
+}  // namespace
+
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // stat() first: open() on a FIFO blocks until a writer appears, and a device may block or
+  // never end. O_NONBLOCK covers a swap between the two calls (no effect on regular files).
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    throw LoadError(path + ": cannot open: " + ErrnoMessage(errno));
+  }
+  RequireRegular(path, st);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     throw LoadError(path + ": cannot open: " + ErrnoMessage(errno));
   }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
     ::close(fd);
-    throw LoadError(path + ": not a regular file");
+    throw LoadError(path + ": cannot stat: " + ErrnoMessage(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    RequireRegular(path, st);
   }
   size_ = static_cast<std::size_t>(st.st_size);
   if (size_ > 0) {

@@ -10,8 +10,9 @@ namespace metronome {
 
 class MappedFile {
  public:
-  // Throws LoadError naming `path` if the file cannot be opened or mapped. An empty file maps to
-  // an empty span.
+  // Throws LoadError naming `path` if it is not a regular file (a FIFO, device, directory or
+  // socket is refused before it is opened, so nothing blocks) or cannot be opened or mapped. An
+  // empty file maps to an empty span. Every model and tokenizer file is read through this.
   explicit MappedFile(const std::string& path);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;

@@ -6,6 +6,7 @@
 
 #include "metronome/base/errors.h"
 #include "metronome/cli/commands.h"
+#include "metronome/cli/common.h"
 
 namespace metronome::cli {
 
@@ -23,10 +24,15 @@ int Main(int argc, char** argv) {
   RegisterDrive(&app, &exit_code);
   RegisterServe(&app, &exit_code);
   RegisterLoadgen(&app, &exit_code);
+  RequireFiniteNumbers(&app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and friends are ParseErrors with exit code 0. Every real one (unknown flag, a value
+    // CLI11 cannot convert or a validator refuses) is a bad flag like a ConfigError: one line, 2.
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
   } catch (const LoadError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

@@ -1,7 +1,9 @@
 #include "metronome/cli/common.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -77,6 +79,27 @@ engine::EngineOptions EngineFlags::Options(const model::ModelConfig& config,
   }
   (void)config;
   return o;
+}
+
+void RequireFiniteNumbers(CLI::App* app) {
+  const CLI::Validator finite(
+      [](std::string& text) -> std::string {
+        const char* begin = text.c_str();
+        char* end = nullptr;
+        const double v = std::strtod(begin, &end);
+        // Not a number at all: CLI11's own conversion names the flag and the expected type.
+        if (end == begin) return {};
+        if (!std::isfinite(v)) return "'" + text + "' is not a finite number";
+        return {};
+      },
+      /*validator_desc=*/"", "finite");
+  for (CLI::Option* opt : app->get_options()) {
+    // "FLOAT", or "FLOAT:<the descriptions of its validators>".
+    if (opt->get_type_name().starts_with("FLOAT")) opt->check(finite);
+  }
+  for (CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; })) {
+    RequireFiniteNumbers(sub);
+  }
 }
 
 std::vector<TokenId> ParseIds(const std::string& text, int vocab, const std::string& flag) {

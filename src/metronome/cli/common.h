@@ -46,6 +46,12 @@ struct EngineFlags {
                                               int chunk_tokens) const;
 };
 
+// Every floating-point flag of `app` and of its subcommands (recursively) must be a finite number:
+// CLI::Range lets NaN through (every comparison with NaN is false) and no flag means anything at
+// infinity. One validator attached to all of them, so a flag added later is covered too. Call
+// once, after every subcommand registered its flags.
+void RequireFiniteNumbers(CLI::App* app);
+
 // Parses "1 2 3" (spaces, commas or newlines) into ids; ConfigError naming `flag` on junk or ids
 // outside [0, vocab).
 std::vector<TokenId> ParseIds(const std::string& text, int vocab, const std::string& flag);

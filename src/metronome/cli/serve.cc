@@ -1,6 +1,7 @@
 // metronome serve: the real engine behind the network server (docs/protocol.md). Clients open
 // real-time sessions over WebSocket on /v1/realtime; /metrics, /healthz, /v1/stats and the
-// dashboard at / are plain HTTP. Runs until SIGINT or SIGTERM.
+// dashboard at / are plain HTTP. Runs until SIGINT or SIGTERM, then shuts down gracefully
+// (docs/protocol.md, "Shutdown").
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -24,12 +25,14 @@ namespace {
 struct ServeFlags {
   ModelFlags model;
   EngineFlags engine;
-  std::string host = "127.0.0.1";
-  int port = 8080;
-  int io_threads = 1;
-  std::string auth_token;
-  int max_sessions_per_connection = 4;
-  int max_connections = 256;
+  // Host, port, connection caps and timeouts, auth: the defaults live in server::ServerOptions
+  // (one place) and the flags write into it; only serve's port default differs (8080, not 0).
+  server::ServerOptions server = [] {
+    server::ServerOptions o;
+    o.port = 8080;
+    return o;
+  }();
+  std::string allowed_origins;  // parsed by server::ParseAllowedOrigins; empty: its default rule
   std::int64_t sessions_hint = 16;  // pool sizing when neither --kv-blocks nor --kv-pool-mb
   // Session defaults and caps.
   std::int64_t window = 512;
@@ -43,13 +46,11 @@ struct ServeFlags {
 };
 
 int RunServe(const ServeFlags& f) {
-  if (f.window < 1) throw ConfigError("--window = " + std::to_string(f.window) + " must be >= 1");
-  if (f.sinks < 0) throw ConfigError("--sinks = " + std::to_string(f.sinks) + " must be >= 0");
-  // Validated before the model loads: a typo fails at once.
+  // Validated before the model loads: a typo fails at once. (--window, --sinks and --max-context
+  // are range-checked by CLI11 at parse time.)
   realtime::SupervisorOptions sup = f.admission.Supervisor(/*period_ms=*/0.0);
-  if (f.max_context < 0) {
-    throw ConfigError("--max-context = " + std::to_string(f.max_context) + " must be >= 0");
-  }
+  server::ServerOptions so2 = f.server;
+  so2.allowed_origins = server::ParseAllowedOrigins(f.allowed_origins);
   const model::Model m = f.model.Load();
   const kv::PositionMode pos =
       f.positions == "rolling" ? kv::PositionMode::kRolling : kv::PositionMode::kAbsolute;
@@ -57,6 +58,15 @@ int RunServe(const ServeFlags& f) {
   const engine::EngineOptions eo = f.engine.Options(
       m.config, policy, f.sessions_hint, f.window + f.sinks + 64, static_cast<int>(f.window));
   engine::Engine eng(m, eo);
+  // A pool that cannot hold one default session would refuse every client while /healthz says ok.
+  const std::int64_t one_session = policy.MaxResidentBlocks(eo.block_tokens, /*chunk_tokens=*/1);
+  if (eng.pool_stats().num_blocks < one_session) {
+    throw ConfigError("the KV pool has " + std::to_string(eng.pool_stats().num_blocks) +
+                      " blocks, fewer than one default session needs (" +
+                      std::to_string(one_session) + " blocks for --window " +
+                      std::to_string(f.window) + " --sinks " + std::to_string(f.sinks) +
+                      "): raise --kv-blocks or --kv-pool-mb, or lower --window");
+  }
   eng.WarmUp();  // before the first client: its frames must not pay for JIT and first touch
   engine::SamplerOptions so;
   so.temperature = f.temperature;
@@ -69,13 +79,6 @@ int RunServe(const ServeFlags& f) {
   telemetry::MetricsRegistry registry;
   server::EngineService service(&backend, &clock, sup, &registry);
 
-  server::ServerOptions so2;
-  so2.host = f.host;
-  so2.port = f.port;
-  so2.io_threads = f.io_threads;
-  so2.auth_token = f.auth_token;
-  so2.max_sessions_per_connection = f.max_sessions_per_connection;
-  so2.max_connections = f.max_connections;
   so2.default_window = f.window;
   so2.default_sinks = f.sinks;
   so2.default_positions = pos == kv::PositionMode::kRolling ? server::KvPositions::kRolling
@@ -91,9 +94,9 @@ int RunServe(const ServeFlags& f) {
               f.model.model.c_str(), static_cast<long long>(pool.num_blocks),
               static_cast<long long>(pool.block_tokens),
               HumanBytes(static_cast<double>(pool.num_blocks * pool.bytes_per_block)).c_str());
-  std::printf("listening on http://%s:%d\n", f.host.c_str(), http.port());
-  std::printf("dashboard: http://%s:%d/%s\n", f.host.c_str(), http.port(),
-              f.auth_token.empty() ? "" : "#token=<the --auth-token>");
+  std::printf("listening on http://%s:%d\n", so2.host.c_str(), http.port());
+  std::printf("dashboard: http://%s:%d/%s\n", so2.host.c_str(), http.port(),
+              so2.auth_token.empty() ? "" : "#token=<the --auth-token>");
   std::fflush(stdout);
 
   boost::asio::io_context signals_io;
@@ -103,8 +106,11 @@ int RunServe(const ServeFlags& f) {
 
   std::printf("shutting down\n");
   std::fflush(stdout);
-  http.Stop();
+  // The engine first: every session ends with reason server_shutdown (in the events and metrics
+  // too) and each client is sent session.ended; then every connection gets what is queued and a
+  // 1001 close. Bounded: HttpServer::Stop returns within about 3 s.
   service.Shutdown();
+  http.Stop();
   return 0;
 }
 
@@ -118,27 +124,47 @@ void RegisterServe(CLI::App* app, int* exit_code) {
       "/metrics, /healthz, /v1/stats and a live dashboard at /");
   flags->model.Register(sub, /*required=*/false);
   flags->engine.Register(sub);
-  sub->add_option("--host", flags->host, "Address to listen on");
-  sub->add_option("--port", flags->port, "TCP port (0: an ephemeral port, printed)")
+  server::ServerOptions& so = flags->server;
+  sub->add_option("--host", so.host, "Address to listen on");
+  sub->add_option("--port", so.port, "TCP port (0: an ephemeral port, printed)")
       ->check(CLI::Range(0, 65535));
-  sub->add_option("--io-threads", flags->io_threads, "Network threads")->check(CLI::Range(1, 256));
-  sub->add_option("--auth-token", flags->auth_token,
+  sub->add_option("--io-threads", so.io_threads, "Network threads")->check(CLI::Range(1, 256));
+  sub->add_option("--auth-token", so.auth_token,
                   "Require 'Authorization: Bearer TOKEN' on the upgrade and on /v1/*");
-  sub->add_option("--max-sessions-per-connection", flags->max_sessions_per_connection,
+  sub->add_option("--max-sessions-per-connection", so.max_sessions_per_connection,
                   "Sessions one connection may hold (too_many_sessions beyond)")
       ->check(CLI::Range(1, 1 << 20));
-  sub->add_option("--max-connections", flags->max_connections, "Open connections at most")
+  sub->add_option("--max-connections", so.max_connections,
+                  "Open connections at most; at the cap an idle one (no session yet, or an HTTP "
+                  "request still unfinished) is closed for the newcomer, oldest first")
       ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--max-connections-per-ip", so.max_connections_per_address,
+                  "Open connections from one client address at most (0: no per-address cap; one "
+                  "loadgen or one reverse proxy is one address)")
+      ->check(CLI::Range(0, 1 << 20));
+  sub->add_option("--handshake-timeout-ms", so.handshake_timeout_ms,
+                  "Time a connection has to send a complete HTTP request (or the next one on a "
+                  "kept-alive connection) and to finish the WebSocket handshake, ms")
+      ->check(CLI::Range(std::int64_t{100}, std::int64_t{600000}));
+  sub->add_option("--allowed-origins", flags->allowed_origins,
+                  "Comma list of Origin values (scheme://host[:port]) a browser may upgrade from, "
+                  "or '*' for any (default: with no --auth-token, only pages served from this "
+                  "host or a loopback name; with one, any). Requests without Origin are allowed");
   sub->add_option("--pool-sessions", flags->sessions_hint,
                   "Window sessions the KV pool is sized for without --kv-blocks/--kv-pool-mb")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
-  sub->add_option("--window", flags->window, "Default kv.window of a session, tokens");
-  sub->add_option("--sinks", flags->sinks, "Default kv.sinks of a session, tokens");
+  // A default no client could ask for explicitly is a typo (and would overflow the pool sizing).
+  const server::ServerCaps caps;
+  sub->add_option("--window", flags->window, "Default kv.window of a session, tokens")
+      ->check(CLI::Range(std::int64_t{1}, caps.max_window));
+  sub->add_option("--sinks", flags->sinks, "Default kv.sinks of a session, tokens")
+      ->check(CLI::Range(std::int64_t{0}, caps.max_sinks));
   sub->add_option("--positions", flags->positions, "Default kv.positions: absolute | rolling")
       ->check(CLI::IsMember({"absolute", "rolling"}));
   sub->add_flag("--no-full-kv", flags->no_full_kv, "Refuse kv.policy full (over_cap)");
   sub->add_option("--max-context", flags->max_context,
-                  "Context limit of full-KV sessions in tokens (0: the model's trained context)");
+                  "Context limit of full-KV sessions in tokens (0: the model's trained context)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
   sub->add_option("--temperature", flags->temperature, "Sampling temperature (0: greedy)");
   flags->admission.Register(sub);
   sub->get_option("--aimd-window-s")

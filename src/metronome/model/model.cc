@@ -1,17 +1,21 @@
 #include "metronome/model/model.h"
 
-#include <fstream>
 #include <string>
+
+#include "metronome/base/mapped_file.h"
 
 namespace metronome::model {
 namespace {
 
 constexpr char kSyntheticPrefix[] = "synthetic:";
 
+// Through MappedFile, like every model read: a FIFO or a device is refused before open() could
+// block on it. (The mapping is lazy: only the first page is touched.)
 bool HasGgufMagic(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char magic[4] = {};
-  return in.read(magic, sizeof(magic)) && std::string(magic, sizeof(magic)) == "GGUF";
+  const MappedFile file(path);
+  const auto bytes = file.bytes();
+  return bytes.size() >= 4 && bytes[0] == 'G' && bytes[1] == 'G' && bytes[2] == 'U' &&
+         bytes[3] == 'F';
 }
 
 }  // namespace

@@ -17,7 +17,9 @@
 #include <variant>
 #include <vector>
 
+#include "metronome/base/errors.h"
 #include "metronome/server/dashboard_assets.h"
+#include "metronome/server/http_access.h"
 
 namespace metronome::server {
 namespace {
@@ -29,16 +31,30 @@ namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using Request = http::request<http::string_body>;
 
-constexpr std::chrono::seconds kHttpIdle{30};
+// How long a closing WebSocket waits for the peer's close frame before dropping the socket.
 constexpr std::chrono::milliseconds kCloseGrace{1000};
+// How long Stop() waits for every connection to finish closing (kCloseGrace and some slack).
+constexpr std::chrono::milliseconds kStopWait{3000};
 
 std::string_view View(beast::string_view v) { return {v.data(), v.size()}; }
 
-// A connection the server can close on Stop().
+// A connection the server can close on Stop() or evict when the connection cap is reached.
 class Closable {
  public:
+  Closable() = default;
   virtual ~Closable() = default;
-  virtual void Close() = 0;  // any thread
+  Closable(const Closable&) = delete;
+  Closable& operator=(const Closable&) = delete;
+  virtual void Close() = 0;   // at once; any thread
+  virtual void GoAway() = 0;  // server shutdown: tell the peer, then close; any thread
+  // Holds no session and no request being answered: the first to go when slots run out.
+  [[nodiscard]] bool idle() const { return idle_.load(std::memory_order_relaxed); }
+
+ protected:
+  void set_idle(bool idle) { idle_.store(idle, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<bool> idle_{true};
 };
 
 ProtocolError Error(ErrorCode code, std::string message) {
@@ -70,10 +86,22 @@ struct HttpServer::Impl {
   ServerOptions options;
   const model::Tokenizer* tokenizer;
 
+  // A registered connection: its client address and registration order (oldest idle first).
+  struct Entry {
+    std::weak_ptr<Closable> conn;
+    std::string address;
+    std::uint64_t order = 0;
+    bool evicted = false;  // Close() requested to make room; no longer counts against the caps
+  };
+
   // Declared before io: connections unregister while io's leftover handlers are destroyed.
   std::mutex mu;
-  std::unordered_map<Closable*, std::weak_ptr<Closable>> conns;  // guarded by mu
-  bool accepting = true;                                         // guarded by mu
+  std::unordered_map<Closable*, Entry> conns;             // guarded by mu
+  std::unordered_map<std::string, int> live_per_address;  // guarded by mu; non-evicted entries
+  std::size_t evicted = 0;                                // guarded by mu
+  std::uint64_t next_order = 0;                           // guarded by mu
+  bool accepting = true;                                  // guarded by mu
+  std::string expected_authorization;  // "Bearer <token>", or empty: no token required
 
   net::io_context io;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
@@ -87,25 +115,75 @@ struct HttpServer::Impl {
        const model::Tokenizer* t)
       : service(s), registry(r), options(o), tokenizer(t) {
     options.caps.max_message_bytes = options.max_message_bytes;
+    if (!options.auth_token.empty()) expected_authorization = "Bearer " + options.auth_token;
   }
 
-  // False when the server is stopping or (with `check`) at max_connections.
-  bool Register(const std::shared_ptr<Closable>& c, bool check) {
-    const std::lock_guard<std::mutex> lock(mu);
-    if (!accepting ||
-        (check && conns.size() >= static_cast<std::size_t>(options.max_connections))) {
-      return false;
+  // False when the server is stopping or (with `check`, for a new connection) at a cap with no
+  // idle connection to evict; an evicted one is closed after the lock is released.
+  bool Register(const std::shared_ptr<Closable>& c, const std::string& address, bool check) {
+    std::shared_ptr<Closable> victim;
+    {
+      const std::lock_guard<std::mutex> lock(mu);
+      if (!accepting) return false;
+      if (check) {
+        const int per_address = options.max_connections_per_address;
+        const auto it = live_per_address.find(address);
+        const int from_address = it == live_per_address.end() ? 0 : it->second;
+        // Evicting one of the same address also frees a server-wide slot.
+        if (per_address > 0 && from_address >= per_address) {
+          victim = EvictOldestIdle(&address);
+          if (victim == nullptr) return false;
+        } else if (conns.size() - evicted >= static_cast<std::size_t>(options.max_connections)) {
+          victim = EvictOldestIdle(nullptr);
+          if (victim == nullptr) return false;
+        }
+      }
+      conns.emplace(c.get(), Entry{.conn = c, .address = address, .order = next_order++});
+      ++live_per_address[address];
     }
-    conns.emplace(c.get(), c);
+    if (victim) victim->Close();
     return true;
+  }
+  // Marks the oldest idle connection (of `address`, when given) evicted and returns it; null when
+  // none is idle. O(connections), only at a cap. Requires mu.
+  std::shared_ptr<Closable> EvictOldestIdle(const std::string* address) {
+    Entry* oldest = nullptr;
+    std::shared_ptr<Closable> victim;
+    for (auto& [key, e] : conns) {
+      if (e.evicted || (address != nullptr && e.address != *address)) continue;
+      if (oldest != nullptr && e.order > oldest->order) continue;
+      auto c = e.conn.lock();
+      if (c == nullptr || !c->idle()) continue;
+      oldest = &e;
+      victim = std::move(c);
+    }
+    if (oldest == nullptr) return nullptr;
+    oldest->evicted = true;
+    ++evicted;
+    Forget(oldest->address);
+    return victim;
+  }
+  void Forget(const std::string& address) {  // requires mu
+    const auto it = live_per_address.find(address);
+    if (it != live_per_address.end() && --it->second <= 0) live_per_address.erase(it);
   }
   void Unregister(Closable* c) {
     const std::lock_guard<std::mutex> lock(mu);
-    conns.erase(c);
+    const auto it = conns.find(c);
+    if (it == conns.end()) return;
+    if (it->second.evicted) {
+      --evicted;
+    } else {
+      Forget(it->second.address);
+    }
+    conns.erase(it);
   }
   bool Authorized(const Request& req) const {
-    if (options.auth_token.empty()) return true;
-    return View(req[http::field::authorization]) == "Bearer " + options.auth_token;
+    if (expected_authorization.empty()) return true;
+    return ConstantTimeEquals(View(req[http::field::authorization]), expected_authorization);
+  }
+  [[nodiscard]] std::chrono::milliseconds handshake_timeout() const {
+    return std::chrono::milliseconds(options.handshake_timeout_ms);
   }
   void DoAccept();
 };
@@ -126,7 +204,9 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
   WsConnection& operator=(const WsConnection&) = delete;
 
   void Run(Request req) {
-    ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
+    auto timeout = websocket::stream_base::timeout::suggested(beast::role_type::server);
+    timeout.handshake_timeout = srv_->handshake_timeout();
+    ws_.set_option(timeout);
     ws_.read_message_max(srv_->options.max_message_bytes);
     auto self = shared_from_this();
     auto r = std::make_shared<Request>(std::move(req));
@@ -134,6 +214,12 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
       self->ws_.async_accept(*r, [self, r](beast::error_code ec) {
         if (ec) {
           self->Gone();
+          self->HardClose();
+          return;
+        }
+        self->accepted_ = true;
+        if (self->going_away_) {
+          self->GoingAway();
           return;
         }
         self->DoRead();
@@ -144,6 +230,11 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
   void Close() override {
     auto self = shared_from_this();
     net::post(strand_, [self] { self->HardClose(); });
+  }
+
+  void GoAway() override {
+    auto self = shared_from_this();
+    net::post(strand_, [self] { self->GoingAway(); });
   }
 
  private:
@@ -161,6 +252,25 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     bool ending = false;
   };
 
+  // idle(): no session and no session.start on its way; such a connection may be evicted.
+  void UpdateIdle() { set_idle(sessions_.empty() && pending_starts_ == 0); }
+
+  // Server shutdown: session.ended (server_shutdown) for every session still open, what is
+  // queued, then the close frame 1001; the sessions end. Strand.
+  void GoingAway() {
+    going_away_ = true;
+    if (closed_) return;
+    if (!accepted_) return;  // the handshake's handler comes back here
+    for (const auto& [sid, st] : sessions_) {
+      Send(SessionEnded{.session = sid, .reason = EndReason::kServerShutdown, .frames = st.results}
+               .Serialize());
+    }
+    if (closed_) return;  // the queue overflowed: already closing with 1008
+    flush_before_close_ = true;
+    CloseWith(websocket::close_code::going_away);
+    sessions_.clear();  // what the engine reports later is for nobody
+  }
+
   void DoRead() {
     auto self = shared_from_this();
     ws_.async_read(buf_, [self](beast::error_code ec, std::size_t /*n*/) { self->OnRead(ec); });
@@ -172,6 +282,7 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
       HardClose();
       return;
     }
+    if (closed_) return;  // closing: what arrives now is not acted on
     const auto data = buf_.data();
     if (ws_.got_text()) {
       auto parsed = ParseClientMessage(
@@ -272,6 +383,7 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
                            .kv = kv,
                            .max_context = max_context};
     ++pending_starts_;
+    UpdateIdle();
     auto self = shared_from_this();
     // Set on the engine thread by `done`, read there by the sink: no lock needed.
     auto id = std::make_shared<RealtimeSessionId>(0);
@@ -301,6 +413,7 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
 
   void OnStarted(const StartOutcome& out, SessionStarted started) {
     --pending_starts_;
+    UpdateIdle();
     if (out.admitted) {
       if (gone_) {
         srv_->service->EndSession(out.id);
@@ -309,6 +422,7 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
       SessionState state;
       state.tokens_per_frame = started.tokens_per_frame;
       sessions_.emplace(out.id, std::move(state));
+      UpdateIdle();
       started.session = out.id;
       Send(started.Serialize());
     } else if (!out.error.empty()) {
@@ -446,6 +560,7 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     if (it == sessions_.end()) return;
     const std::int64_t frames = it->second.results;
     sessions_.erase(it);
+    UpdateIdle();
     Send(SessionEnded{.session = sid, .reason = ToEndReason(e), .frames = frames}.Serialize());
   }
 
@@ -483,6 +598,10 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
       return;
     }
     if (close_code_) {
+      if (flush_before_close_ && !queue_.empty()) {
+        DoWrite();
+        return;
+      }
       queue_.clear();
       StartClose();
       return;
@@ -498,7 +617,12 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     Gone();
     close_code_ = code;
     if (writing_) {
-      while (queue_.size() > 1) queue_.pop_back();  // the front one is being written
+      // The front one is being written; the rest goes too unless it is to be flushed first.
+      if (!flush_before_close_) {
+        while (queue_.size() > 1) queue_.pop_back();
+      }
+    } else if (flush_before_close_ && !queue_.empty()) {
+      DoWrite();
     } else {
       queue_.clear();
       StartClose();
@@ -542,8 +666,11 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
   beast::flat_buffer buf_;
   std::deque<std::string> queue_;
   bool writing_ = false;
-  bool closed_ = false;  // nothing more is sent
-  bool gone_ = false;    // sessions ended
+  bool closed_ = false;              // nothing more is sent
+  bool gone_ = false;                // sessions ended
+  bool accepted_ = false;            // the handshake completed
+  bool going_away_ = false;          // the server is stopping
+  bool flush_before_close_ = false;  // send what is queued before the close frame (shutdown)
   std::optional<websocket::close_code> close_code_;
   std::unordered_map<std::uint64_t, SessionState> sessions_;
   int pending_starts_ = 0;
@@ -555,7 +682,8 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
 
 class HttpSession final : public Closable, public std::enable_shared_from_this<HttpSession> {
  public:
-  HttpSession(tcp::socket&& socket, Impl* srv) : stream_(std::move(socket)), srv_(srv) {}
+  HttpSession(tcp::socket&& socket, Impl* srv, std::string address)
+      : stream_(std::move(socket)), srv_(srv), address_(std::move(address)) {}
   ~HttpSession() override { srv_->Unregister(this); }
   HttpSession(const HttpSession&) = delete;
   HttpSession& operator=(const HttpSession&) = delete;
@@ -573,12 +701,16 @@ class HttpSession final : public Closable, public std::enable_shared_from_this<H
       self->stream_.socket().close(ec);
     });
   }
+  void GoAway() override { Close(); }
 
  private:
   void DoRead() {
+    set_idle(true);
     parser_.emplace();
     parser_->body_limit(srv_->options.max_message_bytes);
-    stream_.expires_after(kHttpIdle);
+    // The whole request (headers and body) within the deadline: a client trickling bytes holds
+    // its slot no longer than that.
+    stream_.expires_after(srv_->handshake_timeout());
     auto self = shared_from_this();
     http::async_read(stream_, buffer_, *parser_,
                      [self](beast::error_code ec, std::size_t /*n*/) { self->OnRead(ec); });
@@ -589,20 +721,33 @@ class HttpSession final : public Closable, public std::enable_shared_from_this<H
       stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
       return;
     }
+    set_idle(false);
     Request req = parser_->release();
     const std::string_view target = View(req.target());
     const std::string_view path = target.substr(0, target.find('?'));
     if (websocket::is_upgrade(req) && path == "/v1/realtime") {
+      // Beast accepts any Sec-WebSocket-Key; RFC 6455 asks for base64 of 16 bytes.
+      if (!IsValidWebSocketKey(View(req[http::field::sec_websocket_key]))) {
+        Respond(req, http::status::bad_request,
+                "bad Sec-WebSocket-Key: must be the base64 encoding of 16 bytes\n", "text/plain");
+        return;
+      }
+      if (!OriginAllowed(View(req[http::field::origin]), View(req[http::field::host]),
+                         srv_->options.allowed_origins, !srv_->expected_authorization.empty())) {
+        Respond(req, http::status::forbidden, "origin not allowed\n", "text/plain");
+        return;
+      }
       if (!srv_->Authorized(req)) {
         Respond(req, http::status::unauthorized, "unauthorized\n", "text/plain");
         return;
       }
       stream_.expires_never();
       auto ws = std::make_shared<WsConnection>(stream_.release_socket(), srv_);
-      if (srv_->Register(ws, /*check=*/false)) ws->Run(std::move(req));
+      if (srv_->Register(ws, address_, /*check=*/false)) ws->Run(std::move(req));
       return;
     }
-    if (req.method() != http::verb::get) {
+    // HEAD is answered wherever GET is: the same status and headers, no body.
+    if (req.method() != http::verb::get && req.method() != http::verb::head) {
       Respond(req, http::status::method_not_allowed, "method not allowed\n", "text/plain");
     } else if (path == "/healthz") {
       Respond(req, http::status::ok, "ok", "text/plain");
@@ -655,9 +800,11 @@ class HttpSession final : public Closable, public std::enable_shared_from_this<H
       res->set(http::field::cache_control,
                beast::string_view(cache_control.data(), cache_control.size()));
     }
+    if (status == http::status::method_not_allowed) res->set(http::field::allow, "GET, HEAD");
     res->keep_alive(req.keep_alive());
     res->body() = std::move(body);
     res->prepare_payload();
+    if (req.method() == http::verb::head) res->body().clear();  // Content-Length stays GET's
     auto self = shared_from_this();
     http::async_write(stream_, *res, [self, res](beast::error_code ec, std::size_t /*n*/) {
       if (ec || res->need_eof()) {
@@ -670,6 +817,7 @@ class HttpSession final : public Closable, public std::enable_shared_from_this<H
 
   beast::tcp_stream stream_;
   Impl* srv_;
+  std::string address_;  // the client's, for the per-address cap
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
 };
@@ -684,8 +832,10 @@ void HttpServer::Impl::DoAccept() {
       // algorithm holds one behind the peer's delayed ACK (~40 ms on Linux), half a Moshi period.
       beast::error_code ignored;
       socket.set_option(tcp::no_delay(true), ignored);
-      auto s = std::make_shared<HttpSession>(std::move(socket), this);
-      if (Register(s, /*check=*/true)) s->Run();
+      const tcp::endpoint peer = socket.remote_endpoint(ignored);
+      std::string address = ignored ? std::string() : peer.address().to_string();
+      auto s = std::make_shared<HttpSession>(std::move(socket), this, address);
+      if (Register(s, address, /*check=*/true)) s->Run();
     }
     DoAccept();
   });
@@ -700,14 +850,25 @@ HttpServer::~HttpServer() { Stop(); }
 void HttpServer::Start() {
   Impl& s = *impl_;
   if (s.started) return;
-  s.started = true;
+  const std::string where = s.options.host + ":" + std::to_string(s.options.port);
+  beast::error_code ec;
   tcp::resolver resolver(s.io);
-  const auto results = resolver.resolve(s.options.host, std::to_string(s.options.port));
+  const auto results = resolver.resolve(s.options.host, std::to_string(s.options.port), ec);
+  if (ec || results.empty()) {
+    throw ConfigError("host = '" + s.options.host + "' does not resolve to an address" +
+                      (ec ? ": " + ec.message() : std::string()));
+  }
   const tcp::endpoint endpoint = results.begin()->endpoint();
-  s.acceptor.open(endpoint.protocol());
-  s.acceptor.set_option(net::socket_base::reuse_address(true));
-  s.acceptor.bind(endpoint);
-  s.acceptor.listen(net::socket_base::max_listen_connections);
+  const auto fail = [&](std::string_view step) {
+    beast::error_code ignored;
+    s.acceptor.close(ignored);
+    throw ConfigError("cannot listen on " + where + ": " + std::string(step) + ": " + ec.message());
+  };
+  if (s.acceptor.open(endpoint.protocol(), ec); ec) fail("open");
+  if (s.acceptor.set_option(net::socket_base::reuse_address(true), ec); ec) fail("setsockopt");
+  if (s.acceptor.bind(endpoint, ec); ec) fail("bind");
+  if (s.acceptor.listen(net::socket_base::max_listen_connections, ec); ec) fail("listen");
+  s.started = true;
   s.bound_port = s.acceptor.local_endpoint().port();
   s.DoAccept();
   s.work.emplace(s.io.get_executor());
@@ -729,14 +890,16 @@ void HttpServer::Stop() {
   {
     const std::lock_guard<std::mutex> lock(s.mu);
     s.accepting = false;
-    for (auto& [key, weak] : s.conns) {
-      if (auto c = weak.lock()) open.push_back(std::move(c));
+    for (auto& [key, entry] : s.conns) {
+      if (auto c = entry.conn.lock()) open.push_back(std::move(c));
     }
   }
-  for (auto& c : open) c->Close();
+  for (auto& c : open) c->GoAway();
   open.clear();
-  // Connections go once their sessions' last callbacks have run.
-  for (int i = 0; i < 600; ++i) {
+  // Connections go once their close handshake is done (or kCloseGrace passed) and their
+  // sessions' last callbacks have run.
+  const auto give_up = std::chrono::steady_clock::now() + kStopWait;
+  while (std::chrono::steady_clock::now() < give_up) {
     {
       const std::lock_guard<std::mutex> lock(s.mu);
       if (s.conns.empty()) break;

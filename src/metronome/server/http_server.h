@@ -4,6 +4,8 @@
 // Each connection runs on its own strand; the engine's callbacks (engine thread) post back to it.
 // Sends go through a bounded per-connection queue, one async_write at a time; a reader slower than
 // that queue is closed with status 1008. When a connection closes, its sessions end at once.
+// Connection slots are shared fairly: request and handshake deadlines, idle connections evicted
+// first at the cap, an optional per-address cap (ServerOptions).
 //
 // Thread-safety: Start() and Stop() from one controlling thread; port() from any thread.
 #pragma once
@@ -15,6 +17,7 @@
 
 #include "metronome/model/tokenizer.h"
 #include "metronome/server/engine_service.h"
+#include "metronome/server/http_access.h"
 #include "metronome/server/protocol.h"
 #include "metronome/telemetry/metrics.h"
 
@@ -26,7 +29,18 @@ struct ServerOptions {
   int io_threads = 1;
   std::size_t max_message_bytes = std::size_t{1} << 20;  // larger messages: close with 1009
   int max_sessions_per_connection = 4;
-  int max_connections = 256;  // HTTP and WebSocket together; more are closed at once
+  // HTTP and WebSocket together. At the cap a newcomer takes the slot of the oldest idle
+  // connection (an HTTP connection waiting for its request, or a WebSocket with no session and no
+  // session.start pending); with none idle it is closed at once.
+  int max_connections = 256;
+  // Connections from one client address at most (0: no cap). At the cap the same address's oldest
+  // idle connection makes room, or the newcomer is closed. Off by default: one load generator, or
+  // every client behind one reverse proxy, is one address.
+  int max_connections_per_address = 0;
+  // A connection must deliver a complete HTTP request within this (from accept, or from the
+  // previous response on a kept-alive connection), and finish the WebSocket handshake within it;
+  // otherwise it is closed. Slow-header clients hold a slot at most this long.
+  std::int64_t handshake_timeout_ms = 5000;
   // Messages queued for one connection; a reader slower than that is closed with 1008 (policy)
   // and its sessions end.
   std::size_t max_send_queue = 256;
@@ -34,6 +48,9 @@ struct ServerOptions {
   // (401 otherwise); the dashboard's static files do not (the page sends the token it is given
   // in its URL fragment, /#token=T).
   std::string auth_token;
+  // Browser Origins allowed to upgrade (http_access.h: nullopt is the default rule, same host or
+  // loopback only when auth_token is empty). Requests without Origin are not browsers: allowed.
+  AllowedOrigins allowed_origins;
   ServerCaps caps;  // caps.max_message_bytes is overridden by max_message_bytes
   // Session defaults when session.start does not give them.
   std::int64_t default_window = 512;
@@ -53,11 +70,16 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Binds and listens (throws on failure), starts the io threads and returns.
+  // Binds and listens, starts the io threads and returns. Throws ConfigError naming host and port
+  // when the host does not resolve or the address cannot be bound (e.g. already in use).
   void Start();
   [[nodiscard]] int port() const;
-  // Closes the listener and every connection (their sessions end), joins the io threads.
-  // Idempotent.
+  // Graceful: closes the listener and HTTP connections; every WebSocket is told session.ended
+  // (reason server_shutdown) for each session still open, gets what was queued for it, then a
+  // close frame 1001 (going away); its sessions end. A peer that does not complete the close
+  // within kCloseGrace (1 s) is dropped. Joins the io threads; returns within about 3 s.
+  // Idempotent. (metronome serve calls EngineService::Shutdown first, so the sessions end with
+  // reason server_shutdown on the engine side too.)
   void Stop();
 
   struct Impl;

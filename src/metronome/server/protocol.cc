@@ -574,6 +574,12 @@ std::variant<ClientMessage, ProtocolError> ParseClientMessageImpl(std::string_vi
     return MakeError(ErrorCode::kBadJson,
                      "message is not valid UTF-8 (byte " + std::to_string(bad) + ")");
   }
+  // nlohmann's lexer takes a NUL byte for the end of the input, so "{...}\0garbage" would parse
+  // as its first part. JSON allows a NUL nowhere (inside a string it must be escaped as \u0000).
+  if (const auto nul = text.find('\0'); nul != std::string_view::npos) {
+    return MakeError(ErrorCode::kBadJson, "message is not JSON: a NUL byte at byte " +
+                                              std::to_string(nul) + " (JSON allows none)");
+  }
   auto parsed = ParseJson(text);
   if (auto* error = std::get_if<ProtocolError>(&parsed)) return std::move(*error);
   const Json& msg = std::get<Json>(parsed);

@@ -1,0 +1,339 @@
+"""The red-team attacks of issue 11, replayed against a live `metronome serve` on loopback, and
+the health checks after them. Driven by tests/redteam/redteam.sh (which starts and stops the
+server); see that script for the server's flags these attacks assume.
+
+  attacks.py --port P --pid PID --section edge|hog|all [--short]   attacks, then health checks
+  attacks.py --port P --shutdown-client READY_FILE                  holds a session through SIGTERM
+
+Sections: `edge` (connection slots, handshake deadline, strict JSON, Sec-WebSocket-Key, HEAD,
+Origin, abrupt disconnects) and `hog` (issue 11 part A: per-session leak, declared rate, text vs
+declared tokens_per_frame; these fail until part A is merged). Exit status 1 if any check failed.
+"""
+
+import argparse
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from wsclient import Closed, WsClient, get_json, http_request  # noqa: E402
+
+failures = []
+
+
+def check(name, ok, detail=""):
+    print(("PASS: " if ok else "FAIL: ") + name + (f" ({detail})" if detail else ""), flush=True)
+    if not ok:
+        failures.append(name)
+
+
+def fd_count(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return -1
+
+
+def kv_used(port):
+    return get_json(port, "/v1/stats")["kv"]["used_blocks"]
+
+
+def legit_session(port, frames=3):
+    """A well-behaved client: start, `frames` frames answered, end. True if all went as promised."""
+    c = WsClient(port)
+    try:
+        sid = c.start()
+        for i in range(frames):
+            c.send_json({"type": "frame", "session": sid, "index": i, "ids": [1, 2]})
+            r = c.read_type("frame.result")
+            if r.get("session") != sid:
+                return False
+            time.sleep(0.04)
+        c.send_json({"type": "session.end", "session": sid})
+        return c.read_type("session.ended").get("reason") == "client"
+    finally:
+        c.close_socket()
+
+
+def served_within(fn, seconds):
+    """Seconds until fn() first returned True (retrying), or None if it never did in time."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        try:
+            if fn():
+                return time.monotonic() - t0
+        except (OSError, ConnectionError, Closed, RuntimeError):
+            pass
+        time.sleep(0.05)
+    return None
+
+
+# --- edge ---------------------------------------------------------------------------------------
+
+def attack_slowloris(port, sockets, seconds):
+    """More trickling half-header sockets than --max-connections, reconnecting when dropped; a
+    legitimate /healthz and session must still be served (within 5 s: only a lockout fails)."""
+    stop = threading.Event()
+    reconnects = [0]
+
+    def connect():
+        s = socket.create_connection(("127.0.0.1", port), timeout=2)
+        s.sendall(b"GET /healthz HTTP/1.1\r\nX-Slow: ")
+        reconnects[0] += 1
+        return s
+
+    def run():
+        socks = []
+        for _ in range(sockets):
+            try:
+                socks.append(connect())
+            except OSError:
+                socks.append(None)
+        while not stop.is_set():
+            for i, s in enumerate(socks):
+                try:
+                    if s is None:
+                        raise OSError("reconnect")
+                    s.send(b"a")
+                except OSError:
+                    try:
+                        if s is not None:
+                            s.close()
+                        socks[i] = connect()
+                    except OSError:
+                        socks[i] = None
+            time.sleep(0.05)
+        for s in socks:
+            if s is not None:
+                s.close()
+
+    t = threading.Thread(target=run)
+    t.start()
+    try:
+        time.sleep(1.0)  # the cap is full and cycling
+        worst_health = 0.0
+        worst_session = 0.0
+        end = time.monotonic() + seconds
+        rounds = 0
+        while time.monotonic() < end or rounds == 0:
+            rounds += 1
+            h = served_within(lambda: http_request(port, "GET", "/healthz")[0] == 200, 5)
+            s = served_within(lambda: legit_session(port, frames=1), 5)
+            worst_health = max(worst_health, h if h is not None else 99)
+            worst_session = max(worst_session, s if s is not None else 99)
+        check("slowloris: /healthz still served", worst_health < 5,
+              f"worst {worst_health:.2f} s over {rounds} rounds, {reconnects[0]} slow connects")
+        check("slowloris: a session still works", worst_session < 5,
+              f"worst {worst_session:.2f} s")
+    finally:
+        stop.set()
+        t.join()
+
+
+def attack_header_deadline(port, timeout_ms):
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout_ms / 1000 + 5)
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x")
+    t0 = time.monotonic()
+    try:
+        data = s.recv(1)
+        closed = data == b""
+    except ConnectionResetError:
+        closed = True
+    except socket.timeout:
+        closed = False
+    s.close()
+    check("an unfinished request header is closed at the handshake deadline", closed,
+          f"after {time.monotonic() - t0:.2f} s, deadline {timeout_ms} ms")
+
+
+def attack_bad_json(port):
+    c = WsClient(port)
+    try:
+        for name, payload in [("NUL then garbage", b'{"type":"ping"}\x00garbage'),
+                              ("two values", b'{"type":"ping"}{"type":"ping"}'),
+                              ("trailing junk", b'{"type":"ping"} x')]:
+            c.send_text(payload)
+            r = c.read_json()
+            check(f"strict JSON: {name} is bad_json", r.get("code") == "bad_json", json.dumps(r))
+        c.send_json({"type": "ping", "nonce": 5})
+        check("strict JSON: the connection goes on", c.read_json().get("type") == "pong")
+    finally:
+        c.close_socket()
+
+
+def attack_handshake(port):
+    for key in ["x", "dGhlIHNhbXBsZSBub25jZR==", "not base64 at all!!!!!!!"]:
+        try:
+            WsClient(port, key=key)
+            status = 101
+        except ConnectionError as e:
+            status = int(str(e).split()[-1]) if "refused" in str(e) else -1
+        check(f"Sec-WebSocket-Key {key!r} refused", status == 400, f"status {status}")
+    status, hdrs, body = http_request(port, "HEAD", "/healthz")
+    check("HEAD /healthz answered like GET without a body",
+          status == 200 and body == b"" and hdrs.get("content-length") == "2",
+          f"{status} {hdrs.get('content-length')}")
+    try:
+        WsClient(port, headers={"Origin": "https://evil.example"})
+        status = 101
+    except ConnectionError as e:
+        status = int(str(e).split()[-1]) if "refused" in str(e) else -1
+    check("a cross-site Origin may not upgrade (no token set)", status == 403, f"status {status}")
+    c = WsClient(port, headers={"Origin": "http://localhost:3000"})
+    c.close_socket()
+    check("a loopback Origin may upgrade", c.status == 101)
+
+
+def attack_abrupt_disconnects(port, n):
+    """Sessions opened, fed and dropped without a close frame: every block must come back."""
+    for _ in range(n):
+        c = WsClient(port)
+        sid = c.start(kv={"policy": "full"})
+        for i in range(3):
+            c.send_json({"type": "frame", "session": sid, "index": i, "ids": [1, 2]})
+        c.close_socket()
+
+
+# --- hog (part A) -------------------------------------------------------------------------------
+
+def attack_churn_leak(port, pid, sessions):
+    """Per-session leak: RSS after `sessions` start/end cycles with prompts must stay flat."""
+    c = WsClient(port)
+    def cycle(count):
+        for _ in range(count):
+            sid = c.start(prompt={"ids": [1] * 256})
+            c.send_json({"type": "session.end", "session": sid})
+            c.read_type("session.ended")
+    cycle(sessions // 4)  # warm the allocator
+    before = rss_kb(pid)
+    cycle(sessions)
+    after = rss_kb(pid)
+    c.close_socket()
+    per_session = (after - before) * 1024 / sessions
+    check("churn: RSS flat across session churn", per_session < 100,
+          f"{before} -> {after} kB over {sessions} sessions, {per_session:.0f} B each")
+
+
+def attack_rate_hog(port, seconds):
+    """A full-KV session declaring period 10000 ms and 1 token per frame, sending back to back:
+    its KV must stay within what admission budgeted (or it is told and ended)."""
+    total = get_json(port, "/v1/stats")["kv"]["total_blocks"]
+    c = WsClient(port)
+    sid = c.start(period_ms=10000, tokens_per_frame=1, kv={"policy": "full"})
+    end = time.monotonic() + seconds
+    refused = 0
+    c.sock.settimeout(0.001)
+    while time.monotonic() < end:
+        try:
+            c.send_json({"type": "frame", "session": sid, "ids": [1]})
+            while True:
+                msg = c.read_json()
+                if msg.get("type") == "error":
+                    refused += 1
+                if msg.get("type") == "session.ended":
+                    end = 0
+                    break
+        except (socket.timeout, BlockingIOError):
+            pass
+        except Closed:
+            break
+    c.sock.settimeout(5)
+    used = kv_used(port)
+    c.close_socket()
+    check("rate hog: one session cannot take the pool", used < total // 4,
+          f"{used} of {total} blocks used, {refused} frames refused")
+
+
+def attack_text_hog(port):
+    """Text frames must respect the declared tokens_per_frame, as id frames do."""
+    c = WsClient(port)
+    try:
+        sid = c.start(tokens_per_frame=1)
+        c.send_json({"type": "frame", "session": sid, "text": "hello world " * 200})
+        r = c.read_json()
+        check("text hog: a text over tokens_per_frame is over_cap", r.get("code") == "over_cap",
+              json.dumps(r)[:200])
+    finally:
+        c.close_socket()
+
+
+# --- after the attacks --------------------------------------------------------------------------
+
+def health(port, pid, baseline_fds, baseline_rss_kb):
+    status = http_request(port, "GET", "/healthz")[0]
+    check("after: /healthz 200", status == 200, f"status {status}")
+    check("after: a legitimate session works", served_within(lambda: legit_session(port), 5)
+          is not None)
+    fds_ok = served_within(lambda: fd_count(pid) <= baseline_fds, 5)
+    check("after: open fds back to baseline", fds_ok is not None,
+          f"{fd_count(pid)} now, {baseline_fds} before")
+    kv_ok = served_within(lambda: kv_used(port) == 0, 5)
+    check("after: 0 KV blocks used", kv_ok is not None, f"{kv_used(port)} used")
+    rss = rss_kb(pid)
+    print(f"after: RSS {baseline_rss_kb} kB before the attacks, {rss} kB after", flush=True)
+    check("after: RSS grew less than 64 MiB", rss - baseline_rss_kb < 64 * 1024)
+
+
+def shutdown_client(port, ready_file):
+    """Holds a session until the server goes down; exit 0 iff it saw session.ended with reason
+    server_shutdown and a 1001 close frame."""
+    c = WsClient(port)
+    sid = c.start()
+    with open(ready_file, "w") as f:
+        f.write(str(sid))
+    c.sock.settimeout(30)
+    reason = None
+    code = None
+    try:
+        while True:
+            msg = c.read_json()
+            if msg.get("type") == "session.ended":
+                reason = msg.get("reason")
+    except Closed as e:
+        code = e.code
+    ok = reason == "server_shutdown" and code == 1001
+    print(f"shutdown client: session.ended reason {reason}, close code {code}", flush=True)
+    return 0 if ok else 1
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--pid", type=int)
+    p.add_argument("--section", choices=["edge", "hog", "all"], default="all")
+    p.add_argument("--short", action="store_true")
+    p.add_argument("--max-connections", type=int, default=16)
+    p.add_argument("--handshake-timeout-ms", type=int, default=1000)
+    p.add_argument("--shutdown-client")
+    a = p.parse_args()
+    if a.shutdown_client:
+        return shutdown_client(a.port, a.shutdown_client)
+    time.sleep(0.2)
+    baseline_fds = fd_count(a.pid)
+    baseline_rss = rss_kb(a.pid)
+    if a.section in ("edge", "all"):
+        attack_header_deadline(a.port, a.handshake_timeout_ms)
+        attack_bad_json(a.port)
+        attack_handshake(a.port)
+        attack_abrupt_disconnects(a.port, 20 if a.short else 200)
+        attack_slowloris(a.port, a.max_connections + 10, 3 if a.short else 30)
+    if a.section in ("hog", "all"):
+        attack_text_hog(a.port)
+        attack_rate_hog(a.port, 3 if a.short else 20)
+        attack_churn_leak(a.port, a.pid, 2000 if a.short else 20000)
+    health(a.port, a.pid, baseline_fds, baseline_rss)
+    print(f"redteam: {len(failures)} failed" + (": " + ", ".join(failures) if failures else ""))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

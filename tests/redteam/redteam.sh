@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Red team (issue 11): starts `metronome serve --model synthetic:tiny` on loopback, replays the
+# hostile-client attacks of tests/redteam/attacks.py against it, checks its health afterwards
+# (/healthz 200, a legitimate session works, open fds back to baseline, RSS, 0 KV blocks used),
+# then sends SIGTERM with a client holding a session: that client must see session.ended
+# (server_shutdown) and a 1001 close frame, and the server must exit 0 within 5 s.
+# Usage: redteam.sh <metronome binary> [--short] [--only edge|hog|all]
+#   --short: CI mode (well under 60 s). --only edge: the connection-edge attacks (part B of issue
+#   11); hog: the per-session leak and KV/compute hogs (part A; they fail until it is merged).
+# Loopback only; stops by itself (every step has a timeout; the server is killed on exit).
+set -uo pipefail
+bin="$1"
+shift
+short=""
+section="all"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --short) short="--short" ;;
+    --only) section="$2"; shift ;;
+    *) echo "redteam: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+here="$(cd "$(dirname "$0")" && pwd)"
+tmp="$(mktemp -d)"
+serve_pid=""
+cleanup() {
+  if [ -n "$serve_pid" ] && kill -0 "$serve_pid" 2>/dev/null; then kill -KILL "$serve_pid"; fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+max_connections=16
+handshake_ms=1000
+
+"$bin" serve --model synthetic:tiny --host 127.0.0.1 --port 0 --threads 1 --kv-blocks 256 \
+  --admission static:64 --max-connections "$max_connections" --handshake-timeout-ms \
+  "$handshake_ms" --quiet >"$tmp/serve.out" 2>&1 &
+serve_pid=$!
+port=""
+for _ in $(seq 1 100); do
+  port="$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$tmp/serve.out" | grep -o '[0-9]*$')"
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+if [ -z "$port" ]; then
+  echo "FAIL: serve did not start"; cat "$tmp/serve.out"; exit 1
+fi
+
+rc=0
+timeout 600 python3 "$here/attacks.py" --port "$port" --pid "$serve_pid" --section "$section" \
+  --max-connections "$max_connections" --handshake-timeout-ms "$handshake_ms" $short || rc=1
+
+# Graceful shutdown, as docs/protocol.md promises.
+timeout 40 python3 "$here/attacks.py" --port "$port" --shutdown-client "$tmp/ready" &
+client_pid=$!
+for _ in $(seq 1 100); do
+  [ -s "$tmp/ready" ] && break
+  sleep 0.05
+done
+t0=$(date +%s.%N)
+kill -TERM "$serve_pid"
+exited=""
+for _ in $(seq 1 100); do
+  if ! kill -0 "$serve_pid" 2>/dev/null; then exited=1; break; fi
+  sleep 0.05
+done
+if [ -n "$exited" ]; then
+  wait "$serve_pid"
+  serve_rc=$?
+  serve_pid=""
+  echo "PASS: serve exited within 5 s of SIGTERM ($(awk -v a="$t0" -v b="$(date +%s.%N)" \
+    'BEGIN { printf "%.2f", b - a }') s)"
+  if [ "$serve_rc" -eq 0 ]; then echo "PASS: serve exit status 0"; else
+    echo "FAIL: serve exit status $serve_rc"; rc=1; fi
+else
+  echo "FAIL: serve still running 5 s after SIGTERM"; rc=1
+fi
+if wait "$client_pid"; then echo "PASS: the client saw session.ended (server_shutdown) and 1001"
+else echo "FAIL: the client did not see session.ended (server_shutdown) and 1001"; rc=1; fi
+[ "$rc" -eq 0 ] && echo "redteam: all checks passed" || echo "redteam: FAILED"
+exit "$rc"
