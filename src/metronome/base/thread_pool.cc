@@ -294,6 +294,11 @@ void SetDefaultThreadCount(int num_threads) {
   o.num_threads = num_threads;
   auto fresh = std::make_unique<ThreadPool>(o);
   DefaultPoolPtr().store(fresh.get(), std::memory_order_release);
+  // The replaced pool is retired, not destroyed: a thread that fetched it just before the swap may
+  // still be running a job on it. Its workers sleep on their futex from then on (no CPU); resizes
+  // happen a few times per process (engine construction), so the retired list stays short.
+  static std::vector<std::unique_ptr<ThreadPool>> retired;
+  if (DefaultPoolStorage()) retired.push_back(std::move(DefaultPoolStorage()));
   DefaultPoolStorage() = std::move(fresh);
 }
 

@@ -135,8 +135,9 @@ class ThreadPool {
 // for the CPUs this process may use, however many engines it runs. Created on first use with
 // DetectedCpuCount() threads.
 [[nodiscard]] ThreadPool& DefaultThreadPool();
-// Replaces the default pool with one of `num_threads` threads (>= 1; no-op when unchanged). Not
-// thread-safe against concurrent use of the default pool: call it at start-up, between jobs.
+// Replaces the default pool with one of `num_threads` threads (>= 1; no-op when unchanged). Jobs
+// already running on the old pool finish there (it is retired, kept alive with sleeping workers);
+// later DefaultThreadPool() calls get the new one. Meant for start-up (engine construction).
 void SetDefaultThreadCount(int num_threads);
 
 }  // namespace metronome::base
