@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "metronome/base/errors.h"
+#include "metronome/base/thread_pool.h"
 #include "metronome/model/model.h"
 #include "support/shared_data.h"
 
 #ifdef _OPENMP
-#include <omp.h>
 #endif
 
 namespace metronome::model {
@@ -331,14 +331,15 @@ TEST(SyntheticModelTest, DeterministicFromSeed) {
   EXPECT_FALSE(SameFloats(a.weights->layers[1].w_down, c.weights->layers[1].w_down, 64 * 128));
   ASSERT_NE(a.tokenizer, nullptr);
   EXPECT_EQ(a.tokenizer->vocab_size(), 512);
-#ifdef _OPENMP
-  // Identical regardless of the thread count.
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
+  // Identical regardless of the thread count of the pool that fills it.
+  const int threads = base::DefaultThreadPool().num_threads();
+  base::SetDefaultThreadCount(1);
   const Model d = MakeSyntheticModel("tiny", 7);
-  omp_set_num_threads(threads);
+  base::SetDefaultThreadCount(3);
+  const Model e = MakeSyntheticModel("tiny", 7);
+  base::SetDefaultThreadCount(threads);
   EXPECT_TRUE(SameFloats(a.weights->token_embedding, d.weights->token_embedding, n));
-#endif
+  EXPECT_TRUE(SameFloats(a.weights->token_embedding, e.weights->token_embedding, n));
 }
 
 TEST(SyntheticModelTest, WeightStatistics) {

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "metronome/base/errors.h"
+#include "metronome/base/thread_pool.h"
 #include "metronome/kv/block_pool.h"
 
 namespace metronome::cli {
@@ -52,10 +53,23 @@ void EngineFlags::Register(CLI::App* app) {
       ->check(CLI::Range(0.0, 1e7));
   app->add_option("--kv-blocks", kv_blocks, "KV pool size in blocks (overrides --kv-pool-mb)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30));
-  app->add_option("--threads", threads, "Threads (0: all cores)")->check(CLI::Range(0, 1024));
+  // Default: the CPUs this process may use (affinity, cgroup CPU quota). More than a few times
+  // that only adds threads that wait for a core, so the range stops at 4x.
+  const int detected = base::DetectedCpuCount();
+  threads = detected;
+  app->add_option("--threads", threads,
+                  "Threads of the engine's pool (default: the CPUs this process may use, from "
+                  "its affinity and cgroup CPU quota)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, kMaxThreadsPerDetectedCpu * detected));
   app->add_option("--kv-dtype", kv_dtype,
                   "KV element type: f32 (exact) | bf16 (half the memory and attention traffic)")
       ->check(CLI::IsMember({"f32", "bf16"}));
+}
+
+std::string EngineFlags::ThreadsLine() const {
+  return "threads " + std::to_string(threads) + " (detected CPUs " +
+         std::to_string(base::DetectedCpuCount()) + ")";
 }
 
 engine::EngineOptions EngineFlags::Options(const model::ModelConfig& config,

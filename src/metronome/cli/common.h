@@ -31,13 +31,18 @@ struct KvFlags {
   [[nodiscard]] kv::KvPolicy Policy() const;  // ConfigError naming the flag on bad values
 };
 
+// --threads accepts 1 .. this many times the detected CPU count.
+inline constexpr int kMaxThreadsPerDetectedCpu = 4;
+
 struct EngineFlags {
   int block_tokens = 16;
   double kv_pool_mb = 0.0;  // 0: sized for the run
   std::int64_t kv_blocks = 0;
-  int threads = 0;
+  int threads = 0;  // set by Register to the detected CPU count, the default
   std::string kv_dtype = "f32";
   void Register(CLI::App* app);
+  // The thread count, for the start-up line of a subcommand: "threads N (detected D)".
+  [[nodiscard]] std::string ThreadsLine() const;
   // `needed_tokens_per_session` x `sessions` (plus slack) sizes the pool when neither
   // --kv-pool-mb nor --kv-blocks is given.
   [[nodiscard]] engine::EngineOptions Options(const model::ModelConfig& config,

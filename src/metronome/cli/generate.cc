@@ -44,6 +44,7 @@ int RunGenerate(const GenerateFlags& f) {
   engine::Engine eng(
       m, f.engine.Options(m.config, policy, 1, static_cast<std::int64_t>(prompt.size()) + f.steps,
                           f.chunk));
+  std::fprintf(stderr, "[generate] %s\n", f.engine.ThreadsLine().c_str());
   engine::SessionOptions so;
   so.policy = policy;
   so.max_context = f.kv.max_context;

@@ -90,10 +90,11 @@ int RunServe(const ServeFlags& f) {
   http.Start();
 
   const engine::PoolStats pool = eng.pool_stats();
-  std::printf("metronome serve --model %s: KV pool %lld blocks x %lld tokens (%s)\n",
+  std::printf("metronome serve --model %s: KV pool %lld blocks x %lld tokens (%s), %s\n",
               f.model.model.c_str(), static_cast<long long>(pool.num_blocks),
               static_cast<long long>(pool.block_tokens),
-              HumanBytes(static_cast<double>(pool.num_blocks * pool.bytes_per_block)).c_str());
+              HumanBytes(static_cast<double>(pool.num_blocks * pool.bytes_per_block)).c_str(),
+              f.engine.ThreadsLine().c_str());
   std::printf("listening on http://%s:%d\n", so2.host.c_str(), http.port());
   std::printf("dashboard: http://%s:%d/%s\n", so2.host.c_str(), http.port(),
               so2.auth_token.empty() ? "" : "#token=<the --auth-token>");

@@ -1,7 +1,5 @@
 #include "metronome/engine/engine.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -10,6 +8,7 @@
 
 #include "metronome/base/check.h"
 #include "metronome/base/errors.h"
+#include "metronome/base/thread_pool.h"
 #include "metronome/kernels/gemm.h"
 #include "metronome/kernels/paged_attention.h"
 #include "metronome/kernels/vector_ops.h"
@@ -72,6 +71,16 @@ kv::BlockPoolOptions PoolOptionsFor(const kv::KvLayout& layout, const EngineOpti
   return p;
 }
 
+// Work below this size per chunk stays on one thread: a hand-off to a pool worker costs a few
+// microseconds (a futex wake when it sleeps).
+constexpr std::int64_t kMinFloatsPerChunk = 16 * 1024;  // row loops: floats touched per chunk
+constexpr double kMinAttentionFlopsPerChunk = 128.0 * 1024.0;
+
+// Rows of `row_floats` floats each per chunk of a row loop.
+std::int64_t MinRowsPerChunk(int row_floats) {
+  return std::max<std::int64_t>(1, kMinFloatsPerChunk / std::max(1, row_floats));
+}
+
 // Grow-only resize: step buffers are reused so that steady-state steps do not allocate.
 void EnsureSize(std::vector<float>& v, std::size_t n) {
   if (v.size() < n) v.resize(n);
@@ -118,6 +127,7 @@ Engine::Engine(const model::Model& model, const EngineOptions& options)
             PoolOptionsFor(LayoutFor(model.config, options), options)),
       batch_(std::make_unique<Batch>()) {
   MTR_CHECK(model.weights != nullptr, "engine needs a model with weights");
+  // The pool is process-wide (kernels::MatMulTransposedB runs on it too); 0 keeps its size.
   if (options.num_threads > 0) kernels::SetNumThreads(options.num_threads);
 }
 
@@ -296,15 +306,21 @@ void Engine::Forward(Batch& b) {
   EnsureSize(b.rope_cos, sz(T, pairs));
   EnsureSize(b.rope_sin, sz(T, pairs));
 
-  const bool parallel_rows = T >= 4;
-#pragma omp parallel for if (parallel_rows) schedule(static)
-  for (int t = 0; t < T; ++t) {
+  base::ThreadPool& pool = base::DefaultThreadPool();
+  // Row loops: fn(t) for every row t of the step, rows of `row_floats` floats each.
+  const auto for_rows = [&pool](int rows, int row_floats, auto&& fn) {
+    pool.ParallelFor(rows, MinRowsPerChunk(row_floats), [&fn](std::int64_t t0, std::int64_t t1) {
+      for (auto t = static_cast<int>(t0); t < static_cast<int>(t1); ++t) fn(t);
+    });
+  };
+  // The embedding copy plus ~pairs sin/cos evaluations in double per row.
+  for_rows(T, dim + 16 * pairs, [&](int t) {
     std::memcpy(&b.x[sz(t, dim)],
                 w.token_embedding + sz(b.tokens[static_cast<std::size_t>(t)], dim),
                 sizeof(float) * static_cast<std::size_t>(dim));
     rope_.Angles(b.positions[static_cast<std::size_t>(t)], &b.rope_cos[sz(t, pairs)],
                  &b.rope_sin[sz(t, pairs)]);
-  }
+  });
 
   // Attention work: (item, kv head, query sub-range) units, so one long prefill chunk still
   // spreads over all threads and many short decode items are balanced dynamically.
@@ -328,24 +344,25 @@ void Engine::Forward(Batch& b) {
       }
     }
   }
-  const int num_threads = omp_get_max_threads();
-  b.scratch.resize(static_cast<std::size_t>(num_threads));
+  // Attention scratch per pool slot (slots of one job never run two chunks at once).
+  b.scratch.resize(static_cast<std::size_t>(pool.num_threads()));
+  const std::int64_t min_work_per_chunk = static_cast<std::int64_t>(std::max(
+      1.0, kMinAttentionFlopsPerChunk * static_cast<double>(std::max<std::size_t>(1, work.size())) /
+               std::max(1.0, attn_flops_per_layer)));
   for (auto& s : b.scratch) EnsureSize(s, kernels::AttentionScratchFloats(shape, max_visible));
 
   for (int l = 0; l < c.num_layers; ++l) {
     const model::LayerWeights& lw = w.layers[static_cast<std::size_t>(l)];
 
-#pragma omp parallel for if (parallel_rows) schedule(static)
-    for (int t = 0; t < T; ++t) {
+    for_rows(T, dim, [&](int t) {
       kernels::RmsNorm(&b.x[sz(t, dim)], lw.attn_norm, c.rms_eps, &b.xb[sz(t, dim)], dim);
-    }
+    });
     Timed(&last_step_.gemm_seconds, [&] {
       kernels::MatMulTransposedB(b.xb.data(), T, dim, lw.wqkv, qkvd, b.qkv.data(), false);
     });
 
     // Bias, RoPE (q and k at absolute positions), then K/V into the session's blocks.
-#pragma omp parallel for if (parallel_rows) schedule(static)
-    for (int t = 0; t < T; ++t) {
+    for_rows(T, qkvd, [&](int t) {
       float* row = &b.qkv[sz(t, qkvd)];
       if (lw.bqkv != nullptr) kernels::Axpy(1.0f, lw.bqkv, row, qkvd);
       const float* cs = &b.rope_cos[sz(t, pairs)];
@@ -356,38 +373,40 @@ void Engine::Forward(Batch& b) {
           b.items[static_cast<std::size_t>(b.item_of_row[static_cast<std::size_t>(t)])].kv;
       const TokenPos pos = b.positions[static_cast<std::size_t>(t)];
       kv->WriteKv(l, pos, row + qd, row + qd + kvd);
-    }
+    });
 
     const auto t_attn = Clock::now();
-#pragma omp parallel for schedule(dynamic, 1)
-    for (std::size_t wi = 0; wi < work.size(); ++wi) {
-      const Batch::AttnWork& aw = work[wi];
-      const Batch::Item& bi = b.items[static_cast<std::size_t>(aw.item)];
-      const int row = bi.row0 + aw.begin;
-      kernels::PagedAttention(shape, bi.kv->View(), bi.kv->policy(), rope_, l, aw.kv_head,
-                              bi.pos0 + aw.begin, aw.n, &b.qkv[sz(row, qkvd)], &b.att[sz(row, qd)],
-                              static_cast<std::size_t>(qkvd), static_cast<std::size_t>(qd),
-                              b.scratch[static_cast<std::size_t>(omp_get_thread_num())].data());
-    }
+    pool.ParallelForSlot(
+        static_cast<std::int64_t>(work.size()), min_work_per_chunk,
+        [&](int slot, std::int64_t w0, std::int64_t w1) {
+          float* scratch = b.scratch[static_cast<std::size_t>(slot)].data();
+          for (auto wi = static_cast<std::size_t>(w0); wi < static_cast<std::size_t>(w1); ++wi) {
+            const Batch::AttnWork& aw = work[wi];
+            const Batch::Item& bi = b.items[static_cast<std::size_t>(aw.item)];
+            const int row = bi.row0 + aw.begin;
+            kernels::PagedAttention(shape, bi.kv->View(), bi.kv->policy(), rope_, l, aw.kv_head,
+                                    bi.pos0 + aw.begin, aw.n, &b.qkv[sz(row, qkvd)],
+                                    &b.att[sz(row, qd)], static_cast<std::size_t>(qkvd),
+                                    static_cast<std::size_t>(qd), scratch);
+          }
+        });
 
     last_step_.attention_seconds += std::chrono::duration<double>(Clock::now() - t_attn).count();
 
     Timed(&last_step_.gemm_seconds,
           [&] { kernels::MatMulTransposedB(b.att.data(), T, qd, lw.wo, dim, b.x.data(), true); });
 
-#pragma omp parallel for if (parallel_rows) schedule(static)
-    for (int t = 0; t < T; ++t) {
+    for_rows(T, dim, [&](int t) {
       kernels::RmsNorm(&b.x[sz(t, dim)], lw.ffn_norm, c.rms_eps, &b.xb[sz(t, dim)], dim);
-    }
+    });
     Timed(&last_step_.gemm_seconds, [&] {
       kernels::MatMulTransposedB(b.xb.data(), T, dim, lw.w_gate_up, 2 * ffn, b.gate_up.data(),
                                  false);
     });
-#pragma omp parallel for if (parallel_rows) schedule(static)
-    for (int t = 0; t < T; ++t) {
+    for_rows(T, 2 * ffn, [&](int t) {
       const float* gu = &b.gate_up[sz(t, 2 * ffn)];
       kernels::SwiGlu(gu, gu + ffn, &b.hidden[sz(t, ffn)], ffn);
-    }
+    });
     Timed(&last_step_.gemm_seconds, [&] {
       kernels::MatMulTransposedB(b.hidden.data(), T, ffn, lw.w_down, dim, b.x.data(), true);
     });
@@ -398,11 +417,10 @@ void Engine::Forward(Batch& b) {
   if (R > 0) {
     EnsureSize(b.final_rows, sz(R, dim));
     logits_.resize(sz(R, c.vocab_size));
-#pragma omp parallel for if (R >= 4) schedule(static)
-    for (int r = 0; r < R; ++r) {
+    for_rows(R, dim, [&](int r) {
       kernels::RmsNorm(&b.x[sz(b.logit_rows[static_cast<std::size_t>(r)], dim)], w.final_norm,
                        c.rms_eps, &b.final_rows[sz(r, dim)], dim);
-    }
+    });
     Timed(&last_step_.gemm_seconds, [&] {
       kernels::MatMulTransposedB(b.final_rows.data(), R, dim, w.output, c.vocab_size,
                                  logits_.data(), false);

@@ -32,7 +32,7 @@ struct EngineOptions {
   int block_tokens = 16;             // B, tokens per KV block
   std::int64_t kv_blocks = 0;        // pool size in blocks; when 0, derived from kv_pool_mb
   double kv_pool_mb = 256.0;         // pool size in MiB (used when kv_blocks == 0)
-  int num_threads = 0;               // 0: OpenMP default (all cores)
+  int num_threads = 0;               // process-wide pool size (base::DefaultThreadPool); 0: keep it
   bool poison_freed_blocks = false;  // NaN-fill freed blocks (tests, debugging)
   // Element type of the KV pool: fp32 (exact), or bf16 (half the memory per token and half the
   // attention memory traffic; K/V rounded once when written).

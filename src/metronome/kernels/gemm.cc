@@ -5,19 +5,59 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <vector>
 
 #include "metronome/base/check.h"
+#include "metronome/base/thread_pool.h"
 
 namespace metronome::kernels {
+namespace {
+
+// Output columns are split in blocks of this many (a multiple of the 16-float AVX-512 vector and
+// the 64-byte line), so every chunk's y columns start aligned like the whole row.
+constexpr int kColumnsPerBlock = 16;
+// Smallest chunk worth handing to another thread: ~128K flops (a 64K-MAC product, tens of
+// microseconds), well above the pool's wake-up cost.
+constexpr double kMinFlopsPerChunk = 128.0 * 1024.0;
+
+// oneDNN (Debian's build uses the OpenMP runtime) would open its own libgomp team from every
+// thread that calls it, and that team spin-waits. Our pool already gives every thread its share,
+// so each thread tells OpenMP to use one thread (the ICV is per thread) before its first sgemm.
+void SingleThreadedOneDnnOnThisThread() noexcept {
+  thread_local const bool done = [] {
+    omp_set_num_threads(1);
+    return true;
+  }();
+  (void)done;
+}
+
+void SgemmColumns(const float* x, int m, int k, const float* w, int n0, int n1, int ldy, float* y,
+                  bool accumulate) noexcept {
+  SingleThreadedOneDnnOnThisThread();
+  // dnnl_sgemm is row-major. It only fails for invalid arguments, which the engine never passes.
+  const dnnl_status_t st =
+      dnnl_sgemm('N', 'T', m, n1 - n0, k, 1.0f, x, k, w + static_cast<std::size_t>(n0) * k, k,
+                 accumulate ? 1.0f : 0.0f, y + n0, ldy);
+  MTR_DCHECK(st == dnnl_success, "dnnl_sgemm rejected its arguments");
+  (void)st;
+}
+
+}  // namespace
 
 void MatMulTransposedB(const float* x, int m, int k, const float* w, int n, float* y,
                        bool accumulate) noexcept {
-  // dnnl_sgemm is row-major. It only fails for invalid arguments, which the engine never passes.
-  const dnnl_status_t st =
-      dnnl_sgemm('N', 'T', m, n, k, 1.0f, x, k, w, k, accumulate ? 1.0f : 0.0f, y, n);
-  MTR_DCHECK(st == dnnl_success, "dnnl_sgemm rejected its arguments");
-  (void)st;
+  // The N (output) dimension is cut across the pool: each chunk is one single-threaded sgemm over
+  // all m rows and a block of W's rows, so each weight row is read by one thread only.
+  const std::int64_t blocks = (n + kColumnsPerBlock - 1) / kColumnsPerBlock;
+  const double flops_per_block = 2.0 * m * static_cast<double>(k) * kColumnsPerBlock;
+  const auto min_blocks =
+      static_cast<std::int64_t>(std::max(1.0, kMinFlopsPerChunk / std::max(1.0, flops_per_block)));
+  base::DefaultThreadPool().ParallelFor(blocks, min_blocks, [&](std::int64_t b, std::int64_t e) {
+    const int n0 = static_cast<int>(b) * kColumnsPerBlock;
+    const int n1 = std::min(n, static_cast<int>(e) * kColumnsPerBlock);
+    SgemmColumns(x, m, k, w, n0, n1, n, y, accumulate);
+  });
 }
 
 double MeasureGemmPeakGflops(int n, int repeats) {
@@ -36,8 +76,8 @@ double MeasureGemmPeakGflops(int n, int repeats) {
   return best;
 }
 
-void SetNumThreads(int n) { omp_set_num_threads(n); }
+void SetNumThreads(int n) { base::SetDefaultThreadCount(n); }
 
-int NumThreads() { return omp_get_max_threads(); }
+int NumThreads() { return base::DefaultThreadPool().num_threads(); }
 
 }  // namespace metronome::kernels

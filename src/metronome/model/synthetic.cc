@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "metronome/base/errors.h"
+#include "metronome/base/thread_pool.h"
 #include "metronome/model/model.h"
 
 namespace metronome::model {
@@ -50,9 +51,9 @@ struct UniformJob {
   float amplitude;
 };
 
-// Fills all jobs in one parallel region of fixed-size chunks (dynamic schedule: on a shared,
-// oversubscribed machine a descheduled thread then delays only its current chunk). Each 64-bit
-// draw feeds two elements (bits 40..63 and 8..31): elements 2k and 2k+1 share draw k.
+// Fills all jobs in fixed-size chunks on the process-wide pool (chunks claimed one by one: on a
+// shared, oversubscribed machine a descheduled thread then delays only its current chunk). Each
+// 64-bit draw feeds two elements (bits 40..63 and 8..31): elements 2k and 2k+1 share draw k.
 void FillUniform(const std::vector<UniformJob>& jobs) {
   constexpr std::size_t kChunk = 1 << 16;  // even, so no draw straddles two chunks
   struct Chunk {
@@ -63,30 +64,32 @@ void FillUniform(const std::vector<UniformJob>& jobs) {
   for (const UniformJob& j : jobs) {
     for (std::size_t b = 0; b < j.n; b += kChunk) chunks.push_back({&j, b});
   }
-#pragma omp parallel for schedule(dynamic, 1)
-  for (std::int64_t c = 0; c < static_cast<std::int64_t>(chunks.size()); ++c) {
-    const UniformJob& j = *chunks[static_cast<std::size_t>(c)].job;
-    const std::size_t begin = chunks[static_cast<std::size_t>(c)].begin;
-    const std::size_t end = std::min(j.n, begin + kChunk);
-    // 24 random bits map exactly onto the float grid of [0, 1).
-    const float scale = 2.0f * j.amplitude / static_cast<float>(1 << 24);
-    const float amplitude = j.amplitude;
-    const auto to_float = [scale, amplitude](std::uint64_t bits24) {
-      // Through int32: a signed conversion is one instruction, an unsigned 64-bit one is not.
-      return static_cast<float>(static_cast<std::int32_t>(bits24)) * scale - amplitude;
-    };
-    float* dst = j.dst;
-    std::size_t i = begin;
-    for (; i + 1 < end; i += 2) {
-      const std::uint64_t r = Mix(j.key + (static_cast<std::uint64_t>(i / 2) + 1) * kGolden);
-      dst[i] = to_float(r >> 40);
-      dst[i + 1] = to_float((r >> 8) & 0xffffffu);
-    }
-    if (i < end) {
-      const std::uint64_t r = Mix(j.key + (static_cast<std::uint64_t>(i / 2) + 1) * kGolden);
-      dst[i] = to_float(r >> 40);
-    }
-  }
+  base::DefaultThreadPool().ParallelFor(
+      static_cast<std::int64_t>(chunks.size()), 1, [&chunks](std::int64_t c0, std::int64_t c1) {
+        for (std::int64_t c = c0; c < c1; ++c) {
+          const UniformJob& j = *chunks[static_cast<std::size_t>(c)].job;
+          const std::size_t begin = chunks[static_cast<std::size_t>(c)].begin;
+          const std::size_t end = std::min(j.n, begin + kChunk);
+          // 24 random bits map exactly onto the float grid of [0, 1).
+          const float scale = 2.0f * j.amplitude / static_cast<float>(1 << 24);
+          const float amplitude = j.amplitude;
+          const auto to_float = [scale, amplitude](std::uint64_t bits24) {
+            // Through int32: a signed conversion is one instruction, an unsigned 64-bit one is not.
+            return static_cast<float>(static_cast<std::int32_t>(bits24)) * scale - amplitude;
+          };
+          float* dst = j.dst;
+          std::size_t i = begin;
+          for (; i + 1 < end; i += 2) {
+            const std::uint64_t r = Mix(j.key + (static_cast<std::uint64_t>(i / 2) + 1) * kGolden);
+            dst[i] = to_float(r >> 40);
+            dst[i + 1] = to_float((r >> 8) & 0xffffffu);
+          }
+          if (i < end) {
+            const std::uint64_t r = Mix(j.key + (static_cast<std::uint64_t>(i / 2) + 1) * kGolden);
+            dst[i] = to_float(r >> 40);
+          }
+        }
+      });
 }
 
 void FillConstant(float* dst, std::size_t n, float v) {
