@@ -52,8 +52,10 @@ void EngineFlags::Register(CLI::App* app) {
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30));
   app->add_option("--threads", threads, "Threads (0: all cores)")->check(CLI::Range(0, 1024));
   app->add_option("--kv-dtype", kv_dtype,
-                  "KV element type: f32 (exact) | bf16 (half the memory and attention traffic)")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+                  "KV element type: bf16 (half the memory and attention traffic) | f32 (exact)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(std::vector<std::string>{kv::ToString(kv::KvDtype::kBF16),
+                                                     kv::ToString(kv::KvDtype::kF32)}));
 }
 
 engine::EngineOptions EngineFlags::Options(const model::ModelConfig& config,
@@ -63,7 +65,9 @@ engine::EngineOptions EngineFlags::Options(const model::ModelConfig& config,
   engine::EngineOptions o;
   o.block_tokens = block_tokens;
   o.num_threads = threads;
-  o.kv_dtype = kv_dtype == "bf16" ? kv::KvDtype::kBF16 : kv::KvDtype::kF32;
+  const std::optional<kv::KvDtype> dtype = kv::ParseKvDtype(kv_dtype);
+  if (!dtype) throw ConfigError("--kv-dtype: expected f32 or bf16, got '" + kv_dtype + "'");
+  o.kv_dtype = *dtype;
   if (kv_blocks > 0) {
     o.kv_blocks = kv_blocks;
   } else if (kv_pool_mb > 0.0) {
