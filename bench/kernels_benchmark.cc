@@ -5,12 +5,16 @@
 //    and through oneDNN alone, as GFLOP/s, weight GB/s and a fraction of the in-process
 //    square-sgemm peak (peak_fraction); cold = weights streamed from DRAM as in real decode.
 //  * BM_PagedAttention: one decode query per session over a paged KV of length `context`, full vs
-//    window W=512; counter keys_per_query shows the O(W) bound, and ns_per_key the per-key cost.
+//    window W=512, per KV element type and attention implementation (`impl`, see
+//    kAttentionBenchImpls; the label names it); counter keys_per_query shows the O(W) bound, and
+//    ns_per_key the per-key cost.
 // Run: build/release/bench/kernels_benchmark --benchmark_repetitions=5
 //        --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "metronome/kernels/gemm.h"
@@ -68,39 +72,63 @@ void GemmShapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_Gemm)->Apply(GemmShapes);
 
+// impl: 0 fp32 KV (AVX-512), 1 bf16 KV widened (AVX-512), 2 bf16 KV vdpbf16ps with q as hi + lo
+// (the default on AVX512_BF16 CPUs), 3 bf16 KV vdpbf16ps with q rounded once, 4 bf16 KV portable.
+struct AttentionBenchImpl {
+  kv::KvDtype dtype;
+  kernels::AttentionImpl impl;
+};
+constexpr AttentionBenchImpl kAttentionBenchImpls[] = {
+    {kv::KvDtype::kF32, kernels::AttentionImpl::kAvx512},
+    {kv::KvDtype::kBF16, kernels::AttentionImpl::kAvx512},
+    {kv::KvDtype::kBF16, kernels::AttentionImpl::kAvx512Bf16},
+    {kv::KvDtype::kBF16, kernels::AttentionImpl::kAvx512Bf16RoundedQ},
+    {kv::KvDtype::kBF16, kernels::AttentionImpl::kPortable},
+};
+
 void BM_PagedAttention(benchmark::State& state) {
   const TokenPos context = state.range(0);
   const bool window = state.range(1) != 0;
+  const AttentionBenchImpl bench_impl = kAttentionBenchImpls[state.range(2)];
   const kv::KvPolicy policy = window ? kv::KvPolicy::Window(512, 4) : kv::KvPolicy::Full();
   const kernels::AttentionShape shape{9, 3, 64};  // smol-135m
+  if (!kernels::AttentionImplAvailable(bench_impl.impl, shape, bench_impl.dtype)) {
+    state.SkipWithError("implementation not available on this CPU");
+    return;
+  }
+  state.SetLabel(std::string(kv::ToString(bench_impl.dtype)) + " " +
+                 kernels::ToString(bench_impl.impl));
   const int layers = 1;
-  kv::BlockPool pool({layers, shape.num_kv_heads, shape.head_dim, 16},
+  kv::BlockPool pool({layers, shape.num_kv_heads, shape.head_dim, 16, bench_impl.dtype},
                      {.num_blocks = static_cast<int>(context / 16 + 8)});
   kv::SessionKv session(&pool, policy, context + 1);
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> k(static_cast<std::size_t>(shape.num_kv_heads * shape.head_dim));
+  std::vector<float> v(k.size());
   for (TokenPos j = 0; j < context; ++j) {
     (void)session.Reserve(1);
-    float* k = session.KeySlot(0, j);
-    float* v = session.ValueSlot(0, j);
-    for (int i = 0; i < shape.num_kv_heads * shape.head_dim; ++i) {
+    for (std::size_t i = 0; i < k.size(); ++i) {
       k[i] = d(rng);
       v[i] = d(rng);
     }
+    session.WriteKv(0, j, k.data(), v.data());
     session.Commit(1);
   }
   (void)session.Reserve(1);
+  std::fill(k.begin(), k.end(), 0.0f);
+  session.WriteKv(0, context, k.data(), k.data());  // the decode query's own slot
   std::vector<float> q(static_cast<std::size_t>(shape.q_dim()));
   for (float& x : q) x = d(rng);
   std::vector<float> out(q.size());
-  const TokenPos p = context;  // the decode query; its own K slot is reserved (zeros are fine)
+  const TokenPos p = context;
   const std::int64_t visible = kernels::VisibleKeys(policy, p);
   std::vector<float> scratch(kernels::AttentionScratchFloats(shape, visible));
   const kernels::Rope rope(64, 64, 10000.0, metronome::model::RopeStyle::kInterleaved);
   for (auto _ : state) {
     for (int g = 0; g < shape.num_kv_heads; ++g) {
       kernels::PagedAttention(shape, session.View(), policy, rope, 0, g, p, 1, q.data(), out.data(),
-                              q.size(), q.size(), scratch.data());
+                              q.size(), q.size(), scratch.data(), bench_impl.impl);
     }
     benchmark::DoNotOptimize(out.data());
   }
@@ -110,8 +138,8 @@ void BM_PagedAttention(benchmark::State& state) {
       benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_PagedAttention)
-    ->ArgsProduct({{512, 2048, 8192}, {0, 1}})
-    ->ArgNames({"context", "window"})
+    ->ArgsProduct({{512, 4096, 8192}, {0, 1}, {0, 1, 2, 3, 4}})
+    ->ArgNames({"context", "window", "impl"})
     ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

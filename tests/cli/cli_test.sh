@@ -50,6 +50,42 @@ check "exported f32 GGUF generates the same ids" cmp -s "$tmp/tiny.ids" "$tmp/ti
 check "f16 export loads and encodes text" \
   "$bin" generate --model "$tmp/tiny16.gguf" --prompt "hello" --steps 4 --print-ids >/dev/null 2>&1
 
+# info: the table and --json agree with each other and with the file.
+out="$("$bin" info --model "$tmp/tiny16.gguf")"
+check "info names the architecture and the F16 matrices" \
+  grep -q "^architecture   llama" <<<"$out"
+check "info lists blk.0.attn_q.weight as F16" grep -Eq "^blk\.0\.attn_q\.weight +F16 " <<<"$out"
+"$bin" info --model "$tmp/tiny16.gguf" --json >"$tmp/info.json"
+check "info --json: tensor_count is the number of tensors listed" \
+  test "$(jq '.tensor_count == (.tensors | length)' "$tmp/info.json")" = true
+check "info --json: tensor_bytes is the sum of the tensors' bytes" \
+  test "$(jq '.tensor_bytes == ([.tensors[].bytes] | add)' "$tmp/info.json")" = true
+check "info --json: the tensors fit in the file" \
+  test "$(jq .tensor_bytes "$tmp/info.json")" -lt "$(stat -c %s "$tmp/tiny16.gguf")"
+check "info --json: F16 is two bytes an element" test "$(jq '[.tensors[] | select(.type == "F16")
+  | .bytes == 2 * (.shape | reduce .[] as $d (1; . * $d))] | all' "$tmp/info.json")" = true
+check "info --json: BOS of the synthetic vocabulary" \
+  test "$(jq -c '.tokenizer.special_tokens.bos' "$tmp/info.json")" = '{"id":1,"piece":"<s>"}'
+check "info of the synthetic model and of its export agree on the hyper-parameters" \
+  test "$("$bin" info --model synthetic:tiny --json | jq -c .config)" = \
+  "$(jq -c .config "$tmp/info.json")"
+fails_with "info of a missing file names it" "no_such.gguf" info --model "$tmp/no_such.gguf"
+
+# tokenize: BOS per the model's convention, --no-bos, --show-pieces.
+ids="$("$bin" tokenize --model synthetic:tiny --text "hello world" 2>/dev/null)"
+check "tokenize prepends BOS (1) for a SentencePiece vocabulary" test "${ids%% *}" = 1
+nobos="$("$bin" tokenize --model synthetic:tiny --text "hello world" --no-bos 2>/dev/null)"
+check "tokenize --no-bos drops exactly the BOS" test "1 $nobos" = "$ids"
+check "tokenize of the exported GGUF gives the same ids" \
+  test "$("$bin" tokenize --model "$tmp/tiny16.gguf" --text "hello world" 2>/dev/null)" = "$ids"
+"$bin" tokenize --model synthetic:tiny --text "hello world" --show-pieces >"$tmp/pieces.txt" \
+  2>/dev/null
+check "tokenize --show-pieces prints one id and piece a line" test "$(cut -f1 "$tmp/pieces.txt" |
+  tr '\n' ' ' | sed 's/ $//')" = "$ids" -a "$(head -1 "$tmp/pieces.txt")" = "$(printf '1\t<s>')"
+check "tokenize without --text fails and names the flag" bash -c \
+  'out="$("$0" tokenize --model synthetic:tiny 2>&1)"; [ $? -ne 0 ] && grep -q -- --text <<<"$out"' \
+  "$bin"
+
 "$bin" generate --model synthetic:tiny --prompt-ids "1 5 9" --steps 24 --print-ids \
   --kv window --window 4096 --sinks 4 --positions rolling >"$tmp/tiny_w.ids" 2>/dev/null
 check "a window longer than the run equals full KV" cmp -s "$tmp/tiny.ids" "$tmp/tiny_w.ids"
@@ -229,13 +265,39 @@ if [ -f "$models/stories260K.bin" ]; then
     --temperature 0 2>/dev/null >"$tmp/s.txt"
   check "stories260K.gguf greedy text matches llama2.c byte for byte" \
     cmp -s "$tmp/s.txt" "$models/stories260K.greedy256.txt"
-  "$bin" score --model "$models/stories260K.bin" --ids-file "$ref" --logits-out "$tmp/s_lg.txt" \
-    >/dev/null
-  # Position 10 of the reference logits file against ours, max abs difference < 1e-4.
-  check "score logits match the llama2.c reference at position 10" awk -v want="$(grep '^10 ' \
-    "$models/stories260K.logits.txt")" '$1 == 10 { n = split(want, w, " "); m = 0;
+  # Position 10 of the reference logits file against ours: max abs difference < 1e-4 with fp32 KV
+  # (llama2.c's), < 0.2 with the default bf16 KV (measured 0.10 at the probed positions).
+  logits_close() {  # logits_close FILE TOLERANCE
+    awk -v tol="$2" -v want="$(grep '^10 ' "$models/stories260K.logits.txt")" '$1 == 10 {
+      n = split(want, w, " "); m = 0
       for (i = 2; i <= n; i++) { d = $i - w[i]; if (d < 0) d = -d; if (d > m) m = d }
-      found = 1; exit (m < 1e-4 ? 0 : 1) } END { if (!found) exit 1 }' "$tmp/s_lg.txt"
+      found = 1; exit (m < tol ? 0 : 1) } END { if (!found) exit 1 }' "$1"
+  }
+  "$bin" score --model "$models/stories260K.bin" --ids-file "$ref" --logits-out "$tmp/s_lg.txt" \
+    --kv-dtype f32 >/dev/null
+  check "score logits (f32 KV) match the llama2.c reference at position 10" \
+    logits_close "$tmp/s_lg.txt" 1e-4
+  "$bin" score --model "$models/stories260K.bin" --ids-file "$ref" --logits-out "$tmp/s_lg16.txt" \
+    >/dev/null
+  check "score logits (default bf16 KV) are close to the llama2.c reference" \
+    logits_close "$tmp/s_lg16.txt" 0.2
+  out="$("$bin" info --model "$models/stories260K.gguf")"
+  check "info of stories260K.gguf: vocabulary and special tokens" grep -q \
+    "special tokens bos 1 '<s>'; eos 2 '</s>'; unk 0 '<unk>'; pad none;" <<<"$out"
+  check "info of stories260K.gguf: 512 SentencePiece tokens" \
+    grep -q "^tokenizer      sentencepiece, 512 tokens, BOS prepended to prompts: yes" <<<"$out"
+  # The GGUF conversion says context 2048 (a converter default) and stores an untied output.
+  shape='.config | del(.context_length, .tied_embeddings)'
+  check "info of stories260K.bin (llama2.c) and .gguf agree on the shape" \
+    test "$("$bin" info --model "$models/stories260K.bin" --json | jq -c "$shape")" = \
+    "$("$bin" info --model "$models/stories260K.gguf" --json | jq -c "$shape")"
+  story="Once upon a time, there was a little girl named Lily."
+  check "tokenize: llama2.c tokenizer file and the GGUF vocabulary give the same ids" test \
+    "$("$bin" tokenize --model "$models/stories260K.bin" --tokenizer "$models/tok512.bin" \
+      --text "$story" 2>/dev/null)" = \
+    "$("$bin" tokenize --model "$models/stories260K.gguf" --text "$story" 2>/dev/null)"
+  fails_with "tokenize of a llama2.c checkpoint without --tokenizer" "needs --tokenizer" \
+    tokenize --model "$models/stories260K.bin" --text "$story"
   head -c 100000 "$models/stories260K.bin" >"$tmp/stories_cut.bin"
   fails_with "truncated llama2.c checkpoint" "stories_cut.bin" generate --model \
     "$tmp/stories_cut.bin" --prompt-ids 1

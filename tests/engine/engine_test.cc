@@ -96,6 +96,7 @@ TEST(EngineTest, BatchedSessionsMatchSessionsRunAlone) {
   eo.kv_blocks = 512;
   eo.block_tokens = 4;
   eo.poison_freed_blocks = true;
+  eo.kv_dtype = kv::KvDtype::kF32;  // as AloneLogits: compared at fp32 precision
   Engine eng(Tiny(), eo);
   std::vector<SessionId> ids;
   for (const auto& s : specs) ids.push_back(eng.OpenSession({s.policy, 0}));

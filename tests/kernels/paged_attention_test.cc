@@ -7,10 +7,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <vector>
 
+#include "metronome/base/half.h"
 #include "metronome/kv/session_kv.h"
 
 namespace metronome::kernels {
@@ -231,6 +234,186 @@ TEST(PagedAttentionTest, WindowCoveringTheStreamIsExactlyFullAttention) {
     wide.AppendChunkAndCompare(n);
     ASSERT_EQ(full.last_out(), wide.last_out());
   }
+}
+
+// Every implementation against the portable one on the same bf16 pool and queries (the portable
+// kernel widens bf16 exactly and is checked against the dense reference above; head dims other
+// than 16/32/64/128, e.g. 8, run only the portable kernel: bf16_hd8_w7_s3 above).
+//
+// Tolerance, derived: K and V are identical bf16 in both, so a score differs only by the
+// rounding of q (unit roundoff u_q: 0 for the fp32-q kernels, 2^-16 for the hi + lo split,
+// 2^-8 for q rounded once) and fp32 summation order (hd * 2^-24):
+//   |ds| <= (u_q + hd 2^-24) * |q_h|_2 * |k|_2 / sqrt(hd)   (Cauchy-Schwarz; rotation keeps |q_h|)
+// and a softmax-weighted mean of V moves by at most 2 |ds| max|v|, plus fp32 rounding of the
+// softmax and of the accumulation (~ (visible + hd) 2^-24 max|v|, with a factor 4 of slack).
+struct ImplCase {
+  const char* name;
+  KvPolicy policy;
+  int block_tokens;
+  Dims dims;
+  std::vector<int> chunks;  // prompt/decode chunk sizes streamed through the session
+};
+
+double RoundoffOfQ(AttentionImpl impl) {
+  switch (impl) {
+    case AttentionImpl::kAvx512Bf16:
+      return std::ldexp(1.0, -16);
+    case AttentionImpl::kAvx512Bf16RoundedQ:
+      return std::ldexp(1.0, -8);
+    default:
+      return 0.0;
+  }
+}
+
+struct ImplComparison {
+  double max_err = 0.0;    // over every output of every query
+  double max_bound = 0.0;  // the derived tolerance at that output's query (max over queries)
+  bool within = true;      // every output within its query's bound
+};
+
+// Streams c.chunks through a bf16 session and compares `impl` with kPortable after each chunk,
+// for every query of the chunk, every layer and kv head. `u_q` overrides the implementation's q
+// roundoff in the bound (to show a bound is tight enough to tell the implementations apart).
+ImplComparison CompareImpl(const ImplCase& c, AttentionImpl impl, double u_q) {
+  const Dims& d = c.dims;
+  kv::BlockPool pool({d.layers, d.kv_heads, d.hd, c.block_tokens, kv::KvDtype::kBF16},
+                     {.num_blocks = 512, .poison_on_free = true});
+  kv::SessionKv session(&pool, c.policy, 1 << 20);
+  const Rope rope(d.hd, d.hd, 10000.0, model::RopeStyle::kInterleaved);
+  const AttentionShape shape{d.heads, d.kv_heads, d.hd};
+  std::mt19937 rng(1234);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  double max_k_norm = 0.0;
+  double max_v = 0.0;
+  ImplComparison result;
+  for (const int n : c.chunks) {
+    const TokenPos pos0 = session.length();
+    EXPECT_EQ(session.Reserve(n), kv::ReserveResult::kOk);
+    std::vector<std::vector<float>> q(static_cast<std::size_t>(d.layers));
+    for (int l = 0; l < d.layers; ++l) {
+      q[static_cast<std::size_t>(l)].resize(static_cast<std::size_t>(n * d.q_dim()));
+      for (float& x : q[static_cast<std::size_t>(l)]) x = nd(rng);
+      for (int t = 0; t < n; ++t) {
+        std::vector<float> k(static_cast<std::size_t>(d.kv_dim())), v(k.size());
+        for (float& x : k) x = nd(rng);
+        for (float& x : v) x = nd(rng);
+        for (int g = 0; g < d.kv_heads; ++g) {
+          double norm = 0.0;
+          for (int i = 0; i < d.hd; ++i) {
+            const double kb = Bf16ToFloat(FloatToBf16(k[static_cast<std::size_t>(g * d.hd + i)]));
+            norm += kb * kb;
+          }
+          max_k_norm = std::max(max_k_norm, std::sqrt(norm));
+        }
+        for (const float x : v) max_v = std::max(max_v, std::abs(static_cast<double>(x)) * 1.01);
+        session.WriteKv(l, pos0 + t, k.data(), v.data());
+      }
+    }
+    const std::int64_t max_visible = VisibleKeys(c.policy, pos0 + n - 1) + n;
+    std::vector<float> scratch(AttentionScratchFloats(shape, max_visible + 1));
+    for (int l = 0; l < d.layers; ++l) {
+      const auto& ql = q[static_cast<std::size_t>(l)];
+      std::vector<float> got(ql.size(), -7.0f), want(ql.size(), 7.0f);
+      for (int g = 0; g < d.kv_heads; ++g) {
+        const auto stride = static_cast<std::size_t>(d.q_dim());
+        PagedAttention(shape, session.View(), c.policy, rope, l, g, pos0, n, ql.data(), got.data(),
+                       stride, stride, scratch.data(), impl);
+        PagedAttention(shape, session.View(), c.policy, rope, l, g, pos0, n, ql.data(), want.data(),
+                       stride, stride, scratch.data(), AttentionImpl::kPortable);
+      }
+      for (int t = 0; t < n; ++t) {
+        const auto visible = static_cast<double>(VisibleKeys(c.policy, pos0 + t));
+        for (int h = 0; h < d.heads; ++h) {
+          const std::size_t off = static_cast<std::size_t>(t * d.q_dim() + h * d.hd);
+          double q_norm = 0.0;
+          for (int i = 0; i < d.hd; ++i) q_norm += ql[off + i] * ql[off + i];
+          const double ds = (u_q + d.hd * std::ldexp(1.0, -24)) * std::sqrt(q_norm) * max_k_norm /
+                            std::sqrt(static_cast<double>(d.hd));
+          const double bound =
+              2.0 * ds * max_v + 4.0 * (visible + d.hd) * std::ldexp(1.0, -24) * max_v;
+          result.max_bound = std::max(result.max_bound, bound);
+          for (int i = 0; i < d.hd; ++i) {
+            const double err = std::abs(static_cast<double>(got[off + i]) - want[off + i]);
+            if (!(err <= bound)) result.within = false;  // NaN fails too
+            result.max_err = std::max(result.max_err, std::isnan(err) ? INFINITY : err);
+          }
+        }
+      }
+    }
+    session.Commit(n);
+  }
+  return result;
+}
+
+class AttentionImplTest : public ::testing::TestWithParam<ImplCase> {};
+
+TEST_P(AttentionImplTest, EveryImplementationMatchesPortableOnBf16Kv) {
+  const ImplCase& c = GetParam();
+  const AttentionShape shape{c.dims.heads, c.dims.kv_heads, c.dims.hd};
+  int ran = 0;
+  for (const AttentionImpl impl :
+       {AttentionImpl::kAvx512, AttentionImpl::kAvx512Bf16, AttentionImpl::kAvx512Bf16RoundedQ}) {
+    if (!AttentionImplAvailable(impl, shape, kv::KvDtype::kBF16)) continue;
+    ++ran;
+    const ImplComparison r = CompareImpl(c, impl, RoundoffOfQ(impl));
+    EXPECT_TRUE(r.within) << c.name << " " << ToString(impl) << ": max error " << r.max_err
+                          << ", bound up to " << r.max_bound;
+  }
+  if (ran == 0) GTEST_SKIP() << "no SIMD attention for head dim " << c.dims.hd << " on this CPU";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    HeadDimsAndPolicies, AttentionImplTest,
+    ::testing::Values(
+        ImplCase{"hd16_mha_w6_s2_roll",
+                 KvPolicy::Window(6, 2, PositionMode::kRolling),
+                 4,
+                 Dims{4, 4, 16, 2},
+                 {3, 1, 1, 11, 1, 7}},
+        ImplCase{"hd32_gqa4_full", KvPolicy::Full(), 8, Dims{8, 2, 32, 1}, {17, 1, 1, 5}},
+        ImplCase{"hd64_gqa3_w9_s3_roll",
+                 KvPolicy::Window(9, 3, PositionMode::kRolling),
+                 4,
+                 Dims{9, 3, 64, 2},
+                 {13, 1, 1, 1, 7, 1, 19}},
+        ImplCase{"hd64_gqa3_w40_s4_b16",
+                 KvPolicy::Window(40, 4),
+                 16,
+                 Dims{9, 3, 64, 1},
+                 {33, 1, 1, 29, 1}},
+        ImplCase{"hd128_gqa2_w11_s5_roll",
+                 KvPolicy::Window(11, 5, PositionMode::kRolling),
+                 3,
+                 Dims{4, 2, 128, 2},
+                 {1, 7, 1, 13, 1, 1, 5}},
+        ImplCase{"hd128_mqa_full_b5", KvPolicy::Full(), 5, Dims{4, 1, 128, 1}, {21, 1, 3}}),
+    [](const ::testing::TestParamInfo<ImplCase>& i) { return std::string(i.param.name); });
+
+// The split-q bound is tight enough to reject q rounded to one bf16: the test above can fail.
+TEST(AttentionImplTest, RoundedQueryExceedsTheSplitQueryBound) {
+  const ImplCase c{
+      "hd64", KvPolicy::Window(9, 3, PositionMode::kRolling), 4, Dims{9, 3, 64, 1}, {13, 1, 7}};
+  const AttentionShape shape{9, 3, 64};
+  if (!AttentionImplAvailable(AttentionImpl::kAvx512Bf16RoundedQ, shape, kv::KvDtype::kBF16)) {
+    GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  }
+  const ImplComparison split_q = CompareImpl(c, AttentionImpl::kAvx512Bf16, std::ldexp(1.0, -16));
+  const ImplComparison rounded_q =
+      CompareImpl(c, AttentionImpl::kAvx512Bf16RoundedQ, std::ldexp(1.0, -16));
+  std::printf("hd64 bf16 KV vs portable: max |error| split q %.3g, rounded q %.3g (bound %.3g)\n",
+              split_q.max_err, rounded_q.max_err, split_q.max_bound);
+  EXPECT_TRUE(split_q.within);
+  EXPECT_FALSE(rounded_q.within) << "max error " << rounded_q.max_err;
+  EXPECT_LT(split_q.max_err * 8, rounded_q.max_err);
+}
+
+TEST(AttentionImplTest, AutoPicksTheBf16DotKernelOnlyForBf16Kv) {
+  const AttentionShape shape{9, 3, 64};
+  EXPECT_NE(ResolveAttentionImpl(shape, kv::KvDtype::kF32), AttentionImpl::kAvx512Bf16);
+  EXPECT_EQ(ResolveAttentionImpl(shape, kv::KvDtype::kBF16) == AttentionImpl::kAvx512Bf16,
+            CpuHasAvx512Bf16());
+  EXPECT_EQ(ResolveAttentionImpl(AttentionShape{4, 2, 8}, kv::KvDtype::kBF16),
+            AttentionImpl::kPortable);
 }
 
 }  // namespace

@@ -787,5 +787,32 @@ TEST(Llama2cTokenizerFileTest, RealFileNeedsItsVocabSize) {
   ExpectLoadError(path, 32000, "llama2 vocab_size");
 }
 
+TEST(TokenizerConventionTest, BosFollowsTheFileElseTheFamily) {
+  EXPECT_TRUE(MakeSentencePieceTokenizer(MakeSyntheticVocabulary(300))->adds_bos());
+  Vocabulary no_bos_flag = MakeSyntheticVocabulary(300);
+  no_bos_flag.add_bos = false;  // GGUF tokenizer.ggml.add_bos_token = false
+  EXPECT_FALSE(MakeSentencePieceTokenizer(no_bos_flag)->adds_bos());
+  Vocabulary without_bos = MakeSyntheticVocabulary(300);
+  without_bos.bos_id = -1;
+  EXPECT_FALSE(MakeSentencePieceTokenizer(without_bos)->adds_bos());
+}
+
+TEST(TokenizerConventionTest, PiecesAndSpecialIdsAreTheVocabularys) {
+  Vocabulary v = MakeSyntheticVocabulary(300);
+  v.pad_id = 299;
+  const std::string pad_piece = v.tokens[299];
+  const auto t = MakeSentencePieceTokenizer(v);
+  EXPECT_EQ(t->kind(), "sentencepiece");
+  EXPECT_EQ(t->Piece(1), "<s>");
+  EXPECT_EQ(t->Piece(2), "</s>");
+  EXPECT_EQ(t->Piece(t->unk_id()), "<unk>");
+  EXPECT_EQ(t->pad_id(), 299);
+  EXPECT_EQ(t->Piece(299), pad_piece);
+  EXPECT_EQ(t->Piece(300), "");
+  EXPECT_EQ(t->Piece(-1), "");
+  v.pad_id = 300;
+  EXPECT_THROW((void)MakeSentencePieceTokenizer(v), LoadError);
+}
+
 }  // namespace
 }  // namespace metronome::model

@@ -19,6 +19,8 @@ int Main(int argc, char** argv) {
   RegisterScore(&app, &exit_code);
   RegisterBenchDecode(&app, &exit_code);
   RegisterExportGguf(&app, &exit_code);
+  RegisterInfo(&app, &exit_code);
+  RegisterTokenize(&app, &exit_code);
   RegisterCalibrate(&app, &exit_code);
   RegisterSim(&app, &exit_code);
   RegisterDrive(&app, &exit_code);

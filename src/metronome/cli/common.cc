@@ -63,8 +63,10 @@ void EngineFlags::Register(CLI::App* app) {
       ->capture_default_str()
       ->check(CLI::Range(1, kMaxThreadsPerDetectedCpu * detected));
   app->add_option("--kv-dtype", kv_dtype,
-                  "KV element type: f32 (exact) | bf16 (half the memory and attention traffic)")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+                  "KV element type: bf16 (half the memory and attention traffic) | f32 (exact)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(std::vector<std::string>{kv::ToString(kv::KvDtype::kBF16),
+                                                     kv::ToString(kv::KvDtype::kF32)}));
 }
 
 std::string EngineFlags::ThreadsLine() const {
@@ -79,7 +81,9 @@ engine::EngineOptions EngineFlags::Options(const model::ModelConfig& config,
   engine::EngineOptions o;
   o.block_tokens = block_tokens;
   o.num_threads = threads;
-  o.kv_dtype = kv_dtype == "bf16" ? kv::KvDtype::kBF16 : kv::KvDtype::kF32;
+  const std::optional<kv::KvDtype> dtype = kv::ParseKvDtype(kv_dtype);
+  if (!dtype) throw ConfigError("--kv-dtype: expected f32 or bf16, got '" + kv_dtype + "'");
+  o.kv_dtype = *dtype;
   if (kv_blocks > 0) {
     o.kv_blocks = kv_blocks;
   } else if (kv_pool_mb > 0.0) {

@@ -9,6 +9,7 @@
 
 #include "metronome/base/types.h"
 #include "metronome/engine/engine.h"
+#include "metronome/kv/block_pool.h"
 #include "metronome/kv/kv_policy.h"
 #include "metronome/model/model.h"
 
@@ -39,7 +40,7 @@ struct EngineFlags {
   double kv_pool_mb = 0.0;  // 0: sized for the run
   std::int64_t kv_blocks = 0;
   int threads = 0;  // set by Register to the detected CPU count, the default
-  std::string kv_dtype = "f32";
+  std::string kv_dtype = kv::ToString(kv::kDefaultKvDtype);
   void Register(CLI::App* app);
   // The thread count, for the start-up line of a subcommand: "threads N (detected D)".
   [[nodiscard]] std::string ThreadsLine() const;

@@ -57,8 +57,8 @@ int RunDemo(const DemoFlags& f) {
         eng.OpenSession(so), pol,
         engine::SamplerOptions{f.temperature, 0.95f, f.seed + static_cast<std::uint64_t>(i)});
     const std::string prompt = kPrompts[static_cast<std::size_t>(i) % std::size(kPrompts)];
-    s->tokens =
-        m.tokenizer != nullptr ? m.tokenizer->Encode(prompt, true) : std::vector<TokenId>{1};
+    s->tokens = m.tokenizer != nullptr ? m.tokenizer->Encode(prompt, m.tokenizer->adds_bos())
+                                       : std::vector<TokenId>{1};
     s->prompt_len = s->tokens.size();
     ss.push_back(std::move(s));
   }

@@ -36,7 +36,7 @@ int RunGenerate(const GenerateFlags& f) {
     if (m.tokenizer == nullptr) {
       throw ConfigError("--prompt needs a tokenizer: pass --tokenizer or use --prompt-ids");
     }
-    prompt = m.tokenizer->Encode(f.prompt, /*add_bos=*/true);
+    prompt = m.tokenizer->Encode(f.prompt, m.tokenizer->adds_bos());
   }
   if (prompt.empty()) throw ConfigError("the prompt is empty (give --prompt or --prompt-ids)");
 
@@ -113,7 +113,9 @@ void RegisterGenerate(CLI::App* app, int* exit_code) {
   flags->model.Register(sub, true);
   flags->kv.Register(sub);
   flags->engine.Register(sub);
-  auto* p = sub->add_option("--prompt", flags->prompt, "Prompt text (BOS is prepended)");
+  auto* p =
+      sub->add_option("--prompt", flags->prompt,
+                      "Prompt text (BOS prepended by the model's convention, as `tokenize` shows)");
   auto* pi =
       sub->add_option("--prompt-ids", flags->prompt_ids, "Prompt as token ids, e.g. \"1 2 3\"");
   p->excludes(pi);

@@ -41,7 +41,7 @@ int RunScore(const ScoreFlags& f) {
     ids = ParseIds(ReadFile(f.ids_file, "--ids-file"), m.config.vocab_size, "--ids-file");
   } else if (!f.text_file.empty()) {
     if (m.tokenizer == nullptr) throw ConfigError("--text-file needs a tokenizer (--tokenizer)");
-    ids = m.tokenizer->Encode(ReadFile(f.text_file, "--text-file"), /*add_bos=*/true);
+    ids = m.tokenizer->Encode(ReadFile(f.text_file, "--text-file"), m.tokenizer->adds_bos());
   } else {
     throw ConfigError("give one of --ids, --ids-file or --text-file");
   }

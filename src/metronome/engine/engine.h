@@ -34,9 +34,9 @@ struct EngineOptions {
   double kv_pool_mb = 256.0;         // pool size in MiB (used when kv_blocks == 0)
   int num_threads = 0;               // process-wide pool size (base::DefaultThreadPool); 0: keep it
   bool poison_freed_blocks = false;  // NaN-fill freed blocks (tests, debugging)
-  // Element type of the KV pool: fp32 (exact), or bf16 (half the memory per token and half the
-  // attention memory traffic; K/V rounded once when written).
-  kv::KvDtype kv_dtype = kv::KvDtype::kF32;
+  // Element type of the KV pool: bf16 (half the memory per token and half the attention memory
+  // traffic; K/V rounded once when written), or fp32 (exact).
+  kv::KvDtype kv_dtype = kv::kDefaultKvDtype;
 
   void Validate() const;  // ConfigError naming the field
 };

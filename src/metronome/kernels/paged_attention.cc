@@ -1,40 +1,12 @@
 #include "metronome/kernels/paged_attention.h"
 
-#include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "metronome/base/check.h"
+#include "metronome/kernels/internal/attention_loop.h"
 #include "metronome/kernels/vector_ops.h"
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-
 namespace metronome::kernels {
-namespace {
-
-// One contiguous run of visible keys [begin, end).
-struct KeyRange {
-  TokenPos begin;
-  TokenPos end;
-  bool sinks;  // the pinned range [0, S)
-};
-
-// The (at most two) visible ranges for query p: sinks [0, min(S, p+1)) and the window
-// [max(S, p-W+1), p]. In full mode S = 0 and W is "infinite", so only [0, p] remains.
-int VisibleRanges(const kv::KvPolicy& policy, TokenPos p, KeyRange out[2]) {
-  const TokenPos s = policy.effective_sinks();
-  const TokenPos w = policy.effective_window();
-  int n = 0;
-  const TokenPos sink_end = std::min(s, p + 1);
-  if (sink_end > 0) out[n++] = {0, sink_end, true};
-  const TokenPos win_begin = std::max(s, p - w + 1);
-  if (win_begin <= p) out[n++] = {win_begin, p + 1, false};
-  return n;
-}
-
-}  // namespace
 
 std::size_t AttentionScratchFloats(const AttentionShape& shape, std::int64_t max_visible) {
   const auto g = static_cast<std::size_t>(shape.group());
@@ -49,71 +21,36 @@ std::int64_t VisibleKeys(const kv::KvPolicy& policy, TokenPos p) {
   return total;
 }
 
+const char* ToString(AttentionImpl impl) {
+  switch (impl) {
+    case AttentionImpl::kAuto:
+      return "auto";
+    case AttentionImpl::kPortable:
+      return "portable";
+    case AttentionImpl::kAvx512:
+      return "avx512";
+    case AttentionImpl::kAvx512Bf16:
+      return "avx512-bf16";
+    case AttentionImpl::kAvx512Bf16RoundedQ:
+      return "avx512-bf16-rounded-q";
+  }
+  return "?";
+}
+
+bool CpuHasAvx512Bf16() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has = __builtin_cpu_supports("avx512bf16") != 0;
+  return has;
+#else
+  return false;
+#endif
+}
+
 namespace {
 
-#if defined(__AVX512F__)
-// Head dims that are multiples of 16 up to 256 run with the query (or the output accumulator) of
-// one head held in C = head_dim/16 registers. Heads are the outer loop: each walk over the visible
-// blocks serves one head, and the group's other heads re-read the same K/V from L1/L2, not DRAM.
-// 16 bf16 values widened to fp32 (exact: bf16 is the top half of an fp32).
-inline __m512 LoadBf16x16(const std::uint16_t* p) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+[[maybe_unused]] bool SimdHeadDim(int head_dim) {
+  return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
 }
-inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 Load16(const std::uint16_t* p) { return LoadBf16x16(p); }
-
-template <int C>
-struct SimdHead {
-  __m512 v[C];
-  void Load(const float* p) {
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) v[c] = _mm512_loadu_ps(p + 16 * c);
-  }
-  template <typename E>
-  [[nodiscard]] float DotWith(const E* k) const {
-    __m512 acc = _mm512_mul_ps(v[0], Load16(k));
-#pragma GCC unroll 8
-    for (int c = 1; c < C; ++c) acc = _mm512_fmadd_ps(v[c], Load16(k + 16 * c), acc);
-    return _mm512_reduce_add_ps(acc);
-  }
-  void Zero() {
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) v[c] = _mm512_setzero_ps();
-  }
-  template <typename E>
-  void AddScaled(float a, const E* x) {
-    const __m512 va = _mm512_set1_ps(a);
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) v[c] = _mm512_fmadd_ps(va, Load16(x + 16 * c), v[c]);
-  }
-  void Store(float* p) const {
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) _mm512_storeu_ps(p + 16 * c, v[c]);
-  }
-};
-
-template <int C>
-struct SimdOps {
-  struct ScoreHead {
-    SimdHead<C> q;
-    void Begin(const float* qh, int /*hd*/) { q.Load(qh); }
-    template <typename E>
-    [[nodiscard]] float Score(const E* k, int /*hd*/) const {
-      return q.DotWith(k);
-    }
-  };
-  struct OutHead {
-    SimdHead<C> acc;
-    void Begin(int /*hd*/) { acc.Zero(); }
-    template <typename E>
-    void Add(float a, const E* v, int /*hd*/) {
-      acc.AddScaled(a, v);
-    }
-    void Finish(float* out, int /*hd*/) const { acc.Store(out); }
-  };
-};
-#endif
 
 // Any head dim: the vector_ops kernels, output accumulated in place.
 struct GenericOps {
@@ -142,93 +79,10 @@ struct GenericOps {
   };
 };
 
-// Calls fn(key_pointer, column) for every visible key of `range`, walking the block table once.
-// E is the pool's element type (float, or uint16_t holding bf16).
-template <typename E, typename Fn>
-inline void ForEachKey(const kv::PagedKvView& kv, int layer, std::size_t plane_offset,
-                       std::size_t head_off, const KeyRange& range, std::int64_t col, Fn&& fn) {
-  const int bt = kv.block_tokens;
-  for (TokenPos j = range.begin; j < range.end;) {
-    const std::int64_t b = j / bt;
-    const auto* base = reinterpret_cast<const E*>(kv.BlockKeys(layer, b));
-    MTR_DCHECK(base != nullptr, "visible key in a freed block");
-    base += plane_offset + head_off;
-    const TokenPos block_end = std::min<TokenPos>((b + 1) * bt, range.end);
-    // One division per block, none per key: walk the slots with a pointer.
-    const auto stride = static_cast<std::size_t>(kv.kv_dim);
-    const E* key = base + static_cast<std::size_t>(j - b * bt) * stride;
-    for (; j < block_end; ++j, ++col, key += stride) fn(key, col);
-  }
-}
-
-template <typename Ops, typename E>
-void AttendQueries(const AttentionShape& shape, const kv::PagedKvView& kv,
-                   const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
-                   TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
-                   std::size_t out_stride, float* scratch) noexcept {
-  const int hd = shape.head_dim;
-  const int group = shape.group();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const std::size_t head_off = static_cast<std::size_t>(kv_head) * static_cast<std::size_t>(hd);
-  const std::size_t group_off =
-      static_cast<std::size_t>(kv_head * group) * static_cast<std::size_t>(hd);
-
-  for (int i = 0; i < n; ++i) {
-    const TokenPos p = pos0 + i;
-    KeyRange ranges[2];
-    const int num_ranges = VisibleRanges(policy, p, ranges);
-    std::int64_t visible = 0;
-    for (int r = 0; r < num_ranges; ++r) visible += ranges[r].end - ranges[r].begin;
-    MTR_DCHECK(visible >= 1, "a query always sees itself");
-
-    const float* q_row = q + static_cast<std::size_t>(i) * q_stride + group_off;
-    float* out_row = out + static_cast<std::size_t>(i) * out_stride + group_off;
-    float* sink_q = scratch + static_cast<std::size_t>(group) * static_cast<std::size_t>(visible);
-
-    // Rolling positions: sinks are scored against the query moved to S + W - 1.
-    const bool rolling = policy.RollingGap(p);
-    if (rolling) {
-      std::memcpy(sink_q, q_row, sizeof(float) * static_cast<std::size_t>(group * hd));
-      rope.Rotate(sink_q, group, policy.sinks + policy.window - 1 - p);
-    }
-
-    for (int h = 0; h < group; ++h) {
-      float* scores = scratch + static_cast<std::size_t>(h) * static_cast<std::size_t>(visible);
-      std::int64_t col = 0;
-      for (int r = 0; r < num_ranges; ++r) {
-        const bool is_sink_range = rolling && ranges[r].sinks;
-        typename Ops::ScoreHead sh;
-        sh.Begin((is_sink_range ? sink_q : q_row) + static_cast<std::ptrdiff_t>(h) * hd, hd);
-        ForEachKey<E>(kv, layer, 0, head_off, ranges[r], col,
-                      [&](const E* k, std::int64_t c) { scores[c] = sh.Score(k, hd) * scale; });
-        col += ranges[r].end - ranges[r].begin;
-      }
-      Softmax(scores, static_cast<int>(visible));
-
-      typename Ops::OutHead oh;
-      oh.Begin(hd);
-      if constexpr (requires { oh.Bind(out_row, hd); }) {
-        oh.Bind(out_row + static_cast<std::ptrdiff_t>(h) * hd, hd);
-      }
-      col = 0;
-      for (int r = 0; r < num_ranges; ++r) {
-        ForEachKey<E>(kv, layer, kv.plane_elements, head_off, ranges[r], col,
-                      [&](const E* v, std::int64_t c) { oh.Add(scores[c], v, hd); });
-        col += ranges[r].end - ranges[r].begin;
-      }
-      oh.Finish(out_row + static_cast<std::ptrdiff_t>(h) * hd, hd);
-    }
-  }
-}
-
-}  // namespace
-
-namespace {
-
 template <typename E>
-void Dispatch(const AttentionShape& shape, const kv::PagedKvView& kv, const kv::KvPolicy& policy,
-              const Rope& rope, int layer, int kv_head, TokenPos pos0, int n, const float* q,
-              float* out, std::size_t q_stride, std::size_t out_stride, float* scratch) noexcept {
+void RunAvx512(const AttentionShape& shape, const kv::PagedKvView& kv, const kv::KvPolicy& policy,
+               const Rope& rope, int layer, int kv_head, TokenPos pos0, int n, const float* q,
+               float* out, std::size_t q_stride, std::size_t out_stride, float* scratch) noexcept {
 #if defined(__AVX512F__)
   switch (shape.head_dim) {
     case 16:
@@ -247,22 +101,73 @@ void Dispatch(const AttentionShape& shape, const kv::PagedKvView& kv, const kv::
       break;
   }
 #endif
-  AttendQueries<GenericOps, E>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out, q_stride,
-                               out_stride, scratch);
+  MTR_CHECK(false, "no AVX-512 attention for this head dim in this build");
 }
 
 }  // namespace
 
+bool AttentionImplAvailable(AttentionImpl impl, const AttentionShape& shape,
+                            kv::KvDtype dtype) noexcept {
+  switch (impl) {
+    case AttentionImpl::kAuto:
+    case AttentionImpl::kPortable:
+      return true;
+    case AttentionImpl::kAvx512:
+#if defined(__AVX512F__)
+      return SimdHeadDim(shape.head_dim);
+#else
+      return false;
+#endif
+    case AttentionImpl::kAvx512Bf16:
+    case AttentionImpl::kAvx512Bf16RoundedQ:
+      return dtype == kv::KvDtype::kBF16 && CpuHasAvx512Bf16() &&
+             internal::Bf16DotHeadDim(shape.head_dim);
+  }
+  return false;
+}
+
+AttentionImpl ResolveAttentionImpl(const AttentionShape& shape, kv::KvDtype dtype) noexcept {
+  for (const AttentionImpl impl : {AttentionImpl::kAvx512Bf16, AttentionImpl::kAvx512}) {
+    if (AttentionImplAvailable(impl, shape, dtype)) return impl;
+  }
+  return AttentionImpl::kPortable;
+}
+
 void PagedAttention(const AttentionShape& shape, const kv::PagedKvView& kv,
                     const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
                     TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
-                    std::size_t out_stride, float* scratch) noexcept {
-  if (kv.dtype == kv::KvDtype::kBF16) {
-    Dispatch<std::uint16_t>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out, q_stride,
-                            out_stride, scratch);
+                    std::size_t out_stride, float* scratch, AttentionImpl impl) noexcept {
+  if (impl == AttentionImpl::kAuto) {
+    impl = ResolveAttentionImpl(shape, kv.dtype);
   } else {
-    Dispatch<float>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out, q_stride, out_stride,
-                    scratch);
+    MTR_CHECK(AttentionImplAvailable(impl, shape, kv.dtype),
+              "attention implementation unavailable");
+  }
+  const bool bf16 = kv.dtype == kv::KvDtype::kBF16;
+  switch (impl) {
+    case AttentionImpl::kAvx512Bf16:
+    case AttentionImpl::kAvx512Bf16RoundedQ:
+      (void)internal::PagedAttentionBf16Dot(impl == AttentionImpl::kAvx512Bf16, shape, kv, policy,
+                                            rope, layer, kv_head, pos0, n, q, out, q_stride,
+                                            out_stride, scratch);
+      return;
+    case AttentionImpl::kAvx512:
+      if (bf16) {
+        return RunAvx512<std::uint16_t>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
+                                        q_stride, out_stride, scratch);
+      }
+      return RunAvx512<float>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out, q_stride,
+                              out_stride, scratch);
+    case AttentionImpl::kAuto:
+    case AttentionImpl::kPortable:
+      break;
+  }
+  if (bf16) {
+    AttendQueries<GenericOps, std::uint16_t>(shape, kv, policy, rope, layer, kv_head, pos0, n, q,
+                                             out, q_stride, out_stride, scratch);
+  } else {
+    AttendQueries<GenericOps, float>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
+                                     q_stride, out_stride, scratch);
   }
 }
 

@@ -7,11 +7,18 @@
 // scores use the query moved to position S + W - 1, obtained by rotating the (absolutely rotated)
 // query by (S + W - 1) - p. No stored key is ever re-rotated.
 //
+// Implementations (AttentionImpl): a portable one for every CPU and head dim (the test reference;
+// bf16 K/V widened to fp32 on load), an AVX-512 one with q and the output accumulator in registers
+// (head dims 16/32/64/128; bf16 widened on load), and for bf16 KV on CPUs with AVX512_BF16 one that
+// computes q.k with vdpbf16ps on the stored bf16 keys (q enters as a bf16 hi + lo pair, so the
+// scores keep ~16 mantissa bits of q; V is widened, exactly). kAuto picks the last available one.
+//
 // Thread-safety: reentrant; callers run different (session, kv_head) pairs on different threads
 // with separate scratch buffers.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "metronome/base/types.h"
 #include "metronome/kernels/rope.h"
@@ -28,6 +35,25 @@ struct AttentionShape {
   [[nodiscard]] int q_dim() const { return num_heads * head_dim; }
 };
 
+enum class AttentionImpl : std::uint8_t {
+  kAuto,      // the fastest available for the pool's dtype and the head dim (what the engine runs)
+  kPortable,  // any CPU, any head dim: scalar / vector_ops, bf16 widened on load
+  kAvx512,    // AVX-512F, head dims 16/32/64/128: q in registers, bf16 widened on load
+  kAvx512Bf16,  // AVX512_BF16, bf16 KV, head dims 16/32/64/128: q.k by vdpbf16ps, q as hi + lo
+  kAvx512Bf16RoundedQ,  // as kAvx512Bf16 with q rounded to one bf16 (half the dot products; less
+                        // accurate: kept for the accuracy/speed comparison in docs/performance.md)
+};
+[[nodiscard]] const char* ToString(AttentionImpl impl);
+
+// Whether this CPU (checked once, CPUID) supports the AVX512_BF16 instructions.
+[[nodiscard]] bool CpuHasAvx512Bf16() noexcept;
+// Whether `impl` can run here for this shape and pool dtype (kAuto and kPortable always can).
+[[nodiscard]] bool AttentionImplAvailable(AttentionImpl impl, const AttentionShape& shape,
+                                          kv::KvDtype dtype) noexcept;
+// The implementation kAuto runs for this shape and pool dtype.
+[[nodiscard]] AttentionImpl ResolveAttentionImpl(const AttentionShape& shape,
+                                                 kv::KvDtype dtype) noexcept;
+
 // Floats of scratch PagedAttention needs when no query sees more than `max_visible` keys.
 [[nodiscard]] std::size_t AttentionScratchFloats(const AttentionShape& shape,
                                                  std::int64_t max_visible);
@@ -39,9 +65,11 @@ struct AttentionShape {
 // `q_stride` and `out_stride` floats, query heads first in each row); only the columns of
 // `kv_head`'s group are read and written.
 // `scratch` holds AttentionScratchFloats(shape, max visible keys of these queries) floats.
+// An explicit `impl` must be AttentionImplAvailable (checked: a bug otherwise).
 void PagedAttention(const AttentionShape& shape, const kv::PagedKvView& kv,
                     const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
                     TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
-                    std::size_t out_stride, float* scratch) noexcept;
+                    std::size_t out_stride, float* scratch,
+                    AttentionImpl impl = AttentionImpl::kAuto) noexcept;
 
 }  // namespace metronome::kernels

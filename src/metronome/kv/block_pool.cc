@@ -16,6 +16,13 @@ void BlockPool::FreeDeleter::operator()(std::byte* p) const { std::free(p); }
 
 const char* ToString(KvDtype d) { return d == KvDtype::kBF16 ? "bf16" : "f32"; }
 
+std::optional<KvDtype> ParseKvDtype(std::string_view name) {
+  for (const KvDtype d : {KvDtype::kF32, KvDtype::kBF16}) {
+    if (name == ToString(d)) return d;
+  }
+  return std::nullopt;
+}
+
 void BlockPool::Poison(std::byte* data, std::size_t elements) const {
   if (layout_.dtype == KvDtype::kBF16) {
     const std::uint16_t nan = FloatToBf16(std::numeric_limits<float>::quiet_NaN());

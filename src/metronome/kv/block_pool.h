@@ -17,6 +17,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "metronome/base/half.h"
@@ -27,14 +29,20 @@ using BlockId = std::int32_t;
 inline constexpr BlockId kNoBlock = -1;
 
 enum class KvDtype : std::uint8_t { kF32, kBF16 };
+// The KV element type unless a caller asks otherwise (engine, CLI, layouts): bf16 halves the
+// memory and the attention traffic per token; its quality cost is measured in
+// docs/performance.md ("KV element type"). The one place this default is written.
+inline constexpr KvDtype kDefaultKvDtype = KvDtype::kBF16;
 [[nodiscard]] const char* ToString(KvDtype d);
+// "f32" | "bf16" (ToString's names); nullopt for anything else.
+[[nodiscard]] std::optional<KvDtype> ParseKvDtype(std::string_view name);
 
 struct KvLayout {
   int num_layers = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
   int block_tokens = 16;  // B: tokens per block
-  KvDtype dtype = KvDtype::kF32;
+  KvDtype dtype = kDefaultKvDtype;
 
   [[nodiscard]] int kv_dim() const { return num_kv_heads * head_dim; }
   [[nodiscard]] std::size_t element_bytes() const { return dtype == KvDtype::kBF16 ? 2 : 4; }

@@ -253,6 +253,10 @@ std::unique_ptr<Tokenizer> ReadTokenizer(const GgufFile& g, const ModelConfig& c
   v.bos_id = SpecialTokenId(g, "tokenizer.ggml.bos_token_id", n);
   v.eos_id = SpecialTokenId(g, "tokenizer.ggml.eos_token_id", n);
   v.unk_id = SpecialTokenId(g, "tokenizer.ggml.unknown_token_id", n);
+  v.pad_id = SpecialTokenId(g, "tokenizer.ggml.padding_token_id", n);
+  if (const auto* add_bos = GetTyped<bool>(g, "tokenizer.ggml.add_bos_token", "a bool")) {
+    v.add_bos = *add_bos;
+  }
   if (model == "llama") return MakeSentencePieceTokenizer(std::move(v));
   if (v.merges.empty()) {
     throw LoadError(g.source() + ": gpt2 tokenizer without tokenizer.ggml.merges");
@@ -282,6 +286,21 @@ Model LoadGgufModelFromBytes(std::span<const std::uint8_t> bytes, const std::str
                   DequantizeToF32(t.type, t.data, t.num_elements(), dst);
                 });
   return m;
+}
+
+ModelConfig ReadGgufConfig(const GgufFile& g) { return ReadConfig(g); }
+
+std::unique_ptr<Tokenizer> ReadGgufTokenizer(const GgufFile& g, const ModelConfig& c) {
+  return ReadTokenizer(g, c);
+}
+
+void ForEachGgufTensorShape(
+    const ModelConfig& c,
+    const std::function<void(const std::string&, const std::vector<std::uint64_t>&)>& fn) {
+  ForEachTensor(c, nullptr,
+                [&fn](const std::string& name, const std::vector<std::uint64_t>& shape, float*) {
+                  fn(name, shape);
+                });
 }
 
 }  // namespace internal

@@ -20,14 +20,35 @@ bool HasGgufMagic(const std::string& path) {
 
 }  // namespace
 
+ModelFormat DetectModelFormat(const std::string& spec) {
+  if (spec.starts_with(kSyntheticPrefix)) return ModelFormat::kSynthetic;
+  if (spec.ends_with(".gguf") || HasGgufMagic(spec)) return ModelFormat::kGguf;
+  return ModelFormat::kLlama2c;
+}
+
+const char* ToString(ModelFormat format) {
+  switch (format) {
+    case ModelFormat::kSynthetic:
+      return "synthetic";
+    case ModelFormat::kGguf:
+      return "gguf";
+    case ModelFormat::kLlama2c:
+      return "llama2.c";
+  }
+  return "?";
+}
+
 Model LoadModel(const std::string& spec, const std::string& tokenizer_path) {
   Model m;
-  if (spec.starts_with(kSyntheticPrefix)) {
-    m = MakeSyntheticModel(spec.substr(sizeof(kSyntheticPrefix) - 1));
-  } else if (spec.ends_with(".gguf") || HasGgufMagic(spec)) {
-    m = LoadGgufModel(spec);
-  } else {
-    return LoadLlama2cModel(spec, tokenizer_path);
+  switch (DetectModelFormat(spec)) {
+    case ModelFormat::kSynthetic:
+      m = MakeSyntheticModel(spec.substr(sizeof(kSyntheticPrefix) - 1));
+      break;
+    case ModelFormat::kGguf:
+      m = LoadGgufModel(spec);
+      break;
+    case ModelFormat::kLlama2c:
+      return LoadLlama2cModel(spec, tokenizer_path);
   }
   // An explicit tokenizer file replaces the built-in vocabulary.
   if (!tokenizer_path.empty()) {

@@ -29,6 +29,12 @@ struct Model {
 // vocabulary only if given. Throws LoadError / ConfigError naming the file and the problem.
 Model LoadModel(const std::string& spec, const std::string& tokenizer_path = "");
 
+// Which loader a spec goes to (LoadModel's dispatch): the "synthetic:" prefix, else a ".gguf"
+// name or the GGUF magic, else llama2.c.
+enum class ModelFormat : std::uint8_t { kSynthetic, kGguf, kLlama2c };
+[[nodiscard]] ModelFormat DetectModelFormat(const std::string& spec);
+[[nodiscard]] const char* ToString(ModelFormat format);
+
 // Individual loaders (LoadModel dispatches to these).
 Model LoadGgufModel(const std::string& path);
 Model LoadLlama2cModel(const std::string& path, const std::string& tokenizer_path);

@@ -98,6 +98,7 @@ void ValidateVocabulary(const Vocabulary& vocab, const char* kind) {
   check_id(vocab.bos_id, "bos_id");
   check_id(vocab.eos_id, "eos_id");
   check_id(vocab.unk_id, "unk_id");
+  check_id(vocab.pad_id, "pad_id");
 }
 
 }  // namespace internal

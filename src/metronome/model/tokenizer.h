@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,6 +34,18 @@ class Tokenizer {
   [[nodiscard]] virtual int vocab_size() const = 0;
   [[nodiscard]] virtual TokenId bos_id() const = 0;  // -1 when there is none
   [[nodiscard]] virtual TokenId eos_id() const = 0;  // -1 when there is none
+  [[nodiscard]] virtual TokenId unk_id() const = 0;  // -1 when there is none
+  [[nodiscard]] virtual TokenId pad_id() const = 0;  // -1 when there is none
+
+  // The token as spelled in the vocabulary ("\u2581Once", "<0x0A>", "<s>", GPT-2's "\u0120the");
+  // "" for ids out of range.
+  [[nodiscard]] virtual std::string_view Piece(TokenId id) const = 0;
+  // "sentencepiece" or "gpt2" (the families above).
+  [[nodiscard]] virtual std::string_view kind() const = 0;
+  // The model's convention for prompts: GGUF's tokenizer.ggml.add_bos_token when the file says,
+  // otherwise true for SentencePiece vocabularies (llama, llama2.c) and false for GPT-2 ones
+  // (qwen2); false when there is no BOS token.
+  [[nodiscard]] virtual bool adds_bos() const = 0;
 };
 
 // Raw vocabulary as stored in a GGUF file or a llama2.c tokenizer file.
@@ -45,6 +58,8 @@ struct Vocabulary {
   TokenId bos_id = -1;
   TokenId eos_id = -1;
   TokenId unk_id = -1;
+  TokenId pad_id = -1;
+  std::optional<bool> add_bos;  // GGUF tokenizer.ggml.add_bos_token, when present
 };
 
 // SentencePiece-style BPE (score-driven merges) with <0xHH> byte fallback. Throws LoadError for an

@@ -3,8 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "metronome/model/model.h"
 
@@ -14,5 +17,14 @@ namespace metronome::model::internal {
 // name (its final path component). The weights are copied out, so `bytes` need not outlive the
 // result. Throws LoadError naming `source` and the problem.
 Model LoadGgufModelFromBytes(std::span<const std::uint8_t> bytes, const std::string& source);
+
+// The pieces of that loader `metronome info` reuses without loading weights: the configuration
+// from the metadata, the tokenizer (null for a weights-only file), and the llama.cpp name and
+// ggml shape of every tensor a model of configuration `c` has (the loader's own list).
+ModelConfig ReadGgufConfig(const GgufFile& g);
+std::unique_ptr<Tokenizer> ReadGgufTokenizer(const GgufFile& g, const ModelConfig& c);
+void ForEachGgufTensorShape(
+    const ModelConfig& c,
+    const std::function<void(const std::string&, const std::vector<std::uint64_t>&)>& fn);
 
 }  // namespace metronome::model::internal

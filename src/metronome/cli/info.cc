@@ -1,0 +1,151 @@
+// metronome info: what a model file holds (architecture, hyper-parameters, tensors with their
+// types, shapes and bytes, vocabulary and special tokens), as a table or as JSON.
+#include <cinttypes>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "metronome/cli/commands.h"
+#include "metronome/cli/common.h"
+#include "metronome/model/model_info.h"
+
+namespace metronome::cli {
+namespace {
+
+struct InfoFlags {
+  ModelFlags model;
+  bool json = false;
+};
+
+std::string ShapeText(const std::vector<std::uint64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+const char* RopeStyleName(model::RopeStyle s) {
+  return s == model::RopeStyle::kNeox ? "neox" : "interleaved";
+}
+
+nlohmann::json ConfigJson(const model::ModelConfig& c) {
+  return {{"dim", c.dim},
+          {"num_layers", c.num_layers},
+          {"num_heads", c.num_heads},
+          {"num_kv_heads", c.num_kv_heads},
+          {"head_dim", c.head_dim},
+          {"ffn_dim", c.ffn_dim},
+          {"vocab_size", c.vocab_size},
+          {"context_length", c.context_length},
+          {"rms_eps", c.rms_eps},
+          {"rope_theta", c.rope_theta},
+          {"rope_dim", c.rotary_dim()},
+          {"rope_style", RopeStyleName(c.rope_style)},
+          {"qkv_bias", c.has_qkv_bias},
+          {"tied_embeddings", c.tied_embeddings}};
+}
+
+void PrintJson(const std::string& spec, const model::ModelInfo& info) {
+  nlohmann::json j;
+  j["model"] = spec;
+  j["format"] = model::ToString(info.format);
+  j["architecture"] = info.architecture;
+  if (info.format == model::ModelFormat::kGguf) {
+    j["gguf_version"] = info.gguf_version;
+    j["metadata_entries"] = info.metadata_entries;
+  }
+  j["config"] = info.config ? ConfigJson(*info.config) : nlohmann::json(nullptr);
+  if (!info.config_error.empty()) j["config_error"] = info.config_error;
+  j["tokenizer"] = {
+      {"kind", info.tokenizer_kind}, {"vocab_size", info.vocab_size}, {"adds_bos", info.adds_bos}};
+  for (const model::SpecialToken& t : info.special_tokens) {
+    j["tokenizer"]["special_tokens"][t.role] =
+        t.id >= 0 ? nlohmann::json{{"id", t.id}, {"piece", t.piece}} : nlohmann::json(nullptr);
+  }
+  j["tensor_count"] = info.tensors.size();
+  j["tensor_bytes"] = info.tensor_bytes;
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const model::TensorSummary& t : info.tensors) {
+    tensors.push_back({{"name", t.name},
+                       {"type", std::string(quant::Name(t.type))},
+                       {"computable", quant::Traits(t.type).computable},
+                       {"shape", t.shape},
+                       {"bytes", t.bytes}});
+  }
+  j["tensors"] = tensors;
+  // Invalid UTF-8 in a hostile vocabulary is replaced, not thrown.
+  std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+}
+
+void PrintTable(const std::string& spec, const model::ModelInfo& info) {
+  std::printf("model          %s\n", spec.c_str());
+  std::printf("format         %s", model::ToString(info.format));
+  if (info.format == model::ModelFormat::kGguf) {
+    std::printf(" v%u, %" PRIu64 " metadata entries", info.gguf_version, info.metadata_entries);
+  }
+  std::printf("\narchitecture   %s\n", info.architecture.empty() ? "?" : info.architecture.c_str());
+  if (info.config) {
+    const model::ModelConfig& c = *info.config;
+    std::printf(
+        "hyper-params   dim %d, layers %d, heads %d, kv heads %d, head dim %d, ffn %d, vocab %d,"
+        " context %d\n               rms eps %g, rope theta %g, rope dims %d (%s), qkv bias %s,"
+        " tied embeddings %s\n",
+        c.dim, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, c.ffn_dim, c.vocab_size,
+        c.context_length, static_cast<double>(c.rms_eps), c.rope_theta, c.rotary_dim(),
+        RopeStyleName(c.rope_style), c.has_qkv_bias ? "yes" : "no",
+        c.tied_embeddings ? "yes" : "no");
+  } else {
+    std::printf("hyper-params   unavailable: %s\n", info.config_error.c_str());
+  }
+  std::printf("tokenizer      %s, %d tokens, BOS prepended to prompts: %s\n",
+              info.tokenizer_kind.c_str(), info.vocab_size, info.adds_bos ? "yes" : "no");
+  std::printf("special tokens");
+  for (const model::SpecialToken& t : info.special_tokens) {
+    if (t.id >= 0) {
+      std::printf(" %s %d '%s';", t.role.c_str(), t.id, t.piece.c_str());
+    } else {
+      std::printf(" %s none;", t.role.c_str());
+    }
+  }
+  std::printf("\ntensors        %zu, %" PRIu64 " bytes (%s)\n", info.tensors.size(),
+              info.tensor_bytes, HumanBytes(static_cast<double>(info.tensor_bytes)).c_str());
+  std::size_t name_width = 4;
+  for (const model::TensorSummary& t : info.tensors)
+    name_width = std::max(name_width, t.name.size());
+  const int w = static_cast<int>(name_width);
+  std::printf("\n%-*s  %-8s  %-20s  %12s\n", w, "name", "type", "shape", "bytes");
+  for (const model::TensorSummary& t : info.tensors) {
+    const bool computable = quant::Traits(t.type).computable;
+    std::printf("%-*s  %-8s  %-20s  %12" PRIu64 "%s\n", w, t.name.c_str(),
+                std::string(quant::Name(t.type)).c_str(), ShapeText(t.shape).c_str(), t.bytes,
+                computable ? "" : "  (type not computable by this engine yet)");
+  }
+}
+
+int RunInfo(const InfoFlags& f) {
+  const model::ModelInfo info = model::DescribeModel(f.model.model, f.model.tokenizer);
+  if (f.json) {
+    PrintJson(f.model.model, info);
+  } else {
+    PrintTable(f.model.model, info);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void RegisterInfo(CLI::App* app, int* exit_code) {
+  auto flags = std::make_shared<InfoFlags>();
+  CLI::App* sub = app->add_subcommand(
+      "info",
+      "Describe a model: architecture, hyper-parameters, tensors (type, shape, bytes), "
+      "vocabulary and special tokens");
+  flags->model.Register(sub, true);
+  sub->add_flag("--json", flags->json, "Print one JSON object instead of the table");
+  sub->callback([flags, exit_code] { *exit_code = RunInfo(*flags); });
+}
+
+}  // namespace metronome::cli

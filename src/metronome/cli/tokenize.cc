@@ -1,0 +1,61 @@
+// metronome tokenize: the token ids of a text under a model's tokenizer, BOS per the model's
+// convention (Tokenizer::adds_bos) unless --no-bos.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "metronome/base/errors.h"
+#include "metronome/cli/commands.h"
+#include "metronome/cli/common.h"
+#include "metronome/model/model_info.h"
+
+namespace metronome::cli {
+namespace {
+
+struct TokenizeFlags {
+  ModelFlags model;
+  std::string text;
+  bool no_bos = false;
+  bool show_pieces = false;
+};
+
+int RunTokenize(const TokenizeFlags& f) {
+  const std::unique_ptr<model::Tokenizer> tokenizer =
+      model::LoadTokenizer(f.model.model, f.model.tokenizer);
+  if (tokenizer == nullptr) {
+    throw ConfigError("--model " + f.model.model +
+                      " has no tokenizer (a llama2.c checkpoint needs --tokenizer)");
+  }
+  const bool add_bos = tokenizer->adds_bos() && !f.no_bos;
+  const std::vector<TokenId> ids = tokenizer->Encode(f.text, add_bos);
+  if (f.show_pieces) {
+    // One token a line: id, then its vocabulary spelling.
+    for (const TokenId id : ids) {
+      const std::string piece(tokenizer->Piece(id));
+      std::printf("%d\t%s\n", id, piece.c_str());
+    }
+  } else {
+    for (std::size_t i = 0; i < ids.size(); ++i) std::printf(i == 0 ? "%d" : " %d", ids[i]);
+    std::printf("\n");
+  }
+  std::fprintf(stderr, "[tokenize] %zu tokens (%s, BOS %s)\n", ids.size(),
+               std::string(tokenizer->kind()).c_str(), add_bos ? "prepended" : "not prepended");
+  return 0;
+}
+
+}  // namespace
+
+void RegisterTokenize(CLI::App* app, int* exit_code) {
+  auto flags = std::make_shared<TokenizeFlags>();
+  CLI::App* sub = app->add_subcommand(
+      "tokenize",
+      "Print the token ids of a text (BOS prepended when the model's convention is to)");
+  flags->model.Register(sub, true);
+  sub->add_option("--text", flags->text, "Text to tokenize")->required();
+  sub->add_flag("--no-bos", flags->no_bos, "Never prepend BOS");
+  sub->add_flag("--show-pieces", flags->show_pieces,
+                "Print one token a line: id, a tab, its spelling in the vocabulary");
+  sub->callback([flags, exit_code] { *exit_code = RunTokenize(*flags); });
+}
+
+}  // namespace metronome::cli

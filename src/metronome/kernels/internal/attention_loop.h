@@ -1,0 +1,213 @@
+// The loop of PagedAttention shared by its translation units: visible key ranges, the walk over
+// the block table, rolling sink rotation, softmax and the V accumulation, parameterised by the
+// per-head score/accumulate operations (`Ops`) and the pool's element type E (float, or uint16_t
+// holding bf16).
+//
+// Everything here has internal linkage on purpose: paged_attention_bf16.cc includes this header
+// under an AVX512_BF16 target pragma, so each translation unit must get its own copy of every
+// function (no inline function compiled for a wider ISA may be picked by the linker for callers
+// running on CPUs without it).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "metronome/base/check.h"
+#include "metronome/base/types.h"
+#include "metronome/kernels/paged_attention.h"
+#include "metronome/kernels/rope.h"
+#include "metronome/kernels/vector_ops.h"
+#include "metronome/kv/kv_policy.h"
+#include "metronome/kv/paged_kv_view.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace metronome::kernels {
+namespace {  // internal linkage per translation unit, see above
+
+// One contiguous run of visible keys [begin, end).
+struct KeyRange {
+  TokenPos begin;
+  TokenPos end;
+  bool sinks;  // the pinned range [0, S)
+};
+
+// The (at most two) visible ranges for query p: sinks [0, min(S, p+1)) and the window
+// [max(S, p-W+1), p]. In full mode S = 0 and W is "infinite", so only [0, p] remains.
+inline int VisibleRanges(const kv::KvPolicy& policy, TokenPos p, KeyRange out[2]) {
+  const TokenPos s = policy.effective_sinks();
+  const TokenPos w = policy.effective_window();
+  int n = 0;
+  const TokenPos sink_end = std::min(s, p + 1);
+  if (sink_end > 0) out[n++] = {0, sink_end, true};
+  const TokenPos win_begin = std::max(s, p - w + 1);
+  if (win_begin <= p) out[n++] = {win_begin, p + 1, false};
+  return n;
+}
+
+#if defined(__AVX512F__)
+// Head dims that are multiples of 16 up to 256 run with the query (or the output accumulator) of
+// one head held in C = head_dim/16 registers. Heads are the outer loop: each walk over the visible
+// blocks serves one head, and the group's other heads re-read the same K/V from L1/L2, not DRAM.
+// 16 bf16 values widened to fp32 (exact: bf16 is the top half of an fp32).
+inline __m512 WidenBf16x16(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+inline __m512 LoadBf16x16(const std::uint16_t* p) {
+  return WidenBf16x16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 Load16(const std::uint16_t* p) { return LoadBf16x16(p); }
+
+template <int C>
+struct SimdHead {
+  __m512 v[C];
+  void Load(const float* p) {
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) v[c] = _mm512_loadu_ps(p + 16 * c);
+  }
+  template <typename E>
+  [[nodiscard]] float DotWith(const E* k) const {
+    __m512 acc = _mm512_mul_ps(v[0], Load16(k));
+#pragma GCC unroll 8
+    for (int c = 1; c < C; ++c) acc = _mm512_fmadd_ps(v[c], Load16(k + 16 * c), acc);
+    return _mm512_reduce_add_ps(acc);
+  }
+  void Zero() {
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) v[c] = _mm512_setzero_ps();
+  }
+  template <typename E>
+  void AddScaled(float a, const E* x) {
+    const __m512 va = _mm512_set1_ps(a);
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) v[c] = _mm512_fmadd_ps(va, Load16(x + 16 * c), v[c]);
+  }
+  void Store(float* p) const {
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) _mm512_storeu_ps(p + 16 * c, v[c]);
+  }
+};
+
+// q fp32 in registers; K and V read as fp32 or widened from bf16 (exact).
+template <int C>
+struct SimdOps {
+  struct ScoreHead {
+    SimdHead<C> q;
+    void Begin(const float* qh, int /*hd*/) { q.Load(qh); }
+    template <typename E>
+    [[nodiscard]] float Score(const E* k, int /*hd*/) const {
+      return q.DotWith(k);
+    }
+  };
+  struct OutHead {
+    SimdHead<C> acc;
+    void Begin(int /*hd*/) { acc.Zero(); }
+    template <typename E>
+    void Add(float a, const E* v, int /*hd*/) {
+      acc.AddScaled(a, v);
+    }
+    void Finish(float* out, int /*hd*/) const { acc.Store(out); }
+  };
+};
+#endif
+
+// Calls fn(key_pointer, column) for every visible key of `range`, walking the block table once.
+template <typename E, typename Fn>
+inline void ForEachKey(const kv::PagedKvView& kv, int layer, std::size_t plane_offset,
+                       std::size_t head_off, const KeyRange& range, std::int64_t col, Fn&& fn) {
+  const int bt = kv.block_tokens;
+  for (TokenPos j = range.begin; j < range.end;) {
+    const std::int64_t b = j / bt;
+    const auto* base = reinterpret_cast<const E*>(kv.BlockKeys(layer, b));
+    MTR_DCHECK(base != nullptr, "visible key in a freed block");
+    base += plane_offset + head_off;
+    const TokenPos block_end = std::min<TokenPos>((b + 1) * bt, range.end);
+    // One division per block, none per key: walk the slots with a pointer.
+    const auto stride = static_cast<std::size_t>(kv.kv_dim);
+    const E* key = base + static_cast<std::size_t>(j - b * bt) * stride;
+    for (; j < block_end; ++j, ++col, key += stride) fn(key, col);
+  }
+}
+
+template <typename Ops, typename E>
+void AttendQueries(const AttentionShape& shape, const kv::PagedKvView& kv,
+                   const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
+                   TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
+                   std::size_t out_stride, float* scratch) noexcept {
+  const int hd = shape.head_dim;
+  const int group = shape.group();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const std::size_t head_off = static_cast<std::size_t>(kv_head) * static_cast<std::size_t>(hd);
+  const std::size_t group_off =
+      static_cast<std::size_t>(kv_head * group) * static_cast<std::size_t>(hd);
+
+  for (int i = 0; i < n; ++i) {
+    const TokenPos p = pos0 + i;
+    KeyRange ranges[2];
+    const int num_ranges = VisibleRanges(policy, p, ranges);
+    std::int64_t visible = 0;
+    for (int r = 0; r < num_ranges; ++r) visible += ranges[r].end - ranges[r].begin;
+    MTR_DCHECK(visible >= 1, "a query always sees itself");
+
+    const float* q_row = q + static_cast<std::size_t>(i) * q_stride + group_off;
+    float* out_row = out + static_cast<std::size_t>(i) * out_stride + group_off;
+    float* sink_q = scratch + static_cast<std::size_t>(group) * static_cast<std::size_t>(visible);
+
+    // Rolling positions: sinks are scored against the query moved to S + W - 1.
+    const bool rolling = policy.RollingGap(p);
+    if (rolling) {
+      std::memcpy(sink_q, q_row, sizeof(float) * static_cast<std::size_t>(group * hd));
+      rope.Rotate(sink_q, group, policy.sinks + policy.window - 1 - p);
+    }
+
+    for (int h = 0; h < group; ++h) {
+      float* scores = scratch + static_cast<std::size_t>(h) * static_cast<std::size_t>(visible);
+      std::int64_t col = 0;
+      for (int r = 0; r < num_ranges; ++r) {
+        const bool is_sink_range = rolling && ranges[r].sinks;
+        typename Ops::ScoreHead sh;
+        sh.Begin((is_sink_range ? sink_q : q_row) + static_cast<std::ptrdiff_t>(h) * hd, hd);
+        ForEachKey<E>(kv, layer, 0, head_off, ranges[r], col,
+                      [&](const E* k, std::int64_t c) { scores[c] = sh.Score(k, hd) * scale; });
+        col += ranges[r].end - ranges[r].begin;
+      }
+      Softmax(scores, static_cast<int>(visible));
+
+      typename Ops::OutHead oh;
+      oh.Begin(hd);
+      if constexpr (requires { oh.Bind(out_row, hd); }) {
+        oh.Bind(out_row + static_cast<std::ptrdiff_t>(h) * hd, hd);
+      }
+      col = 0;
+      for (int r = 0; r < num_ranges; ++r) {
+        ForEachKey<E>(kv, layer, kv.plane_elements, head_off, ranges[r], col,
+                      [&](const E* v, std::int64_t c) { oh.Add(scores[c], v, hd); });
+        col += ranges[r].end - ranges[r].begin;
+      }
+      oh.Finish(out_row + static_cast<std::ptrdiff_t>(h) * hd, hd);
+    }
+  }
+}
+
+}  // namespace
+
+namespace internal {
+// The AVX512_BF16 kernel for bf16 KV (paged_attention_bf16.cc). `split_q`: q enters vdpbf16ps as
+// two bf16 terms (hi + lo, ~16 mantissa bits) instead of one rounded bf16 (8 bits). Returns false,
+// doing nothing, when this build has no such kernel or head_dim has no instantiation; callers
+// check CpuHasAvx512Bf16() first.
+bool PagedAttentionBf16Dot(bool split_q, const AttentionShape& shape, const kv::PagedKvView& kv,
+                           const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
+                           TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
+                           std::size_t out_stride, float* scratch) noexcept;
+// Whether PagedAttentionBf16Dot has an instantiation for head_dim in this build.
+bool Bf16DotHeadDim(int head_dim) noexcept;
+}  // namespace internal
+
+}  // namespace metronome::kernels

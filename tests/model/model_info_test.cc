@@ -1,0 +1,142 @@
+// DescribeModel / LoadTokenizer: a GGUF is described from its header alone (types the engine
+// cannot compute with and architectures it cannot run are still listed, by ggml's names), and
+// the other sources as the engine holds them; facts are checked against independent counts.
+#include "metronome/model/model_info.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "metronome/model/gguf.h"
+#include "metronome/model/model.h"
+
+namespace metronome::model {
+namespace {
+
+using Bytes = std::vector<std::uint8_t>;
+
+// A scratch file removed at scope exit.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& name)
+      : path_((std::filesystem::temp_directory_path() /
+               (name + "." + std::to_string(::testing::UnitTest::GetInstance()->random_seed())))
+                  .string()) {}
+  ~TempFile() { std::filesystem::remove(path_); }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  [[nodiscard]] const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Rewrites the type id of tensor `name` (n_dims dims) in a serialized GGUF.
+void SetTensorType(Bytes& buf, const std::string& name, std::uint32_t n_dims, std::uint32_t type) {
+  const auto it = std::search(buf.begin(), buf.end(), name.begin(), name.end());
+  ASSERT_NE(it, buf.end());
+  const auto at = static_cast<std::size_t>(it - buf.begin()) + name.size() + 4 + 8 * n_dims;
+  std::memcpy(buf.data() + at, &type, sizeof(type));
+}
+
+TEST(ModelInfoTest, ListsTypesTheEngineCannotComputeAndArchitecturesItCannotRun) {
+  GgufWriter w;
+  w.SetString("general.architecture", "gemma3");
+  const std::vector<float> zeros(512, 0.0f);
+  w.AddTensor("weights", {256, 2}, GgmlType::kF32, zeros);
+  w.AddTensor("norm", {256}, GgmlType::kF32, std::span<const float>(zeros.data(), 256));
+  Bytes buf = w.Serialize();
+  SetTensorType(buf, "weights", 2, static_cast<std::uint32_t>(GgmlType::kQ4_K));
+  SetTensorType(buf, "norm", 1, static_cast<std::uint32_t>(GgmlType::kIQ2_XXS));
+  const TempFile file("metronome_info_test.gguf");
+  std::ofstream(file.path(), std::ios::binary)
+      .write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
+
+  const ModelInfo info = DescribeModel(file.path());
+  EXPECT_EQ(info.format, ModelFormat::kGguf);
+  EXPECT_EQ(info.gguf_version, 3u);
+  EXPECT_EQ(info.architecture, "gemma3");
+  EXPECT_FALSE(info.config.has_value());
+  EXPECT_NE(info.config_error.find("unsupported architecture 'gemma3'"), std::string::npos)
+      << info.config_error;
+  ASSERT_EQ(info.tensors.size(), 2u);
+  EXPECT_EQ(info.tensors[0].name, "weights");
+  EXPECT_EQ(info.tensors[0].type, GgmlType::kQ4_K);
+  EXPECT_EQ(info.tensors[0].shape, (std::vector<std::uint64_t>{256, 2}));
+  EXPECT_EQ(info.tensors[0].bytes, 2u * 144u);  // two Q4_K super-blocks of 144 bytes
+  EXPECT_EQ(info.tensors[1].type, GgmlType::kIQ2_XXS);
+  EXPECT_EQ(info.tensors[1].bytes, 66u);  // one IQ2_XXS block of 256 elements
+  EXPECT_EQ(info.tensor_bytes, 2u * 144u + 66u);
+  EXPECT_EQ(info.tokenizer_kind, "none");
+  ASSERT_EQ(info.special_tokens.size(), 4u);
+  for (const SpecialToken& t : info.special_tokens) EXPECT_EQ(t.id, -1) << t.role;
+}
+
+std::uint64_t ExpectedParameters(const ModelConfig& c) {
+  const auto dim = static_cast<std::uint64_t>(c.dim);
+  const auto per_layer = 2 * dim + dim * static_cast<std::uint64_t>(c.qkv_dim()) +
+                         static_cast<std::uint64_t>(c.q_dim()) * dim +
+                         3 * dim * static_cast<std::uint64_t>(c.ffn_dim) +
+                         (c.has_qkv_bias ? static_cast<std::uint64_t>(c.qkv_dim()) : 0);
+  return dim * static_cast<std::uint64_t>(c.vocab_size) * (c.tied_embeddings ? 1 : 2) + dim +
+         per_layer * static_cast<std::uint64_t>(c.num_layers);
+}
+
+TEST(ModelInfoTest, SyntheticModelIsDescribedAsTheEngineHoldsIt) {
+  const ModelInfo info = DescribeModel("synthetic:tiny");
+  EXPECT_EQ(info.format, ModelFormat::kSynthetic);
+  ASSERT_TRUE(info.config.has_value());
+  const ModelConfig& c = *info.config;
+  EXPECT_EQ(info.tensor_bytes, ExpectedParameters(c) * 4);
+  EXPECT_EQ(info.tensors.size(), (c.tied_embeddings ? 2u : 3u) + 9u * c.num_layers);
+  for (const TensorSummary& t : info.tensors) EXPECT_EQ(t.type, GgmlType::kF32) << t.name;
+  EXPECT_EQ(info.tokenizer_kind, "sentencepiece");
+  EXPECT_EQ(info.vocab_size, c.vocab_size);
+  EXPECT_TRUE(info.adds_bos);
+  ASSERT_EQ(info.special_tokens.size(), 4u);
+  EXPECT_EQ(info.special_tokens[0].role, "bos");
+  EXPECT_EQ(info.special_tokens[0].piece, "<s>");
+  EXPECT_EQ(info.special_tokens[1].piece, "</s>");
+  EXPECT_EQ(info.special_tokens[2].piece, "<unk>");
+  EXPECT_EQ(info.special_tokens[3].id, -1);
+}
+
+TEST(ModelInfoTest, ExportedGgufKeepsShapesVocabularyAndStoredTypes) {
+  const Model m = LoadModel("synthetic:tiny");
+  const TempFile file("metronome_info_export.gguf");
+  ExportGguf(m, file.path(), GgmlType::kF16);
+  const ModelInfo from_file = DescribeModel(file.path());
+  const ModelInfo from_memory = DescribeModel("synthetic:tiny");
+  ASSERT_TRUE(from_file.config.has_value());
+  EXPECT_EQ(from_file.architecture, "llama");
+  EXPECT_EQ(from_file.config->dim, from_memory.config->dim);
+  EXPECT_EQ(from_file.config->num_layers, from_memory.config->num_layers);
+  ASSERT_EQ(from_file.tensors.size(), from_memory.tensors.size());
+  std::uint64_t sum = 0;
+  for (const TensorSummary& t : from_file.tensors) {
+    sum += t.bytes;
+    // Matrices were written as F16, norms stay F32.
+    EXPECT_EQ(t.type, t.shape.size() == 2 ? GgmlType::kF16 : GgmlType::kF32) << t.name;
+  }
+  EXPECT_EQ(sum, from_file.tensor_bytes);
+  EXPECT_LT(from_file.tensor_bytes, std::filesystem::file_size(file.path()));
+  EXPECT_EQ(from_file.vocab_size, from_memory.vocab_size);
+  EXPECT_EQ(from_file.tokenizer_kind, "sentencepiece");
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(from_file.special_tokens[i].id, from_memory.special_tokens[i].id);
+    EXPECT_EQ(from_file.special_tokens[i].piece, from_memory.special_tokens[i].piece);
+  }
+  // The tokenizer alone, without weights, encodes like the model's.
+  const auto tokenizer = LoadTokenizer(file.path());
+  ASSERT_NE(tokenizer, nullptr);
+  EXPECT_EQ(tokenizer->Encode("hello world", true), m.tokenizer->Encode("hello world", true));
+}
+
+}  // namespace
+}  // namespace metronome::model
