@@ -668,22 +668,27 @@ TEST(GgufLoaderTest, LoadsLlamaIntoFusedLayout) {
     const auto& want = tf.values.at(name);
     EXPECT_EQ(std::memcmp(got, want.data(), want.size() * sizeof(float)), 0) << name;
   };
+  const auto expect_rows = [&](const std::vector<float>& got, const std::string& name) {
+    ASSERT_EQ(got.size(), tf.values.at(name).size()) << name;
+    expect_eq(got.data(), name);
+  };
+  const auto all = [](const quant::WeightMatrix& mat) { return DequantizeRows(mat, 0, mat.rows); };
   const ModelWeights& w = *m.weights;
-  expect_eq(w.token_embedding, "token_embd.weight");
-  expect_eq(w.output, "output.weight");
+  expect_rows(all(w.token_embedding), "token_embd.weight");
+  expect_rows(all(w.output), "output.weight");
   expect_eq(w.final_norm, "output_norm.weight");
   for (int l = 0; l < 2; ++l) {
     const LayerWeights& lw = w.layers[static_cast<std::size_t>(l)];
     const std::string p = "blk." + std::to_string(l) + ".";
     expect_eq(lw.attn_norm, p + "attn_norm.weight");
-    expect_eq(lw.wqkv, p + "attn_q.weight");
-    expect_eq(lw.wqkv + 8 * 8, p + "attn_k.weight");
-    expect_eq(lw.wqkv + 8 * 8 + 4 * 8, p + "attn_v.weight");
-    expect_eq(lw.wo, p + "attn_output.weight");
+    expect_rows(DequantizeRows(lw.wqkv, 0, 8), p + "attn_q.weight");
+    expect_rows(DequantizeRows(lw.wqkv, 8, 4), p + "attn_k.weight");
+    expect_rows(DequantizeRows(lw.wqkv, 12, 4), p + "attn_v.weight");
+    expect_rows(all(lw.wo), p + "attn_output.weight");
     expect_eq(lw.ffn_norm, p + "ffn_norm.weight");
-    expect_eq(lw.w_gate_up, p + "ffn_gate.weight");
-    expect_eq(lw.w_gate_up + 16 * 8, p + "ffn_up.weight");
-    expect_eq(lw.w_down, p + "ffn_down.weight");
+    expect_rows(DequantizeRows(lw.w_gate_up, 0, 16), p + "ffn_gate.weight");
+    expect_rows(DequantizeRows(lw.w_gate_up, 16, 16), p + "ffn_up.weight");
+    expect_rows(all(lw.w_down), p + "ffn_down.weight");
     EXPECT_EQ(lw.bqkv, nullptr);
   }
 }
@@ -706,7 +711,7 @@ TEST(GgufLoaderTest, LoadsQwen2WithBiasesAndTiedOutput) {
   EXPECT_EQ(lw.bqkv[8], tf.values.at("blk.0.attn_k.bias")[0]);
   EXPECT_EQ(lw.bqkv[12], tf.values.at("blk.0.attn_v.bias")[0]);
   EXPECT_EQ(lw.bqkv[15], tf.values.at("blk.0.attn_v.bias")[3]);
-  EXPECT_EQ(m.weights->output, m.weights->token_embedding);
+  EXPECT_EQ(m.weights->output.data, m.weights->token_embedding.data);
 }
 
 TEST(GgufLoaderTest, DequantisesQ8AndF16Tensors) {
@@ -720,7 +725,10 @@ TEST(GgufLoaderTest, DequantisesQ8AndF16Tensors) {
     TinyFile tf = BuildTiny(spec);
     const Model m = internal::LoadGgufModelFromBytes(tf.writer.Serialize(), "quant.gguf");
     const auto& want = tf.values.at("blk.0.ffn_down.weight");
-    const float* got = m.weights->layers[0].w_down;
+    const quant::WeightMatrix& down = m.weights->layers[0].w_down;
+    EXPECT_EQ(down.type, type);  // kept in its stored type
+    const std::vector<float> got_rows = DequantizeRows(down, 0, down.rows);
+    const float* got = got_rows.data();
     for (std::size_t i = 0; i < want.size(); ++i) {
       // Q8_0: half a step of max|x|/127 per block; F16/BF16 relative rounding.
       const float tol = type == GgmlType::kQ8_0  ? 0.5f * std::fabs(want[i] + 1.0f) / 127.0f + 1e-3f

@@ -18,6 +18,7 @@ int Main(int argc, char** argv) {
   RegisterScore(&app, &exit_code);
   RegisterBenchDecode(&app, &exit_code);
   RegisterExportGguf(&app, &exit_code);
+  RegisterQuantize(&app, &exit_code);
   RegisterCalibrate(&app, &exit_code);
   RegisterSim(&app, &exit_code);
   RegisterDrive(&app, &exit_code);

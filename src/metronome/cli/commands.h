@@ -11,6 +11,7 @@ void RegisterScore(CLI::App* app, int* exit_code);
 void RegisterBenchDecode(CLI::App* app, int* exit_code);
 void RegisterDemo(CLI::App* app, int* exit_code);
 void RegisterExportGguf(CLI::App* app, int* exit_code);
+void RegisterQuantize(CLI::App* app, int* exit_code);
 void RegisterCalibrate(CLI::App* app, int* exit_code);
 void RegisterSim(CLI::App* app, int* exit_code);
 void RegisterDrive(CLI::App* app, int* exit_code);

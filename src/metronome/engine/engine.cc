@@ -12,7 +12,9 @@
 #include "metronome/base/errors.h"
 #include "metronome/kernels/gemm.h"
 #include "metronome/kernels/paged_attention.h"
+#include "metronome/kernels/quant_matmul.h"
 #include "metronome/kernels/vector_ops.h"
+#include "metronome/quant/codec.h"
 
 namespace metronome::engine {
 
@@ -299,9 +301,9 @@ void Engine::Forward(Batch& b) {
   const bool parallel_rows = T >= 4;
 #pragma omp parallel for if (parallel_rows) schedule(static)
   for (int t = 0; t < T; ++t) {
-    std::memcpy(&b.x[sz(t, dim)],
-                w.token_embedding + sz(b.tokens[static_cast<std::size_t>(t)], dim),
-                sizeof(float) * static_cast<std::size_t>(dim));
+    quant::DequantizeRow(w.token_embedding.type,
+                         w.token_embedding.Row(b.tokens[static_cast<std::size_t>(t)]), dim,
+                         &b.x[sz(t, dim)]);
     rope_.Angles(b.positions[static_cast<std::size_t>(t)], &b.rope_cos[sz(t, pairs)],
                  &b.rope_sin[sz(t, pairs)]);
   }
@@ -339,9 +341,8 @@ void Engine::Forward(Batch& b) {
     for (int t = 0; t < T; ++t) {
       kernels::RmsNorm(&b.x[sz(t, dim)], lw.attn_norm, c.rms_eps, &b.xb[sz(t, dim)], dim);
     }
-    Timed(&last_step_.gemm_seconds, [&] {
-      kernels::MatMulTransposedB(b.xb.data(), T, dim, lw.wqkv, qkvd, b.qkv.data(), false);
-    });
+    Timed(&last_step_.gemm_seconds,
+          [&] { kernels::MatMul(b.xb.data(), T, lw.wqkv, b.qkv.data(), false); });
 
     // Bias, RoPE (q and k at absolute positions), then K/V into the session's blocks.
 #pragma omp parallel for if (parallel_rows) schedule(static)
@@ -373,24 +374,21 @@ void Engine::Forward(Batch& b) {
     last_step_.attention_seconds += std::chrono::duration<double>(Clock::now() - t_attn).count();
 
     Timed(&last_step_.gemm_seconds,
-          [&] { kernels::MatMulTransposedB(b.att.data(), T, qd, lw.wo, dim, b.x.data(), true); });
+          [&] { kernels::MatMul(b.att.data(), T, lw.wo, b.x.data(), true); });
 
 #pragma omp parallel for if (parallel_rows) schedule(static)
     for (int t = 0; t < T; ++t) {
       kernels::RmsNorm(&b.x[sz(t, dim)], lw.ffn_norm, c.rms_eps, &b.xb[sz(t, dim)], dim);
     }
-    Timed(&last_step_.gemm_seconds, [&] {
-      kernels::MatMulTransposedB(b.xb.data(), T, dim, lw.w_gate_up, 2 * ffn, b.gate_up.data(),
-                                 false);
-    });
+    Timed(&last_step_.gemm_seconds,
+          [&] { kernels::MatMul(b.xb.data(), T, lw.w_gate_up, b.gate_up.data(), false); });
 #pragma omp parallel for if (parallel_rows) schedule(static)
     for (int t = 0; t < T; ++t) {
       const float* gu = &b.gate_up[sz(t, 2 * ffn)];
       kernels::SwiGlu(gu, gu + ffn, &b.hidden[sz(t, ffn)], ffn);
     }
-    Timed(&last_step_.gemm_seconds, [&] {
-      kernels::MatMulTransposedB(b.hidden.data(), T, ffn, lw.w_down, dim, b.x.data(), true);
-    });
+    Timed(&last_step_.gemm_seconds,
+          [&] { kernels::MatMul(b.hidden.data(), T, lw.w_down, b.x.data(), true); });
   }
 
   // Final norm and output projection only for the rows whose logits were asked for.
@@ -403,10 +401,8 @@ void Engine::Forward(Batch& b) {
       kernels::RmsNorm(&b.x[sz(b.logit_rows[static_cast<std::size_t>(r)], dim)], w.final_norm,
                        c.rms_eps, &b.final_rows[sz(r, dim)], dim);
     }
-    Timed(&last_step_.gemm_seconds, [&] {
-      kernels::MatMulTransposedB(b.final_rows.data(), R, dim, w.output, c.vocab_size,
-                                 logits_.data(), false);
-    });
+    Timed(&last_step_.gemm_seconds,
+          [&] { kernels::MatMul(b.final_rows.data(), R, w.output, logits_.data(), false); });
   }
 
   const double proj_flops_per_token =

@@ -12,10 +12,10 @@
 namespace metronome::kernels {
 
 void MatMulTransposedB(const float* x, int m, int k, const float* w, int n, float* y,
-                       bool accumulate) noexcept {
+                       bool accumulate, int ldy) noexcept {
   // dnnl_sgemm is row-major. It only fails for invalid arguments, which the engine never passes.
-  const dnnl_status_t st =
-      dnnl_sgemm('N', 'T', m, n, k, 1.0f, x, k, w, k, accumulate ? 1.0f : 0.0f, y, n);
+  const dnnl_status_t st = dnnl_sgemm('N', 'T', m, n, k, 1.0f, x, k, w, k, accumulate ? 1.0f : 0.0f,
+                                      y, ldy > 0 ? ldy : n);
   MTR_DCHECK(st == dnnl_success, "dnnl_sgemm rejected its arguments");
   (void)st;
 }

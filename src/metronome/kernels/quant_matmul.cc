@@ -1,5 +1,6 @@
 #include "metronome/kernels/quant_matmul.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -231,42 +232,66 @@ constexpr int kRowTile = 16;  // output rows per work item
 // Below this many multiply-adds a product runs on the calling thread (waking the team costs more).
 constexpr double kMinParallelMacs = 1 << 17;
 
-void ParallelOverRowTiles(const QuantKernel& kernel, const RowsKernelArgs& args, int rows) {
-  const int tiles = (rows + kRowTile - 1) / kRowTile;
-  const double macs = static_cast<double>(args.m) * rows * args.w->cols;
+// One part of a product: its kernel, its arguments (y already offset to the part's first column).
+struct PartWork {
+  const QuantKernel* kernel;
+  RowsKernelArgs args;
+  int rows;
+  int first_tile;  // tiles of earlier parts
+};
+
+// Runs every part's row tiles; the only place the output rows are split over threads.
+void ParallelOverRowTiles(std::span<const PartWork> parts, int tiles, double macs) {
   const bool parallel = tiles > 1 && macs >= kMinParallelMacs;
 #pragma omp parallel for if (parallel) schedule(static)
   for (int t = 0; t < tiles; ++t) {
-    const int begin = t * kRowTile;
-    const int end = begin + kRowTile < rows ? begin + kRowTile : rows;
-    kernel.rows(args, begin, end);
+    std::size_t p = 0;
+    while (p + 1 < parts.size() && parts[p + 1].first_tile <= t) ++p;
+    const PartWork& part = parts[p];
+    const int begin = (t - part.first_tile) * kRowTile;
+    const int end = std::min(begin + kRowTile, part.rows);
+    part.kernel->rows(part.args, begin, end);
   }
 }
 
-// Per-calling-thread storage of the prepared activations (grows to the largest product seen).
-std::byte* ActivationScratch(std::size_t bytes) {
-  thread_local std::vector<std::byte> scratch;
-  if (scratch.size() < bytes) scratch.resize(bytes);
-  return scratch.data();
+// Per-calling-thread storage of the prepared activations, one buffer per format (grows to the
+// largest product seen).
+std::byte* ActivationScratch(ActivationFormat format, std::size_t bytes) {
+  thread_local std::array<std::vector<std::byte>, 3> scratch;
+  auto& buf = scratch[static_cast<std::size_t>(format)];
+  if (buf.size() < bytes) buf.resize(bytes);
+  return buf.data();
 }
 
-RowsKernelArgs MakeArgs(const float* x, int m, const quant::WeightMatrix& w, float* y,
-                        bool accumulate) {
+// Arguments for one part; the activations for its format are prepared unless `prepared` already
+// holds them (per format, for the parts of one product).
+RowsKernelArgs MakeArgs(const float* x, int m, const quant::WeightMatrix& w, float* y, int ldy,
+                        bool accumulate, std::array<const std::byte*, 3>& prepared) {
   RowsKernelArgs args;
   args.m = m;
   args.w = &w;
   args.y = y;
-  args.ldy = w.rows;
+  args.ldy = ldy;
   args.accumulate = accumulate;
   args.act_row_bytes = ActivationRowBytes(w.type, w.cols);
-  if (ActivationFormatFor(w.type) == ActivationFormat::kF32) {
-    args.act = reinterpret_cast<const std::byte*>(x);
-  } else {
-    std::byte* act = ActivationScratch(args.act_row_bytes * static_cast<std::size_t>(m));
-    PrepareActivations(w.type, x, m, w.cols, act);
-    args.act = act;
+  const ActivationFormat format = ActivationFormatFor(w.type);
+  const std::byte*& act = prepared[static_cast<std::size_t>(format)];
+  if (act == nullptr) {
+    if (format == ActivationFormat::kF32) {
+      act = reinterpret_cast<const std::byte*>(x);
+    } else {
+      std::byte* buf = ActivationScratch(format, args.act_row_bytes * static_cast<std::size_t>(m));
+      PrepareActivations(w.type, x, m, w.cols, buf);
+      act = buf;
+    }
   }
+  args.act = act;
   return args;
+}
+
+bool IsPackedF32(const quant::WeightMatrix& w) {
+  return w.type == GgmlType::kF32 &&
+         w.row_bytes == static_cast<std::size_t>(w.cols) * sizeof(float);
 }
 
 }  // namespace
@@ -332,23 +357,47 @@ const QuantKernel& ActiveKernel(GgmlType type) noexcept {
   return k;
 }
 
+void MatMul(const float* x, int m, std::span<const quant::WeightMatrix> parts, float* y,
+            bool accumulate) noexcept {
+  int ldy = 0;
+  for (const auto& w : parts) ldy += w.rows;
+  if (m <= 0 || ldy <= 0) return;
+  constexpr std::size_t kMaxParts = 8;
+  MTR_CHECK(parts.size() <= kMaxParts, "MatMul: too many parts in a group");
+  std::array<PartWork, kMaxParts> work{};
+  std::array<const std::byte*, 3> prepared{};
+  std::size_t num_work = 0;
+  int tiles = 0;
+  double macs = 0.0;
+  int column = 0;
+  for (const auto& w : parts) {
+    MTR_DCHECK(w.cols == parts[0].cols, "MatMul: parts of a group differ in cols");
+    MTR_DCHECK(quant::RowBytes(w.type, w.cols) != 0, "MatMul: cols not whole blocks");
+    float* y_part = y + column;
+    column += w.rows;
+    if (IsPackedF32(w)) {  // oneDNN
+      MatMulTransposedB(x, m, w.cols, reinterpret_cast<const float*>(w.data), w.rows, y_part,
+                        accumulate, ldy);
+      continue;
+    }
+    work[num_work++] = {&ActiveKernel(w.type), MakeArgs(x, m, w, y_part, ldy, accumulate, prepared),
+                        w.rows, tiles};
+    tiles += (w.rows + kRowTile - 1) / kRowTile;
+    macs += static_cast<double>(m) * w.rows * w.cols;
+  }
+  if (num_work > 0) ParallelOverRowTiles(std::span(work.data(), num_work), tiles, macs);
+}
+
 void MatMul(const float* x, int m, const quant::WeightMatrix& w, float* y,
             bool accumulate) noexcept {
-  MTR_DCHECK(quant::RowBytes(w.type, w.cols) != 0 || w.cols == 0,
-             "MatMul: cols not a whole number of blocks");
-  if (m <= 0 || w.rows <= 0) return;
-  if (w.type == GgmlType::kF32 && w.row_bytes == static_cast<std::size_t>(w.cols) * sizeof(float)) {
-    MatMulTransposedB(x, m, w.cols, reinterpret_cast<const float*>(w.data), w.rows, y, accumulate);
-    return;
-  }
-  const RowsKernelArgs args = MakeArgs(x, m, w, y, accumulate);
-  ParallelOverRowTiles(ActiveKernel(w.type), args, w.rows);
+  MatMul(x, m, std::span<const quant::WeightMatrix>(&w, 1), y, accumulate);
 }
 
 void MatMulRowsScalar(const float* x, int m, const quant::WeightMatrix& w, float* y,
                       bool accumulate, int row_begin, int row_end) noexcept {
   if (m <= 0 || row_begin >= row_end) return;
-  const RowsKernelArgs args = MakeArgs(x, m, w, y, accumulate);
+  std::array<const std::byte*, 3> prepared{};
+  const RowsKernelArgs args = MakeArgs(x, m, w, y, w.rows, accumulate, prepared);
   ScalarKernel(w.type).rows(args, row_begin, row_end);
 }
 

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <string_view>
 
 #include "metronome/quant/ggml_type.h"
@@ -36,6 +37,12 @@ namespace metronome::kernels {
 // y[m, w.rows] = x[m, w.cols] W^T (accumulate = false) or += (accumulate = true), any computable
 // type. Preconditions: w.cols a multiple of the type's block size; x, y do not alias.
 void MatMul(const float* x, int m, const quant::WeightMatrix& w, float* y,
+            bool accumulate) noexcept;
+// A group of matrices with the same cols read as one: y[m, sum of rows] whose columns are the
+// parts' rows in order (a fused Q/K/V or gate/up whose parts are separate tensors, possibly of
+// different types). x is prepared once per activation format; all parts' row tiles share one
+// parallel loop.
+void MatMul(const float* x, int m, std::span<const quant::WeightMatrix> parts, float* y,
             bool accumulate) noexcept;
 
 // The single-threaded reference: output columns [row_begin, row_end) of y (all m rows), through

@@ -371,6 +371,7 @@ class Gpt2Tokenizer final : public Tokenizer {
   int vocab_size() const override { return static_cast<int>(decoded_.size()); }
   TokenId bos_id() const override { return bos_id_; }
   TokenId eos_id() const override { return eos_id_; }
+  std::string_view ggml_model() const override { return "gpt2"; }
 
  private:
   struct Merge {
@@ -394,7 +395,8 @@ class Gpt2Tokenizer final : public Tokenizer {
   TokenId eos_id_;
 };
 
-Gpt2Tokenizer::Gpt2Tokenizer(Vocabulary vocab) : bos_id_(vocab.bos_id), eos_id_(vocab.eos_id) {
+Gpt2Tokenizer::Gpt2Tokenizer(Vocabulary vocab)
+    : Tokenizer(vocab), bos_id_(vocab.bos_id), eos_id_(vocab.eos_id) {
   internal::ValidateVocabulary(vocab, "gpt2");
   const std::size_t n = vocab.tokens.size();
 

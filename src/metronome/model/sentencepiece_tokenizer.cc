@@ -91,6 +91,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   int vocab_size() const override { return static_cast<int>(decoded_.size()); }
   TokenId bos_id() const override { return bos_id_; }
   TokenId eos_id() const override { return eos_id_; }
+  std::string_view ggml_model() const override { return "llama"; }
 
  private:
   enum class Kind : std::uint8_t { kNormal, kByte, kSpecial };
@@ -108,7 +109,7 @@ class SentencePieceTokenizer final : public Tokenizer {
 };
 
 SentencePieceTokenizer::SentencePieceTokenizer(Vocabulary vocab)
-    : bos_id_(vocab.bos_id), eos_id_(vocab.eos_id), unk_id_(vocab.unk_id) {
+    : Tokenizer(vocab), bos_id_(vocab.bos_id), eos_id_(vocab.eos_id), unk_id_(vocab.unk_id) {
   internal::ValidateVocabulary(vocab, "sentencepiece");
   const std::size_t n = vocab.tokens.size();
 

@@ -9,11 +9,24 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "metronome/base/types.h"
 
 namespace metronome::model {
+
+// Raw vocabulary as stored in a GGUF file or a llama2.c tokenizer file.
+struct Vocabulary {
+  std::vector<std::string> tokens;        // token text; SentencePiece uses U+2581 for space
+  std::vector<float> scores;              // merge priority (higher merges first); may be empty
+  std::vector<std::int32_t> token_types;  // GGUF token_type (1 normal, 2 unknown, 3 control,
+                                          // 6 byte); may be empty
+  std::vector<std::string> merges;        // gpt2 only: "left right" merge rules in priority order
+  TokenId bos_id = -1;
+  TokenId eos_id = -1;
+  TokenId unk_id = -1;
+};
 
 class Tokenizer {
  public:
@@ -33,18 +46,17 @@ class Tokenizer {
   [[nodiscard]] virtual int vocab_size() const = 0;
   [[nodiscard]] virtual TokenId bos_id() const = 0;  // -1 when there is none
   [[nodiscard]] virtual TokenId eos_id() const = 0;  // -1 when there is none
-};
 
-// Raw vocabulary as stored in a GGUF file or a llama2.c tokenizer file.
-struct Vocabulary {
-  std::vector<std::string> tokens;        // token text; SentencePiece uses U+2581 for space
-  std::vector<float> scores;              // merge priority (higher merges first); may be empty
-  std::vector<std::int32_t> token_types;  // GGUF token_type (1 normal, 2 unknown, 3 control,
-                                          // 6 byte); may be empty
-  std::vector<std::string> merges;        // gpt2 only: "left right" merge rules in priority order
-  TokenId bos_id = -1;
-  TokenId eos_id = -1;
-  TokenId unk_id = -1;
+  // GGUF's tokenizer.ggml.model for this kind: "llama" (SentencePiece) or "gpt2".
+  [[nodiscard]] virtual std::string_view ggml_model() const = 0;
+  // The raw vocabulary it was built from (to write it again, e.g. `metronome quantize`).
+  [[nodiscard]] const Vocabulary& vocabulary() const { return vocabulary_; }
+
+ protected:
+  explicit Tokenizer(Vocabulary vocab) : vocabulary_(std::move(vocab)) {}
+
+ private:
+  Vocabulary vocabulary_;
 };
 
 // SentencePiece-style BPE (score-driven merges) with <0xHH> byte fallback. Throws LoadError for an
