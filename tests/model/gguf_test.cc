@@ -1007,6 +1007,19 @@ TEST(GgufLoaderTest, DISABLED_WriteFuzzSeeds) {
   q8.vocab = 2;
   q8.matrix_type = GgmlType::kQ8_0;
   BuildTiny(q8).writer.Write((dir / "q8_llama.gguf").string());
+  // Quantised seeds: a mixed-type file that loads, and one whose Q4_K rows are not whole blocks.
+  TinySpec mixed = q8;
+  mixed.matrix_type = GgmlType::kQ4_0;
+  mixed.raw_tensor = "blk.0.attn_v.weight";  // [32, 16]: 16 Q5_1 blocks
+  mixed.raw_type = GgmlType::kQ5_1;
+  mixed.raw_bytes.assign(16 * 24, 0x11);
+  BuildTiny(mixed).writer.Write((dir / "q4_0_q5_1_mixed.gguf").string());
+  TinySpec k_rows = q8;
+  k_rows.matrix_type = GgmlType::kQ4_1;
+  k_rows.raw_tensor = "blk.0.ffn_down.weight";  // [32, 32]: 4 Q4_K super-blocks, rows of 32
+  k_rows.raw_type = GgmlType::kQ4_K;
+  k_rows.raw_bytes.assign(4 * 144, 0x3c);
+  BuildTiny(k_rows).writer.Write((dir / "q4_k_rows_rejected.gguf").string());
   TinySpec tok = tiny;
   tok.vocab = 260;
   tok.dim = 2;
