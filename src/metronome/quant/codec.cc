@@ -293,9 +293,11 @@ void DequantizeQ6_K(const BlockQ6_K* blocks, std::int64_t nb, float* out) {
     std::int8_t q[kQkK];
     UnpackQuants(blocks[i], q);
     const float d = F16ToFloat(blocks[i].d);
-    for (int e = 0; e < kQkK; ++e) {
-      out[kQkK * i + e] =
-          d * static_cast<float>(blocks[i].scales[e / 16]) * static_cast<float>(q[e]);
+    for (int k = 0; k < kQkK / 16; ++k) {
+      const float scale = d * static_cast<float>(blocks[i].scales[k]);  // ggml's (d * sc) * q
+      for (int l = 0; l < 16; ++l) {
+        out[kQkK * i + 16 * k + l] = scale * static_cast<float>(q[16 * k + l]);
+      }
     }
   }
 }
