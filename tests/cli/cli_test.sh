@@ -86,6 +86,16 @@ check "tokenize without --text fails and names the flag" bash -c \
   'out="$("$0" tokenize --model synthetic:tiny 2>&1)"; [ $? -ne 0 ] && grep -q -- --text <<<"$out"' \
   "$bin"
 
+"$bin" quantize --model synthetic:tiny --out "$tmp/tiny_q8.gguf" --type q8_0 >"$tmp/q8.table"
+check "quantize prints the type chosen per tensor" grep -q "blk.0.ffn_down.weight .* Q8_0" "$tmp/q8.table"
+check "a quantised GGUF loads and generates" \
+  "$bin" generate --model "$tmp/tiny_q8.gguf" --prompt "hello" --steps 4 --print-ids >/dev/null 2>&1
+check "loading prints the weights' bytes and types" \
+  grep -q "weights: .* (types: Q8_0 x" <<<"$("$bin" generate --model "$tmp/tiny_q8.gguf" \
+  --prompt-ids "1" --steps 1 2>&1 >/dev/null)"
+fails_with "quantize names an unknown type" "unknown type 'q3_k'" quantize --model synthetic:tiny \
+  --out "$tmp/x.gguf" --type q3_k
+
 "$bin" generate --model synthetic:tiny --prompt-ids "1 5 9" --steps 24 --print-ids \
   --kv window --window 4096 --sinks 4 --positions rolling >"$tmp/tiny_w.ids" 2>/dev/null
 check "a window longer than the run equals full KV" cmp -s "$tmp/tiny.ids" "$tmp/tiny_w.ids"

@@ -12,12 +12,15 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "metronome/base/errors.h"
 #include "metronome/model/internal/gguf_loader.h"
 #include "metronome/model/model.h"
+#include "metronome/quant/codec.h"
 
 namespace metronome::model {
 namespace {
@@ -79,6 +82,10 @@ struct TinySpec {
   bool bias = false;  // write qwen2 attn_{q,k,v}.bias
   GgmlType matrix_type = GgmlType::kF32;
   std::string skip_tensor;
+  // Written as these raw bytes of this type instead (hostile-file tests).
+  std::string raw_tensor;
+  GgmlType raw_type = GgmlType::kF32;
+  std::vector<std::uint8_t> raw_bytes;
 };
 
 struct TinyFile {
@@ -107,6 +114,10 @@ TinyFile BuildTiny(const TinySpec& s) {
   float start = 0.0f;
   const auto add = [&](const std::string& name, std::vector<std::uint64_t> shape, GgmlType type) {
     if (name == s.skip_tensor) return;
+    if (name == s.raw_tensor) {
+      w.AddEncodedTensor(name, shape, s.raw_type, s.raw_bytes);
+      return;
+    }
     std::uint64_t n = 1;
     for (auto d : shape) n *= d;
     // Small exact binary fractions: representable in F16 and distinct per tensor.
@@ -668,22 +679,27 @@ TEST(GgufLoaderTest, LoadsLlamaIntoFusedLayout) {
     const auto& want = tf.values.at(name);
     EXPECT_EQ(std::memcmp(got, want.data(), want.size() * sizeof(float)), 0) << name;
   };
+  const auto expect_rows = [&](const std::vector<float>& got, const std::string& name) {
+    ASSERT_EQ(got.size(), tf.values.at(name).size()) << name;
+    expect_eq(got.data(), name);
+  };
+  const auto all = [](const quant::WeightMatrix& mat) { return DequantizeRows(mat, 0, mat.rows); };
   const ModelWeights& w = *m.weights;
-  expect_eq(w.token_embedding, "token_embd.weight");
-  expect_eq(w.output, "output.weight");
+  expect_rows(all(w.token_embedding), "token_embd.weight");
+  expect_rows(all(w.output), "output.weight");
   expect_eq(w.final_norm, "output_norm.weight");
   for (int l = 0; l < 2; ++l) {
     const LayerWeights& lw = w.layers[static_cast<std::size_t>(l)];
     const std::string p = "blk." + std::to_string(l) + ".";
     expect_eq(lw.attn_norm, p + "attn_norm.weight");
-    expect_eq(lw.wqkv, p + "attn_q.weight");
-    expect_eq(lw.wqkv + 8 * 8, p + "attn_k.weight");
-    expect_eq(lw.wqkv + 8 * 8 + 4 * 8, p + "attn_v.weight");
-    expect_eq(lw.wo, p + "attn_output.weight");
+    expect_rows(DequantizeRows(lw.wqkv, 0, 8), p + "attn_q.weight");
+    expect_rows(DequantizeRows(lw.wqkv, 8, 4), p + "attn_k.weight");
+    expect_rows(DequantizeRows(lw.wqkv, 12, 4), p + "attn_v.weight");
+    expect_rows(all(lw.wo), p + "attn_output.weight");
     expect_eq(lw.ffn_norm, p + "ffn_norm.weight");
-    expect_eq(lw.w_gate_up, p + "ffn_gate.weight");
-    expect_eq(lw.w_gate_up + 16 * 8, p + "ffn_up.weight");
-    expect_eq(lw.w_down, p + "ffn_down.weight");
+    expect_rows(DequantizeRows(lw.w_gate_up, 0, 16), p + "ffn_gate.weight");
+    expect_rows(DequantizeRows(lw.w_gate_up, 16, 16), p + "ffn_up.weight");
+    expect_rows(all(lw.w_down), p + "ffn_down.weight");
     EXPECT_EQ(lw.bqkv, nullptr);
   }
 }
@@ -706,7 +722,115 @@ TEST(GgufLoaderTest, LoadsQwen2WithBiasesAndTiedOutput) {
   EXPECT_EQ(lw.bqkv[8], tf.values.at("blk.0.attn_k.bias")[0]);
   EXPECT_EQ(lw.bqkv[12], tf.values.at("blk.0.attn_v.bias")[0]);
   EXPECT_EQ(lw.bqkv[15], tf.values.at("blk.0.attn_v.bias")[3]);
-  EXPECT_EQ(m.weights->output, m.weights->token_embedding);
+  EXPECT_EQ(m.weights->output.data, m.weights->token_embedding.data);
+}
+
+// ---- hostile quantised tensors: a clear LoadError naming the tensor ----
+
+std::string ModelErrorOf(const std::vector<std::uint8_t>& bytes) {
+  try {
+    (void)internal::LoadGgufModelFromBytes(bytes, "hostile.gguf");
+  } catch (const LoadError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(GgufLoaderTest, RejectsATypeItDoesNotComputeWithNamingTheTensor) {
+  TinySpec spec;
+  spec.dim = 32;
+  spec.heads = 4;
+  spec.kv_heads = 2;
+  spec.ffn = 64;
+  spec.raw_tensor = "blk.0.ffn_down.weight";  // [64, 32]: 2048 elements, 8 Q2_K blocks
+  spec.raw_type = GgmlType::kQ2_K;
+  spec.raw_bytes.assign(8 * 84, 0);
+  const std::string msg = ModelErrorOf(BuildTiny(spec).writer.Serialize());
+  EXPECT_NE(msg.find("'blk.0.ffn_down.weight'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Q2_K"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Q4_K"), std::string::npos) << msg;  // the supported list
+}
+
+TEST(GgufLoaderTest, RejectsRowsThatAreNotWholeBlocksNamingTheTensor) {
+  TinySpec spec;
+  spec.dim = 48;  // attn_q is [48, 48]: 72 Q8_0 blocks in all, but a row is 1.5 blocks
+  spec.heads = 2;
+  spec.kv_heads = 1;
+  spec.ffn = 64;
+  spec.raw_tensor = "blk.0.attn_q.weight";
+  spec.raw_type = GgmlType::kQ8_0;
+  spec.raw_bytes.assign(72 * 34, 0);
+  const std::string msg = ModelErrorOf(BuildTiny(spec).writer.Serialize());
+  EXPECT_NE(msg.find("'blk.0.attn_q.weight'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rows of 48"), std::string::npos) << msg;
+}
+
+TEST(GgufLoaderTest, RejectsTruncatedQuantisedData) {
+  TinySpec spec;
+  spec.dim = 32;
+  spec.heads = 4;
+  spec.kv_heads = 2;
+  spec.ffn = 64;
+  spec.matrix_type = GgmlType::kQ4_1;
+  auto bytes = BuildTiny(spec).writer.Serialize();
+  ASSERT_TRUE(ModelErrorOf(bytes).empty()) << ModelErrorOf(bytes);
+  bytes.resize(bytes.size() - 7);  // into the last tensor, blk.0.ffn_down.weight
+  const std::string msg = ModelErrorOf(bytes);
+  EXPECT_NE(msg.find("blk.0.ffn_down.weight"), std::string::npos) << msg;
+}
+
+// Every computable type loads, keeps its type and decodes to the values it was written from.
+TEST(GgufLoaderTest, KeepsEveryComputableTypeAsStored) {
+  for (const GgmlType type :
+       {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
+        GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kF16, GgmlType::kBF16}) {
+    TinySpec spec;
+    spec.dim = 256;
+    spec.heads = 4;
+    spec.kv_heads = 2;
+    spec.ffn = 256;
+    spec.matrix_type = type;
+    TinyFile tf = BuildTiny(spec);
+    const Model m = internal::LoadGgufModelFromBytes(tf.writer.Serialize(), "typed.gguf");
+    const quant::WeightMatrix& down = m.weights->layers[0].w_down;
+    ASSERT_EQ(down.type, type) << quant::Name(type);
+    EXPECT_EQ(m.weights->layers[0].wqkv.size(), 3u);
+    EXPECT_EQ(m.weights->layers[0].wqkv[1].type, type);
+    // Decodes to what the writer's quantiser produced from the written values.
+    const auto& want = tf.values.at("blk.0.ffn_down.weight");
+    std::vector<std::uint8_t> enc(*quant::TensorBytes(type, want.size()));
+    quant::QuantizeRow(type, want.data(), static_cast<std::int64_t>(want.size()), enc.data());
+    std::vector<float> expected(want.size());
+    quant::DequantizeRow(type, enc.data(), static_cast<std::int64_t>(want.size()), expected.data());
+    EXPECT_EQ(DequantizeRows(down, 0, down.rows), expected) << quant::Name(type);
+  }
+}
+
+// Views need aligned bytes: a mapped image whose tensors are not 2-byte aligned is copied into
+// the arena and gives the same weights.
+TEST(GgufLoaderTest, MisalignedBackingIsCopiedNotViewed) {
+  TinySpec spec;
+  spec.dim = 32;
+  spec.heads = 4;
+  spec.kv_heads = 2;
+  spec.ffn = 64;
+  spec.matrix_type = GgmlType::kQ8_0;
+  const auto bytes = BuildTiny(spec).writer.Serialize();
+  auto aligned = std::make_shared<std::vector<std::uint8_t>>(bytes);
+  auto shifted = std::make_shared<std::vector<std::uint8_t>>(bytes.size() + 1);
+  std::memcpy(shifted->data() + 1, bytes.data(), bytes.size());
+  const std::span<const std::uint8_t> odd(shifted->data() + 1, bytes.size());
+  ASSERT_EQ(reinterpret_cast<std::uintptr_t>(aligned->data()) % 2, 0u);
+  const Model a = internal::LoadGgufModelFromBytes(*aligned, "a.gguf", aligned);
+  const Model b = internal::LoadGgufModelFromBytes(odd, "b.gguf", shifted);
+  const auto* lo = reinterpret_cast<const std::byte*>(aligned->data());
+  const quant::WeightMatrix& va = a.weights->layers[0].w_down;
+  EXPECT_TRUE(va.data >= lo && va.data < lo + aligned->size()) << "aligned: a view";
+  const auto* slo = reinterpret_cast<const std::byte*>(shifted->data());
+  const quant::WeightMatrix& vb = b.weights->layers[0].w_down;
+  EXPECT_FALSE(vb.data >= slo && vb.data < slo + shifted->size()) << "misaligned: a copy";
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(vb.data) % 2, 0u);
+  EXPECT_EQ(DequantizeRows(va, 0, va.rows), DequantizeRows(vb, 0, vb.rows));
 }
 
 TEST(GgufLoaderTest, DequantisesQ8AndF16Tensors) {
@@ -720,7 +844,10 @@ TEST(GgufLoaderTest, DequantisesQ8AndF16Tensors) {
     TinyFile tf = BuildTiny(spec);
     const Model m = internal::LoadGgufModelFromBytes(tf.writer.Serialize(), "quant.gguf");
     const auto& want = tf.values.at("blk.0.ffn_down.weight");
-    const float* got = m.weights->layers[0].w_down;
+    const quant::WeightMatrix& down = m.weights->layers[0].w_down;
+    EXPECT_EQ(down.type, type);  // kept in its stored type
+    const std::vector<float> got_rows = DequantizeRows(down, 0, down.rows);
+    const float* got = got_rows.data();
     for (std::size_t i = 0; i < want.size(); ++i) {
       // Q8_0: half a step of max|x|/127 per block; F16/BF16 relative rounding.
       const float tol = type == GgmlType::kQ8_0  ? 0.5f * std::fabs(want[i] + 1.0f) / 127.0f + 1e-3f
@@ -880,6 +1007,19 @@ TEST(GgufLoaderTest, DISABLED_WriteFuzzSeeds) {
   q8.vocab = 2;
   q8.matrix_type = GgmlType::kQ8_0;
   BuildTiny(q8).writer.Write((dir / "q8_llama.gguf").string());
+  // Quantised seeds: a mixed-type file that loads, and one whose Q4_K rows are not whole blocks.
+  TinySpec mixed = q8;
+  mixed.matrix_type = GgmlType::kQ4_0;
+  mixed.raw_tensor = "blk.0.attn_v.weight";  // [32, 16]: 16 Q5_1 blocks
+  mixed.raw_type = GgmlType::kQ5_1;
+  mixed.raw_bytes.assign(16 * 24, 0x11);
+  BuildTiny(mixed).writer.Write((dir / "q4_0_q5_1_mixed.gguf").string());
+  TinySpec k_rows = q8;
+  k_rows.matrix_type = GgmlType::kQ4_1;
+  k_rows.raw_tensor = "blk.0.ffn_down.weight";  // [32, 32]: 4 Q4_K super-blocks, rows of 32
+  k_rows.raw_type = GgmlType::kQ4_K;
+  k_rows.raw_bytes.assign(4 * 144, 0x3c);
+  BuildTiny(k_rows).writer.Write((dir / "q4_k_rows_rejected.gguf").string());
   TinySpec tok = tiny;
   tok.vocab = 260;
   tok.dim = 2;

@@ -21,6 +21,12 @@
 namespace metronome::model {
 namespace {
 
+// The fp32 data of a matrix of an fp32 model (llama2.c, synthetic).
+const float* Floats(const quant::WeightMatrix& m) {
+  EXPECT_EQ(m.type, quant::GgmlType::kF32);
+  return reinterpret_cast<const float*>(m.data);
+}
+
 using metronome::testing::SharedModelPath;
 
 std::string TempPath(const std::string& name) {
@@ -36,6 +42,29 @@ void WriteAll(const std::string& path, const char* data, std::size_t n) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(data, static_cast<std::streamsize>(n));
   ASSERT_TRUE(out.good()) << path;
+}
+
+// Every weight of a model as fp32, in the runtime's layout order (matrices dequantised, groups
+// concatenated, norms).
+std::vector<float> Flatten(const ModelWeights& w, int dim) {
+  std::vector<float> out;
+  const auto add = [&out](const std::vector<float>& v) {
+    out.insert(out.end(), v.begin(), v.end());
+  };
+  const auto all = [](const quant::WeightMatrix& m) { return DequantizeRows(m, 0, m.rows); };
+  const auto norm = [&](const float* p) { out.insert(out.end(), p, p + dim); };
+  add(all(w.token_embedding));
+  for (const LayerWeights& l : w.layers) {
+    norm(l.attn_norm);
+    add(DequantizeRows(l.wqkv, 0, GroupRows(l.wqkv)));
+    add(all(l.wo));
+    norm(l.ffn_norm);
+    add(DequantizeRows(l.w_gate_up, 0, GroupRows(l.w_gate_up)));
+    add(all(l.w_down));
+  }
+  norm(w.final_norm);
+  add(all(w.output));
+  return out;
 }
 
 bool SameFloats(const float* a, const float* b, std::size_t n) {
@@ -63,8 +92,11 @@ void ExpectSameWeights(const Model& a, const Model& b, bool relative_f16 = false
   };
   const ModelWeights& wa = *a.weights;
   const ModelWeights& wb = *b.weights;
-  check(wa.token_embedding, wb.token_embedding, vocab * dim, "token_embedding");
-  check(wa.output, wb.output, vocab * dim, "output");
+  const auto all = [](const quant::WeightMatrix& m) { return DequantizeRows(m, 0, m.rows); };
+  const auto group = [](const MatrixGroup& g) { return DequantizeRows(g, 0, GroupRows(g)); };
+  check(all(wa.token_embedding).data(), all(wb.token_embedding).data(), vocab * dim,
+        "token_embedding");
+  check(all(wa.output).data(), all(wb.output).data(), vocab * dim, "output");
   EXPECT_TRUE(SameFloats(wa.final_norm, wb.final_norm, dim)) << "final_norm";
   ASSERT_EQ(wa.layers.size(), wb.layers.size());
   for (std::size_t l = 0; l < wa.layers.size(); ++l) {
@@ -73,10 +105,12 @@ void ExpectSameWeights(const Model& a, const Model& b, bool relative_f16 = false
     const std::string p = "layer " + std::to_string(l) + " ";
     EXPECT_TRUE(SameFloats(la.attn_norm, lb.attn_norm, dim)) << p << "attn_norm";
     EXPECT_TRUE(SameFloats(la.ffn_norm, lb.ffn_norm, dim)) << p << "ffn_norm";
-    check(la.wqkv, lb.wqkv, qkv * dim, p + "wqkv");
-    check(la.wo, lb.wo, dim * q, p + "wo");
-    check(la.w_gate_up, lb.w_gate_up, 2 * ffn * dim, p + "w_gate_up");
-    check(la.w_down, lb.w_down, dim * ffn, p + "w_down");
+    ASSERT_EQ(GroupRows(la.wqkv), static_cast<int>(qkv));
+    ASSERT_EQ(GroupRows(lb.wqkv), static_cast<int>(qkv));
+    check(group(la.wqkv).data(), group(lb.wqkv).data(), qkv * dim, p + "wqkv");
+    check(all(la.wo).data(), all(lb.wo).data(), dim * q, p + "wo");
+    check(group(la.w_gate_up).data(), group(lb.w_gate_up).data(), 2 * ffn * dim, p + "w_gate_up");
+    check(all(la.w_down).data(), all(lb.w_down).data(), dim * ffn, p + "w_down");
   }
 }
 
@@ -123,7 +157,7 @@ TEST(Llama2cLoaderTest, LoadsStories260K) {
   EXPECT_EQ(c.rope_theta, 10000.0);
   EXPECT_EQ(c.rope_style, RopeStyle::kInterleaved);
   EXPECT_TRUE(c.tied_embeddings);
-  EXPECT_EQ(m.weights->output, m.weights->token_embedding);
+  EXPECT_EQ(m.weights->output.data, m.weights->token_embedding.data);
   ASSERT_NE(m.tokenizer, nullptr);
   EXPECT_EQ(m.tokenizer->vocab_size(), 512);
 
@@ -132,9 +166,9 @@ TEST(Llama2cLoaderTest, LoadsStories260K) {
   const std::vector<char> raw = ReadAll(bin);
   float v;
   std::memcpy(&v, raw.data() + 28, 4);
-  EXPECT_EQ(m.weights->token_embedding[0], v);
+  EXPECT_EQ(Floats(m.weights->token_embedding)[0], v);
   std::memcpy(&v, raw.data() + 28 + 4 * (512 * 64 + 5 * 64), 4);
-  EXPECT_EQ(m.weights->layers[0].wqkv[0], v);
+  EXPECT_EQ(Floats(m.weights->layers[0].wqkv[0])[0], v);
   EXPECT_EQ(LoadLlama2cModel(bin, "").tokenizer, nullptr);
 }
 
@@ -195,19 +229,19 @@ TEST(Llama2cLoaderTest, LoadsUnsharedClassifier) {
   EXPECT_EQ(m.config.vocab_size, 3);
   EXPECT_EQ(m.config.head_dim, 2);
   const ModelWeights& w = *m.weights;
-  EXPECT_EQ(w.token_embedding[0], 0.0f);
+  EXPECT_EQ(Floats(w.token_embedding)[0], 0.0f);
   EXPECT_EQ(w.layers[0].attn_norm[0], 12.0f);
-  EXPECT_EQ(w.layers[0].wqkv[0], 16.0f);   // wq
-  EXPECT_EQ(w.layers[0].wqkv[16], 32.0f);  // wk follows wq
-  EXPECT_EQ(w.layers[0].wqkv[24], 40.0f);  // wv follows wk
-  EXPECT_EQ(w.layers[0].wo[0], 48.0f);
+  EXPECT_EQ(Floats(w.layers[0].wqkv[0])[0], 16.0f);   // wq
+  EXPECT_EQ(Floats(w.layers[0].wqkv[0])[16], 32.0f);  // wk follows wq
+  EXPECT_EQ(Floats(w.layers[0].wqkv[0])[24], 40.0f);  // wv follows wk
+  EXPECT_EQ(Floats(w.layers[0].wo)[0], 48.0f);
   EXPECT_EQ(w.layers[0].ffn_norm[0], 64.0f);
-  EXPECT_EQ(w.layers[0].w_gate_up[0], 68.0f);    // w1
-  EXPECT_EQ(w.layers[0].w_down[0], 92.0f);       // w2
-  EXPECT_EQ(w.layers[0].w_gate_up[24], 116.0f);  // w3 follows w1
+  EXPECT_EQ(Floats(w.layers[0].w_gate_up[0])[0], 68.0f);    // w1
+  EXPECT_EQ(Floats(w.layers[0].w_down)[0], 92.0f);          // w2
+  EXPECT_EQ(Floats(w.layers[0].w_gate_up[0])[24], 116.0f);  // w3 follows w1
   EXPECT_EQ(w.final_norm[0], 140.0f);
-  EXPECT_EQ(w.output[0], 148.0f);  // after the 4 freq_cis floats
-  EXPECT_EQ(w.output[11], 159.0f);
+  EXPECT_EQ(Floats(w.output)[0], 148.0f);  // after the 4 freq_cis floats
+  EXPECT_EQ(Floats(w.output)[11], 159.0f);
 }
 
 TEST(Llama2cLoaderTest, LoadsAidreamsMha) {
@@ -323,12 +357,13 @@ TEST(SyntheticModelTest, DeterministicFromSeed) {
   const Model a = MakeSyntheticModel("tiny", 7);
   const Model b = MakeSyntheticModel("tiny", 7);
   const Model c = MakeSyntheticModel("tiny", 8);
-  const std::size_t n = a.weights->num_floats();
-  ASSERT_EQ(n, b.weights->num_floats());
-  // token_embedding is the start of the weights' single arena.
-  EXPECT_TRUE(SameFloats(a.weights->token_embedding, b.weights->token_embedding, n));
-  EXPECT_FALSE(SameFloats(a.weights->token_embedding, c.weights->token_embedding, n));
-  EXPECT_FALSE(SameFloats(a.weights->layers[1].w_down, c.weights->layers[1].w_down, 64 * 128));
+  const int dim = a.config.dim;
+  const std::vector<float> fa = Flatten(*a.weights, dim);
+  ASSERT_EQ(fa.size(), Flatten(*b.weights, dim).size());
+  EXPECT_EQ(fa, Flatten(*b.weights, dim));
+  EXPECT_NE(fa, Flatten(*c.weights, dim));
+  EXPECT_FALSE(SameFloats(Floats(a.weights->layers[1].w_down), Floats(c.weights->layers[1].w_down),
+                          64 * 128));
   ASSERT_NE(a.tokenizer, nullptr);
   EXPECT_EQ(a.tokenizer->vocab_size(), 512);
   // Identical regardless of the thread count of the pool that fills it.
@@ -338,8 +373,8 @@ TEST(SyntheticModelTest, DeterministicFromSeed) {
   base::SetDefaultThreadCount(3);
   const Model e = MakeSyntheticModel("tiny", 7);
   base::SetDefaultThreadCount(threads);
-  EXPECT_TRUE(SameFloats(a.weights->token_embedding, d.weights->token_embedding, n));
-  EXPECT_TRUE(SameFloats(a.weights->token_embedding, e.weights->token_embedding, n));
+  EXPECT_EQ(fa, Flatten(*d.weights, dim));
+  EXPECT_EQ(fa, Flatten(*e.weights, dim));
 }
 
 TEST(SyntheticModelTest, WeightStatistics) {
@@ -355,14 +390,16 @@ TEST(SyntheticModelTest, WeightStatistics) {
     return std::pair{mean, std::sqrt(sq / static_cast<double>(n) - mean * mean)};
   };
   const auto [emb_mean, emb_std] =
-      stats(m.weights->token_embedding, static_cast<std::size_t>(c.vocab_size * c.dim));
+      stats(Floats(m.weights->token_embedding), static_cast<std::size_t>(c.vocab_size * c.dim));
   EXPECT_NEAR(emb_mean, 0.0, 0.01);
   EXPECT_NEAR(emb_std, 1.0, 0.01);
   const LayerWeights& l = m.weights->layers[0];
-  const auto [qkv_mean, qkv_std] = stats(l.wqkv, static_cast<std::size_t>(c.qkv_dim() * c.dim));
+  const auto [qkv_mean, qkv_std] =
+      stats(Floats(l.wqkv[0]), static_cast<std::size_t>(c.qkv_dim() * c.dim));
   EXPECT_NEAR(qkv_mean, 0.0, 0.002);
   EXPECT_NEAR(qkv_std, 1.0 / std::sqrt(c.dim), 0.002);
-  const auto [down_mean, down_std] = stats(l.w_down, static_cast<std::size_t>(c.dim * c.ffn_dim));
+  const auto [down_mean, down_std] =
+      stats(Floats(l.w_down), static_cast<std::size_t>(c.dim * c.ffn_dim));
   EXPECT_NEAR(down_std, 1.0 / std::sqrt(c.ffn_dim), 0.002);
   (void)down_mean;
   for (int i = 0; i < c.dim; ++i) {
@@ -399,7 +436,7 @@ TEST(ExportGgufTest, F16RoundTripWithinRounding) {
   const Model r = LoadGgufModel(path);
   ExpectSameShape(r.config, m.config);
   ExpectSameWeights(r, m, /*relative_f16=*/true);  // norms stay F32 and exact
-  EXPECT_LT(std::filesystem::file_size(path), m.weights->num_floats() * 3);
+  EXPECT_LT(std::filesystem::file_size(path), m.weights->WeightBytes() * 3 / 4);
 }
 
 TEST(ExportGgufTest, TiedEmbeddingsRoundTrip) {
@@ -408,21 +445,33 @@ TEST(ExportGgufTest, TiedEmbeddingsRoundTrip) {
   tied.config = src.config;
   tied.config.tied_embeddings = true;
   tied.weights = std::make_unique<ModelWeights>(tied.config);
-  // Same arena layout up to the output matrix, which the tied layout does not have.
-  const std::size_t n = tied.weights->num_floats();
-  ASSERT_LT(n, src.weights->num_floats());
-  std::memcpy(tied.weights->token_embedding, src.weights->token_embedding, n * sizeof(float));
+  // The source's weights, without its output matrix (the tied layout does not have one).
+  ModelWeights& t = *tied.weights;
+  const ModelWeights& s = *src.weights;
+  const auto copy = [&t](const quant::WeightMatrix& to, const quant::WeightMatrix& from) {
+    std::memcpy(t.MutableFloats(to), from.data, from.Bytes());
+  };
+  const auto dim = static_cast<std::size_t>(src.config.dim);
+  copy(t.token_embedding, s.token_embedding);
+  for (std::size_t l = 0; l < t.layers.size(); ++l) {
+    copy(t.layers[l].wqkv[0], s.layers[l].wqkv[0]);
+    copy(t.layers[l].wo, s.layers[l].wo);
+    copy(t.layers[l].w_gate_up[0], s.layers[l].w_gate_up[0]);
+    copy(t.layers[l].w_down, s.layers[l].w_down);
+    std::memcpy(t.layers[l].attn_norm, s.layers[l].attn_norm, dim * sizeof(float));
+    std::memcpy(t.layers[l].ffn_norm, s.layers[l].ffn_norm, dim * sizeof(float));
+  }
+  std::memcpy(t.final_norm, s.final_norm, dim * sizeof(float));
   const std::string path = TempPath("tiny_tied.gguf");
   ExportGguf(tied, path, GgmlType::kF32);
   const Model r = LoadGgufModel(path);
   EXPECT_TRUE(r.config.tied_embeddings);
-  EXPECT_EQ(r.weights->output, r.weights->token_embedding);
+  EXPECT_EQ(r.weights->output.data, r.weights->token_embedding.data);
   ExpectSameWeights(r, tied);
 }
 
 TEST(ExportGgufTest, RejectsUnsupportedRequests) {
   const Model m = MakeSyntheticModel("tiny");
-  EXPECT_THROW(ExportGguf(m, TempPath("q8.gguf"), GgmlType::kQ8_0), ConfigError);
   EXPECT_THROW(ExportGguf(m, "/nonexistent-dir/x.gguf", GgmlType::kF32), LoadError);
   Model renamed;
   renamed.config = m.config;

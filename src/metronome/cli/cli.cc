@@ -21,6 +21,7 @@ int Main(int argc, char** argv) {
   RegisterExportGguf(&app, &exit_code);
   RegisterInfo(&app, &exit_code);
   RegisterTokenize(&app, &exit_code);
+  RegisterQuantize(&app, &exit_code);
   RegisterCalibrate(&app, &exit_code);
   RegisterSim(&app, &exit_code);
   RegisterDrive(&app, &exit_code);

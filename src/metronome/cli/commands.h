@@ -13,6 +13,7 @@ void RegisterDemo(CLI::App* app, int* exit_code);
 void RegisterExportGguf(CLI::App* app, int* exit_code);
 void RegisterInfo(CLI::App* app, int* exit_code);
 void RegisterTokenize(CLI::App* app, int* exit_code);
+void RegisterQuantize(CLI::App* app, int* exit_code);
 void RegisterCalibrate(CLI::App* app, int* exit_code);
 void RegisterSim(CLI::App* app, int* exit_code);
 void RegisterDrive(CLI::App* app, int* exit_code);

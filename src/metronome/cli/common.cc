@@ -21,7 +21,12 @@ void ModelFlags::Register(CLI::App* app, bool required) {
   app->add_option("--tokenizer", tokenizer, "llama2.c tokenizer file (e.g. tok512.bin)");
 }
 
-model::Model ModelFlags::Load() const { return model::LoadModel(model, tokenizer); }
+model::Model ModelFlags::Load() const {
+  model::Model m = model::LoadModel(model, tokenizer);
+  // On stderr, so that a command's stdout (generated text, JSON) stays what it was.
+  std::fprintf(stderr, "weights: %s\n", m.weights->Summary().c_str());
+  return m;
+}
 
 void KvFlags::Register(CLI::App* app) {
   app->add_option("--kv", kv, "KV policy per session: full | window")

@@ -1,9 +1,14 @@
 // metronome export-gguf: write a model (e.g. a synthetic preset) as a standard GGUF file.
+// metronome quantize: the same, with the matrices in a quantised type or llama.cpp-style mix.
+#include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <string>
 
+#include "metronome/base/errors.h"
 #include "metronome/cli/commands.h"
 #include "metronome/cli/common.h"
+#include "metronome/quant/ggml_type.h"
 
 namespace metronome::cli {
 namespace {
@@ -21,7 +26,49 @@ int RunExport(const ExportFlags& f) {
   return 0;
 }
 
+struct QuantizeFlags {
+  ModelFlags model;
+  std::string out;
+  std::string type;
+};
+
+int RunQuantize(const QuantizeFlags& f) {
+  const auto types = model::ParseExportTypes(f.type);
+  if (!types) {
+    throw ConfigError("--type: unknown type '" + f.type + "' (known: " + model::ExportTypeNames() +
+                      ")");
+  }
+  const model::Model m = f.model.Load();
+  const auto table = model::ExportGguf(m, f.out, *types);
+  std::uint64_t total = 0;
+  std::printf("%-28s %-14s %-6s %10s  %s\n", "tensor", "shape", "type", "bytes", "note");
+  for (const auto& t : table) {
+    std::string shape;
+    for (const auto d : t.shape) shape += (shape.empty() ? "" : "x") + std::to_string(d);
+    std::printf("%-28s %-14s %-6s %10llu  %s\n", t.name.c_str(), shape.c_str(),
+                std::string(quant::Name(t.type)).c_str(), static_cast<unsigned long long>(t.bytes),
+                t.reason.c_str());
+    total += t.bytes;
+  }
+  std::printf("wrote %s (%s, %s): %.2f MiB of tensors\n", f.out.c_str(), m.config.name.c_str(),
+              f.type.c_str(), static_cast<double>(total) / (1 << 20));
+  return 0;
+}
+
 }  // namespace
+
+void RegisterQuantize(CLI::App* app, int* exit_code) {
+  auto flags = std::make_shared<QuantizeFlags>();
+  CLI::App* sub = app->add_subcommand(
+      "quantize",
+      "Write any loadable model as GGUF with quantised matrices (norms stay F32; _m mixes give "
+      "attn_v, ffn_down and output Q6_K; rows that are not whole blocks fall back to a "
+      "32-element type or F16); prints the type chosen per tensor");
+  flags->model.Register(sub, true);
+  sub->add_option("--out", flags->out, "Output .gguf path")->required();
+  sub->add_option("--type", flags->type, "Tensor types: " + model::ExportTypeNames())->required();
+  sub->callback([flags, exit_code] { *exit_code = RunQuantize(*flags); });
+}
 
 void RegisterExportGguf(CLI::App* app, int* exit_code) {
   auto flags = std::make_shared<ExportFlags>();

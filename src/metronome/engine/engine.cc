@@ -11,7 +11,9 @@
 #include "metronome/base/thread_pool.h"
 #include "metronome/kernels/gemm.h"
 #include "metronome/kernels/paged_attention.h"
+#include "metronome/kernels/quant_matmul.h"
 #include "metronome/kernels/vector_ops.h"
+#include "metronome/quant/codec.h"
 
 namespace metronome::engine {
 
@@ -313,11 +315,12 @@ void Engine::Forward(Batch& b) {
       for (auto t = static_cast<int>(t0); t < static_cast<int>(t1); ++t) fn(t);
     });
   };
-  // The embedding copy plus ~pairs sin/cos evaluations in double per row.
+  // The embedding row (dequantised from its stored type) plus ~pairs sin/cos evaluations in
+  // double per row.
   for_rows(T, dim + 16 * pairs, [&](int t) {
-    std::memcpy(&b.x[sz(t, dim)],
-                w.token_embedding + sz(b.tokens[static_cast<std::size_t>(t)], dim),
-                sizeof(float) * static_cast<std::size_t>(dim));
+    quant::DequantizeRow(w.token_embedding.type,
+                         w.token_embedding.Row(b.tokens[static_cast<std::size_t>(t)]), dim,
+                         &b.x[sz(t, dim)]);
     rope_.Angles(b.positions[static_cast<std::size_t>(t)], &b.rope_cos[sz(t, pairs)],
                  &b.rope_sin[sz(t, pairs)]);
   });
@@ -357,9 +360,8 @@ void Engine::Forward(Batch& b) {
     for_rows(T, dim, [&](int t) {
       kernels::RmsNorm(&b.x[sz(t, dim)], lw.attn_norm, c.rms_eps, &b.xb[sz(t, dim)], dim);
     });
-    Timed(&last_step_.gemm_seconds, [&] {
-      kernels::MatMulTransposedB(b.xb.data(), T, dim, lw.wqkv, qkvd, b.qkv.data(), false);
-    });
+    Timed(&last_step_.gemm_seconds,
+          [&] { kernels::MatMul(b.xb.data(), T, lw.wqkv, b.qkv.data(), false); });
 
     // Bias, RoPE (q and k at absolute positions), then K/V into the session's blocks.
     for_rows(T, qkvd, [&](int t) {
@@ -394,22 +396,19 @@ void Engine::Forward(Batch& b) {
     last_step_.attention_seconds += std::chrono::duration<double>(Clock::now() - t_attn).count();
 
     Timed(&last_step_.gemm_seconds,
-          [&] { kernels::MatMulTransposedB(b.att.data(), T, qd, lw.wo, dim, b.x.data(), true); });
+          [&] { kernels::MatMul(b.att.data(), T, lw.wo, b.x.data(), true); });
 
     for_rows(T, dim, [&](int t) {
       kernels::RmsNorm(&b.x[sz(t, dim)], lw.ffn_norm, c.rms_eps, &b.xb[sz(t, dim)], dim);
     });
-    Timed(&last_step_.gemm_seconds, [&] {
-      kernels::MatMulTransposedB(b.xb.data(), T, dim, lw.w_gate_up, 2 * ffn, b.gate_up.data(),
-                                 false);
-    });
+    Timed(&last_step_.gemm_seconds,
+          [&] { kernels::MatMul(b.xb.data(), T, lw.w_gate_up, b.gate_up.data(), false); });
     for_rows(T, 2 * ffn, [&](int t) {
       const float* gu = &b.gate_up[sz(t, 2 * ffn)];
       kernels::SwiGlu(gu, gu + ffn, &b.hidden[sz(t, ffn)], ffn);
     });
-    Timed(&last_step_.gemm_seconds, [&] {
-      kernels::MatMulTransposedB(b.hidden.data(), T, ffn, lw.w_down, dim, b.x.data(), true);
-    });
+    Timed(&last_step_.gemm_seconds,
+          [&] { kernels::MatMul(b.hidden.data(), T, lw.w_down, b.x.data(), true); });
   }
 
   // Final norm and output projection only for the rows whose logits were asked for.
@@ -421,10 +420,8 @@ void Engine::Forward(Batch& b) {
       kernels::RmsNorm(&b.x[sz(b.logit_rows[static_cast<std::size_t>(r)], dim)], w.final_norm,
                        c.rms_eps, &b.final_rows[sz(r, dim)], dim);
     });
-    Timed(&last_step_.gemm_seconds, [&] {
-      kernels::MatMulTransposedB(b.final_rows.data(), R, dim, w.output, c.vocab_size,
-                                 logits_.data(), false);
-    });
+    Timed(&last_step_.gemm_seconds,
+          [&] { kernels::MatMul(b.final_rows.data(), R, w.output, logits_.data(), false); });
   }
 
   const double proj_flops_per_token =

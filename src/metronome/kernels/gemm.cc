@@ -46,9 +46,10 @@ void SgemmColumns(const float* x, int m, int k, const float* w, int n0, int n1, 
 }  // namespace
 
 void MatMulTransposedB(const float* x, int m, int k, const float* w, int n, float* y,
-                       bool accumulate) noexcept {
+                       bool accumulate, int ldy) noexcept {
   // The N (output) dimension is cut across the pool: each chunk is one single-threaded sgemm over
   // all m rows and a block of W's rows, so each weight row is read by one thread only.
+  const int y_stride = ldy > 0 ? ldy : n;
   const std::int64_t blocks = (n + kColumnsPerBlock - 1) / kColumnsPerBlock;
   const double flops_per_block = 2.0 * m * static_cast<double>(k) * kColumnsPerBlock;
   const auto min_blocks =
@@ -56,7 +57,7 @@ void MatMulTransposedB(const float* x, int m, int k, const float* w, int n, floa
   base::DefaultThreadPool().ParallelFor(blocks, min_blocks, [&](std::int64_t b, std::int64_t e) {
     const int n0 = static_cast<int>(b) * kColumnsPerBlock;
     const int n1 = std::min(n, static_cast<int>(e) * kColumnsPerBlock);
-    SgemmColumns(x, m, k, w, n0, n1, n, y, accumulate);
+    SgemmColumns(x, m, k, w, n0, n1, y_stride, y, accumulate);
   });
 }
 

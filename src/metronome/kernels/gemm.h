@@ -6,9 +6,10 @@
 
 namespace metronome::kernels {
 
-// y = x * W^T (accumulate = false) or y += x * W^T (accumulate = true).
+// y = x * W^T (accumulate = false) or y += x * W^T (accumulate = true). y's rows are `ldy` floats
+// apart (0: n).
 void MatMulTransposedB(const float* x, int m, int k, const float* w, int n, float* y,
-                       bool accumulate) noexcept;
+                       bool accumulate, int ldy = 0) noexcept;
 
 // Measured fp32 GEMM throughput of this machine through the same backend: the best of a few runs
 // of square products of size `n` (GFLOP/s). Used as the in-run "peak" for roofline fractions.

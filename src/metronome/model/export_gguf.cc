@@ -1,25 +1,30 @@
 // Export to GGUF v3 in llama.cpp's `llama` conventions, so that a model we can run (notably a
 // synthetic one) can also be run by llama.cpp, and so that the GGUF loader has a round-trip test.
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "metronome/base/errors.h"
 #include "metronome/model/gguf.h"
 #include "metronome/model/model.h"
+#include "metronome/quant/ggml_type.h"
 
 namespace metronome::model {
 namespace {
 
-// llama.cpp's llama_ftype values for general.file_type.
-constexpr std::uint32_t kFileTypeAllF32 = 0;
-constexpr std::uint32_t kFileTypeMostlyF16 = 1;
-
-// The raw vocabulary is not kept with a loaded model; only synthetic models can regenerate theirs.
-Vocabulary ExportVocabulary(const Model& model, const std::string& path) {
+// The written vocabulary: the loaded tokenizer's, or the synthetic one a synthetic model was made
+// with.
+Vocabulary ExportVocabulary(const Model& model, const std::string& path, std::string* ggml_model) {
   const ModelConfig& c = model.config;
+  if (model.tokenizer != nullptr) {
+    *ggml_model = std::string(model.tokenizer->ggml_model());
+    return model.tokenizer->vocabulary();
+  }
   if (c.name.starts_with("synthetic:")) {
+    *ggml_model = "llama";
     Vocabulary v = MakeSyntheticVocabulary(c.vocab_size);
     if (v.tokens.size() != static_cast<std::size_t>(c.vocab_size)) {
       throw ConfigError(path + ": synthetic vocabulary has " + std::to_string(v.tokens.size()) +
@@ -28,17 +33,73 @@ Vocabulary ExportVocabulary(const Model& model, const std::string& path) {
     return v;
   }
   throw ConfigError(path + ": cannot export '" + c.name +
-                    "': its vocabulary is not available (only synthetic models can be exported)");
+                    "': it has no tokenizer (give the llama2.c tokenizer with --tokenizer)");
+}
+
+struct NamedMix {
+  std::string_view name;
+  ExportTypes types;
+};
+// llama.cpp's llama_ftype values for general.file_type.
+constexpr NamedMix kMixes[] = {
+    {"f32", {GgmlType::kF32, GgmlType::kF32, 0}},
+    {"f16", {GgmlType::kF16, GgmlType::kF16, 1}},
+    {"bf16", {GgmlType::kBF16, GgmlType::kBF16, 32}},
+    {"q8_0", {GgmlType::kQ8_0, GgmlType::kQ8_0, 7}},
+    {"q4_0", {GgmlType::kQ4_0, GgmlType::kQ4_0, 2}},
+    {"q4_k_m", {GgmlType::kQ4_K, GgmlType::kQ6_K, 15}},
+    {"q5_k_m", {GgmlType::kQ5_K, GgmlType::kQ6_K, 17}},
+    {"q6_k", {GgmlType::kQ6_K, GgmlType::kQ6_K, 18}},
+};
+
+// The 32-element type of about the same bits a 256-element type falls back to (llama.cpp's
+// choice for rows that are not whole super-blocks).
+GgmlType FallbackType(GgmlType t) {
+  switch (t) {
+    case GgmlType::kQ4_K:
+      return GgmlType::kQ5_0;
+    case GgmlType::kQ5_K:
+      return GgmlType::kQ5_1;
+    default:
+      return GgmlType::kQ8_0;
+  }
 }
 
 }  // namespace
 
-void ExportGguf(const Model& model, const std::string& path, GgmlType type) {
-  const ModelConfig& c = model.config;
-  if (type != GgmlType::kF32 && type != GgmlType::kF16) {
-    throw ConfigError(path + ": export supports tensor types F32 and F16, got ggml type " +
-                      std::to_string(static_cast<std::uint32_t>(type)));
+std::optional<ExportTypes> ParseExportTypes(std::string_view name) {
+  for (const auto& m : kMixes) {
+    if (m.name == name) return m.types;
   }
+  return std::nullopt;
+}
+
+std::string ExportTypeNames() {
+  std::string s;
+  for (const auto& m : kMixes) s += (s.empty() ? "" : "|") + std::string(m.name);
+  return s;
+}
+
+ExportedTensor ChooseTensorType(const ExportTypes& types, const std::string& name,
+                                std::uint64_t cols) {
+  const bool high = name == "output.weight" || name.ends_with(".attn_v.weight") ||
+                    name.ends_with(".ffn_down.weight");
+  GgmlType t = high ? types.high : types.matrices;
+  std::string why = high && types.high != types.matrices ? "more bits (_M mix)" : "";
+  if (cols % quant::Traits(t).block_elems != 0) {
+    const GgmlType fallback = FallbackType(t);
+    const GgmlType chosen =
+        cols % quant::Traits(fallback).block_elems == 0 ? fallback : GgmlType::kF16;
+    why = "rows of " + std::to_string(cols) + " are not whole " + std::string(quant::Name(t)) +
+          " blocks";
+    t = chosen;
+  }
+  return {name, {}, t, 0, why};
+}
+
+std::vector<ExportedTensor> ExportGguf(const Model& model, const std::string& path,
+                                       const ExportTypes& types) {
+  const ModelConfig& c = model.config;
   if (c.architecture != Architecture::kLlama || c.rope_style != RopeStyle::kInterleaved ||
       c.has_qkv_bias) {
     throw ConfigError(path +
@@ -47,12 +108,13 @@ void ExportGguf(const Model& model, const std::string& path, GgmlType type) {
   }
   if (model.weights == nullptr) throw ConfigError(path + ": model has no weights");
   c.Validate(c.name);
-  const Vocabulary vocab = ExportVocabulary(model, path);
+  std::string ggml_model;
+  const Vocabulary vocab = ExportVocabulary(model, path, &ggml_model);
 
   GgufWriter w;
   w.SetString("general.architecture", "llama");
   w.SetString("general.name", c.name);
-  w.SetUint32("general.file_type", type == GgmlType::kF32 ? kFileTypeAllF32 : kFileTypeMostlyF16);
+  w.SetUint32("general.file_type", types.file_type);
   const auto u32 = [](int v) { return static_cast<std::uint32_t>(v); };
   w.SetUint32("llama.context_length", u32(c.context_length));
   w.SetUint32("llama.embedding_length", u32(c.dim));
@@ -70,13 +132,14 @@ void ExportGguf(const Model& model, const std::string& path, GgmlType type) {
   w.SetFloat32("llama.rope.freq_base", static_cast<float>(c.rope_theta));
   w.SetUint32("llama.vocab_size", u32(c.vocab_size));
 
-  w.SetString("tokenizer.ggml.model", "llama");
+  w.SetString("tokenizer.ggml.model", ggml_model);
   w.SetStringArray("tokenizer.ggml.tokens", vocab.tokens);
   if (!vocab.scores.empty()) w.SetFloat32Array("tokenizer.ggml.scores", vocab.scores);
   if (!vocab.token_types.empty()) w.SetInt32Array("tokenizer.ggml.token_type", vocab.token_types);
   if (vocab.bos_id >= 0) w.SetUint32("tokenizer.ggml.bos_token_id", u32(vocab.bos_id));
   if (vocab.eos_id >= 0) w.SetUint32("tokenizer.ggml.eos_token_id", u32(vocab.eos_id));
   if (vocab.unk_id >= 0) w.SetUint32("tokenizer.ggml.unknown_token_id", u32(vocab.unk_id));
+  if (!vocab.merges.empty()) w.SetStringArray("tokenizer.ggml.merges", vocab.merges);
 
   const auto dim = static_cast<std::uint64_t>(c.dim);
   const auto q = static_cast<std::uint64_t>(c.q_dim());
@@ -84,32 +147,47 @@ void ExportGguf(const Model& model, const std::string& path, GgmlType type) {
   const auto ffn = static_cast<std::uint64_t>(c.ffn_dim);
   const auto nvocab = static_cast<std::uint64_t>(c.vocab_size);
   // Shapes in ggml order ([in, out]) over our row-major [out, in] storage.
-  const auto matrix = [&](const std::string& name, const float* p, std::uint64_t in,
-                          std::uint64_t out) {
-    w.AddTensor(name, {in, out}, type, std::span<const float>(p, in * out));
+  std::vector<ExportedTensor> table;
+  const auto matrix = [&](const std::string& name, const std::vector<float>& values,
+                          std::uint64_t in, std::uint64_t out) {
+    ExportedTensor e = ChooseTensorType(types, name, in);
+    e.shape = {in, out};
+    e.bytes = quant::TensorBytes(e.type, in * out).value_or(0);
+    w.AddTensor(name, e.shape, e.type, std::span<const float>(values.data(), in * out));
+    table.push_back(std::move(e));
+  };
+  const auto all = [](const quant::WeightMatrix& m) { return DequantizeRows(m, 0, m.rows); };
+  const auto rows = [](const MatrixGroup& g, std::uint64_t begin, std::uint64_t count) {
+    return DequantizeRows(g, static_cast<int>(begin), static_cast<int>(count));
   };
   // llama.cpp expects norms in F32 whatever the file type.
   const auto norm = [&](const std::string& name, const float* p) {
     w.AddTensor(name, {dim}, GgmlType::kF32, std::span<const float>(p, dim));
+    table.push_back({name, {dim}, GgmlType::kF32, dim * sizeof(float), "norm"});
   };
   const ModelWeights& mw = *model.weights;
-  matrix("token_embd.weight", mw.token_embedding, dim, nvocab);
+  matrix("token_embd.weight", all(mw.token_embedding), dim, nvocab);
   norm("output_norm.weight", mw.final_norm);
-  if (!c.tied_embeddings) matrix("output.weight", mw.output, dim, nvocab);
+  if (!c.tied_embeddings) matrix("output.weight", all(mw.output), dim, nvocab);
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& lw = mw.layers[static_cast<std::size_t>(l)];
     const std::string p = "blk." + std::to_string(l) + ".";
     norm(p + "attn_norm.weight", lw.attn_norm);
-    matrix(p + "attn_q.weight", lw.wqkv, dim, q);
-    matrix(p + "attn_k.weight", lw.wqkv + q * dim, dim, kv);
-    matrix(p + "attn_v.weight", lw.wqkv + (q + kv) * dim, dim, kv);
-    matrix(p + "attn_output.weight", lw.wo, q, dim);
+    matrix(p + "attn_q.weight", rows(lw.wqkv, 0, q), dim, q);
+    matrix(p + "attn_k.weight", rows(lw.wqkv, q, kv), dim, kv);
+    matrix(p + "attn_v.weight", rows(lw.wqkv, q + kv, kv), dim, kv);
+    matrix(p + "attn_output.weight", all(lw.wo), q, dim);
     norm(p + "ffn_norm.weight", lw.ffn_norm);
-    matrix(p + "ffn_gate.weight", lw.w_gate_up, dim, ffn);
-    matrix(p + "ffn_up.weight", lw.w_gate_up + ffn * dim, dim, ffn);
-    matrix(p + "ffn_down.weight", lw.w_down, ffn, dim);
+    matrix(p + "ffn_gate.weight", rows(lw.w_gate_up, 0, ffn), dim, ffn);
+    matrix(p + "ffn_up.weight", rows(lw.w_gate_up, ffn, ffn), dim, ffn);
+    matrix(p + "ffn_down.weight", all(lw.w_down), ffn, dim);
   }
   w.Write(path);
+  return table;
+}
+
+void ExportGguf(const Model& model, const std::string& path, GgmlType type) {
+  (void)ExportGguf(model, path, ExportTypes{type, type, type == GgmlType::kF16 ? 1u : 0u});
 }
 
 }  // namespace metronome::model

@@ -14,6 +14,7 @@
 
 #include "metronome/base/errors.h"
 #include "metronome/base/half.h"
+#include "metronome/quant/codec.h"
 #include "metronome/quant/ggml_type.h"
 
 namespace metronome::model {
@@ -31,8 +32,6 @@ constexpr std::uint32_t kMaxDims = 4;
 // Upper bound on a tensor's element count: far above any real tensor, low enough that byte sizes
 // (at most 4 bytes per element) cannot overflow 64 bits.
 constexpr std::uint64_t kMaxElements = std::uint64_t{1} << 56;
-constexpr std::uint64_t kQ8BlockElems = 32;
-constexpr std::uint64_t kQ8BlockBytes = 2 + kQ8BlockElems;  // fp16 scale + 32 int8
 
 enum class ValueType : std::uint32_t {
   kUint8 = 0,
@@ -75,10 +74,8 @@ std::uint64_t ScalarSize(std::uint32_t type) {
   return 0;
 }
 
-// The types DequantizeToF32 converts (the others are parsed and sized, but not converted).
-bool IsDequantizable(GgmlType t) {
-  return t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kQ8_0 || t == GgmlType::kBF16;
-}
+// The types DequantizeToF32 converts and GgufWriter encodes (the others are parsed and sized).
+bool IsDequantizable(GgmlType t) { return quant::Traits(t).computable; }
 
 std::string GgmlTypeName(GgmlType t) { return std::string(quant::Name(t)); }
 
@@ -575,44 +572,14 @@ void DequantizeToF32(GgmlType type, std::span<const std::uint8_t> data, std::uin
                      float* out) {
   if (!IsDequantizable(type)) {
     throw LoadError("cannot dequantise ggml type " + GgmlTypeName(type) +
-                    " (supported: F32, F16, BF16, Q8_0)");
+                    " (supported: " + quant::ComputableTypeNames() + ")");
   }
   const auto needed = count <= kMaxElements ? quant::TensorBytes(type, count) : std::nullopt;
   if (!needed || *needed > data.size()) {
     throw LoadError("cannot dequantise " + std::to_string(count) + " " + GgmlTypeName(type) +
                     " elements from " + std::to_string(data.size()) + " bytes");
   }
-  const std::uint8_t* p = data.data();
-  const auto n = static_cast<std::size_t>(count);
-  switch (type) {
-    case GgmlType::kF32:
-      std::memcpy(out, p, n * sizeof(float));
-      return;
-    case GgmlType::kF16:
-    case GgmlType::kBF16: {
-      const bool is_f16 = type == GgmlType::kF16;
-      for (std::size_t i = 0; i < n; ++i) {
-        std::uint16_t h;
-        std::memcpy(&h, p + 2 * i, sizeof(h));
-        out[i] = is_f16 ? F16ToFloat(h) : Bf16ToFloat(h);
-      }
-      return;
-    }
-    case GgmlType::kQ8_0: {
-      for (std::size_t b = 0; b < n / kQ8BlockElems; ++b) {
-        const std::uint8_t* block = p + b * kQ8BlockBytes;
-        std::uint16_t d_bits;
-        std::memcpy(&d_bits, block, sizeof(d_bits));
-        const float d = F16ToFloat(d_bits);
-        const auto* q = reinterpret_cast<const std::int8_t*>(block + 2);
-        float* o = out + b * kQ8BlockElems;
-        for (std::size_t j = 0; j < kQ8BlockElems; ++j) o[j] = d * static_cast<float>(q[j]);
-      }
-      return;
-    }
-    default:
-      return;  // excluded by IsDequantizable above
-  }
+  quant::DequantizeRow(type, data.data(), static_cast<std::int64_t>(count), out);
 }
 
 void GgufWriter::SetUint32(const std::string& key, std::uint32_t v) {
@@ -676,50 +643,41 @@ void GgufWriter::AddTensor(const std::string& name, std::vector<std::uint64_t> s
   }
   if (!IsDequantizable(type)) {
     throw ConfigError("GgufWriter: tensor '" + name + "': cannot encode ggml type " +
-                      GgmlTypeName(type) + " (supported: F32, F16, BF16, Q8_0)");
+                      GgmlTypeName(type) + " (supported: " + quant::ComputableTypeNames() + ")");
+  }
+  if (shape[0] % quant::Traits(type).block_elems != 0) {
+    throw ConfigError("GgufWriter: tensor '" + name + "' of shape " + ShapeString(shape) +
+                      " cannot be stored as " + GgmlTypeName(type) + ": rows of " +
+                      std::to_string(shape[0]) + " are not whole blocks of " +
+                      std::to_string(quant::Traits(type).block_elems));
   }
   const auto nbytes = quant::TensorBytes(type, count);
-  if (!nbytes) {
-    throw ConfigError("GgufWriter: tensor '" + name + "' of shape " + ShapeString(shape) +
-                      " cannot be stored as " + GgmlTypeName(type));
+  std::vector<std::uint8_t> data(static_cast<std::size_t>(nbytes.value_or(0)));
+  quant::QuantizeRow(type, values.data(), static_cast<std::int64_t>(count), data.data());
+  tensors_.push_back({name, std::move(shape), type, std::move(data)});
+}
+
+void GgufWriter::AddEncodedTensor(const std::string& name, std::vector<std::uint64_t> shape,
+                                  GgmlType type, std::span<const std::uint8_t> data) {
+  std::uint64_t count = 1;
+  for (const std::uint64_t d : shape) {
+    if (d == 0 || d > kMaxElements / count) {
+      throw ConfigError("GgufWriter: tensor '" + name + "' has invalid shape " +
+                        ShapeString(shape));
+    }
+    count *= d;
   }
-  PendingTensor t{name, std::move(shape), type, {}};
-  t.data.resize(static_cast<std::size_t>(*nbytes));
-  std::uint8_t* out = t.data.data();
-  const std::size_t n = values.size();
-  switch (type) {
-    case GgmlType::kF32:
-      std::memcpy(out, values.data(), n * sizeof(float));
-      break;
-    case GgmlType::kF16:
-    case GgmlType::kBF16:
-      for (std::size_t i = 0; i < n; ++i) {
-        const std::uint16_t h =
-            type == GgmlType::kF16 ? FloatToF16(values[i]) : FloatToBf16(values[i]);
-        std::memcpy(out + 2 * i, &h, sizeof(h));
-      }
-      break;
-    case GgmlType::kQ8_0:
-      // Same scheme as llama.cpp's reference quantiser: scale = max|x| / 127, round to nearest.
-      for (std::size_t b = 0; b < n / kQ8BlockElems; ++b) {
-        const float* x = values.data() + b * kQ8BlockElems;
-        float amax = 0.0f;
-        for (std::size_t j = 0; j < kQ8BlockElems; ++j) amax = std::max(amax, std::fabs(x[j]));
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        std::uint8_t* block = out + b * kQ8BlockBytes;
-        const std::uint16_t dh = FloatToF16(d);
-        std::memcpy(block, &dh, sizeof(dh));
-        for (std::size_t j = 0; j < kQ8BlockElems; ++j) {
-          const auto q = static_cast<std::int8_t>(std::lround(x[j] * id));
-          std::memcpy(block + 2 + j, &q, 1);
-        }
-      }
-      break;
-    default:
-      break;  // excluded by the type check above
+  const auto nbytes = quant::TensorBytes(type, count);
+  if (shape.empty() || shape.size() > kMaxDims || !nbytes || *nbytes != data.size()) {
+    throw ConfigError("GgufWriter: tensor '" + name + "' of shape " + ShapeString(shape) + " as " +
+                      GgmlTypeName(type) + " needs " +
+                      (nbytes ? std::to_string(*nbytes) : std::string("whole blocks, not")) +
+                      " bytes, got " + std::to_string(data.size()));
   }
-  tensors_.push_back(std::move(t));
+  for (const auto& t : tensors_) {
+    if (t.name == name) throw ConfigError("GgufWriter: duplicate tensor '" + name + "'");
+  }
+  tensors_.push_back({name, std::move(shape), type, {data.begin(), data.end()}});
 }
 
 std::vector<std::uint8_t> GgufWriter::Serialize() const {

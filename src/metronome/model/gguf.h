@@ -79,10 +79,13 @@ class GgufWriter {
   void SetStringArray(const std::string& key, const std::vector<std::string>& v);
   void SetFloat32Array(const std::string& key, const std::vector<float>& v);
   void SetInt32Array(const std::string& key, const std::vector<std::int32_t>& v);
-  // `shape` in ggml order (innermost first). `values` are fp32 and converted to `type`
-  // (kF32 or kF16).
+  // `shape` in ggml order (innermost first). `values` are fp32 and encoded as `type` (any
+  // computable type: quant::QuantizeRow; shape[0] must be whole blocks of it).
   void AddTensor(const std::string& name, std::vector<std::uint64_t> shape, GgmlType type,
                  std::span<const float> values);
+  // A tensor already encoded as `type`: `data` must be exactly TensorBytes(type, elements).
+  void AddEncodedTensor(const std::string& name, std::vector<std::uint64_t> shape, GgmlType type,
+                        std::span<const std::uint8_t> data);
 
   [[nodiscard]] std::vector<std::uint8_t> Serialize() const;
   // Throws LoadError naming `path` if it cannot be written.

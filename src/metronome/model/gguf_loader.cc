@@ -4,6 +4,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -18,6 +19,8 @@
 #include "metronome/base/mapped_file.h"
 #include "metronome/model/gguf.h"
 #include "metronome/model/model.h"
+#include "metronome/quant/ggml_type.h"
+#include "metronome/quant/weight_matrix.h"
 
 namespace metronome::model {
 namespace internal {
@@ -130,44 +133,73 @@ ModelConfig ReadConfig(const GgufFile& g) {
   return c;
 }
 
-// Visits every tensor the runtime needs with its llama.cpp name, its ggml shape and where it goes
-// in `w` (null destinations when `w` is null, for the validation pass).
-void ForEachTensor(
-    const ModelConfig& c, ModelWeights* w,
-    const std::function<void(const std::string&, std::vector<std::uint64_t>, float*)>& fn) {
+// A tensor the runtime needs: its llama.cpp name, its ggml shape, and whether it is a weight
+// matrix (kept in its stored type) or a vector (norms, biases: converted to fp32).
+struct TensorSpec {
+  std::string name;
+  std::vector<std::uint64_t> shape;
+  bool matrix = true;
+};
+
+// Every tensor of `c`, in the order the runtime's layout lists them.
+std::vector<TensorSpec> RequiredTensors(const ModelConfig& c) {
   const auto dim = static_cast<std::uint64_t>(c.dim);
   const auto q = static_cast<std::uint64_t>(c.q_dim());
   const auto kv = static_cast<std::uint64_t>(c.kv_dim());
   const auto ffn = static_cast<std::uint64_t>(c.ffn_dim);
   const auto vocab = static_cast<std::uint64_t>(c.vocab_size);
-  const auto at = [w](float* base, std::uint64_t offset) -> float* {
-    return w == nullptr ? nullptr : base + offset;
-  };
-  fn("token_embd.weight", {dim, vocab}, w ? w->token_embedding : nullptr);
-  fn("output_norm.weight", {dim}, w ? w->final_norm : nullptr);
-  if (!c.tied_embeddings) fn("output.weight", {dim, vocab}, w ? w->output : nullptr);
+  std::vector<TensorSpec> t;
+  t.push_back({"token_embd.weight", {dim, vocab}, true});
+  t.push_back({"output_norm.weight", {dim}, false});
+  if (!c.tied_embeddings) t.push_back({"output.weight", {dim, vocab}, true});
   for (int l = 0; l < c.num_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    LayerWeights* lw = w ? &w->layers[static_cast<std::size_t>(l)] : nullptr;
-    float* wqkv = lw ? lw->wqkv : nullptr;
-    float* bqkv = lw ? lw->bqkv : nullptr;
-    float* gate_up = lw ? lw->w_gate_up : nullptr;
-    fn(p + "attn_norm.weight", {dim}, lw ? lw->attn_norm : nullptr);
-    // Fused rows: Wq, then Wk, then Wv (each row-major [out, in] = ggml [in, out]).
-    fn(p + "attn_q.weight", {dim, q}, at(wqkv, 0));
-    fn(p + "attn_k.weight", {dim, kv}, at(wqkv, q * dim));
-    fn(p + "attn_v.weight", {dim, kv}, at(wqkv, (q + kv) * dim));
+    t.push_back({p + "attn_norm.weight", {dim}, false});
+    // Row-major [out, in] = ggml [in, out].
+    t.push_back({p + "attn_q.weight", {dim, q}, true});
+    t.push_back({p + "attn_k.weight", {dim, kv}, true});
+    t.push_back({p + "attn_v.weight", {dim, kv}, true});
     if (c.has_qkv_bias) {
-      fn(p + "attn_q.bias", {q}, at(bqkv, 0));
-      fn(p + "attn_k.bias", {kv}, at(bqkv, q));
-      fn(p + "attn_v.bias", {kv}, at(bqkv, q + kv));
+      t.push_back({p + "attn_q.bias", {q}, false});
+      t.push_back({p + "attn_k.bias", {kv}, false});
+      t.push_back({p + "attn_v.bias", {kv}, false});
     }
-    fn(p + "attn_output.weight", {q, dim}, lw ? lw->wo : nullptr);
-    fn(p + "ffn_norm.weight", {dim}, lw ? lw->ffn_norm : nullptr);
-    fn(p + "ffn_gate.weight", {dim, ffn}, at(gate_up, 0));
-    fn(p + "ffn_up.weight", {dim, ffn}, at(gate_up, ffn * dim));
-    fn(p + "ffn_down.weight", {ffn, dim}, lw ? lw->w_down : nullptr);
+    t.push_back({p + "attn_output.weight", {q, dim}, true});
+    t.push_back({p + "ffn_norm.weight", {dim}, false});
+    t.push_back({p + "ffn_gate.weight", {dim, ffn}, true});
+    t.push_back({p + "ffn_up.weight", {dim, ffn}, true});
+    t.push_back({p + "ffn_down.weight", {ffn, dim}, true});
   }
+  return t;
+}
+
+// The checks a tensor's type must pass before its bytes are used: a type we compute with, rows
+// that are whole blocks, and (for vectors) a type we convert.
+void CheckTensorType(const GgufFile& g, const GgufTensorInfo& t, const TensorSpec& spec) {
+  const quant::GgmlTypeTraits& traits = quant::Traits(t.type);
+  if (!traits.computable) {
+    throw LoadError(g.source() + ": tensor '" + t.name + "' has type " + std::string(traits.name) +
+                    ", which this engine does not compute with (supported: " +
+                    quant::ComputableTypeNames() + ")");
+  }
+  if (spec.shape[0] % traits.block_elems != 0) {
+    throw LoadError(g.source() + ": tensor '" + t.name + "' has rows of " +
+                    std::to_string(spec.shape[0]) + " elements, not a whole number of " +
+                    std::string(traits.name) + " blocks of " + std::to_string(traits.block_elems));
+  }
+  const auto bytes = quant::TensorBytes(t.type, t.num_elements());
+  if (!bytes || *bytes > t.data.size()) {
+    throw LoadError(g.source() + ": tensor '" + t.name + "' holds " +
+                    std::to_string(t.data.size()) + " bytes, too few for its shape " +
+                    ShapeString(t.shape) + " as " + std::string(traits.name));
+  }
+}
+
+// A view's bytes must be aligned for the loads the kernels make (fp32: 4 bytes; f16 scales and
+// 16-bit types: 2).
+bool AlignedForType(const std::uint8_t* p, quant::GgmlType type) {
+  const std::size_t align = type == quant::GgmlType::kF32 ? 4 : 2;
+  return reinterpret_cast<std::uintptr_t>(p) % align == 0;
 }
 
 const GgufTensorInfo& ExpectTensor(const GgufFile& g, const std::string& name,
@@ -266,25 +298,88 @@ std::unique_ptr<Tokenizer> ReadTokenizer(const GgufFile& g, const ModelConfig& c
 
 }  // namespace
 
-Model LoadGgufModelFromBytes(std::span<const std::uint8_t> bytes, const std::string& source) {
+Model LoadGgufModelFromBytes(std::span<const std::uint8_t> bytes, const std::string& source,
+                             std::shared_ptr<const void> backing) {
   const GgufFile g(bytes, source);
   Model m;
   m.config = ReadConfig(g);
   const ModelConfig& c = m.config;
-  // Every tensor is checked before the weights are allocated: the parser has bounded the tensor
-  // data by the file size, so a hostile header cannot make us allocate more than a small multiple
-  // of the file.
-  ForEachTensor(c, nullptr,
-                [&](const std::string& name, const std::vector<std::uint64_t>& shape, float*) {
-                  ExpectTensor(g, name, shape);
-                });
+  // Every tensor is checked before anything is allocated: the parser has bounded the tensor data
+  // by the file size, so a hostile header cannot make us allocate more than a small multiple of
+  // the file.
+  const std::vector<TensorSpec> specs = RequiredTensors(c);
+  std::vector<const GgufTensorInfo*> infos;
+  infos.reserve(specs.size());
+  // Arena plan: fp32 vectors, and the matrices that cannot be views (no backing to keep alive,
+  // or bytes not aligned for their type), each 64-byte aligned.
+  constexpr std::size_t kAlign = 64;
+  const auto round_up = [](std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
+  std::vector<std::size_t> arena_offset(specs.size(), SIZE_MAX);
+  std::size_t arena_bytes = 0;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const GgufTensorInfo& t = ExpectTensor(g, specs[i].name, specs[i].shape);
+    CheckTensorType(g, t, specs[i]);
+    infos.push_back(&t);
+    const bool view =
+        specs[i].matrix && backing != nullptr && AlignedForType(t.data.data(), t.type);
+    if (view) continue;
+    arena_offset[i] = arena_bytes;
+    const std::size_t n = static_cast<std::size_t>(t.num_elements());
+    arena_bytes +=
+        round_up(specs[i].matrix ? static_cast<std::size_t>(*quant::TensorBytes(t.type, n))
+                                 : n * sizeof(float));
+  }
   m.tokenizer = ReadTokenizer(g, c);
-  m.weights = std::make_unique<ModelWeights>(c);
-  ForEachTensor(c, m.weights.get(),
-                [&](const std::string& name, const std::vector<std::uint64_t>& shape, float* dst) {
-                  const GgufTensorInfo& t = ExpectTensor(g, name, shape);
-                  DequantizeToF32(t.type, t.data, t.num_elements(), dst);
-                });
+
+  auto weights = std::make_unique<ModelWeights>();
+  std::byte* arena = weights->AllocateArena(arena_bytes);
+  const auto matrix = [&](std::size_t i) {
+    const GgufTensorInfo& t = *infos[i];
+    const auto cols = static_cast<int>(specs[i].shape[0]);
+    const auto rows = static_cast<int>(specs[i].shape[1]);
+    if (arena_offset[i] == SIZE_MAX)
+      return quant::MakeWeightMatrix(t.type, rows, cols, t.data.data());
+    std::byte* dst = arena + arena_offset[i];
+    std::memcpy(dst, t.data.data(), quant::RowBytes(t.type, cols) * static_cast<std::size_t>(rows));
+    return quant::MakeWeightMatrix(t.type, rows, cols, dst);
+  };
+  // Vectors are converted into consecutive arena slots (the q/k/v biases: one fused bias).
+  const auto vector = [&](std::size_t i) {
+    const GgufTensorInfo& t = *infos[i];
+    auto* dst = reinterpret_cast<float*>(arena + arena_offset[i]);
+    DequantizeToF32(t.type, t.data, t.num_elements(), dst);
+    weights->AddVectorFloats(static_cast<std::size_t>(t.num_elements()));
+    return dst;
+  };
+  std::size_t i = 0;
+  weights->token_embedding = matrix(i++);
+  weights->final_norm = vector(i++);
+  weights->output = c.tied_embeddings ? weights->token_embedding : matrix(i++);
+  weights->layers.resize(static_cast<std::size_t>(c.num_layers));
+  for (LayerWeights& lw : weights->layers) {
+    lw.attn_norm = vector(i++);
+    lw.wqkv = {matrix(i), matrix(i + 1), matrix(i + 2)};
+    i += 3;
+    if (c.has_qkv_bias) {
+      // Three consecutive slots; each is rounded up to 64 bytes, so gather them into the first.
+      float* q = vector(i);
+      float* k = vector(i + 1);
+      float* v = vector(i + 2);
+      const auto qd = static_cast<std::size_t>(c.q_dim());
+      const auto kvd = static_cast<std::size_t>(c.kv_dim());
+      std::memmove(q + qd, k, kvd * sizeof(float));
+      std::memmove(q + qd + kvd, v, kvd * sizeof(float));
+      lw.bqkv = q;
+      i += 3;
+    }
+    lw.wo = matrix(i++);
+    lw.ffn_norm = vector(i++);
+    lw.w_gate_up = {matrix(i), matrix(i + 1)};
+    i += 2;
+    lw.w_down = matrix(i++);
+  }
+  weights->KeepAlive(std::move(backing));
+  m.weights = std::move(weights);
   return m;
 }
 
@@ -306,8 +401,9 @@ void ForEachGgufTensorShape(
 }  // namespace internal
 
 Model LoadGgufModel(const std::string& path) {
-  const MappedFile file(path);
-  return internal::LoadGgufModelFromBytes(file.bytes(), path);
+  auto file = std::make_shared<const MappedFile>(path);
+  const std::span<const std::uint8_t> bytes = file->bytes();
+  return internal::LoadGgufModelFromBytes(bytes, path, std::move(file));
 }
 
 }  // namespace metronome::model

@@ -380,6 +380,7 @@ class Gpt2Tokenizer final : public Tokenizer {
   }
   std::string_view kind() const override { return "gpt2"; }
   bool adds_bos() const override { return add_bos_; }
+  std::string_view ggml_model() const override { return "gpt2"; }
 
  private:
   struct Merge {
@@ -408,7 +409,8 @@ class Gpt2Tokenizer final : public Tokenizer {
 };
 
 Gpt2Tokenizer::Gpt2Tokenizer(Vocabulary vocab)
-    : bos_id_(vocab.bos_id),
+    : Tokenizer(vocab),
+      bos_id_(vocab.bos_id),
       eos_id_(vocab.eos_id),
       unk_id_(vocab.unk_id),
       pad_id_(vocab.pad_id),

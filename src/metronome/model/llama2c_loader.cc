@@ -116,21 +116,23 @@ Model LoadLlama2cModel(const std::string& path, const std::string& tokenizer_pat
   const auto copy = [payload](float* dst, std::uint64_t at, std::uint64_t n) {
     std::memcpy(dst, payload + at * sizeof(float), static_cast<std::size_t>(n * sizeof(float)));
   };
-  copy(w.token_embedding, emb, nvocab * dim);
+  copy(w.MutableFloats(w.token_embedding), emb, nvocab * dim);
   for (std::uint64_t l = 0; l < layers; ++l) {
     LayerWeights& lw = w.layers[static_cast<std::size_t>(l)];
     copy(lw.attn_norm, rms_att + l * dim, dim);
-    copy(lw.wqkv, wq + l * q_dim * dim, q_dim * dim);
-    copy(lw.wqkv + q_dim * dim, wk + l * kv_dim * dim, kv_dim * dim);
-    copy(lw.wqkv + (q_dim + kv_dim) * dim, wv + l * kv_dim * dim, kv_dim * dim);
-    copy(lw.wo, wo + l * dim * q_dim, dim * q_dim);
+    float* wqkv_f = w.MutableFloats(lw.wqkv[0]);
+    copy(wqkv_f, wq + l * q_dim * dim, q_dim * dim);
+    copy(wqkv_f + q_dim * dim, wk + l * kv_dim * dim, kv_dim * dim);
+    copy(wqkv_f + (q_dim + kv_dim) * dim, wv + l * kv_dim * dim, kv_dim * dim);
+    copy(w.MutableFloats(lw.wo), wo + l * dim * q_dim, dim * q_dim);
     copy(lw.ffn_norm, rms_ffn + l * dim, dim);
-    copy(lw.w_gate_up, w1 + l * hidden * dim, hidden * dim);
-    copy(lw.w_gate_up + hidden * dim, w3 + l * hidden * dim, hidden * dim);
-    copy(lw.w_down, w2 + l * dim * hidden, dim * hidden);
+    float* gate_up = w.MutableFloats(lw.w_gate_up[0]);
+    copy(gate_up, w1 + l * hidden * dim, hidden * dim);
+    copy(gate_up + hidden * dim, w3 + l * hidden * dim, hidden * dim);
+    copy(w.MutableFloats(lw.w_down), w2 + l * dim * hidden, dim * hidden);
   }
   copy(w.final_norm, rms_final, dim);
-  if (!shared_classifier) copy(w.output, wcls, nvocab * dim);
+  if (!shared_classifier) copy(w.MutableFloats(w.output), wcls, nvocab * dim);
 
   if (!tokenizer_path.empty()) {
     m.tokenizer = LoadLlama2cTokenizer(tokenizer_path, c.vocab_size);

@@ -6,7 +6,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "metronome/model/gguf.h"
 #include "metronome/model/model_config.h"
@@ -23,7 +26,8 @@ struct Model {
 
 // `spec` is one of:
 //   synthetic:<preset>   seeded random weights of a preset shape (see SyntheticPresetNames())
-//   <path>.gguf          GGUF v3, architectures llama / qwen2, tensor types F32/F16/BF16/Q8_0
+//   <path>.gguf          GGUF v3, architectures llama / qwen2, tensor types F32, F16, BF16,
+//                        Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K (mixed per tensor)
 //   <path>.bin (other)   llama2.c checkpoint
 // `tokenizer_path` (may be empty) is a llama2.c tokenizer file; for GGUF it overrides the embedded
 // vocabulary only if given. Throws LoadError / ConfigError naming the file and the problem.
@@ -44,8 +48,39 @@ Model MakeSyntheticModel(const std::string& preset, std::uint64_t seed = 1234);
 ModelConfig SyntheticPresetConfig(const std::string& preset);
 std::string SyntheticPresetNames();  // "tiny, smol-135m, ..." for --help and error messages
 
-// Writes `model` as a GGUF v3 file with architecture `llama` and its vocabulary, tensors in `type`
-// (kF32 or kF16), in the tensor naming and layout llama.cpp expects. Throws on I/O errors.
+// The tensor types of an exported file: `matrices` for every weight matrix, `high` for the ones
+// llama.cpp's _M mixes give more bits (attn_v, ffn_down, output: Q6_K in q4_k_m and q5_k_m; it
+// gives them to some layers only, we to all). Norms are always F32. A matrix whose rows are not
+// whole blocks of its type falls back to a 32-element type of about the same bits (Q4_K -> Q5_0,
+// Q5_K -> Q5_1, Q6_K -> Q8_0), or to F16 when rows are not whole 32-blocks either.
+struct ExportTypes {
+  GgmlType matrices = GgmlType::kF32;
+  GgmlType high = GgmlType::kF32;
+  std::uint32_t file_type = 0;  // llama.cpp's llama_ftype, for general.file_type
+};
+// "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m", "q5_k_m", "q6_k"; nullopt for anything else.
+std::optional<ExportTypes> ParseExportTypes(std::string_view name);
+std::string ExportTypeNames();  // "f32|f16|..." for --help and errors
+
+// What was written for one tensor, and why its type differs from the mix's (empty if it does not).
+struct ExportedTensor {
+  std::string name;
+  std::vector<std::uint64_t> shape;  // ggml order
+  GgmlType type = GgmlType::kF32;
+  std::uint64_t bytes = 0;
+  std::string reason;
+};
+// The type `types` gives the matrix `name` with rows of `cols` elements.
+ExportedTensor ChooseTensorType(const ExportTypes& types, const std::string& name,
+                                std::uint64_t cols);
+
+// Writes `model` as a GGUF v3 file with architecture `llama` and its vocabulary (the loaded
+// tokenizer's, or a synthetic model's), matrices encoded per `types` (from the loaded weights, in
+// whatever type they are), in the tensor naming and layout llama.cpp expects. Returns the table
+// of tensors written. Throws ConfigError for a model it cannot write, LoadError on I/O errors.
+std::vector<ExportedTensor> ExportGguf(const Model& model, const std::string& path,
+                                       const ExportTypes& types);
+// Every matrix in `type` (F32 or F16 file types).
 void ExportGguf(const Model& model, const std::string& path, GgmlType type);
 
 }  // namespace metronome::model

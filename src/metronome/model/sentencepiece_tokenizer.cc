@@ -100,6 +100,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   }
   std::string_view kind() const override { return "sentencepiece"; }
   bool adds_bos() const override { return add_bos_; }
+  std::string_view ggml_model() const override { return "llama"; }
 
  private:
   enum class Kind : std::uint8_t { kNormal, kByte, kSpecial };
@@ -120,7 +121,8 @@ class SentencePieceTokenizer final : public Tokenizer {
 };
 
 SentencePieceTokenizer::SentencePieceTokenizer(Vocabulary vocab)
-    : bos_id_(vocab.bos_id),
+    : Tokenizer(vocab),
+      bos_id_(vocab.bos_id),
       eos_id_(vocab.eos_id),
       unk_id_(vocab.unk_id),
       pad_id_(vocab.pad_id),

@@ -154,20 +154,26 @@ Model MakeSyntheticModel(const std::string& preset, std::uint64_t seed) {
   constexpr std::uint64_t kFirstLayerId = 16;
   constexpr std::uint64_t kIdsPerLayer = 8;
   std::vector<UniformJob> jobs;
-  jobs.push_back({w.token_embedding, vocab * dim, TensorKey(seed, kEmbeddingId), std::sqrt(3.0f)});
+  jobs.push_back({w.MutableFloats(w.token_embedding), vocab * dim, TensorKey(seed, kEmbeddingId),
+                  std::sqrt(3.0f)});
   for (std::size_t l = 0; l < w.layers.size(); ++l) {
     LayerWeights& lw = w.layers[l];
     const std::uint64_t id = kFirstLayerId + l * kIdsPerLayer;
     FillConstant(lw.attn_norm, dim, 1.0f);
     FillConstant(lw.ffn_norm, dim, 1.0f);
-    jobs.push_back({lw.wqkv, qkv * dim, TensorKey(seed, id + 0), MatrixAmplitude(c.dim)});
-    jobs.push_back({lw.wo, dim * q, TensorKey(seed, id + 1), MatrixAmplitude(c.q_dim())});
-    jobs.push_back({lw.w_gate_up, 2 * ffn * dim, TensorKey(seed, id + 2), MatrixAmplitude(c.dim)});
-    jobs.push_back({lw.w_down, dim * ffn, TensorKey(seed, id + 3), MatrixAmplitude(c.ffn_dim)});
+    jobs.push_back(
+        {w.MutableFloats(lw.wqkv[0]), qkv * dim, TensorKey(seed, id + 0), MatrixAmplitude(c.dim)});
+    jobs.push_back(
+        {w.MutableFloats(lw.wo), dim * q, TensorKey(seed, id + 1), MatrixAmplitude(c.q_dim())});
+    jobs.push_back({w.MutableFloats(lw.w_gate_up[0]), 2 * ffn * dim, TensorKey(seed, id + 2),
+                    MatrixAmplitude(c.dim)});
+    jobs.push_back({w.MutableFloats(lw.w_down), dim * ffn, TensorKey(seed, id + 3),
+                    MatrixAmplitude(c.ffn_dim)});
   }
   FillConstant(w.final_norm, dim, 1.0f);
   if (!c.tied_embeddings) {
-    jobs.push_back({w.output, vocab * dim, TensorKey(seed, kOutputId), MatrixAmplitude(c.dim)});
+    jobs.push_back({w.MutableFloats(w.output), vocab * dim, TensorKey(seed, kOutputId),
+                    MatrixAmplitude(c.dim)});
   }
   FillUniform(jobs);
   m.tokenizer = MakeSentencePieceTokenizer(MakeSyntheticVocabulary(c.vocab_size));

@@ -10,11 +10,26 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "metronome/base/types.h"
 
 namespace metronome::model {
+
+// Raw vocabulary as stored in a GGUF file or a llama2.c tokenizer file.
+struct Vocabulary {
+  std::vector<std::string> tokens;        // token text; SentencePiece uses U+2581 for space
+  std::vector<float> scores;              // merge priority (higher merges first); may be empty
+  std::vector<std::int32_t> token_types;  // GGUF token_type (1 normal, 2 unknown, 3 control,
+                                          // 6 byte); may be empty
+  std::vector<std::string> merges;        // gpt2 only: "left right" merge rules in priority order
+  TokenId bos_id = -1;
+  TokenId eos_id = -1;
+  TokenId unk_id = -1;
+  TokenId pad_id = -1;
+  std::optional<bool> add_bos;  // GGUF tokenizer.ggml.add_bos_token, when present
+};
 
 class Tokenizer {
  public:
@@ -46,20 +61,17 @@ class Tokenizer {
   // otherwise true for SentencePiece vocabularies (llama, llama2.c) and false for GPT-2 ones
   // (qwen2); false when there is no BOS token.
   [[nodiscard]] virtual bool adds_bos() const = 0;
-};
 
-// Raw vocabulary as stored in a GGUF file or a llama2.c tokenizer file.
-struct Vocabulary {
-  std::vector<std::string> tokens;        // token text; SentencePiece uses U+2581 for space
-  std::vector<float> scores;              // merge priority (higher merges first); may be empty
-  std::vector<std::int32_t> token_types;  // GGUF token_type (1 normal, 2 unknown, 3 control,
-                                          // 6 byte); may be empty
-  std::vector<std::string> merges;        // gpt2 only: "left right" merge rules in priority order
-  TokenId bos_id = -1;
-  TokenId eos_id = -1;
-  TokenId unk_id = -1;
-  TokenId pad_id = -1;
-  std::optional<bool> add_bos;  // GGUF tokenizer.ggml.add_bos_token, when present
+  // GGUF's tokenizer.ggml.model for this kind: "llama" (SentencePiece) or "gpt2".
+  [[nodiscard]] virtual std::string_view ggml_model() const = 0;
+  // The raw vocabulary it was built from (to write it again, e.g. `metronome quantize`).
+  [[nodiscard]] const Vocabulary& vocabulary() const { return vocabulary_; }
+
+ protected:
+  explicit Tokenizer(Vocabulary vocab) : vocabulary_(std::move(vocab)) {}
+
+ private:
+  Vocabulary vocabulary_;
 };
 
 // SentencePiece-style BPE (score-driven merges) with <0xHH> byte fallback. Throws LoadError for an

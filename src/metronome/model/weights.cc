@@ -1,19 +1,91 @@
 #include "metronome/model/weights.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <new>
+#include <set>
+
+#include "metronome/base/check.h"
+#include "metronome/quant/codec.h"
 
 namespace metronome::model {
 namespace {
 
-constexpr std::size_t kAlignFloats = 16;  // 64 bytes: one cache line, one AVX-512 vector
+constexpr std::size_t kAlignBytes = 64;  // one cache line, one AVX-512 vector
 
-std::size_t RoundUp(std::size_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
+std::size_t RoundUp(std::size_t n) { return (n + kAlignBytes - 1) / kAlignBytes * kAlignBytes; }
+
+template <typename Fn>
+void ForEachMatrix(const ModelWeights& w, Fn fn) {
+  fn(w.token_embedding);
+  for (const LayerWeights& l : w.layers) {
+    for (const auto& part : l.wqkv) fn(part);
+    fn(l.wo);
+    for (const auto& part : l.w_gate_up) fn(part);
+    fn(l.w_down);
+  }
+  fn(w.output);
+}
 
 }  // namespace
 
-void ModelWeights::FreeDeleter::operator()(float* p) const { std::free(p); }
+std::vector<float> DequantizeRows(const quant::WeightMatrix& w, int row_begin, int count) {
+  MTR_CHECK(row_begin >= 0 && count >= 0 && row_begin + count <= w.rows, "rows out of range");
+  const auto cols = static_cast<std::size_t>(w.cols);
+  std::vector<float> out(static_cast<std::size_t>(count) * cols);
+  for (int r = 0; r < count; ++r) {
+    quant::DequantizeRow(w.type, w.Row(row_begin + r), w.cols, out.data() + r * cols);
+  }
+  return out;
+}
+
+std::vector<float> DequantizeRows(const MatrixGroup& group, int row_begin, int count) {
+  std::vector<float> out;
+  int offset = 0;  // first row of the current part in the group
+  for (const auto& part : group) {
+    const int lo = std::max(row_begin, offset);
+    const int hi = std::min(row_begin + count, offset + part.rows);
+    if (lo < hi) {
+      const auto rows = DequantizeRows(part, lo - offset, hi - lo);
+      out.insert(out.end(), rows.begin(), rows.end());
+    }
+    offset += part.rows;
+  }
+  MTR_CHECK(row_begin >= 0 && row_begin + count <= offset, "group rows out of range");
+  return out;
+}
+
+int GroupRows(const MatrixGroup& group) {
+  int rows = 0;
+  for (const auto& part : group) rows += part.rows;
+  return rows;
+}
+
+void ModelWeights::FreeDeleter::operator()(std::byte* p) const { std::free(p); }
+
+std::byte* ModelWeights::AllocateArena(std::size_t bytes) {
+  MTR_CHECK(arena_ == nullptr, "ModelWeights::AllocateArena called twice");
+  const std::size_t size = RoundUp(bytes == 0 ? 1 : bytes);
+  void* mem = std::aligned_alloc(kAlignBytes, size);
+  if (mem == nullptr) throw std::bad_alloc();
+  std::memset(mem, 0, size);
+  arena_.reset(static_cast<std::byte*>(mem));
+  arena_bytes_ = size;
+  return arena_.get();
+}
+
+float* ModelWeights::MutableFloats(const quant::WeightMatrix& w) {
+  const std::byte* begin = arena_.get();
+  MTR_CHECK(w.type == quant::GgmlType::kF32 && begin != nullptr && w.data >= begin &&
+                w.data + w.Bytes() <= begin + arena_bytes_,
+            "MutableFloats: not an fp32 matrix of this model's arena");
+  // The arena is this object's own writable allocation; the view only holds it as const.
+  return reinterpret_cast<float*>(arena_.get() + (w.data - begin));
+}
 
 ModelWeights::ModelWeights(const ModelConfig& c) {
   const auto dim = static_cast<std::size_t>(c.dim);
@@ -24,38 +96,63 @@ ModelWeights::ModelWeights(const ModelConfig& c) {
 
   // Two passes over the same layout: the first sizes the arena, the second hands out pointers.
   std::size_t cursor = 0;
-  float* base = nullptr;
-  auto take = [&](std::size_t n) -> float* {
-    float* p = base == nullptr ? nullptr : base + cursor;
-    cursor += RoundUp(n);
+  std::byte* base = nullptr;
+  auto take = [&](std::size_t floats) -> float* {
+    float* p = base == nullptr ? nullptr : reinterpret_cast<float*>(base + cursor);
+    cursor += RoundUp(floats * sizeof(float));
     return p;
+  };
+  auto matrix = [&](std::size_t rows, std::size_t cols) {
+    const float* p = take(rows * cols);
+    return quant::MakeWeightMatrix(quant::GgmlType::kF32, static_cast<int>(rows),
+                                   static_cast<int>(cols), p);
   };
   for (int pass = 0; pass < 2; ++pass) {
     cursor = 0;
+    vector_floats_ = 0;
     layers.assign(static_cast<std::size_t>(c.num_layers), LayerWeights{});
-    token_embedding = take(vocab * dim);
+    token_embedding = matrix(vocab, dim);
     for (auto& l : layers) {
       l.attn_norm = take(dim);
-      l.wqkv = take(qkv * dim);
+      l.wqkv = {matrix(qkv, dim)};
       l.bqkv = c.has_qkv_bias ? take(qkv) : nullptr;
-      l.wo = take(dim * qd);
+      l.wo = matrix(dim, qd);
       l.ffn_norm = take(dim);
-      l.w_gate_up = take(2 * ffn * dim);
-      l.w_down = take(dim * ffn);
+      l.w_gate_up = {matrix(2 * ffn, dim)};
+      l.w_down = matrix(dim, ffn);
+      vector_floats_ += 2 * dim + (c.has_qkv_bias ? qkv : 0);
     }
     final_norm = take(dim);
-    output = c.tied_embeddings ? token_embedding : take(vocab * dim);
-    if (pass == 0) {
-      num_floats_ = cursor;
-      void* mem = std::aligned_alloc(kAlignFloats * sizeof(float), cursor * sizeof(float));
-      if (mem == nullptr) {
-        throw std::bad_alloc();
-      }
-      std::memset(mem, 0, cursor * sizeof(float));
-      storage_.reset(static_cast<float*>(mem));
-      base = storage_.get();
-    }
+    vector_floats_ += dim;
+    output = c.tied_embeddings ? token_embedding : matrix(vocab, dim);
+    if (pass == 0) base = AllocateArena(cursor);
   }
+}
+
+std::size_t ModelWeights::WeightBytes() const {
+  std::set<const std::byte*> seen;
+  std::size_t bytes = vector_floats_ * sizeof(float);
+  ForEachMatrix(*this, [&](const quant::WeightMatrix& m) {
+    if (m.data != nullptr && seen.insert(m.data).second) bytes += m.Bytes();
+  });
+  return bytes;
+}
+
+std::string ModelWeights::Summary() const {
+  std::set<const std::byte*> seen;
+  std::map<std::string, int> per_type;
+  ForEachMatrix(*this, [&](const quant::WeightMatrix& m) {
+    if (m.data != nullptr && seen.insert(m.data).second) ++per_type[std::string(Name(m.type))];
+  });
+  char mib[32];
+  std::snprintf(mib, sizeof(mib), "%.1f MiB", static_cast<double>(WeightBytes()) / (1 << 20));
+  std::string s = std::string(mib) + " (types:";
+  bool first = true;
+  for (const auto& [name, count] : per_type) {
+    s += (first ? " " : ", ") + name + " x " + std::to_string(count);
+    first = false;
+  }
+  return s + ")";
 }
 
 }  // namespace metronome::model

@@ -1,51 +1,89 @@
-// The model's parameters in the runtime's layout: every tensor fp32, row-major [out, in], with the
-// Q/K/V projections fused into one matrix and gate/up fused into another so that one GEMM per
-// group serves the whole batch. Loaders (GGUF, llama2.c, synthetic) convert into this layout;
-// F16/BF16/Q8_0 files are dequantised at load time.
+// The model's parameters in the runtime's layout. Every weight matrix is a quant::WeightMatrix in
+// the type it is stored in (row-major [out, in]): for GGUF files a view into the memory-mapped
+// file wherever the tensor's bytes are aligned for its type, otherwise a copy in the one arena.
+// Norms and biases are fp32 in the arena (converted at load). llama2.c checkpoints and synthetic
+// models are fp32 in the arena.
+//
+// Fused groups: the Q/K/V projections and gate/up are MatrixGroups whose parts' rows, in order,
+// form one output ([q | k | v], [gate | up]); kernels::MatMul runs a group as one product
+// (activations prepared once, all parts' rows split over the threads in one loop). fp32 models
+// have one part each (fused in the arena); GGUF files keep one part per tensor, zero-copy, so a
+// mixed-type group (Q4_K_M files put Q6_K on some tensors) needs nothing special.
 //
 // Thread-safety: immutable after loading; shared read-only by all engine threads.
 #pragma once
 
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "metronome/model/model_config.h"
+#include "metronome/quant/weight_matrix.h"
 
 namespace metronome::model {
+
+// Parts whose rows, in order, are the output columns of one product.
+using MatrixGroup = std::vector<quant::WeightMatrix>;
 
 struct LayerWeights {
   float* attn_norm = nullptr;  // [dim]
   // [qkv_dim, dim]: rows [0, q_dim) = Wq, [q_dim, q_dim+kv_dim) = Wk, then Wv. Q/K rows use the
   // pair layout of ModelConfig::rope_style (no permutation is applied by the runtime).
-  float* wqkv = nullptr;
+  MatrixGroup wqkv;
   float* bqkv = nullptr;      // [qkv_dim], only when config.has_qkv_bias; else nullptr
-  float* wo = nullptr;        // [dim, q_dim]
+  quant::WeightMatrix wo;     // [dim, q_dim]
   float* ffn_norm = nullptr;  // [dim]
   // [2 * ffn_dim, dim]: rows [0, ffn_dim) = gate (w1), rows [ffn_dim, 2 ffn_dim) = up (w3)
-  float* w_gate_up = nullptr;
-  float* w_down = nullptr;  // [dim, ffn_dim] (w2)
+  MatrixGroup w_gate_up;
+  quant::WeightMatrix w_down;  // [dim, ffn_dim] (w2)
 };
+
+// Rows [row_begin, row_begin + count) of a matrix, or of a group's concatenated rows, as fp32
+// row-major [count, cols] (for export, tests and tools; not for the hot path).
+[[nodiscard]] std::vector<float> DequantizeRows(const quant::WeightMatrix& w, int row_begin,
+                                                int count);
+[[nodiscard]] std::vector<float> DequantizeRows(const MatrixGroup& group, int row_begin, int count);
+// Total rows of a group.
+[[nodiscard]] int GroupRows(const MatrixGroup& group);
 
 class ModelWeights {
  public:
-  // Allocates zeroed, 64-byte-aligned storage for every tensor of `config` and points the fields
-  // at it. With config.tied_embeddings, `output` aliases `token_embedding`.
+  // An fp32 model: zeroed, 64-byte-aligned storage for every tensor of `config`, each group fused
+  // into one part. With config.tied_embeddings, `output` aliases `token_embedding`.
   explicit ModelWeights(const ModelConfig& config);
+  // Empty: a loader sets the fields, with storage from AllocateArena / KeepAlive.
+  ModelWeights() = default;
 
-  float* token_embedding = nullptr;  // [vocab, dim]
+  quant::WeightMatrix token_embedding;  // [vocab, dim]; rows are dequantised when looked up
   std::vector<LayerWeights> layers;
   float* final_norm = nullptr;  // [dim]
-  float* output = nullptr;      // [vocab, dim]
+  quant::WeightMatrix output;   // [vocab, dim]
 
-  [[nodiscard]] std::size_t num_floats() const { return num_floats_; }
+  // The fp32 data of a matrix in this model's arena (for loaders writing fp32 weights).
+  [[nodiscard]] float* MutableFloats(const quant::WeightMatrix& w);
+
+  // Zeroed, 64-byte-aligned storage of `bytes`; called at most once.
+  [[nodiscard]] std::byte* AllocateArena(std::size_t bytes);
+  // Keeps `backing` (the mapped file the views point into) alive as long as the weights.
+  void KeepAlive(std::shared_ptr<const void> backing) { backing_ = std::move(backing); }
+  // Loaders report the fp32 floats of the norms and biases they placed (for WeightBytes).
+  void AddVectorFloats(std::size_t n) { vector_floats_ += n; }
+
+  // Bytes of every weight the model computes with (matrices in their stored type, counted once
+  // when aliased, plus the fp32 norms and biases): what a forward pass reads.
+  [[nodiscard]] std::size_t WeightBytes() const;
+  // "12.3 MiB (types: Q4_K x 97, Q6_K x 18)": the bytes and the matrices per type.
+  [[nodiscard]] std::string Summary() const;
 
  private:
   struct FreeDeleter {
-    void operator()(float* p) const;
+    void operator()(std::byte* p) const;
   };
-  std::unique_ptr<float, FreeDeleter> storage_;
-  std::size_t num_floats_ = 0;
+  std::unique_ptr<std::byte, FreeDeleter> arena_;
+  std::size_t arena_bytes_ = 0;
+  std::size_t vector_floats_ = 0;  // norms and biases
+  std::shared_ptr<const void> backing_;
 };
 
 }  // namespace metronome::model

@@ -93,6 +93,14 @@ std::optional<GgmlType> ParseGgmlTypeName(std::string_view name) noexcept {
   return std::nullopt;
 }
 
+std::string ComputableTypeNames() {
+  std::string s;
+  for (const auto& t : kTable) {
+    if (t.computable) s += (s.empty() ? "" : ", ") + std::string(t.name);
+  }
+  return s;
+}
+
 std::optional<std::uint64_t> TensorBytes(GgmlType type, std::uint64_t elems) noexcept {
   const GgmlTypeTraits& t = Traits(type);
   if (elems % t.block_elems != 0) return std::nullopt;

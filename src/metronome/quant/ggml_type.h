@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace metronome::quant {
@@ -63,6 +64,9 @@ struct GgmlTypeTraits {
 [[nodiscard]] inline std::string_view Name(GgmlType type) noexcept { return Traits(type).name; }
 // Case-insensitive lookup by name ("q8_0", "Q4_K", "bf16").
 [[nodiscard]] std::optional<GgmlType> ParseGgmlTypeName(std::string_view name) noexcept;
+
+// The names of the computable types, "F32, F16, Q4_0, ..." (for error messages and --help).
+[[nodiscard]] std::string ComputableTypeNames();
 
 // Bytes of `elems` elements of `type`, or nullopt when `elems` is not a whole number of blocks or
 // the byte count would overflow 64 bits.

@@ -14,9 +14,12 @@
 namespace metronome::model::internal {
 
 // Builds a model from a GGUF image. `source` names it in error messages and becomes the model's
-// name (its final path component). The weights are copied out, so `bytes` need not outlive the
-// result. Throws LoadError naming `source` and the problem.
-Model LoadGgufModelFromBytes(std::span<const std::uint8_t> bytes, const std::string& source);
+// name (its final path component). With a `backing` (the owner of `bytes`, e.g. the mapped file)
+// the weight matrices are views into `bytes` where aligned, and the model keeps `backing` alive;
+// without one every tensor is copied, so `bytes` need not outlive the result. Throws LoadError
+// naming `source`, the tensor and the problem.
+Model LoadGgufModelFromBytes(std::span<const std::uint8_t> bytes, const std::string& source,
+                             std::shared_ptr<const void> backing = nullptr);
 
 // The pieces of that loader `metronome info` reuses without loading weights: the configuration
 // from the metadata, the tokenizer (null for a weights-only file), and the llama.cpp name and
