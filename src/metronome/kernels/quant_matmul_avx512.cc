@@ -1,0 +1,473 @@
+// Integer (VNNI) kernels of quant_matmul_avx512.h. This file is compiled with AVX-512 flags
+// (kernels/CMakeLists.txt) and only entered after CpuHasAvx512Vnni(): keep code that may run on
+// any CPU out of it.
+#include "metronome/kernels/quant_matmul_avx512.h"
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "metronome/base/check.h"
+
+namespace metronome::kernels::avx512 {
+namespace {
+
+using quant::GgmlType;
+using quant::kQk32;
+using quant::kQkK;
+
+constexpr int kRowTile = 4;     // activation rows sharing one unpacked weight block
+constexpr int kWeightTile = 2;  // weight rows whose unpacked blocks stay in registers together
+
+inline float Half(std::uint16_t h) noexcept { return _cvtsh_ss(h); }
+
+// Lanes 0-7 = a, lanes 8-15 = b: the per-lane scale of two 32-element blocks in one vector (the
+// 16 int32 lanes of a vpdpbusd over 64 bytes are 8 per block).
+inline __m512 Halves(float a, float b) noexcept {
+  return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(a), _mm512_set1_ps(b));
+}
+
+inline __m512i LoadPair256(const std::int8_t* a, const std::int8_t* b) noexcept {
+  return _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
+}
+
+// The 16 nibble bytes of two blocks as 64 bytes [lo(a), hi(a), lo(b), hi(b)]: element i of a
+// 32-element block is the low nibble of qs[i] for i < 16 and the high nibble of qs[i - 16] after.
+inline __m512i Nibbles2(const std::uint8_t* a, const std::uint8_t* b) noexcept {
+  const __m128i qa = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
+  const __m128i qb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+  __m512i v = _mm512_castsi128_si512(qa);
+  v = _mm512_inserti32x4(v, qa, 1);
+  v = _mm512_inserti32x4(v, qb, 2);
+  v = _mm512_inserti32x4(v, qb, 3);
+  v = _mm512_mask_srli_epi16(v, 0xFF00FF00u, v, 4);  // 16-bit words 8-15 and 24-31
+  return _mm512_and_si512(v, _mm512_set1_epi8(15));
+}
+
+inline std::uint64_t HighBits2(const std::uint8_t* a, const std::uint8_t* b) noexcept {
+  std::uint32_t ha = 0;
+  std::uint32_t hb = 0;
+  std::memcpy(&ha, a, 4);
+  std::memcpy(&hb, b, 4);
+  return static_cast<std::uint64_t>(ha) | static_cast<std::uint64_t>(hb) << 32;
+}
+
+// ---- 32-element weight types: unpack two blocks into 64 unsigned bytes, with per-lane scales.
+// dw: d_w per lane; mw: the coefficient of the activation block sum (-offset d_w, or the min m).
+struct UnpackedPair {
+  __m512i u;
+  __m512 dw;
+  __m512 mw;
+};
+
+struct Q8_0W {
+  using Block = quant::BlockQ8_0;
+  static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
+    const __m512i u = _mm512_xor_si512(LoadPair256(a->qs, b->qs), _mm512_set1_epi8(-128));
+    const __m512 dw = Halves(Half(a->d), Half(b->d));
+    return {u, dw, _mm512_mul_ps(dw, _mm512_set1_ps(-128.0f))};
+  }
+};
+struct Q4_0W {
+  using Block = quant::BlockQ4_0;
+  static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
+    const __m512 dw = Halves(Half(a->d), Half(b->d));
+    return {Nibbles2(a->qs, b->qs), dw, _mm512_mul_ps(dw, _mm512_set1_ps(-8.0f))};
+  }
+};
+struct Q4_1W {
+  using Block = quant::BlockQ4_1;
+  static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
+    return {Nibbles2(a->qs, b->qs), Halves(Half(a->d), Half(b->d)), Halves(Half(a->m), Half(b->m))};
+  }
+};
+struct Q5_0W {
+  using Block = quant::BlockQ5_0;
+  static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
+    const __m512i lo = Nibbles2(a->qs, b->qs);
+    const __m512i u = _mm512_mask_add_epi8(lo, HighBits2(a->qh, b->qh), lo, _mm512_set1_epi8(16));
+    const __m512 dw = Halves(Half(a->d), Half(b->d));
+    return {u, dw, _mm512_mul_ps(dw, _mm512_set1_ps(-16.0f))};
+  }
+};
+struct Q5_1W {
+  using Block = quant::BlockQ5_1;
+  static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
+    const __m512i lo = Nibbles2(a->qs, b->qs);
+    const __m512i u = _mm512_mask_add_epi8(lo, HighBits2(a->qh, b->qh), lo, _mm512_set1_epi8(16));
+    return {u, Halves(Half(a->d), Half(b->d)), Halves(Half(a->m), Half(b->m))};
+  }
+};
+
+// One activation row's pair of Q8_0 blocks, laid out for the kernel: the 64 int8 values, d_a per
+// lane, and d_a * (block sum) / 8 per lane (8 lanes per block, so a lane-wise product with mw
+// sums to mw * d_a * sum over the block).
+struct alignas(64) ActPair {
+  std::int8_t qs[64];
+  float da[16];
+  float ca[16];
+};
+
+void PrepareQ8_0(const quant::BlockQ8_0* x, int m, int blocks, ActPair* out) noexcept {
+  const int pairs = (blocks + 1) / 2;
+  for (int r = 0; r < m; ++r) {
+    for (int p = 0; p < pairs; ++p) {
+      ActPair& a = out[static_cast<std::ptrdiff_t>(r) * pairs + p];
+      for (int h = 0; h < 2; ++h) {
+        const int b = 2 * p + h;
+        float d = 0.0f;
+        int sum = 0;
+        if (b < blocks) {
+          const quant::BlockQ8_0& blk = x[static_cast<std::ptrdiff_t>(r) * blocks + b];
+          std::memcpy(a.qs + 32 * h, blk.qs, 32);
+          d = Half(blk.d);
+          for (const std::int8_t q : blk.qs) sum += q;
+        } else {
+          std::memset(a.qs + 32 * h, 0, 32);  // an odd block count: the second half is empty
+        }
+        for (int l = 0; l < 8; ++l) {
+          a.da[8 * h + l] = d;
+          a.ca[8 * h + l] = d * static_cast<float>(sum) * 0.125f;
+        }
+      }
+    }
+  }
+}
+
+template <class W, int MT, int NT>
+void Tile32(const ActPair* act, int pairs, int blocks, const typename W::Block* const* wrow,
+            float* y, int ldy) noexcept {
+  __m512 acc[MT][NT];
+  for (auto& row : acc) {
+    for (auto& a : row) a = _mm512_setzero_ps();
+  }
+  for (int p = 0; p < pairs; ++p) {
+    const int b0 = 2 * p;
+    const int b1 = b0 + 1 < blocks ? b0 + 1 : b0;  // odd count: re-read b0; its activation is 0
+    UnpackedPair w[NT];
+    for (int j = 0; j < NT; ++j) w[j] = W::Unpack(wrow[j] + b0, wrow[j] + b1);
+    for (int i = 0; i < MT; ++i) {
+      const ActPair& a = act[static_cast<std::ptrdiff_t>(i) * pairs + p];
+      const __m512i q = _mm512_load_si512(a.qs);
+      const __m512 da = _mm512_load_ps(a.da);
+      const __m512 ca = _mm512_load_ps(a.ca);
+      for (int j = 0; j < NT; ++j) {
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[j].u, q);
+        acc[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(w[j].dw, da), _mm512_cvtepi32_ps(dot), acc[i][j]);
+        acc[i][j] = _mm512_fmadd_ps(w[j].mw, ca, acc[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < MT; ++i) {
+    for (int j = 0; j < NT; ++j) {
+      y[static_cast<std::ptrdiff_t>(i) * ldy + j] = _mm512_reduce_add_ps(acc[i][j]);
+    }
+  }
+}
+
+std::vector<ActPair>& ActScratch() {
+  thread_local std::vector<ActPair> scratch;
+  return scratch;
+}
+
+template <class W, int NT>
+void RowTiles32(const ActPair* act, int m, int pairs, int blocks,
+                const typename W::Block* const* wrow, float* y, int ldy) noexcept {
+  int r = 0;
+  for (; r + kRowTile <= m; r += kRowTile) {
+    Tile32<W, kRowTile, NT>(act + static_cast<std::ptrdiff_t>(r) * pairs, pairs, blocks, wrow,
+                            y + static_cast<std::ptrdiff_t>(r) * ldy, ldy);
+  }
+  const ActPair* a = act + static_cast<std::ptrdiff_t>(r) * pairs;
+  float* yr = y + static_cast<std::ptrdiff_t>(r) * ldy;
+  switch (m - r) {
+    case 3:
+      Tile32<W, 3, NT>(a, pairs, blocks, wrow, yr, ldy);
+      break;
+    case 2:
+      Tile32<W, 2, NT>(a, pairs, blocks, wrow, yr, ldy);
+      break;
+    case 1:
+      Tile32<W, 1, NT>(a, pairs, blocks, wrow, yr, ldy);
+      break;
+    default:
+      break;
+  }
+}
+
+template <class W>
+void MatMul32(const quant::BlockQ8_0* x, int m, int k, const void* w, int n_begin, int n_end,
+              float* y, int ldy) noexcept {
+  using Block = typename W::Block;
+  const int blocks = k / kQk32;
+  const int pairs = (blocks + 1) / 2;
+  std::vector<ActPair>& act = ActScratch();
+  const auto need = static_cast<std::size_t>(m) * static_cast<std::size_t>(pairs);
+  if (act.size() < need) act.resize(need);
+  PrepareQ8_0(x, m, blocks, act.data());
+  const auto* wb = static_cast<const Block*>(w);
+  int j = n_begin;
+  for (; j + kWeightTile <= n_end; j += kWeightTile) {
+    const Block* rows[kWeightTile] = {wb + static_cast<std::ptrdiff_t>(j) * blocks,
+                                      wb + static_cast<std::ptrdiff_t>(j + 1) * blocks};
+    RowTiles32<W, kWeightTile>(act.data(), m, pairs, blocks, rows, y + j, ldy);
+  }
+  if (j < n_end) {
+    const Block* rows[1] = {wb + static_cast<std::ptrdiff_t>(j) * blocks};
+    RowTiles32<W, 1>(act.data(), m, pairs, blocks, rows, y + j, ldy);
+  }
+}
+
+// ---- K-quants: a 256-element super-block unpacked into four 64-byte chunks of unsigned values
+// (chunk c = elements [64 c, 64 c + 64)), the fp32 scale of each int32 lane of a chunk's
+// vpdpbusd (lane l covers elements 64 c + 4 l .. + 3), and the coefficient of each of Q8_K's 16
+// bsums (elements [16 g, 16 g + 16)), all with the super-block's d / dmin folded in.
+struct alignas(64) UnpackedSuper {
+  std::uint8_t u[4][64];
+  float ws[4][16];
+  float wm[16];
+};
+
+// Q4_K/Q5_K's 6-bit scale and min of sub-block j (quant/blocks.h).
+inline void ScaleMinK4(const std::uint8_t* s, int j, int* sc, int* mn) noexcept {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *mn = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+    *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+// Scales of the 8 sub-blocks of 32 (lane l of chunk c is in sub-block 2 c + l / 8) and mins per
+// bsum group g (sub-block g / 2).
+inline void ScalesK4(const std::uint8_t* scales, float d, float dmin, UnpackedSuper* out) noexcept {
+  float sc[8];
+  float mn[8];
+  for (int j = 0; j < 8; ++j) {
+    int s = 0;
+    int mi = 0;
+    ScaleMinK4(scales, j, &s, &mi);
+    sc[j] = d * static_cast<float>(s);
+    mn[j] = -dmin * static_cast<float>(mi);
+  }
+  for (int c = 0; c < 4; ++c) _mm512_store_ps(out->ws[c], Halves(sc[2 * c], sc[2 * c + 1]));
+  const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  _mm512_store_ps(out->wm, _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(mn))));
+}
+
+// qs[32 c .. 32 c + 32): low nibbles are elements [64 c, 64 c + 32), high nibbles the next 32.
+inline __m512i NibblesK(const std::uint8_t* qs32) noexcept {
+  __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs32)));
+  v = _mm512_mask_srli_epi16(v, 0xFFFF0000u, v, 4);
+  return _mm512_and_si512(v, _mm512_set1_epi8(15));
+}
+
+struct Q4_KW {
+  using Block = quant::BlockQ4_K;
+  static void Unpack(const Block& b, UnpackedSuper* out) noexcept {
+    for (int c = 0; c < 4; ++c) _mm512_store_si512(out->u[c], NibblesK(b.qs + 32 * c));
+    ScalesK4(b.scales, Half(b.d), Half(b.dmin), out);
+  }
+};
+
+struct Q5_KW {
+  using Block = quant::BlockQ5_K;
+  static void Unpack(const Block& b, UnpackedSuper* out) noexcept {
+    const __m512i qh =
+        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)));
+    for (int c = 0; c < 4; ++c) {
+      // Element 64 c + l takes bit 2 c of qh[l]; element 64 c + 32 + l bit 2 c + 1.
+      const __m512i bit = _mm512_mask_blend_epi8(0xFFFFFFFF00000000ull,
+                                                 _mm512_set1_epi8(static_cast<char>(1 << (2 * c))),
+                                                 _mm512_set1_epi8(static_cast<char>(2 << (2 * c))));
+      const __mmask64 high = _mm512_test_epi8_mask(qh, bit);
+      const __m512i lo = NibblesK(b.qs + 32 * c);
+      _mm512_store_si512(out->u[c], _mm512_mask_add_epi8(lo, high, lo, _mm512_set1_epi8(16)));
+    }
+    ScalesK4(b.scales, Half(b.d), Half(b.dmin), out);
+  }
+};
+
+struct Q6_KW {
+  using Block = quant::BlockQ6_K;
+  static void Unpack(const Block& b, UnpackedSuper* out) noexcept {
+    const __m512i low4 = _mm512_set1_epi8(15);
+    const __m512i low2 = _mm512_set1_epi8(3);
+    for (int h = 0; h < 2; ++h) {
+      // Half h: elements [128 h, 128 h + 128) from ql[64 h ..], qh[32 h ..] (quant/blocks.h).
+      const __m512i ql = _mm512_loadu_si512(b.ql + 64 * h);
+      __m512i qh = _mm512_broadcast_i64x4(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h)));
+      qh = _mm512_mask_srli_epi16(qh, 0xFFFF0000u, qh, 2);  // bytes 32-63 take bits 2-3
+      const __m512i hi0 = _mm512_slli_epi16(_mm512_and_si512(qh, low2), 4);
+      const __m512i hi1 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 4), low2), 4);
+      _mm512_store_si512(out->u[2 * h], _mm512_or_si512(_mm512_and_si512(ql, low4), hi0));
+      _mm512_store_si512(out->u[2 * h + 1],
+                         _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4), hi1));
+    }
+    const __m512 s = _mm512_mul_ps(_mm512_set1_ps(Half(b.d)),
+                                   _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                                       reinterpret_cast<const __m128i*>(b.scales)))));
+    for (int c = 0; c < 4; ++c) {
+      const __m512i idx = _mm512_add_epi32(
+          _mm512_set1_epi32(4 * c),
+          _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                            2));
+      _mm512_store_ps(out->ws[c], _mm512_permutexvar_ps(idx, s));
+    }
+    _mm512_store_ps(out->wm, _mm512_mul_ps(s, _mm512_set1_ps(-32.0f)));
+  }
+};
+
+template <class W, int MT, int NT>
+void TileK(const quant::BlockQ8_K* x, int supers, const typename W::Block* const* wrow, float* y,
+           int ldy) noexcept {
+  __m512 acc[MT][NT];
+  for (auto& row : acc) {
+    for (auto& a : row) a = _mm512_setzero_ps();
+  }
+  UnpackedSuper w[NT];
+  for (int s = 0; s < supers; ++s) {
+    for (int j = 0; j < NT; ++j) W::Unpack(wrow[j][s], &w[j]);
+    for (int i = 0; i < MT; ++i) {
+      const quant::BlockQ8_K& a = x[static_cast<std::ptrdiff_t>(i) * supers + s];
+      __m512 t[NT];
+      const __m512 bsums = _mm512_cvtepi32_ps(
+          _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsums))));
+      for (int j = 0; j < NT; ++j) t[j] = _mm512_mul_ps(_mm512_load_ps(w[j].wm), bsums);
+      for (int c = 0; c < 4; ++c) {
+        const __m512i q = _mm512_loadu_si512(a.qs + 64 * c);
+        for (int j = 0; j < NT; ++j) {
+          const __m512i dot =
+              _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_load_si512(w[j].u[c]), q);
+          t[j] = _mm512_fmadd_ps(_mm512_load_ps(w[j].ws[c]), _mm512_cvtepi32_ps(dot), t[j]);
+        }
+      }
+      const __m512 da = _mm512_set1_ps(a.d);
+      for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_fmadd_ps(t[j], da, acc[i][j]);
+    }
+  }
+  for (int i = 0; i < MT; ++i) {
+    for (int j = 0; j < NT; ++j) {
+      y[static_cast<std::ptrdiff_t>(i) * ldy + j] = _mm512_reduce_add_ps(acc[i][j]);
+    }
+  }
+}
+
+template <class W, int NT>
+void RowTilesK(const quant::BlockQ8_K* x, int m, int supers, const typename W::Block* const* wrow,
+               float* y, int ldy) noexcept {
+  int r = 0;
+  for (; r + kRowTile <= m; r += kRowTile) {
+    TileK<W, kRowTile, NT>(x + static_cast<std::ptrdiff_t>(r) * supers, supers, wrow,
+                           y + static_cast<std::ptrdiff_t>(r) * ldy, ldy);
+  }
+  const quant::BlockQ8_K* a = x + static_cast<std::ptrdiff_t>(r) * supers;
+  float* yr = y + static_cast<std::ptrdiff_t>(r) * ldy;
+  switch (m - r) {
+    case 3:
+      TileK<W, 3, NT>(a, supers, wrow, yr, ldy);
+      break;
+    case 2:
+      TileK<W, 2, NT>(a, supers, wrow, yr, ldy);
+      break;
+    case 1:
+      TileK<W, 1, NT>(a, supers, wrow, yr, ldy);
+      break;
+    default:
+      break;
+  }
+}
+
+template <class W>
+void MatMulK(const quant::BlockQ8_K* x, int m, int k, const void* w, int n_begin, int n_end,
+             float* y, int ldy) noexcept {
+  using Block = typename W::Block;
+  const int supers = k / kQkK;
+  const auto* wb = static_cast<const Block*>(w);
+  int j = n_begin;
+  for (; j + kWeightTile <= n_end; j += kWeightTile) {
+    const Block* rows[kWeightTile] = {wb + static_cast<std::ptrdiff_t>(j) * supers,
+                                      wb + static_cast<std::ptrdiff_t>(j + 1) * supers};
+    RowTilesK<W, kWeightTile>(x, m, supers, rows, y + j, ldy);
+  }
+  if (j < n_end) {
+    const Block* rows[1] = {wb + static_cast<std::ptrdiff_t>(j) * supers};
+    RowTilesK<W, 1>(x, m, supers, rows, y + j, ldy);
+  }
+}
+
+}  // namespace
+
+bool HasIntKernel(GgmlType type) noexcept {
+  switch (type) {
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+GgmlType ActivationType(GgmlType weight_type) noexcept {
+  switch (weight_type) {
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+      return GgmlType::kQ8_K;
+    default:
+      return GgmlType::kQ8_0;
+  }
+}
+
+void QuantMatMul(GgmlType type, const void* x, int m, int k, const void* w, int n_begin, int n_end,
+                 float* y, int ldy) noexcept {
+  MTR_DCHECK(HasIntKernel(type), "QuantMatMul: no integer kernel for this type");
+  MTR_DCHECK(k % static_cast<int>(quant::Traits(type).block_elems) == 0,
+             "QuantMatMul: k is not a whole number of blocks");
+  if (m <= 0 || n_begin >= n_end) return;
+  const auto* x0 = static_cast<const quant::BlockQ8_0*>(x);
+  const auto* xk = static_cast<const quant::BlockQ8_K*>(x);
+  switch (type) {
+    case GgmlType::kQ8_0:
+      MatMul32<Q8_0W>(x0, m, k, w, n_begin, n_end, y, ldy);
+      break;
+    case GgmlType::kQ4_0:
+      MatMul32<Q4_0W>(x0, m, k, w, n_begin, n_end, y, ldy);
+      break;
+    case GgmlType::kQ4_1:
+      MatMul32<Q4_1W>(x0, m, k, w, n_begin, n_end, y, ldy);
+      break;
+    case GgmlType::kQ5_0:
+      MatMul32<Q5_0W>(x0, m, k, w, n_begin, n_end, y, ldy);
+      break;
+    case GgmlType::kQ5_1:
+      MatMul32<Q5_1W>(x0, m, k, w, n_begin, n_end, y, ldy);
+      break;
+    case GgmlType::kQ4_K:
+      MatMulK<Q4_KW>(xk, m, k, w, n_begin, n_end, y, ldy);
+      break;
+    case GgmlType::kQ5_K:
+      MatMulK<Q5_KW>(xk, m, k, w, n_begin, n_end, y, ldy);
+      break;
+    case GgmlType::kQ6_K:
+      MatMulK<Q6_KW>(xk, m, k, w, n_begin, n_end, y, ldy);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace metronome::kernels::avx512
