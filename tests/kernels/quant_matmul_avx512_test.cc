@@ -282,6 +282,30 @@ TEST_P(QuantKernelTest, MatchesDequantisedReferenceOnRandomShapes) {
   }
 }
 
+TEST_P(QuantKernelTest, DequantizeRowsMatchesTheLayout) {
+  const GgmlType type = GetParam();
+  const int bk = static_cast<int>(quant::Traits(type).block_elems);
+  std::mt19937 rng(7);
+  for (const int blocks : {1, 3, 4}) {
+    const int rows = 3;
+    const int k = blocks * bk;
+    const std::vector<std::uint8_t> w = RandomWeights(type, rows, k, rng);
+    std::vector<float> out(static_cast<std::size_t>(rows) * k + 1, -7.0f);
+    DequantizeRows(type, w.data(), rows, k, out.data());
+    const std::size_t row_bytes =
+        static_cast<std::size_t>(blocks) * quant::Traits(type).block_bytes;
+    for (int r = 0; r < rows; ++r) {
+      for (int i = 0; i < k; ++i) {
+        const Elem e = WeightElem(type, w.data() + r * row_bytes, i);
+        ASSERT_NEAR(out[static_cast<std::size_t>(r) * k + i], e.value,
+                    1e-6 * (std::fabs(e.value) + e.offset_term) + 1e-30)
+            << quant::Name(type) << " row " << r << " element " << i << " of " << k;
+      }
+    }
+    EXPECT_EQ(out.back(), -7.0f) << "wrote past rows * k";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllIntTypes, QuantKernelTest,
                          ::testing::Values(GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
                                            GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ4_K,

@@ -41,6 +41,11 @@ namespace metronome::kernels::avx512 {
 void QuantMatMul(quant::GgmlType type, const void* x, int m, int k, const void* w, int n_begin,
                  int n_end, float* y, int ldy) noexcept;
 
+// W's rows [0, rows) as fp32 into out[rows, k] (row-major), exactly the values the integer
+// kernel multiplies with: d * q (+ m / - offset terms) in fp32. The prefill path's tile of W for
+// an fp32 GEMM. Requires HasIntKernel(type).
+void DequantizeRows(quant::GgmlType type, const void* w, int rows, int k, float* out) noexcept;
+
 // BF16 weights (w: n rows of k bf16 bit patterns), fp32 x [m, k] rounded to bf16 (nearest even)
 // per call, products summed in fp32 by vdpbf16ps. Any k. The rounding of x is the only error
 // beyond fp32 summation: relative ~2^-9 per product, measured in tests/kernels.
