@@ -17,7 +17,6 @@
 // Run: build/ci/bench/quant_benchmark --benchmark_repetitions=3 --benchmark_min_time=0.3s
 //        --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -29,9 +28,11 @@
 #include "metronome/kernels/cpu_features.h"
 #include "metronome/kernels/gemm.h"
 #include "metronome/kernels/memory_bandwidth.h"
+#include "metronome/kernels/quant_matmul.h"
 #include "metronome/kernels/quant_matmul_avx512.h"
 #include "metronome/quant/blocks.h"
 #include "metronome/quant/ggml_type.h"
+#include "metronome/quant/weight_matrix.h"
 
 namespace {
 
@@ -129,60 +130,10 @@ Matrix MakeMatrix(GgmlType wanted, int n, int k) {
   return mat;
 }
 
-// Activations for one row length: fp32 rows and the same rows as Q8_0 and Q8_K blocks.
-struct Activations {
-  std::vector<float> f32;
-  std::vector<quant::BlockQ8_0> q8_0;
-  std::vector<quant::BlockQ8_K> q8_k;
-};
-
-Activations MakeActivations(int m, int k) {
-  Activations a;
-  a.f32.assign(static_cast<std::size_t>(m) * k, 0.5f);
-  a.q8_0.resize(static_cast<std::size_t>(m) * k / quant::kQk32);
-  for (auto& b : a.q8_0) {
-    b.d = metronome::FloatToF16(0.02f);
-    for (int i = 0; i < quant::kQk32; ++i) b.qs[i] = static_cast<std::int8_t>(i * 7 - 100);
-  }
-  a.q8_k.resize(static_cast<std::size_t>(m) * k / quant::kQkK);
-  for (auto& b : a.q8_k) {
-    b.d = 0.02f;
-    for (int i = 0; i < quant::kQkK; ++i) b.qs[i] = static_cast<std::int8_t>(i * 7 - 100);
-    for (auto& s : b.bsums) s = 0;
-  }
-  return a;
-}
-
-// y[m, n] = x W^T with W's rows split in static chunks over the OpenMP threads.
-void MatMul(const Matrix& w, const Activations& x, int m, float* y) {
-  if (w.type == GgmlType::kF32) {
-    kernels::MatMulTransposedB(x.f32.data(), m, w.k, reinterpret_cast<const float*>(w.data.get()),
-                               w.n, y, false);
-    return;
-  }
-#pragma omp parallel
-  {
-    const int threads = omp_get_num_threads();
-    const int t = omp_get_thread_num();
-    const int chunk = ((w.n + threads - 1) / threads + 3) / 4 * 4;
-    const int begin = std::min(w.n, t * chunk);
-    const int end = std::min(w.n, begin + chunk);
-    const auto* h = reinterpret_cast<const std::uint16_t*>(w.data.get());
-    switch (w.type) {
-      case GgmlType::kBF16:
-        avx512::Bf16MatMul(x.f32.data(), m, w.k, h, begin, end, y, w.n);
-        break;
-      case GgmlType::kF16:
-        avx512::F16MatMul(x.f32.data(), m, w.k, h, begin, end, y, w.n);
-        break;
-      default: {
-        const void* act = avx512::ActivationType(w.type) == GgmlType::kQ8_K
-                              ? static_cast<const void*>(x.q8_k.data())
-                              : static_cast<const void*>(x.q8_0.data());
-        avx512::QuantMatMul(w.type, act, m, w.k, w.data.get(), begin, end, y, w.n);
-      }
-    }
-  }
+// y[m, n] = x W^T through the engine's entry point (activation preparation, the kernel table, the
+// one parallel split).
+void MatMul(const Matrix& w, const std::vector<float>& x, int m, float* y) {
+  kernels::MatMul(x.data(), m, quant::MakeWeightMatrix(w.type, w.n, w.k, w.data.get()), y, false);
 }
 
 constexpr int kDim = 576;
@@ -235,12 +186,13 @@ void BM_DecodeWeights(benchmark::State& state) {
   const GgmlType type = kTypes[state.range(0)];
   const int m = static_cast<int>(state.range(1));
   if (!Supported(type, state)) return;
-  state.SetLabel(std::string(quant::Name(type)));
+  state.SetLabel(std::string(quant::Name(type)) + " " +
+                 std::string(kernels::ActiveKernel(type).name));
   const double bw = BandwidthGBps();
   const double peak = PeakGflops();
   const ModelWeights& w = Weights(type);
-  const Activations x576 = MakeActivations(m, kDim);
-  const Activations x1536 = MakeActivations(m, kFfn);
+  const std::vector<float> x576(static_cast<std::size_t>(m) * kDim, 0.5f);
+  const std::vector<float> x1536(static_cast<std::size_t>(m) * kFfn, 0.5f);
   std::vector<float> y(static_cast<std::size_t>(m) * kVocab);
   for (auto _ : state) {
     for (const Matrix& mat : w.matrices) {
@@ -273,7 +225,7 @@ void BM_Prefill(benchmark::State& state) {
   if (!Supported(type, state)) return;
   state.SetLabel(std::string(quant::Name(type)) + (dequant ? " dequant+sgemm" : " int8"));
   const Matrix w = MakeMatrix(type, kDim, kFfn);
-  const Activations x = MakeActivations(m, kFfn);
+  const std::vector<float> x(static_cast<std::size_t>(m) * kFfn, 0.5f);
   std::vector<float> y(static_cast<std::size_t>(m) * kDim);
   std::vector<float> wf(static_cast<std::size_t>(kDim) * kFfn);
   const std::size_t row_bytes = w.bytes / kDim;
@@ -284,7 +236,7 @@ void BM_Prefill(benchmark::State& state) {
         avx512::DequantizeRows(type, w.data.get() + r * row_bytes, std::min(16, kDim - r), kFfn,
                                wf.data() + static_cast<std::size_t>(r) * kFfn);
       }
-      kernels::MatMulTransposedB(x.f32.data(), m, kFfn, wf.data(), kDim, y.data(), false);
+      kernels::MatMulTransposedB(x.data(), m, kFfn, wf.data(), kDim, y.data(), false);
     } else {
       MatMul(w, x, m, y.data());
     }

@@ -20,8 +20,11 @@
 
 #include "metronome/base/half.h"
 #include "metronome/kernels/cpu_features.h"
+#include "metronome/kernels/quant_matmul.h"
 #include "metronome/quant/blocks.h"
+#include "metronome/quant/codec.h"
 #include "metronome/quant/ggml_type.h"
+#include "metronome/quant/weight_matrix.h"
 
 namespace metronome::kernels::avx512 {
 namespace {
@@ -180,22 +183,23 @@ struct Activations {
   std::vector<double> values;  // [m, k]
 };
 
-Activations RandomActivations(GgmlType act_type, int m, int k, std::mt19937& rng) {
+Activations RandomActivations(ActivationFormat format, int m, int k, std::mt19937& rng) {
   std::uniform_int_distribution<int> q(-127, 127);
   std::uniform_real_distribution<float> d(0.001f, 0.05f);
   Activations a;
   a.values.resize(static_cast<std::size_t>(m) * k);
-  if (act_type == GgmlType::kQ8_0) {
-    std::vector<quant::BlockQ8_0> blocks(static_cast<std::size_t>(m) * k / quant::kQk32);
+  if (format == ActivationFormat::kQ8Block32) {
+    std::vector<quant::ActQ8Block32> blocks(static_cast<std::size_t>(m) * k / quant::kQk32);
     for (std::size_t b = 0; b < blocks.size(); ++b) {
-      blocks[b].d = FloatToF16(d(rng));
+      blocks[b].d = d(rng);
+      blocks[b].sum = 0;
       for (int i = 0; i < quant::kQk32; ++i) {
         blocks[b].qs[i] = static_cast<std::int8_t>(q(rng));
-        a.values[b * quant::kQk32 + i] =
-            static_cast<double>(F16ToFloat(blocks[b].d)) * blocks[b].qs[i];
+        blocks[b].sum += blocks[b].qs[i];
+        a.values[b * quant::kQk32 + i] = static_cast<double>(blocks[b].d) * blocks[b].qs[i];
       }
     }
-    a.blocks.resize(blocks.size() * sizeof(quant::BlockQ8_0));
+    a.blocks.resize(blocks.size() * sizeof(quant::ActQ8Block32));
     std::memcpy(a.blocks.data(), blocks.data(), a.blocks.size());
   } else {
     std::vector<quant::BlockQ8_K> blocks(static_cast<std::size_t>(m) * k / quant::kQkK);
@@ -223,18 +227,37 @@ struct Shape {
   int k;
 };
 
+// Runs `kernel` over output rows [row_begin, row_end) of y (ldy columns).
+void RunRows(const QuantKernel& kernel, const std::uint8_t* act, std::size_t act_row_bytes, int m,
+             const quant::WeightMatrix& w, float* y, int ldy, bool accumulate, int row_begin,
+             int row_end) {
+  RowsKernelArgs args;
+  args.act = reinterpret_cast<const std::byte*>(act);
+  args.act_row_bytes = act_row_bytes;
+  args.m = m;
+  args.w = &w;
+  args.y = y;
+  args.ldy = ldy;
+  args.accumulate = accumulate;
+  kernel.rows(args, row_begin, row_end);
+}
+
 void CheckQuant(GgmlType type, Shape s, std::uint32_t seed) {
   std::mt19937 rng(seed);
-  const auto& tr = quant::Traits(type);
-  const std::size_t row_bytes = static_cast<std::size_t>(s.k) / tr.block_elems * tr.block_bytes;
+  const std::size_t row_bytes = quant::RowBytes(type, s.k);
   const std::vector<std::uint8_t> w = RandomWeights(type, s.n, s.k, rng);
-  const Activations x = RandomActivations(ActivationType(type), s.m, s.k, rng);
+  const quant::WeightMatrix mat = quant::MakeWeightMatrix(type, s.n, s.k, w.data());
+  const Activations x = RandomActivations(ActivationFormatFor(type), s.m, s.k, rng);
+  const QuantKernel kernel = Kernel(type, CpuHasAvx512Bf16());
+  ASSERT_NE(kernel.rows, nullptr) << quant::Name(type);
   // y is wider than n and prefilled: the kernel must write exactly columns [1, n) of each row
   // when asked for that range, and [0, 1) in a second call.
   const int ldy = s.n + 3;
   std::vector<float> y(static_cast<std::size_t>(s.m) * ldy, -7.0f);
-  QuantMatMul(type, x.blocks.data(), s.m, s.k, w.data(), 1, s.n, y.data(), ldy);
-  QuantMatMul(type, x.blocks.data(), s.m, s.k, w.data(), 0, std::min(1, s.n), y.data(), ldy);
+  const std::size_t act_row_bytes = ActivationRowBytes(type, s.k);
+  RunRows(kernel, x.blocks.data(), act_row_bytes, s.m, mat, y.data(), ldy, false, 1, s.n);
+  RunRows(kernel, x.blocks.data(), act_row_bytes, s.m, mat, y.data(), ldy, false, 0,
+          std::min(1, s.n));
   for (int r = 0; r < s.m; ++r) {
     for (int j = 0; j < ldy; ++j) {
       const float got = y[static_cast<std::size_t>(r) * ldy + j];
@@ -253,6 +276,15 @@ void CheckQuant(GgmlType type, Shape s, std::uint32_t seed) {
       ASSERT_NEAR(got, want, 2e-6 * scale + 1e-30)
           << quant::Name(type) << " m=" << s.m << " n=" << s.n << " k=" << s.k << " row " << r
           << " col " << j;
+    }
+  }
+  // accumulate = true adds to what is there.
+  std::vector<float> y2 = y;
+  RunRows(kernel, x.blocks.data(), act_row_bytes, s.m, mat, y2.data(), ldy, true, 0, s.n);
+  for (int r = 0; r < s.m; ++r) {
+    for (int j = 0; j < s.n; ++j) {
+      const std::size_t at = static_cast<std::size_t>(r) * ldy + j;
+      ASSERT_FLOAT_EQ(y2[at], 2.0f * y[at]) << "accumulate, row " << r << " col " << j;
     }
   }
 }
@@ -312,14 +344,67 @@ INSTANTIATE_TEST_SUITE_P(AllIntTypes, QuantKernelTest,
                                            GgmlType::kQ5_K, GgmlType::kQ6_K),
                          [](const auto& p) { return std::string(quant::Name(p.param)); });
 
-TEST(QuantKernelTypes, IntKernelsAndActivationTypes) {
-  EXPECT_TRUE(HasIntKernel(GgmlType::kQ8_0));
-  EXPECT_TRUE(HasIntKernel(GgmlType::kQ6_K));
-  EXPECT_FALSE(HasIntKernel(GgmlType::kF32));
-  EXPECT_FALSE(HasIntKernel(GgmlType::kBF16));
-  EXPECT_FALSE(HasIntKernel(GgmlType::kQ2_K));
-  EXPECT_EQ(ActivationType(GgmlType::kQ5_1), GgmlType::kQ8_0);
-  EXPECT_EQ(ActivationType(GgmlType::kQ4_K), GgmlType::kQ8_K);
+TEST(Avx512KernelTable, CoversEveryComputableTypeButF32) {
+  if (!CpuHasAvx512Vnni()) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/VNNI";
+  for (const GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
+                           GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    EXPECT_EQ(Kernel(t, false).name, "avx512-vnni") << quant::Name(t);
+  }
+  EXPECT_EQ(Kernel(GgmlType::kF16, false).name, "avx512-f16c");
+  EXPECT_EQ(Kernel(GgmlType::kBF16, true).name, "avx512-bf16");
+  EXPECT_EQ(Kernel(GgmlType::kBF16, false).rows, nullptr);
+  EXPECT_EQ(Kernel(GgmlType::kF32, true).rows, nullptr);
+  EXPECT_EQ(Kernel(GgmlType::kQ2_K, true).rows, nullptr);
+  // The table MatMul uses picks them up on this CPU.
+  EXPECT_EQ(ActiveKernel(GgmlType::kQ4_K).name, "avx512-vnni");
+}
+
+// The kernel MatMul runs (AVX-512 here) against the scalar reference on real data: fp32 weights
+// quantised by QuantizeRow, activations prepared by PrepareActivations, random shapes.
+TEST(Avx512KernelTable, ActiveKernelEqualsScalarReference) {
+  if (!CpuHasAvx512Vnni()) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/VNNI";
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (const GgmlType t :
+       {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+        GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kF16, GgmlType::kBF16}) {
+    const int bk = t == GgmlType::kF16 || t == GgmlType::kBF16
+                       ? 1
+                       : static_cast<int>(quant::Traits(t).block_elems);
+    for (const Shape s : {Shape{1, 37, 256 * 3}, Shape{7, 19, 512}, Shape{33, 5, 256}}) {
+      const int k = bk == 1 ? s.k - 3 : s.k / bk * bk;  // F16/BF16: a k with a tail
+      std::vector<float> wf(static_cast<std::size_t>(s.n) * k);
+      std::vector<float> x(static_cast<std::size_t>(s.m) * k);
+      for (float& v : wf) v = g(rng);
+      for (float& v : x) v = g(rng);
+      const std::size_t row_bytes = quant::RowBytes(t, k);
+      std::vector<std::uint8_t> w(row_bytes * s.n);
+      for (int r = 0; r < s.n; ++r) {
+        quant::QuantizeRow(t, wf.data() + static_cast<std::size_t>(r) * k, k,
+                           w.data() + r * row_bytes);
+      }
+      const quant::WeightMatrix mat = quant::MakeWeightMatrix(t, s.n, k, w.data());
+      std::vector<float> want(static_cast<std::size_t>(s.m) * s.n);
+      std::vector<float> got(want.size());
+      MatMulRowsScalar(x.data(), s.m, mat, want.data(), false, 0, s.n);
+      MatMul(x.data(), s.m, mat, got.data(), false);
+      // Bound: fp32 rounding of sums of k terms of size |x| max|w| (and of the offset terms,
+      // of the same size); a wrong index or scale is off by O(result).
+      for (int r = 0; r < s.m; ++r) {
+        double xabs = 0.0;
+        for (int i = 0; i < k; ++i) xabs += std::fabs(x[static_cast<std::size_t>(r) * k + i]);
+        const double tol = (t == GgmlType::kBF16 ? 4e-3 : 1e-5) * xabs *
+                           *std::max_element(wf.begin(), wf.end(), [](float a, float b) {
+                             return std::fabs(a) < std::fabs(b);
+                           });
+        for (int j = 0; j < s.n; ++j) {
+          const std::size_t at = static_cast<std::size_t>(r) * s.n + j;
+          ASSERT_NEAR(got[at], want[at], std::fabs(tol))
+              << quant::Name(t) << " m=" << s.m << " n=" << s.n << " k=" << k;
+        }
+      }
+    }
+  }
 }
 
 // ---- BF16 / F16 weights with fp32 activations.
@@ -348,11 +433,10 @@ HalfErrors CheckHalf(HalfKind kind, Shape s, std::uint32_t seed) {
   }
   const int ldy = s.n + 1;
   std::vector<float> y(static_cast<std::size_t>(s.m) * ldy, -7.0f);
-  if (kind == HalfKind::kBf16) {
-    Bf16MatMul(x.data(), s.m, s.k, w.data(), 0, s.n, y.data(), ldy);
-  } else {
-    F16MatMul(x.data(), s.m, s.k, w.data(), 0, s.n, y.data(), ldy);
-  }
+  const GgmlType type = kind == HalfKind::kBf16 ? GgmlType::kBF16 : GgmlType::kF16;
+  const quant::WeightMatrix mat = quant::MakeWeightMatrix(type, s.n, s.k, w.data());
+  RunRows(Kernel(type, true), reinterpret_cast<const std::uint8_t*>(x.data()), s.k * sizeof(float),
+          s.m, mat, y.data(), ldy, false, 0, s.n);
   HalfErrors err{0.0, 0.0};
   for (int r = 0; r < s.m; ++r) {
     EXPECT_EQ(y[static_cast<std::size_t>(r) * ldy + s.n], -7.0f);

@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "metronome/base/check.h"
+#include "metronome/kernels/quant_matmul.h"
+#include "metronome/quant/blocks.h"
+#include "metronome/quant/weight_matrix.h"
 
 namespace metronome::kernels::avx512 {
 namespace {
@@ -19,7 +22,7 @@ using quant::GgmlType;
 using quant::kQk32;
 using quant::kQkK;
 
-constexpr int kRowTile = 4;     // activation rows sharing one unpacked weight block
+constexpr int kRowTile = 8;     // activation rows sharing one unpacked weight block
 constexpr int kWeightTile = 2;  // weight rows whose unpacked blocks stay in registers together
 
 inline float Half(std::uint16_t h) noexcept { return _cvtsh_ss(h); }
@@ -58,7 +61,8 @@ inline std::uint64_t HighBits2(const std::uint8_t* a, const std::uint8_t* b) noe
 }
 
 // ---- 32-element weight types: unpack two blocks into 64 unsigned bytes, with per-lane scales.
-// dw: d_w per lane; mw: the coefficient of the activation block sum (-offset d_w, or the min m).
+// dw: d_w per lane; mw (types with a min, kMin): the min m per lane, the coefficient of the
+// activation block sum. Offset types (kOffset) fold -offset into the activations' ActPair::ca.
 struct UnpackedPair {
   __m512i u;
   __m512 dw;
@@ -67,36 +71,43 @@ struct UnpackedPair {
 
 struct Q8_0W {
   using Block = quant::BlockQ8_0;
+  static constexpr bool kMin = false;
+  static constexpr float kOffset = 128.0f;
   static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
     const __m512i u = _mm512_xor_si512(LoadPair256(a->qs, b->qs), _mm512_set1_epi8(-128));
-    const __m512 dw = Halves(Half(a->d), Half(b->d));
-    return {u, dw, _mm512_mul_ps(dw, _mm512_set1_ps(-128.0f))};
+    return {u, Halves(Half(a->d), Half(b->d)), _mm512_setzero_ps()};
   }
 };
 struct Q4_0W {
   using Block = quant::BlockQ4_0;
+  static constexpr bool kMin = false;
+  static constexpr float kOffset = 8.0f;
   static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
-    const __m512 dw = Halves(Half(a->d), Half(b->d));
-    return {Nibbles2(a->qs, b->qs), dw, _mm512_mul_ps(dw, _mm512_set1_ps(-8.0f))};
+    return {Nibbles2(a->qs, b->qs), Halves(Half(a->d), Half(b->d)), _mm512_setzero_ps()};
   }
 };
 struct Q4_1W {
   using Block = quant::BlockQ4_1;
+  static constexpr bool kMin = true;
+  static constexpr float kOffset = 0.0f;
   static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
     return {Nibbles2(a->qs, b->qs), Halves(Half(a->d), Half(b->d)), Halves(Half(a->m), Half(b->m))};
   }
 };
 struct Q5_0W {
   using Block = quant::BlockQ5_0;
+  static constexpr bool kMin = false;
+  static constexpr float kOffset = 16.0f;
   static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
     const __m512i lo = Nibbles2(a->qs, b->qs);
     const __m512i u = _mm512_mask_add_epi8(lo, HighBits2(a->qh, b->qh), lo, _mm512_set1_epi8(16));
-    const __m512 dw = Halves(Half(a->d), Half(b->d));
-    return {u, dw, _mm512_mul_ps(dw, _mm512_set1_ps(-16.0f))};
+    return {u, Halves(Half(a->d), Half(b->d)), _mm512_setzero_ps()};
   }
 };
 struct Q5_1W {
   using Block = quant::BlockQ5_1;
+  static constexpr bool kMin = true;
+  static constexpr float kOffset = 0.0f;
   static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
     const __m512i lo = Nibbles2(a->qs, b->qs);
     const __m512i u = _mm512_mask_add_epi8(lo, HighBits2(a->qh, b->qh), lo, _mm512_set1_epi8(16));
@@ -104,44 +115,48 @@ struct Q5_1W {
   }
 };
 
-// One activation row's pair of Q8_0 blocks, laid out for the kernel: the 64 int8 values, d_a per
-// lane, and d_a * (block sum) / 8 per lane (8 lanes per block, so a lane-wise product with mw
-// sums to mw * d_a * sum over the block).
+// One activation row's pair of blocks, laid out for the kernel: the 64 int8 values, d_a per lane,
+// and ca = c * d_a * (block sum) / 8 per lane, 8 lanes per block, so that the lanes of a block sum
+// to c d_a sum: c = -offset for offset types (then d_w (d_a dot + ca) is the block's product), 1
+// for min types (then d_w d_a dot + m ca).
 struct alignas(64) ActPair {
   std::int8_t qs[64];
   float da[16];
   float ca[16];
 };
 
-void PrepareQ8_0(const quant::BlockQ8_0* x, int m, int blocks, ActPair* out) noexcept {
+// The activation rows (quant::ActQ8Block32, act_row_bytes apart) in ActPair form.
+void PrepareQ8_0(const RowsKernelArgs& a, int blocks, float c, ActPair* out) noexcept {
   const int pairs = (blocks + 1) / 2;
-  for (int r = 0; r < m; ++r) {
+  for (int r = 0; r < a.m; ++r) {
+    const auto* x = reinterpret_cast<const quant::ActQ8Block32*>(
+        a.act + static_cast<std::size_t>(r) * a.act_row_bytes);
     for (int p = 0; p < pairs; ++p) {
-      ActPair& a = out[static_cast<std::ptrdiff_t>(r) * pairs + p];
+      ActPair& dst = out[static_cast<std::ptrdiff_t>(r) * pairs + p];
       for (int h = 0; h < 2; ++h) {
         const int b = 2 * p + h;
         float d = 0.0f;
-        int sum = 0;
+        float sum = 0.0f;
         if (b < blocks) {
-          const quant::BlockQ8_0& blk = x[static_cast<std::ptrdiff_t>(r) * blocks + b];
-          std::memcpy(a.qs + 32 * h, blk.qs, 32);
-          d = Half(blk.d);
-          for (const std::int8_t q : blk.qs) sum += q;
+          std::memcpy(dst.qs + 32 * h, x[b].qs, 32);
+          d = x[b].d;
+          sum = static_cast<float>(x[b].sum);
         } else {
-          std::memset(a.qs + 32 * h, 0, 32);  // an odd block count: the second half is empty
+          std::memset(dst.qs + 32 * h, 0, 32);  // an odd block count: the second half is empty
         }
-        for (int l = 0; l < 8; ++l) {
-          a.da[8 * h + l] = d;
-          a.ca[8 * h + l] = d * static_cast<float>(sum) * 0.125f;
-        }
+        _mm256_store_ps(dst.da + 8 * h, _mm256_set1_ps(d));
+        _mm256_store_ps(dst.ca + 8 * h, _mm256_set1_ps(c * d * sum * 0.125f));
       }
     }
   }
 }
 
+// y[i * ldy + j] (+)= v for the tile's outputs.
+inline void Put(float* y, bool accumulate, float v) noexcept { *y = accumulate ? *y + v : v; }
+
 template <class W, int MT, int NT>
 void Tile32(const ActPair* act, int pairs, int blocks, const typename W::Block* const* wrow,
-            float* y, int ldy) noexcept {
+            float* y, int ldy, bool accumulate) noexcept {
   __m512 acc[MT][NT];
   for (auto& row : acc) {
     for (auto& a : row) a = _mm512_setzero_ps();
@@ -157,15 +172,33 @@ void Tile32(const ActPair* act, int pairs, int blocks, const typename W::Block* 
       const __m512 da = _mm512_load_ps(a.da);
       const __m512 ca = _mm512_load_ps(a.ca);
       for (int j = 0; j < NT; ++j) {
-        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[j].u, q);
-        acc[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(w[j].dw, da), _mm512_cvtepi32_ps(dot), acc[i][j]);
-        acc[i][j] = _mm512_fmadd_ps(w[j].mw, ca, acc[i][j]);
+        const __m512 dot =
+            _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w[j].u, q));
+        if constexpr (W::kMin) {
+          acc[i][j] = _mm512_fmadd_ps(w[j].dw, _mm512_mul_ps(da, dot), acc[i][j]);
+          acc[i][j] = _mm512_fmadd_ps(w[j].mw, ca, acc[i][j]);
+        } else {
+          acc[i][j] = _mm512_fmadd_ps(w[j].dw, _mm512_fmadd_ps(da, dot, ca), acc[i][j]);
+        }
       }
     }
   }
   for (int i = 0; i < MT; ++i) {
     for (int j = 0; j < NT; ++j) {
-      y[static_cast<std::ptrdiff_t>(i) * ldy + j] = _mm512_reduce_add_ps(acc[i][j]);
+      Put(y + static_cast<std::ptrdiff_t>(i) * ldy + j, accumulate,
+          _mm512_reduce_add_ps(acc[i][j]));
+    }
+  }
+}
+
+// Calls f.template operator()<R>() for R = rem, 1 <= rem < kRowTile (the last, partial row tile).
+template <int R = kRowTile - 1, class F>
+void ForRemainder(int rem, F&& f) noexcept {
+  if constexpr (R > 0) {
+    if (rem == R) {
+      f.template operator()<R>();
+    } else {
+      ForRemainder<R - 1>(rem, f);
     }
   }
 }
@@ -177,49 +210,37 @@ std::vector<ActPair>& ActScratch() {
 
 template <class W, int NT>
 void RowTiles32(const ActPair* act, int m, int pairs, int blocks,
-                const typename W::Block* const* wrow, float* y, int ldy) noexcept {
+                const typename W::Block* const* wrow, float* y, int ldy, bool accumulate) noexcept {
   int r = 0;
   for (; r + kRowTile <= m; r += kRowTile) {
     Tile32<W, kRowTile, NT>(act + static_cast<std::ptrdiff_t>(r) * pairs, pairs, blocks, wrow,
-                            y + static_cast<std::ptrdiff_t>(r) * ldy, ldy);
+                            y + static_cast<std::ptrdiff_t>(r) * ldy, ldy, accumulate);
   }
   const ActPair* a = act + static_cast<std::ptrdiff_t>(r) * pairs;
   float* yr = y + static_cast<std::ptrdiff_t>(r) * ldy;
-  switch (m - r) {
-    case 3:
-      Tile32<W, 3, NT>(a, pairs, blocks, wrow, yr, ldy);
-      break;
-    case 2:
-      Tile32<W, 2, NT>(a, pairs, blocks, wrow, yr, ldy);
-      break;
-    case 1:
-      Tile32<W, 1, NT>(a, pairs, blocks, wrow, yr, ldy);
-      break;
-    default:
-      break;
-  }
+  ForRemainder(m - r,
+               [&]<int R>() { Tile32<W, R, NT>(a, pairs, blocks, wrow, yr, ldy, accumulate); });
 }
 
 template <class W>
-void MatMul32(const quant::BlockQ8_0* x, int m, int k, const void* w, int n_begin, int n_end,
-              float* y, int ldy) noexcept {
+void Rows32(const RowsKernelArgs& a, int row_begin, int row_end) {
   using Block = typename W::Block;
-  const int blocks = k / kQk32;
+  const quant::WeightMatrix& w = *a.w;
+  const int blocks = w.cols / kQk32;
   const int pairs = (blocks + 1) / 2;
   std::vector<ActPair>& act = ActScratch();
-  const auto need = static_cast<std::size_t>(m) * static_cast<std::size_t>(pairs);
+  const auto need = static_cast<std::size_t>(a.m) * static_cast<std::size_t>(pairs);
   if (act.size() < need) act.resize(need);
-  PrepareQ8_0(x, m, blocks, act.data());
-  const auto* wb = static_cast<const Block*>(w);
-  int j = n_begin;
-  for (; j + kWeightTile <= n_end; j += kWeightTile) {
-    const Block* rows[kWeightTile] = {wb + static_cast<std::ptrdiff_t>(j) * blocks,
-                                      wb + static_cast<std::ptrdiff_t>(j + 1) * blocks};
-    RowTiles32<W, kWeightTile>(act.data(), m, pairs, blocks, rows, y + j, ldy);
+  PrepareQ8_0(a, blocks, W::kMin ? 1.0f : -W::kOffset, act.data());
+  const auto row = [&w](int j) { return reinterpret_cast<const Block*>(w.Row(j)); };
+  int j = row_begin;
+  for (; j + kWeightTile <= row_end; j += kWeightTile) {
+    const Block* rows[kWeightTile] = {row(j), row(j + 1)};
+    RowTiles32<W, kWeightTile>(act.data(), a.m, pairs, blocks, rows, a.y + j, a.ldy, a.accumulate);
   }
-  if (j < n_end) {
-    const Block* rows[1] = {wb + static_cast<std::ptrdiff_t>(j) * blocks};
-    RowTiles32<W, 1>(act.data(), m, pairs, blocks, rows, y + j, ldy);
+  if (j < row_end) {
+    const Block* rows[1] = {row(j)};
+    RowTiles32<W, 1>(act.data(), a.m, pairs, blocks, rows, a.y + j, a.ldy, a.accumulate);
   }
 }
 
@@ -326,8 +347,8 @@ struct Q6_KW {
 };
 
 template <class W, int MT, int NT>
-void TileK(const quant::BlockQ8_K* x, int supers, const typename W::Block* const* wrow, float* y,
-           int ldy) noexcept {
+void TileK(const std::byte* act, std::size_t act_row_bytes, int supers,
+           const typename W::Block* const* wrow, float* y, int ldy, bool accumulate) noexcept {
   __m512 acc[MT][NT];
   for (auto& row : acc) {
     for (auto& a : row) a = _mm512_setzero_ps();
@@ -336,7 +357,8 @@ void TileK(const quant::BlockQ8_K* x, int supers, const typename W::Block* const
   for (int s = 0; s < supers; ++s) {
     for (int j = 0; j < NT; ++j) W::Unpack(wrow[j][s], &w[j]);
     for (int i = 0; i < MT; ++i) {
-      const quant::BlockQ8_K& a = x[static_cast<std::ptrdiff_t>(i) * supers + s];
+      const quant::BlockQ8_K& a = reinterpret_cast<const quant::BlockQ8_K*>(
+          act + static_cast<std::size_t>(i) * act_row_bytes)[s];
       __m512 t[NT];
       const __m512 bsums = _mm512_cvtepi32_ps(
           _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsums))));
@@ -355,51 +377,40 @@ void TileK(const quant::BlockQ8_K* x, int supers, const typename W::Block* const
   }
   for (int i = 0; i < MT; ++i) {
     for (int j = 0; j < NT; ++j) {
-      y[static_cast<std::ptrdiff_t>(i) * ldy + j] = _mm512_reduce_add_ps(acc[i][j]);
+      Put(y + static_cast<std::ptrdiff_t>(i) * ldy + j, accumulate,
+          _mm512_reduce_add_ps(acc[i][j]));
     }
   }
 }
 
 template <class W, int NT>
-void RowTilesK(const quant::BlockQ8_K* x, int m, int supers, const typename W::Block* const* wrow,
-               float* y, int ldy) noexcept {
+void RowTilesK(const RowsKernelArgs& a, int supers, const typename W::Block* const* wrow,
+               int j) noexcept {
   int r = 0;
-  for (; r + kRowTile <= m; r += kRowTile) {
-    TileK<W, kRowTile, NT>(x + static_cast<std::ptrdiff_t>(r) * supers, supers, wrow,
-                           y + static_cast<std::ptrdiff_t>(r) * ldy, ldy);
+  const auto at = [&a](int row) { return a.act + static_cast<std::size_t>(row) * a.act_row_bytes; };
+  const auto yat = [&a, j](int row) { return a.y + static_cast<std::ptrdiff_t>(row) * a.ldy + j; };
+  for (; r + kRowTile <= a.m; r += kRowTile) {
+    TileK<W, kRowTile, NT>(at(r), a.act_row_bytes, supers, wrow, yat(r), a.ldy, a.accumulate);
   }
-  const quant::BlockQ8_K* a = x + static_cast<std::ptrdiff_t>(r) * supers;
-  float* yr = y + static_cast<std::ptrdiff_t>(r) * ldy;
-  switch (m - r) {
-    case 3:
-      TileK<W, 3, NT>(a, supers, wrow, yr, ldy);
-      break;
-    case 2:
-      TileK<W, 2, NT>(a, supers, wrow, yr, ldy);
-      break;
-    case 1:
-      TileK<W, 1, NT>(a, supers, wrow, yr, ldy);
-      break;
-    default:
-      break;
-  }
+  ForRemainder(a.m - r, [&]<int R>() {
+    TileK<W, R, NT>(at(r), a.act_row_bytes, supers, wrow, yat(r), a.ldy, a.accumulate);
+  });
 }
 
 template <class W>
-void MatMulK(const quant::BlockQ8_K* x, int m, int k, const void* w, int n_begin, int n_end,
-             float* y, int ldy) noexcept {
+void RowsK(const RowsKernelArgs& a, int row_begin, int row_end) {
   using Block = typename W::Block;
-  const int supers = k / kQkK;
-  const auto* wb = static_cast<const Block*>(w);
-  int j = n_begin;
-  for (; j + kWeightTile <= n_end; j += kWeightTile) {
-    const Block* rows[kWeightTile] = {wb + static_cast<std::ptrdiff_t>(j) * supers,
-                                      wb + static_cast<std::ptrdiff_t>(j + 1) * supers};
-    RowTilesK<W, kWeightTile>(x, m, supers, rows, y + j, ldy);
+  const quant::WeightMatrix& w = *a.w;
+  const int supers = w.cols / kQkK;
+  const auto row = [&w](int j) { return reinterpret_cast<const Block*>(w.Row(j)); };
+  int j = row_begin;
+  for (; j + kWeightTile <= row_end; j += kWeightTile) {
+    const Block* rows[kWeightTile] = {row(j), row(j + 1)};
+    RowTilesK<W, kWeightTile>(a, supers, rows, j);
   }
-  if (j < n_end) {
-    const Block* rows[1] = {wb + static_cast<std::ptrdiff_t>(j) * supers};
-    RowTilesK<W, 1>(x, m, supers, rows, y + j, ldy);
+  if (j < row_end) {
+    const Block* rows[1] = {row(j)};
+    RowTilesK<W, 1>(a, supers, rows, j);
   }
 }
 
@@ -432,7 +443,8 @@ void Dequantize32(const void* w, int rows, int k, float* out) noexcept {
       _mm512_store_ps(mw, p.mw);
       const int quarters = b + 1 < blocks ? 4 : 2;
       for (int t = 0; t < quarters; ++t) {
-        StoreQuarter(p.u, t, dw[4 * t], mw[4 * t], o + 32 * b + 16 * t);
+        StoreQuarter(p.u, t, dw[4 * t], W::kMin ? mw[4 * t] : -W::kOffset * dw[4 * t],
+                     o + 32 * b + 16 * t);
       }
     }
   }
@@ -460,68 +472,32 @@ void DequantizeK(const void* w, int rows, int k, float* out) noexcept {
 
 }  // namespace
 
-bool HasIntKernel(GgmlType type) noexcept {
+QuantKernel Kernel(GgmlType type, bool bf16) noexcept {
+  constexpr std::string_view kVnni = "avx512-vnni";
   switch (type) {
     case GgmlType::kQ8_0:
+      return {Rows32<Q8_0W>, kVnni};
     case GgmlType::kQ4_0:
+      return {Rows32<Q4_0W>, kVnni};
     case GgmlType::kQ4_1:
+      return {Rows32<Q4_1W>, kVnni};
     case GgmlType::kQ5_0:
+      return {Rows32<Q5_0W>, kVnni};
     case GgmlType::kQ5_1:
+      return {Rows32<Q5_1W>, kVnni};
     case GgmlType::kQ4_K:
+      return {RowsK<Q4_KW>, kVnni};
     case GgmlType::kQ5_K:
+      return {RowsK<Q5_KW>, kVnni};
     case GgmlType::kQ6_K:
-      return true;
+      return {RowsK<Q6_KW>, kVnni};
+    case GgmlType::kF16:
+      return {F16Rows, "avx512-f16c"};
+    case GgmlType::kBF16:
+      if (bf16) return {Bf16Rows, "avx512-bf16"};
+      return {};
     default:
-      return false;
-  }
-}
-
-GgmlType ActivationType(GgmlType weight_type) noexcept {
-  switch (weight_type) {
-    case GgmlType::kQ4_K:
-    case GgmlType::kQ5_K:
-    case GgmlType::kQ6_K:
-      return GgmlType::kQ8_K;
-    default:
-      return GgmlType::kQ8_0;
-  }
-}
-
-void QuantMatMul(GgmlType type, const void* x, int m, int k, const void* w, int n_begin, int n_end,
-                 float* y, int ldy) noexcept {
-  MTR_DCHECK(HasIntKernel(type), "QuantMatMul: no integer kernel for this type");
-  MTR_DCHECK(k % static_cast<int>(quant::Traits(type).block_elems) == 0,
-             "QuantMatMul: k is not a whole number of blocks");
-  if (m <= 0 || n_begin >= n_end) return;
-  const auto* x0 = static_cast<const quant::BlockQ8_0*>(x);
-  const auto* xk = static_cast<const quant::BlockQ8_K*>(x);
-  switch (type) {
-    case GgmlType::kQ8_0:
-      MatMul32<Q8_0W>(x0, m, k, w, n_begin, n_end, y, ldy);
-      break;
-    case GgmlType::kQ4_0:
-      MatMul32<Q4_0W>(x0, m, k, w, n_begin, n_end, y, ldy);
-      break;
-    case GgmlType::kQ4_1:
-      MatMul32<Q4_1W>(x0, m, k, w, n_begin, n_end, y, ldy);
-      break;
-    case GgmlType::kQ5_0:
-      MatMul32<Q5_0W>(x0, m, k, w, n_begin, n_end, y, ldy);
-      break;
-    case GgmlType::kQ5_1:
-      MatMul32<Q5_1W>(x0, m, k, w, n_begin, n_end, y, ldy);
-      break;
-    case GgmlType::kQ4_K:
-      MatMulK<Q4_KW>(xk, m, k, w, n_begin, n_end, y, ldy);
-      break;
-    case GgmlType::kQ5_K:
-      MatMulK<Q5_KW>(xk, m, k, w, n_begin, n_end, y, ldy);
-      break;
-    case GgmlType::kQ6_K:
-      MatMulK<Q6_KW>(xk, m, k, w, n_begin, n_end, y, ldy);
-      break;
-    default:
-      break;
+      return {};
   }
 }
 
@@ -530,7 +506,6 @@ void QuantMatMul(GgmlType type, const void* x, int m, int k, const void* w, int 
 namespace metronome::kernels::avx512 {
 
 void DequantizeRows(GgmlType type, const void* w, int rows, int k, float* out) noexcept {
-  MTR_DCHECK(HasIntKernel(type), "DequantizeRows: not a quantised type with a kernel");
   switch (type) {
     case GgmlType::kQ8_0:
       Dequantize32<Q8_0W>(w, rows, k, out);

@@ -7,7 +7,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "metronome/kernels/quant_matmul.h"
 #include "metronome/kernels/quant_matmul_avx512.h"
+#include "metronome/quant/blocks.h"
+#include "metronome/quant/weight_matrix.h"
 
 namespace metronome::kernels::avx512 {
 namespace {
@@ -23,7 +26,7 @@ inline __m512bh AsBh(__m512i v) noexcept { return reinterpret_cast<__m512bh&>(v)
 
 template <int MT, int NT>
 void TileBf16(const std::uint16_t* xb, int kpad, int k, const std::uint16_t* const* wrow, float* y,
-              int ldy) noexcept {
+              int ldy, bool accumulate) noexcept {
   __m512 acc[MT][NT];
   for (auto& row : acc) {
     for (auto& a : row) a = _mm512_setzero_ps();
@@ -40,7 +43,9 @@ void TileBf16(const std::uint16_t* xb, int kpad, int k, const std::uint16_t* con
   }
   for (int i = 0; i < MT; ++i) {
     for (int j = 0; j < NT; ++j) {
-      y[static_cast<std::ptrdiff_t>(i) * ldy + j] = _mm512_reduce_add_ps(acc[i][j]);
+      float& out = y[static_cast<std::ptrdiff_t>(i) * ldy + j];
+      const float v = _mm512_reduce_add_ps(acc[i][j]);
+      out = accumulate ? out + v : v;
     }
   }
 }
@@ -49,7 +54,8 @@ void TileBf16(const std::uint16_t* xb, int kpad, int k, const std::uint16_t* con
 constexpr int kF16Step = 16;
 
 template <int MT, int NT>
-void TileF16(const float* x, int k, const std::uint16_t* const* wrow, float* y, int ldy) noexcept {
+void TileF16(const float* x, std::ptrdiff_t ldx, int k, const std::uint16_t* const* wrow, float* y,
+             int ldy, bool accumulate) noexcept {
   __m512 acc[MT][NT];
   for (auto& row : acc) {
     for (auto& a : row) a = _mm512_setzero_ps();
@@ -63,13 +69,15 @@ void TileF16(const float* x, int k, const std::uint16_t* const* wrow, float* y, 
       w[j] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, wrow[j] + i0));
     }
     for (int i = 0; i < MT; ++i) {
-      const __m512 xv = _mm512_maskz_loadu_ps(mask, x + static_cast<std::ptrdiff_t>(i) * k + i0);
+      const __m512 xv = _mm512_maskz_loadu_ps(mask, x + i * ldx + i0);
       for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_fmadd_ps(w[j], xv, acc[i][j]);
     }
   }
   for (int i = 0; i < MT; ++i) {
     for (int j = 0; j < NT; ++j) {
-      y[static_cast<std::ptrdiff_t>(i) * ldy + j] = _mm512_reduce_add_ps(acc[i][j]);
+      float& out = y[static_cast<std::ptrdiff_t>(i) * ldy + j];
+      const float v = _mm512_reduce_add_ps(acc[i][j]);
+      out = accumulate ? out + v : v;
     }
   }
 }
@@ -115,9 +123,11 @@ void WeightTiles(int n_begin, int n_end, Tile&& tile) noexcept {
 
 }  // namespace
 
-void Bf16MatMul(const float* x, int m, int k, const std::uint16_t* w, int n_begin, int n_end,
-                float* y, int ldy) noexcept {
-  if (m <= 0 || n_begin >= n_end || k <= 0) return;
+void Bf16Rows(const RowsKernelArgs& a, int row_begin, int row_end) {
+  const quant::WeightMatrix& w = *a.w;
+  const int m = a.m;
+  const int k = w.cols;
+  if (m <= 0 || row_begin >= row_end || k <= 0) return;
   const int kpad = (k + kBf16Step - 1) / kBf16Step * kBf16Step;
   struct alignas(64) Line {
     std::uint16_t v[kBf16Step];
@@ -127,44 +137,44 @@ void Bf16MatMul(const float* x, int m, int k, const std::uint16_t* w, int n_begi
   if (scratch.size() < lines) scratch.resize(lines);
   auto* xb = reinterpret_cast<std::uint16_t*>(scratch.data());
   for (int r = 0; r < m; ++r) {
-    const float* xr = x + static_cast<std::ptrdiff_t>(r) * k;
+    const auto* xr =
+        reinterpret_cast<const float*>(a.act + static_cast<std::size_t>(r) * a.act_row_bytes);
     std::uint16_t* out = xb + static_cast<std::ptrdiff_t>(r) * kpad;
     for (int i0 = 0; i0 < kpad; i0 += kBf16Step) {
       const int left = k - i0;
-      const __mmask16 lo = left >= 16 ? static_cast<__mmask16>(0xFFFF)
-                                      : static_cast<__mmask16>(left > 0 ? (1u << left) - 1 : 0);
-      const int left_hi = left - 16;
-      const __mmask16 hi = left_hi >= 16
-                               ? static_cast<__mmask16>(0xFFFF)
-                               : static_cast<__mmask16>(left_hi > 0 ? (1u << left_hi) - 1 : 0);
-      const __m512 a = _mm512_maskz_loadu_ps(lo, xr + i0);
-      const __m512 b = _mm512_maskz_loadu_ps(hi, xr + i0 + 16);
-      // vcvtne2ps2bf16 puts its second operand in the low half.
-      const __m512bh packed = _mm512_cvtne2ps_pbh(b, a);
+      const auto lane_mask = [](int n) {
+        return n >= 16 ? static_cast<__mmask16>(0xFFFF)
+                       : static_cast<__mmask16>(n > 0 ? (1u << n) - 1 : 0);
+      };
+      const __m512 lo = _mm512_maskz_loadu_ps(lane_mask(left), xr + i0);
+      const __m512 hi = _mm512_maskz_loadu_ps(lane_mask(left - 16), xr + i0 + 16);
+      // vcvtne2ps2bf16 puts its second operand in the low half; rounds to nearest even.
+      const __m512bh packed = _mm512_cvtne2ps_pbh(hi, lo);
       _mm512_store_si512(out + i0, reinterpret_cast<const __m512i&>(packed));
     }
   }
-  const auto row_stride = static_cast<std::ptrdiff_t>(k);
-  WeightTiles(n_begin, n_end, [&]<int NT>(int j) {
+  WeightTiles(row_begin, row_end, [&]<int NT>(int j) {
     const std::uint16_t* rows[NT];
-    for (int t = 0; t < NT; ++t) rows[t] = w + (j + t) * row_stride;
+    for (int t = 0; t < NT; ++t) rows[t] = reinterpret_cast<const std::uint16_t*>(w.Row(j + t));
     RowTiles<NT>(m, [&]<int MT, int NT2>(int r) {
       TileBf16<MT, NT2>(xb + static_cast<std::ptrdiff_t>(r) * kpad, kpad, k, rows,
-                        y + static_cast<std::ptrdiff_t>(r) * ldy + j, ldy);
+                        a.y + static_cast<std::ptrdiff_t>(r) * a.ldy + j, a.ldy, a.accumulate);
     });
   });
 }
 
-void F16MatMul(const float* x, int m, int k, const std::uint16_t* w, int n_begin, int n_end,
-               float* y, int ldy) noexcept {
-  if (m <= 0 || n_begin >= n_end || k <= 0) return;
-  const auto row_stride = static_cast<std::ptrdiff_t>(k);
-  WeightTiles(n_begin, n_end, [&]<int NT>(int j) {
+void F16Rows(const RowsKernelArgs& a, int row_begin, int row_end) {
+  const quant::WeightMatrix& w = *a.w;
+  const int k = w.cols;
+  if (a.m <= 0 || row_begin >= row_end || k <= 0) return;
+  const auto* x = reinterpret_cast<const float*>(a.act);
+  const auto ldx = static_cast<std::ptrdiff_t>(a.act_row_bytes / sizeof(float));
+  WeightTiles(row_begin, row_end, [&]<int NT>(int j) {
     const std::uint16_t* rows[NT];
-    for (int t = 0; t < NT; ++t) rows[t] = w + (j + t) * row_stride;
-    RowTiles<NT>(m, [&]<int MT, int NT2>(int r) {
-      TileF16<MT, NT2>(x + static_cast<std::ptrdiff_t>(r) * k, k, rows,
-                       y + static_cast<std::ptrdiff_t>(r) * ldy + j, ldy);
+    for (int t = 0; t < NT; ++t) rows[t] = reinterpret_cast<const std::uint16_t*>(w.Row(j + t));
+    RowTiles<NT>(a.m, [&]<int MT, int NT2>(int r) {
+      TileF16<MT, NT2>(x + r * ldx, ldx, k, rows, a.y + static_cast<std::ptrdiff_t>(r) * a.ldy + j,
+                       a.ldy, a.accumulate);
     });
   });
 }

@@ -25,6 +25,10 @@
 //         element e of the half uses scales[e / 16]; x = d * scale * (q - 32).
 //   Q8_K  (activations only, never stored in files we load) x[i] = d * qs[i]; bsums[k] is the sum
 //         of qs[16 k .. 16 k + 16), for the K-quants' min terms.
+//
+// Not a GGUF layout: ActQ8Block32, the activations the 32-element types' dot products consume
+// (Q8_0-style with an fp32 scale, which the inner loop needs without a conversion, and the sum of
+// the quants, which the offset of Q4_0/Q5_0 and the min of Q4_1/Q5_1 multiply).
 #pragma once
 
 #include <cstdint>
@@ -82,6 +86,13 @@ struct BlockQ8_K {
   float d;
   std::int8_t qs[kQkK];
   std::int16_t bsums[kQkK / 16];
+};
+
+// x[i] = d * qs[i]; sum = sum of qs (ours: see above).
+struct ActQ8Block32 {
+  float d;
+  std::int32_t sum;
+  std::int8_t qs[kQk32];
 };
 
 }  // namespace metronome::quant

@@ -1,0 +1,364 @@
+#include "metronome/kernels/quant_matmul.h"
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "metronome/base/check.h"
+#include "metronome/base/half.h"
+#include "metronome/kernels/cpu_features.h"
+#include "metronome/kernels/gemm.h"
+#include "metronome/kernels/quant_matmul_avx512.h"
+#include "metronome/quant/blocks.h"
+#include "metronome/quant/codec.h"
+#include "metronome/quant/unpack.h"
+
+namespace metronome::kernels {
+namespace {
+
+using quant::ActQ8Block32;
+using quant::BlockQ8_K;
+using quant::GgmlType;
+using quant::kQk32;
+using quant::kQkK;
+
+// ---- scalar kernels ----
+
+float Dot(const float* a, const float* b, int n) {
+  float s = 0.0f;
+  for (int k = 0; k < n; ++k) s += a[k] * b[k];
+  return s;
+}
+
+void Store(const RowsKernelArgs& a, int i, int r, float v) {
+  float& dst = a.y[static_cast<std::size_t>(i) * static_cast<std::size_t>(a.ldy) + r];
+  dst = a.accumulate ? dst + v : v;
+}
+
+const float* ActF32(const RowsKernelArgs& a, int i) {
+  return reinterpret_cast<const float*>(a.act + static_cast<std::size_t>(i) * a.act_row_bytes);
+}
+
+// F32 / F16 / BF16: the weight row widened to fp32 once, then dotted with every activation row.
+template <GgmlType kType>
+void RowsFloat(const RowsKernelArgs& a, int row_begin, int row_end) {
+  const quant::WeightMatrix& w = *a.w;
+  thread_local std::vector<float> row;
+  row.resize(static_cast<std::size_t>(w.cols));
+  for (int r = row_begin; r < row_end; ++r) {
+    const float* wr = nullptr;
+    if constexpr (kType == GgmlType::kF32) {
+      wr = reinterpret_cast<const float*>(w.Row(r));
+    } else {
+      quant::DequantizeRow(kType, w.Row(r), w.cols, row.data());
+      wr = row.data();
+    }
+    for (int i = 0; i < a.m; ++i) Store(a, i, r, Dot(ActF32(a, i), wr, w.cols));
+  }
+}
+
+// One weight row's integer quants and per-block scales, unpacked once and reused for every
+// activation row.
+struct UnpackedRow {
+  std::vector<std::int8_t> q;    // [cols]
+  std::vector<float> d;          // per block (32-element types) or per super-block (K)
+  std::vector<float> m;          // Q4_1/Q5_1: per block min; K-min types: per super-block dmin
+  std::vector<std::uint8_t> sc;  // K types: 8 (Q4_K/Q5_K) or 16 (Q6_K) sub-block scales each
+  std::vector<std::uint8_t> mn;  // Q4_K/Q5_K: 8 sub-block mins each
+  std::vector<std::int8_t> sc6;  // Q6_K: 16 signed scales each
+};
+
+// 32-element types: x = d q (+ m). dot = d_w d_a sum(q qa) (+ m_w d_a sum(qa)).
+template <typename Block, bool kHasMin>
+void Rows32(const RowsKernelArgs& a, int row_begin, int row_end) {
+  const quant::WeightMatrix& w = *a.w;
+  const int nb = w.cols / kQk32;
+  thread_local UnpackedRow u;
+  u.q.resize(static_cast<std::size_t>(w.cols));
+  u.d.resize(static_cast<std::size_t>(nb));
+  u.m.resize(static_cast<std::size_t>(nb));
+  for (int r = row_begin; r < row_end; ++r) {
+    const auto* blocks = reinterpret_cast<const Block*>(w.Row(r));
+    for (int b = 0; b < nb; ++b) {
+      std::int8_t q[kQk32];
+      quant::UnpackQuants(blocks[b], q);
+      std::memcpy(u.q.data() + kQk32 * b, q, kQk32);
+      u.d[b] = F16ToFloat(blocks[b].d);
+      if constexpr (kHasMin) u.m[b] = F16ToFloat(blocks[b].m);
+    }
+    for (int i = 0; i < a.m; ++i) {
+      const auto* act = reinterpret_cast<const ActQ8Block32*>(a.act + static_cast<std::size_t>(i) *
+                                                                          a.act_row_bytes);
+      float acc = 0.0f;
+      for (int b = 0; b < nb; ++b) {
+        const std::int8_t* q = u.q.data() + kQk32 * b;
+        std::int32_t isum = 0;
+        for (int l = 0; l < kQk32; ++l) isum += q[l] * act[b].qs[l];
+        acc += u.d[b] * act[b].d * static_cast<float>(isum);
+        if constexpr (kHasMin) acc += u.m[b] * act[b].d * static_cast<float>(act[b].sum);
+      }
+      Store(a, i, r, acc);
+    }
+  }
+}
+
+// Q4_K / Q5_K: x = d sc[j] q - dmin mn[j] per sub-block j of 32.
+// dot = d_a (d_w sum_j sc[j] sum(q qa) - dmin_w sum_j mn[j] (bsums[2j] + bsums[2j+1])).
+template <typename Block>
+void RowsKMin(const RowsKernelArgs& a, int row_begin, int row_end) {
+  const quant::WeightMatrix& w = *a.w;
+  const int nb = w.cols / kQkK;
+  thread_local UnpackedRow u;
+  u.q.resize(static_cast<std::size_t>(w.cols));
+  u.d.resize(static_cast<std::size_t>(nb));
+  u.m.resize(static_cast<std::size_t>(nb));
+  u.sc.resize(static_cast<std::size_t>(nb) * 8);
+  u.mn.resize(static_cast<std::size_t>(nb) * 8);
+  for (int r = row_begin; r < row_end; ++r) {
+    const auto* blocks = reinterpret_cast<const Block*>(w.Row(r));
+    for (int b = 0; b < nb; ++b) {
+      std::int8_t q[kQkK];
+      std::uint8_t sc[8];
+      std::uint8_t mn[8];
+      quant::UnpackQuants(blocks[b], q);
+      quant::UnpackKScales(blocks[b].scales, sc, mn);
+      std::memcpy(u.q.data() + kQkK * b, q, kQkK);
+      std::memcpy(u.sc.data() + 8 * b, sc, 8);
+      std::memcpy(u.mn.data() + 8 * b, mn, 8);
+      u.d[b] = F16ToFloat(blocks[b].d);
+      u.m[b] = F16ToFloat(blocks[b].dmin);
+    }
+    for (int i = 0; i < a.m; ++i) {
+      const auto* act =
+          reinterpret_cast<const BlockQ8_K*>(a.act + static_cast<std::size_t>(i) * a.act_row_bytes);
+      float acc = 0.0f;
+      for (int b = 0; b < nb; ++b) {
+        const std::int8_t* q = u.q.data() + kQkK * b;
+        std::int32_t sumi = 0;
+        std::int32_t summ = 0;
+        for (int j = 0; j < 8; ++j) {
+          std::int32_t isum = 0;
+          for (int l = 0; l < 32; ++l) isum += q[32 * j + l] * act[b].qs[32 * j + l];
+          sumi += u.sc[8 * b + j] * isum;
+          summ += u.mn[8 * b + j] * (act[b].bsums[2 * j] + act[b].bsums[2 * j + 1]);
+        }
+        acc += act[b].d * (u.d[b] * static_cast<float>(sumi) - u.m[b] * static_cast<float>(summ));
+      }
+      Store(a, i, r, acc);
+    }
+  }
+}
+
+// Q6_K: x = d sc[k] (q - 32) per sub-block k of 16; dot = d_a d_w sum_k sc[k] sum((q - 32) qa).
+void RowsQ6_K(const RowsKernelArgs& a, int row_begin, int row_end) {
+  const quant::WeightMatrix& w = *a.w;
+  const int nb = w.cols / kQkK;
+  thread_local UnpackedRow u;
+  u.q.resize(static_cast<std::size_t>(w.cols));
+  u.d.resize(static_cast<std::size_t>(nb));
+  u.sc6.resize(static_cast<std::size_t>(nb) * 16);
+  for (int r = row_begin; r < row_end; ++r) {
+    const auto* blocks = reinterpret_cast<const quant::BlockQ6_K*>(w.Row(r));
+    for (int b = 0; b < nb; ++b) {
+      std::int8_t q[kQkK];
+      quant::UnpackQuants(blocks[b], q);
+      std::memcpy(u.q.data() + kQkK * b, q, kQkK);
+      std::memcpy(u.sc6.data() + 16 * b, blocks[b].scales, 16);
+      u.d[b] = F16ToFloat(blocks[b].d);
+    }
+    for (int i = 0; i < a.m; ++i) {
+      const auto* act =
+          reinterpret_cast<const BlockQ8_K*>(a.act + static_cast<std::size_t>(i) * a.act_row_bytes);
+      float acc = 0.0f;
+      for (int b = 0; b < nb; ++b) {
+        const std::int8_t* q = u.q.data() + kQkK * b;
+        std::int32_t sumi = 0;
+        for (int k = 0; k < 16; ++k) {
+          std::int32_t isum = 0;
+          for (int l = 0; l < 16; ++l) isum += q[16 * k + l] * act[b].qs[16 * k + l];
+          sumi += u.sc6[16 * b + k] * isum;
+        }
+        acc += act[b].d * u.d[b] * static_cast<float>(sumi);
+      }
+      Store(a, i, r, acc);
+    }
+  }
+}
+
+// ---- tables ----
+
+constexpr std::size_t kTableSize = 40;  // > every ggml type id
+using KernelTable = std::array<QuantKernel, kTableSize>;
+
+std::size_t Index(GgmlType type) { return static_cast<std::size_t>(type); }
+
+KernelTable MakeScalarTable() {
+  KernelTable t{};
+  const auto set = [&t](GgmlType type, RowsKernel k) { t[Index(type)] = {k, "scalar"}; };
+  set(GgmlType::kF32, RowsFloat<GgmlType::kF32>);
+  set(GgmlType::kF16, RowsFloat<GgmlType::kF16>);
+  set(GgmlType::kBF16, RowsFloat<GgmlType::kBF16>);
+  set(GgmlType::kQ8_0, Rows32<quant::BlockQ8_0, false>);
+  set(GgmlType::kQ4_0, Rows32<quant::BlockQ4_0, false>);
+  set(GgmlType::kQ4_1, Rows32<quant::BlockQ4_1, true>);
+  set(GgmlType::kQ5_0, Rows32<quant::BlockQ5_0, false>);
+  set(GgmlType::kQ5_1, Rows32<quant::BlockQ5_1, true>);
+  set(GgmlType::kQ4_K, RowsKMin<quant::BlockQ4_K>);
+  set(GgmlType::kQ5_K, RowsKMin<quant::BlockQ5_K>);
+  set(GgmlType::kQ6_K, RowsQ6_K);
+  return t;
+}
+
+const KernelTable& ScalarTable() {
+  static const KernelTable table = MakeScalarTable();
+  return table;
+}
+
+// THE SEAM: the kernels this CPU runs. Faster implementations override entries here, once, after
+// checking the CPU's features (e.g. `if (__builtin_cpu_supports("avx512vnni")) ...`).
+KernelTable SelectKernels() {
+  KernelTable t = ScalarTable();
+  if (CpuHasAvx512Vnni()) {
+    const bool bf16 = CpuHasAvx512Bf16();
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      const QuantKernel k = avx512::Kernel(static_cast<GgmlType>(i), bf16);
+      if (k.rows != nullptr) t[i] = k;
+    }
+  }
+  return t;
+}
+
+const KernelTable& ActiveTable() {
+  static const KernelTable table = SelectKernels();
+  return table;
+}
+
+// ---- the one parallel split over output rows ----
+
+constexpr int kRowTile = 16;  // output rows per work item
+// Below this many multiply-adds a product runs on the calling thread (waking the team costs more).
+constexpr double kMinParallelMacs = 1 << 17;
+
+void ParallelOverRowTiles(const QuantKernel& kernel, const RowsKernelArgs& args, int rows) {
+  const int tiles = (rows + kRowTile - 1) / kRowTile;
+  const double macs = static_cast<double>(args.m) * rows * args.w->cols;
+  const bool parallel = tiles > 1 && macs >= kMinParallelMacs;
+#pragma omp parallel for if (parallel) schedule(static)
+  for (int t = 0; t < tiles; ++t) {
+    const int begin = t * kRowTile;
+    const int end = begin + kRowTile < rows ? begin + kRowTile : rows;
+    kernel.rows(args, begin, end);
+  }
+}
+
+// Per-calling-thread storage of the prepared activations (grows to the largest product seen).
+std::byte* ActivationScratch(std::size_t bytes) {
+  thread_local std::vector<std::byte> scratch;
+  if (scratch.size() < bytes) scratch.resize(bytes);
+  return scratch.data();
+}
+
+RowsKernelArgs MakeArgs(const float* x, int m, const quant::WeightMatrix& w, float* y,
+                        bool accumulate) {
+  RowsKernelArgs args;
+  args.m = m;
+  args.w = &w;
+  args.y = y;
+  args.ldy = w.rows;
+  args.accumulate = accumulate;
+  args.act_row_bytes = ActivationRowBytes(w.type, w.cols);
+  if (ActivationFormatFor(w.type) == ActivationFormat::kF32) {
+    args.act = reinterpret_cast<const std::byte*>(x);
+  } else {
+    std::byte* act = ActivationScratch(args.act_row_bytes * static_cast<std::size_t>(m));
+    PrepareActivations(w.type, x, m, w.cols, act);
+    args.act = act;
+  }
+  return args;
+}
+
+}  // namespace
+
+ActivationFormat ActivationFormatFor(GgmlType type) noexcept {
+  switch (type) {
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+      return ActivationFormat::kQ8Block32;
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+      return ActivationFormat::kQ8K;
+    default:
+      return ActivationFormat::kF32;
+  }
+}
+
+std::size_t ActivationRowBytes(GgmlType type, int cols) noexcept {
+  const auto n = static_cast<std::size_t>(cols);
+  switch (ActivationFormatFor(type)) {
+    case ActivationFormat::kQ8Block32:
+      return n / kQk32 * sizeof(ActQ8Block32);
+    case ActivationFormat::kQ8K:
+      return n / kQkK * sizeof(BlockQ8_K);
+    case ActivationFormat::kF32:
+      break;
+  }
+  return n * sizeof(float);
+}
+
+void PrepareActivations(GgmlType type, const float* x, int m, int cols, std::byte* out) noexcept {
+  const std::size_t row_bytes = ActivationRowBytes(type, cols);
+  for (int i = 0; i < m; ++i) {
+    const float* xi = x + static_cast<std::size_t>(i) * static_cast<std::size_t>(cols);
+    std::byte* dst = out + static_cast<std::size_t>(i) * row_bytes;
+    switch (ActivationFormatFor(type)) {
+      case ActivationFormat::kQ8Block32:
+        quant::QuantizeActivationsQ8(xi, cols, reinterpret_cast<ActQ8Block32*>(dst));
+        break;
+      case ActivationFormat::kQ8K:
+        quant::QuantizeActivationsQ8_K(xi, cols, reinterpret_cast<BlockQ8_K*>(dst));
+        break;
+      case ActivationFormat::kF32:
+        std::memcpy(dst, xi, row_bytes);
+        break;
+    }
+  }
+}
+
+const QuantKernel& ScalarKernel(GgmlType type) noexcept {
+  const QuantKernel& k = ScalarTable()[Index(type) < kTableSize ? Index(type) : 0];
+  MTR_CHECK(k.rows != nullptr, "no kernel for this weight type");
+  return k;
+}
+
+const QuantKernel& ActiveKernel(GgmlType type) noexcept {
+  const QuantKernel& k = ActiveTable()[Index(type) < kTableSize ? Index(type) : 0];
+  MTR_CHECK(k.rows != nullptr, "no kernel for this weight type");
+  return k;
+}
+
+void MatMul(const float* x, int m, const quant::WeightMatrix& w, float* y,
+            bool accumulate) noexcept {
+  MTR_DCHECK(quant::RowBytes(w.type, w.cols) != 0 || w.cols == 0,
+             "MatMul: cols not a whole number of blocks");
+  if (m <= 0 || w.rows <= 0) return;
+  if (w.type == GgmlType::kF32 && w.row_bytes == static_cast<std::size_t>(w.cols) * sizeof(float)) {
+    MatMulTransposedB(x, m, w.cols, reinterpret_cast<const float*>(w.data), w.rows, y, accumulate);
+    return;
+  }
+  const RowsKernelArgs args = MakeArgs(x, m, w, y, accumulate);
+  ParallelOverRowTiles(ActiveKernel(w.type), args, w.rows);
+}
+
+void MatMulRowsScalar(const float* x, int m, const quant::WeightMatrix& w, float* y,
+                      bool accumulate, int row_begin, int row_end) noexcept {
+  if (m <= 0 || row_begin >= row_end) return;
+  const RowsKernelArgs args = MakeArgs(x, m, w, y, accumulate);
+  ScalarKernel(w.type).rows(args, row_begin, row_end);
+}
+
+}  // namespace metronome::kernels

@@ -1,0 +1,84 @@
+// y = x W^T for weight matrices in their stored ggml type (quant/weight_matrix.h), batched over
+// 1..many activation rows: y[m, w.rows] (+)= x[m, w.cols] W^T, y row-major with w.rows columns.
+//
+// How a product runs (MatMul):
+//   1. F32 weights go to oneDNN's sgemm (gemm.h), unchanged.
+//   2. Otherwise x is prepared once for the weight type's dot product (ActivationFormatFor):
+//      fp32 rows as they are (F16/BF16 weights), ActQ8Block32 per 32 elements (Q8_0, Q4_0, Q4_1,
+//      Q5_0, Q5_1), BlockQ8_K per 256 (Q4_K, Q5_K, Q6_K).
+//   3. The output rows are split into tiles (the one parallel split: ParallelOverRowTiles) and
+//      each tile runs the type's RowsKernel for all m activation rows, so each weight block is
+//      read once per tile of activation rows.
+//
+// Kernels per type: a function table (QuantKernelTable) chosen once, at first use, from the CPU's
+// features. The portable scalar kernels (this file's .cc) are the reference: integer dot products
+// per block (int32 sums), scaled and accumulated in fp32, in the same order for every CPU. They
+// are exact products of the dequantised weights with the quantised activations, up to fp32
+// accumulation order; the error against an fp32 GEMM of the dequantised weights therefore comes
+// from the activation quantisation alone (half a step of max|x|/127 per element).
+// THE SEAM for faster kernels: SelectKernels() in quant_matmul.cc starts from the scalar table and
+// overrides the entries a CPU can run faster (e.g. AVX-512 VNNI / BF16 versions in
+// quant_matmul_avx512*.cc); a kernel must match the scalar one within the fp32 accumulation
+// tolerance (the tests compare them).
+//
+// Thread-safety: the kernels are pure functions of their arguments; MatMul uses the OpenMP team
+// (gemm.h's SetNumThreads) and a per-thread scratch buffer for the prepared activations.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+#include "metronome/quant/ggml_type.h"
+#include "metronome/quant/weight_matrix.h"
+
+namespace metronome::kernels {
+
+// y[m, w.rows] = x[m, w.cols] W^T (accumulate = false) or += (accumulate = true), any computable
+// type. Preconditions: w.cols a multiple of the type's block size; x, y do not alias.
+void MatMul(const float* x, int m, const quant::WeightMatrix& w, float* y,
+            bool accumulate) noexcept;
+
+// The single-threaded reference: output columns [row_begin, row_end) of y (all m rows), through
+// the scalar kernels regardless of the CPU (F32 too: a plain fp32 dot). For tests and as the
+// definition the fast kernels are checked against.
+void MatMulRowsScalar(const float* x, int m, const quant::WeightMatrix& w, float* y,
+                      bool accumulate, int row_begin, int row_end) noexcept;
+
+// ---- the per-type kernel interface (for kernel implementations and their tests) ----
+
+enum class ActivationFormat {
+  kF32,        // the fp32 rows of x themselves (F32, F16, BF16 weights)
+  kQ8Block32,  // quant::ActQ8Block32 per 32 elements (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1)
+  kQ8K,        // quant::BlockQ8_K per 256 elements (Q4_K, Q5_K, Q6_K)
+};
+[[nodiscard]] ActivationFormat ActivationFormatFor(quant::GgmlType type) noexcept;
+// Bytes of one prepared activation row of `cols` elements for weights of `type`.
+[[nodiscard]] std::size_t ActivationRowBytes(quant::GgmlType type, int cols) noexcept;
+// Prepares m rows of x (row stride cols) into `out` (m * ActivationRowBytes bytes, any alignment
+// of 4). For kF32 it copies.
+void PrepareActivations(quant::GgmlType type, const float* x, int m, int cols,
+                        std::byte* out) noexcept;
+
+struct RowsKernelArgs {
+  const std::byte* act = nullptr;  // m prepared rows, act_row_bytes apart
+  std::size_t act_row_bytes = 0;
+  int m = 0;
+  const quant::WeightMatrix* w = nullptr;
+  float* y = nullptr;  // [m, ldy]; the kernel writes columns [row_begin, row_end)
+  int ldy = 0;
+  bool accumulate = false;
+};
+// Computes y[i, r] (+)= dot(act row i, W row r) for all i < m, r in [row_begin, row_end).
+using RowsKernel = void (*)(const RowsKernelArgs& args, int row_begin, int row_end);
+
+struct QuantKernel {
+  RowsKernel rows = nullptr;
+  std::string_view name;  // "scalar", "avx512-vnni", ... (printed by benchmarks)
+};
+
+// The scalar kernel of a computable type (always available).
+[[nodiscard]] const QuantKernel& ScalarKernel(quant::GgmlType type) noexcept;
+// The kernel MatMul uses for `type` on this CPU (selected once).
+[[nodiscard]] const QuantKernel& ActiveKernel(quant::GgmlType type) noexcept;
+
+}  // namespace metronome::kernels
