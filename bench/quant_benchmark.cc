@@ -248,7 +248,7 @@ void BM_Prefill(benchmark::State& state) {
                                                      benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_Prefill)
-    ->ArgsProduct({{3, 4, 8, 10}, {16, 32, 64, 128, 256, 512}, {0, 1}})
+    ->ArgsProduct({{3, 4, 8, 10}, {1, 4, 16, 32, 64, 128, 256, 512}, {0, 1}})
     ->ArgNames({"type", "m", "dequant"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
