@@ -186,8 +186,9 @@ void BM_DecodeWeights(benchmark::State& state) {
   const GgmlType type = kTypes[state.range(0)];
   const int m = static_cast<int>(state.range(1));
   if (!Supported(type, state)) return;
+  // F32 does not go through the kernel table: MatMul hands it to oneDNN.
   state.SetLabel(std::string(quant::Name(type)) + " " +
-                 std::string(kernels::ActiveKernel(type).name));
+                 std::string(type == GgmlType::kF32 ? "onednn" : kernels::ActiveKernel(type).name));
   const double bw = BandwidthGBps();
   const double peak = PeakGflops();
   const ModelWeights& w = Weights(type);
