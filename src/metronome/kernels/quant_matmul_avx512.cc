@@ -162,19 +162,24 @@ template <class W, int MT, int NT>
 void Tile32(const ActPair* act, int pairs, int blocks, const typename W::Block* const* wrow,
             float* y, int ldy, bool accumulate) noexcept {
   __m512 acc[MT][NT];
+#pragma GCC unroll 8
   for (auto& row : acc) {
+#pragma GCC unroll 8
     for (auto& a : row) a = _mm512_setzero_ps();
   }
   for (int p = 0; p < pairs; ++p) {
     const int b0 = 2 * p;
     const int b1 = b0 + 1 < blocks ? b0 + 1 : b0;  // odd count: re-read b0; its activation is 0
     UnpackedPair w[NT];
+#pragma GCC unroll 8
     for (int j = 0; j < NT; ++j) w[j] = W::Unpack(wrow[j] + b0, wrow[j] + b1);
+#pragma GCC unroll 8
     for (int i = 0; i < MT; ++i) {
       const ActPair& a = act[static_cast<std::ptrdiff_t>(i) * pairs + p];
       const __m512i q = _mm512_load_si512(a.qs);
       const __m512 da = _mm512_load_ps(a.da);
       const __m512 ca = _mm512_load_ps(a.ca);
+#pragma GCC unroll 8
       for (int j = 0; j < NT; ++j) {
         const __m512 dot =
             _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w[j].u, q));
@@ -187,7 +192,9 @@ void Tile32(const ActPair* act, int pairs, int blocks, const typename W::Block* 
       }
     }
   }
+#pragma GCC unroll 8
   for (int i = 0; i < MT; ++i) {
+#pragma GCC unroll 8
     for (int j = 0; j < NT; ++j) {
       Put(y + static_cast<std::ptrdiff_t>(i) * ldy + j, accumulate,
           _mm512_reduce_add_ps(acc[i][j]));
@@ -286,6 +293,7 @@ inline void ScalesK4(const std::uint8_t* scales, float d, float dmin, UnpackedSu
     sc[j] = d * static_cast<float>(s);
     mn[j] = -dmin * static_cast<float>(mi);
   }
+#pragma GCC unroll 8
   for (int c = 0; c < 4; ++c) _mm512_store_ps(out->ws[c], Halves(sc[2 * c], sc[2 * c + 1]));
   const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
   _mm512_store_ps(out->wm, _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(mn))));
@@ -301,6 +309,7 @@ inline __m512i NibblesK(const std::uint8_t* qs32) noexcept {
 struct Q4_KW {
   using Block = quant::BlockQ4_K;
   static void Unpack(const Block& b, UnpackedSuper* out) noexcept {
+#pragma GCC unroll 8
     for (int c = 0; c < 4; ++c) _mm512_store_si512(out->u[c], NibblesK(b.qs + 32 * c));
     ScalesK4(b.scales, Half(b.d), Half(b.dmin), out);
   }
@@ -311,6 +320,7 @@ struct Q5_KW {
   static void Unpack(const Block& b, UnpackedSuper* out) noexcept {
     const __m512i qh =
         _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)));
+#pragma GCC unroll 8
     for (int c = 0; c < 4; ++c) {
       // Element 64 c + l takes bit 2 c of qh[l]; element 64 c + 32 + l bit 2 c + 1.
       const __m512i bit = _mm512_mask_blend_epi8(0xFFFFFFFF00000000ull,
@@ -344,6 +354,7 @@ struct Q6_KW {
     const __m512 s = _mm512_mul_ps(_mm512_set1_ps(Half(b.d)),
                                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
                                        reinterpret_cast<const __m128i*>(b.scales)))));
+#pragma GCC unroll 8
     for (int c = 0; c < 4; ++c) {
       const __m512i idx = _mm512_add_epi32(
           _mm512_set1_epi32(4 * c),
@@ -359,21 +370,28 @@ template <class W, int MT, int NT>
 void TileK(const std::byte* act, std::size_t act_row_bytes, int supers,
            const typename W::Block* const* wrow, float* y, int ldy, bool accumulate) noexcept {
   __m512 acc[MT][NT];
+#pragma GCC unroll 8
   for (auto& row : acc) {
+#pragma GCC unroll 8
     for (auto& a : row) a = _mm512_setzero_ps();
   }
   UnpackedSuper w[NT];
   for (int s = 0; s < supers; ++s) {
+#pragma GCC unroll 8
     for (int j = 0; j < NT; ++j) W::Unpack(wrow[j][s], &w[j]);
+#pragma GCC unroll 8
     for (int i = 0; i < MT; ++i) {
       const quant::BlockQ8_K& a = reinterpret_cast<const quant::BlockQ8_K*>(
           act + static_cast<std::size_t>(i) * act_row_bytes)[s];
       __m512 t[NT];
       const __m512 bsums = _mm512_cvtepi32_ps(
           _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsums))));
+#pragma GCC unroll 8
       for (int j = 0; j < NT; ++j) t[j] = _mm512_mul_ps(_mm512_load_ps(w[j].wm), bsums);
+#pragma GCC unroll 8
       for (int c = 0; c < 4; ++c) {
         const __m512i q = _mm512_loadu_si512(a.qs + 64 * c);
+#pragma GCC unroll 8
         for (int j = 0; j < NT; ++j) {
           const __m512i dot =
               _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_load_si512(w[j].u[c]), q);
@@ -381,10 +399,13 @@ void TileK(const std::byte* act, std::size_t act_row_bytes, int supers,
         }
       }
       const __m512 da = _mm512_set1_ps(a.d);
+#pragma GCC unroll 8
       for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_fmadd_ps(t[j], da, acc[i][j]);
     }
   }
+#pragma GCC unroll 8
   for (int i = 0; i < MT; ++i) {
+#pragma GCC unroll 8
     for (int j = 0; j < NT; ++j) {
       Put(y + static_cast<std::ptrdiff_t>(i) * ldy + j, accumulate,
           _mm512_reduce_add_ps(acc[i][j]));
@@ -475,8 +496,10 @@ void DequantizeK(const void* w, int rows, int k, float* out) noexcept {
     for (int sb = 0; sb < supers; ++sb) {
       W::Unpack(wb[static_cast<std::ptrdiff_t>(r) * supers + sb], &s);
       float* o = out + static_cast<std::ptrdiff_t>(r) * k + static_cast<std::ptrdiff_t>(sb) * kQkK;
+#pragma GCC unroll 8
       for (int c = 0; c < 4; ++c) {
         const __m512i u = _mm512_load_si512(s.u[c]);
+#pragma GCC unroll 8
         for (int t = 0; t < 4; ++t) {
           StoreQuarter(u, t, s.ws[c][4 * t], s.wm[4 * c + t], o + 64 * c + 16 * t);
         }

@@ -28,20 +28,27 @@ template <int MT, int NT>
 void TileBf16(const std::uint16_t* xb, int kpad, int k, const std::uint16_t* const* wrow, float* y,
               int ldy, bool accumulate) noexcept {
   __m512 acc[MT][NT];
+#pragma GCC unroll 8
   for (auto& row : acc) {
+#pragma GCC unroll 8
     for (auto& a : row) a = _mm512_setzero_ps();
   }
   for (int i0 = 0; i0 < kpad; i0 += kBf16Step) {
     const int left = k - i0;
     const __mmask32 mask = left >= kBf16Step ? ~__mmask32{0} : (__mmask32{1} << left) - 1;
     __m512i w[NT];
+#pragma GCC unroll 8
     for (int j = 0; j < NT; ++j) w[j] = _mm512_maskz_loadu_epi16(mask, wrow[j] + i0);
+#pragma GCC unroll 8
     for (int i = 0; i < MT; ++i) {
       const __m512i xv = _mm512_load_si512(xb + static_cast<std::ptrdiff_t>(i) * kpad + i0);
+#pragma GCC unroll 8
       for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], AsBh(w[j]), AsBh(xv));
     }
   }
+#pragma GCC unroll 8
   for (int i = 0; i < MT; ++i) {
+#pragma GCC unroll 8
     for (int j = 0; j < NT; ++j) {
       float& out = y[static_cast<std::ptrdiff_t>(i) * ldy + j];
       const float v = _mm512_reduce_add_ps(acc[i][j]);
@@ -57,7 +64,9 @@ template <int MT, int NT>
 void TileF16(const float* x, std::ptrdiff_t ldx, int k, const std::uint16_t* const* wrow, float* y,
              int ldy, bool accumulate) noexcept {
   __m512 acc[MT][NT];
+#pragma GCC unroll 8
   for (auto& row : acc) {
+#pragma GCC unroll 8
     for (auto& a : row) a = _mm512_setzero_ps();
   }
   for (int i0 = 0; i0 < k; i0 += kF16Step) {
@@ -65,15 +74,20 @@ void TileF16(const float* x, std::ptrdiff_t ldx, int k, const std::uint16_t* con
     const __mmask16 mask = left >= kF16Step ? static_cast<__mmask16>(0xFFFF)
                                             : static_cast<__mmask16>((1u << left) - 1);
     __m512 w[NT];
+#pragma GCC unroll 8
     for (int j = 0; j < NT; ++j) {
       w[j] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, wrow[j] + i0));
     }
+#pragma GCC unroll 8
     for (int i = 0; i < MT; ++i) {
       const __m512 xv = _mm512_maskz_loadu_ps(mask, x + i * ldx + i0);
+#pragma GCC unroll 8
       for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_fmadd_ps(w[j], xv, acc[i][j]);
     }
   }
+#pragma GCC unroll 8
   for (int i = 0; i < MT; ++i) {
+#pragma GCC unroll 8
     for (int j = 0; j < NT; ++j) {
       float& out = y[static_cast<std::ptrdiff_t>(i) * ldy + j];
       const float v = _mm512_reduce_add_ps(acc[i][j]);
@@ -155,6 +169,7 @@ void Bf16Rows(const RowsKernelArgs& a, int row_begin, int row_end) {
   }
   WeightTiles(row_begin, row_end, [&]<int NT>(int j) {
     const std::uint16_t* rows[NT];
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) rows[t] = reinterpret_cast<const std::uint16_t*>(w.Row(j + t));
     RowTiles<NT>(m, [&]<int MT, int NT2>(int r) {
       TileBf16<MT, NT2>(xb + static_cast<std::ptrdiff_t>(r) * kpad, kpad, k, rows,
@@ -171,6 +186,7 @@ void F16Rows(const RowsKernelArgs& a, int row_begin, int row_end) {
   const auto ldx = static_cast<std::ptrdiff_t>(a.act_row_bytes / sizeof(float));
   WeightTiles(row_begin, row_end, [&]<int NT>(int j) {
     const std::uint16_t* rows[NT];
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) rows[t] = reinterpret_cast<const std::uint16_t*>(w.Row(j + t));
     RowTiles<NT>(a.m, [&]<int MT, int NT2>(int r) {
       TileF16<MT, NT2>(x + r * ldx, ldx, k, rows, a.y + static_cast<std::ptrdiff_t>(r) * a.ldy + j,
