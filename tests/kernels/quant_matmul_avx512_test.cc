@@ -359,7 +359,7 @@ TEST(Avx512KernelTable, CoversEveryComputableTypeButF32) {
   EXPECT_EQ(ActiveKernel(GgmlType::kQ4_K).name, "avx512-vnni");
 }
 
-// The kernel MatMul runs (AVX-512 here) against the scalar reference on real data: fp32 weights
+// The table's kernel (AVX-512 here) against the scalar reference on real data: fp32 weights
 // quantised by QuantizeRow, activations prepared by PrepareActivations, random shapes.
 TEST(Avx512KernelTable, ActiveKernelEqualsScalarReference) {
   if (!CpuHasAvx512Vnni()) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/VNNI";
@@ -387,7 +387,10 @@ TEST(Avx512KernelTable, ActiveKernelEqualsScalarReference) {
       std::vector<float> want(static_cast<std::size_t>(s.m) * s.n);
       std::vector<float> got(want.size());
       MatMulRowsScalar(x.data(), s.m, mat, want.data(), false, 0, s.n);
-      MatMul(x.data(), s.m, mat, got.data(), false);
+      std::vector<std::uint8_t> act(ActivationRowBytes(t, k) * s.m);
+      PrepareActivations(t, x.data(), s.m, k, reinterpret_cast<std::byte*>(act.data()));
+      RunRows(ActiveKernel(t), act.data(), ActivationRowBytes(t, k), s.m, mat, got.data(), s.n,
+              false, 0, s.n);
       // Bound: fp32 rounding of sums of k terms of size |x| max|w| (and of the offset terms,
       // of the same size); a wrong index or scale is off by O(result).
       for (int r = 0; r < s.m; ++r) {
@@ -402,6 +405,49 @@ TEST(Avx512KernelTable, ActiveKernelEqualsScalarReference) {
           ASSERT_NEAR(got[at], want[at], std::fabs(tol))
               << quant::Name(t) << " m=" << s.m << " n=" << s.n << " k=" << k;
         }
+      }
+    }
+  }
+}
+
+// Prefill rows (m >= 32) go through dequantised tiles and sgemm: y must equal the fp32 product of
+// the dequantised weights with unquantised x (no activation quantisation on this path).
+TEST(PrefillPath, ManyRowsEqualDequantisedFp32Gemm) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (const GgmlType t :
+       {GgmlType::kQ8_0, GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kBF16}) {
+    const int m = 40;
+    const int n = 70;  // not a multiple of the row tile
+    const int k = 512;
+    std::vector<float> wf(static_cast<std::size_t>(n) * k);
+    std::vector<float> x(static_cast<std::size_t>(m) * k);
+    for (float& v : wf) v = g(rng);
+    for (float& v : x) v = g(rng);
+    const std::size_t row_bytes = quant::RowBytes(t, k);
+    std::vector<std::uint8_t> w(row_bytes * n);
+    std::vector<float> wd(wf.size());
+    for (int r = 0; r < n; ++r) {
+      quant::QuantizeRow(t, wf.data() + static_cast<std::size_t>(r) * k, k,
+                         w.data() + r * row_bytes);
+      quant::DequantizeRow(t, w.data() + r * row_bytes, k,
+                           wd.data() + static_cast<std::size_t>(r) * k);
+    }
+    const quant::WeightMatrix mat = quant::MakeWeightMatrix(t, n, k, w.data());
+    std::vector<float> y(static_cast<std::size_t>(m) * n, 1.0f);
+    MatMul(x.data(), m, mat, y.data(), true);
+    for (int i = 0; i < m; ++i) {
+      for (int j = 0; j < n; ++j) {
+        double want = 1.0;
+        double mag = 0.0;
+        for (int e = 0; e < k; ++e) {
+          const double p = static_cast<double>(x[static_cast<std::size_t>(i) * k + e]) *
+                           wd[static_cast<std::size_t>(j) * k + e];
+          want += p;
+          mag += std::fabs(p);
+        }
+        ASSERT_NEAR(y[static_cast<std::size_t>(i) * n + j], want, 1e-5 * mag + 1e-6)
+            << quant::Name(t) << " row " << i << " col " << j;
       }
     }
   }

@@ -252,6 +252,46 @@ void ParallelOverRowTiles(const QuantKernel& kernel, const RowsKernelArgs& args,
   }
 }
 
+// ---- prefill: dequantised tiles of W through oneDNN's sgemm ----
+
+// From this many activation rows on, dequantising W to fp32 tile by tile and running sgemm is
+// faster than the per-block integer kernels (their dot-product form reduces every output and
+// unpacks every block once per tile of 8 rows; sgemm's micro-kernel amortises better). Measured
+// crossover 16-32 rows for Q8_0/Q4_0/Q4_K, 32-64 for Q6_K (docs/performance.md, "Prefill").
+constexpr int kDequantGemmMinRows = 32;
+
+void DequantizeTile(const quant::WeightMatrix& w, int begin, int count, float* out) noexcept {
+  static const bool avx512 = CpuHasAvx512Vnni();
+  const bool fast = avx512 && ActivationFormatFor(w.type) != ActivationFormat::kF32;
+  for (int i = 0; i < count; ++i) {
+    float* o = out + static_cast<std::size_t>(i) * static_cast<std::size_t>(w.cols);
+    if (fast) {
+      avx512::DequantizeRows(w.type, w.Row(begin + i), 1, w.cols, o);
+    } else {
+      quant::DequantizeRow(w.type, w.Row(begin + i), w.cols, o);
+    }
+  }
+}
+
+// A RowsKernel on fp32 activations (args.act = x): W's rows [row_begin, row_end) dequantised, then
+// one sgemm for all m rows. Inside ParallelOverRowTiles oneDNN runs on the calling thread alone.
+void RowsDequantGemm(const RowsKernelArgs& a, int row_begin, int row_end) {
+  const quant::WeightMatrix& w = *a.w;
+  const int count = row_end - row_begin;
+  thread_local std::vector<float> wt;
+  thread_local std::vector<float> yt;
+  wt.resize(static_cast<std::size_t>(count) * static_cast<std::size_t>(w.cols));
+  yt.resize(static_cast<std::size_t>(a.m) * static_cast<std::size_t>(count));
+  DequantizeTile(w, row_begin, count, wt.data());
+  MatMulTransposedB(reinterpret_cast<const float*>(a.act), a.m, w.cols, wt.data(), count, yt.data(),
+                    false);
+  for (int i = 0; i < a.m; ++i) {
+    float* dst = a.y + static_cast<std::size_t>(i) * static_cast<std::size_t>(a.ldy) + row_begin;
+    const float* src = yt.data() + static_cast<std::size_t>(i) * static_cast<std::size_t>(count);
+    for (int j = 0; j < count; ++j) dst[j] = a.accumulate ? dst[j] + src[j] : src[j];
+  }
+}
+
 // Per-calling-thread storage of the prepared activations (grows to the largest product seen).
 std::byte* ActivationScratch(std::size_t bytes) {
   thread_local std::vector<std::byte> scratch;
@@ -348,6 +388,18 @@ void MatMul(const float* x, int m, const quant::WeightMatrix& w, float* y,
   if (m <= 0 || w.rows <= 0) return;
   if (w.type == GgmlType::kF32 && w.row_bytes == static_cast<std::size_t>(w.cols) * sizeof(float)) {
     MatMulTransposedB(x, m, w.cols, reinterpret_cast<const float*>(w.data), w.rows, y, accumulate);
+    return;
+  }
+  if (m >= kDequantGemmMinRows) {
+    RowsKernelArgs args;
+    args.act = reinterpret_cast<const std::byte*>(x);
+    args.act_row_bytes = static_cast<std::size_t>(w.cols) * sizeof(float);
+    args.m = m;
+    args.w = &w;
+    args.y = y;
+    args.ldy = w.rows;
+    args.accumulate = accumulate;
+    ParallelOverRowTiles({RowsDequantGemm, "dequant+sgemm"}, args, w.rows);
     return;
   }
   const RowsKernelArgs args = MakeArgs(x, m, w, y, accumulate);

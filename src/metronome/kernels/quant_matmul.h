@@ -9,6 +9,8 @@
 //   3. The output rows are split into tiles (the one parallel split: ParallelOverRowTiles) and
 //      each tile runs the type's RowsKernel for all m activation rows, so each weight block is
 //      read once per tile of activation rows.
+//   4. Prefill (m >= 32 rows, the measured crossover): each tile of W is dequantised to fp32 and
+//      multiplied by oneDNN's sgemm instead (x unquantised), over the same split.
 //
 // Kernels per type: a function table (QuantKernelTable) chosen once, at first use, from the CPU's
 // features. The portable scalar kernels (this file's .cc) are the reference: integer dot products
