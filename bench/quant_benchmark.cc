@@ -9,9 +9,10 @@
 //    K-quants need k % 256 == 0: matrices with k = 576 take llama.cpp's fallback type (Q4_K ->
 //    Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0), only the down projections (k = 1536) are K-quant, as in a
 //    `_K_M` file of this shape. F32 runs through oneDNN (kernels::MatMulTransposedB).
-//  * BM_Prefill/type/m/path: the down projection (1536 -> 576) for m rows, path 0 = the integer
-//    kernel, path 1 = dequantise W to fp32 (DequantizeRows) + oneDNN sgemm: the crossover row count
-//    of the prefill dispatch. Counter rows_per_s.
+//  * BM_Prefill/type/m/dequant: the down projection (1536 -> 576) for m rows, dequant 0 = the
+//    kernel table's integer kernel (activation preparation included), 1 = W dequantised to fp32
+//    (DequantizeRows) + oneDNN sgemm: the crossover row count behind MatMul's prefill dispatch
+//    (kDequantGemmMinRows). Counter rows_per_s.
 // Weight and activation contents are synthetic (valid scales, arbitrary codes): speed does not
 // depend on the values; tests/kernels checks the results.
 // Run: build/ci/bench/quant_benchmark --benchmark_repetitions=3 --benchmark_min_time=0.3s
@@ -230,6 +231,15 @@ void BM_Prefill(benchmark::State& state) {
   std::vector<float> y(static_cast<std::size_t>(m) * kDim);
   std::vector<float> wf(static_cast<std::size_t>(kDim) * kFfn);
   const std::size_t row_bytes = w.bytes / kDim;
+  const quant::WeightMatrix wm = quant::MakeWeightMatrix(w.type, kDim, kFfn, w.data.get());
+  std::vector<std::byte> act(kernels::ActivationRowBytes(type, kFfn) * static_cast<std::size_t>(m));
+  kernels::RowsKernelArgs args;
+  args.act = act.data();
+  args.act_row_bytes = kernels::ActivationRowBytes(type, kFfn);
+  args.m = m;
+  args.w = &wm;
+  args.y = y.data();
+  args.ldy = kDim;
   for (auto _ : state) {
     if (dequant) {
 #pragma omp parallel for schedule(static)
@@ -239,7 +249,11 @@ void BM_Prefill(benchmark::State& state) {
       }
       kernels::MatMulTransposedB(x.data(), m, kFfn, wf.data(), kDim, y.data(), false);
     } else {
-      MatMul(w, x, m, y.data());
+      // The table's integer kernel for every m (MatMul itself switches to dequant+sgemm at 32).
+      kernels::PrepareActivations(type, x.data(), m, kFfn, act.data());
+      const kernels::QuantKernel& kernel = kernels::ActiveKernel(type);
+#pragma omp parallel for schedule(static)
+      for (int r = 0; r < kDim; r += 16) kernel.rows(args, r, std::min(kDim, r + 16));
     }
     benchmark::DoNotOptimize(y.data());
   }
