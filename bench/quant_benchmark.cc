@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "metronome/base/half.h"
@@ -172,6 +173,17 @@ const ModelWeights& Weights(GgmlType type) {
   return w;
 }
 
+// What MatMul runs for m rows of `type`: F32 goes to oneDNN, prefill rows of quantised types to
+// dequant+sgemm, the rest to the kernel table.
+std::string PathName(GgmlType type, int m) {
+  if (type == GgmlType::kF32) return "onednn";
+  if (m >= kernels::kDequantGemmMinRows &&
+      kernels::ActivationFormatFor(type) != kernels::ActivationFormat::kF32) {
+    return "dequant+sgemm";
+  }
+  return std::string(kernels::ActiveKernel(type).name);
+}
+
 bool Supported(GgmlType type, benchmark::State& state) {
   const bool ok = type == GgmlType::kF32 || (type == GgmlType::kBF16 ? kernels::CpuHasAvx512Bf16()
                                                                      : kernels::CpuHasAvx512Vnni());
@@ -187,9 +199,7 @@ void BM_DecodeWeights(benchmark::State& state) {
   const GgmlType type = kTypes[state.range(0)];
   const int m = static_cast<int>(state.range(1));
   if (!Supported(type, state)) return;
-  // F32 does not go through the kernel table: MatMul hands it to oneDNN.
-  state.SetLabel(std::string(quant::Name(type)) + " " +
-                 std::string(type == GgmlType::kF32 ? "onednn" : kernels::ActiveKernel(type).name));
+  state.SetLabel(std::string(quant::Name(type)) + " " + PathName(type, m));
   const double bw = BandwidthGBps();
   const double peak = PeakGflops();
   const ModelWeights& w = Weights(type);

@@ -410,14 +410,14 @@ TEST(Avx512KernelTable, ActiveKernelEqualsScalarReference) {
   }
 }
 
-// Prefill rows (m >= 32) go through dequantised tiles and sgemm: y must equal the fp32 product of
-// the dequantised weights with unquantised x (no activation quantisation on this path).
+// Prefill rows (m >= kDequantGemmMinRows) of quantised types run dequantised tiles and sgemm: y
+// must equal the fp32 product of the dequantised weights with unquantised x (no activation
+// quantisation on this path).
 TEST(PrefillPath, ManyRowsEqualDequantisedFp32Gemm) {
   std::mt19937 rng(11);
   std::normal_distribution<float> g(0.0f, 1.0f);
-  for (const GgmlType t :
-       {GgmlType::kQ8_0, GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kBF16}) {
-    const int m = 40;
+  for (const GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    const int m = kDequantGemmMinRows + 7;
     const int n = 70;  // not a multiple of the row tile
     const int k = 512;
     std::vector<float> wf(static_cast<std::size_t>(n) * k);

@@ -254,18 +254,11 @@ void ParallelOverRowTiles(const QuantKernel& kernel, const RowsKernelArgs& args,
 
 // ---- prefill: dequantised tiles of W through oneDNN's sgemm ----
 
-// From this many activation rows on, dequantising W to fp32 tile by tile and running sgemm is
-// faster than the per-block integer kernels (their dot-product form reduces every output and
-// unpacks every block once per tile of 8 rows; sgemm's micro-kernel amortises better). Measured
-// crossover 16-32 rows for Q8_0/Q4_0/Q4_K, 32-64 for Q6_K (docs/performance.md, "Prefill").
-constexpr int kDequantGemmMinRows = 32;
-
 void DequantizeTile(const quant::WeightMatrix& w, int begin, int count, float* out) noexcept {
   static const bool avx512 = CpuHasAvx512Vnni();
-  const bool fast = avx512 && ActivationFormatFor(w.type) != ActivationFormat::kF32;
   for (int i = 0; i < count; ++i) {
     float* o = out + static_cast<std::size_t>(i) * static_cast<std::size_t>(w.cols);
-    if (fast) {
+    if (avx512) {
       avx512::DequantizeRows(w.type, w.Row(begin + i), 1, w.cols, o);
     } else {
       quant::DequantizeRow(w.type, w.Row(begin + i), w.cols, o);
@@ -390,7 +383,7 @@ void MatMul(const float* x, int m, const quant::WeightMatrix& w, float* y,
     MatMulTransposedB(x, m, w.cols, reinterpret_cast<const float*>(w.data), w.rows, y, accumulate);
     return;
   }
-  if (m >= kDequantGemmMinRows) {
+  if (m >= kDequantGemmMinRows && ActivationFormatFor(w.type) != ActivationFormat::kF32) {
     RowsKernelArgs args;
     args.act = reinterpret_cast<const std::byte*>(x);
     args.act_row_bytes = static_cast<std::size_t>(w.cols) * sizeof(float);
