@@ -1,5 +1,6 @@
 // metronome bench-decode: N sessions prefilled to C tokens, then K batched decode steps; reports
-// throughput and the fraction of this machine's fp32 GEMM peak measured in the same run.
+// throughput, the fraction of this machine's fp32 GEMM peak and its read bandwidth, both measured
+// in the same run.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,6 +12,7 @@
 #include "metronome/cli/commands.h"
 #include "metronome/cli/common.h"
 #include "metronome/kernels/gemm.h"
+#include "metronome/kernels/memory_bandwidth.h"
 #include "metronome/kernels/vector_ops.h"
 
 namespace metronome::cli {
@@ -117,6 +119,7 @@ int RunBench(const BenchFlags& f) {
     }
   }
   const double peak = kernels::MeasureGemmPeakGflops(f.peak_n, 5);
+  const double bandwidth = kernels::MeasureReadBandwidthGBps();
   const double med_ms = Median(step_ms);
   const double med_gflops = Median(step_gflops);
   const auto* kv0 = eng.session_kv(ids[0]);
@@ -140,6 +143,9 @@ int RunBench(const BenchFlags& f) {
   std::printf("fp32 GEMM peak GFLOP/s %.1f (in-run sgemm %dx%dx%d)\n", peak, f.peak_n, f.peak_n,
               f.peak_n);
   std::printf("peak fraction %.2f\n", med_gflops / peak);
+  // The roofline denominator: a decode step reads every weight byte once, so tok/s is at most
+  // sessions * bandwidth / weight bytes per step.
+  std::printf("read bandwidth GB/s %.1f (in-run 1 GiB streaming read)\n", bandwidth);
   std::printf(
       "kv resident per session %lld blocks = %s (bound %s), pool used %lld / %lld blocks "
       "(%s / %s), freed by window %lld\n",
