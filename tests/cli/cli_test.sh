@@ -63,6 +63,7 @@ out="$("$bin" bench-decode --model synthetic:tiny --sessions 4 --context 32 --st
   --window 16 --sinks 2)"
 check "bench-decode reports a peak fraction" grep -Eq "^peak fraction [0-9.]+$" <<<"$out"
 check "bench-decode reports tokens/s" grep -q "decode tokens/s" <<<"$out"
+check "bench-decode reports the read bandwidth" grep -Eq "^read bandwidth GB/s [0-9.]+ " <<<"$out"
 
 out="$("$bin" demo --sessions 4 --steps 40)"
 check "demo prints per-session lines and pool use" grep -q "KV pool used" <<<"$out"
