@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "metronome/base/half.h"
+#include "metronome/kernels/cpu_features.h"
 #include "metronome/kv/session_kv.h"
 
 namespace metronome::kernels {

@@ -1,7 +1,8 @@
 // metronome bench-decode: N sessions prefilled to C tokens, then K batched decode steps; reports
-// throughput and the fraction of this machine's fp32 GEMM peak measured in the same run. With
-// --cotenant N the same decode measurement runs again with N busy processes on the machine, and the
-// ratio to the quiet figure is printed (how the engine holds up when it does not own the cores).
+// throughput, the fraction of this machine's fp32 GEMM peak and its read bandwidth, both measured
+// in the same run. With --cotenant N the same decode measurement runs again with N busy processes
+// on the machine, and the ratio to the quiet figure is printed (how the engine holds up when it
+// does not own the cores).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "metronome/cli/commands.h"
 #include "metronome/cli/common.h"
 #include "metronome/kernels/gemm.h"
+#include "metronome/kernels/memory_bandwidth.h"
 #include "metronome/kernels/vector_ops.h"
 
 namespace metronome::cli {
@@ -140,6 +142,7 @@ int RunBench(const BenchFlags& f) {
   if (const int rc = decode(&quiet); rc != 0) return rc;
   const std::vector<double>& step_ms = quiet.step_ms;
   const double peak = kernels::MeasureGemmPeakGflops(f.peak_n, 5);
+  const double bandwidth = kernels::MeasureReadBandwidthGBps();
   const double med_ms = Median(step_ms);
   const double med_gflops = Median(quiet.step_gflops);
   const auto* kv0 = eng.session_kv(ids[0]);
@@ -169,6 +172,9 @@ int RunBench(const BenchFlags& f) {
   std::printf("fp32 GEMM peak GFLOP/s %.1f (in-run sgemm %dx%dx%d)\n", peak, f.peak_n, f.peak_n,
               f.peak_n);
   std::printf("peak fraction %.2f\n", med_gflops / peak);
+  // The roofline denominator: a decode step reads every weight byte once, so tok/s is at most
+  // sessions * bandwidth / weight bytes per step.
+  std::printf("read bandwidth GB/s %.1f (in-run 1 GiB streaming read)\n", bandwidth);
   std::printf(
       "kv resident per session %lld blocks = %s (bound %s), pool used %lld / %lld blocks "
       "(%s / %s), freed by window %lld\n",

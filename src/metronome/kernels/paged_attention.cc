@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "metronome/base/check.h"
+#include "metronome/kernels/cpu_features.h"
 #include "metronome/kernels/internal/attention_loop.h"
 #include "metronome/kernels/vector_ops.h"
 
@@ -35,15 +36,6 @@ const char* ToString(AttentionImpl impl) {
       return "avx512-bf16-rounded-q";
   }
   return "?";
-}
-
-bool CpuHasAvx512Bf16() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool has = __builtin_cpu_supports("avx512bf16") != 0;
-  return has;
-#else
-  return false;
-#endif
 }
 
 namespace {

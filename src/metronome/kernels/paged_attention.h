@@ -45,8 +45,6 @@ enum class AttentionImpl : std::uint8_t {
 };
 [[nodiscard]] const char* ToString(AttentionImpl impl);
 
-// Whether this CPU (checked once, CPUID) supports the AVX512_BF16 instructions.
-[[nodiscard]] bool CpuHasAvx512Bf16() noexcept;
 // Whether `impl` can run here for this shape and pool dtype (kAuto and kPortable always can).
 [[nodiscard]] bool AttentionImplAvailable(AttentionImpl impl, const AttentionShape& shape,
                                           kv::KvDtype dtype) noexcept;

@@ -8,7 +8,10 @@
 
 #include "metronome/base/check.h"
 #include "metronome/base/half.h"
+#include "metronome/base/thread_pool.h"
+#include "metronome/kernels/cpu_features.h"
 #include "metronome/kernels/gemm.h"
+#include "metronome/kernels/quant_matmul_avx512.h"
 #include "metronome/quant/blocks.h"
 #include "metronome/quant/codec.h"
 #include "metronome/quant/unpack.h"
@@ -218,6 +221,13 @@ const KernelTable& ScalarTable() {
 // checking the CPU's features (e.g. `if (__builtin_cpu_supports("avx512vnni")) ...`).
 KernelTable SelectKernels() {
   KernelTable t = ScalarTable();
+  if (CpuHasAvx512Vnni()) {
+    const bool bf16 = CpuHasAvx512Bf16();
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      const QuantKernel k = avx512::Kernel(static_cast<GgmlType>(i), bf16);
+      if (k.rows != nullptr) t[i] = k;
+    }
+  }
   return t;
 }
 
@@ -242,15 +252,51 @@ struct PartWork {
 
 // Runs every part's row tiles; the only place the output rows are split over threads.
 void ParallelOverRowTiles(std::span<const PartWork> parts, int tiles, double macs) {
+  // A product too small to be worth waking the team is one chunk: the pool runs it inline.
   const bool parallel = tiles > 1 && macs >= kMinParallelMacs;
-#pragma omp parallel for if (parallel) schedule(static)
-  for (int t = 0; t < tiles; ++t) {
-    std::size_t p = 0;
-    while (p + 1 < parts.size() && parts[p + 1].first_tile <= t) ++p;
-    const PartWork& part = parts[p];
-    const int begin = (t - part.first_tile) * kRowTile;
-    const int end = std::min(begin + kRowTile, part.rows);
-    part.kernel->rows(part.args, begin, end);
+  base::DefaultThreadPool().ParallelFor(
+      tiles, parallel ? 1 : tiles, [parts](std::int64_t t0, std::int64_t t1) {
+        for (auto t = static_cast<int>(t0); t < static_cast<int>(t1); ++t) {
+          std::size_t p = 0;
+          while (p + 1 < parts.size() && parts[p + 1].first_tile <= t) ++p;
+          const PartWork& part = parts[p];
+          const int begin = (t - part.first_tile) * kRowTile;
+          const int end = std::min(begin + kRowTile, part.rows);
+          part.kernel->rows(part.args, begin, end);
+        }
+      });
+}
+
+// ---- prefill: dequantised tiles of W through oneDNN's sgemm ----
+
+void DequantizeTile(const quant::WeightMatrix& w, int begin, int count, float* out) noexcept {
+  static const bool avx512 = CpuHasAvx512Vnni();
+  for (int i = 0; i < count; ++i) {
+    float* o = out + static_cast<std::size_t>(i) * static_cast<std::size_t>(w.cols);
+    if (avx512) {
+      avx512::DequantizeRows(w.type, w.Row(begin + i), 1, w.cols, o);
+    } else {
+      quant::DequantizeRow(w.type, w.Row(begin + i), w.cols, o);
+    }
+  }
+}
+
+// A RowsKernel on fp32 activations (args.act = x): W's rows [row_begin, row_end) dequantised, then
+// one sgemm for all m rows. Inside ParallelOverRowTiles oneDNN runs on the calling thread alone.
+void RowsDequantGemm(const RowsKernelArgs& a, int row_begin, int row_end) {
+  const quant::WeightMatrix& w = *a.w;
+  const int count = row_end - row_begin;
+  thread_local std::vector<float> wt;
+  thread_local std::vector<float> yt;
+  wt.resize(static_cast<std::size_t>(count) * static_cast<std::size_t>(w.cols));
+  yt.resize(static_cast<std::size_t>(a.m) * static_cast<std::size_t>(count));
+  DequantizeTile(w, row_begin, count, wt.data());
+  MatMulTransposedB(reinterpret_cast<const float*>(a.act), a.m, w.cols, wt.data(), count, yt.data(),
+                    false);
+  for (int i = 0; i < a.m; ++i) {
+    float* dst = a.y + static_cast<std::size_t>(i) * static_cast<std::size_t>(a.ldy) + row_begin;
+    const float* src = yt.data() + static_cast<std::size_t>(i) * static_cast<std::size_t>(count);
+    for (int j = 0; j < count; ++j) dst[j] = a.accumulate ? dst[j] + src[j] : src[j];
   }
 }
 
@@ -380,8 +426,22 @@ void MatMul(const float* x, int m, std::span<const quant::WeightMatrix> parts, f
                         accumulate, ldy);
       continue;
     }
-    work[num_work++] = {&ActiveKernel(w.type), MakeArgs(x, m, w, y_part, ldy, accumulate, prepared),
-                        w.rows, tiles};
+    if (m >= kDequantGemmMinRows && ActivationFormatFor(w.type) != ActivationFormat::kF32) {
+      // Prefill: tiles of W dequantised and multiplied by sgemm on the unquantised x.
+      static const QuantKernel kDequantGemm{RowsDequantGemm, "dequant+sgemm"};
+      RowsKernelArgs args;
+      args.act = reinterpret_cast<const std::byte*>(x);
+      args.act_row_bytes = static_cast<std::size_t>(w.cols) * sizeof(float);
+      args.m = m;
+      args.w = &w;
+      args.y = y_part;
+      args.ldy = ldy;
+      args.accumulate = accumulate;
+      work[num_work++] = {&kDequantGemm, args, w.rows, tiles};
+    } else {
+      work[num_work++] = {&ActiveKernel(w.type),
+                          MakeArgs(x, m, w, y_part, ldy, accumulate, prepared), w.rows, tiles};
+    }
     tiles += (w.rows + kRowTile - 1) / kRowTile;
     macs += static_cast<double>(m) * w.rows * w.cols;
   }

@@ -9,6 +9,9 @@
 //   3. The output rows are split into tiles (the one parallel split: ParallelOverRowTiles) and
 //      each tile runs the type's RowsKernel for all m activation rows, so each weight block is
 //      read once per tile of activation rows.
+//   4. Prefill (m >= kDequantGemmMinRows) with integer-kernel weights: each tile of W is
+//      dequantised to fp32 and multiplied by oneDNN's sgemm instead (x unquantised), over the same
+//      split. F16/BF16 keep their kernels (widening is as cheap as dequantising).
 //
 // Kernels per type: a function table (QuantKernelTable) chosen once, at first use, from the CPU's
 // features. The portable scalar kernels (this file's .cc) are the reference: integer dot products
@@ -33,6 +36,13 @@
 #include "metronome/quant/weight_matrix.h"
 
 namespace metronome::kernels {
+
+// From this many activation rows on, MatMul multiplies quantised weights by dequantising tiles of W
+// to fp32 and running oneDNN's sgemm instead of the per-block integer kernels (their dot-product
+// form reduces every output and unpacks every block once per tile of 8 rows; sgemm's micro-kernel
+// amortises better). Measured crossover: 16-32 rows for Q8_0/Q4_0/Q4_K, 32-64 for Q6_K
+// (docs/performance.md, "Prefill: integer kernels vs dequantised sgemm").
+inline constexpr int kDequantGemmMinRows = 32;
 
 // y[m, w.rows] = x[m, w.cols] W^T (accumulate = false) or += (accumulate = true), any computable
 // type. Preconditions: w.cols a multiple of the type's block size; x, y do not alias.

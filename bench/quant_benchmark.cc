@@ -1,0 +1,283 @@
+// Weight kernels per stored type on the smol-135m shape (30 layers of qkv 576->960, o 576->576,
+// gate_up 576->3072, down 1536->576, plus the tied logits 576->49152):
+//  * BM_DecodeWeights/type/m: every projection of one decode step for m rows (m sessions, one
+//    token each), on the threads of OpenMP, weights read from memory once per step. Counters:
+//    tok_per_s, weight_MB (per step), GB_per_s, roofline_fraction (weight bytes per second over
+//    the read bandwidth measured in this process, bandwidth_GBps), GFLOP_per_s and peak_fraction
+//    (over the in-process fp32 GEMM peak, peak_GFLOPs). Matmuls only: no attention, norms or
+//    activation quantisation, so tok_per_s is the ceiling the weight kernels put on a decode step.
+//    K-quants need k % 256 == 0: matrices with k = 576 take llama.cpp's fallback type (Q4_K ->
+//    Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0), only the down projections (k = 1536) are K-quant, as in a
+//    `_K_M` file of this shape. F32 runs through oneDNN (kernels::MatMulTransposedB).
+//  * BM_Prefill/type/m/dequant: the down projection (1536 -> 576) for m rows, dequant 0 = the
+//    kernel table's integer kernel (activation preparation included), 1 = W dequantised to fp32
+//    (DequantizeRows) + oneDNN sgemm: the crossover row count behind MatMul's prefill dispatch
+//    (kDequantGemmMinRows). Counter rows_per_s.
+// Weight and activation contents are synthetic (valid scales, arbitrary codes): speed does not
+// depend on the values; tests/kernels checks the results.
+// Run: build/ci/bench/quant_benchmark --benchmark_repetitions=3 --benchmark_min_time=0.3s
+//        --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "metronome/base/half.h"
+#include "metronome/kernels/cpu_features.h"
+#include "metronome/kernels/gemm.h"
+#include "metronome/kernels/memory_bandwidth.h"
+#include "metronome/kernels/quant_matmul.h"
+#include "metronome/kernels/quant_matmul_avx512.h"
+#include "metronome/quant/blocks.h"
+#include "metronome/quant/ggml_type.h"
+#include "metronome/quant/weight_matrix.h"
+
+namespace {
+
+namespace kernels = metronome::kernels;
+namespace avx512 = metronome::kernels::avx512;
+namespace quant = metronome::quant;
+using quant::GgmlType;
+
+double PeakGflops() {
+  static const double peak = kernels::MeasureGemmPeakGflops(1536, 5);
+  return peak;
+}
+double BandwidthGBps() {
+  static const double bw = kernels::MeasureReadBandwidthGBps(std::size_t{1} << 30, 5);
+  return bw;
+}
+
+struct AlignedFree {
+  void operator()(std::uint8_t* p) const noexcept { ::operator delete[](p, std::align_val_t{64}); }
+};
+using Bytes = std::unique_ptr<std::uint8_t[], AlignedFree>;
+Bytes AllocBytes(std::size_t n) { return Bytes(new (std::align_val_t{64}) std::uint8_t[n]); }
+
+// Synthetic weights: arbitrary codes (xorshift), every f16 scale a small normal number.
+void Fill(GgmlType type, std::uint8_t* p, std::size_t bytes) {
+  std::uint64_t s = 0x9e3779b97f4a7c15ULL;
+  for (std::size_t i = 0; i < bytes; ++i) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    p[i] = static_cast<std::uint8_t>(s);
+  }
+  const auto& tr = quant::Traits(type);
+  const std::uint16_t scale = metronome::FloatToF16(0.01f);
+  const auto put = [&](std::size_t at) { std::memcpy(p + at, &scale, 2); };
+  for (std::size_t b = 0; b + tr.block_bytes <= bytes; b += tr.block_bytes) {
+    switch (type) {
+      case GgmlType::kF32: {
+        const float v = 0.01f;
+        std::memcpy(p + b, &v, 4);
+        break;
+      }
+      case GgmlType::kF16:
+      case GgmlType::kBF16:
+        put(b);
+        break;
+      case GgmlType::kQ8_0:
+      case GgmlType::kQ4_0:
+      case GgmlType::kQ5_0:
+        put(b);
+        break;
+      case GgmlType::kQ4_1:
+      case GgmlType::kQ5_1:
+      case GgmlType::kQ4_K:
+      case GgmlType::kQ5_K:
+        put(b);
+        put(b + 2);
+        break;
+      case GgmlType::kQ6_K:
+        put(b + offsetof(quant::BlockQ6_K, d));
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+// The type a matrix of row length k gets when the file asks for `wanted` (llama.cpp's fallback
+// for K-quants on rows that are not whole super-blocks).
+GgmlType TypeFor(GgmlType wanted, int k) {
+  if (k % static_cast<int>(quant::Traits(wanted).block_elems) == 0) return wanted;
+  switch (wanted) {
+    case GgmlType::kQ4_K:
+      return GgmlType::kQ5_0;
+    case GgmlType::kQ5_K:
+      return GgmlType::kQ5_1;
+    default:
+      return GgmlType::kQ8_0;
+  }
+}
+
+struct Matrix {
+  GgmlType type;
+  int n;
+  int k;
+  std::size_t bytes;
+  Bytes data;
+};
+
+Matrix MakeMatrix(GgmlType wanted, int n, int k) {
+  Matrix mat{TypeFor(wanted, k), n, k, 0, nullptr};
+  mat.bytes = *quant::TensorBytes(mat.type, static_cast<std::uint64_t>(n) * k);
+  mat.data = AllocBytes(mat.bytes);
+  Fill(mat.type, mat.data.get(), mat.bytes);
+  return mat;
+}
+
+// y[m, n] = x W^T through the engine's entry point (activation preparation, the kernel table, the
+// one parallel split).
+void MatMul(const Matrix& w, const std::vector<float>& x, int m, float* y) {
+  kernels::MatMul(x.data(), m, quant::MakeWeightMatrix(w.type, w.n, w.k, w.data.get()), y, false);
+}
+
+constexpr int kDim = 576;
+constexpr int kLayers = 30;
+constexpr int kQkv = 960;
+constexpr int kFfn = 1536;
+constexpr int kVocab = 49152;
+
+struct ModelWeights {
+  GgmlType type = GgmlType::kF32;
+  std::vector<Matrix> matrices;  // per layer: qkv, o, gate_up, down; then logits
+  std::size_t bytes = 0;
+  double params = 0.0;
+};
+
+// One model in memory at a time (an f32 copy is 540 MB).
+const ModelWeights& Weights(GgmlType type) {
+  static ModelWeights w;
+  if (w.type == type && !w.matrices.empty()) return w;
+  w.matrices.clear();
+  w.type = type;
+  w.bytes = 0;
+  w.params = 0.0;
+  for (int l = 0; l < kLayers; ++l) {
+    w.matrices.push_back(MakeMatrix(type, kQkv, kDim));
+    w.matrices.push_back(MakeMatrix(type, kDim, kDim));
+    w.matrices.push_back(MakeMatrix(type, 2 * kFfn, kDim));
+    w.matrices.push_back(MakeMatrix(type, kDim, kFfn));
+  }
+  w.matrices.push_back(MakeMatrix(type, kVocab, kDim));
+  for (const Matrix& mat : w.matrices) {
+    w.bytes += mat.bytes;
+    w.params += static_cast<double>(mat.n) * mat.k;
+  }
+  return w;
+}
+
+// What MatMul runs for m rows of `type`: F32 goes to oneDNN, prefill rows of quantised types to
+// dequant+sgemm, the rest to the kernel table.
+std::string PathName(GgmlType type, int m) {
+  if (type == GgmlType::kF32) return "onednn";
+  if (m >= kernels::kDequantGemmMinRows &&
+      kernels::ActivationFormatFor(type) != kernels::ActivationFormat::kF32) {
+    return "dequant+sgemm";
+  }
+  return std::string(kernels::ActiveKernel(type).name);
+}
+
+bool Supported(GgmlType type, benchmark::State& state) {
+  const bool ok = type == GgmlType::kF32 || (type == GgmlType::kBF16 ? kernels::CpuHasAvx512Bf16()
+                                                                     : kernels::CpuHasAvx512Vnni());
+  if (!ok) state.SkipWithError("CPU lacks the AVX-512 features of this kernel");
+  return ok;
+}
+
+const GgmlType kTypes[] = {GgmlType::kF32,  GgmlType::kBF16, GgmlType::kF16,  GgmlType::kQ8_0,
+                           GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                           GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+
+void BM_DecodeWeights(benchmark::State& state) {
+  const GgmlType type = kTypes[state.range(0)];
+  const int m = static_cast<int>(state.range(1));
+  if (!Supported(type, state)) return;
+  state.SetLabel(std::string(quant::Name(type)) + " " + PathName(type, m));
+  const double bw = BandwidthGBps();
+  const double peak = PeakGflops();
+  const ModelWeights& w = Weights(type);
+  const std::vector<float> x576(static_cast<std::size_t>(m) * kDim, 0.5f);
+  const std::vector<float> x1536(static_cast<std::size_t>(m) * kFfn, 0.5f);
+  std::vector<float> y(static_cast<std::size_t>(m) * kVocab);
+  for (auto _ : state) {
+    for (const Matrix& mat : w.matrices) {
+      MatMul(mat, mat.k == kDim ? x576 : x1536, m, y.data());
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  using C = benchmark::Counter;
+  state.counters["tok_per_s"] = C(m, C::kIsIterationInvariantRate);
+  state.counters["weight_MB"] = static_cast<double>(w.bytes) * 1e-6;
+  state.counters["GB_per_s"] = C(static_cast<double>(w.bytes) * 1e-9, C::kIsIterationInvariantRate);
+  state.counters["roofline_fraction"] =
+      C(static_cast<double>(w.bytes) * 1e-9 / bw, C::kIsIterationInvariantRate);
+  state.counters["bandwidth_GBps"] = bw;
+  state.counters["GFLOP_per_s"] = C(2.0 * m * w.params * 1e-9, C::kIsIterationInvariantRate);
+  state.counters["peak_fraction"] =
+      C(2.0 * m * w.params * 1e-9 / peak, C::kIsIterationInvariantRate);
+  state.counters["peak_GFLOPs"] = peak;
+}
+BENCHMARK(BM_DecodeWeights)
+    ->ArgsProduct({benchmark::CreateDenseRange(0, 10, 1), {1, 32}})
+    ->ArgNames({"type", "m"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+void BM_Prefill(benchmark::State& state) {
+  const GgmlType type = kTypes[state.range(0)];
+  const int m = static_cast<int>(state.range(1));
+  const bool dequant = state.range(2) != 0;
+  if (!Supported(type, state)) return;
+  state.SetLabel(std::string(quant::Name(type)) + (dequant ? " dequant+sgemm" : " int8"));
+  const Matrix w = MakeMatrix(type, kDim, kFfn);
+  const std::vector<float> x(static_cast<std::size_t>(m) * kFfn, 0.5f);
+  std::vector<float> y(static_cast<std::size_t>(m) * kDim);
+  std::vector<float> wf(static_cast<std::size_t>(kDim) * kFfn);
+  const std::size_t row_bytes = w.bytes / kDim;
+  const quant::WeightMatrix wm = quant::MakeWeightMatrix(w.type, kDim, kFfn, w.data.get());
+  std::vector<std::byte> act(kernels::ActivationRowBytes(type, kFfn) * static_cast<std::size_t>(m));
+  kernels::RowsKernelArgs args;
+  args.act = act.data();
+  args.act_row_bytes = kernels::ActivationRowBytes(type, kFfn);
+  args.m = m;
+  args.w = &wm;
+  args.y = y.data();
+  args.ldy = kDim;
+  for (auto _ : state) {
+    if (dequant) {
+#pragma omp parallel for schedule(static)
+      for (int r = 0; r < kDim; r += 16) {
+        avx512::DequantizeRows(type, w.data.get() + r * row_bytes, std::min(16, kDim - r), kFfn,
+                               wf.data() + static_cast<std::size_t>(r) * kFfn);
+      }
+      kernels::MatMulTransposedB(x.data(), m, kFfn, wf.data(), kDim, y.data(), false);
+    } else {
+      // The table's integer kernel for every m (MatMul itself switches to dequant+sgemm at 32).
+      kernels::PrepareActivations(type, x.data(), m, kFfn, act.data());
+      const kernels::QuantKernel& kernel = kernels::ActiveKernel(type);
+#pragma omp parallel for schedule(static)
+      for (int r = 0; r < kDim; r += 16) kernel.rows(args, r, std::min(kDim, r + 16));
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["rows_per_s"] =
+      benchmark::Counter(m, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP_per_s"] = benchmark::Counter(2.0 * m * kDim * kFfn * 1e-9,
+                                                     benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Prefill)
+    ->ArgsProduct({{3, 4, 8, 10}, {1, 4, 16, 32, 64, 128, 256, 512}, {0, 1}})
+    ->ArgNames({"type", "m", "dequant"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,40 @@
+// AVX-512 entries of the per-type kernel table (quant_matmul.h: RowsKernel, chosen once in
+// SelectKernels). Everything here may be called only after CpuHasAvx512Vnni() (cpu_features.h);
+// the scalar kernels stay the reference and the path on other CPUs.
+//
+// Integer paths (vpdpbusd, u8 x s8 -> s32, sums of 4 products): every weight block is unpacked to
+// unsigned bytes u = q + offset (Q8_0: q + 128, i.e. the sign bit flipped; Q4_0: the nibble,
+// offset 8; Q5_0: 5 bits, offset 16; Q6_K: 6 bits, offset 32; Q4_1/Q5_1/Q4_K/Q5_K: no offset, a
+// min term instead), so for one block with activation quants a_i (scale d_a)
+//   sum_i w_i x_i = d_w d_a sum_i u_i a_i - offset d_w d_a sum_i a_i   (+ m d_a sum_i a_i)
+// where sum_i a_i comes with the activations (ActQ8Block32::sum, BlockQ8_K::bsums). The integer
+// dot of a block is exact, so the result differs from the scalar kernel only by fp32 rounding of
+// scale products and summation order (the offset term is subtracted in fp32: the error bound is
+// relative to sum |x| (|w| + offset term), see tests/kernels/quant_matmul_avx512_test.cc).
+// Tiles: a weight block is unpacked once per tile of up to 4 activation rows and reused from
+// registers across them; the 2 weight rows of a tile (a few KB) stay in L1 while every row tile
+// passes over them, so each weight byte comes from memory once per product.
+// Floating paths: BF16 with vdpbf16ps on activations rounded to bf16 (nearest even) once per
+// call, products summed in fp32 (error: the activation rounding, relative ~2^-9 per product);
+// F16 widened 16 at a time with vcvtph2ps against fp32 activations, fp32 FMA.
+#pragma once
+
+#include "metronome/kernels/quant_matmul.h"
+#include "metronome/quant/ggml_type.h"
+
+namespace metronome::kernels::avx512 {
+
+// The AVX-512 kernel of `type` ({nullptr, ""} when there is none: F32, which oneDNN runs, and BF16
+// unless `bf16`, i.e. CpuHasAvx512Bf16()). Names: "avx512-vnni", "avx512-bf16", "avx512-f16c".
+[[nodiscard]] QuantKernel Kernel(quant::GgmlType type, bool bf16) noexcept;
+
+// W's rows [0, rows) of `k` elements (packed rows) as fp32 into out[rows, k], the values the
+// integer kernel multiplies with (d * u + offset/min term, one fp32 FMA): the prefill path's fp32
+// tile of W for sgemm. Requires a type with an "avx512-vnni" kernel.
+void DequantizeRows(quant::GgmlType type, const void* w, int rows, int k, float* out) noexcept;
+
+// The kernels themselves (RowsKernel signatures), for Kernel() and the tests.
+void Bf16Rows(const RowsKernelArgs& a, int row_begin, int row_end);
+void F16Rows(const RowsKernelArgs& a, int row_begin, int row_end);
+
+}  // namespace metronome::kernels::avx512
