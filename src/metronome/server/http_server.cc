@@ -17,6 +17,7 @@
 #include <variant>
 #include <vector>
 
+#include "metronome/base/errors.h"
 #include "metronome/server/dashboard_assets.h"
 
 namespace metronome::server {
@@ -152,9 +153,9 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     bool text = false;
   };
   struct SessionState {
-    // Declared in session.start; admission projected the session's KV with it, so an id frame
-    // may not carry more (text frames are tokenised here and may differ).
+    // Declared in session.start, for error messages (the engine enforces them).
     int tokens_per_frame = 0;
+    double period_ms = 0.0;
     std::unordered_map<std::int64_t, FrameInfo> pending;  // by the loop's frame index
     std::int64_t accepted = 0;
     std::int64_t results = 0;
@@ -231,14 +232,12 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     const kv::PositionMode pos = kv.positions == KvPositions::kRolling
                                      ? kv::PositionMode::kRolling
                                      : kv::PositionMode::kAbsolute;
-    std::optional<std::int64_t> max_context;
     if (kv.policy == KvPolicyKind::kWindow) {
       kv.window = r.kv.window.value_or(o.default_window);
       kv.sinks = r.kv.sinks.value_or(o.default_sinks);
       spec.policy = kv::KvPolicy::Window(kv.window, kv.sinks, pos);
     } else {
       spec.policy = kv::KvPolicy::Full();
-      if (o.full_kv_max_context > 0) max_context = o.full_kv_max_context;
     }
     if (r.prompt) {
       if (auto* ids = std::get_if<TokenIds>(&*r.prompt)) {
@@ -270,7 +269,7 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
                            .tokens_per_frame = spec.input_tokens_per_frame,
                            .output_tokens_per_frame = spec.output_tokens_per_frame,
                            .kv = kv,
-                           .max_context = max_context};
+                           .max_context = std::nullopt};
     ++pending_starts_;
     auto self = shared_from_this();
     // Set on the engine thread by `done`, read there by the sink: no lock needed.
@@ -308,8 +307,10 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
       }
       SessionState state;
       state.tokens_per_frame = started.tokens_per_frame;
+      state.period_ms = started.period_ms;
       sessions_.emplace(out.id, std::move(state));
       started.session = out.id;
+      if (out.max_context > 0) started.max_context = out.max_context;
       Send(started.Serialize());
     } else if (!out.error.empty()) {
       ProtocolError e = Error(ErrorCode::kBadField, "session.start: " + out.error);
@@ -350,34 +351,23 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
         fail(ErrorCode::kBadField, "frame: text has no tokens");
         return;
       }
-      const int cap = srv_->options.caps.max_tokens_per_frame;
-      if (static_cast<std::int64_t>(tokens.size()) > cap) {
-        fail(ErrorCode::kOverCap,
-             "frame: text has " + std::to_string(tokens.size()) +
-                 " tokens, more than max_tokens_per_frame = " + std::to_string(cap));
-        return;
-      }
     } else {
       tokens = std::move(std::get<TokenIds>(f.input));
-      const int declared = it->second.tokens_per_frame;
-      if (static_cast<std::int64_t>(tokens.size()) > declared) {
-        fail(ErrorCode::kOverCap,
-             "frame: ids has " + std::to_string(tokens.size()) +
-                 " tokens, more than the session's tokens_per_frame = " + std::to_string(declared));
-        return;
-      }
     }
+    // Ids and text alike: the engine refuses more tokens than the session declared (kTooMany).
+    const std::size_t count = tokens.size();
     auto self = shared_from_this();
-    srv_->service->SubmitFrame(f.session, std::move(tokens),
-                               [self, sid = f.session, index = f.index, text](SubmitOutcome out) {
-                                 net::post(self->strand_, [self, sid, index, text, out] {
-                                   self->OnSubmitted(sid, index, text, out);
-                                 });
-                               });
+    srv_->service->SubmitFrame(
+        f.session, std::move(tokens),
+        [self, sid = f.session, index = f.index, text, count](SubmitOutcome out) {
+          net::post(self->strand_, [self, sid, index, text, count, out] {
+            self->OnSubmitted(sid, index, text, count, out);
+          });
+        });
   }
 
   void OnSubmitted(std::uint64_t sid, std::optional<std::int64_t> index, bool text,
-                   SubmitOutcome out) {
+                   std::size_t count, SubmitOutcome out) {
     auto fail = [&](ErrorCode code, std::string message) {
       ProtocolError e = Error(code, std::move(message));
       e.session = sid;
@@ -394,6 +384,19 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
       case SubmitOutcome::kTooEarly:
         fail(ErrorCode::kFrameTooEarly,
              "frame: session " + std::to_string(sid) + " already has its frames waiting");
+        return;
+      case SubmitOutcome::kTooFast:
+        fail(ErrorCode::kFrameTooEarly,
+             "frame: session " + std::to_string(sid) + " sends faster than its period_ms = " +
+                 (it != sessions_.end() ? FormatValue(it->second.period_ms) : std::string("?")) +
+                 " (beyond the burst allowance)");
+        return;
+      case SubmitOutcome::kTooMany:
+        fail(ErrorCode::kOverCap,
+             std::string("frame: ") + (text ? "text" : "ids") + " has " + std::to_string(count) +
+                 " tokens, more than the session's tokens_per_frame = " +
+                 (it != sessions_.end() ? std::to_string(it->second.tokens_per_frame)
+                                        : std::string("?")));
         return;
       case SubmitOutcome::kUnknownSession:
         fail(ErrorCode::kUnknownSession,
