@@ -414,21 +414,24 @@ TEST(HttpServerTest, ATextFrameOverTheDeclaredTokenCountIsRefusedLikeIds) {
   o.caps.vocab_size = 512;
   testing::LoopbackServer s("static:4", /*blocks=*/256, o, tokenizer.get());
   Client c(s.port());
-  const std::string text(400, 'a');
-  const std::size_t tokens = tokenizer->Encode(text, /*add_bos=*/false).size();
-  ASSERT_GT(tokens, 2U) << "the text must take more tokens than the session declares";
   // A generous deadline: the accepted frame's outcome must not depend on the machine's load.
   const std::uint64_t id = c.Start({{"deadline_ms", 2000}});  // 2 tokens per frame
-  c.Send({{"type", "frame"}, {"session", id}, {"index", 1}, {"text", text}});
-  json e = c.Read();
-  EXPECT_EQ(e["type"], "error") << e.dump();
-  EXPECT_EQ(e["code"], "over_cap") << e.dump();
-  EXPECT_EQ(e["frame"], 1);
-  EXPECT_NE(e["message"].get<std::string>().find("text has " + std::to_string(tokens) +
-                                                 " tokens, more than the session's "
-                                                 "tokens_per_frame = 2"),
-            std::string::npos)
-      << e.dump();
+  // Short texts that take more than 2 tokens (tokenised, then counted), and a 20 KB one (refused
+  // by its length before tokenising: no 2 tokens can hold it).
+  for (const std::string& text :
+       {std::string("a a a a a"), std::string("x, y; z."), std::string(20000, 'a')}) {
+    ASSERT_GT(tokenizer->Encode(text, /*add_bos=*/false).size(), 2U) << text;
+    c.Send({{"type", "frame"}, {"session", id}, {"index", 1}, {"text", text}});
+    const json err = c.Read();
+    EXPECT_EQ(err["type"], "error") << err.dump();
+    EXPECT_EQ(err["code"], "over_cap") << err.dump();
+    EXPECT_EQ(err["frame"], 1);
+    EXPECT_NE(err["message"].get<std::string>().find("text has "), std::string::npos) << err.dump();
+    EXPECT_NE(err["message"].get<std::string>().find("the session's tokens_per_frame = 2"),
+              std::string::npos)
+        << err.dump();
+  }
+  json e;
   c.Send({{"type", "frame"}, {"session", id}, {"index", 2}, {"ids", {1, 2, 3}}});
   e = c.Read();
   EXPECT_EQ(e["code"], "over_cap") << e.dump();

@@ -70,6 +70,9 @@ struct HttpServer::Impl {
   telemetry::MetricsRegistry* registry;
   ServerOptions options;
   const model::Tokenizer* tokenizer;
+  // The most bytes of text one token stands for (its decoded bytes, +1 for a leading space a
+  // decoder may drop); 0 without a tokenizer. A text longer than n * this needs more than n tokens.
+  std::int64_t max_token_bytes = 0;
 
   // Declared before io: connections unregister while io's leftover handlers are destroyed.
   std::mutex mu;
@@ -88,6 +91,10 @@ struct HttpServer::Impl {
        const model::Tokenizer* t)
       : service(s), registry(r), options(o), tokenizer(t) {
     options.caps.max_message_bytes = options.max_message_bytes;
+    for (TokenId id = 0; tokenizer != nullptr && id < tokenizer->vocab_size(); ++id) {
+      max_token_bytes = std::max(
+          max_token_bytes, static_cast<std::int64_t>(tokenizer->DecodeToken(-1, id).size()) + 1);
+    }
   }
 
   // False when the server is stopping or (with `check`) at max_connections.
@@ -346,7 +353,19 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
              "frame: text needs a tokenizer and this server has none (send ids)");
         return;
       }
-      tokens = srv_->tokenizer->Encode(std::get<std::string>(f.input), /*add_bos=*/false);
+      // The declared count bounds the text's length too: a text that cannot fit is refused before
+      // the tokenizer spends time on it (BPE costs more than linear time in the length), so a
+      // client declaring 1 token per frame cannot make the network thread tokenise 64 KB texts.
+      const std::string& text_in = std::get<std::string>(f.input);
+      const std::int64_t max_bytes = it->second.tokens_per_frame * srv_->max_token_bytes;
+      if (static_cast<std::int64_t>(text_in.size()) > max_bytes) {
+        fail(ErrorCode::kOverCap,
+             "frame: text has " + std::to_string(text_in.size()) + " bytes, more than the " +
+                 "session's tokens_per_frame = " + std::to_string(it->second.tokens_per_frame) +
+                 " tokens can hold (" + std::to_string(max_bytes) + " bytes)");
+        return;
+      }
+      tokens = srv_->tokenizer->Encode(text_in, /*add_bos=*/false);
       if (tokens.empty()) {
         fail(ErrorCode::kBadField, "frame: text has no tokens");
         return;
