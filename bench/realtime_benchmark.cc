@@ -60,7 +60,8 @@ BENCHMARK(BM_SimulatedHour)
 class StepTimeTap final : public realtime::Backend {
  public:
   explicit StepTimeTap(realtime::Backend* inner) : inner_(inner) {}
-  realtime::BackendSessionId Open(const kv::KvPolicy& p, TokenPos max_context = 0) override {
+  realtime::BackendSessionId Open(const kv::KvPolicy& p,
+                                  metronome::TokenPos max_context = 0) override {
     return inner_->Open(p, max_context);
   }
   void Close(realtime::BackendSessionId id) override { inner_->Close(id); }
