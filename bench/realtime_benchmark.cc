@@ -60,7 +60,10 @@ BENCHMARK(BM_SimulatedHour)
 class StepTimeTap final : public realtime::Backend {
  public:
   explicit StepTimeTap(realtime::Backend* inner) : inner_(inner) {}
-  realtime::BackendSessionId Open(const kv::KvPolicy& p) override { return inner_->Open(p); }
+  realtime::BackendSessionId Open(const kv::KvPolicy& p,
+                                  metronome::TokenPos max_context = 0) override {
+    return inner_->Open(p, max_context);
+  }
   void Close(realtime::BackendSessionId id) override { inner_->Close(id); }
   double Step(std::span<const realtime::BackendItem> items,
               std::vector<realtime::BackendItemResult>* out) override {

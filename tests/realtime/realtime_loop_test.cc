@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 
 #include "metronome/base/errors.h"
 #include "metronome/model/model.h"
@@ -30,7 +31,8 @@ TEST(RealtimeLoopTest, FullKvStarvesAtThePredictedTimeAndRaisesMuteAlarms) {
   const int bt = 16;
   CostModelBackend backend({.c0_s = 0.002}, blocks, bt);
   ManualClock clock;
-  RealtimeLoop loop(&backend, &clock, {.mute_after_starved = 3});
+  RealtimeLoop loop(&backend, &clock,
+                    {.mute_after_starved = 3, .log_to_stderr = true, .pacing = {}});
   for (int i = 0; i < n; ++i) loop.AddSession(Spec(kv::KvPolicy::Full()));
   const double tokens_per_s = (3 + 1) / 0.080;
   const double r = tokens_per_s / (blocks * bt);
@@ -134,7 +136,7 @@ TEST(RealtimeLoopTest, ExternalFramesCarryTheirTokensAndArePacedBySubmission) {
   CostModelBackend backend({.c0_s = 0.003}, 1000, 16);
   ManualClock clock;
   RealtimeLoop loop(&backend, &clock);
-  SessionSpec spec = Spec(kv::KvPolicy::Window(64, 4), 1, 2);
+  SessionSpec spec = Spec(kv::KvPolicy::Window(64, 4), 3, 2);
   spec.external_frames = true;
   const RealtimeSessionId id = loop.AddSession(spec);
   std::vector<FrameRecord> got;
@@ -148,7 +150,8 @@ TEST(RealtimeLoopTest, ExternalFramesCarryTheirTokensAndArePacedBySubmission) {
   EXPECT_EQ(loop.SubmitFrame(id, {4}), RealtimeLoop::SubmitResult::kOk);
   EXPECT_EQ(loop.SubmitFrame(id, {5}), RealtimeLoop::SubmitResult::kTooEarly)
       << "two frames already waiting";
-  EXPECT_EQ(loop.SubmitFrame(id, {}), RealtimeLoop::SubmitResult::kEmpty);
+  EXPECT_EQ(loop.SubmitFrame(id, {}), RealtimeLoop::SubmitResult::kTooEarly)
+      << "the queue is checked first";
   EXPECT_EQ(loop.SubmitFrame(id + 1, {1}), RealtimeLoop::SubmitResult::kUnknownSession);
   const RealtimeSessionId clocked = loop.AddSession(Spec(kv::KvPolicy::Full()));
   EXPECT_EQ(loop.SubmitFrame(clocked, {1}), RealtimeLoop::SubmitResult::kNotExternal);
@@ -177,7 +180,7 @@ TEST(RealtimeLoopTest, AnExternalFrameStampedEarlierCountsItsQueueingDelay) {
   CostModelBackend backend({.c0_s = 0.003}, 1000, 16);
   ManualClock clock;
   RealtimeLoop loop(&backend, &clock);
-  SessionSpec spec = Spec(kv::KvPolicy::Window(64, 4), 1, 2);
+  SessionSpec spec = Spec(kv::KvPolicy::Window(64, 4), 3, 2);
   spec.external_frames = true;
   spec.deadline_ms = 40.0;
   const RealtimeSessionId id = loop.AddSession(spec);
@@ -245,7 +248,8 @@ TEST(RealtimeLoopTest, FullKvSessionAtItsContextLimitEndsWithAnError) {
   engine::Engine eng(m, eo);
   EngineBackend backend(&eng, {}, /*max_context=*/40);
   ManualClock clock;
-  RealtimeLoop loop(&backend, &clock, {.mute_after_starved = 3, .log_to_stderr = false});
+  RealtimeLoop loop(&backend, &clock,
+                    {.mute_after_starved = 3, .log_to_stderr = false, .pacing = {}});
   const RealtimeSessionId full = loop.AddSession(Spec(kv::KvPolicy::Full(), 7, 1));
   const RealtimeSessionId window = loop.AddSession(Spec(kv::KvPolicy::Window(16, 4), 7, 1));
   std::vector<std::pair<RealtimeSessionId, engine::StepStatus>> errors;
@@ -262,6 +266,131 @@ TEST(RealtimeLoopTest, FullKvSessionAtItsContextLimitEndsWithAnError) {
   EXPECT_EQ(loop.session_ids(), std::vector<RealtimeSessionId>{window});
   EXPECT_EQ(loop.stats().starved, 0);
   EXPECT_EQ(eng.pool_stats().num_sessions, 1) << "the ended session's blocks went back";
+}
+
+// The declared rate (FramePacing): an idle client may send burst_frames frames back to back, then
+// one per period; a refused frame changes nothing; more tokens than declared are refused too.
+TEST(RealtimeLoopTest, ExternalFramesFasterThanTheDeclaredPeriodAreRefusedBeyondTheBurst) {
+  CostModelBackend backend({.c0_s = 0.0}, 1000, 16);  // steps take no time: the clock is the test's
+  ManualClock clock;
+  RealtimeLoop loop(&backend, &clock);
+  SessionSpec spec = Spec(kv::KvPolicy::Window(64, 4), 2, 1);
+  spec.period_ms = 1000.0;
+  spec.external_frames = true;
+  spec.max_pending_frames = 64;  // the rate, not the queue, is what this test meets
+  const RealtimeSessionId id = loop.AddSession(spec);
+  // Default pacing at P = 1 s: tolerance max(3 P, 100 ms) = 3 s, 4 frames back to back.
+  ASSERT_EQ(FramePacing{}.Tolerance(std::chrono::seconds(1)), std::chrono::seconds(3));
+  EXPECT_EQ(loop.SubmitFrame(id, {}), RealtimeLoop::SubmitResult::kEmpty);
+  EXPECT_EQ(loop.SubmitFrame(id, {1, 2, 3}), RealtimeLoop::SubmitResult::kTooMany);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(loop.SubmitFrame(id, {1, 2}), RealtimeLoop::SubmitResult::kOk) << i;
+  }
+  EXPECT_EQ(loop.SubmitFrame(id, {1}), RealtimeLoop::SubmitResult::kTooFast);
+  clock.Advance(std::chrono::milliseconds(999));
+  EXPECT_EQ(loop.SubmitFrame(id, {1}), RealtimeLoop::SubmitResult::kTooFast);
+  clock.Advance(std::chrono::milliseconds(1));
+  EXPECT_EQ(loop.SubmitFrame(id, {1}), RealtimeLoop::SubmitResult::kOk);
+  EXPECT_EQ(loop.SubmitFrame(id, {1}), RealtimeLoop::SubmitResult::kTooFast);
+
+  // A hog sending every millisecond for 60 s gets the declared rate plus the burst, no more.
+  int accepted = 0;
+  for (int ms = 0; ms < 60000; ++ms) {
+    clock.Advance(std::chrono::milliseconds(1));
+    accepted += loop.SubmitFrame(id, {1}) == RealtimeLoop::SubmitResult::kOk ? 1 : 0;
+    loop.RunIteration();
+  }
+  EXPECT_EQ(accepted, 60);  // 1 per second: the burst was spent at t = 0
+}
+
+// A client on a drift-free clock whose frames reach the server up to the tolerance late (network
+// jitter, a stalled thread) is never refused: property over random delays.
+TEST(RealtimeLoopTest, JitterWithinTheToleranceIsNeverRefused) {
+  for (const double period_ms : {10.0, 40.0, 80.0, 1000.0}) {
+    CostModelBackend backend({.c0_s = 0.0001}, 1000, 16);
+    ManualClock clock;
+    RealtimeLoop loop(&backend, &clock);
+    SessionSpec spec = Spec(kv::KvPolicy::Window(64, 4), 1, 1);
+    spec.period_ms = period_ms;
+    spec.external_frames = true;
+    spec.max_pending_frames = 1024;
+    const RealtimeSessionId id = loop.AddSession(spec);
+    const Nanos period(std::llround(period_ms * 1e6));
+    const Nanos tolerance = FramePacing{}.Tolerance(period);
+    std::mt19937_64 rng(static_cast<std::uint64_t>(period_ms));
+    std::uniform_int_distribution<std::int64_t> delay(0, tolerance.count());
+    // Arrival i = i * P + delay_i, submitted in arrival order.
+    std::vector<Nanos> arrivals;
+    for (int i = 0; i < 2000; ++i) arrivals.push_back(period * i + Nanos(delay(rng)));
+    std::sort(arrivals.begin(), arrivals.end());
+    for (const Nanos a : arrivals) {
+      clock.SleepUntil(a);
+      ASSERT_EQ(loop.SubmitFrame(id, {1}, a), RealtimeLoop::SubmitResult::kOk)
+          << "period " << period_ms << " ms, arrival " << a.count() << " ns";
+      while (loop.RunIteration()) {
+      }
+    }
+  }
+}
+
+// An ended session leaves nothing in the loop: external sessions at once, clocked ones once their
+// next arrival time has passed; the 8192-token prompt is not kept either way.
+TEST(RealtimeLoopTest, EndedSessionsLeaveNothingBehind) {
+  CostModelBackend backend({.c0_s = 0.001}, 4096, 16);
+  ManualClock clock;
+  RealtimeLoop loop(&backend, &clock);
+  SessionSpec external = Spec(kv::KvPolicy::Window(64, 4), 2, 1);
+  external.external_frames = true;
+  external.prompt.assign(8192, 7);
+  SessionSpec clocked = Spec(kv::KvPolicy::Window(64, 4), 2, 1);
+  for (int i = 0; i < 100; ++i) {
+    const RealtimeSessionId a = loop.AddSession(external);
+    const RealtimeSessionId b = loop.AddSession(clocked);
+    ASSERT_EQ(loop.SubmitFrame(a, {1, 2}), RealtimeLoop::SubmitResult::kOk);
+    if (i % 2 == 0) loop.RunIteration();
+    loop.EndSession(a);
+    loop.EndSession(b);
+  }
+  LoopFootprint f = loop.footprint();
+  EXPECT_EQ(f.sessions, 0);
+  EXPECT_EQ(f.ready, 0);
+  // Clocked sessions whose next arrival has not come yet wait for their arrivals_ entry (emptied:
+  // no frames, no prompt); the external ones are gone.
+  EXPECT_GT(f.retired, 0);
+  EXPECT_LE(f.retired, 100);
+  EXPECT_EQ(backend.pool().used_blocks, 0);
+  loop.RunUntil(1.0);  // past every next arrival (period 80 ms)
+  f = loop.footprint();
+  EXPECT_EQ(f.retired, 0);
+  EXPECT_EQ(f.arrivals, 0);
+}
+
+// A full-KV session with a context budget (what the Supervisor sets from admission) ends with
+// kContextFull at it and never holds more than its blocks; a window session beside it goes on.
+TEST(RealtimeLoopTest, AFullKvSessionEndsAtItsContextBudget) {
+  CostModelBackend backend({.c0_s = 0.001}, 1000, 16);
+  ManualClock clock;
+  RealtimeLoop loop(&backend, &clock,
+                    {.mute_after_starved = 3, .log_to_stderr = false, .pacing = {}});
+  SessionSpec full = Spec(kv::KvPolicy::Full(), 3, 1);
+  full.max_context_tokens = 64;  // 4 blocks
+  const RealtimeSessionId id = loop.AddSession(full);
+  loop.AddSession(Spec(kv::KvPolicy::Window(16, 4), 3, 1));
+  std::int64_t peak = 0;
+  int errors = 0;
+  loop.on_session_error = [&](RealtimeSessionId s, double, engine::StepStatus status) {
+    EXPECT_EQ(s, id);
+    EXPECT_EQ(status, engine::StepStatus::kContextFull);
+    ++errors;
+  };
+  loop.on_frame = [&](const FrameRecord& r) {
+    if (r.session == id) peak = std::max(peak, r.resident_blocks);
+  };
+  loop.RunUntil(10.0);
+  EXPECT_EQ(errors, 1);
+  EXPECT_EQ(peak, 4);
+  EXPECT_EQ(loop.active_sessions(), 1);
+  EXPECT_EQ(loop.stats().starved, 0);
 }
 
 }  // namespace

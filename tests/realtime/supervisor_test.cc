@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <set>
+#include <vector>
+
 #include "metronome/base/errors.h"
 
 namespace metronome::realtime {
@@ -81,6 +85,102 @@ TEST(SupervisorTest, MaxSessionsIsAHardCapOverTheController) {
   SupervisorOptions bad = o;
   bad.max_sessions = -1;
   EXPECT_THROW(bad.Validate(), ConfigError);
+}
+
+// The attack of issue 11 (item 2) on the serving core, with the server's settings: a window
+// session admitted first, then as many full-KV hogs as memory admission lets in, each declaring a
+// 10 s period and 1 token per frame and submitting a frame every millisecond. What it shows:
+//   - with enforce_kv_budget and FramePacing (the server), no frame of anyone is ever starved or
+//     short (the pool never runs out: every session stays within what admission reserved), the
+//     victim is answered every frame, and hogs that reach their budget end with kContextFull;
+//   - with neither (burst allowance unbounded, no budget), the same hogs starve the victim: the
+//     scenario is one that can fail.
+struct HogRun {
+  std::int64_t victim_frames = 0;
+  std::int64_t victim_submitted = 0;
+  std::int64_t starved_or_short = 0;
+  std::int64_t hogs_admitted = 0;
+  std::int64_t hogs_ended_at_budget = 0;
+  std::int64_t peak_used_blocks = 0;
+};
+
+HogRun RunHogAttack(bool server_rules) {
+  CostModelBackend backend({.c0_s = 0.0002}, 64, 16);
+  ManualClock clock;
+  SupervisorOptions o;
+  o.admission = "memory";
+  // 30 s / 10 s = 3 frames of 1 + 1 tokens: a 1-block (16-token) budget per hog.
+  o.memory.full_mode_session_s = 30.0;
+  o.enforce_kv_budget = server_rules;
+  if (!server_rules) o.loop.pacing = {.burst_frames = 1024, .jitter_ms = 3.6e6};
+  o.log_to_stderr = false;
+  Supervisor sup(&backend, &clock, o);
+  sup.Start();
+  HogRun run;
+  SessionSpec victim_spec;
+  victim_spec.period_ms = 40.0;
+  victim_spec.input_tokens_per_frame = 2;
+  victim_spec.output_tokens_per_frame = 1;
+  victim_spec.policy = kv::KvPolicy::Window(64, 4);
+  victim_spec.external_frames = true;
+  const Supervisor::AdmitResult victim = sup.Admit(victim_spec, 0.0);
+  EXPECT_TRUE(victim.decision.admit);
+  SessionSpec hog_spec;
+  hog_spec.period_ms = 10000.0;
+  hog_spec.input_tokens_per_frame = 1;
+  hog_spec.output_tokens_per_frame = 1;
+  hog_spec.policy = kv::KvPolicy::Full();
+  hog_spec.external_frames = true;
+  std::set<RealtimeSessionId> hogs;
+  sup.on_frame = [&](const FrameRecord& r) {
+    if (r.session == victim.id) ++run.victim_frames;
+    if (r.outcome == FrameOutcome::kStarved || r.outcome == FrameOutcome::kShort) {
+      ++run.starved_or_short;
+    }
+  };
+  sup.on_session_error = [&](RealtimeSessionId id, double, engine::StepStatus status) {
+    EXPECT_TRUE(hogs.contains(id)) << "only hogs reach a limit";
+    if (status == engine::StepStatus::kContextFull) ++run.hogs_ended_at_budget;
+    hogs.erase(id);
+  };
+  constexpr int kMs = 60000;  // a minute of virtual time, one turn per millisecond
+  for (int ms = 0; ms < kMs; ++ms) {
+    const double now = sup.Now();
+    sup.Tick(now);
+    if (ms % 50 == 0) {  // a new hog asks every 50 ms; memory admission says when it fits
+      const Supervisor::AdmitResult h = sup.Admit(hog_spec, now);
+      if (h.decision.admit) {
+        hogs.insert(h.id);
+        ++run.hogs_admitted;
+      }
+    }
+    if (ms % 40 == 0) {
+      run.victim_submitted +=
+          sup.loop().SubmitFrame(victim.id, {1, 2}) == RealtimeLoop::SubmitResult::kOk;
+    }
+    for (const RealtimeSessionId h : std::vector<RealtimeSessionId>(hogs.begin(), hogs.end())) {
+      (void)sup.loop().SubmitFrame(h, {1});
+    }
+    sup.loop().RunIteration();
+    run.peak_used_blocks = std::max(run.peak_used_blocks, backend.pool().used_blocks);
+    const Nanos next(std::chrono::milliseconds(ms + 1));
+    if (clock.Now() < next) clock.SleepUntil(next);
+  }
+  return run;
+}
+
+TEST(SupervisorTest, FullKvHogsSendingBackToBackCannotTakeWhatAdmissionPromisedOthers) {
+  const HogRun guarded = RunHogAttack(/*server_rules=*/true);
+  EXPECT_GT(guarded.hogs_admitted, 10);
+  EXPECT_GT(guarded.hogs_ended_at_budget, 0) << "hogs reach their 16-token budget in ~40 s";
+  EXPECT_EQ(guarded.starved_or_short, 0);
+  EXPECT_GT(guarded.victim_submitted, 1000);
+  EXPECT_GE(guarded.victim_frames, guarded.victim_submitted - 2);  // 2 may still be in flight
+  EXPECT_LE(guarded.peak_used_blocks, 64);
+
+  const HogRun open = RunHogAttack(/*server_rules=*/false);
+  EXPECT_GT(open.starved_or_short, 0) << "without the rules the same hogs fill the pool";
+  EXPECT_EQ(open.hogs_ended_at_budget, 0);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The `serve` stack in-process for tests: the engine service on the cost-model backend (1 ms per
-// step, real clock) behind the HTTP/WebSocket server on an ephemeral loopback port, no tokenizer.
+// step, real clock) behind the HTTP/WebSocket server on an ephemeral loopback port, with the given
+// tokenizer (none by default).
 // Started in the constructor, drained and stopped in the destructor.
 #pragma once
 
@@ -30,11 +31,13 @@ struct LoopbackServer {
   server::EngineService service;
   server::HttpServer http;
 
+  // `tokenizer` (may be null: text frames and prompts are refused) must outlive the server.
   explicit LoopbackServer(const std::string& admission, std::int64_t blocks = 256,
-                          const server::ServerOptions& options = {})
+                          const server::ServerOptions& options = {},
+                          const model::Tokenizer* tokenizer = nullptr)
       : backend({.c0_s = 0.001}, blocks, 16),
         service(&backend, &clock, QuietSupervisor(admission), &registry),
-        http(&service, &registry, options, nullptr) {
+        http(&service, &registry, options, tokenizer) {
     http.Start();
   }
   ~LoopbackServer() {

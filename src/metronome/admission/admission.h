@@ -114,6 +114,10 @@ class AdmissionController {
 
   // Current session-count limit, or kNoLimit.
   [[nodiscard]] virtual std::int64_t limit() const = 0;
+  // Whether admission promises KV: it admits a session only when the pool, less what earlier
+  // sessions were promised, covers its request.projected_blocks (memory; aimd with kv_guard). Then
+  // the promise is a per-session budget the caller may hold sessions to.
+  [[nodiscard]] virtual bool reserves_kv() const { return false; }
   // Limit changes since the previous call, oldest first.
   virtual std::vector<LimitChange> TakeLimitChanges() { return {}; }
   // The controller and every parameter, e.g. "static(limit=8)".

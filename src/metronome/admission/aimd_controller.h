@@ -44,6 +44,7 @@ class AimdController final : public AdmissionController {
   void OnTick(double now_s, const SystemState& state) override;
 
   [[nodiscard]] std::int64_t limit() const override { return limit_; }
+  [[nodiscard]] bool reserves_kv() const override { return options_.kv_guard; }
   std::vector<LimitChange> TakeLimitChanges() override;
   [[nodiscard]] std::string Describe() const override;
 

@@ -20,6 +20,7 @@ class MemoryController final : public AdmissionController {
   // when sessions end or slide their windows).
   Decision Decide(const SessionRequest& request, const SystemState& state, double now_s) override;
   [[nodiscard]] std::int64_t limit() const override { return kNoLimit; }
+  [[nodiscard]] bool reserves_kv() const override { return true; }
   [[nodiscard]] std::string Describe() const override;
 
  private:

@@ -85,7 +85,6 @@ int RunServe(const ServeFlags& f) {
                                                             : server::KvPositions::kAbsolute;
   so2.caps.vocab_size = m.config.vocab_size;
   so2.caps.allow_full_kv = !f.no_full_kv;
-  so2.full_kv_max_context = backend.full_kv_context_limit();
   server::HttpServer http(&service, &registry, so2, m.tokenizer.get());
   http.Start();
 

@@ -587,7 +587,10 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
                           {"server_latency_ms", server_ms},
                           {"num_tokens", outputs}});
     }
-    if (phase == Phase::kDraining && outstanding.empty()) End();
+    if (phase == Phase::kDraining) {
+      if (outstanding.empty()) return End();
+      ArmDrainTimer();  // the server is still answering: give the next frame its time too
+    }
   }
 
   void OnError(const nlohmann::json& j) {
@@ -668,10 +671,16 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
     }
   }
 
-  // Stop sending; give outstanding frames until their deadline plus the grace, then end.
+  // Stop sending; wait for every outstanding frame, then end. The server answers a session's frames
+  // in order, each by its deadline (starved) or when computed (late): the drain ends early only if
+  // no answer comes for a deadline plus the grace (a server that stopped answering).
   void BeginEnd() {
     phase = Phase::kDraining;
     if (outstanding.empty()) return End();
+    ArmDrainTimer();
+  }
+
+  void ArmDrainTimer() {
     timer.expires_after(FromMs(st->deadline_ms + st->options.drain_grace_ms));
     timer.async_wait([self = shared_from_this()](beast::error_code ec) {
       if (!ec && self->phase == Phase::kDraining) self->End();

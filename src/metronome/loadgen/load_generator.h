@@ -70,8 +70,9 @@ struct LoadGenOptions {
   PayloadSource payload;
   bool binary_frames = true;  // id frames as binary messages (text frames are always JSON)
   int vocab = 0;              // random ids in [0, vocab); 0: ask the server (/v1/stats), else 256
-  // After the run (or a session's lifetime) a session waits this long for its outstanding frames
-  // before it sends session.end, ms past its deadline.
+  // After the run (or a session's lifetime) a session waits for its outstanding frames before it
+  // sends session.end, as long as the server keeps answering: it gives up when no answer came for
+  // the deadline plus this long, ms.
   double drain_grace_ms = 1000.0;
   double connect_timeout_s = 5.0;
   double sample_interval_s = 0.5;  // on_sample period

@@ -392,10 +392,7 @@ std::unique_ptr<Tokenizer> ReadGgufTokenizer(const GgufFile& g, const ModelConfi
 void ForEachGgufTensorShape(
     const ModelConfig& c,
     const std::function<void(const std::string&, const std::vector<std::uint64_t>&)>& fn) {
-  ForEachTensor(c, nullptr,
-                [&fn](const std::string& name, const std::vector<std::uint64_t>& shape, float*) {
-                  fn(name, shape);
-                });
+  for (const TensorSpec& t : RequiredTensors(c)) fn(t.name, t.shape);
 }
 
 }  // namespace internal

@@ -10,11 +10,13 @@ namespace metronome::realtime {
 CostModelBackend::CostModelBackend(const CostModel& cost, std::int64_t num_blocks, int block_tokens)
     : cost_(cost), pool_({1, 1, 1, block_tokens}, {.num_blocks = static_cast<int>(num_blocks)}) {}
 
-BackendSessionId CostModelBackend::Open(const kv::KvPolicy& policy) {
+BackendSessionId CostModelBackend::Open(const kv::KvPolicy& policy, TokenPos max_context) {
   policy.Validate();
   const BackendSessionId id = next_id_++;
-  sessions_.emplace(id, std::make_unique<kv::SessionKv>(&pool_, policy,
-                                                        std::numeric_limits<TokenPos>::max() / 4));
+  const bool limited = policy.mode == kv::KvMode::kFull && max_context > 0;
+  sessions_.emplace(
+      id, std::make_unique<kv::SessionKv>(
+              &pool_, policy, limited ? max_context : std::numeric_limits<TokenPos>::max() / 4));
   return id;
 }
 
@@ -73,11 +75,15 @@ EngineBackend::EngineBackend(engine::Engine* engine, const engine::SamplerOption
                              TokenPos max_context)
     : engine_(engine), sampler_(sampling), max_context_(max_context) {}
 
-BackendSessionId EngineBackend::Open(const kv::KvPolicy& policy) {
+BackendSessionId EngineBackend::Open(const kv::KvPolicy& policy, TokenPos max_context) {
   engine::SessionOptions so;
   so.policy = policy;
   // A window session streams for as long as it lives; only full KV has a context to run out of.
-  so.max_context = policy.mode == kv::KvMode::kFull ? max_context_ : 0;
+  if (policy.mode == kv::KvMode::kFull) {
+    const TokenPos limit = full_kv_context_limit();
+    so.max_context =
+        max_context > 0 && (limit <= 0 || max_context < limit) ? max_context : max_context_;
+  }
   return static_cast<BackendSessionId>(engine_->OpenSession(so));
 }
 

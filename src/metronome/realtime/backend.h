@@ -37,8 +37,9 @@ struct BackendItemResult {
 class Backend {
  public:
   virtual ~Backend() = default;
-  // Throws ConfigError for an invalid policy.
-  virtual BackendSessionId Open(const kv::KvPolicy& policy) = 0;
+  // Throws ConfigError for an invalid policy. `max_context` (full KV only): tokens the session may
+  // hold before Step answers kContextFull, below full_kv_context_limit() (0: that limit).
+  virtual BackendSessionId Open(const kv::KvPolicy& policy, TokenPos max_context = 0) = 0;
   virtual void Close(BackendSessionId id) = 0;
   // Runs one batched step; returns its duration in seconds (measured or modelled).
   virtual double Step(std::span<const BackendItem> items, std::vector<BackendItemResult>* out) = 0;
@@ -67,7 +68,7 @@ struct CostModel {
 class CostModelBackend final : public Backend {
  public:
   CostModelBackend(const CostModel& cost, std::int64_t num_blocks, int block_tokens);
-  BackendSessionId Open(const kv::KvPolicy& policy) override;
+  BackendSessionId Open(const kv::KvPolicy& policy, TokenPos max_context = 0) override;
   void Close(BackendSessionId id) override;
   double Step(std::span<const BackendItem> items, std::vector<BackendItemResult>* out) override;
   [[nodiscard]] engine::PoolStats pool() const override;
@@ -88,7 +89,7 @@ class EngineBackend final : public Backend {
   // max_context: context limit in tokens of full-KV sessions (0: the model's trained context).
   EngineBackend(engine::Engine* engine, const engine::SamplerOptions& sampling,
                 TokenPos max_context = 0);
-  BackendSessionId Open(const kv::KvPolicy& policy) override;
+  BackendSessionId Open(const kv::KvPolicy& policy, TokenPos max_context = 0) override;
   void Close(BackendSessionId id) override;
   double Step(std::span<const BackendItem> items, std::vector<BackendItemResult>* out) override;
   [[nodiscard]] engine::PoolStats pool() const override { return engine_->pool_stats(); }

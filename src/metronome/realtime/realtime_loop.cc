@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "metronome/base/errors.h"
 
@@ -34,10 +35,28 @@ void SessionSpec::Validate() const {
     throw ConfigError("max_pending_frames = " + std::to_string(max_pending_frames) +
                       " must be in [1, 1024]");
   }
+  if (max_context_tokens < 0) {
+    throw ConfigError("max_context_tokens = " + std::to_string(max_context_tokens) +
+                      " must be >= 0 (0: the backend's limit)");
+  }
   if (!(phase_ms >= 0.0 && phase_ms < period_ms)) {
     throw ConfigError("phase_ms = " + std::to_string(phase_ms) + " must be in [0, period_ms)");
   }
   policy.Validate();
+}
+
+void FramePacing::Validate() const {
+  if (burst_frames < 1 || burst_frames > 1024) {
+    throw ConfigError("pacing.burst_frames = " + std::to_string(burst_frames) +
+                      " must be in [1, 1024]");
+  }
+  if (!(jitter_ms >= 0.0 && jitter_ms <= 3.6e6)) {
+    throw ConfigError("pacing.jitter_ms = " + FormatValue(jitter_ms) + " must be in [0, 3600000]");
+  }
+}
+
+Nanos FramePacing::Tolerance(Nanos period) const {
+  return std::max(period * (burst_frames - 1), FromMs(jitter_ms));
 }
 
 void LoopOptions::Validate() const {
@@ -45,6 +64,7 @@ void LoopOptions::Validate() const {
     throw ConfigError("mute_after_starved = " + std::to_string(mute_after_starved) +
                       " must be >= 1");
   }
+  pacing.Validate();
 }
 
 RealtimeLoop::RealtimeLoop(Backend* backend, Clock* clock, const LoopOptions& options)
@@ -57,7 +77,7 @@ RealtimeSessionId RealtimeLoop::AddSession(const SessionSpec& spec) {
   Session s;
   s.spec = spec;
   if (s.spec.deadline_ms == 0.0) s.spec.deadline_ms = s.spec.period_ms;
-  s.backend_id = backend_->Open(spec.policy);
+  s.backend_id = backend_->Open(spec.policy, spec.max_context_tokens);
   s.start = clock_->Now() + FromMs(spec.phase_ms);
   s.next_arrival = s.start;
   s.prompt_fed = spec.prompt.empty();
@@ -75,14 +95,22 @@ RealtimeLoop::SubmitResult RealtimeLoop::SubmitFrame(RealtimeSessionId id,
   if (it == sessions_.end()) return SubmitResult::kUnknownSession;
   Session& s = it->second;
   if (!s.spec.external_frames) return SubmitResult::kNotExternal;
-  if (tokens.empty()) return SubmitResult::kEmpty;
   if (static_cast<int>(s.frames.size()) >= s.spec.max_pending_frames) {
     return SubmitResult::kTooEarly;
   }
+  // Never later than now: a stamp from another thread may trail this thread's clock read.
+  const Nanos now = clock_->Now();
+  const Nanos at = std::min(arrival.value_or(now), now);
+  const Nanos period = FromMs(s.spec.period_ms);
+  if (s.rate_tat != Nanos::min() && s.rate_tat - at > options_.pacing.Tolerance(period)) {
+    return SubmitResult::kTooFast;
+  }
+  if (tokens.empty()) return SubmitResult::kEmpty;
+  if (std::cmp_greater(tokens.size(), s.spec.input_tokens_per_frame)) return SubmitResult::kTooMany;
+  s.rate_tat = (s.rate_tat == Nanos::min() ? at : std::max(s.rate_tat, at)) + period;
   Frame f;
   f.index = s.next_index++;
-  // Never later than now: a stamp from another thread may trail this thread's clock read.
-  f.arrival = std::min(arrival.value_or(clock_->Now()), clock_->Now());
+  f.arrival = at;
   f.deadline = f.arrival + FromMs(s.spec.deadline_ms);
   f.input = std::move(tokens);
   s.frames.push_back(std::move(f));
@@ -107,12 +135,18 @@ void RealtimeLoop::EndSession(RealtimeSessionId id) {
 
 void RealtimeLoop::Retire(SessionMap::iterator it) {
   backend_->Close(it->second.backend_id);
+  if (it->second.spec.external_frames) {
+    sessions_.erase(it);  // no arrivals_ entry points at it
+    return;
+  }
   const RealtimeSessionId id = it->first;
   SessionMap::node_type node = sessions_.extract(it);
   Session& s = node.mapped();
   s.ended = true;
-  s.frames.clear();
+  // Until its arrivals_ entry pops (within one period) the node keeps only its fixed size.
+  s.frames = {};
   s.chunk = {};
+  s.spec.prompt = {};
   ended_.emplace(id, std::move(node));
 }
 
@@ -121,6 +155,13 @@ std::vector<RealtimeSessionId> RealtimeLoop::session_ids() const {
   ids.reserve(sessions_.size());
   for (const auto& [id, s] : sessions_) ids.push_back(id);
   return ids;
+}
+
+LoopFootprint RealtimeLoop::footprint() const {
+  return {.sessions = static_cast<std::int64_t>(sessions_.size()),
+          .retired = static_cast<std::int64_t>(ended_.size()),
+          .arrivals = static_cast<std::int64_t>(arrivals_.size()),
+          .ready = static_cast<std::int64_t>(ready_.size())};
 }
 
 std::int64_t RealtimeLoop::resident_blocks(RealtimeSessionId id) const {
@@ -314,7 +355,13 @@ bool RealtimeLoop::RunIteration() {
     f.blocked = false;
     if (!f.input_fed) {
       f.input_fed = true;
-      s.prompt_fed = true;
+      if (!s.prompt_fed) {
+        // The prompt is in the KV now: drop the session's copies (up to max_prompt_tokens ids
+        // each, for the rest of its life otherwise). The step is over, so no item points at them.
+        s.prompt_fed = true;
+        s.spec.prompt = {};
+        s.chunk.shrink_to_fit();
+      }
       s.pending_output = -1;
     }
     if (s.spec.output_tokens_per_frame > 0) f.outputs.push_back(r.next_token);

@@ -43,10 +43,14 @@ struct SessionSpec {
   // phase relative to others. Frames then follow every period from there.
   double phase_ms = 0.0;
   // Frames come from outside (a network client) through SubmitFrame, each with its own input
-  // tokens, instead of arriving every period with stand-in tokens. The period then only bounds how
-  // fast a client may send: SubmitFrame refuses a frame while max_pending_frames are waiting.
+  // tokens (at most input_tokens_per_frame of them), instead of arriving every period with
+  // stand-in tokens. The period then bounds how fast a client may send (LoopOptions::pacing), and
+  // SubmitFrame refuses a frame while max_pending_frames are waiting.
   bool external_frames = false;
   int max_pending_frames = 2;
+  // Tokens a full-KV session may append before it ends with kContextFull, below the backend's own
+  // context limit (0: only the backend's). The Supervisor sets it to what admission reserved.
+  TokenPos max_context_tokens = 0;
 
   void Validate() const;  // ConfigError naming the field and value
 };
@@ -66,11 +70,40 @@ struct FrameRecord {
   std::int64_t resident_blocks = 0;  // KV blocks the session holds at delivery
 };
 
+// The declared-rate rule for external frames, in one place: a session that declared period P may
+// send frames at 1/P on average, with a burst allowance against network jitter. It is a generic
+// cell-rate algorithm (virtual scheduling) on the frames' arrival stamps: each session keeps a
+// theoretical arrival time TAT (initially -inf); a frame arriving at t conforms iff
+// TAT - t <= tolerance, and then TAT = max(TAT, t) + P. Hence an idle client may send
+// 1 + tolerance / P frames back to back, then one per period, and over any interval of length T a
+// session gets at most T / P + 1 + tolerance / P frames accepted: its KV grows at the declared rate
+// whatever it sends. A frame that does not conform is refused (SubmitResult::kTooFast) and changes
+// nothing.
+struct FramePacing {
+  // tolerance = max((burst_frames - 1) * P, jitter_ms): burst_frames frames back to back at any
+  // period, and jitter_ms of bunching (a stalled network or client thread) at short periods.
+  int burst_frames = 4;      // >= 1
+  double jitter_ms = 100.0;  // >= 0, ms
+
+  void Validate() const;  // ConfigError naming the field and value
+  [[nodiscard]] Nanos Tolerance(Nanos period) const;
+};
+
 struct LoopOptions {
   int mute_after_starved = 3;  // k: consecutive starved frames that raise a mute alarm
   bool log_to_stderr = true;   // one line per mute alarm and per session ended by an error
+  FramePacing pacing;          // external frames only
 
   void Validate() const;
+};
+
+// The loop's bookkeeping: what it holds for sessions (tests check every ended session's state is
+// freed).
+struct LoopFootprint {
+  std::int64_t sessions = 0;  // live sessions
+  std::int64_t retired = 0;   // ended sessions still waiting for their arrivals_ entry to pop
+  std::int64_t arrivals = 0;  // entries of the arrivals heap
+  std::int64_t ready = 0;     // sessions listed as having arrived frames
 };
 
 struct LoopStats {
@@ -95,12 +128,21 @@ class RealtimeLoop {
   // Ends a session at once (pending frames are dropped, its blocks return to the pool).
   void EndSession(RealtimeSessionId id);
 
-  enum class SubmitResult : std::uint8_t { kOk, kUnknownSession, kNotExternal, kTooEarly, kEmpty };
-  // A frame of an external_frames session with these input tokens (at least one; ids must be
-  // valid for the backend's vocabulary: the caller checks), arriving at `arrival` on the loop's
-  // clock (default: now; a server passes the time its network thread received the frame, so time
-  // spent queued for the loop's thread counts against the frame). Its deadline is arrival +
-  // deadline_ms. kTooEarly when max_pending_frames of the session are still waiting.
+  enum class SubmitResult : std::uint8_t {
+    kOk,
+    kUnknownSession,
+    kNotExternal,
+    kTooEarly,  // max_pending_frames of the session are still waiting
+    kTooFast,   // ahead of the session's declared rate (FramePacing)
+    kEmpty,     // no tokens
+    kTooMany,   // more tokens than the session's input_tokens_per_frame
+  };
+  // A frame of an external_frames session with these input tokens (1 to input_tokens_per_frame of
+  // them: what admission sized the session for; ids must be valid for the backend's vocabulary:
+  // the caller checks), arriving at `arrival` on the loop's clock (default: now; a server passes
+  // the time its network thread received the frame, so time spent queued for the loop's thread
+  // counts against the frame). Its deadline is arrival + deadline_ms. Checked in the order of
+  // SubmitResult; a refused frame changes nothing.
   SubmitResult SubmitFrame(RealtimeSessionId id, std::vector<TokenId> tokens,
                            std::optional<Nanos> arrival = std::nullopt);
 
@@ -121,6 +163,7 @@ class RealtimeLoop {
     return static_cast<std::int64_t>(sessions_.size());
   }
   [[nodiscard]] std::vector<RealtimeSessionId> session_ids() const;
+  [[nodiscard]] LoopFootprint footprint() const;
   [[nodiscard]] std::int64_t resident_blocks(RealtimeSessionId id) const;
   [[nodiscard]] Backend& backend() { return *backend_; }
 
@@ -156,9 +199,10 @@ class RealtimeLoop {
     bool prompt_fed = false;
     TokenId pending_output = -1;  // last output of the previous frame, appended next
     int consecutive_starved = 0;
-    bool ready = false;          // listed in ready_
-    bool ended = false;          // retired: waiting for its arrivals_ entry to pop
-    std::vector<TokenId> chunk;  // tokens of this iteration's item (kept alive for the step)
+    Nanos rate_tat = Nanos::min();  // FramePacing's theoretical arrival time (external frames)
+    bool ready = false;             // listed in ready_
+    bool ended = false;             // retired: waiting for its arrivals_ entry to pop
+    std::vector<TokenId> chunk;     // tokens of this iteration's item (kept alive for the step)
   };
 
   void ReleaseArrivals(Nanos now);
@@ -179,8 +223,10 @@ class RealtimeLoop {
     Session* session;
     bool operator>(const Arrival& o) const { return t != o.t ? t > o.t : id > o.id; }
   };
-  // Retires a session: closes it in the backend and moves its node (same address) to ended_ until
-  // its arrivals_ entry pops. Not while iterating ready_ (RunIteration nulls its entry instead).
+  // Retires a session: closes it in the backend and frees it, or, when it still has an arrivals_
+  // entry (clocked frames), moves its emptied node (same address) to ended_ until that entry pops.
+  // External-frame sessions have no arrivals_ entry, so nothing of them stays behind. Not while
+  // iterating ready_ (RunIteration nulls its entry instead).
   using SessionMap = std::map<RealtimeSessionId, Session>;
   void Retire(SessionMap::iterator it);
 

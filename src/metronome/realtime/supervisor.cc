@@ -299,7 +299,20 @@ Supervisor::AdmitResult Supervisor::Admit(const SessionSpec& spec, double now_s)
     }
     return result;
   }
-  result.id = st.loop.AddSession(spec);
+  const bool full = spec.policy.mode == kv::KvMode::kFull;
+  const TokenPos backend_limit = st.backend->full_kv_context_limit();
+  result.max_context_tokens = full ? backend_limit : 0;
+  if (full && st.options.enforce_kv_budget && st.controller->reserves_kv()) {
+    // The promise made to everyone else: this session never holds more than it was granted.
+    result.max_context_tokens = request.projected_blocks * st.backend->block_tokens();
+    if (backend_limit > 0)
+      result.max_context_tokens = std::min(result.max_context_tokens, backend_limit);
+    SessionSpec budgeted = spec;
+    budgeted.max_context_tokens = result.max_context_tokens;
+    result.id = st.loop.AddSession(budgeted);
+  } else {
+    result.id = st.loop.AddSession(spec);
+  }
   st.projected.emplace(result.id,
                        State::Projection{.blocks = request.projected_blocks,
                                          .bounded = spec.policy.mode == kv::KvMode::kWindow});
@@ -370,6 +383,9 @@ std::int64_t Supervisor::admitted() const { return state_->admitted; }
 std::int64_t Supervisor::rejected() const { return state_->rejected; }
 std::int64_t Supervisor::ended_by_error() const { return state_->ended_by_error; }
 std::int64_t Supervisor::peak_active() const { return state_->peak_active; }
+std::int64_t Supervisor::tracked_sessions() const {
+  return static_cast<std::int64_t>(state_->projected.size());
+}
 double Supervisor::kv_peak_fraction() const { return state_->kv_peak_fraction; }
 double Supervisor::LatencyQuantileMs(double q) const { return state_->latency_ms.Quantile(q); }
 

@@ -36,6 +36,12 @@ struct SupervisorOptions {
   kv::OccupancyForecastOptions forecast;
   double sample_interval_s = 0.5;  // pool/forecast/gauge sampling period, s
   LoopOptions loop;
+  // Hold every full-KV session to the blocks admission reserved for it (its ProjectedBlocks), when
+  // the controller reserves KV (AdmissionController::reserves_kv: memory, aimd with kv_guard): the
+  // session's context ends there (SessionSpec::max_context_tokens, kContextFull), so no client
+  // behaviour can take blocks other sessions were promised. Off, a full-KV session that outlives
+  // the projection grows until the pool is full (the simulator's KV wall). The server turns it on.
+  bool enforce_kv_budget = false;
   // Alarms, limit changes, forecast warnings and session errors also go to stderr (mute alarms
   // rate-limited).
   bool log_to_stderr = true;
@@ -82,6 +88,9 @@ class Supervisor {
   struct AdmitResult {
     admission::Decision decision;
     RealtimeSessionId id = 0;  // when admitted
+    // Tokens the admitted full-KV session may append before it ends with kContextFull (its KV
+    // budget, or the backend's context limit); 0: no limit (window KV, or none known).
+    TokenPos max_context_tokens = 0;
   };
   // Asks the controller whether a session with `spec` may join now; if so adds it to the loop.
   // Throws ConfigError for an invalid spec (before asking).
@@ -103,6 +112,8 @@ class Supervisor {
   [[nodiscard]] std::int64_t rejected() const;
   [[nodiscard]] std::int64_t ended_by_error() const;
   [[nodiscard]] std::int64_t peak_active() const;
+  // Sessions whose admission projection the supervisor still tracks (live ones only).
+  [[nodiscard]] std::int64_t tracked_sessions() const;
   [[nodiscard]] double kv_peak_fraction() const;  // over every Tick
   // Percentile (q in [0, 1]) of every frame latency so far, ms; NaN before the first frame.
   [[nodiscard]] double LatencyQuantileMs(double q) const;

@@ -25,13 +25,20 @@ std::string_view ToString(SessionEnd reason) {
   return "error";
 }
 
+namespace {
+realtime::SupervisorOptions ForClients(realtime::SupervisorOptions o) {
+  o.enforce_kv_budget = true;
+  return o;
+}
+}  // namespace
+
 EngineService::EngineService(realtime::Backend* backend, Clock* clock,
                              const realtime::SupervisorOptions& options,
                              telemetry::MetricsRegistry* registry, telemetry::EventLog* events)
     : backend_(backend),
       clock_(clock),
       mute_after_(options.loop.mute_after_starved),
-      supervisor_(backend, clock, options, registry, events) {
+      supervisor_(backend, clock, ForClients(options), registry, events) {
   supervisor_.on_frame = [this](const realtime::FrameRecord& r) {
     const auto it = live_.find(r.session);
     if (it == live_.end()) return;
@@ -89,6 +96,7 @@ void EngineService::StartSession(realtime::SessionSpec spec, SessionSink sink,
         out.admitted = r.decision.admit;
         out.id = r.id;
         out.decision = r.decision;
+        out.max_context = r.max_context_tokens;
         if (out.admitted) {
           live_.emplace(r.id, Live{.sink = std::move(sink),
                                    .started_s = supervisor_.Now(),
@@ -119,8 +127,14 @@ void EngineService::SubmitFrame(RealtimeSessionId id, std::vector<TokenId> token
         case realtime::RealtimeLoop::SubmitResult::kTooEarly:
           out = SubmitOutcome::kTooEarly;
           break;
+        case realtime::RealtimeLoop::SubmitResult::kTooFast:
+          out = SubmitOutcome::kTooFast;
+          break;
         case realtime::RealtimeLoop::SubmitResult::kEmpty:
           out = SubmitOutcome::kEmpty;
+          break;
+        case realtime::RealtimeLoop::SubmitResult::kTooMany:
+          out = SubmitOutcome::kTooMany;
           break;
         case realtime::RealtimeLoop::SubmitResult::kUnknownSession:
         case realtime::RealtimeLoop::SubmitResult::kNotExternal:
@@ -148,6 +162,27 @@ void EngineService::StatsAsync(std::size_t max_listed, std::function<void(nlohma
   if (!Post([this, max_listed, shared] { (*shared)(Snapshot(max_listed)); })) {
     (*shared)(nlohmann::json{{"stopped", true}});
   }
+}
+
+ServiceFootprint EngineService::Footprint() {
+  auto promise = std::make_shared<std::promise<ServiceFootprint>>();
+  std::future<ServiceFootprint> result = promise->get_future();
+  const bool posted = Post([this, promise] {
+    const engine::PoolStats pool = backend_->pool();
+    std::int64_t queued = 0;
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      queued = static_cast<std::int64_t>(commands_.size());
+    }
+    promise->set_value({.live = static_cast<std::int64_t>(live_.size()),
+                        .tracked = supervisor_.tracked_sessions(),
+                        .loop = supervisor_.loop().footprint(),
+                        .backend_sessions = pool.num_sessions,
+                        .used_blocks = pool.used_blocks,
+                        .queued_commands = queued});
+  });
+  if (!posted) return {};
+  return result.get();
 }
 
 nlohmann::json EngineService::Stats(std::size_t max_listed) {

@@ -52,14 +52,36 @@ struct StartOutcome {
   RealtimeSessionId id = 0;
   admission::Decision decision;  // reason, detail, retry_after_ms when rejected
   std::string error;             // non-empty: the spec was invalid (ConfigError text)
+  // Tokens the session may append before it ends with kContextFull (full KV: its KV budget or the
+  // model's context limit); 0: no limit.
+  TokenPos max_context = 0;
 };
 
-enum class SubmitOutcome : std::uint8_t { kOk, kUnknownSession, kTooEarly, kEmpty };
+// What became of a submitted frame (RealtimeLoop::SubmitResult, less what a server cannot send).
+enum class SubmitOutcome : std::uint8_t {
+  kOk,
+  kUnknownSession,
+  kTooEarly,  // the session's frames are waiting (SessionSpec::max_pending_frames)
+  kTooFast,   // ahead of the session's declared period (realtime::FramePacing)
+  kEmpty,     // no tokens
+  kTooMany,   // more tokens than the session's tokens_per_frame
+};
+
+// The service's bookkeeping (tests: every ended session's state is freed).
+struct ServiceFootprint {
+  std::int64_t live = 0;              // sessions with a sink
+  std::int64_t tracked = 0;           // the supervisor's admission projections
+  realtime::LoopFootprint loop;       // the real-time loop's containers
+  std::int64_t backend_sessions = 0;  // sessions open in the backend
+  std::int64_t used_blocks = 0;       // KV blocks in use
+  std::int64_t queued_commands = 0;   // commands waiting for the engine thread
+};
 
 class EngineService {
  public:
   // Borrows backend, clock, registry and events (all must outlive the service); starts the engine
-  // thread. Throws ConfigError for bad options.
+  // thread. Throws ConfigError for bad options. Clients are untrusted: options.enforce_kv_budget
+  // is forced on.
   EngineService(realtime::Backend* backend, Clock* clock,
                 const realtime::SupervisorOptions& options,
                 telemetry::MetricsRegistry* registry = nullptr,
@@ -84,6 +106,8 @@ class EngineService {
   // forecast, frame counts, latency percentiles, the tightest live deadline); blocks until the
   // engine thread has produced it.
   [[nodiscard]] nlohmann::json Stats(std::size_t max_listed = 200);
+  // Sizes of the service's containers; blocks until the engine thread has produced them.
+  [[nodiscard]] ServiceFootprint Footprint();
   // The same without blocking the caller: `done` gets the snapshot on the engine thread (or at
   // once, {"stopped": true}, after Shutdown). For network threads, which must not wait.
   void StatsAsync(std::size_t max_listed, std::function<void(nlohmann::json)> done);

@@ -85,6 +85,9 @@ struct HttpServer::Impl {
   telemetry::MetricsRegistry* registry;
   ServerOptions options;
   const model::Tokenizer* tokenizer;
+  // The most bytes of text one token stands for (its decoded bytes, +1 for a leading space a
+  // decoder may drop); 0 without a tokenizer. A text longer than n * this needs more than n tokens.
+  std::int64_t max_token_bytes = 0;
 
   // A registered connection: its client address and registration order (oldest idle first).
   struct Entry {
@@ -116,6 +119,10 @@ struct HttpServer::Impl {
       : service(s), registry(r), options(o), tokenizer(t) {
     options.caps.max_message_bytes = options.max_message_bytes;
     if (!options.auth_token.empty()) expected_authorization = "Bearer " + options.auth_token;
+    for (TokenId id = 0; tokenizer != nullptr && id < tokenizer->vocab_size(); ++id) {
+      max_token_bytes = std::max(
+          max_token_bytes, static_cast<std::int64_t>(tokenizer->DecodeToken(-1, id).size()) + 1);
+    }
   }
 
   // False when the server is stopping or (with `check`, for a new connection) at a cap with no
@@ -243,9 +250,9 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     bool text = false;
   };
   struct SessionState {
-    // Declared in session.start; admission projected the session's KV with it, so an id frame
-    // may not carry more (text frames are tokenised here and may differ).
+    // Declared in session.start, for error messages (the engine enforces them).
     int tokens_per_frame = 0;
+    double period_ms = 0.0;
     std::unordered_map<std::int64_t, FrameInfo> pending;  // by the loop's frame index
     std::int64_t accepted = 0;
     std::int64_t results = 0;
@@ -342,14 +349,12 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     const kv::PositionMode pos = kv.positions == KvPositions::kRolling
                                      ? kv::PositionMode::kRolling
                                      : kv::PositionMode::kAbsolute;
-    std::optional<std::int64_t> max_context;
     if (kv.policy == KvPolicyKind::kWindow) {
       kv.window = r.kv.window.value_or(o.default_window);
       kv.sinks = r.kv.sinks.value_or(o.default_sinks);
       spec.policy = kv::KvPolicy::Window(kv.window, kv.sinks, pos);
     } else {
       spec.policy = kv::KvPolicy::Full();
-      if (o.full_kv_max_context > 0) max_context = o.full_kv_max_context;
     }
     if (r.prompt) {
       if (auto* ids = std::get_if<TokenIds>(&*r.prompt)) {
@@ -381,7 +386,7 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
                            .tokens_per_frame = spec.input_tokens_per_frame,
                            .output_tokens_per_frame = spec.output_tokens_per_frame,
                            .kv = kv,
-                           .max_context = max_context};
+                           .max_context = std::nullopt};
     ++pending_starts_;
     UpdateIdle();
     auto self = shared_from_this();
@@ -421,9 +426,11 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
       }
       SessionState state;
       state.tokens_per_frame = started.tokens_per_frame;
+      state.period_ms = started.period_ms;
       sessions_.emplace(out.id, std::move(state));
       UpdateIdle();
       started.session = out.id;
+      if (out.max_context > 0) started.max_context = out.max_context;
       Send(started.Serialize());
     } else if (!out.error.empty()) {
       ProtocolError e = Error(ErrorCode::kBadField, "session.start: " + out.error);
@@ -459,39 +466,40 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
              "frame: text needs a tokenizer and this server has none (send ids)");
         return;
       }
-      tokens = srv_->tokenizer->Encode(std::get<std::string>(f.input), /*add_bos=*/false);
+      // The declared count bounds the text's length too: a text that cannot fit is refused before
+      // the tokenizer spends time on it (BPE costs more than linear time in the length), so a
+      // client declaring 1 token per frame cannot make the network thread tokenise 64 KB texts.
+      const std::string& text_in = std::get<std::string>(f.input);
+      const std::int64_t max_bytes = it->second.tokens_per_frame * srv_->max_token_bytes;
+      if (static_cast<std::int64_t>(text_in.size()) > max_bytes) {
+        fail(ErrorCode::kOverCap,
+             "frame: text has " + std::to_string(text_in.size()) + " bytes, more than the " +
+                 "session's tokens_per_frame = " + std::to_string(it->second.tokens_per_frame) +
+                 " tokens can hold (" + std::to_string(max_bytes) + " bytes)");
+        return;
+      }
+      tokens = srv_->tokenizer->Encode(text_in, /*add_bos=*/false);
       if (tokens.empty()) {
         fail(ErrorCode::kBadField, "frame: text has no tokens");
         return;
       }
-      const int cap = srv_->options.caps.max_tokens_per_frame;
-      if (static_cast<std::int64_t>(tokens.size()) > cap) {
-        fail(ErrorCode::kOverCap,
-             "frame: text has " + std::to_string(tokens.size()) +
-                 " tokens, more than max_tokens_per_frame = " + std::to_string(cap));
-        return;
-      }
     } else {
       tokens = std::move(std::get<TokenIds>(f.input));
-      const int declared = it->second.tokens_per_frame;
-      if (static_cast<std::int64_t>(tokens.size()) > declared) {
-        fail(ErrorCode::kOverCap,
-             "frame: ids has " + std::to_string(tokens.size()) +
-                 " tokens, more than the session's tokens_per_frame = " + std::to_string(declared));
-        return;
-      }
     }
+    // Ids and text alike: the engine refuses more tokens than the session declared (kTooMany).
+    const std::size_t count = tokens.size();
     auto self = shared_from_this();
-    srv_->service->SubmitFrame(f.session, std::move(tokens),
-                               [self, sid = f.session, index = f.index, text](SubmitOutcome out) {
-                                 net::post(self->strand_, [self, sid, index, text, out] {
-                                   self->OnSubmitted(sid, index, text, out);
-                                 });
-                               });
+    srv_->service->SubmitFrame(
+        f.session, std::move(tokens),
+        [self, sid = f.session, index = f.index, text, count](SubmitOutcome out) {
+          net::post(self->strand_, [self, sid, index, text, count, out] {
+            self->OnSubmitted(sid, index, text, count, out);
+          });
+        });
   }
 
   void OnSubmitted(std::uint64_t sid, std::optional<std::int64_t> index, bool text,
-                   SubmitOutcome out) {
+                   std::size_t count, SubmitOutcome out) {
     auto fail = [&](ErrorCode code, std::string message) {
       ProtocolError e = Error(code, std::move(message));
       e.session = sid;
@@ -508,6 +516,19 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
       case SubmitOutcome::kTooEarly:
         fail(ErrorCode::kFrameTooEarly,
              "frame: session " + std::to_string(sid) + " already has its frames waiting");
+        return;
+      case SubmitOutcome::kTooFast:
+        fail(ErrorCode::kFrameTooEarly,
+             "frame: session " + std::to_string(sid) + " sends faster than its period_ms = " +
+                 (it != sessions_.end() ? FormatValue(it->second.period_ms) : std::string("?")) +
+                 " (beyond the burst allowance)");
+        return;
+      case SubmitOutcome::kTooMany:
+        fail(ErrorCode::kOverCap,
+             std::string("frame: ") + (text ? "text" : "ids") + " has " + std::to_string(count) +
+                 " tokens, more than the session's tokens_per_frame = " +
+                 (it != sessions_.end() ? std::to_string(it->second.tokens_per_frame)
+                                        : std::string("?")));
         return;
       case SubmitOutcome::kUnknownSession:
         fail(ErrorCode::kUnknownSession,

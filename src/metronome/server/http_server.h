@@ -56,8 +56,6 @@ struct ServerOptions {
   std::int64_t default_window = 512;
   std::int64_t default_sinks = 4;
   KvPositions default_positions = KvPositions::kAbsolute;
-  // Reported as session.started.max_context for full-KV sessions (0: null, no limit known).
-  std::int64_t full_kv_max_context = 0;
 };
 
 class HttpServer {

@@ -34,10 +34,10 @@ enum class ErrorCode : std::uint8_t {
   kUnknownField,     // "unknown_field": a field this message does not have (typo?)
   kMissingField,     // "missing_field": a required field is absent
   kBadField,         // "bad_field": wrong type, or outside the protocol's range
-  kOverCap,          // "over_cap": well-formed, but beyond this server's caps (ServerCaps)
+  kOverCap,          // "over_cap": beyond the caps (ServerCaps) or the session's tokens_per_frame
   kUnknownSession,   // "unknown_session" (server): no such session on this connection
   kTokenOutOfRange,  // "token_out_of_range": a token id outside [0, vocab_size)
-  kFrameTooEarly,    // "frame_too_early" (server): the session already has 2 frames waiting
+  kFrameTooEarly,    // "frame_too_early" (server): faster than the declared period, or 2 waiting
   kTooManySessions,  // "too_many_sessions" (server): the connection's session limit is reached
   kUnauthorized,     // "unauthorized" (server): missing or wrong access token
   kInternal,         // "internal": the server's fault, not the message's
