@@ -632,6 +632,8 @@ TEST(HttpServerTest, StartFailsWithAConfigErrorNamingTheAddress) {
   foreign.host = "192.0.2.1";  // TEST-NET-1: numeric (no DNS), never a local address
   HttpServer third(&s.service, nullptr, foreign, nullptr);
   EXPECT_THROW(third.Start(), ConfigError);
+}
+
 // Every ended session's state is freed over the network too: thousands of sessions started, fed
 // and ended on one connection (1 in 10 with an 8192-id prompt) leave the service's containers at
 // their baseline and RSS within 8 MiB of what it was after a warm-up.
