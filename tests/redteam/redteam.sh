@@ -6,7 +6,7 @@
 # (server_shutdown) and a 1001 close frame, and the server must exit 0 within 5 s.
 # Usage: redteam.sh <metronome binary> [--short] [--only edge|hog|all]
 #   --short: CI mode (well under 60 s). --only edge: the connection-edge attacks (part B of issue
-#   11); hog: the per-session leak and KV/compute hogs (part A; they fail until it is merged).
+#   11); hog: the per-session leak and KV/compute hogs (part A).
 # Loopback only; stops by itself (every step has a timeout; the server is killed on exit).
 set -uo pipefail
 bin="$1"
