@@ -110,6 +110,7 @@ out="$("$bin" bench-decode --model synthetic:tiny --sessions 4 --context 32 --st
   --window 16 --sinks 2)"
 check "bench-decode reports a peak fraction" grep -Eq "^peak fraction [0-9.]+$" <<<"$out"
 check "bench-decode reports tokens/s" grep -q "decode tokens/s" <<<"$out"
+check "bench-decode reports the read bandwidth" grep -Eq "^read bandwidth GB/s [0-9.]+ " <<<"$out"
 check "bench-decode prints the thread count and the detected CPUs" \
   grep -Eq "threads=[0-9]+ \(detected CPUs [0-9]+\)" <<<"$out"
 out="$("$bin" bench-decode --model synthetic:tiny --sessions 2 --context 16 --steps 3 \
@@ -119,7 +120,6 @@ check "bench-decode --cotenant prints the ratio to quiet" \
 out="$("$bin" bench-decode --model synthetic:tiny --threads 0 2>&1)" && rc=0 || rc=$?
 check "--threads 0 is rejected naming the flag and the value" \
   test "$rc" -ne 0 -a -n "$(grep -- "--threads: Value 0 not in range 1" <<<"$out")"
-check "bench-decode reports the read bandwidth" grep -Eq "^read bandwidth GB/s [0-9.]+ " <<<"$out"
 
 out="$("$bin" demo --sessions 4 --steps 40)"
 check "demo prints per-session lines and pool use" grep -q "KV pool used" <<<"$out"

@@ -39,10 +39,14 @@ TEST(BlockPoolTest, AllocateManyIsAllOrNothing) {
 }
 
 TEST(BlockPoolTest, LayoutArithmetic) {
-  const KvLayout l{3, 2, 8, 16};  // kv_dim 16
+  const KvLayout l{3, 2, 8, 16, KvDtype::kF32};  // kv_dim 16
   EXPECT_EQ(l.plane_elements(), 16u * 16u);
   EXPECT_EQ(l.block_elements(), 3u * 2u * 16u * 16u);
   EXPECT_EQ(l.bytes_per_token(), 3u * 2u * 16u * sizeof(float));
+  // The default element type, bf16: half the bytes.
+  const KvLayout h{3, 2, 8, 16};
+  EXPECT_EQ(h.dtype, KvDtype::kBF16);
+  EXPECT_EQ(h.bytes_per_token(), 3u * 2u * 16u * sizeof(std::uint16_t));
   EXPECT_EQ(BlockPool::BlocksForMegabytes(l, 1.0),
             static_cast<int>((1 << 20) / l.bytes_per_block()));
 }

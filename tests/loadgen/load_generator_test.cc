@@ -155,8 +155,10 @@ TEST(LoadGeneratorTest, AFullKvPoolShowsAsStarvedFramesAndMuteAlarmsOnTheClient)
       << trace.str().substr(0, 2000);
 }
 
-// Many connections at once, more than the server takes: the extra ones are closed at the
-// handshake (counted as failed connections) and nothing else is affected.
+// Many connections at once, more than the server takes: the extra ones are closed (at the
+// handshake, or evicted while still idle without a session: the server makes room for newcomers
+// by closing idle connections first, never one that holds a session), so exactly the cap's worth
+// of clients hold sessions and nothing else is affected.
 TEST(LoadGeneratorTest, ManyConnectionsAtOnceBeyondTheServersLimit) {
   server::ServerOptions so;
   so.max_connections = 40;
@@ -166,11 +168,10 @@ TEST(LoadGeneratorTest, ManyConnectionsAtOnceBeyondTheServersLimit) {
   o.period_ms = 50.0;
   o.duration_s = 1.5;
   const LoadGenSummary s = LoadGenerator(o).Run();
-  // 8 over the limit; one more if the server has not yet seen loadgen's own /v1/stats request
-  // connection close.
-  EXPECT_GE(s.connect_failures, 8);
-  EXPECT_LE(s.connect_failures, 9);
-  EXPECT_EQ(s.admitted, 48 - s.connect_failures);
+  // 40 slots; one fewer if the server has not yet seen loadgen's own /v1/stats request connection
+  // close. The 8 or 9 others were refused or evicted while idle, never admitted.
+  EXPECT_GE(s.admitted, 39);
+  EXPECT_LE(s.admitted, 40);
   EXPECT_EQ(s.frames, s.frames_sent);
   // 30 periods in the run; the 48 handshakes take a while on a loaded 2-core machine (under ASan
   // ~3 periods), so ask for two thirds: what matters is that every frame sent came back.
