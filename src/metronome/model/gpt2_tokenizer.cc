@@ -371,13 +371,6 @@ class Gpt2Tokenizer final : public Tokenizer {
   int vocab_size() const override { return static_cast<int>(decoded_.size()); }
   TokenId bos_id() const override { return bos_id_; }
   TokenId eos_id() const override { return eos_id_; }
-  TokenId unk_id() const override { return unk_id_; }
-  TokenId pad_id() const override { return pad_id_; }
-  std::string_view Piece(TokenId id) const override {
-    return id >= 0 && static_cast<std::size_t>(id) < pieces_.size()
-               ? std::string_view(pieces_[static_cast<std::size_t>(id)])
-               : std::string_view();
-  }
   std::string_view kind() const override { return "gpt2"; }
   bool adds_bos() const override { return add_bos_; }
   std::string_view ggml_model() const override { return "gpt2"; }
@@ -400,11 +393,8 @@ class Gpt2Tokenizer final : public Tokenizer {
   TokenId byte_to_id_[256];
   // Literal-match tokens indexed by first byte, longest first so that the longest one wins.
   std::vector<std::pair<std::string, TokenId>> specials_by_byte_[256];
-  std::vector<std::string> pieces_;  // vocabulary spelling of each id
   TokenId bos_id_;
   TokenId eos_id_;
-  TokenId unk_id_;
-  TokenId pad_id_;
   bool add_bos_;
 };
 
@@ -412,8 +402,6 @@ Gpt2Tokenizer::Gpt2Tokenizer(Vocabulary vocab)
     : Tokenizer(vocab),
       bos_id_(vocab.bos_id),
       eos_id_(vocab.eos_id),
-      unk_id_(vocab.unk_id),
-      pad_id_(vocab.pad_id),
       add_bos_(vocab.bos_id >= 0 && vocab.add_bos.value_or(false)) {
   internal::ValidateVocabulary(vocab, "gpt2");
   const std::size_t n = vocab.tokens.size();
@@ -484,7 +472,6 @@ Gpt2Tokenizer::Gpt2Tokenizer(Vocabulary vocab)
     merges_.try_emplace(PairKey(l->second, r->second),
                         Merge{static_cast<std::int32_t>(rank), m->second});
   }
-  pieces_ = std::move(vocab.tokens);
 }
 
 std::vector<TokenId> Gpt2Tokenizer::Encode(std::string_view text, bool add_bos) const {

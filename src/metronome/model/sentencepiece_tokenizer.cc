@@ -91,13 +91,6 @@ class SentencePieceTokenizer final : public Tokenizer {
   int vocab_size() const override { return static_cast<int>(decoded_.size()); }
   TokenId bos_id() const override { return bos_id_; }
   TokenId eos_id() const override { return eos_id_; }
-  TokenId unk_id() const override { return unk_id_; }
-  TokenId pad_id() const override { return pad_id_; }
-  std::string_view Piece(TokenId id) const override {
-    return id >= 0 && static_cast<std::size_t>(id) < pieces_.size()
-               ? std::string_view(pieces_[static_cast<std::size_t>(id)])
-               : std::string_view();
-  }
   std::string_view kind() const override { return "sentencepiece"; }
   bool adds_bos() const override { return add_bos_; }
   std::string_view ggml_model() const override { return "llama"; }
@@ -111,12 +104,10 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::vector<float> scores_;
   std::vector<std::string> decoded_;  // bytes each id stands for in running text
   std::vector<Kind> kinds_;
-  TokenId byte_to_id_[256];          // -1 where the vocabulary has no <0xHH> token
-  std::vector<std::string> pieces_;  // vocabulary spelling of each id
+  TokenId byte_to_id_[256];  // -1 where the vocabulary has no <0xHH> token
   TokenId bos_id_;
   TokenId eos_id_;
   TokenId unk_id_;
-  TokenId pad_id_;
   bool add_bos_;
 };
 
@@ -125,7 +116,6 @@ SentencePieceTokenizer::SentencePieceTokenizer(Vocabulary vocab)
       bos_id_(vocab.bos_id),
       eos_id_(vocab.eos_id),
       unk_id_(vocab.unk_id),
-      pad_id_(vocab.pad_id),
       add_bos_(vocab.bos_id >= 0 && vocab.add_bos.value_or(true)) {
   internal::ValidateVocabulary(vocab, "sentencepiece");
   const std::size_t n = vocab.tokens.size();
@@ -167,7 +157,6 @@ SentencePieceTokenizer::SentencePieceTokenizer(Vocabulary vocab)
       if (!decoded_[i].empty()) piece_to_id_.emplace(decoded_[i], id);
     }
   }
-  pieces_ = std::move(vocab.tokens);
 }
 
 std::vector<TokenId> SentencePieceTokenizer::Encode(std::string_view text, bool add_bos) const {

@@ -4,6 +4,7 @@
 // called concurrently.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -47,14 +48,18 @@ class Tokenizer {
   [[nodiscard]] std::string Decode(std::span<const TokenId> ids) const;
 
   [[nodiscard]] virtual int vocab_size() const = 0;
-  [[nodiscard]] virtual TokenId bos_id() const = 0;  // -1 when there is none
-  [[nodiscard]] virtual TokenId eos_id() const = 0;  // -1 when there is none
-  [[nodiscard]] virtual TokenId unk_id() const = 0;  // -1 when there is none
-  [[nodiscard]] virtual TokenId pad_id() const = 0;  // -1 when there is none
+  [[nodiscard]] virtual TokenId bos_id() const = 0;                    // -1 when there is none
+  [[nodiscard]] virtual TokenId eos_id() const = 0;                    // -1 when there is none
+  [[nodiscard]] TokenId unk_id() const { return vocabulary_.unk_id; }  // -1 when there is none
+  [[nodiscard]] TokenId pad_id() const { return vocabulary_.pad_id; }  // -1 when there is none
 
   // The token as spelled in the vocabulary ("\u2581Once", "<0x0A>", "<s>", GPT-2's "\u0120the");
   // "" for ids out of range.
-  [[nodiscard]] virtual std::string_view Piece(TokenId id) const = 0;
+  [[nodiscard]] std::string_view Piece(TokenId id) const {
+    return id >= 0 && static_cast<std::size_t>(id) < vocabulary_.tokens.size()
+               ? std::string_view(vocabulary_.tokens[static_cast<std::size_t>(id)])
+               : std::string_view();
+  }
   // "sentencepiece" or "gpt2" (the families above).
   [[nodiscard]] virtual std::string_view kind() const = 0;
   // The model's convention for prompts: GGUF's tokenizer.ggml.add_bos_token when the file says,
