@@ -1,4 +1,4 @@
-// libFuzzer target for the wire protocol (src/metronome/server/protocol.h): the same bytes go to
+// libFuzzer target for the wire protocol (src/metronome/wire/protocol.h): the same bytes go to
 // the JSON parser (as one text message) and to the binary frame parser, each under default caps
 // and under tight caps with a vocabulary, so both the accept and the over_cap paths are reached.
 // Every input must come back as a message or a ProtocolError; crashes, sanitizer reports, hangs
@@ -12,15 +12,15 @@
 #include <variant>
 
 #include "metronome/base/check.h"
-#include "metronome/server/protocol.h"
+#include "metronome/wire/protocol.h"
 
 namespace {
 
-using metronome::server::ClientMessage;
-using metronome::server::ErrorMessage;
-using metronome::server::FrameRequest;
-using metronome::server::ProtocolError;
-using metronome::server::ServerCaps;
+using metronome::wire::ClientMessage;
+using metronome::wire::ErrorMessage;
+using metronome::wire::FrameRequest;
+using metronome::wire::ProtocolError;
+using metronome::wire::ServerCaps;
 
 ServerCaps TightCaps() {
   ServerCaps caps;
@@ -44,11 +44,11 @@ void Check(const std::variant<ClientMessage, ProtocolError>& result, const Serve
     return;
   }
   const auto* frame = std::get_if<FrameRequest>(&std::get<ClientMessage>(result));
-  if (frame == nullptr || !std::holds_alternative<metronome::server::TokenIds>(frame->input)) {
+  if (frame == nullptr || !std::holds_alternative<metronome::wire::TokenIds>(frame->input)) {
     return;
   }
   const auto again =
-      metronome::server::ParseBinaryFrame(metronome::server::EncodeBinaryFrame(*frame), caps);
+      metronome::wire::ParseBinaryFrame(metronome::wire::EncodeBinaryFrame(*frame), caps);
   const auto* back = std::get_if<FrameRequest>(&again);
   MTR_CHECK(back != nullptr, "a parsed JSON frame failed as a binary frame");
   MTR_CHECK(
@@ -65,10 +65,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(data), size);
   for (const ServerCaps* caps : {&kDefault, &kTight}) {
-    Check(metronome::server::ParseClientMessage(text, *caps), *caps);
-    const auto binary = metronome::server::ParseBinaryFrame(bytes, *caps);
+    Check(metronome::wire::ParseClientMessage(text, *caps), *caps);
+    const auto binary = metronome::wire::ParseBinaryFrame(bytes, *caps);
     if (const auto* frame = std::get_if<FrameRequest>(&binary)) {
-      const auto encoded = metronome::server::EncodeBinaryFrame(*frame);
+      const auto encoded = metronome::wire::EncodeBinaryFrame(*frame);
       MTR_CHECK(encoded.size() == size, "binary frame re-encoded to a different size");
     }
   }

@@ -201,7 +201,8 @@ TEST(HttpServerTest, FramesComeBackInOrderWithTheClientsIndexAndMetricsAreServed
     EXPECT_LT(r["latency_ms"].get<double>(), 500.0);
   }
   // A binary frame without an index: the result counts the session's accepted frames.
-  c.SendBinary(EncodeBinaryFrame({.session = id, .index = std::nullopt, .input = TokenIds{3, 4}}));
+  c.SendBinary(wire::EncodeBinaryFrame(
+      {.session = id, .index = std::nullopt, .input = wire::TokenIds{3, 4}}));
   const json r = c.Read();
   EXPECT_EQ(r["type"], "frame.result") << r.dump();
   EXPECT_EQ(r["frame"], 10);
@@ -223,7 +224,8 @@ TEST(HttpServerTest, FramesComeBackInOrderWithTheClientsIndexAndMetricsAreServed
   const HttpResult stats = Get(s.http.port(), "/v1/stats");
   EXPECT_EQ(stats.status, 200);
   EXPECT_EQ(json::parse(stats.body)["sessions"]["active"], 0) << stats.body;
-  EXPECT_EQ(json::parse(stats.body)["caps"]["max_window"], ServerCaps{}.max_window) << stats.body;
+  EXPECT_EQ(json::parse(stats.body)["caps"]["max_window"], wire::ServerCaps{}.max_window)
+      << stats.body;
   EXPECT_EQ(Get(s.http.port(), "/nope").status, 404);
   EXPECT_EQ(Get(s.http.port(), "/healthz", "", http::verb::post).status, 405);
 }

@@ -81,8 +81,8 @@ int RunServe(const ServeFlags& f) {
 
   so2.default_window = f.window;
   so2.default_sinks = f.sinks;
-  so2.default_positions = pos == kv::PositionMode::kRolling ? server::KvPositions::kRolling
-                                                            : server::KvPositions::kAbsolute;
+  so2.default_positions = pos == kv::PositionMode::kRolling ? wire::KvPositions::kRolling
+                                                            : wire::KvPositions::kAbsolute;
   so2.caps.vocab_size = m.config.vocab_size;
   so2.caps.allow_full_kv = !f.no_full_kv;
   server::HttpServer http(&service, &registry, so2, m.tokenizer.get());
@@ -154,7 +154,7 @@ void RegisterServe(CLI::App* app, int* exit_code) {
                   "Window sessions the KV pool is sized for without --kv-blocks/--kv-pool-mb")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   // A default no client could ask for explicitly is a typo (and would overflow the pool sizing).
-  const server::ServerCaps caps;
+  const wire::ServerCaps caps;
   sub->add_option("--window", flags->window, "Default kv.window of a session, tokens")
       ->check(CLI::Range(std::int64_t{1}, caps.max_window));
   sub->add_option("--sinks", flags->sinks, "Default kv.sinks of a session, tokens")

@@ -22,8 +22,8 @@
 
 #include "metronome/base/errors.h"
 #include "metronome/realtime/workload.h"
-#include "metronome/server/protocol.h"
 #include "metronome/telemetry/quantile_sketch.h"
+#include "metronome/wire/protocol.h"
 
 namespace metronome::loadgen {
 namespace {
@@ -648,10 +648,10 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
            false);
       return;
     }
-    server::FrameRequest f;
+    wire::FrameRequest f;
     f.session = session;
     f.index = index;
-    server::TokenIds ids(a);
+    wire::TokenIds ids(a);
     for (auto& id : ids) {
       if (o.payload.kind == PayloadSource::Kind::kIds) {
         id = o.payload.ids[cursor];
@@ -662,7 +662,7 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
     }
     if (o.binary_frames) {
       f.input = std::move(ids);
-      const std::vector<std::byte> bytes = server::EncodeBinaryFrame(f);
+      const std::vector<std::byte> bytes = wire::EncodeBinaryFrame(f);
       Send(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()), true);
     } else {
       Send(nlohmann::json{{"type", "frame"}, {"session", session}, {"index", index}, {"ids", ids}}

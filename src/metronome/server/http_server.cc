@@ -57,25 +57,25 @@ class Closable {
   std::atomic<bool> idle_{true};
 };
 
-ProtocolError Error(ErrorCode code, std::string message) {
-  ProtocolError e;
+wire::ProtocolError Error(wire::ErrorCode code, std::string message) {
+  wire::ProtocolError e;
   e.code = code;
   e.message = std::move(message);
   return e;
 }
 
-EndReason ToEndReason(SessionEnd e) {
+wire::EndReason ToEndReason(SessionEnd e) {
   switch (e) {
     case SessionEnd::kClient:
-      return EndReason::kClient;
+      return wire::EndReason::kClient;
     case SessionEnd::kContextFull:
-      return EndReason::kContextFull;
+      return wire::EndReason::kContextFull;
     case SessionEnd::kServerShutdown:
-      return EndReason::kServerShutdown;
+      return wire::EndReason::kServerShutdown;
     case SessionEnd::kError:
-      return EndReason::kError;
+      return wire::EndReason::kError;
   }
-  return EndReason::kError;
+  return wire::EndReason::kError;
 }
 
 }  // namespace
@@ -269,7 +269,8 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     if (closed_) return;
     if (!accepted_) return;  // the handshake's handler comes back here
     for (const auto& [sid, st] : sessions_) {
-      Send(SessionEnded{.session = sid, .reason = EndReason::kServerShutdown, .frames = st.results}
+      Send(wire::SessionEnded{
+          .session = sid, .reason = wire::EndReason::kServerShutdown, .frames = st.results}
                .Serialize());
     }
     if (closed_) return;  // the queue overflowed: already closing with 1008
@@ -292,49 +293,49 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     if (closed_) return;  // closing: what arrives now is not acted on
     const auto data = buf_.data();
     if (ws_.got_text()) {
-      auto parsed = ParseClientMessage(
+      auto parsed = wire::ParseClientMessage(
           std::string_view(static_cast<const char*>(data.data()), data.size()), srv_->options.caps);
-      if (auto* m = std::get_if<ClientMessage>(&parsed)) {
+      if (auto* m = std::get_if<wire::ClientMessage>(&parsed)) {
         Handle(std::move(*m));
       } else {
-        SendError(std::get<ProtocolError>(parsed));
+        SendError(std::get<wire::ProtocolError>(parsed));
       }
     } else {
-      auto parsed = ParseBinaryFrame(
+      auto parsed = wire::ParseBinaryFrame(
           std::span<const std::byte>(static_cast<const std::byte*>(data.data()), data.size()),
           srv_->options.caps);
-      if (auto* f = std::get_if<FrameRequest>(&parsed)) {
+      if (auto* f = std::get_if<wire::FrameRequest>(&parsed)) {
         OnFrameRequest(std::move(*f));
       } else {
-        SendError(std::get<ProtocolError>(parsed));
+        SendError(std::get<wire::ProtocolError>(parsed));
       }
     }
     buf_.consume(buf_.size());
     if (!closed_) DoRead();
   }
 
-  void Handle(ClientMessage&& m) {
-    if (auto* s = std::get_if<StartRequest>(&m)) {
+  void Handle(wire::ClientMessage&& m) {
+    if (auto* s = std::get_if<wire::StartRequest>(&m)) {
       OnStart(std::move(*s));
-    } else if (auto* f = std::get_if<FrameRequest>(&m)) {
+    } else if (auto* f = std::get_if<wire::FrameRequest>(&m)) {
       OnFrameRequest(std::move(*f));
-    } else if (auto* e = std::get_if<EndRequest>(&m)) {
+    } else if (auto* e = std::get_if<wire::EndRequest>(&m)) {
       OnEnd(*e);
-    } else if (auto* p = std::get_if<PingRequest>(&m)) {
-      Send(Pong{.nonce = p->nonce}.Serialize());
+    } else if (auto* p = std::get_if<wire::PingRequest>(&m)) {
+      Send(wire::Pong{.nonce = p->nonce}.Serialize());
     }
   }
 
-  void OnStart(StartRequest&& r) {
+  void OnStart(wire::StartRequest&& r) {
     const ServerOptions& o = srv_->options;
-    auto fail = [&](ErrorCode code, std::string message) {
-      ProtocolError e = Error(code, std::move(message));
+    auto fail = [&](wire::ErrorCode code, std::string message) {
+      wire::ProtocolError e = Error(code, std::move(message));
       e.client_ref = r.client_ref;
       SendError(e);
     };
     const auto open = static_cast<int>(sessions_.size()) + pending_starts_;
     if (open >= o.max_sessions_per_connection) {
-      fail(ErrorCode::kTooManySessions,
+      fail(wire::ErrorCode::kTooManySessions,
            "session.start: this connection has " + std::to_string(open) + " sessions, the limit");
       return;
     }
@@ -343,13 +344,13 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     spec.deadline_ms = r.deadline_ms > 0.0 ? r.deadline_ms : r.period_ms;
     spec.input_tokens_per_frame = r.tokens_per_frame;
     spec.output_tokens_per_frame = r.output_tokens_per_frame;
-    KvSettings kv;
-    kv.policy = r.kv.policy.value_or(KvPolicyKind::kWindow);
+    wire::KvSettings kv;
+    kv.policy = r.kv.policy.value_or(wire::KvPolicyKind::kWindow);
     kv.positions = r.kv.positions.value_or(o.default_positions);
-    const kv::PositionMode pos = kv.positions == KvPositions::kRolling
+    const kv::PositionMode pos = kv.positions == wire::KvPositions::kRolling
                                      ? kv::PositionMode::kRolling
                                      : kv::PositionMode::kAbsolute;
-    if (kv.policy == KvPolicyKind::kWindow) {
+    if (kv.policy == wire::KvPolicyKind::kWindow) {
       kv.window = r.kv.window.value_or(o.default_window);
       kv.sinks = r.kv.sinks.value_or(o.default_sinks);
       spec.policy = kv::KvPolicy::Window(kv.window, kv.sinks, pos);
@@ -357,36 +358,36 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
       spec.policy = kv::KvPolicy::Full();
     }
     if (r.prompt) {
-      if (auto* ids = std::get_if<TokenIds>(&*r.prompt)) {
+      if (auto* ids = std::get_if<wire::TokenIds>(&*r.prompt)) {
         spec.prompt = std::move(*ids);
       } else {
         const auto& text = std::get<std::string>(*r.prompt);
         if (!text.empty()) {
           if (srv_->tokenizer == nullptr) {
-            fail(ErrorCode::kBadField,
+            fail(wire::ErrorCode::kBadField,
                  "session.start: prompt.text needs a tokenizer and this server has none (send "
                  "prompt.ids)");
             return;
           }
           spec.prompt = srv_->tokenizer->Encode(text, /*add_bos=*/true);
           if (static_cast<std::int64_t>(spec.prompt.size()) > o.caps.max_prompt_tokens) {
-            fail(ErrorCode::kOverCap, "session.start: prompt.text has " +
-                                          std::to_string(spec.prompt.size()) +
-                                          " tokens, more than max_prompt_tokens = " +
-                                          std::to_string(o.caps.max_prompt_tokens));
+            fail(wire::ErrorCode::kOverCap, "session.start: prompt.text has " +
+                                                std::to_string(spec.prompt.size()) +
+                                                " tokens, more than max_prompt_tokens = " +
+                                                std::to_string(o.caps.max_prompt_tokens));
             return;
           }
         }
       }
     }
-    SessionStarted started{.session = 0,
-                           .client_ref = r.client_ref,
-                           .period_ms = spec.period_ms,
-                           .deadline_ms = spec.deadline_ms,
-                           .tokens_per_frame = spec.input_tokens_per_frame,
-                           .output_tokens_per_frame = spec.output_tokens_per_frame,
-                           .kv = kv,
-                           .max_context = std::nullopt};
+    wire::SessionStarted started{.session = 0,
+                                 .client_ref = r.client_ref,
+                                 .period_ms = spec.period_ms,
+                                 .deadline_ms = spec.deadline_ms,
+                                 .tokens_per_frame = spec.input_tokens_per_frame,
+                                 .output_tokens_per_frame = spec.output_tokens_per_frame,
+                                 .kv = kv,
+                                 .max_context = std::nullopt};
     ++pending_starts_;
     UpdateIdle();
     auto self = shared_from_this();
@@ -416,7 +417,7 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
         });
   }
 
-  void OnStarted(const StartOutcome& out, SessionStarted started) {
+  void OnStarted(const StartOutcome& out, wire::SessionStarted started) {
     --pending_starts_;
     UpdateIdle();
     if (out.admitted) {
@@ -433,28 +434,28 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
       if (out.max_context > 0) started.max_context = out.max_context;
       Send(started.Serialize());
     } else if (!out.error.empty()) {
-      ProtocolError e = Error(ErrorCode::kBadField, "session.start: " + out.error);
+      wire::ProtocolError e = Error(wire::ErrorCode::kBadField, "session.start: " + out.error);
       e.client_ref = started.client_ref;
       SendError(e);
     } else {
-      Send(SessionRejected{.client_ref = started.client_ref,
-                           .reason = out.decision.reason,
-                           .detail = out.decision.detail,
-                           .retry_after_ms = out.decision.retry_after_ms}
+      Send(wire::SessionRejected{.client_ref = started.client_ref,
+                                 .reason = out.decision.reason,
+                                 .detail = out.decision.detail,
+                                 .retry_after_ms = out.decision.retry_after_ms}
                .Serialize());
     }
   }
 
-  void OnFrameRequest(FrameRequest&& f) {
-    auto fail = [&](ErrorCode code, std::string message) {
-      ProtocolError e = Error(code, std::move(message));
+  void OnFrameRequest(wire::FrameRequest&& f) {
+    auto fail = [&](wire::ErrorCode code, std::string message) {
+      wire::ProtocolError e = Error(code, std::move(message));
       e.session = f.session;
       e.frame = f.index;
       SendError(e);
     };
     auto it = sessions_.find(f.session);
     if (it == sessions_.end() || it->second.ending) {
-      fail(ErrorCode::kUnknownSession,
+      fail(wire::ErrorCode::kUnknownSession,
            "frame: session " + std::to_string(f.session) + " is not open on this connection");
       return;
     }
@@ -462,7 +463,7 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     const bool text = std::holds_alternative<std::string>(f.input);
     if (text) {
       if (srv_->tokenizer == nullptr) {
-        fail(ErrorCode::kBadField,
+        fail(wire::ErrorCode::kBadField,
              "frame: text needs a tokenizer and this server has none (send ids)");
         return;
       }
@@ -472,7 +473,7 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
       const std::string& text_in = std::get<std::string>(f.input);
       const std::int64_t max_bytes = it->second.tokens_per_frame * srv_->max_token_bytes;
       if (static_cast<std::int64_t>(text_in.size()) > max_bytes) {
-        fail(ErrorCode::kOverCap,
+        fail(wire::ErrorCode::kOverCap,
              "frame: text has " + std::to_string(text_in.size()) + " bytes, more than the " +
                  "session's tokens_per_frame = " + std::to_string(it->second.tokens_per_frame) +
                  " tokens can hold (" + std::to_string(max_bytes) + " bytes)");
@@ -480,11 +481,11 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
       }
       tokens = srv_->tokenizer->Encode(text_in, /*add_bos=*/false);
       if (tokens.empty()) {
-        fail(ErrorCode::kBadField, "frame: text has no tokens");
+        fail(wire::ErrorCode::kBadField, "frame: text has no tokens");
         return;
       }
     } else {
-      tokens = std::move(std::get<TokenIds>(f.input));
+      tokens = std::move(std::get<wire::TokenIds>(f.input));
     }
     // Ids and text alike: the engine refuses more tokens than the session declared (kTooMany).
     const std::size_t count = tokens.size();
@@ -500,8 +501,8 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
 
   void OnSubmitted(std::uint64_t sid, std::optional<std::int64_t> index, bool text,
                    std::size_t count, SubmitOutcome out) {
-    auto fail = [&](ErrorCode code, std::string message) {
-      ProtocolError e = Error(code, std::move(message));
+    auto fail = [&](wire::ErrorCode code, std::string message) {
+      wire::ProtocolError e = Error(code, std::move(message));
       e.session = sid;
       e.frame = index;
       SendError(e);
@@ -514,38 +515,38 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
         }
         return;
       case SubmitOutcome::kTooEarly:
-        fail(ErrorCode::kFrameTooEarly,
+        fail(wire::ErrorCode::kFrameTooEarly,
              "frame: session " + std::to_string(sid) + " already has its frames waiting");
         return;
       case SubmitOutcome::kTooFast:
-        fail(ErrorCode::kFrameTooEarly,
+        fail(wire::ErrorCode::kFrameTooEarly,
              "frame: session " + std::to_string(sid) + " sends faster than its period_ms = " +
                  (it != sessions_.end() ? FormatValue(it->second.period_ms) : std::string("?")) +
                  " (beyond the burst allowance)");
         return;
       case SubmitOutcome::kTooMany:
-        fail(ErrorCode::kOverCap,
+        fail(wire::ErrorCode::kOverCap,
              std::string("frame: ") + (text ? "text" : "ids") + " has " + std::to_string(count) +
                  " tokens, more than the session's tokens_per_frame = " +
                  (it != sessions_.end() ? std::to_string(it->second.tokens_per_frame)
                                         : std::string("?")));
         return;
       case SubmitOutcome::kUnknownSession:
-        fail(ErrorCode::kUnknownSession,
+        fail(wire::ErrorCode::kUnknownSession,
              "frame: session " + std::to_string(sid) + " is not open on this connection");
         return;
       case SubmitOutcome::kEmpty:
-        fail(ErrorCode::kBadField, "frame: no tokens");
+        fail(wire::ErrorCode::kBadField, "frame: no tokens");
         return;
     }
   }
 
-  void OnEnd(const EndRequest& e) {
+  void OnEnd(const wire::EndRequest& e) {
     auto it = sessions_.find(e.session);
     if (it == sessions_.end() || it->second.ending) {
-      ProtocolError err =
-          Error(ErrorCode::kUnknownSession, "session.end: session " + std::to_string(e.session) +
-                                                " is not open on this connection");
+      wire::ProtocolError err = Error(
+          wire::ErrorCode::kUnknownSession,
+          "session.end: session " + std::to_string(e.session) + " is not open on this connection");
       err.session = e.session;
       SendError(err);
       return;
@@ -558,7 +559,7 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     auto it = sessions_.find(sid);
     if (it == sessions_.end()) return;
     SessionState& st = it->second;
-    FrameResult fr;
+    wire::FrameResult fr;
     fr.session = sid;
     fr.frame = rec.index;
     auto p = st.pending.find(rec.index);
@@ -582,15 +583,16 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     const std::int64_t frames = it->second.results;
     sessions_.erase(it);
     UpdateIdle();
-    Send(SessionEnded{.session = sid, .reason = ToEndReason(e), .frames = frames}.Serialize());
+    Send(
+        wire::SessionEnded{.session = sid, .reason = ToEndReason(e), .frames = frames}.Serialize());
   }
 
   void OnAlarm(RealtimeSessionId sid, const std::string& kind, const std::string& detail) {
     if (!sessions_.contains(sid)) return;
-    Send(Alarm{.session = sid, .kind = kind, .detail = detail}.Serialize());
+    Send(wire::Alarm{.session = sid, .kind = kind, .detail = detail}.Serialize());
   }
 
-  void SendError(const ProtocolError& e) { Send(ErrorMessage{.error = e}.Serialize()); }
+  void SendError(const wire::ProtocolError& e) { Send(wire::ErrorMessage{.error = e}.Serialize()); }
 
   void Send(std::string message) {
     if (closed_) return;
@@ -798,7 +800,7 @@ class HttpSession final : public Closable, public std::enable_shared_from_this<H
 
   void RespondStats(const Request& req, nlohmann::json stats) {
     // What a client may ask for (loadgen draws its random ids from vocab_size).
-    const ServerCaps& c = srv_->options.caps;
+    const wire::ServerCaps& c = srv_->options.caps;
     stats["caps"] = {{"vocab_size", c.vocab_size},
                      {"min_period_ms", c.min_period_ms},
                      {"max_period_ms", c.max_period_ms},

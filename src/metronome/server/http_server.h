@@ -18,8 +18,8 @@
 #include "metronome/model/tokenizer.h"
 #include "metronome/server/engine_service.h"
 #include "metronome/server/http_access.h"
-#include "metronome/server/protocol.h"
 #include "metronome/telemetry/metrics.h"
+#include "metronome/wire/protocol.h"
 
 namespace metronome::server {
 
@@ -51,11 +51,11 @@ struct ServerOptions {
   // Browser Origins allowed to upgrade (http_access.h: nullopt is the default rule, same host or
   // loopback only when auth_token is empty). Requests without Origin are not browsers: allowed.
   AllowedOrigins allowed_origins;
-  ServerCaps caps;  // caps.max_message_bytes is overridden by max_message_bytes
+  wire::ServerCaps caps;  // caps.max_message_bytes is overridden by max_message_bytes
   // Session defaults when session.start does not give them.
   std::int64_t default_window = 512;
   std::int64_t default_sinks = 4;
-  KvPositions default_positions = KvPositions::kAbsolute;
+  wire::KvPositions default_positions = wire::KvPositions::kAbsolute;
 };
 
 class HttpServer {

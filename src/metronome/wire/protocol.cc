@@ -1,4 +1,4 @@
-#include "metronome/server/protocol.h"
+#include "metronome/wire/protocol.h"
 
 #include <algorithm>
 #include <array>
@@ -16,7 +16,7 @@
 
 #include "metronome/base/check.h"
 
-namespace metronome::server {
+namespace metronome::wire {
 namespace {
 
 using Json = nlohmann::json;
@@ -892,4 +892,4 @@ std::string ErrorMessage::Serialize() const {
   return ToText(j);
 }
 
-}  // namespace metronome::server
+}  // namespace metronome::wire

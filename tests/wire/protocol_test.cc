@@ -1,4 +1,4 @@
-#include "metronome/server/protocol.h"
+#include "metronome/wire/protocol.h"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-namespace metronome::server {
+namespace metronome::wire {
 namespace {
 
 using Json = nlohmann::json;
@@ -948,4 +948,4 @@ TEST(ProtocolErrorCodeTest, NamesAreStableSnakeCaseAndRoundTrip) {
 }
 
 }  // namespace
-}  // namespace metronome::server
+}  // namespace metronome::wire

@@ -21,7 +21,7 @@
 #include "metronome/base/types.h"
 #include "metronome/telemetry/engine_metrics.h"
 
-namespace metronome::server {
+namespace metronome::wire {
 
 // ---------------------------------------------------------------------------------------------
 // Errors
@@ -248,4 +248,4 @@ struct ErrorMessage {
   [[nodiscard]] std::string Serialize() const;
 };
 
-}  // namespace metronome::server
+}  // namespace metronome::wire
