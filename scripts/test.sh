@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test job (CI runs exactly this): set up, check formatting, build with warnings as errors and
 # run every test, clang-tidy, the evaluation suite's quick mode, then the unit tests again under
-# ASan + UBSan, then smoke-run the GGUF and wire protocol fuzzers.
+# ASan + UBSan, the threaded tests (server, realtime, loadgen) under ThreadSanitizer, then
+# smoke-run the GGUF and wire protocol fuzzers.
 # Fails loudly on the first problem.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,12 +13,15 @@ bash scripts/setup.sh
 echo "== format check (clang-format)"
 git ls-files '*.h' '*.cc' | xargs clang-format --dry-run --Werror
 
+echo "== layering (a module includes and links only the modules below it: docs/architecture.md)"
+python3 scripts/check_layering.py
+
 echo "== build + test (ci preset: optimised, -Werror)"
 cmake --preset ci >/dev/null
 cmake --build --preset ci -j "$jobs"
 ctest --preset ci -j "$jobs"
 
-echo "== clang-tidy (all sources, warnings as errors)"
+echo "== clang-tidy (all sources, warnings as errors; -Wthread-safety checks the lock annotations)"
 bash scripts/tidy.sh build/ci
 
 echo "== benchmark smoke run"
@@ -34,6 +38,11 @@ echo "== ASan + UBSan (unit tests)"
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$jobs"
 ctest --preset asan -j "$jobs"
+
+echo "== ThreadSanitizer (server, realtime and loadgen tests; the preset builds only those)"
+cmake --preset tsan >/dev/null
+cmake --build --preset tsan -j "$jobs"
+ctest --preset tsan -j "$jobs"
 
 echo "== GGUF parser fuzz smoke run (libFuzzer, 30 s)"
 cmake --preset fuzz >/dev/null

@@ -11,7 +11,6 @@
 #include <climits>
 #include <cmath>
 #include <fstream>
-#include <mutex>
 #include <sstream>
 #include <string>
 
@@ -20,6 +19,7 @@
 #endif
 
 #include "metronome/base/check.h"
+#include "metronome/base/thread_annotations.h"
 
 namespace metronome::base {
 namespace {
@@ -262,44 +262,45 @@ void ThreadPool::Run(std::int64_t n, std::int64_t min_items_per_chunk, ChunkFn f
 // ---- the default pool ---------------------------------------------------------------------------
 
 namespace {
-std::mutex& DefaultPoolMutex() {
-  static std::mutex m;
-  return m;
-}
-std::unique_ptr<ThreadPool>& DefaultPoolStorage() {
-  static std::unique_ptr<ThreadPool> pool;
-  return pool;
-}
-std::atomic<ThreadPool*>& DefaultPoolPtr() {
-  static std::atomic<ThreadPool*> p{nullptr};
-  return p;
+// The process-wide pool. `current` is read without the lock (acquire) on DefaultThreadPool's fast
+// path; the pools themselves are created, replaced and retired only under `mu`.
+struct DefaultPoolSlot {
+  Mutex mu;
+  std::unique_ptr<ThreadPool> owner GUARDED_BY(mu);
+  // A replaced pool is retired, not destroyed: a thread that fetched it just before the swap may
+  // still be running a job on it. Its workers sleep on their futex from then on (no CPU); resizes
+  // happen a few times per process (engine construction), so the list stays short.
+  std::vector<std::unique_ptr<ThreadPool>> retired GUARDED_BY(mu);
+  std::atomic<ThreadPool*> current{nullptr};
+};
+DefaultPoolSlot& DefaultSlot() {
+  static DefaultPoolSlot slot;
+  return slot;
 }
 }  // namespace
 
 ThreadPool& DefaultThreadPool() {
-  if (ThreadPool* p = DefaultPoolPtr().load(std::memory_order_acquire)) return *p;
-  const std::lock_guard<std::mutex> lock(DefaultPoolMutex());
-  if (!DefaultPoolStorage()) {
-    DefaultPoolStorage() = std::make_unique<ThreadPool>();
-    DefaultPoolPtr().store(DefaultPoolStorage().get(), std::memory_order_release);
+  DefaultPoolSlot& slot = DefaultSlot();
+  if (ThreadPool* p = slot.current.load(std::memory_order_acquire)) return *p;
+  const MutexLock lock(&slot.mu);
+  if (!slot.owner) {
+    slot.owner = std::make_unique<ThreadPool>();
+    slot.current.store(slot.owner.get(), std::memory_order_release);
   }
-  return *DefaultPoolStorage();
+  return *slot.owner;
 }
 
 void SetDefaultThreadCount(int num_threads) {
   MTR_CHECK(num_threads >= 1, "SetDefaultThreadCount needs >= 1 thread");
-  const std::lock_guard<std::mutex> lock(DefaultPoolMutex());
-  if (DefaultPoolStorage() && DefaultPoolStorage()->num_threads() == num_threads) return;
+  DefaultPoolSlot& slot = DefaultSlot();
+  const MutexLock lock(&slot.mu);
+  if (slot.owner && slot.owner->num_threads() == num_threads) return;
   ThreadPoolOptions o;
   o.num_threads = num_threads;
   auto fresh = std::make_unique<ThreadPool>(o);
-  DefaultPoolPtr().store(fresh.get(), std::memory_order_release);
-  // The replaced pool is retired, not destroyed: a thread that fetched it just before the swap may
-  // still be running a job on it. Its workers sleep on their futex from then on (no CPU); resizes
-  // happen a few times per process (engine construction), so the retired list stays short.
-  static std::vector<std::unique_ptr<ThreadPool>> retired;
-  if (DefaultPoolStorage()) retired.push_back(std::move(DefaultPoolStorage()));
-  DefaultPoolStorage() = std::move(fresh);
+  slot.current.store(fresh.get(), std::memory_order_release);
+  if (slot.owner) slot.retired.push_back(std::move(slot.owner));
+  slot.owner = std::move(fresh);
 }
 
 }  // namespace metronome::base

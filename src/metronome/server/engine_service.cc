@@ -74,7 +74,7 @@ EngineService::~EngineService() { Shutdown(); }
 
 bool EngineService::Post(std::function<void()> command) {
   {
-    const std::lock_guard<std::mutex> lock(mu_);
+    const base::MutexLock lock(&mu_);
     if (!accepting_) return false;  // the engine thread is gone: nobody would run it
     commands_.push_back(std::move(command));
   }
@@ -171,7 +171,7 @@ ServiceFootprint EngineService::Footprint() {
     const engine::PoolStats pool = backend_->pool();
     std::int64_t queued = 0;
     {
-      const std::lock_guard<std::mutex> lock(mu_);
+      const base::MutexLock lock(&mu_);
       queued = static_cast<std::int64_t>(commands_.size());
     }
     promise->set_value({.live = static_cast<std::int64_t>(live_.size()),
@@ -266,7 +266,7 @@ void EngineService::EndAll(SessionEnd reason) {
 
 void EngineService::Shutdown() {
   {
-    const std::lock_guard<std::mutex> lock(mu_);
+    const base::MutexLock lock(&mu_);
     stopping_ = true;
   }
   wake_.notify_one();
@@ -279,7 +279,7 @@ void EngineService::Run() {
   while (true) {
     bool stop = false;
     {
-      const std::lock_guard<std::mutex> lock(mu_);
+      const base::MutexLock lock(&mu_);
       batch.swap(commands_);
       stop = stopping_;
     }
@@ -293,14 +293,14 @@ void EngineService::Run() {
         std::min(supervisor_.loop().NextEventSeconds() - supervisor_.StartSeconds(),
                  supervisor_.next_sample_s());
     const double wait_s = std::clamp(next_s - supervisor_.Now(), 0.0, 1.0);
-    std::unique_lock<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     wake_.wait_for(lock, std::chrono::duration<double>(wait_s),
-                   [this] { return stopping_ || !commands_.empty(); });
+                   [this]() REQUIRES(mu_) { return stopping_ || !commands_.empty(); });
   }
   // Commands that raced with the shutdown still get answers; then every session ends.
   draining_ = true;
   {
-    const std::lock_guard<std::mutex> lock(mu_);
+    const base::MutexLock lock(&mu_);
     batch.swap(commands_);
     accepting_ = false;
   }

@@ -17,7 +17,6 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -25,6 +24,7 @@
 #include <vector>
 
 #include "metronome/base/clock.h"
+#include "metronome/base/thread_annotations.h"
 #include "metronome/realtime/backend.h"
 #include "metronome/realtime/supervisor.h"
 #include "metronome/telemetry/event_log.h"
@@ -139,11 +139,11 @@ class EngineService {
   std::unordered_map<RealtimeSessionId, Live> live_;  // engine thread only
   bool draining_ = false;  // engine thread only: shutting down, admit nobody
 
-  std::mutex mu_;
-  std::condition_variable wake_;
-  std::deque<std::function<void()>> commands_;  // guarded by mu_
-  bool stopping_ = false;                       // guarded by mu_
-  bool accepting_ = true;  // guarded by mu_; false once the engine thread took its last commands
+  base::Mutex mu_;
+  std::condition_variable_any wake_;
+  std::deque<std::function<void()>> commands_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
+  bool accepting_ GUARDED_BY(mu_) = true;  // false once the engine thread took its last commands
   std::thread thread_;
 };
 

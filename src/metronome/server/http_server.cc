@@ -7,7 +7,6 @@
 #include <boost/beast/websocket.hpp>
 #include <chrono>
 #include <deque>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "metronome/base/errors.h"
+#include "metronome/base/thread_annotations.h"
 #include "metronome/server/dashboard_assets.h"
 #include "metronome/server/http_access.h"
 
@@ -98,12 +98,12 @@ struct HttpServer::Impl {
   };
 
   // Declared before io: connections unregister while io's leftover handlers are destroyed.
-  std::mutex mu;
-  std::unordered_map<Closable*, Entry> conns;             // guarded by mu
-  std::unordered_map<std::string, int> live_per_address;  // guarded by mu; non-evicted entries
-  std::size_t evicted = 0;                                // guarded by mu
-  std::uint64_t next_order = 0;                           // guarded by mu
-  bool accepting = true;                                  // guarded by mu
+  base::Mutex mu;
+  std::unordered_map<Closable*, Entry> conns GUARDED_BY(mu);
+  std::unordered_map<std::string, int> live_per_address GUARDED_BY(mu);  // non-evicted entries
+  std::size_t evicted GUARDED_BY(mu) = 0;
+  std::uint64_t next_order GUARDED_BY(mu) = 0;
+  bool accepting GUARDED_BY(mu) = true;
   std::string expected_authorization;  // "Bearer <token>", or empty: no token required
 
   net::io_context io;
@@ -130,7 +130,7 @@ struct HttpServer::Impl {
   bool Register(const std::shared_ptr<Closable>& c, const std::string& address, bool check) {
     std::shared_ptr<Closable> victim;
     {
-      const std::lock_guard<std::mutex> lock(mu);
+      const base::MutexLock lock(&mu);
       if (!accepting) return false;
       if (check) {
         const int per_address = options.max_connections_per_address;
@@ -152,8 +152,8 @@ struct HttpServer::Impl {
     return true;
   }
   // Marks the oldest idle connection (of `address`, when given) evicted and returns it; null when
-  // none is idle. O(connections), only at a cap. Requires mu.
-  std::shared_ptr<Closable> EvictOldestIdle(const std::string* address) {
+  // none is idle. O(connections), only at a cap.
+  std::shared_ptr<Closable> EvictOldestIdle(const std::string* address) REQUIRES(mu) {
     Entry* oldest = nullptr;
     std::shared_ptr<Closable> victim;
     for (auto& [key, e] : conns) {
@@ -170,12 +170,12 @@ struct HttpServer::Impl {
     Forget(oldest->address);
     return victim;
   }
-  void Forget(const std::string& address) {  // requires mu
+  void Forget(const std::string& address) REQUIRES(mu) {
     const auto it = live_per_address.find(address);
     if (it != live_per_address.end() && --it->second <= 0) live_per_address.erase(it);
   }
   void Unregister(Closable* c) {
-    const std::lock_guard<std::mutex> lock(mu);
+    const base::MutexLock lock(&mu);
     const auto it = conns.find(c);
     if (it == conns.end()) return;
     if (it->second.evicted) {
@@ -911,7 +911,7 @@ void HttpServer::Stop() {
   });
   std::vector<std::shared_ptr<Closable>> open;
   {
-    const std::lock_guard<std::mutex> lock(s.mu);
+    const base::MutexLock lock(&s.mu);
     s.accepting = false;
     for (auto& [key, entry] : s.conns) {
       if (auto c = entry.conn.lock()) open.push_back(std::move(c));
@@ -924,7 +924,7 @@ void HttpServer::Stop() {
   const auto give_up = std::chrono::steady_clock::now() + kStopWait;
   while (std::chrono::steady_clock::now() < give_up) {
     {
-      const std::lock_guard<std::mutex> lock(s.mu);
+      const base::MutexLock lock(&s.mu);
       if (s.conns.empty()) break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));

@@ -36,7 +36,7 @@ void EventLog::Write(double t_ms, std::string_view type, nlohmann::json fields) 
   // throwing, so a line is always valid JSON.
   std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   text += '\n';
-  const std::lock_guard lock(mu_);
+  const base::MutexLock lock(&mu_);
   out_->write(text.data(), static_cast<std::streamsize>(text.size()));
   if (options_.flush_every_line) out_->flush();
 }
@@ -75,13 +75,13 @@ void EventLog::Alarm(double t_ms, const AlarmEvent& event) {
 
 void EventLog::Flush() {
   if (!enabled()) return;
-  const std::lock_guard lock(mu_);
+  const base::MutexLock lock(&mu_);
   out_->flush();
 }
 
 bool EventLog::ok() const {
   if (!enabled()) return true;
-  const std::lock_guard lock(mu_);
+  const base::MutexLock lock(&mu_);
   return out_->good();
 }
 

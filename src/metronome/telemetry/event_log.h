@@ -9,11 +9,12 @@
 #include <cstdint>
 #include <fstream>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
 #include <string_view>
+
+#include "metronome/base/thread_annotations.h"
 
 namespace metronome::telemetry {
 
@@ -90,9 +91,9 @@ class EventLog {
 
  private:
   std::unique_ptr<std::ofstream> file_;  // set when the log owns its file
-  std::ostream* out_ = nullptr;          // null: disabled
+  mutable base::Mutex mu_;
+  std::ostream* out_ PT_GUARDED_BY(mu_) = nullptr;  // null: disabled
   EventLogOptions options_;
-  mutable std::mutex mu_;  // guards writes to *out_
 };
 
 }  // namespace metronome::telemetry

@@ -207,7 +207,7 @@ template <typename Metric>
 Metric& Family<Metric>::Child(std::vector<std::string> values) {
   MTR_CHECK(values.size() == label_names_.size(),
             "WithLabels: number of label values differs from the family's label names");
-  const std::lock_guard lock(mu_);
+  const base::MutexLock lock(&mu_);
   auto it = children_.find(values);
   if (it == children_.end()) {
     std::unique_ptr<Metric> child;
@@ -233,7 +233,7 @@ void Family<Metric>::AppendTo(std::string& out) const {
   out += TypeName<Metric>();
   out += '\n';
 
-  const std::lock_guard lock(mu_);
+  const base::MutexLock lock(&mu_);
   for (const auto& [values, child] : children_) {
     if constexpr (std::is_same_v<Metric, Histogram>) {
       const std::vector<std::uint64_t> cumulative = child->CumulativeCounts();
@@ -335,7 +335,7 @@ Histogram& MetricsRegistry::AddHistogram(std::string_view name, std::string_view
 
 Family<Counter>& MetricsRegistry::AddCounterFamily(std::string_view name, std::string_view help,
                                                    std::vector<std::string> label_names) {
-  const std::lock_guard lock(mu_);
+  const base::MutexLock lock(&mu_);
   std::string full = Reserve(name, "counter", label_names);
   auto family = std::unique_ptr<Family<Counter>>(
       new Family<Counter>(std::move(full), std::string(help), std::move(label_names), {}));
@@ -346,7 +346,7 @@ Family<Counter>& MetricsRegistry::AddCounterFamily(std::string_view name, std::s
 
 Family<Gauge>& MetricsRegistry::AddGaugeFamily(std::string_view name, std::string_view help,
                                                std::vector<std::string> label_names) {
-  const std::lock_guard lock(mu_);
+  const base::MutexLock lock(&mu_);
   std::string full = Reserve(name, "gauge", label_names);
   auto family = std::unique_ptr<Family<Gauge>>(
       new Family<Gauge>(std::move(full), std::string(help), std::move(label_names), {}));
@@ -358,7 +358,7 @@ Family<Gauge>& MetricsRegistry::AddGaugeFamily(std::string_view name, std::strin
 Family<Histogram>& MetricsRegistry::AddHistogramFamily(std::string_view name, std::string_view help,
                                                        std::vector<std::string> label_names,
                                                        std::vector<double> upper_bounds) {
-  const std::lock_guard lock(mu_);
+  const base::MutexLock lock(&mu_);
   ValidateBounds(std::string(kMetricPrefix) + std::string(name), upper_bounds);
   std::string full = Reserve(name, "histogram", label_names);
   auto family = std::unique_ptr<Family<Histogram>>(new Family<Histogram>(
@@ -370,7 +370,7 @@ Family<Histogram>& MetricsRegistry::AddHistogramFamily(std::string_view name, st
 
 std::string MetricsRegistry::ExpositionText() const {
   std::string out;
-  const std::lock_guard lock(mu_);
+  const base::MutexLock lock(&mu_);
   for (const AnyFamily& family : families_) {
     std::visit([&out](const auto& f) { f->AppendTo(out); }, family);
   }

@@ -11,13 +11,14 @@
 #include <initializer_list>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <span>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
+
+#include "metronome/base/thread_annotations.h"
 
 namespace metronome::telemetry {
 
@@ -121,9 +122,9 @@ class Family {
   const std::string help_;
   const std::vector<std::string> label_names_;
   const std::vector<double> upper_bounds_;  // histograms only
-  mutable std::mutex mu_;
+  mutable base::Mutex mu_;
   // Label values -> child; std::map so exposition order is deterministic.
-  std::map<std::vector<std::string>, std::unique_ptr<Metric>> children_;  // guarded by mu_
+  std::map<std::vector<std::string>, std::unique_ptr<Metric>> children_ GUARDED_BY(mu_);
 };
 
 extern template class Family<Counter>;
@@ -168,13 +169,13 @@ class MetricsRegistry {
   using AnyFamily = std::variant<std::unique_ptr<Family<Counter>>, std::unique_ptr<Family<Gauge>>,
                                  std::unique_ptr<Family<Histogram>>>;
 
-  // Validates and reserves the exposed names; returns the full name. Caller holds mu_.
+  // Validates and reserves the exposed names; returns the full name.
   std::string Reserve(std::string_view name, std::string_view kind,
-                      std::span<const std::string> label_names);
+                      std::span<const std::string> label_names) REQUIRES(mu_);
 
-  mutable std::mutex mu_;
-  std::vector<AnyFamily> families_;                 // guarded by mu_; registration order
-  std::set<std::string, std::less<>> taken_names_;  // guarded by mu_; every exposed sample name
+  mutable base::Mutex mu_;
+  std::vector<AnyFamily> families_ GUARDED_BY(mu_);                 // registration order
+  std::set<std::string, std::less<>> taken_names_ GUARDED_BY(mu_);  // every exposed sample name
 };
 
 }  // namespace metronome::telemetry
