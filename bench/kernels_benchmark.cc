@@ -122,7 +122,7 @@ void BM_PagedAttention(benchmark::State& state) {
   for (float& x : q) x = d(rng);
   std::vector<float> out(q.size());
   const TokenPos p = context;
-  const std::int64_t visible = kernels::VisibleKeys(policy, p);
+  const std::int64_t visible = policy.VisibleKeys(p);
   std::vector<float> scratch(kernels::AttentionScratchFloats(shape, visible));
   const kernels::Rope rope(64, 64, 10000.0, metronome::model::RopeStyle::kInterleaved);
   for (auto _ : state) {

@@ -71,7 +71,7 @@ class StepTimeTap final : public realtime::Backend {
     step_seconds_ += s;
     return s;
   }
-  [[nodiscard]] metronome::engine::PoolStats pool() const override { return inner_->pool(); }
+  [[nodiscard]] metronome::kv::PoolStats pool() const override { return inner_->pool(); }
   [[nodiscard]] std::int64_t resident_blocks(realtime::BackendSessionId id) const override {
     return inner_->resident_blocks(id);
   }

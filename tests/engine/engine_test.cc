@@ -268,9 +268,9 @@ TEST(EngineWarmUpTest, LeavesThePoolAsItWasAndFitsSmallPools) {
   std::vector<TokenId> ids = {1, 2, 3, 4, 5};
   std::vector<StepItemResult> results;
   eng.Step(std::vector<StepItem>{{keep, ids, LogitsMode::kLast}}, &results);
-  const PoolStats before = eng.pool_stats();
+  const kv::PoolStats before = eng.pool_stats();
   EXPECT_GT(eng.WarmUp(256), 0.0);
-  const PoolStats after = eng.pool_stats();
+  const kv::PoolStats after = eng.pool_stats();
   EXPECT_EQ(after.free_blocks, before.free_blocks);
   EXPECT_EQ(after.num_sessions, before.num_sessions);
   EXPECT_EQ(eng.session_kv(keep)->length(), 5);

@@ -310,7 +310,7 @@ ImplComparison CompareImpl(const ImplCase& c, AttentionImpl impl, double u_q) {
         session.WriteKv(l, pos0 + t, k.data(), v.data());
       }
     }
-    const std::int64_t max_visible = VisibleKeys(c.policy, pos0 + n - 1) + n;
+    const std::int64_t max_visible = c.policy.VisibleKeys(pos0 + n - 1) + n;
     std::vector<float> scratch(AttentionScratchFloats(shape, max_visible + 1));
     for (int l = 0; l < d.layers; ++l) {
       const auto& ql = q[static_cast<std::size_t>(l)];
@@ -323,7 +323,7 @@ ImplComparison CompareImpl(const ImplCase& c, AttentionImpl impl, double u_q) {
                        stride, stride, scratch.data(), AttentionImpl::kPortable);
       }
       for (int t = 0; t < n; ++t) {
-        const auto visible = static_cast<double>(VisibleKeys(c.policy, pos0 + t));
+        const auto visible = static_cast<double>(c.policy.VisibleKeys(pos0 + t));
         for (int h = 0; h < d.heads; ++h) {
           const std::size_t off = static_cast<std::size_t>(t * d.q_dim() + h * d.hd);
           double q_norm = 0.0;

@@ -146,7 +146,7 @@ int RunBench(const BenchFlags& f) {
   const double med_ms = Median(step_ms);
   const double med_gflops = Median(quiet.step_gflops);
   const auto* kv0 = eng.session_kv(ids[0]);
-  const engine::PoolStats ps = eng.pool_stats();
+  const kv::PoolStats ps = eng.pool_stats();
   const double bytes_per_block = static_cast<double>(ps.bytes_per_block);
   const std::int64_t bound = policy.MaxResidentBlocks(static_cast<int>(ps.block_tokens));
 

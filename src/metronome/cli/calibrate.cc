@@ -15,13 +15,14 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "metronome/base/errors.h"
+#include "metronome/base/number_list.h"
 #include "metronome/cli/commands.h"
 #include "metronome/cli/common.h"
 #include "metronome/kernels/gemm.h"
-#include "metronome/kernels/paged_attention.h"
 #include "metronome/realtime/cost_model_fit.h"
 
 namespace metronome::cli {
@@ -67,24 +68,16 @@ std::vector<std::int64_t> ParseList(const std::string& text, const std::string& 
     msg += " = '" + text + "': " + what;
     return ConfigError(msg);
   };
-  std::string s = text;
-  std::replace(s.begin(), s.end(), ',', ' ');
-  std::istringstream in(s);
+  const auto words = base::SplitIntegers(text);
+  if (const auto* bad = std::get_if<std::string>(&words)) {
+    throw error("'" + *bad + "' is not an integer");
+  }
   std::vector<std::int64_t> values;
-  std::string word;
-  while (in >> word) {
-    std::size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(word, &used);
-    } catch (const std::exception&) {
-      used = 0;
+  for (const base::IntegerWord& w : std::get<std::vector<base::IntegerWord>>(words)) {
+    if (w.value < lo || w.value > hi) {
+      throw error(w.word + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
     }
-    if (used != word.size()) throw error("'" + word + "' is not an integer");
-    if (v < lo || v > hi) {
-      throw error(word + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    }
-    values.push_back(v);
+    values.push_back(w.value);
   }
   if (values.empty()) throw error("needs at least one value");
   return values;
@@ -94,15 +87,6 @@ double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t h = v.size() / 2;
   return v.size() % 2 == 1 ? v[h] : 0.5 * (v[h - 1] + v[h]);
-}
-
-// Keys the next `n` query tokens of `kv` attend to, summed: CostModelBackend::Step's count.
-double VisibleKv(const kv::SessionKv& kv, std::int64_t n) {
-  double visible = 0.0;
-  for (std::int64_t t = 0; t < n; ++t) {
-    visible += static_cast<double>(kernels::VisibleKeys(kv.policy(), kv.length() + t));
-  }
-  return visible;
 }
 
 // Runs one batched step; false (after printing why) if any item did not run.
@@ -176,7 +160,7 @@ bool MeasurePoint(engine::Engine& eng, const kv::KvPolicy& policy, const Calibra
     double visible = 0.0;
     for (std::size_t s = 0; s < ids.size(); ++s) {
       const kv::SessionKv* kv = eng.session_kv(ids[s]);
-      visible += VisibleKv(*kv, g.chunk);
+      visible += static_cast<double>(kv->policy().VisibleKeysOfChunk(kv->length(), g.chunk));
       items.push_back({ids[s], chunk_of(s, kv->length(), g.chunk), engine::LogitsMode::kLast});
     }
     const auto t0 = std::chrono::steady_clock::now();
@@ -207,9 +191,7 @@ void CheckGridIdentifiesTheModel(const std::vector<GridPoint>& grid, const kv::K
   for (const GridPoint& g : grid) {
     double visible = 0.0;  // per session, summed over the timed steps
     for (std::int64_t k = f.warmup; k < f.warmup + f.repeats; ++k) {
-      for (std::int64_t t = 0; t < g.chunk; ++t) {
-        visible += static_cast<double>(kernels::VisibleKeys(policy, g.context + k * g.chunk + t));
-      }
+      visible += static_cast<double>(policy.VisibleKeysOfChunk(g.context + k * g.chunk, g.chunk));
     }
     design.push_back({static_cast<double>(g.sessions * g.chunk),
                       static_cast<double>(g.sessions) * visible / f.repeats, 1.0});

@@ -6,8 +6,10 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <variant>
 
 #include "metronome/base/errors.h"
+#include "metronome/base/number_list.h"
 #include "metronome/base/thread_pool.h"
 #include "metronome/kv/block_pool.h"
 
@@ -126,30 +128,21 @@ void RequireFiniteNumbers(CLI::App* app) {
 }
 
 std::vector<TokenId> ParseIds(const std::string& text, int vocab, const std::string& flag) {
-  std::string s = text;
-  std::replace(s.begin(), s.end(), ',', ' ');
-  std::istringstream in(s);
+  const auto words = base::SplitIntegers(text);
+  if (const auto* bad = std::get_if<std::string>(&words)) {
+    std::string msg = flag;
+    msg += ": '" + *bad + "' is not a token id";
+    throw ConfigError(msg);
+  }
   std::vector<TokenId> ids;
-  std::string word;
-  while (in >> word) {
-    std::size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(word, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != word.size()) {
+  for (const base::IntegerWord& w : std::get<std::vector<base::IntegerWord>>(words)) {
+    if (w.value < 0 || w.value >= vocab) {
       std::string msg = flag;
-      msg += ": '" + word + "' is not a token id";
+      msg +=
+          ": token id " + w.word + " is outside the vocabulary [0, " + std::to_string(vocab) + ")";
       throw ConfigError(msg);
     }
-    if (v < 0 || v >= vocab) {
-      std::string msg = flag;
-      msg += ": token id " + word + " is outside the vocabulary [0, " + std::to_string(vocab) + ")";
-      throw ConfigError(msg);
-    }
-    ids.push_back(static_cast<TokenId>(v));
+    ids.push_back(static_cast<TokenId>(w.value));
   }
   return ids;
 }

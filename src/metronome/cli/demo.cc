@@ -127,7 +127,7 @@ int RunDemo(const DemoFlags& f) {
         "\n(The text is noise: synthetic models have seeded random weights. For a real model try\n"
         " --model ../shared/models/stories260K.bin --tokenizer ../shared/models/tok512.bin)\n");
   }
-  const engine::PoolStats ps = eng.pool_stats();
+  const kv::PoolStats ps = eng.pool_stats();
   std::printf(
       "\n%lld tokens in %.2f s: %.0f tokens/s; KV pool used %lld / %lld blocks (%.0f%%), "
       "%lld blocks returned by windows\n",

@@ -44,7 +44,7 @@ int RunDrive(const DriveFlags& f) {
   }
   realtime::EngineBackend backend(&eng, so, f.max_context);
   SteadyClock clock;
-  const engine::PoolStats pool = eng.pool_stats();
+  const kv::PoolStats pool = eng.pool_stats();
 
   char buf[1024];
   std::snprintf(buf, sizeof buf,

@@ -88,7 +88,7 @@ int RunServe(const ServeFlags& f) {
   server::HttpServer http(&service, &registry, so2, m.tokenizer.get());
   http.Start();
 
-  const engine::PoolStats pool = eng.pool_stats();
+  const kv::PoolStats pool = eng.pool_stats();
   std::printf("metronome serve --model %s: KV pool %lld blocks x %lld tokens (%s), %s\n",
               f.model.model.c_str(), static_cast<long long>(pool.num_blocks),
               static_cast<long long>(pool.block_tokens),

@@ -162,7 +162,7 @@ double Engine::WarmUp(int chunk_tokens) {
   const auto t0 = std::chrono::steady_clock::now();
   // Half the free pool at most (less one block per decode), so warming up can never fail or take
   // blocks a caller counted on.
-  const PoolStats pool = pool_stats();
+  const kv::PoolStats pool = pool_stats();
   const std::int64_t fits = pool.free_blocks * pool.block_tokens / 2 - 4;
   const int chunk = static_cast<int>(std::min<std::int64_t>(chunk_tokens, fits));
   if (chunk < 1) return 0.0;
@@ -188,20 +188,8 @@ const kv::SessionKv* Engine::session_kv(SessionId id) const {
   return it == sessions_.end() ? nullptr : it->second.get();
 }
 
-PoolStats PoolStatsOf(const kv::BlockPool& pool, std::int64_t num_sessions) {
-  PoolStats s;
-  s.num_blocks = pool.num_blocks();
-  s.free_blocks = pool.num_free_blocks();
-  s.used_blocks = pool.num_used_blocks();
-  s.block_tokens = pool.layout().block_tokens;
-  s.bytes_per_block = static_cast<std::int64_t>(pool.layout().bytes_per_block());
-  s.blocks_freed_by_window = pool.blocks_freed_by_window();
-  s.num_sessions = num_sessions;
-  return s;
-}
-
-PoolStats Engine::pool_stats() const {
-  return PoolStatsOf(pool_, static_cast<std::int64_t>(sessions_.size()));
+kv::PoolStats Engine::pool_stats() const {
+  return kv::PoolStatsOf(pool_, static_cast<std::int64_t>(sessions_.size()));
 }
 
 std::span<const float> Engine::logits(int row) const {
@@ -337,7 +325,7 @@ void Engine::Forward(Batch& b) {
     const Batch::Item& bi = b.items[static_cast<std::size_t>(i)];
     const kv::KvPolicy& policy = bi.kv->policy();
     for (int t = 0; t < bi.n; ++t) {
-      const std::int64_t v = kernels::VisibleKeys(policy, bi.pos0 + t);
+      const std::int64_t v = policy.VisibleKeys(bi.pos0 + t);
       max_visible = std::max(max_visible, v);
       attn_flops_per_layer += 4.0 * static_cast<double>(v) * qd;
     }

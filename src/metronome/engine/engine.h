@@ -71,18 +71,6 @@ struct StepItemResult {
   int num_logits_rows = 0;
 };
 
-struct PoolStats {
-  std::int64_t num_blocks = 0;
-  std::int64_t free_blocks = 0;
-  std::int64_t used_blocks = 0;
-  std::int64_t block_tokens = 0;
-  std::int64_t bytes_per_block = 0;
-  std::int64_t blocks_freed_by_window = 0;  // over the engine's life, closed sessions included
-  std::int64_t num_sessions = 0;
-};
-// Snapshot of `pool` serving `num_sessions` sessions. O(1).
-[[nodiscard]] PoolStats PoolStatsOf(const kv::BlockPool& pool, std::int64_t num_sessions);
-
 struct StepStats {
   int num_tokens = 0;    // tokens forwarded
   int num_sessions = 0;  // sessions that took part
@@ -119,7 +107,7 @@ class Engine {
   [[nodiscard]] std::span<const float> logits(int row) const;
 
   [[nodiscard]] const kv::SessionKv* session_kv(SessionId id) const;
-  [[nodiscard]] PoolStats pool_stats() const;
+  [[nodiscard]] kv::PoolStats pool_stats() const;
   [[nodiscard]] const StepStats& last_step() const { return last_step_; }
   [[nodiscard]] const model::ModelConfig& config() const { return model_.config; }
   [[nodiscard]] const model::Model& model() const { return model_; }

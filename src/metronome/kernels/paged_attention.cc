@@ -14,14 +14,6 @@ std::size_t AttentionScratchFloats(const AttentionShape& shape, std::int64_t max
   return g * static_cast<std::size_t>(max_visible) + g * static_cast<std::size_t>(shape.head_dim);
 }
 
-std::int64_t VisibleKeys(const kv::KvPolicy& policy, TokenPos p) {
-  KeyRange r[2];
-  const int n = VisibleRanges(policy, p, r);
-  std::int64_t total = 0;
-  for (int i = 0; i < n; ++i) total += r[i].end - r[i].begin;
-  return total;
-}
-
 const char* ToString(AttentionImpl impl) {
   switch (impl) {
     case AttentionImpl::kAuto:

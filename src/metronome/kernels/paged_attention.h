@@ -56,9 +56,6 @@ enum class AttentionImpl : std::uint8_t {
 [[nodiscard]] std::size_t AttentionScratchFloats(const AttentionShape& shape,
                                                  std::int64_t max_visible);
 
-// Keys visible to a query at position p under `policy` (the length of the scores row).
-[[nodiscard]] std::int64_t VisibleKeys(const kv::KvPolicy& policy, TokenPos p);
-
 // Queries are at positions pos0 .. pos0+n-1; q and out hold one row per query (row strides
 // `q_stride` and `out_stride` floats, query heads first in each row); only the columns of
 // `kv_head`'s group are read and written.

@@ -92,4 +92,16 @@ void BlockPool::Free(BlockId block) noexcept {
   free_list_.push_back(block);
 }
 
+PoolStats PoolStatsOf(const BlockPool& pool, std::int64_t num_sessions) {
+  PoolStats s;
+  s.num_blocks = pool.num_blocks();
+  s.free_blocks = pool.num_free_blocks();
+  s.used_blocks = pool.num_used_blocks();
+  s.block_tokens = pool.layout().block_tokens;
+  s.bytes_per_block = static_cast<std::int64_t>(pool.layout().bytes_per_block());
+  s.blocks_freed_by_window = pool.blocks_freed_by_window();
+  s.num_sessions = num_sessions;
+  return s;
+}
+
 }  // namespace metronome::kv

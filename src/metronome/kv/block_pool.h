@@ -119,4 +119,18 @@ class BlockPool {
   std::vector<std::uint8_t> in_use_;  // [num_blocks]: 1 while owned by a session
 };
 
+// What admission, telemetry and /v1/stats read about a pool: one snapshot type for the engine's
+// pool and the simulator's alike.
+struct PoolStats {
+  std::int64_t num_blocks = 0;
+  std::int64_t free_blocks = 0;
+  std::int64_t used_blocks = 0;
+  std::int64_t block_tokens = 0;
+  std::int64_t bytes_per_block = 0;
+  std::int64_t blocks_freed_by_window = 0;  // over the pool's life, closed sessions included
+  std::int64_t num_sessions = 0;
+};
+// Snapshot of `pool` serving `num_sessions` sessions. O(1).
+[[nodiscard]] PoolStats PoolStatsOf(const BlockPool& pool, std::int64_t num_sessions);
+
 }  // namespace metronome::kv

@@ -10,6 +10,7 @@
 // the query moved to S + W - 1 (see kernels/paged_attention.h).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -40,6 +41,22 @@ struct KvPolicy {
 
   [[nodiscard]] bool Visible(TokenPos p, TokenPos j) const {
     return j <= p && (j < effective_sinks() || j > p - effective_window());
+  }
+
+  // Keys a query at position p attends to (the length of its scores row): min(p + 1, S) sinks
+  // plus the window keys after them, the count of j with Visible(p, j). The one count the engine
+  // (scratch sizing, attention flops), the cost model and its calibration use.
+  [[nodiscard]] std::int64_t VisibleKeys(TokenPos p) const {
+    const TokenPos s = effective_sinks();
+    const TokenPos sink_keys = std::min(s, p + 1);
+    return sink_keys + std::max<TokenPos>(0, p - std::max(p - effective_window(), s - 1));
+  }
+  // VisibleKeys summed over the n queries pos0 .. pos0 + n - 1 of one chunk: the cost model's
+  // visible_kv_tokens for one item of a step.
+  [[nodiscard]] std::int64_t VisibleKeysOfChunk(TokenPos pos0, TokenPos n) const {
+    std::int64_t total = 0;
+    for (TokenPos t = 0; t < n; ++t) total += VisibleKeys(pos0 + t);
+    return total;
   }
 
   // Rolling positions are in effect for query p (a gap between sinks and window exists).

@@ -3,7 +3,6 @@
 #include <chrono>
 
 #include "metronome/base/errors.h"
-#include "metronome/kernels/paged_attention.h"
 
 namespace metronome::realtime {
 
@@ -50,9 +49,7 @@ double CostModelBackend::Step(std::span<const BackendItem> items,
         (*out)[i].status = engine::StepStatus::kContextFull;
         continue;
     }
-    for (int t = 0; t < n; ++t) {
-      visible += static_cast<double>(kernels::VisibleKeys(kv.policy(), kv.length() + t));
-    }
+    visible += static_cast<double>(kv.policy().VisibleKeysOfChunk(kv.length(), n));
     batch_tokens += n;
     commits.emplace_back(&kv, n);
     // A deterministic stand-in for the model's output.
@@ -62,8 +59,8 @@ double CostModelBackend::Step(std::span<const BackendItem> items,
   return items.empty() ? 0.0 : cost_.StepSeconds(batch_tokens, visible);
 }
 
-engine::PoolStats CostModelBackend::pool() const {
-  return engine::PoolStatsOf(pool_, static_cast<std::int64_t>(sessions_.size()));
+kv::PoolStats CostModelBackend::pool() const {
+  return kv::PoolStatsOf(pool_, static_cast<std::int64_t>(sessions_.size()));
 }
 
 std::int64_t CostModelBackend::resident_blocks(BackendSessionId id) const {

@@ -43,7 +43,7 @@ class Backend {
   virtual void Close(BackendSessionId id) = 0;
   // Runs one batched step; returns its duration in seconds (measured or modelled).
   virtual double Step(std::span<const BackendItem> items, std::vector<BackendItemResult>* out) = 0;
-  [[nodiscard]] virtual engine::PoolStats pool() const = 0;
+  [[nodiscard]] virtual kv::PoolStats pool() const = 0;
   [[nodiscard]] virtual std::int64_t resident_blocks(BackendSessionId id) const = 0;
   [[nodiscard]] virtual int vocab_size() const = 0;
   [[nodiscard]] virtual int block_tokens() const = 0;
@@ -71,7 +71,7 @@ class CostModelBackend final : public Backend {
   BackendSessionId Open(const kv::KvPolicy& policy, TokenPos max_context = 0) override;
   void Close(BackendSessionId id) override;
   double Step(std::span<const BackendItem> items, std::vector<BackendItemResult>* out) override;
-  [[nodiscard]] engine::PoolStats pool() const override;
+  [[nodiscard]] kv::PoolStats pool() const override;
   [[nodiscard]] std::int64_t resident_blocks(BackendSessionId id) const override;
   [[nodiscard]] int vocab_size() const override { return 1 << 16; }
   [[nodiscard]] int block_tokens() const override { return pool_.layout().block_tokens; }
@@ -92,7 +92,7 @@ class EngineBackend final : public Backend {
   BackendSessionId Open(const kv::KvPolicy& policy, TokenPos max_context = 0) override;
   void Close(BackendSessionId id) override;
   double Step(std::span<const BackendItem> items, std::vector<BackendItemResult>* out) override;
-  [[nodiscard]] engine::PoolStats pool() const override { return engine_->pool_stats(); }
+  [[nodiscard]] kv::PoolStats pool() const override { return engine_->pool_stats(); }
   [[nodiscard]] std::int64_t resident_blocks(BackendSessionId id) const override;
   [[nodiscard]] int vocab_size() const override { return engine_->config().vocab_size; }
   [[nodiscard]] int block_tokens() const override { return engine_->kv_layout().block_tokens; }

@@ -101,7 +101,7 @@ struct Supervisor::State {
 };
 
 admission::SystemState Supervisor::State::System() const {
-  const engine::PoolStats pool = backend->pool();
+  const kv::PoolStats pool = backend->pool();
   admission::SystemState s;
   s.active_sessions = loop.active_sessions();
   s.free_blocks = pool.free_blocks;
@@ -129,7 +129,7 @@ void Supervisor::State::RecordLimitChanges() {
 }
 
 void Supervisor::State::Sample(double now) {
-  const engine::PoolStats pool = backend->pool();
+  const kv::PoolStats pool = backend->pool();
   const std::int64_t active = loop.active_sessions();
   // Bounded sessions can never hold more than the sum of their bounds; any full-KV session makes
   // the total unbounded.
@@ -354,7 +354,7 @@ bool Supervisor::Tick(double now_s) {
   State& st = *state_;
   st.system_cache.reset();
   admission::SystemState light;  // OnTick needs counts, not the O(sessions) reservation sum
-  const engine::PoolStats pool = st.backend->pool();
+  const kv::PoolStats pool = st.backend->pool();
   light.active_sessions = st.loop.active_sessions();
   light.free_blocks = pool.free_blocks;
   light.total_blocks = pool.num_blocks;

@@ -49,7 +49,7 @@ EngineService::EngineService(realtime::Backend* backend, Clock* clock,
   supervisor_.on_mute_alarm = [this](RealtimeSessionId id, double now_s) {
     const auto it = live_.find(id);
     if (it == live_.end() || !it->second.sink.on_alarm) return;
-    const engine::PoolStats pool = backend_->pool();
+    const kv::PoolStats pool = backend_->pool();
     it->second.sink.on_alarm(
         "mute", std::to_string(mute_after_) +
                     " consecutive frames came back with no output: no KV block for the session (" +
@@ -168,7 +168,7 @@ ServiceFootprint EngineService::Footprint() {
   auto promise = std::make_shared<std::promise<ServiceFootprint>>();
   std::future<ServiceFootprint> result = promise->get_future();
   const bool posted = Post([this, promise] {
-    const engine::PoolStats pool = backend_->pool();
+    const kv::PoolStats pool = backend_->pool();
     std::int64_t queued = 0;
     {
       const base::MutexLock lock(&mu_);
@@ -195,7 +195,7 @@ nlohmann::json EngineService::Stats(std::size_t max_listed) {
 nlohmann::json EngineService::Snapshot(std::size_t max_listed) const {
   const realtime::SupervisorSample& s = supervisor_.last_sample();
   const realtime::LoopStats& ls = supervisor_.loop().stats();
-  const engine::PoolStats pool = backend_->pool();
+  const kv::PoolStats pool = backend_->pool();
   const std::int64_t limit = supervisor_.controller().limit();
   nlohmann::json j;
   j["t_s"] = supervisor_.Now();
