@@ -116,6 +116,22 @@ TEST(AimdControllerTest, RetryAfterWhileGrowingIsTheTimeToTheNextDecision) {
   EXPECT_LT(d.retry_after_ms, 1500.0 * (1.0 + RetryHint::kJitterFraction));
 }
 
+TEST(AimdControllerTest, WindowsStillFillingHoldGrowthThatFullWindowsAllow) {
+  // Signal 0.3 with 10 sessions at the limit: full windows grow; windows 10% full project the
+  // signal to 0.3 x (1 + 0.25 x 9) = 0.975 at full KV, above the low target: hold.
+  const SessionRequest r{.period_ms = 80.0, .deadline_ms = 100.0, .projected_blocks = 10};
+  for (const std::int64_t held : {100, 10}) {
+    AimdController c(Options(10), {});
+    const SystemState st{.active_sessions = 10,
+                         .free_blocks = 1000 - held,
+                         .total_blocks = 1000,
+                         .reserved_blocks = 100 - held};
+    EXPECT_FALSE(c.Decide(r, st, 0.0).admit);  // at the limit
+    RunWindow(c, 0.0, 10, 30.0);
+    EXPECT_EQ(c.limit(), held == 100 ? 11 : 10) << held << " blocks held";
+  }
+}
+
 TEST(AimdControllerTest, CutsToBetaTimesActiveOnHighLatency) {
   AimdController c(Options(20), {});
   RunWindow(c, 0.0, 20, 90.0);

@@ -72,6 +72,16 @@ Decision AimdController::Decide(const SessionRequest& request, const SystemState
   const std::int64_t fit = options_.kv_guard ? SessionsThatFit(request, state, memory_) : kNoLimit;
   // The pool's bound for this session's window: caps growth, ends slow start, seeds the limit.
   if (options_.kv_guard && fit != std::numeric_limits<std::int64_t>::max()) pool_bound_ = fit;
+  // How full the admitted sessions' promised KV is: windows that are still filling make every
+  // frame cheaper than it will be once they are full.
+  if (state.total_blocks > 0) {
+    const std::int64_t used = state.total_blocks - state.free_blocks;
+    if (used + state.reserved_blocks > 0) {
+      kv_fill_ =
+          std::clamp(static_cast<double>(used) / static_cast<double>(used + state.reserved_blocks),
+                     kMinKvFill, 1.0);
+    }
+  }
   if (!seeded_) Seed(now_s);
   Advance(now_s, active);
   if (active >= limit_) {
@@ -216,14 +226,19 @@ void AimdController::Evaluate(double now_s, std::int64_t active) {
     last_cut_s_ = now_s;
     return;
   }
+  // Growth looks ahead to the load already admitted: windows still filling make every frame
+  // cheaper than it will be, so the signal is projected to full KV, as if the KV-dependent share of
+  // latency (kKvLatencyShare) grew in proportion to the KV held. Cuts, and the end of slow start
+  // (a congestion signal), act on the signal measured.
+  const double growth_signal = w.signal * (1.0 + kKvLatencyShare * (1.0 / kv_fill_ - 1.0));
   if (slow_start_ && w.signal >= options_.slow_start_exit * options_.low_target) {
     slow_start_ = false;  // close to the target: no longer far below it
   }
-  if (!(w.signal < options_.low_target && w.binding)) return;
+  if (!(growth_signal < options_.low_target && w.binding)) return;
   // Projected low-target crossing: latency extrapolated in proportion to the active count.
-  const double crossing = w.signal > 0.0
-                              ? static_cast<double>(w.peak_active) * options_.low_target / w.signal
-                              : static_cast<double>(options_.max_limit);
+  const double crossing =
+      growth_signal > 0.0 ? static_cast<double>(w.peak_active) * options_.low_target / growth_signal
+                          : static_cast<double>(options_.max_limit);
   std::int64_t to = limit_ + options_.increase_step;
   const char* phase = "additive";
   if (slow_start_) {
@@ -243,15 +258,21 @@ void AimdController::Evaluate(double now_s, std::int64_t active) {
   }
   if (to <= limit_) return;
   growing_ = true;
-  SetLimit(now_s, to,
-           Format("increase (%s): p%g/D=%.3f < %g over %lld frames, binding (peak active %lld, "
-                  "%lld limit rejections); projected low-target crossing %.0f%s",
-                  phase, p, w.signal, options_.low_target, static_cast<long long>(w.num_frames),
-                  static_cast<long long>(w.peak_active),
-                  static_cast<long long>(w.num_limit_rejections), crossing,
-                  pool_bound_ >= 0
-                      ? Format(", pool bound %lld", static_cast<long long>(pool_bound_)).c_str()
-                      : ""));
+  SetLimit(
+      now_s, to,
+      Format(
+          "increase (%s): p%g/D=%.3f%s < %g over %lld frames, binding (peak active %lld, "
+          "%lld limit rejections); projected low-target crossing %.0f%s",
+          phase, p, w.signal,
+          kv_fill_ < 1.0
+              ? Format(" (%.3f at full KV: %.0f%% filled)", growth_signal, 100.0 * kv_fill_).c_str()
+              : "",
+          options_.low_target, static_cast<long long>(w.num_frames),
+          static_cast<long long>(w.peak_active), static_cast<long long>(w.num_limit_rejections),
+          crossing,
+          pool_bound_ >= 0
+              ? Format(", pool bound %lld", static_cast<long long>(pool_bound_)).c_str()
+              : ""));
 }
 
 void AimdController::SetLimit(double now_s, std::int64_t to, std::string reason) {

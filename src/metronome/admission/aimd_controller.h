@@ -86,6 +86,13 @@ class AimdController final : public AdmissionController {
   bool growing_ = false;          // the last evaluated window raised the limit
   std::int64_t pool_bound_ = -1;  // KV guard's SessionsThatFit at the last Decide; -1: unknown
   double last_window_duration_s_ = 0.0;
+  // used / (used + promised) KV blocks at the last Decide (1: no pool, or all promises kept), not
+  // below kMinKvFill; growth projects the signal to full KV with it.
+  static constexpr double kMinKvFill = 0.01;
+  // Share of frame latency assumed to grow with the KV a session holds (attention over its
+  // window): the four presets' cost models put it at 0.05-0.2 at N_true, so 0.25 errs safe.
+  static constexpr double kKvLatencyShare = 0.25;
+  double kv_fill_ = 1.0;
   RetryHint retry_;
 
   bool cooling_ = false;
