@@ -9,16 +9,17 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "metronome/admission/aimd_controller.h"
+#include "metronome/admission/gradient2_controller.h"
 
 namespace metronome::admission {
 namespace {
 
-constexpr double kPeriodMs = 80.0;
-constexpr double kDeadlineMs = 80.0;
-constexpr double kTickS = kPeriodMs / 1000.0;
+constexpr double kPeriodMs = 80.0;  // the default scenario's frame period = deadline
 
 // splitmix64 + a 53-bit uniform in [0, 1): the same numbers on every standard library.
 class Rng {
@@ -36,9 +37,26 @@ class Rng {
   std::uint64_t state_;
 };
 
+// How a refused arrival behaves.
+enum class Retry : std::uint8_t {
+  kNone,         // goes away
+  kFixedPeriod,  // asks again one period later, ignoring the hint (the storm)
+  kBackoff,      // RetryBackoffMs from the hint, as loadgen does
+};
+
 struct Scenario {
   // Frame latency at N active sessions before jitter, ms (a pool overflow is handled separately).
   std::function<double(std::int64_t)> latency_ms;
+  double period_ms = kPeriodMs;  // one tick per period; the deadline is the period
+  // Latency step: from step_at_s on, every frame's latency is multiplied by step_factor.
+  double step_at_s = -1.0;
+  double step_factor = 1.0;
+  Retry retry = Retry::kNone;
+  double patience_s = 10.0;        // retrying arrivals give up after this long
+  double backoff_cap_ms = 5000.0;  // Retry::kBackoff's cap
+  // Window KV: every session holds projected_blocks from its first frame (its bound), so the pool
+  // fits exactly total_blocks / projected_blocks sessions. Otherwise the full-mode growth below.
+  bool window_kv = false;
   double jitter_ms = 2.0;       // uniform in [0, jitter_ms) per frame
   double arrivals_per_s = 3.0;  // Poisson; far above what the plant can serve
   double min_session_s = 20.0;  // session durations uniform in [min, max]
@@ -66,24 +84,39 @@ struct Trace {
   std::int64_t num_overflow_ticks = 0;
   std::int64_t num_kv_guard_rejections = 0;
   std::int64_t ticks_with_limit_below_active = 0;
+  std::int64_t num_arrivals = 0;    // distinct clients
+  std::int64_t num_rejections = 0;  // every refusal, retries included
+  std::int64_t num_abandoned = 0;
+  std::int64_t max_limit = 0;
   std::vector<LimitChange> changes;
+  double tick_s = kPeriodMs / 1000.0;
 };
 
 std::int64_t BlocksAt(const Scenario& s, double age_s) {
+  if (s.window_kv) return s.projected_blocks;
   return static_cast<std::int64_t>(
       std::ceil((s.prompt_tokens + age_s * s.tokens_per_s) / s.block_tokens));
 }
 
-Trace Simulate(const Scenario& s, AimdController& c, std::uint64_t seed = 1) {
+Trace Simulate(const Scenario& s, AdmissionController& c, std::uint64_t seed = 1) {
   struct Session {
     double start_s;
     double end_s;
   };
+  struct Asking {
+    double t_s;
+    double first_s;
+    std::int64_t refusals;
+  };
   Rng rng(seed);
   std::vector<Session> sessions;
+  std::vector<Asking> asking;  // clients due to ask at t_s
   Trace trace;
+  const double tick_s = s.period_ms / 1000.0;
+  const double deadline_ms = s.period_ms;
+  trace.tick_s = tick_s;
   double next_arrival_s = 0.0;
-  const auto num_ticks = static_cast<std::int64_t>(s.duration_s / kTickS);
+  const auto num_ticks = static_cast<std::int64_t>(s.duration_s / tick_s);
   auto state_at = [&](double now_s) {
     SystemState st{.active_sessions = static_cast<std::int64_t>(sessions.size())};
     if (s.total_blocks > 0) {
@@ -101,26 +134,50 @@ Trace Simulate(const Scenario& s, AimdController& c, std::uint64_t seed = 1) {
     return st;
   };
   for (std::int64_t k = 0; k < num_ticks; ++k) {
-    const double now_s = static_cast<double>(k) * kTickS;
+    const double now_s = static_cast<double>(k) * tick_s;
     // Sessions end only when their time is up.
     const auto before = static_cast<std::int64_t>(sessions.size());
     std::erase_if(sessions, [&](const Session& x) { return x.end_s <= now_s; });
     trace.num_ended += before - static_cast<std::int64_t>(sessions.size());
-    // Arrivals since the last tick.
+    // Arrivals since the last tick, then the retries that are due, in time order.
     while (next_arrival_s <= now_s) {
+      asking.push_back({next_arrival_s, next_arrival_s, 0});
+      ++trace.num_arrivals;
       next_arrival_s += -std::log(1.0 - rng.Uniform()) / s.arrivals_per_s;
-      const SessionRequest r{.period_ms = kPeriodMs,
-                             .deadline_ms = kDeadlineMs,
+    }
+    std::stable_sort(asking.begin(), asking.end(),
+                     [](const Asking& a, const Asking& b) { return a.t_s < b.t_s; });
+    std::vector<Asking> later;
+    for (Asking& a : asking) {
+      if (a.t_s > now_s) {
+        later.push_back(a);
+        continue;
+      }
+      const SessionRequest r{.period_ms = s.period_ms,
+                             .deadline_ms = deadline_ms,
                              .projected_blocks = s.projected_blocks};
       const Decision d = c.Decide(r, state_at(now_s), now_s);
       if (d.admit) {
         const double len_s = s.min_session_s + (s.max_session_s - s.min_session_s) * rng.Uniform();
         sessions.push_back({now_s, now_s + len_s});
         ++trace.num_admitted;
-      } else if (d.reason == "kv_guard") {
-        ++trace.num_kv_guard_rejections;
+        continue;
       }
+      ++trace.num_rejections;
+      if (d.reason == "kv_guard") ++trace.num_kv_guard_rejections;
+      ++a.refusals;
+      const double wait_ms = s.retry == Retry::kBackoff
+                                 ? RetryBackoffMs(d.retry_after_ms, a.refusals, s.backoff_cap_ms)
+                                 : s.period_ms;
+      a.t_s = now_s + wait_ms / 1000.0;
+      if (s.retry == Retry::kNone) continue;
+      if (a.t_s - a.first_s > s.patience_s) {
+        ++trace.num_abandoned;
+        continue;
+      }
+      later.push_back(a);
     }
+    asking = std::move(later);
     const SystemState st = state_at(now_s);
     const std::int64_t n = st.active_sessions;
     // Demand beyond the pool: the KV of a full-mode session cannot grow, so every frame stalls.
@@ -131,11 +188,12 @@ Trace Simulate(const Scenario& s, AimdController& c, std::uint64_t seed = 1) {
       overflow = demand > s.total_blocks;
     }
     trace.num_overflow_ticks += overflow ? 1 : 0;
+    const double factor = s.step_at_s >= 0.0 && now_s >= s.step_at_s ? s.step_factor : 1.0;
     for (std::int64_t i = 0; i < n; ++i) {
       const double latency =
-          overflow ? s.stall_latency_ms : s.latency_ms(n) + s.jitter_ms * rng.Uniform();
-      const bool missed = latency > kDeadlineMs;
-      c.OnFrame(now_s, latency, kDeadlineMs, missed);
+          overflow ? s.stall_latency_ms : factor * (s.latency_ms(n) + s.jitter_ms * rng.Uniform());
+      const bool missed = latency > deadline_ms;
+      c.OnFrame(now_s, latency, deadline_ms, missed);
       ++trace.num_frames;
       trace.num_misses += missed ? 1 : 0;
     }
@@ -143,6 +201,7 @@ Trace Simulate(const Scenario& s, AimdController& c, std::uint64_t seed = 1) {
     trace.limit.push_back(c.limit());
     trace.active.push_back(n);
     trace.peak_active = std::max(trace.peak_active, n);
+    trace.max_limit = std::max(trace.max_limit, c.limit());
     trace.ticks_with_limit_below_active += c.limit() < n ? 1 : 0;
     for (LimitChange& ch : c.TakeLimitChanges()) trace.changes.push_back(std::move(ch));
   }
@@ -151,11 +210,19 @@ Trace Simulate(const Scenario& s, AimdController& c, std::uint64_t seed = 1) {
   return trace;
 }
 
+// First time the limit reaches `level` (-1: never).
+double FirstReachS(const Trace& t, double level) {
+  for (std::size_t i = 0; i < t.limit.size(); ++i) {
+    if (static_cast<double>(t.limit[i]) >= level) return static_cast<double>(i) * t.tick_s;
+  }
+  return -1.0;
+}
+
 // N_true: the largest N whose p99 frame latency stays within the high target. The jitter is
 // uniform, so p99 = latency(N) + 0.99 * jitter.
 std::int64_t TrueCapacity(const Scenario& s, double high_target) {
   std::int64_t n = 0;
-  while (s.latency_ms(n + 1) + 0.99 * s.jitter_ms <= high_target * kDeadlineMs) ++n;
+  while (s.latency_ms(n + 1) + 0.99 * s.jitter_ms <= high_target * s.period_ms) ++n;
   return n;
 }
 
@@ -167,7 +234,7 @@ struct Settling {
 };
 
 Settling Analyze(const Trace& t, double from_s, double target) {
-  const auto first = static_cast<std::size_t>(from_s / kTickS);
+  const auto first = static_cast<std::size_t>(from_s / t.tick_s);
   Settling r;
   r.min = *std::min_element(t.limit.begin() + first, t.limit.end());
   r.max = *std::max_element(t.limit.begin() + first, t.limit.end());
@@ -176,7 +243,7 @@ Settling Analyze(const Trace& t, double from_s, double target) {
   r.mean = sum / static_cast<double>(t.limit.size() - first);
   for (std::size_t i = t.limit.size(); i-- > 0;) {
     if (std::abs(static_cast<double>(t.limit[i]) - target) > 0.1 * target) {
-      r.settle_s = static_cast<double>(i + 1) * kTickS;
+      r.settle_s = static_cast<double>(i + 1) * t.tick_s;
       break;
     }
     r.settle_s = 0.0;
@@ -199,7 +266,7 @@ void Report(const char* name, std::int64_t n_true, const Settling& st, const Tra
       name, static_cast<long long>(n_true), st.mean, static_cast<long long>(st.min),
       static_cast<long long>(st.max),
       100.0 * static_cast<double>(st.max - st.min) / static_cast<double>(n_true),
-      st.settle_s >= static_cast<double>(t.limit.size()) * kTickS ? -1.0 : st.settle_s,
+      st.settle_s >= static_cast<double>(t.limit.size()) * t.tick_s ? -1.0 : st.settle_s,
       t.changes.size(), static_cast<long long>(t.peak_active),
       static_cast<double>(t.num_misses) /
           static_cast<double>(std::max<std::int64_t>(1, t.num_frames)));
@@ -302,7 +369,228 @@ TEST(AimdClosedLoopTest, CliffWithKvGuardStaysWithinThePool) {
   EXPECT_EQ(t.peak_active, n_mem);
   EXPECT_EQ(t.num_overflow_ticks, 0);
   EXPECT_EQ(t.num_misses, 0);
-  EXPECT_GT(t.num_kv_guard_rejections, 0);
+  // The guard's bound also caps the limit's growth, so the refusals say "limit".
+  EXPECT_LE(t.max_limit, n_mem);
+}
+
+// Today's law, for comparison: +1 per window of window_s, no slow start.
+AimdOptions OldLaw(std::int64_t initial_limit) {
+  AimdOptions o;
+  o.initial_limit = initial_limit;
+  o.slow_start_factor = 1.0;
+  o.headroom_gain = 0.0;
+  o.window_frames = 0;
+  return o;
+}
+
+TEST(AimdClosedLoopTest, FromLimitOneReachesAKneePlantFastAndSettlesWithoutMisses) {
+  Scenario s;
+  s.latency_ms = KneeLatencyMs;
+  const std::int64_t n_true = TrueCapacity(s, 0.85);
+  const double target = 0.9 * static_cast<double>(n_true);
+  AimdController fast(AimdOptions{.initial_limit = 1}, {});
+  const Trace t = Simulate(s, fast);
+  AimdController old(OldLaw(1), {});
+  const Trace t_old = Simulate(s, old);
+  const Settling st = Analyze(t, 300.0, static_cast<double>(n_true));
+  Report("knee, from 1", n_true, st, t);
+  const double reach_s = FirstReachS(t, target);
+  const double reach_old_s = FirstReachS(t_old, target);
+  std::printf("[knee, from 1] 0.9 N_true first reached after %.1f s (today's law: %.1f s)\n",
+              reach_s, reach_old_s);
+  ASSERT_GE(reach_s, 0.0);
+  EXPECT_LE(reach_s, 20.0);  // 250 periods; today's law needs ~29 windows of 2 s
+  EXPECT_GT(reach_old_s, 2.0 * reach_s);
+  EXPECT_GE(st.mean, 0.9 * static_cast<double>(n_true));
+  EXPECT_LE(st.max, n_true);
+  EXPECT_LE(static_cast<double>(st.max - st.min), 0.1 * static_cast<double>(n_true));
+  EXPECT_EQ(t.num_misses, 0);
+  // Slow start stops at the projected crossing: on the way up the limit passed N_true by at most
+  // one session (a window that mixes the loads before and after an admission reads a little
+  // fast), and that one was cut without a miss.
+  EXPECT_LE(t.max_limit, n_true + 1);
+}
+
+// A 2 s period (qwen25-omni-7b's audio blocks): windows close on frames, so the limit moves every
+// few seconds once there are sessions, not once per 25 periods.
+TEST(AimdClosedLoopTest, LongPeriodFromLimitOneReachesTheKneeWithin150Periods) {
+  Scenario s;
+  s.period_ms = 2000.0;
+  s.latency_ms = [](std::int64_t n) { return 25.0 * KneeLatencyMs(n); };
+  s.jitter_ms = 50.0;
+  s.arrivals_per_s = 2.0;
+  s.min_session_s = 300.0;
+  s.max_session_s = 900.0;
+  s.duration_s = 1200.0;
+  const std::int64_t n_true = TrueCapacity(s, 0.85);
+  const double target = 0.9 * static_cast<double>(n_true);
+  // The CLI's windows for a 2 s period: at most 25 periods, at least 2.
+  AimdOptions o{.window_s = 50.0, .min_window_s = 4.0, .initial_limit = 1};
+  AimdController fast(o, {});
+  const Trace t = Simulate(s, fast);
+  AimdOptions old_o = OldLaw(1);
+  old_o.window_s = 50.0;
+  AimdController old(old_o, {});
+  const Trace t_old = Simulate(s, old);
+  const Settling st = Analyze(t, 600.0, static_cast<double>(n_true));
+  Report("2 s period, from 1", n_true, st, t);
+  const double reach_s = FirstReachS(t, target);
+  std::printf("[2 s period, from 1] 0.9 N_true first reached after %.0f s (today's law: %.0f s)\n",
+              reach_s, FirstReachS(t_old, target));
+  ASSERT_GE(reach_s, 0.0);
+  EXPECT_LE(reach_s, 300.0);
+  EXPECT_GE(st.mean, 0.9 * static_cast<double>(n_true));
+  EXPECT_LE(st.max, n_true);
+  EXPECT_EQ(t.num_misses, 0);
+  const double reach_old_s = FirstReachS(t_old, target);  // +1 per 50 s: ~29 windows
+  EXPECT_TRUE(reach_old_s < 0.0 || reach_old_s > 300.0) << reach_old_s;
+}
+
+TEST(AimdClosedLoopTest, NoGrowthWhileTheLimitDoesNotBind) {
+  // Few arrivals: about 0.2/s x 40 s = 8 sessions against a capacity of 32.
+  Scenario s;
+  s.latency_ms = KneeLatencyMs;
+  s.arrivals_per_s = 0.2;
+  AimdController c(AimdOptions{.initial_limit = 1}, {});
+  const Trace t = Simulate(s, c);
+  std::printf("[not binding] peak active %lld, max limit %lld\n",
+              static_cast<long long>(t.peak_active), static_cast<long long>(t.max_limit));
+  // Growth needs a binding window (peak active >= limit - 1): one slow-start doubling past the
+  // peak at most, nowhere near the plant's capacity.
+  EXPECT_LE(t.max_limit, 2 * (t.peak_active + 1));
+  EXPECT_LT(t.max_limit, TrueCapacity(s, 0.85));
+  for (const LimitChange& ch : t.changes) {
+    EXPECT_EQ(ch.reason.find("cut"), std::string::npos) << ch.reason;
+  }
+}
+
+TEST(AimdClosedLoopTest, LatencyStepCutsTheLimitBelowTheNewCapacity) {
+  // At 300 s every frame becomes 40% slower (a co-tenant, thermal throttling): N_true drops.
+  Scenario s;
+  s.latency_ms = KneeLatencyMs;
+  s.step_at_s = 300.0;
+  s.step_factor = 1.4;
+  Scenario after = s;
+  after.latency_ms = [](std::int64_t n) { return 1.4 * KneeLatencyMs(n); };
+  after.jitter_ms = 1.4 * s.jitter_ms;
+  const std::int64_t n_true_before = TrueCapacity(s, 0.85);
+  const std::int64_t n_true_after = TrueCapacity(after, 0.85);
+  ASSERT_LT(n_true_after, n_true_before);
+  AimdController c(AimdOptions{.initial_limit = 1}, {});
+  const Trace t = Simulate(s, c);
+  const Settling st = Analyze(t, 450.0, static_cast<double>(n_true_after));
+  Report("latency step", n_true_after, st, t);
+  bool cut_after_step = false;
+  for (const LimitChange& ch : t.changes) {
+    if (ch.t_s >= 300.0 && ch.reason.rfind("cut: ", 0) == 0) cut_after_step = true;
+  }
+  EXPECT_TRUE(cut_after_step);
+  EXPECT_LE(st.max, n_true_after);
+  EXPECT_GE(st.mean, 0.8 * static_cast<double>(n_true_after));
+}
+
+TEST(AimdClosedLoopTest, KvGuardCapsSlowStartAtThePoolsBound) {
+  // Window KV: each session holds its 50-block bound; the pool fits 20, the plant 32.
+  Scenario s;
+  s.latency_ms = KneeLatencyMs;
+  s.window_kv = true;
+  s.projected_blocks = 50;
+  s.total_blocks = 1000;
+  const std::int64_t n_mem = s.total_blocks / s.projected_blocks;
+  ASSERT_LT(n_mem, TrueCapacity(s, 0.85));
+  AimdController c(AimdOptions{.initial_limit = 1, .kv_guard = true}, {});
+  const Trace t = Simulate(s, c);
+  std::printf("[window KV, guard] N_mem=%lld max limit %lld peak active %lld\n",
+              static_cast<long long>(n_mem), static_cast<long long>(t.max_limit),
+              static_cast<long long>(t.peak_active));
+  EXPECT_LE(t.max_limit, n_mem);
+  EXPECT_EQ(t.peak_active, n_mem);
+  EXPECT_EQ(t.num_overflow_ticks, 0);
+  EXPECT_EQ(t.num_misses, 0);
+  EXPECT_EQ(c.limit(), n_mem);
+}
+
+TEST(AimdClosedLoopTest, PredictedLimitSeedsTheFirstDecisionCappedByThePool) {
+  Scenario s;
+  s.latency_ms = KneeLatencyMs;
+  s.window_kv = true;
+  s.projected_blocks = 50;
+  s.total_blocks = 1000;
+  s.duration_s = 10.0;
+  AimdController c(AimdOptions{.initial_limit = 1, .predicted_limit = 30, .kv_guard = true}, {});
+  const Trace t = Simulate(s, c);
+  ASSERT_FALSE(t.changes.empty());
+  EXPECT_EQ(t.changes[0].from, 1);
+  EXPECT_EQ(t.changes[0].to, 20);
+  EXPECT_EQ(t.changes[0].reason,
+            "seed: the cost model's predicted N* 30, capped by the pool's bound 20 for the "
+            "session's window");
+}
+
+// Retry hints. Arrivals a little above what the plant serves; refused clients retry for 10 s.
+Scenario RetryScenario(Retry retry) {
+  Scenario s;
+  s.latency_ms = KneeLatencyMs;
+  s.arrivals_per_s = 1.0;  // x 30 s = 30 offered against ~31
+  s.min_session_s = 20.0;
+  s.max_session_s = 40.0;
+  s.retry = retry;
+  return s;
+}
+
+TEST(RetryHintClosedLoopTest, FixedHintStormsAndTheControllersHintDoesNot) {
+  const std::int64_t n_true = TrueCapacity(RetryScenario(Retry::kNone), 0.85);
+  AimdController fixed_c(AimdOptions{.initial_limit = n_true}, {});
+  const Trace fixed = Simulate(RetryScenario(Retry::kFixedPeriod), fixed_c);
+  AimdController hinted_c(AimdOptions{.initial_limit = n_true}, {});
+  const Trace hinted = Simulate(RetryScenario(Retry::kBackoff), hinted_c);
+  auto per_arrival = [](const Trace& t) {
+    return static_cast<double>(t.num_rejections) / static_cast<double>(t.num_arrivals);
+  };
+  std::printf(
+      "[retry] fixed one-period hint: %.2f rejections per arrival, %lld admitted, %lld abandoned; "
+      "controller hint + backoff: %.2f per arrival, %lld admitted, %lld abandoned\n",
+      per_arrival(fixed), static_cast<long long>(fixed.num_admitted),
+      static_cast<long long>(fixed.num_abandoned), per_arrival(hinted),
+      static_cast<long long>(hinted.num_admitted), static_cast<long long>(hinted.num_abandoned));
+  EXPECT_GT(per_arrival(fixed), 5.0);
+  EXPECT_LE(per_arrival(hinted), 3.0);
+  EXPECT_GE(static_cast<double>(hinted.num_admitted),
+            0.95 * static_cast<double>(fixed.num_admitted));
+}
+
+TEST(RetryHintTest, HintIsTheExpectedGapBetweenEndsJitteredAndReproducible) {
+  RetryHint a;
+  RetryHint b;
+  // 10 sessions; one ends every 2 s for 20 s.
+  for (RetryHint* h : {&a, &b}) {
+    h->Observe(0.0, 10);
+    for (int i = 1; i <= 10; ++i) h->Observe(2.0 * i, 10 - i);
+  }
+  EXPECT_NEAR(a.ExpectedEndGapS(20.0), 2.0, 0.1);
+  const double ms = a.Ms(20.0, 80.0, std::numeric_limits<double>::infinity());
+  EXPECT_GE(ms, 2000.0);
+  EXPECT_LT(ms, 2000.0 * (1.0 + RetryHint::kJitterFraction));
+  EXPECT_DOUBLE_EQ(ms, b.Ms(20.0, 80.0, std::numeric_limits<double>::infinity()));
+  // A decision due sooner than the next end comes first.
+  EXPECT_LT(a.Ms(20.0, 80.0, 0.5), 500.0 * (1.0 + RetryHint::kJitterFraction));
+  // Admissions are not ends.
+  RetryHint c;
+  c.Observe(0.0, 0);
+  for (int i = 0; i < 5; ++i) {
+    c.OnAdmit();
+    c.Observe(1.0 + i, i + 1);
+  }
+  EXPECT_TRUE(std::isinf(c.ExpectedEndGapS(10.0)));
+}
+
+TEST(RetryHintTest, BackoffDoublesFromTheHintUpToTheCap) {
+  EXPECT_DOUBLE_EQ(RetryBackoffMs(100.0, 1, 1000.0), 100.0);
+  EXPECT_DOUBLE_EQ(RetryBackoffMs(100.0, 2, 1000.0), 200.0);
+  EXPECT_DOUBLE_EQ(RetryBackoffMs(100.0, 4, 1000.0), 800.0);
+  EXPECT_DOUBLE_EQ(RetryBackoffMs(100.0, 5, 1000.0), 1000.0);
+  EXPECT_DOUBLE_EQ(RetryBackoffMs(100.0, 1000, 1000.0), 1000.0);
+  EXPECT_DOUBLE_EQ(RetryBackoffMs(3000.0, 3, 1000.0), 3000.0);  // never below the hint
 }
 
 }  // namespace

@@ -27,9 +27,14 @@ double RunWindow(AimdController& c, double t_s, std::int64_t active, double late
   return t_s + window_s;
 }
 
+// The additive law alone: no slow start, fixed step, windows of window_s (the tests of slow
+// start, headroom growth and frame-closed windows set those themselves).
 AimdOptions Options(std::int64_t initial_limit) {
   AimdOptions o;
   o.initial_limit = initial_limit;
+  o.slow_start_factor = 1.0;
+  o.headroom_gain = 0.0;
+  o.window_frames = 0;
   return o;
 }
 
@@ -43,8 +48,8 @@ TEST(AimdControllerTest, GrowsByStepWhenBindingAndBelowLowTarget) {
   EXPECT_EQ(changes[0].from, 10);
   EXPECT_EQ(changes[0].to, 11);
   EXPECT_EQ(changes[0].reason,
-            "increase: p99/D=0.500 < 0.65 over 100 frames, binding (peak active 10, 0 limit "
-            "rejections)");
+            "increase (additive): p99/D=0.500 < 0.65 over 100 frames, binding (peak active 10, "
+            "0 limit rejections); projected low-target crossing 13");
   EXPECT_TRUE(c.TakeLimitChanges().empty());  // taken once
 }
 
@@ -80,7 +85,9 @@ TEST(AimdControllerTest, LimitRejectionMakesTheWindowBinding) {
   EXPECT_FALSE(d.admit);
   EXPECT_EQ(d.reason, "limit");
   EXPECT_EQ(d.detail, "active 10 >= limit 10");
-  EXPECT_DOUBLE_EQ(d.retry_after_ms, 1500.0);  // the rest of the window
+  // Not growing and no session ended yet: one period, jittered.
+  EXPECT_GE(d.retry_after_ms, 80.0);
+  EXPECT_LT(d.retry_after_ms, 80.0 * (1.0 + RetryHint::kJitterFraction));
   for (int i = 0; i < 100; ++i) c.OnFrame(0.01 * i, 40.0, kDeadlineMs, false);
   c.OnTick(2.0, Active(5));
   EXPECT_EQ(c.last_window().num_limit_rejections, 1);
@@ -88,12 +95,41 @@ TEST(AimdControllerTest, LimitRejectionMakesTheWindowBinding) {
   EXPECT_EQ(c.limit(), 11);
 }
 
-TEST(AimdControllerTest, RetryAfterIsAtLeastOnePeriod) {
+TEST(AimdControllerTest, RetryAfterIsAtLeastOnePeriodAndJittered) {
   AimdController c(Options(1), {});
   c.OnTick(0.0, Active(1));
   const Decision d =
       c.Decide({.period_ms = 80.0, .deadline_ms = 100.0, .projected_blocks = 1}, Active(1), 1.99);
-  EXPECT_DOUBLE_EQ(d.retry_after_ms, 80.0);
+  // No session has ended and the limit is not growing: one period, jittered up to 1.5x.
+  EXPECT_GE(d.retry_after_ms, 80.0);
+  EXPECT_LT(d.retry_after_ms, 80.0 * (1.0 + RetryHint::kJitterFraction));
+}
+
+TEST(AimdControllerTest, RetryAfterWhileGrowingIsTheTimeToTheNextDecision) {
+  AimdController c(Options(10), {});
+  RunWindow(c, 0.0, 10, 50.0);  // grows to 11 at t = 2; the next window ends at t = 4
+  ASSERT_EQ(c.limit(), 11);
+  const Decision d =
+      c.Decide({.period_ms = 80.0, .deadline_ms = 100.0, .projected_blocks = 1}, Active(11), 2.5);
+  EXPECT_EQ(d.reason, "limit");
+  EXPECT_GE(d.retry_after_ms, 1500.0);
+  EXPECT_LT(d.retry_after_ms, 1500.0 * (1.0 + RetryHint::kJitterFraction));
+}
+
+TEST(AimdControllerTest, WindowsStillFillingHoldGrowthThatFullWindowsAllow) {
+  // Signal 0.3 with 10 sessions at the limit: full windows grow; windows 10% full project the
+  // signal to 0.3 x (1 + 0.25 x 9) = 0.975 at full KV, above the low target: hold.
+  const SessionRequest r{.period_ms = 80.0, .deadline_ms = 100.0, .projected_blocks = 10};
+  for (const std::int64_t held : {100, 10}) {
+    AimdController c(Options(10), {});
+    const SystemState st{.active_sessions = 10,
+                         .free_blocks = 1000 - held,
+                         .total_blocks = 1000,
+                         .reserved_blocks = 100 - held};
+    EXPECT_FALSE(c.Decide(r, st, 0.0).admit);  // at the limit
+    RunWindow(c, 0.0, 10, 30.0);
+    EXPECT_EQ(c.limit(), held == 100 ? 11 : 10) << held << " blocks held";
+  }
 }
 
 TEST(AimdControllerTest, CutsToBetaTimesActiveOnHighLatency) {
@@ -258,7 +294,8 @@ TEST(AimdControllerTest, KvGuardRejectsWhenThePoolCannotHoldOneMore) {
   EXPECT_FALSE(d.admit);
   EXPECT_EQ(d.reason, "kv_guard");
   EXPECT_EQ(d.detail, "active 3 >= N_mem 3 (needs 10 blocks; free 20, promised 15 of 100)");
-  EXPECT_DOUBLE_EQ(d.retry_after_ms, 80.0);
+  EXPECT_GE(d.retry_after_ms, 80.0);  // one period (no session has ended yet), jittered
+  EXPECT_LT(d.retry_after_ms, 80.0 * (1.0 + RetryHint::kJitterFraction));
   // Without the guard the same request is admitted: the latency limit alone allows it.
   AimdController unguarded(Options(10), {});
   EXPECT_TRUE(unguarded.Decide(r, {3, 20, 100, 15}, 0.1).admit);
@@ -281,9 +318,11 @@ TEST(AimdControllerTest, DescribeReportsEveryParameter) {
   AimdController c(o, MemoryOptions{.full_mode_session_s = 120.0, .headroom_fraction = 0.05});
   EXPECT_EQ(c.Describe(),
             "aimd(window_s=2, percentile=99, low_target=0.65D, high_target=0.85D, "
-            "miss_ratio_threshold=0.001, increase_step=1, beta=0.9, cooldown=drain, "
-            "initial_limit=7, min_limit=1, max_limit=1024, min_samples=20, max_samples=4096, "
-            "kv_guard=on, full_mode_session_s=120, headroom_fraction=0.05)");
+            "miss_ratio_threshold=0.001, increase_step=1, slow_start_factor=1, "
+            "slow_start_exit=0.8, headroom_gain=0, beta=0.9, cooldown=drain, window_frames=0, "
+            "min_window_s=0.5, initial_limit=7, predicted_limit=0, min_limit=1, max_limit=1024, "
+            "min_samples=20, max_samples=4096, kv_guard=on, full_mode_session_s=120, "
+            "headroom_fraction=0.05)");
   o.cooldown_mode = CooldownMode::kFixed;
   o.kv_guard = false;
   EXPECT_NE(AimdController(o, {}).Describe().find("cooldown=fixed 4s"), std::string::npos);

@@ -33,7 +33,8 @@ TEST(StaticControllerTest, AdmitsBelowLimitAndRejectsAtIt) {
   EXPECT_FALSE(d.admit);
   EXPECT_EQ(d.reason, "limit");
   EXPECT_EQ(d.detail, "active 2 >= static limit 2");
-  EXPECT_DOUBLE_EQ(d.retry_after_ms, 80.0);
+  EXPECT_GE(d.retry_after_ms, 80.0);  // one period (no session has ended yet), jittered
+  EXPECT_LT(d.retry_after_ms, 80.0 * (1.0 + RetryHint::kJitterFraction));
   EXPECT_EQ(c.limit(), 2);
   EXPECT_TRUE(c.TakeLimitChanges().empty());
   EXPECT_EQ(c.Describe(), "static(limit=2)");
@@ -52,7 +53,8 @@ TEST(MemoryControllerTest, AdmitsExactlyWhileUnpromisedBlocksCoverProjection) {
   EXPECT_FALSE(d.admit);
   EXPECT_EQ(d.reason, "pool");
   EXPECT_EQ(d.detail, "needs 71 blocks; free 100, promised 30 of 200");
-  EXPECT_DOUBLE_EQ(d.retry_after_ms, 80.0);
+  EXPECT_GE(d.retry_after_ms, 80.0);  // one period (no session has ended yet), jittered
+  EXPECT_LT(d.retry_after_ms, 80.0 * (1.0 + RetryHint::kJitterFraction));
   EXPECT_EQ(c.limit(), kNoLimit);
 }
 
@@ -90,9 +92,9 @@ TEST(ProjectFullModeBlocksTest, ProjectsPromptPlusFramesAtSessionLength) {
 }
 
 std::string FactoryError(const std::string& spec, const AimdOptions& aimd = {},
-                         const MemoryOptions& memory = {}) {
+                         const MemoryOptions& memory = {}, const Gradient2Options& gradient2 = {}) {
   try {
-    (void)MakeController(spec, aimd, memory);
+    (void)MakeController(spec, aimd, memory, gradient2);
   } catch (const ConfigError& e) {
     return e.what();
   }
@@ -107,13 +109,17 @@ TEST(MakeControllerTest, BuildsEachController) {
   const auto a = MakeController("aimd", AimdOptions{.initial_limit = 12}, {});
   EXPECT_EQ(a->limit(), 12);
   EXPECT_EQ(a->Describe().rfind("aimd(", 0), 0u);
+  const auto g = MakeController("gradient2", {}, {}, Gradient2Options{.initial_limit = 9});
+  EXPECT_EQ(g->limit(), 9);
+  EXPECT_EQ(g->Describe().rfind("gradient2(", 0), 0u);
 }
 
 TEST(MakeControllerTest, NamesTheBadSpec) {
-  EXPECT_EQ(FactoryError("dynamic"),
-            "admission: unknown controller 'dynamic' (expected static:N, memory or aimd)");
+  EXPECT_EQ(
+      FactoryError("dynamic"),
+      "admission: unknown controller 'dynamic' (expected static:N, memory, aimd or gradient2)");
   EXPECT_EQ(FactoryError(""),
-            "admission: unknown controller '' (expected static:N, memory or aimd)");
+            "admission: unknown controller '' (expected static:N, memory, aimd or gradient2)");
   EXPECT_EQ(FactoryError("static:"),
             "admission: 'static:': static:N needs an integer N >= 0, got ''");
   EXPECT_EQ(FactoryError("static:-1"),
@@ -124,7 +130,7 @@ TEST(MakeControllerTest, NamesTheBadSpec) {
             "admission: 'static:99999999999999999999': static:N needs an integer N >= 0, got "
             "'99999999999999999999'");
   EXPECT_EQ(FactoryError("AIMD"),
-            "admission: unknown controller 'AIMD' (expected static:N, memory or aimd)");
+            "admission: unknown controller 'AIMD' (expected static:N, memory, aimd or gradient2)");
 }
 
 TEST(MakeControllerTest, NamesTheBadOption) {
@@ -152,6 +158,18 @@ TEST(MakeControllerTest, NamesTheBadOption) {
             "admission: memory.headroom_fraction must be in [0, 1), got 1");
   EXPECT_EQ(FactoryError("aimd", {}, MemoryOptions{.full_mode_session_s = 0.0}),
             "admission: memory.full_mode_session_s must be > 0, got 0");
+  EXPECT_EQ(FactoryError("aimd", AimdOptions{.slow_start_factor = 0.5}),
+            "admission: aimd.slow_start_factor must be in [1, 16], got 0.5");
+  EXPECT_EQ(FactoryError("aimd", AimdOptions{.headroom_gain = 2.0}),
+            "admission: aimd.headroom_gain must be in [0, 1], got 2");
+  EXPECT_EQ(FactoryError("aimd", AimdOptions{.window_frames = -1}),
+            "admission: aimd.window_frames must be >= 0, got -1");
+  EXPECT_EQ(FactoryError("aimd", AimdOptions{.predicted_limit = -3}),
+            "admission: aimd.predicted_limit must be >= 0, got -3");
+  EXPECT_EQ(FactoryError("gradient2", {}, {}, Gradient2Options{.smoothing = 0.0}),
+            "admission: gradient2.smoothing must be in (0, 1], got 0");
+  EXPECT_EQ(FactoryError("gradient2", {}, {}, Gradient2Options{.tolerance = 0.9}),
+            "admission: gradient2.tolerance must be >= 1, got 0.9");
   // static ignores the other controllers' options.
   EXPECT_EQ(FactoryError("static:1", AimdOptions{.beta = 2.0}), "(no error)");
 }

@@ -1,5 +1,6 @@
 #include "metronome/admission/admission.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include <system_error>
 
 #include "metronome/admission/aimd_controller.h"
+#include "metronome/admission/gradient2_controller.h"
 #include "metronome/admission/memory_controller.h"
 #include "metronome/admission/static_controller.h"
 #include "metronome/base/check.h"
@@ -27,6 +29,52 @@ void CheckRange(const char* field, double v, double lo, double hi, bool lo_open,
 }
 
 }  // namespace
+
+std::uint64_t NextRandom(std::uint64_t& state) noexcept {
+  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+void RetryHint::Observe(double now_s, std::int64_t active) {
+  if (!started_) {
+    started_ = true;
+    start_s_ = now_s;
+    last_end_s_ = now_s;
+    expected_active_ = active;
+    return;
+  }
+  if (active < expected_active_) {
+    decayed_ends_ = decayed_ends_ * std::exp(-(now_s - last_end_s_) / kEndRateTauS) +
+                    static_cast<double>(expected_active_ - active);
+    last_end_s_ = now_s;
+  }
+  expected_active_ = active;
+}
+
+double RetryHint::ExpectedEndGapS(double now_s) const {
+  if (decayed_ends_ <= 0.0) return std::numeric_limits<double>::infinity();
+  const double ends = decayed_ends_ * std::exp(-(now_s - last_end_s_) / kEndRateTauS);
+  // At a constant rate r the decayed count over a span T is r tau (1 - exp(-T / tau)).
+  const double span_s = std::max(now_s - start_s_, 1e-3);
+  return kEndRateTauS * -std::expm1(-span_s / kEndRateTauS) / ends;
+}
+
+double RetryHint::Ms(double now_s, double period_ms, double decision_in_s) {
+  const double change_s = std::min(decision_in_s, ExpectedEndGapS(now_s));
+  const double base_ms =
+      std::isfinite(change_s) ? std::max(period_ms, 1000.0 * change_s) : period_ms;
+  const double u = static_cast<double>(NextRandom(rng_state_) >> 11) * 0x1.0p-53;
+  return std::min(kMaxHintMs, base_ms * (1.0 + kJitterFraction * u));
+}
+
+double RetryBackoffMs(double hint_ms, std::int64_t refusals, double cap_ms) {
+  MTR_CHECK(hint_ms >= 0 && refusals >= 1 && cap_ms >= 0, "RetryBackoffMs: bad arguments");
+  const double doubled =
+      std::ldexp(hint_ms, static_cast<int>(std::min<std::int64_t>(refusals - 1, 60)));
+  return std::min(std::max(cap_ms, hint_ms), doubled);
+}
 
 std::int64_t SessionsThatFit(const SessionRequest& request, const SystemState& state,
                              const MemoryOptions& options) {
@@ -75,6 +123,14 @@ void Validate(const AimdOptions& o) {
         std::to_string(o.initial_limit));
   }
   if (o.min_samples < 1) Bad("aimd.min_samples", ">= 1", std::to_string(o.min_samples));
+  if (o.window_frames < 0) Bad("aimd.window_frames", ">= 0", std::to_string(o.window_frames));
+  CheckRange("aimd.min_window_s", o.min_window_s, 0.0, inf, false, true, ">= 0");
+  CheckRange("aimd.slow_start_factor", o.slow_start_factor, 1.0, 16.0, false, false, "in [1, 16]");
+  CheckRange("aimd.slow_start_exit", o.slow_start_exit, 0.0, 1.0, true, false, "in (0, 1]");
+  CheckRange("aimd.headroom_gain", o.headroom_gain, 0.0, 1.0, false, false, "in [0, 1]");
+  if (o.predicted_limit < 0) {
+    Bad("aimd.predicted_limit", ">= 0", std::to_string(o.predicted_limit));
+  }
   if (o.max_samples < 1 || o.max_samples > (std::int64_t{1} << 24)) {
     Bad("aimd.max_samples", "in [1, 16777216]", std::to_string(o.max_samples));
   }
@@ -86,9 +142,35 @@ void Validate(const MemoryOptions& o) {
   CheckRange("memory.headroom_fraction", o.headroom_fraction, 0.0, 1.0, false, true, "in [0, 1)");
 }
 
+void Validate(const Gradient2Options& o) {
+  const double inf = std::numeric_limits<double>::infinity();
+  CheckRange("gradient2.window_s", o.window_s, 0.0, inf, true, true, "> 0");
+  if (o.window_frames < 0) Bad("gradient2.window_frames", ">= 0", std::to_string(o.window_frames));
+  CheckRange("gradient2.min_window_s", o.min_window_s, 0.0, inf, false, true, ">= 0");
+  if (o.min_samples < 1) Bad("gradient2.min_samples", ">= 1", std::to_string(o.min_samples));
+  CheckRange("gradient2.tolerance", o.tolerance, 1.0, inf, false, true, ">= 1");
+  CheckRange("gradient2.smoothing", o.smoothing, 0.0, 1.0, true, false, "in (0, 1]");
+  if (o.queue_size < 0) Bad("gradient2.queue_size", ">= 0", std::to_string(o.queue_size));
+  if (o.long_window < 1) Bad("gradient2.long_window", ">= 1", std::to_string(o.long_window));
+  if (o.warmup_windows < 1) {
+    Bad("gradient2.warmup_windows", ">= 1", std::to_string(o.warmup_windows));
+  }
+  if (o.min_limit < 0) Bad("gradient2.min_limit", ">= 0", std::to_string(o.min_limit));
+  if (o.max_limit < o.min_limit) {
+    Bad("gradient2.max_limit", ">= gradient2.min_limit (" + std::to_string(o.min_limit) + ")",
+        std::to_string(o.max_limit));
+  }
+  if (o.initial_limit < o.min_limit || o.initial_limit > o.max_limit) {
+    Bad("gradient2.initial_limit",
+        "in [" + std::to_string(o.min_limit) + ", " + std::to_string(o.max_limit) + "]",
+        std::to_string(o.initial_limit));
+  }
+}
+
 std::unique_ptr<AdmissionController> MakeController(const std::string& spec,
                                                     const AimdOptions& aimd,
-                                                    const MemoryOptions& memory) {
+                                                    const MemoryOptions& memory,
+                                                    const Gradient2Options& gradient2) {
   static constexpr std::string_view kStatic = "static:";
   if (spec.starts_with(kStatic)) {
     const std::string value = spec.substr(kStatic.size());
@@ -110,8 +192,13 @@ std::unique_ptr<AdmissionController> MakeController(const std::string& spec,
     Validate(memory);
     return std::make_unique<AimdController>(aimd, memory);
   }
+  if (spec == "gradient2") {
+    Validate(gradient2);
+    Validate(memory);
+    return std::make_unique<Gradient2Controller>(gradient2, memory);
+  }
   throw ConfigError("admission: unknown controller '" + spec +
-                    "' (expected static:N, memory or aimd)");
+                    "' (expected static:N, memory, aimd or gradient2)");
 }
 
 }  // namespace metronome::admission

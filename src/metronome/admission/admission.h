@@ -76,20 +76,44 @@ enum class CooldownMode : std::uint8_t {
 };
 
 struct AimdOptions {
-  double window_s = 2.0;      // control window over which frame latencies are collected, s
+  // Control window over which frame latencies are collected, s: the longest a window lasts. It
+  // closes earlier once it holds window_frames frames and has lasted min_window_s.
+  double window_s = 2.0;
+  // Frames that close a window early (0: windows last window_s). A decision rests on enough
+  // samples, not on a fixed number of periods: 200 sessions of a 2 s period fill 400 frames in
+  // 4 s. In slow start min_samples frames suffice. >= 0.
+  std::int64_t window_frames = 400;
+  // Shortest window, s: a session admitted at a window's start must show its load in the window
+  // (window_s still ends every window). >= 0.
+  double min_window_s = 0.5;
   double percentile = 99.0;   // signal = this percentile of latency/deadline, in (0, 100]
   double low_target = 0.65;   // grow only while the signal is below low_target * D
   double high_target = 0.85;  // cut when the signal exceeds high_target * D; > low_target
   // Cut when the window's deadline-miss ratio exceeds this, in [0, 1). Default 0.1%.
   double miss_ratio_threshold = 0.001;
-  std::int64_t increase_step = 1;  // sessions added per window when growing; >= 1
-  double beta = 0.9;               // cut to floor(beta * active); in (0, 1)
+  std::int64_t increase_step = 1;  // least sessions added per window when growing; >= 1
+  // Slow start: until the first congestion signal (a cut, or a window at or above
+  // slow_start_exit * low_target) or the KV guard's bound, a growing window multiplies the limit
+  // by up to slow_start_factor, never past the projected low-target crossing (below). 1: no slow
+  // start. In [1, 16].
+  double slow_start_factor = 2.0;
+  double slow_start_exit = 0.8;  // in (0, 1]
+  // Growth scaled to the headroom: a growing window moves the limit this fraction of the way to
+  // the projected low-target crossing peak_active * low_target / signal (latency extrapolated in
+  // proportion to the active count, which over-estimates it when a frame has a fixed cost, so the
+  // projection undershoots), at least increase_step. 0: always increase_step. In [0, 1].
+  double headroom_gain = 0.5;
+  double beta = 0.9;  // cut to floor(beta * active); in (0, 1)
   CooldownMode cooldown_mode = CooldownMode::kDrain;
   double cooldown_s = 4.0;         // only for kFixed; >= 0
   std::int64_t initial_limit = 4;  // warm start: e.g. the limit of a previous run
-  std::int64_t min_limit = 1;      // >= 0
-  std::int64_t max_limit = 1024;   // >= min_limit
-  std::int64_t min_samples = 20;   // windows with fewer frames hold; >= 1
+  // N* predicted before the first frame by a calibrated cost model (0: none). When set, the first
+  // decision seeds the limit with it (capped by the KV guard's bound when the guard is on) instead
+  // of initial_limit; the limit log says which. >= 0.
+  std::int64_t predicted_limit = 0;
+  std::int64_t min_limit = 1;     // >= 0
+  std::int64_t max_limit = 1024;  // >= min_limit
+  std::int64_t min_samples = 20;  // windows with fewer frames hold; >= 1
   // Frame latencies kept per window (reservoir sampling beyond it, so the percentile is exact up to
   // this many frames and an unbiased estimate above). 8 bytes each, allocated once.
   std::int64_t max_samples = 4096;
@@ -97,6 +121,71 @@ struct AimdOptions {
   // stays flat until the pool runs dry cannot over-admit. Uses MemoryOptions.
   bool kv_guard = false;
 };
+
+// Options of the `gradient2` controller, a peer baseline after Netflix concurrency-limits'
+// Gradient2Limit: per window, gradient = clamp(tolerance * long / short, 0.5, 1) where short is the
+// window's mean latency / deadline and long an exponential average of it over long_window windows;
+// limit <- (1 - smoothing) * limit + smoothing * (gradient * limit + queue_size). It has no
+// deadline anchor: it holds where short-run latency is within `tolerance` of the long-run one.
+struct Gradient2Options {
+  double window_s = 2.0;             // longest control window, s (as AimdOptions::window_s)
+  std::int64_t window_frames = 400;  // frames that close a window early; 0: none. >= 0
+  double min_window_s = 0.5;         // shortest window, s; >= 0
+  std::int64_t min_samples = 20;     // windows with fewer frames hold; >= 1
+  double tolerance = 1.5;            // short may exceed long by this factor before a cut; >= 1
+  double smoothing = 0.2;            // weight of the new estimate; in (0, 1]
+  std::int64_t queue_size = 4;       // sessions added per window at gradient 1; >= 0
+  std::int64_t long_window = 600;    // windows in the long-run average; >= 1
+  std::int64_t warmup_windows = 10;  // the long-run value is a plain mean over these; >= 1
+  std::int64_t initial_limit = 4;    // >= min_limit, <= max_limit
+  std::int64_t min_limit = 1;        // >= 0
+  std::int64_t max_limit = 1024;     // >= min_limit
+  bool kv_guard = false;             // as AimdOptions::kv_guard
+};
+
+// Retry-after hints drawn from a controller's state: the expected time until its answer can
+// change (its next decision, or the next session end), jittered so that clients refused together
+// do not come back together. Ends are counted from the active counts the controller is shown: a
+// count below what admissions predicted means sessions ended. Deterministic: a fixed-seed
+// generator, so a simulated run is reproducible.
+class RetryHint {
+ public:
+  static constexpr double kJitterFraction = 0.5;  // hint x U[1, 1 + kJitterFraction)
+  static constexpr double kEndRateTauS = 60.0;    // time constant of the end-rate average, s
+  static constexpr double kMaxHintMs = 30'000.0;  // no hint exceeds this, ms
+
+  explicit RetryHint(std::uint64_t seed = 0x243f6a8885a308d3ULL) : rng_state_(seed) {}
+
+  // The active count at a decision or tick (before any admission it leads to).
+  void Observe(double now_s, std::int64_t active);
+  void OnAdmit() { ++expected_active_; }
+  // Expected seconds until the next session ends (1 / the decaying end rate); +inf before any end.
+  [[nodiscard]] double ExpectedEndGapS(double now_s) const;
+  // Hint for a refusal that a decision due in `decision_in_s` could reverse (+inf: only a session
+  // end can): max(period_ms, 1000 * min(decision_in_s, ExpectedEndGapS)), one period when neither
+  // is known, times the jitter, at most kMaxHintMs.
+  [[nodiscard]] double Ms(double now_s, double period_ms, double decision_in_s);
+
+ private:
+  std::uint64_t rng_state_;
+  bool started_ = false;
+  double start_s_ = 0.0;
+  double last_end_s_ = 0.0;
+  double decayed_ends_ = 0.0;  // sum of ends weighted exp(-(now - t) / tau), as of last_end_s_
+  std::int64_t expected_active_ = 0;
+};
+
+// How a client spaces its retries: after the n-th refusal in a row (n >= 1) it waits
+// min(max(cap_ms, hint_ms), hint_ms * 2^(n-1)): exponential backoff from the server's hint, capped
+// (never below the hint itself), so a crowd that keeps being refused thins out instead of storming.
+[[nodiscard]] double RetryBackoffMs(double hint_ms, std::int64_t refusals, double cap_ms);
+// The cap the project's clients (loadgen, sim and drive's) use, ms: half the default patience, so
+// a refused client still asks a few times before it gives up.
+inline constexpr double kRetryBackoffCapMs = 5000.0;
+
+// splitmix64: a small, well-mixed generator; controllers seed it with a constant so a run is
+// reproducible.
+[[nodiscard]] std::uint64_t NextRandom(std::uint64_t& state) noexcept;
 
 class AdmissionController {
  public:
@@ -141,11 +230,12 @@ class AdmissionController {
 // got 1.5").
 void Validate(const AimdOptions& options);
 void Validate(const MemoryOptions& options);
+void Validate(const Gradient2Options& options);
 
-// Builds a controller from a spec: "static:N" (N >= 0), "memory" or "aimd". Validates the options
-// the controller uses. Throws ConfigError naming the bad spec or value.
-[[nodiscard]] std::unique_ptr<AdmissionController> MakeController(const std::string& spec,
-                                                                  const AimdOptions& aimd,
-                                                                  const MemoryOptions& memory);
+// Builds a controller from a spec: "static:N" (N >= 0), "memory", "aimd" or "gradient2".
+// Validates the options the controller uses. Throws ConfigError naming the bad spec or value.
+[[nodiscard]] std::unique_ptr<AdmissionController> MakeController(
+    const std::string& spec, const AimdOptions& aimd, const MemoryOptions& memory,
+    const Gradient2Options& gradient2 = {});
 
 }  // namespace metronome::admission

@@ -1,10 +1,12 @@
 // `aimd`: a deadline-anchored AIMD limit on the number of sessions. Per control window the signal
 // is a percentile of per-frame latency / deadline (latency measured from frame arrival, so queueing
-// counts) plus the deadline-miss ratio. Grow by a step only when the limit binds and the signal is
-// below the low target; cut to floor(beta * active) when it exceeds the high target or misses pass
-// a threshold, at most once per cooldown; hold in between (the dead band gives a fixed point
-// instead of a sawtooth). Optional KV look-ahead guard: admit only while active < min(limit,
-// N_mem). Thread-safety: not thread-safe; owned by the engine thread.
+// counts) plus the deadline-miss ratio. A window closes on enough frames or at window_s. Grow only
+// when the limit binds and the signal is below the low target: multiplicatively in slow start,
+// then by a step scaled to the headroom left to the target; cut to floor(beta * active) when it
+// exceeds the high target or misses pass a threshold, at most once per cooldown; hold in between
+// (the dead band gives a fixed point instead of a sawtooth). Optional KV look-ahead guard: admit
+// only while active < min(limit, N_mem). Thread-safety: not thread-safe; owned by the engine
+// thread.
 #pragma once
 
 #include <cstdint>
@@ -29,15 +31,18 @@ struct AimdWindow {
 
 // Invariants: min_limit <= limit() <= max_limit; the sample buffer never holds more than
 // max_samples entries; limit changes happen only when a window is evaluated, at most one per
-// window.
+// window, besides the seed at the first Decide; with the KV guard, growth never takes the limit
+// above the pool's bound for the session's window; slow start, once ended, never resumes.
 class AimdController final : public AdmissionController {
  public:
   // Both option structs must pass Validate (MTR_CHECK otherwise; MakeController validates first).
   AimdController(const AimdOptions& options, const MemoryOptions& memory);
 
   // Closes the window if due, then rejects with "limit" when active >= limit, or "kv_guard" when
-  // the guard is on and active >= SessionsThatFit. Retry-after: the rest of the current window (the
-  // earliest the limit can move), at least one frame period.
+  // the guard is on and active >= SessionsThatFit. Retry-after (RetryHint): while the limit is
+  // growing, the time to the next decision or to the next session end, whichever is expected
+  // first; otherwise (holding, or a kv_guard refusal) the time to the next session end. The first
+  // call seeds the limit (AimdOptions::predicted_limit, the pool's bound with the guard).
   Decision Decide(const SessionRequest& request, const SystemState& state, double now_s) override;
   void OnFrame(double now_s, double latency_ms, double deadline_ms, bool missed) noexcept override;
   // Closes and evaluates the window once now_s >= its end; the next window starts at now_s.
@@ -52,6 +57,10 @@ class AimdController final : public AdmissionController {
   [[nodiscard]] bool cooling_down() const { return cooling_; }
 
  private:
+  void Seed(double now_s);
+  // When the current window is expected to close: window_s, or earlier at the last window's
+  // frame rate once window_frames are in (never before min_window_s).
+  [[nodiscard]] double NextDecisionS(double now_s) const;
   void Advance(double now_s, std::int64_t active);
   void Evaluate(double now_s, std::int64_t active);
   void SetLimit(double now_s, std::int64_t to, std::string reason);
@@ -71,6 +80,20 @@ class AimdController final : public AdmissionController {
   std::int64_t peak_active_ = 0;
   std::int64_t num_limit_rejections_ = 0;
   std::uint64_t rng_state_ = 0x9e3779b97f4a7c15ULL;  // reservoir sampling; fixed seed: reproducible
+
+  bool slow_start_;
+  bool seeded_ = false;           // the first Decide seeds the limit (predicted N*, pool bound)
+  bool growing_ = false;          // the last evaluated window raised the limit
+  std::int64_t pool_bound_ = -1;  // KV guard's SessionsThatFit at the last Decide; -1: unknown
+  double last_window_duration_s_ = 0.0;
+  // used / (used + promised) KV blocks at the last Decide (1: no pool, or all promises kept), not
+  // below kMinKvFill; growth projects the signal to full KV with it.
+  static constexpr double kMinKvFill = 0.01;
+  // Share of frame latency assumed to grow with the KV a session holds (attention over its
+  // window): the four presets' cost models put it at 0.05-0.2 at N_true, so 0.25 errs safe.
+  static constexpr double kKvLatencyShare = 0.25;
+  double kv_fill_ = 1.0;
+  RetryHint retry_;
 
   bool cooling_ = false;
   double last_cut_s_ = 0.0;

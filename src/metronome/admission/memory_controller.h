@@ -16,15 +16,17 @@ class MemoryController final : public AdmissionController {
   explicit MemoryController(const MemoryOptions& options);  // options must pass Validate
 
   // Admits iff SessionsThatFit(request, state) > active, i.e. the unpromised pool covers
-  // request.projected_blocks. Rejections: "pool", retry after one frame period (blocks come back
-  // when sessions end or slide their windows).
+  // request.projected_blocks. Rejections: "pool", retry after the expected time to the next
+  // session end (RetryHint): promised blocks come back when sessions end.
   Decision Decide(const SessionRequest& request, const SystemState& state, double now_s) override;
+  void OnTick(double now_s, const SystemState& state) override;  // counts session ends
   [[nodiscard]] std::int64_t limit() const override { return kNoLimit; }
   [[nodiscard]] bool reserves_kv() const override { return true; }
   [[nodiscard]] std::string Describe() const override;
 
  private:
   MemoryOptions options_;
+  RetryHint retry_;
 };
 
 }  // namespace metronome::admission

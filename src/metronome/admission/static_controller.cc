@@ -1,5 +1,6 @@
 #include "metronome/admission/static_controller.h"
 
+#include <limits>
 #include <string>
 
 #include "metronome/base/check.h"
@@ -11,15 +12,24 @@ StaticController::StaticController(std::int64_t limit) : limit_(limit) {
 }
 
 Decision StaticController::Decide(const SessionRequest& request, const SystemState& state,
-                                  double /*now_s*/) {
-  if (state.active_sessions < limit_) return {.admit = true};
-  // The limit never moves, so only a session end helps; one frame period is the earliest that can
-  // be observed.
+                                  double now_s) {
+  retry_.Observe(now_s, state.active_sessions);
+  if (state.active_sessions < limit_) {
+    retry_.OnAdmit();
+    return {.admit = true};
+  }
+  // The limit never moves, so only a session end helps: retry after the expected gap between
+  // ends (one frame period, the earliest an end can be observed, until one has been seen).
   return {.admit = false,
           .reason = "limit",
           .detail = "active " + std::to_string(state.active_sessions) + " >= static limit " +
                     std::to_string(limit_),
-          .retry_after_ms = request.period_ms};
+          .retry_after_ms =
+              retry_.Ms(now_s, request.period_ms, std::numeric_limits<double>::infinity())};
+}
+
+void StaticController::OnTick(double now_s, const SystemState& state) {
+  retry_.Observe(now_s, state.active_sessions);
 }
 
 std::string StaticController::Describe() const {

@@ -14,12 +14,15 @@ class StaticController final : public AdmissionController {
  public:
   explicit StaticController(std::int64_t limit);  // limit >= 0 (MTR_CHECK)
 
+  // Rejections: "limit", retry after the expected time to the next session end (RetryHint).
   Decision Decide(const SessionRequest& request, const SystemState& state, double now_s) override;
+  void OnTick(double now_s, const SystemState& state) override;  // counts session ends
   [[nodiscard]] std::int64_t limit() const override { return limit_; }
   [[nodiscard]] std::string Describe() const override;
 
  private:
   std::int64_t limit_;
+  RetryHint retry_;
 };
 
 }  // namespace metronome::admission

@@ -146,12 +146,19 @@ void WorkloadFlags::RegisterPopulation(CLI::App* app) {
 void WorkloadFlags::RegisterAdmission(CLI::App* app) { admission.Register(app); }
 
 void AdmissionFlags::Register(CLI::App* app) {
-  app->add_option("--admission", admission, "Admission controller: static:N | memory | aimd");
+  app->add_option("--admission", admission,
+                  "Admission controller: static:N | memory | aimd | gradient2");
   app->add_option("--max-sessions", max_sessions,
                   "Hard cap on concurrent sessions, whatever the controller says (0: none)");
   app->add_option("--aimd-window-s", aimd_window_s,
-                  "AIMD control window, s (default: 2 s or 25 frame periods, whichever is longer, "
-                  "so a window holds enough frames)");
+                  "AIMD/gradient2 longest control window, s (default: 2 s or 25 frame periods, "
+                  "whichever is longer)");
+  app->add_option("--aimd-window-frames", aimd.window_frames,
+                  "AIMD/gradient2: a window closes early once it holds this many frames (0: "
+                  "windows last --aimd-window-s)");
+  app->add_option("--aimd-min-window-s", aimd_min_window_s,
+                  "AIMD/gradient2 shortest control window, s (default: 0.5 s or 2 frame periods, "
+                  "whichever is longer)");
   app->add_option("--aimd-percentile", aimd.percentile,
                   "AIMD signal: this percentile of frame latency / deadline");
   app->add_option("--aimd-low", aimd.low_target,
@@ -160,7 +167,16 @@ void AdmissionFlags::Register(CLI::App* app) {
                   "AIMD cuts when the signal exceeds this fraction of D");
   app->add_option("--aimd-miss-ratio", aimd.miss_ratio_threshold,
                   "AIMD cuts when a window's deadline-miss ratio exceeds this");
-  app->add_option("--aimd-step", aimd.increase_step, "AIMD additive increase, sessions/window");
+  app->add_option("--aimd-step", aimd.increase_step,
+                  "AIMD least increase, sessions/window (once slow start has ended)");
+  app->add_option("--aimd-slow-start", aimd.slow_start_factor,
+                  "AIMD slow start: grow up to this factor per window while far below the low "
+                  "target (1: no slow start)");
+  app->add_option("--aimd-headroom-gain", aimd.headroom_gain,
+                  "AIMD: move this fraction of the way to the projected low-target crossing per "
+                  "window (0: a fixed --aimd-step)");
+  app->add_option("--aimd-predicted-limit", aimd.predicted_limit,
+                  "AIMD: N* predicted by a calibrated cost model; seeds the limit (0: none)");
   app->add_option("--aimd-beta", aimd.beta, "AIMD cut: limit = floor(beta x active)");
   app->add_option("--aimd-cooldown", aimd_cooldown,
                   "After a cut: drain (hold until a full window ran at or under the limit) | "
@@ -171,7 +187,17 @@ void AdmissionFlags::Register(CLI::App* app) {
   app->add_option("--aimd-min-samples", aimd.min_samples,
                   "AIMD holds on windows with fewer frames than this");
   app->add_flag("--kv-guard", aimd.kv_guard,
-                "AIMD also requires active < sessions the KV pool can hold (look-ahead guard)");
+                "AIMD/gradient2 also require active < sessions the KV pool can hold (look-ahead "
+                "guard)");
+  app->add_option("--gradient2-initial", gradient2.initial_limit, "gradient2 starting limit");
+  app->add_option("--gradient2-tolerance", gradient2.tolerance,
+                  "gradient2: short-run latency may exceed the long-run one by this factor");
+  app->add_option("--gradient2-smoothing", gradient2.smoothing,
+                  "gradient2: weight of each window's new estimate, in (0, 1]");
+  app->add_option("--gradient2-queue-size", gradient2.queue_size,
+                  "gradient2: sessions added per window at gradient 1");
+  app->add_option("--gradient2-long-window", gradient2.long_window,
+                  "gradient2: windows in the long-run latency average");
   app->add_option("--memory-session-s", memory.full_mode_session_s,
                   "memory/KV guard: assumed session length for the full-KV projection, s");
   app->add_option("--memory-headroom", memory.headroom_fraction,
@@ -205,7 +231,17 @@ realtime::SupervisorOptions AdmissionFlags::Supervisor(double period_ms) const {
   o.max_sessions = max_sessions;
   o.aimd = aimd;
   o.aimd.window_s = aimd_window_s.value_or(std::max(2.0, 25.0 * period_ms / 1000.0));
+  o.aimd.min_window_s = aimd_min_window_s.value_or(std::max(0.5, 2.0 * period_ms / 1000.0));
   o.aimd.cooldown_mode = ParseCooldown(aimd_cooldown, &o.aimd.cooldown_s);
+  // gradient2 shares the windows and the guard: one comparison, one notion of a window.
+  o.gradient2 = gradient2;
+  o.gradient2.window_s = o.aimd.window_s;
+  o.gradient2.window_frames = o.aimd.window_frames;
+  o.gradient2.min_window_s = o.aimd.min_window_s;
+  o.gradient2.min_samples = o.aimd.min_samples;
+  o.gradient2.min_limit = o.aimd.min_limit;
+  o.gradient2.max_limit = o.aimd.max_limit;
+  o.gradient2.kv_guard = o.aimd.kv_guard;
   o.memory = memory;
   if (mute_after < 1) {
     throw ConfigError("--mute-after = " + std::to_string(mute_after) + " must be >= 1");
@@ -258,6 +294,7 @@ realtime::WorkloadOptions WorkloadFlags::Options(const SessionDefaults& d, int v
   o.admission = sup.admission;
   o.max_sessions = sup.max_sessions;
   o.aimd = sup.aimd;
+  o.gradient2 = sup.gradient2;
   o.memory = sup.memory;
   o.loop.mute_after_starved = sup.loop.mute_after_starved;
   o.forecast.horizon_s = sup.forecast.horizon_s;

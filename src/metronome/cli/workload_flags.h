@@ -30,6 +30,8 @@ struct AdmissionFlags {
   std::int64_t max_sessions = 0;
   admission::AimdOptions aimd;
   std::optional<double> aimd_window_s;
+  std::optional<double> aimd_min_window_s;
+  admission::Gradient2Options gradient2;
   std::string aimd_cooldown = "drain";
   admission::MemoryOptions memory;
   int mute_after = 3;
@@ -37,8 +39,9 @@ struct AdmissionFlags {
 
   void Register(CLI::App* app);
   // The admission controller, its parameters, the mute alarm and the forecast horizon; the AIMD
-  // control window defaults to 2 s or 25 periods of `period_ms`, whichever is longer. ConfigError
-  // naming the flag on bad values.
+  // and gradient2 control windows last at most 2 s or 25 periods of `period_ms`, whichever is
+  // longer, and at least 0.5 s or 2 periods (a new session's frames show in the window).
+  // ConfigError naming the flag on bad values.
   [[nodiscard]] realtime::SupervisorOptions Supervisor(double period_ms) const;
 };
 

@@ -20,6 +20,7 @@
 #include <utility>
 #include <variant>
 
+#include "metronome/admission/admission.h"
 #include "metronome/base/errors.h"
 #include "metronome/realtime/workload.h"
 #include "metronome/telemetry/quantile_sketch.h"
@@ -322,6 +323,7 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
   double phase_ms = 0.0;
   Phase phase = Phase::kConnecting;
   double first_ask_s = 0.0;
+  std::int64_t refusals = 0;  // in a row, for the retry backoff
   double admitted_s = 0.0;
   std::uint64_t session = 0;
   std::int64_t next_index = 0;
@@ -515,11 +517,15 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
 
   void OnRejected(const nlohmann::json& j) {
     ++st->summary.rejected;
-    const double retry_ms = std::max(1.0, j.value("retry_after_ms", 1000.0));
+    const double hint_ms = std::max(1.0, j.value("retry_after_ms", 1000.0));
+    // Exponential backoff from the server's hint: a crowd refused again and again thins out.
+    const double retry_ms =
+        admission::RetryBackoffMs(hint_ms, ++refusals, admission::kRetryBackoffCapMs);
     st->Trace("admission", {{"client", ordinal},
                             {"admitted", false},
                             {"reason", j.value("reason", "")},
-                            {"retry_after_ms", retry_ms}});
+                            {"retry_after_ms", hint_ms},
+                            {"wait_ms", retry_ms}});
     if (!population && st->Now() + retry_ms / 1000.0 - first_ask_s > st->options.patience_s) {
       ++st->summary.abandoned;
       st->Trace("abandoned", {{"client", ordinal}, {"waited_s", st->Now() - first_ask_s}});

@@ -48,7 +48,7 @@ struct Supervisor::State {
         clock(c),
         options(o),
         loop(b, c, LoopWithoutLogging(o.loop)),
-        controller(admission::MakeController(o.admission, o.aimd, o.memory)),
+        controller(admission::MakeController(o.admission, o.aimd, o.memory, o.gradient2)),
         forecast(o.forecast),
         events(e) {
     if (registry != nullptr) metrics.emplace(*registry);

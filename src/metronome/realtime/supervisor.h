@@ -27,11 +27,12 @@
 namespace metronome::realtime {
 
 struct SupervisorOptions {
-  std::string admission = "memory";  // "static:N", "memory" or "aimd"
+  std::string admission = "memory";  // "static:N", "memory", "aimd" or "gradient2"
   // A hard cap on concurrent sessions whatever the controller says (0: none): the operator's
   // ceiling (e.g. a server's file descriptors), rejected with reason "max_sessions".
   std::int64_t max_sessions = 0;
   admission::AimdOptions aimd;
+  admission::Gradient2Options gradient2;
   admission::MemoryOptions memory;
   kv::OccupancyForecastOptions forecast;
   double sample_interval_s = 0.5;  // pool/forecast/gauge sampling period, s

@@ -32,7 +32,8 @@ constexpr double kDueSlackSeconds = 1e-9;
 struct Request {
   double t_s = 0.0;
   double first_t_s = 0.0;
-  bool population = false;  // population clients never give up
+  bool population = false;    // population clients never give up
+  std::int64_t refusals = 0;  // in a row, for the retry backoff
   bool operator>(const Request& o) const { return t_s > o.t_s; }
 };
 
@@ -94,6 +95,7 @@ struct WorkloadRunner::State {
     s.admission = o.admission;
     s.max_sessions = o.max_sessions;
     s.aimd = o.aimd;
+    s.gradient2 = o.gradient2;
     s.memory = o.memory;
     s.forecast = o.forecast;
     s.sample_interval_s = o.sample_interval_s;
@@ -166,7 +168,12 @@ void WorkloadRunner::State::HandleRequests(double now) {
       Admitted(r.id, now);
       continue;
     }
-    const double retry_s = std::max(r.decision.retry_after_ms, options.session.period_ms) / 1e3;
+    // Exponential backoff from the hint, as loadgen's clients do.
+    const double retry_s =
+        std::max(admission::RetryBackoffMs(r.decision.retry_after_ms, ++req.refusals,
+                                           admission::kRetryBackoffCapMs),
+                 options.session.period_ms) /
+        1e3;
     req.t_s = now + retry_s;
     if (req.population || req.t_s - req.first_t_s <= options.patience_s) {
       requests.push(req);

@@ -45,9 +45,10 @@ struct WorkloadOptions {
   // (s, from its first request), then gives up (counted as abandoned). Population clients never
   // give up.
   double patience_s = 10.0;
-  std::string admission = "memory";  // "static:N", "memory" or "aimd"
+  std::string admission = "memory";  // "static:N", "memory", "aimd" or "gradient2"
   std::int64_t max_sessions = 0;     // hard cap whatever the controller says (0: none)
   admission::AimdOptions aimd;
+  admission::Gradient2Options gradient2;
   admission::MemoryOptions memory;
   kv::OccupancyForecastOptions forecast;
   // The forecast reported in the summary is the one made this long after the active count first
