@@ -11,6 +11,7 @@
 #include "metronome/base/thread_pool.h"
 #include "metronome/kernels/cpu_features.h"
 #include "metronome/kernels/gemm.h"
+#include "metronome/kernels/quant_gemv_avx512.h"
 #include "metronome/kernels/quant_matmul_avx512.h"
 #include "metronome/quant/blocks.h"
 #include "metronome/quant/codec.h"
@@ -226,6 +227,7 @@ KernelTable SelectKernels() {
     for (std::size_t i = 0; i < t.size(); ++i) {
       const QuantKernel k = avx512::Kernel(static_cast<GgmlType>(i), bf16);
       if (k.rows != nullptr) t[i] = k;
+      t[i].gemv = avx512::GemvKernel(static_cast<GgmlType>(i));
     }
   }
   return t;
@@ -256,13 +258,21 @@ void ParallelOverRowTiles(std::span<const PartWork> parts, int tiles, double mac
   const bool parallel = tiles > 1 && macs >= kMinParallelMacs;
   base::DefaultThreadPool().ParallelFor(
       tiles, parallel ? 1 : tiles, [parts](std::int64_t t0, std::int64_t t1) {
-        for (auto t = static_cast<int>(t0); t < static_cast<int>(t1); ++t) {
+        // A chunk's tiles of one part go to the kernel as one row range: a kernel call has a
+        // fixed cost (preparing its activation layout, filling its pipeline), paid once per chunk
+        // and part, not per 16 rows.
+        auto t = static_cast<int>(t0);
+        while (t < static_cast<int>(t1)) {
           std::size_t p = 0;
           while (p + 1 < parts.size() && parts[p + 1].first_tile <= t) ++p;
           const PartWork& part = parts[p];
+          const int part_tiles = (part.rows + kRowTile - 1) / kRowTile;
+          const int last = std::min(static_cast<int>(t1), part.first_tile + part_tiles);
           const int begin = (t - part.first_tile) * kRowTile;
-          const int end = std::min(begin + kRowTile, part.rows);
-          part.kernel->rows(part.args, begin, end);
+          const int end = std::min((last - part.first_tile) * kRowTile, part.rows);
+          const bool gemv = part.args.m <= kGemvMaxRows && part.kernel->gemv != nullptr;
+          (gemv ? part.kernel->gemv : part.kernel->rows)(part.args, begin, end);
+          t = last;
         }
       });
 }
