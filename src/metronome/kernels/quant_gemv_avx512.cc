@@ -3,8 +3,8 @@
 //
 // At m = 1..4 a product is a stream over W: the arithmetic per weight byte is small, so what
 // decides the speed is how many cache lines are in flight. Each thread therefore walks
-// kGemvWeightRows weight rows at once (separate streams for the line-fill buffers), prefetches
-// the group of rows after them (kGemvPrefetchRowGroups ahead: rows are contiguous, so that is the
+// up to kGemvWeightRows weight rows at once (separate streams for the line-fill buffers),
+// prefetches kGemvPrefetchRowGroups groups of rows ahead (rows are contiguous, so that is the
 // same stream, a few KB ahead), keeps one fp32 accumulator per (activation row, weight row) across
 // the whole row and reduces it once at the end, and reads the per-block fp16 scales of a pair of
 // blocks with two broadcasts from a table converted 16 blocks per vcvtph2ps.
@@ -27,7 +27,11 @@ namespace {
 using quant::GgmlType;
 using quant::kQk32;
 
-constexpr int kGemvWeightRows = 4;  // weight rows in flight per thread
+// Weight rows in flight per thread: 4 while the MT x NT accumulators, NT unpacked blocks and NT
+// scales fit the 32 vector registers (MT <= 2), 2 for MT = 3, 4.
+constexpr int kGemvWeightRows = 4;
+template <int MT>
+constexpr int kWeightRowsFor = MT <= 2 ? kGemvWeightRows : 2;
 // Row groups prefetched ahead of the one being read (each group is kGemvWeightRows rows).
 constexpr int kGemvPrefetchRowGroups = 2;
 constexpr int kBlocksPerScaleVector = 16;  // fp16 scales widened per vcvtph2ps
@@ -183,13 +187,16 @@ void Group32(const GemvActPair* act, int pairs, int blocks, const typename W::Bl
     const int b0 = 2 * p;
     const int b1 = b0 + 1 < blocks ? b0 + 1 : b0;  // odd count: re-read b0; its activation is 0
     __m512i u[NT];
+    __m512 dw[NT];
+    [[maybe_unused]] __m512 mw[NT];
 #pragma GCC unroll 8
     for (int j = 0; j < NT; ++j) {
       const char* at = reinterpret_cast<const char*>(wrow[j] + b0);
-      // Two blocks are at most 68 bytes: one prefetch per line is enough at every other pair.
+      // A pair of blocks is at most 68 bytes: one prefetch per pair reaches every line ahead.
       _mm_prefetch(at + ahead, _MM_HINT_T0);
-      _mm_prefetch(at + ahead + 64, _MM_HINT_T0);
       u[j] = W::Unpack(wrow[j] + b0, wrow[j] + b1);
+      dw[j] = PairScale(d + static_cast<std::ptrdiff_t>(j) * stride + b0);
+      if constexpr (W::kMin) mw[j] = PairScale(mn + static_cast<std::ptrdiff_t>(j) * stride + b0);
     }
 #pragma GCC unroll 8
     for (int i = 0; i < MT; ++i) {
@@ -200,13 +207,11 @@ void Group32(const GemvActPair* act, int pairs, int blocks, const typename W::Bl
 #pragma GCC unroll 8
       for (int j = 0; j < NT; ++j) {
         const __m512 dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u[j], q));
-        const __m512 dw = PairScale(d + static_cast<std::ptrdiff_t>(j) * stride + b0);
         if constexpr (W::kMin) {
-          const __m512 mw = PairScale(mn + static_cast<std::ptrdiff_t>(j) * stride + b0);
-          acc[i][j] = _mm512_fmadd_ps(dw, _mm512_mul_ps(da, dot), acc[i][j]);
-          acc[i][j] = _mm512_fmadd_ps(mw, ca, acc[i][j]);
+          acc[i][j] = _mm512_fmadd_ps(dw[j], _mm512_mul_ps(da, dot), acc[i][j]);
+          acc[i][j] = _mm512_fmadd_ps(mw[j], ca, acc[i][j]);
         } else {
-          acc[i][j] = _mm512_fmadd_ps(dw, _mm512_fmadd_ps(da, dot, ca), acc[i][j]);
+          acc[i][j] = _mm512_fmadd_ps(dw[j], _mm512_fmadd_ps(da, dot, ca), acc[i][j]);
         }
       }
     }
@@ -241,13 +246,14 @@ void Rows32ForM(const RowsKernelArgs& a, int row_begin, int row_end, const GemvA
   const int stride =
       (blocks + kBlocksPerScaleVector - 1) / kBlocksPerScaleVector * kBlocksPerScaleVector;
   const auto row = [&w](int j) { return reinterpret_cast<const Block*>(w.Row(j)); };
+  constexpr int kNt = kWeightRowsFor<MT>;
   int j = row_begin;
-  for (; j + kGemvWeightRows <= row_end; j += kGemvWeightRows) {
-    const Block* rows[kGemvWeightRows];
-    for (int t = 0; t < kGemvWeightRows; ++t) rows[t] = row(j + t);
-    ConvertScales<W, kGemvWeightRows>(rows, blocks, stride, s.d.data(), s.m.data());
-    Group32<W, MT, kGemvWeightRows>(act, pairs, blocks, rows, w.row_bytes, s.d.data(), s.m.data(),
-                                    stride, a.y + j, a.ldy, a.accumulate);
+  for (; j + kNt <= row_end; j += kNt) {
+    const Block* rows[kNt];
+    for (int t = 0; t < kNt; ++t) rows[t] = row(j + t);
+    ConvertScales<W, kNt>(rows, blocks, stride, s.d.data(), s.m.data());
+    Group32<W, MT, kNt>(act, pairs, blocks, rows, w.row_bytes, s.d.data(), s.m.data(), stride,
+                        a.y + j, a.ldy, a.accumulate);
   }
   for (; j < row_end; ++j) {
     const Block* rows[1] = {row(j)};

@@ -227,8 +227,11 @@ KernelTable SelectKernels() {
     for (std::size_t i = 0; i < t.size(); ++i) {
       const QuantKernel k = avx512::Kernel(static_cast<GgmlType>(i), bf16);
       if (k.rows != nullptr) t[i] = k;
-      t[i].gemv = avx512::GemvKernel(static_cast<GgmlType>(i));
     }
+    // The decode kernels where they measured faster than the rows kernel (bench/quant_benchmark
+    // BM_DecodeKernel, docs/performance.md "Decode kernels (m <= 4)"): Q8_0 only so far; the
+    // 4/5-bit ones are correct (tested) but not yet faster on this machine.
+    t[Index(GgmlType::kQ8_0)].gemv = avx512::GemvKernel(GgmlType::kQ8_0);
   }
   return t;
 }
