@@ -294,9 +294,10 @@ void DequantizeTile(const quant::WeightMatrix& w, int begin, int count, float* o
   }
 }
 
-// A RowsKernel on fp32 activations (args.act = x): W's rows [row_begin, row_end) dequantised, then
-// one sgemm for all m rows. Inside ParallelOverRowTiles oneDNN runs on the calling thread alone.
-void RowsDequantGemm(const RowsKernelArgs& a, int row_begin, int row_end) {
+// One tile of a RowsKernel on fp32 activations (args.act = x): W's rows [row_begin, row_end)
+// dequantised, then one sgemm for all m rows. Inside ParallelOverRowTiles oneDNN runs on the
+// calling thread alone.
+void DequantGemmTile(const RowsKernelArgs& a, int row_begin, int row_end) {
   const quant::WeightMatrix& w = *a.w;
   const int count = row_end - row_begin;
   thread_local std::vector<float> wt;
@@ -310,6 +311,14 @@ void RowsDequantGemm(const RowsKernelArgs& a, int row_begin, int row_end) {
     float* dst = a.y + static_cast<std::size_t>(i) * static_cast<std::size_t>(a.ldy) + row_begin;
     const float* src = yt.data() + static_cast<std::size_t>(i) * static_cast<std::size_t>(count);
     for (int j = 0; j < count; ++j) dst[j] = a.accumulate ? dst[j] + src[j] : src[j];
+  }
+}
+
+// A chunk's range of rows, one kRowTile tile at a time: the dequantised tile (kRowTile x cols
+// floats) stays in L1/L2 for its sgemm, and the thread's scratch stays that small.
+void RowsDequantGemm(const RowsKernelArgs& a, int row_begin, int row_end) {
+  for (int r = row_begin; r < row_end; r += kRowTile) {
+    DequantGemmTile(a, r, std::min(r + kRowTile, row_end));
   }
 }
 
