@@ -30,6 +30,7 @@
 #include "metronome/kernels/cpu_features.h"
 #include "metronome/kernels/gemm.h"
 #include "metronome/kernels/memory_bandwidth.h"
+#include "metronome/kernels/quant_gemv_avx512.h"
 #include "metronome/kernels/quant_matmul.h"
 #include "metronome/kernels/quant_matmul_avx512.h"
 #include "metronome/quant/blocks.h"
@@ -277,6 +278,57 @@ BENCHMARK(BM_Prefill)
     ->ArgNames({"type", "m", "dequant"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
+
+// The decode kernels of one type on the calling thread alone, the general rows kernel (gemv 0)
+// against the m <= kGemvMaxRows kernel (gemv 1: avx512::GemvKernel, installed or not), over every
+// projection of the smol-135m shape. CPU time, one thread: a kernel-against-kernel ratio that a
+// loaded machine distorts less than the multi-threaded wall time of BM_DecodeWeights. Counter
+// GB_per_s (weight bytes per CPU second of this thread).
+void BM_DecodeKernel(benchmark::State& state) {
+  const GgmlType type = kTypes[state.range(0)];
+  const int m = static_cast<int>(state.range(1));
+  const bool gemv = state.range(2) != 0;
+  if (!Supported(type, state)) return;
+  if (gemv && avx512::GemvKernel(type) == nullptr) {
+    state.SkipWithError("no gemv kernel for this type");
+    return;
+  }
+  state.SetLabel(std::string(quant::Name(type)) + (gemv ? " gemv" : " rows"));
+  const ModelWeights& w = Weights(type);
+  std::vector<float> y(static_cast<std::size_t>(m) * kVocab);
+  std::vector<std::vector<std::byte>> act(2);
+  for (const int k : {kDim, kFfn}) {
+    const std::vector<float> x(static_cast<std::size_t>(m) * k, 0.5f);
+    auto& a = act[k == kDim ? 0 : 1];
+    a.resize(kernels::ActivationRowBytes(TypeFor(type, k), k) * static_cast<std::size_t>(m));
+    kernels::PrepareActivations(TypeFor(type, k), x.data(), m, k, a.data());
+  }
+  std::vector<quant::WeightMatrix> mats;
+  for (const Matrix& mat : w.matrices) {
+    mats.push_back(quant::MakeWeightMatrix(mat.type, mat.n, mat.k, mat.data.get()));
+  }
+  for (auto _ : state) {
+    for (const quant::WeightMatrix& mat : mats) {
+      const kernels::RowsKernel rows = kernels::ActiveKernel(mat.type).rows;
+      const kernels::RowsKernel fast = gemv ? avx512::GemvKernel(mat.type) : nullptr;
+      kernels::RowsKernelArgs args;
+      args.act = act[mat.cols == kDim ? 0 : 1].data();
+      args.act_row_bytes = kernels::ActivationRowBytes(mat.type, mat.cols);
+      args.m = m;
+      args.w = &mat;
+      args.y = y.data();
+      args.ldy = mat.rows;
+      (fast != nullptr ? fast : rows)(args, 0, mat.rows);
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GB_per_s"] = benchmark::Counter(static_cast<double>(w.bytes) * 1e-9,
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_DecodeKernel)
+    ->ArgsProduct({{3, 4, 5, 6, 7}, {1, 4}, {0, 1}})
+    ->ArgNames({"type", "m", "gemv"})
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

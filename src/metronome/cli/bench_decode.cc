@@ -175,6 +175,12 @@ int RunBench(const BenchFlags& f) {
   // The roofline denominator: a decode step reads every weight byte once, so tok/s is at most
   // sessions * bandwidth / weight bytes per step.
   std::printf("read bandwidth GB/s %.1f (in-run 1 GiB streaming read)\n", bandwidth);
+  // Weight bytes per step over the step's gemm time: the rate the weight kernels stream W at, and
+  // its fraction of the read bandwidth (1.0 = at the roofline).
+  const double weight_bytes = static_cast<double>(m.weights->WeightBytes());
+  const double gemm_gbps = weight_bytes / (Median(quiet.gemm_ms) * 1e-3) / 1e9;
+  std::printf("weights MB per step %.1f, gemm reads GB/s %.1f, roofline fraction %.2f\n",
+              weight_bytes / 1e6, gemm_gbps, gemm_gbps / bandwidth);
   std::printf(
       "kv resident per session %lld blocks = %s (bound %s), pool used %lld / %lld blocks "
       "(%s / %s), freed by window %lld\n",

@@ -7,8 +7,11 @@
 
 namespace metronome::kernels {
 
-// Best of `repeats` timed passes of a read of `buffer_bytes` (rounded down to 64 bytes) split in
-// static chunks over the OpenMP threads (the threads the kernels run on), in GB/s (1e9 bytes/s).
+// Best of `repeats` timed passes of a read of `buffer_bytes` (rounded down to whole slices of
+// lines), in GB/s (1e9 bytes/s). The read runs on every thread of base::DefaultThreadPool() (the
+// threads the kernels run on), a few slices per thread, each slice as several independent streams
+// with software prefetch: what a kernel with several rows in flight per thread can stream, not
+// what one sequential reader gets.
 // Choose `buffer_bytes` well above the last-level cache (the default, 1 GiB, is) or the figure is
 // the cache's, not DRAM's. Allocates and touches the buffer once.
 [[nodiscard]] double MeasureReadBandwidthGBps(std::size_t buffer_bytes = std::size_t{1} << 30,

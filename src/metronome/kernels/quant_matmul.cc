@@ -11,6 +11,7 @@
 #include "metronome/base/thread_pool.h"
 #include "metronome/kernels/cpu_features.h"
 #include "metronome/kernels/gemm.h"
+#include "metronome/kernels/quant_gemv_avx512.h"
 #include "metronome/kernels/quant_matmul_avx512.h"
 #include "metronome/quant/blocks.h"
 #include "metronome/quant/codec.h"
@@ -227,6 +228,10 @@ KernelTable SelectKernels() {
       const QuantKernel k = avx512::Kernel(static_cast<GgmlType>(i), bf16);
       if (k.rows != nullptr) t[i] = k;
     }
+    // The decode kernels where they measured faster than the rows kernel (bench/quant_benchmark
+    // BM_DecodeKernel, docs/performance.md "Decode kernels (m <= 4)"): Q8_0 only so far; the
+    // 4/5-bit ones are correct (tested) but not yet faster on this machine.
+    t[Index(GgmlType::kQ8_0)].gemv = avx512::GemvKernel(GgmlType::kQ8_0);
   }
   return t;
 }
@@ -256,13 +261,21 @@ void ParallelOverRowTiles(std::span<const PartWork> parts, int tiles, double mac
   const bool parallel = tiles > 1 && macs >= kMinParallelMacs;
   base::DefaultThreadPool().ParallelFor(
       tiles, parallel ? 1 : tiles, [parts](std::int64_t t0, std::int64_t t1) {
-        for (auto t = static_cast<int>(t0); t < static_cast<int>(t1); ++t) {
+        // A chunk's tiles of one part go to the kernel as one row range: a kernel call has a
+        // fixed cost (preparing its activation layout, filling its pipeline), paid once per chunk
+        // and part, not per 16 rows.
+        auto t = static_cast<int>(t0);
+        while (t < static_cast<int>(t1)) {
           std::size_t p = 0;
           while (p + 1 < parts.size() && parts[p + 1].first_tile <= t) ++p;
           const PartWork& part = parts[p];
+          const int part_tiles = (part.rows + kRowTile - 1) / kRowTile;
+          const int last = std::min(static_cast<int>(t1), part.first_tile + part_tiles);
           const int begin = (t - part.first_tile) * kRowTile;
-          const int end = std::min(begin + kRowTile, part.rows);
-          part.kernel->rows(part.args, begin, end);
+          const int end = std::min((last - part.first_tile) * kRowTile, part.rows);
+          const bool gemv = part.args.m <= kGemvMaxRows && part.kernel->gemv != nullptr;
+          (gemv ? part.kernel->gemv : part.kernel->rows)(part.args, begin, end);
+          t = last;
         }
       });
 }
@@ -281,9 +294,10 @@ void DequantizeTile(const quant::WeightMatrix& w, int begin, int count, float* o
   }
 }
 
-// A RowsKernel on fp32 activations (args.act = x): W's rows [row_begin, row_end) dequantised, then
-// one sgemm for all m rows. Inside ParallelOverRowTiles oneDNN runs on the calling thread alone.
-void RowsDequantGemm(const RowsKernelArgs& a, int row_begin, int row_end) {
+// One tile of a RowsKernel on fp32 activations (args.act = x): W's rows [row_begin, row_end)
+// dequantised, then one sgemm for all m rows. Inside ParallelOverRowTiles oneDNN runs on the
+// calling thread alone.
+void DequantGemmTile(const RowsKernelArgs& a, int row_begin, int row_end) {
   const quant::WeightMatrix& w = *a.w;
   const int count = row_end - row_begin;
   thread_local std::vector<float> wt;
@@ -297,6 +311,14 @@ void RowsDequantGemm(const RowsKernelArgs& a, int row_begin, int row_end) {
     float* dst = a.y + static_cast<std::size_t>(i) * static_cast<std::size_t>(a.ldy) + row_begin;
     const float* src = yt.data() + static_cast<std::size_t>(i) * static_cast<std::size_t>(count);
     for (int j = 0; j < count; ++j) dst[j] = a.accumulate ? dst[j] + src[j] : src[j];
+  }
+}
+
+// A chunk's range of rows, one kRowTile tile at a time: the dequantised tile (kRowTile x cols
+// floats) stays in L1/L2 for its sgemm, and the thread's scratch stays that small.
+void RowsDequantGemm(const RowsKernelArgs& a, int row_begin, int row_end) {
+  for (int r = row_begin; r < row_end; r += kRowTile) {
+    DequantGemmTile(a, r, std::min(r + kRowTile, row_end));
   }
 }
 

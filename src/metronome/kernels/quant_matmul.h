@@ -43,6 +43,9 @@ namespace metronome::kernels {
 // amortises better). Measured crossover: 16-32 rows for Q8_0/Q4_0/Q4_K, 32-64 for Q6_K
 // (docs/performance.md, "Prefill: integer kernels vs dequantised sgemm").
 inline constexpr int kDequantGemmMinRows = 32;
+// Up to this many activation rows (decode: one to a few sessions) MatMul runs a type's `gemv`
+// kernel where it has one: W is streamed once, so those kernels are built for read bandwidth.
+inline constexpr int kGemvMaxRows = 4;
 
 // y[m, w.rows] = x[m, w.cols] W^T (accumulate = false) or += (accumulate = true), any computable
 // type. Preconditions: w.cols a multiple of the type's block size; x, y do not alias.
@@ -91,6 +94,8 @@ using RowsKernel = void (*)(const RowsKernelArgs& args, int row_begin, int row_e
 struct QuantKernel {
   RowsKernel rows = nullptr;
   std::string_view name;  // "scalar", "avx512-vnni", ... (printed by benchmarks)
+  // Optional: used instead of `rows` when m <= kGemvMaxRows (the same products, same tolerance).
+  RowsKernel gemv = nullptr;
 };
 
 // The scalar kernel of a computable type (always available).

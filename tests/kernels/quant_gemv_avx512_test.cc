@@ -1,0 +1,173 @@
+// The decode-path (m <= kGemvMaxRows) AVX-512 kernels against the scalar reference kernels on
+// quantised random data: every m in 1..kGemvMaxRows, odd weight-row counts (a tail after the
+// groups of rows in flight), odd block counts (a half-empty last pair), row ranges that do not
+// start at 0, and accumulate. The integer block dots are exact, so the only admissible difference
+// is fp32 rounding of scale products and sums (bound relative to sum |x| max |w|, as in
+// quant_matmul_avx512_test.cc); a wrong element order, scale index or offset is off by O(result).
+#include "metronome/kernels/quant_gemv_avx512.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "metronome/kernels/cpu_features.h"
+#include "metronome/kernels/quant_matmul.h"
+#include "metronome/quant/codec.h"
+#include "metronome/quant/ggml_type.h"
+#include "metronome/quant/weight_matrix.h"
+
+namespace metronome::kernels::avx512 {
+namespace {
+
+using quant::GgmlType;
+
+constexpr GgmlType kGemvTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
+                                   GgmlType::kQ5_0, GgmlType::kQ5_1};
+
+struct Case {
+  int n;  // weight rows
+  int k;  // columns
+  int row_begin;
+  int row_end;
+};
+
+struct Product {
+  std::vector<float> wf;  // fp32 weights before quantisation [n, k]
+  std::vector<float> x;   // [m, k]
+  std::vector<std::uint8_t> w;
+  quant::WeightMatrix mat;
+  std::vector<std::byte> act;
+};
+
+Product MakeProduct(GgmlType t, int m, int n, int k, std::mt19937& rng) {
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  Product p;
+  p.wf.resize(static_cast<std::size_t>(n) * k);
+  p.x.resize(static_cast<std::size_t>(m) * k);
+  for (float& v : p.wf) v = g(rng);
+  for (float& v : p.x) v = g(rng);
+  const std::size_t row_bytes = quant::RowBytes(t, k);
+  p.w.resize(row_bytes * static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    quant::QuantizeRow(t, p.wf.data() + static_cast<std::size_t>(r) * k, k,
+                       p.w.data() + static_cast<std::size_t>(r) * row_bytes);
+  }
+  p.mat = quant::MakeWeightMatrix(t, n, k, p.w.data());
+  p.act.resize(ActivationRowBytes(t, k) * static_cast<std::size_t>(m));
+  PrepareActivations(t, p.x.data(), m, k, p.act.data());
+  return p;
+}
+
+double Tolerance(const Product& p, int row, int k) {
+  double xabs = 0.0;
+  for (int i = 0; i < k; ++i) xabs += std::fabs(p.x[static_cast<std::size_t>(row) * k + i]);
+  double wmax = 0.0;
+  for (const float v : p.wf) wmax = std::max(wmax, static_cast<double>(std::fabs(v)));
+  return 1e-5 * xabs * wmax;
+}
+
+void RunKernel(RowsKernel kernel, const Product& p, GgmlType t, int m, float* y, int ldy,
+               bool accumulate, int row_begin, int row_end) {
+  RowsKernelArgs args;
+  args.act = p.act.data();
+  args.act_row_bytes = ActivationRowBytes(t, p.mat.cols);
+  args.m = m;
+  args.w = &p.mat;
+  args.y = y;
+  args.ldy = ldy;
+  args.accumulate = accumulate;
+  kernel(args, row_begin, row_end);
+}
+
+class GemvKernelTest : public ::testing::TestWithParam<GgmlType> {
+ protected:
+  void SetUp() override {
+    if (!CpuHasAvx512Vnni()) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/VNNI";
+  }
+};
+
+TEST_P(GemvKernelTest, EqualsScalarKernelForEveryDecodeRowCount) {
+  const GgmlType t = GetParam();
+  const RowsKernel gemv = GemvKernel(t);
+  ASSERT_NE(gemv, nullptr) << quant::Name(t);
+  std::mt19937 rng(11);
+  // k: odd and even block counts; n: tails of 1..3 rows after the groups of 4; ranges from 0 and
+  // from inside the matrix.
+  for (const Case c : {Case{1, 32, 0, 1}, Case{7, 224, 0, 7}, Case{37, 608, 3, 36},
+                       Case{130, 1536, 5, 130}, Case{6, 96, 1, 6}}) {
+    for (int m = 1; m <= kGemvMaxRows; ++m) {
+      const Product p = MakeProduct(t, m, c.n, c.k, rng);
+      const int ldy = c.n + 3;  // columns past n must stay untouched
+      std::vector<float> want(static_cast<std::size_t>(m) * ldy, -7.0f);
+      std::vector<float> got(want.size(), -7.0f);
+      RunKernel(ScalarKernel(t).rows, p, t, m, want.data(), ldy, false, c.row_begin, c.row_end);
+      RunKernel(gemv, p, t, m, got.data(), ldy, false, c.row_begin, c.row_end);
+      for (int accumulate = 0; accumulate < 2; ++accumulate) {
+        if (accumulate == 1) {  // y += again: both sides double
+          RunKernel(ScalarKernel(t).rows, p, t, m, want.data(), ldy, true, c.row_begin, c.row_end);
+          RunKernel(gemv, p, t, m, got.data(), ldy, true, c.row_begin, c.row_end);
+        }
+        for (int i = 0; i < m; ++i) {
+          const double tol = (accumulate + 1) * Tolerance(p, i, c.k);
+          for (int j = 0; j < ldy; ++j) {
+            const std::size_t at = static_cast<std::size_t>(i) * ldy + j;
+            if (j < c.row_begin || j >= c.row_end) {
+              ASSERT_EQ(got[at], -7.0f) << "column " << j << " outside the range was written";
+              continue;
+            }
+            ASSERT_NEAR(got[at], want[at], tol)
+                << quant::Name(t) << " m=" << m << " n=" << c.n << " k=" << c.k << " row " << j
+                << " accumulate=" << accumulate;
+          }
+        }
+      }
+    }
+  }
+}
+
+// MatMul at decode row counts (the gemv entries, chunks of tiles merged into one call per part,
+// a group of parts of different types) equals the scalar reference per part.
+TEST_P(GemvKernelTest, MatMulOfAGroupEqualsScalarReference) {
+  const GgmlType t = GetParam();
+  std::mt19937 rng(23);
+  const int k = 576;
+  for (int m = 1; m <= kGemvMaxRows; ++m) {
+    // Enough rows that the pool splits the product, and parts that end inside a 16-row tile.
+    const Product a = MakeProduct(t, m, 1000, k, rng);
+    const Product b = MakeProduct(GgmlType::kQ8_0, m, 77, k, rng);
+    // Both parts multiply the same x.
+    std::vector<float> x = a.x;
+    const quant::WeightMatrix parts[] = {a.mat, b.mat};
+    const int ldy = a.mat.rows + b.mat.rows;
+    std::vector<float> got(static_cast<std::size_t>(m) * ldy);
+    MatMul(x.data(), m, parts, got.data(), false);
+    std::vector<float> want_a(static_cast<std::size_t>(m) * a.mat.rows);
+    std::vector<float> want_b(static_cast<std::size_t>(m) * b.mat.rows);
+    MatMulRowsScalar(x.data(), m, a.mat, want_a.data(), false, 0, a.mat.rows);
+    MatMulRowsScalar(x.data(), m, b.mat, want_b.data(), false, 0, b.mat.rows);
+    for (int i = 0; i < m; ++i) {
+      const double tol = Tolerance(a, i, k) + Tolerance(b, i, k);
+      for (int j = 0; j < ldy; ++j) {
+        const float want = j < a.mat.rows
+                               ? want_a[static_cast<std::size_t>(i) * a.mat.rows + j]
+                               : want_b[static_cast<std::size_t>(i) * b.mat.rows + j - a.mat.rows];
+        ASSERT_NEAR(got[static_cast<std::size_t>(i) * ldy + j], want, tol)
+            << quant::Name(t) << " m=" << m << " column " << j;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(GemvTypes, GemvKernelTest, ::testing::ValuesIn(kGemvTypes),
+                         [](const ::testing::TestParamInfo<GgmlType>& param_info) {
+                           return std::string(quant::Name(param_info.param));
+                         });
+
+}  // namespace
+}  // namespace metronome::kernels::avx512
