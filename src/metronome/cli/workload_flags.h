@@ -24,6 +24,11 @@ struct SessionDefaults {
   std::int64_t sinks = 4;
 };
 
+// The AIMD control window when --aimd-window-s is not given: 2 s or 25 periods of `period_ms`,
+// whichever is longer, so a window holds enough frames. Scripts read it from `sim --list-presets
+// --json` (aimd_window_s) rather than restating the rule.
+[[nodiscard]] double DefaultAimdWindowS(double period_ms);
+
 // Admission, alarm and forecast flags: the server's side of a workload (sim, drive and serve).
 struct AdmissionFlags {
   std::string admission = "memory";
@@ -37,7 +42,7 @@ struct AdmissionFlags {
 
   void Register(CLI::App* app);
   // The admission controller, its parameters, the mute alarm and the forecast horizon; the AIMD
-  // control window defaults to 2 s or 25 periods of `period_ms`, whichever is longer. ConfigError
+  // control window defaults to DefaultAimdWindowS(period_ms). ConfigError
   // naming the flag on bad values.
   [[nodiscard]] realtime::SupervisorOptions Supervisor(double period_ms) const;
 };
