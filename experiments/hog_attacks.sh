@@ -9,26 +9,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bin="${1:-build/ci/apps/metronome}"
 secs="${2:-10}"
+# shellcheck source=../scripts/lib.sh
+source scripts/lib.sh  # serve_start, serve_kill
 tmp="$(mktemp -d)"
-trap 'kill "$serve_pid" 2>/dev/null || true; rm -rf "$tmp"' EXIT
-"$bin" serve --model synthetic:tiny --port 0 --threads 1 --admission memory --quiet \
-  >"$tmp/serve.out" 2>&1 &
-serve_pid=$!
-port=""
-for _ in $(seq 1 100); do
-  port="$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$tmp/serve.out" | grep -o '[0-9]*$' || true)"
-  [ -n "$port" ] && break
-  sleep 0.1
-done
-[ -n "$port" ] || { cat "$tmp/serve.out"; exit 1; }
+trap 'serve_kill; rm -rf "$tmp"' EXIT
+serve_start "$bin" "$tmp/serve" --model synthetic:tiny --port 0 --threads 1 --admission memory \
+  --quiet
+port=$SERVE_PORT
+serve_pid=$SERVE_PID
 rss() { awk '/VmRSS/ { print $2 " kB" }' "/proc/$serve_pid/status"; }
 victim() {
   "$bin" loadgen --url "ws://127.0.0.1:$port" --sessions 1 --period-ms 40 --tokens-per-frame 2 \
     --output-tokens-per-frame 1 --kv window --window 64 --sinks 4 --duration "$secs" \
     --summary-json --report-every 0 2>/dev/null | tail -n 1 |
-    python3 -c 'import json,sys; s=json.load(sys.stdin); print(json.dumps({k: s.get(k) for k in
-      ["frames","ok_frames","late_frames","starved_frames","refused_frames","lost_frames",
-       "p50_frame_latency_ms","p99_frame_latency_ms","deadline_ms"]}))'
+    jq -c '{frames, ok_frames, late_frames, starved_frames, refused_frames, lost_frames,
+      p50_frame_latency_ms, p99_frame_latency_ms, deadline_ms}'
 }
 echo "server RSS at start: $(rss)"
 echo "victim alone:          $(victim)"

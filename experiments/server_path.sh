@@ -23,44 +23,29 @@ repeats="${2:-3}"
 point_s="${3:-15}"
 [[ -x "$bin" ]] || { echo "no executable at '$bin' (build: cmake --preset release && cmake --build --preset release --target metronome)" >&2; exit 2; }
 
+# shellcheck source=../scripts/lib.sh
+source scripts/lib.sh  # serve_start, serve_stop, serve_kill, jget
 tmp="$(mktemp -d /tmp/metronome-server-path.XXXXXX)"
-serve_pid=""
 cleanup() {
-  if [[ -n "$serve_pid" ]] && kill -0 "$serve_pid" 2>/dev/null; then
-    kill "$serve_pid" 2>/dev/null || true
-    wait "$serve_pid" 2>/dev/null || true
-  fi
+  serve_kill
   rm -rf "$tmp"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-start_serve() {  # start_serve [serve flags...]: sets serve_pid and port
-  "$bin" serve --model synthetic:tiny --port 0 --threads 1 --quiet "$@" >"$tmp/serve.out" \
-    2>"$tmp/serve.err" &
-  serve_pid=$!
-  port=""
-  for _ in $(seq 1 300); do
-    port="$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$tmp/serve.out" 2>/dev/null |
-      grep -o '[0-9]*$' || true)"
-    [[ -n "$port" ]] && return 0
-    kill -0 "$serve_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "serve did not start:" >&2
-  cat "$tmp/serve.out" "$tmp/serve.err" >&2
-  exit 1
+start_serve() {  # start_serve [serve flags...]: sets SERVE_PID and port
+  serve_start "$bin" "$tmp/serve" --model synthetic:tiny --port 0 --threads 1 --quiet "$@" || exit 1
+  port=$SERVE_PORT
 }
 stop_serve() {
-  kill -TERM "$serve_pid"
-  wait "$serve_pid" || { echo "serve exited with status $? on SIGTERM" >&2; }
-  serve_pid=""
+  local rc=0
+  serve_stop || rc=$?
+  if ((rc != 0)); then echo "serve exited with status $rc on SIGTERM" >&2; fi
 }
 cpu_s() {  # CPU seconds (user + system) a live process has used
   awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"
 }
-get() { jq -r ".$2" <<<"$1"; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 # ---------------------------------------------------------------------------------------------
@@ -79,11 +64,11 @@ for r in $(seq 1 "$repeats"); do
   l="$("$bin" loadgen --url "ws://127.0.0.1:$port" --sessions 8 "${shape[@]}" --duration 20 \
     --seed "$r" --report-every 0 --summary-json | tail -n 1)"
   stop_serve
-  lost=$(get "$l" lost_frames)
-  errs=$(get "$l" errors)
-  line="$(get "$d" p50_frame_latency_ms) $(get "$d" p99_frame_latency_ms)"
-  line+=" $(get "$l" p50_server_latency_ms) $(get "$l" p99_server_latency_ms)"
-  line+=" $(get "$l" p50_frame_latency_ms) $(get "$l" p99_frame_latency_ms) $(get "$l" p99_send_lag_ms)"
+  lost=$(jget "$l" lost_frames)
+  errs=$(jget "$l" errors)
+  line="$(jget "$d" p50_frame_latency_ms) $(jget "$d" p99_frame_latency_ms)"
+  line+=" $(jget "$l" p50_server_latency_ms) $(jget "$l" p99_server_latency_ms)"
+  line+=" $(jget "$l" p50_frame_latency_ms) $(jget "$l" p99_frame_latency_ms) $(jget "$l" p99_send_lag_ms)"
   echo "$line" >>"$tmp/a.txt"
   awk -v r="$r" -v lost="$lost" -v errs="$errs" '{
     printf "| %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %+.2f | %+.2f | %.2f |%s\n", r, $1, $2,
@@ -113,7 +98,7 @@ run_point() {  # run_point N: prints a table row; exit 0 when sustained
   "$bin" loadgen --url "ws://127.0.0.1:$port" --sessions "$n" --period-ms "$period" \
     --kv window --window 64 --sinks 4 --duration 2 --report-every 0 >/dev/null
   sleep 0.5
-  s0=$(cpu_s "$serve_pid")
+  s0=$(cpu_s "$SERVE_PID")
   t0=$(date +%s.%N)
   # loadgen's CPU from /usr/bin/time (user + system), on stderr's last line.
   l="$(/usr/bin/time -f 'cpu %U %S' -o "$tmp/time.txt" "$bin" loadgen \
@@ -121,7 +106,7 @@ run_point() {  # run_point N: prints a table row; exit 0 when sustained
     --output-tokens-per-frame 1 --kv window --window 64 --sinks 4 --duration "$point_s" \
     --report-every 0 --summary-json | tail -n 1)"
   t1=$(date +%s.%N)
-  s1=$(cpu_s "$serve_pid")
+  s1=$(cpu_s "$SERVE_PID")
   stop_serve
   lg_cpu=$(awk '/^cpu/ { print $2 + $3 }' "$tmp/time.txt")
   jq -r --argjson n "$n" --argjson p "$period" --argjson dur "$point_s" \

@@ -17,6 +17,7 @@ packages=(
   nodejs npm chromium    # the dashboard: npm ci (uPlot, playwright-core) and its browser test
   gnuplot-nox            # the evaluation suite's plots (experiments/eval)
   python3                # tests/redteam: the red team's WebSocket client (standard library only)
+  jq curl                # scripts/lib.sh: JSON (summaries, /v1/stats, sim --list-presets --json), HTTP
 )
 
 missing=()

@@ -7,7 +7,8 @@
 #     sessions come and go all the time and some are rejected and retry (or give up).
 #   - bad traffic, every 30 s: a client that sends malformed messages and then drops its
 #     connection (TCP reset) with a live session, one that sends an over-size message (1009), a
-#     half HTTP request, and a second loadgen killed with SIGKILL mid-run.
+#     half HTTP request (tests/redteam/bad_traffic.py), and a second loadgen killed with SIGKILL
+#     mid-run.
 #   - every ~10 s a line: server RSS (/proc/PID/status VmRSS), sessions.active, kv.used_blocks.
 # Checks (PASS/FAIL each; exit 1 on any FAIL):
 #   1. loadgen: no lost frames, no failed connections, no error messages other than
@@ -27,7 +28,7 @@ while (($# > 0)); do
   case "$1" in
     --minutes) minutes="$2"; shift 2 ;;
     --binary) bin="$2"; shift 2 ;;
-    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "soak.sh: unknown argument '$1' (use --minutes M, --binary PATH)" >&2; exit 2 ;;
   esac
 done
@@ -52,144 +53,39 @@ min_admitted=$(awk -v r="$rate" -v d="$duration_s" 'BEGIN { printf "%d", r * d /
 sample_every_s=10
 bad_every_s=30
 
+# shellcheck source=lib.sh
+source scripts/lib.sh  # serve_start, serve_stop, serve_kill, http_get, jget
 tmp="$(mktemp -d /tmp/metronome-soak.XXXXXX)"
-serve_pid=""
 loadgen_pid=""
 bad_pid=""
 cleanup() {
   local p
   # The bad-traffic round's children (its python client, its second loadgen) first.
   [[ -n "$bad_pid" ]] && pkill -TERM -P "$bad_pid" 2>/dev/null || true
-  for p in "$bad_pid" "$loadgen_pid" "$serve_pid"; do
+  for p in "$bad_pid" "$loadgen_pid"; do
     [[ -n "$p" ]] && kill -0 "$p" 2>/dev/null && kill "$p" 2>/dev/null || true
   done
-  for p in "$bad_pid" "$loadgen_pid" "$serve_pid"; do
+  for p in "$bad_pid" "$loadgen_pid"; do
     [[ -n "$p" ]] && wait "$p" 2>/dev/null || true
   done
+  serve_kill
   rm -rf "$tmp"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-"$bin" serve --model synthetic:tiny --port 0 --threads 1 --quiet >"$tmp/serve.out" \
-  2>"$tmp/serve.err" &
-serve_pid=$!
-port=""
-for _ in $(seq 1 300); do
-  port="$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$tmp/serve.out" 2>/dev/null |
-    grep -o '[0-9]*$' || true)"
-  [[ -n "$port" ]] && break
-  kill -0 "$serve_pid" 2>/dev/null || break
-  sleep 0.1
-done
-if [[ -z "$port" ]]; then
-  echo "FAIL: serve did not start" >&2
-  cat "$tmp/serve.out" "$tmp/serve.err" >&2
-  exit 1
-fi
+serve_start "$bin" "$tmp/serve" --model synthetic:tiny --port 0 --threads 1 --quiet ||
+  { echo "FAIL: serve did not start" >&2; exit 1; }
+serve_pid=$SERVE_PID
+port=$SERVE_PORT
 base="http://127.0.0.1:$port"
 url="ws://127.0.0.1:$port"
 
-# A small WebSocket client (Python standard library only) for traffic loadgen never sends.
-cat >"$tmp/bad.py" <<'EOF'
-import base64, json, os, socket, struct, sys, time
-host, port = "127.0.0.1", int(sys.argv[1])
-
-def connect():
-    s = socket.create_connection((host, port), timeout=5)
-    key = base64.b64encode(os.urandom(16)).decode()
-    s.sendall((f"GET /v1/realtime HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
-               f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-               f"Sec-WebSocket-Version: 13\r\n\r\n").encode())
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        c = s.recv(4096)
-        if not c: raise RuntimeError("closed during the handshake")
-        buf += c
-    head, rest = buf.split(b"\r\n\r\n", 1)
-    if b" 101 " not in head.split(b"\r\n")[0]: raise RuntimeError(head.split(b"\r\n")[0])
-    return s, bytearray(rest)
-
-def send(s, data, opcode=1):
-    if isinstance(data, str): data = data.encode()
-    n = len(data)
-    hdr = bytes([0x80 | opcode])
-    hdr += bytes([0x80 | n]) if n < 126 else (bytes([0x80 | 126]) + struct.pack(">H", n) if n < 65536
-                                              else bytes([0x80 | 127]) + struct.pack(">Q", n))
-    s.sendall(hdr + b"\0\0\0\0" + data)  # mask key 0: the payload goes as is
-
-def recv_all(s, buf, seconds):  # -> [(opcode, payload)] until quiet or closed
-    out, end = [], time.time() + seconds
-    while time.time() < end:
-        while len(buf) >= 2:
-            n, i = buf[1] & 0x7F, 2
-            if n == 126:
-                if len(buf) < 4: break
-                n, i = struct.unpack(">H", buf[2:4])[0], 4
-            elif n == 127:
-                if len(buf) < 10: break
-                n, i = struct.unpack(">Q", buf[2:10])[0], 10
-            if len(buf) < i + n: break
-            out.append((buf[0] & 0x0F, bytes(buf[i:i + n])))
-            del buf[:i + n]
-            if out[-1][0] == 8: return out
-        s.settimeout(max(0.01, end - time.time()))
-        try:
-            c = s.recv(65536)
-        except (socket.timeout, OSError):
-            break
-        if not c: break
-        buf += c
-    return out
-
-codes, close_1009, started = [], False, 0
-# 1. Malformed messages, then a session dropped with a TCP reset (no close frame).
-s, buf = connect()
-for m in ["not json", '{"type":"nope"}', '{"type":"session.start","period_ms":-5,"tokens_per_frame":1}',
-          '{"type":"frame","session":999999,"ids":[1]}', '{"type":"session.end","session":12345}']:
-    send(s, m)
-send(s, b"M\x01\0\0", opcode=2)  # a binary frame cut short
-send(s, '{"type":"session.start","period_ms":40,"tokens_per_frame":1}')
-msgs = recv_all(s, buf, 1.0)
-sid = None
-for op, p in msgs:
-    if op == 1:
-        j = json.loads(p)
-        if j.get("type") == "error": codes.append(j.get("code"))
-        if j.get("type") == "session.started": sid, started = j["session"], started + 1
-if sid is not None:
-    for k in range(3):
-        send(s, json.dumps({"type": "frame", "session": sid, "index": k, "ids": [1]}))
-        time.sleep(0.04)
-    send(s, json.dumps({"type": "frame", "session": sid, "index": 3, "ids": [1 << 30]}))
-    for op, p in recv_all(s, buf, 0.3):
-        if op == 1 and json.loads(p).get("type") == "error": codes.append(json.loads(p).get("code"))
-s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-s.close()
-# 2. A live session, then a message over the 1 MiB limit: the server closes with 1009.
-s, buf = connect()
-send(s, '{"type":"session.start","period_ms":40,"tokens_per_frame":1}')
-recv_all(s, buf, 0.5)
-try:
-    send(s, '{"type":"ping","pad":"' + "x" * (1 << 20) + '"}')
-except OSError:
-    pass  # the server may close before the whole message is sent; its 1009 can still be read
-for op, p in recv_all(s, buf, 2.0):
-    if op == 8 and len(p) >= 2 and struct.unpack(">H", p[:2])[0] == 1009: close_1009 = True
-s.close()
-# 3. Half an HTTP request, then gone.
-s = socket.create_connection((host, port), timeout=5)
-s.sendall(b"GET /v1/sta")
-s.close()
-print(f"round: errors {','.join(sorted(set(c for c in codes if c)))} ({len(codes)}); "
-      f"session started then reset: {started}; over-size message closed with 1009: "
-      f"{'yes' if close_1009 else 'no (connection reset first)'}")
-EOF
-
 bad_round() {  # one round of bad traffic, in the background
   {
-    timeout 20 python3 "$tmp/bad.py" "$port" 2>"$tmp/bad.err" | sed 's/^/  bad traffic: /' ||
+    timeout 20 python3 tests/redteam/bad_traffic.py "$port" 2>"$tmp/bad.err" |
+      sed 's/^/  bad traffic: /' ||
       echo "  bad traffic: round failed: $(tail -n 1 "$tmp/bad.err")"
     curl -s -o /dev/null -w '' "$base/v1/realtime" || true  # a plain GET on the WebSocket path
     curl -s -o /dev/null "$base/no/such/page" || true
@@ -206,7 +102,7 @@ bad_round() {  # one round of bad traffic, in the background
 
 stat_line() {  # "active used total", or "- - -" when /v1/stats does not answer
   local s
-  s="$(curl -s -m 2 "$base/v1/stats" |
+  s="$(http_get /v1/stats |
     jq -r '"\(.sessions.active) \(.kv.used_blocks) \(.kv.total_blocks)"' 2>/dev/null || true)"
   echo "${s:-- - -}"
 }
@@ -268,19 +164,9 @@ printf '%8.0f %10.1f %8s %9s / %s   (after loadgen exited)\n' "$(elapsed)" \
   "$(awk -v k="$rss_end" 'BEGIN { print k / 1024 }')" "$active" "$used" "$total"
 
 # Shut down.
-kill -TERM "$serve_pid"
-serve_rc=""
-for _ in $(seq 1 100); do
-  kill -0 "$serve_pid" 2>/dev/null || break
-  sleep 0.1
-done
-if kill -0 "$serve_pid" 2>/dev/null; then
-  serve_rc="still running 10 s after SIGTERM"
-else
-  serve_rc=0
-  wait "$serve_pid" || serve_rc=$?
-  serve_pid=""
-fi
+serve_rc=0
+serve_stop 10 || serve_rc=$?
+[[ "$serve_rc" == 124 ]] && serve_rc="still running 10 s after SIGTERM (killed)"
 
 echo
 echo "bad traffic rounds:"
@@ -292,7 +178,7 @@ grep -v '^{' "$tmp/loadgen.out" | sed 's/^/  /' || true
 sed 's/^/  stderr: /' "$tmp/loadgen.err" | head -n 5
 j="$(tail -n 1 "$tmp/loadgen.out")"
 [[ "$j" == "{"* ]] || j="{}"
-g() { jq -r ".$1 // \"missing\"" <<<"$j"; }
+g() { jget "$j" ".$1 // \"missing\""; }
 
 fail=0
 check() {  # check NAME CONDITION-EXIT-STATUS DETAIL

@@ -5,7 +5,7 @@
 # linearly, rho(t) = rho0 + N r t, until the first frame starves. Per run it compares three
 # times to saturation (clock time, s):
 #   closed form  t_sat = pool / (N x KV bytes per second per session)
-#                      = blocks x block_tokens x P / (N x (a + o)), from `sim --list-presets`
+#                      = blocks x block_tokens x P / (N x (a + o)), from `sim --list-presets --json`
 #                        (or the drive flags);
 #   forecast     t_sat_predicted_s, the online forecast (kv::OccupancyForecast) made
 #                t_sat_forecast_at_s, shortly after the population is complete;
@@ -41,19 +41,12 @@ add_row() {
   fi
 }
 
-# --- simulator: preset numbers from --list-presets -------------------------------------------
-# name period_ms a o kv_bytes_per_token blocks block_tokens
-presets="$("$BIN" sim --list-presets | awk '/^[a-z0-9.-]+: /{ n = $1; sub(":$", "", n) }
-  /^  period /{ a = $4; o = $5; sub("a=", "", a); sub("o=", "", o); print n, $2, a, o, $8, $14, $17 }')"
-
+# --- simulator: preset numbers from sim --list-presets --json ---------------------------------
 for preset in $SIM_PRESETS; do
-  line="$(awk -v p="$preset" '$1 == p' <<<"$presets")"
-  if [ -z "$line" ]; then
-    echo "03_forecast: preset '$preset' not in 'sim --list-presets'" >&2
-    exit 2
-  fi
   # KV bytes/token cancels: pool bytes = blocks x bt x bytes/token.
-  read -r _ period_ms a o _kvb blocks bt <<<"$line"
+  read -r period_ms a o blocks bt < <(jq -r \
+    '"\(.period_ms) \(.tokens_per_frame) \(.output_tokens_per_frame) \(.pool_blocks) \(.block_tokens)"' \
+    <<<"$(preset_json "$preset")")
   for n in $SIM_SESSIONS; do
     closed="$(awk -v b="$blocks" -v bt="$bt" -v p="$period_ms" -v n="$n" -v a="$a" -v o="$o" \
       'BEGIN { printf "%.3f", b * bt * (p / 1000) / (n * (a + o)) }')"

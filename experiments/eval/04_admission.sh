@@ -67,13 +67,19 @@ for preset in $PRESETS; do
     n_true=$LARGEST
     echo "$n_true" >"$OUT/04_ntrue_$preset.txt"
   fi
-  aimd_w=$(awk -v p="$period" 'BEGIN { w = 25 * p / 1000; if (w < 2) w = 2; print w }')
-  run_s=$(awk -v n="$n_true" -v w="$aimd_w" -v k="$RAMP_MULT" -v m="$MIN_RUN_S" \
-    'BEGIN { r = k * n * w; if (r < m) r = m; printf "%d", r }')
+  # AIMD runs use the binary's default control window for the period (the rule lives in C++);
+  # the simulator presets list it, and a run's summary reports the one it used (aimd_window_s).
   initial=$AIMD_INITIAL
-  if [ "$preset" = cpu ]; then run_s=$CPU_RUN_S; initial=$CPU_AIMD_INITIAL; fi
+  if [ "$preset" = cpu ]; then
+    run_s=$CPU_RUN_S
+    initial=$CPU_AIMD_INITIAL
+  else
+    aimd_w=$(jget "$(preset_json "$preset")" aimd_window_s)
+    run_s=$(awk -v n="$n_true" -v w="$aimd_w" -v k="$RAMP_MULT" -v m="$MIN_RUN_S" \
+      'BEGIN { r = k * n * w; if (r < m) r = m; printf "%d", r }')
+  fi
   rate=$(awk -v n="$n_true" -v o="$OFFERED" -v l="$lifetime_s" 'BEGIN { printf "%.4f", o * n / l }')
-  echo "$preset,$n_true,$probe_s,$run_s,$rate,$aimd_w,$lifetime_s" >>"$OUT/04_ntrue.csv"
+  echo "$preset,$n_true,$probe_s,$run_s,$rate,$lifetime_s" >>"$OUT/04_ntrue.csv"
   progress "$preset: N_true = $n_true; arrivals poisson:$rate x exp:$lifetime_s s, ${run_s} s runs"
 
   for i in $(runs_of "$preset"); do
@@ -86,7 +92,7 @@ for preset in $PRESETS; do
       aimd-nodeadband) adm=(--admission aimd --aimd-low "$NARROW_LOW" --aimd-high 0.85) ;;
       aimd+guard) adm=(--admission aimd --kv-guard) ;;
     esac
-    if [[ "$ctl" == aimd* ]]; then adm+=(--aimd-window-s "$aimd_w" --aimd-initial "$initial"); fi
+    if [[ "$ctl" == aimd* ]]; then adm+=(--aimd-initial "$initial"); fi
     if have "$OUT/04_${preset}_${ctl}_$kv.json" "$OUT/04_${preset}_${ctl}_$kv.csv"; then continue; fi
     progress "$preset: $ctl, $kv KV"
     base=(sim --preset "$preset")
@@ -118,7 +124,8 @@ fmt() { if [ "$1" = null ] || [ -z "$1" ]; then echo "-"; else printf '%.1f' "$1
 {
   echo "N_true: the largest fixed window-KV population with p99 <= 0.85 D and no starved frame (bisection, the preset's pool; the CPU engine's on a pool that never binds). Arrivals: poisson at $OFFERED x N_true / L, lifetimes exp:L (L per run below: $LIFETIME_S s in the simulator unless the preset's windows take longer to fill, $CPU_LIFETIME_S s on the CPU engine; offered load ~$OFFERED x N_true). AIMD: control window 25 periods (>= 2 s), start at $AIMD_INITIAL ($CPU_AIMD_INITIAL on the CPU engine); no dead band = grow below $NARROW_LOW D, cut above 0.85 D. N* = the limit's mean over the second half; settling: the limit stays within +-$(awk -v b="$SETTLE_BAND" 'BEGIN { print 100 * b }')% of N* from then on; oscillation: the limit's std / peak-to-trough over the second half. memory admission has no limit: its row reports the active sessions instead. With the KV guard on full KV the guard, not the limit, binds (active < limit), so the sessions held are the active column."
   echo
-  while IFS=, read -r preset n_true probe_s run_s rate aimd_w lifetime_s; do
+  while IFS=, read -r preset n_true probe_s run_s rate lifetime_s; do
+    aimd_w=$(jget "$(cat "$OUT/04_${preset}_aimd_window.json")" aimd_window_s)
     pool=""
     if [ "$preset" = cpu ]; then
       pool=" Frames of $CPU_TOKENS_IN tokens in + $CPU_TOKENS_OUT out every $CPU_PERIOD_MS ms, a $CPU_BLOCKS-block pool (16 tokens a block), window W = $CPU_WINDOW + 4 sinks."

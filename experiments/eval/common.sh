@@ -9,6 +9,9 @@
 # (keep the runs an earlier invocation left in DIR and run only the missing ones: for adding a
 # preset or seeds to a long experiment; the tables and plots are always rebuilt).
 set -euo pipefail
+# serve_start, serve_stop, serve_kill, http_get, jget (jq).
+# shellcheck source=../../scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 
 eval_init() {
   NAME="$1"
@@ -39,6 +42,7 @@ eval_init() {
   source "$EVAL_DIR/$NAME.conf"
   : >"$OUT/$NAME.seeds"
   START_S=$SECONDS
+  trap serve_kill EXIT  # a server an experiment started and did not stop (tiny_serve)
 }
 
 # progress MESSAGE: one line on stderr with the experiment's name and elapsed time.
@@ -47,17 +51,24 @@ progress() { printf '[%s %4ds] %s\n' "$NAME" "$((SECONDS - START_S))" "$*" >&2; 
 # record_seed WHAT SEED: the seeds file lists every seed a run used.
 record_seed() { printf '%s %s\n' "$1" "$2" >>"$OUT/$NAME.seeds"; }
 
-# jget JSON KEY: a top-level value of a one-line JSON object (numbers, null, true/false, strings
-# without commas).
-jget() { grep -o "\"$2\":[^,}]*" <<<"$1" | head -n 1 | cut -d: -f2- | tr -d '"'; }
+# preset_json PRESET: the preset's object from `metronome sim --list-presets --json` (name,
+# period_ms, tokens_per_frame, output_tokens_per_frame, window, sinks, pool_blocks, block_tokens,
+# aimd_window_s, ...); exits naming the preset when there is no such preset.
+preset_json() {
+  local j
+  j="$("$BIN" sim --list-presets --json | jq -c --arg p "$1" '.presets[] | select(.name == $p)')"
+  if [ -z "$j" ]; then
+    echo "$NAME: preset '$1' not in 'metronome sim --list-presets'" >&2
+    exit 2
+  fi
+  echo "$j"
+}
 
 # preset_shape PRESET: "period_ms tokens_per_frame window" of a simulator preset (tokens per frame
-# = a + o), read from `metronome sim --list-presets`.
+# = a + o).
 preset_shape() {
-  "$BIN" sim --list-presets | awk -v p="$1:" '
-    $1 == p { f = 1; next }
-    f && /period/ { split($4, a, "="); split($5, o, "="); per = $2; tok = a[2] + o[2] }
-    f && /default window/ { split($NF, w, "="); split($(NF - 1), w, "="); print per, tok, w[2]; exit }'
+  jq -r '"\(.period_ms) \(.tokens_per_frame + .output_tokens_per_frame) \(.window)"' \
+    <<<"$(preset_json "$1")"
 }
 
 # have FILE...: with --resume, whether every FILE was left non-empty by an earlier run.
@@ -147,35 +158,22 @@ finish() {
   progress "done: $OUT/$NAME.md, $OUT/$NAME.png"
 }
 
-# serve_start [serve flags...]: `metronome serve --model synthetic:tiny` on a free loopback port,
-# one engine thread; sets SERVE_PID and SERVE_URL (ws://127.0.0.1:PORT). The server is stopped on
-# exit if the experiment has not stopped it (serve_stop).
-SERVE_PID=""
-serve_start() {
-  local log="$OUT/$NAME.serve.log" port="" _
-  "$BIN" serve --model synthetic:tiny --port 0 --threads 1 --quiet "$@" >"$log" 2>&1 &
-  SERVE_PID=$!
-  trap 'if [ -n "$SERVE_PID" ]; then kill "$SERVE_PID" 2>/dev/null || true; fi' EXIT
-  for _ in $(seq 1 300); do
-    port="$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$log" | grep -o '[0-9]*$' || true)"
-    if [ -n "$port" ]; then
-      SERVE_URL="ws://127.0.0.1:$port"
-      return 0
-    fi
-    kill -0 "$SERVE_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "$NAME: serve did not start:" >&2
-  cat "$log" >&2
-  exit 1
+# tiny_serve [serve flags...]: `metronome serve --model synthetic:tiny` on a free loopback port,
+# one engine thread (serve_start of scripts/lib.sh: sets SERVE_PID and SERVE_PORT; here also
+# SERVE_URL, ws://127.0.0.1:PORT); its output in $OUT/$NAME.serve.{out,err}. Exits the experiment
+# when it does not start. Killed on exit if the experiment has not stopped it (tiny_serve_stop).
+tiny_serve() {
+  serve_start "$BIN" "$OUT/$NAME.serve" --model synthetic:tiny --port 0 --threads 1 --quiet "$@" ||
+    exit 1
+  SERVE_URL="ws://127.0.0.1:$SERVE_PORT"
 }
 
-# serve_stop: SIGTERM (drain and close), and fail if the server did not exit cleanly.
-serve_stop() {
-  kill -TERM "$SERVE_PID"
-  if ! wait "$SERVE_PID"; then
-    echo "$NAME: serve exited with status $? on SIGTERM (log: $OUT/$NAME.serve.log)" >&2
+# tiny_serve_stop: SIGTERM (drain and close), and fail if the server did not exit cleanly.
+tiny_serve_stop() {
+  local rc=0
+  serve_stop || rc=$?
+  if ((rc != 0)); then
+    echo "$NAME: serve exited with status $rc on SIGTERM (log: $OUT/$NAME.serve.err)" >&2
     exit 1
   fi
-  SERVE_PID=""
 }

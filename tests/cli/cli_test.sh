@@ -5,8 +5,10 @@
 set -uo pipefail
 bin="$1"
 models="$2"
+# shellcheck source=../../scripts/lib.sh
+source "$(dirname "$0")/../../scripts/lib.sh"  # serve_start, serve_stop, serve_kill, jget
 tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
+trap 'serve_kill; rm -rf "$tmp"' EXIT
 failures=0
 pass=0
 
@@ -134,9 +136,6 @@ check "calibrate --out has the fit quality" test "$(grep -Ec \
   '^    "(r2|median_abs_rel_error|max_abs_rel_error|num_points)": ' "$tmp/calib.json")" -eq 4
 
 # --- real-time engine: sim (virtual clock) and drive (real engine, real clock) -------------------
-jget() {  # jget JSON KEY: the value of a top-level key of a one-line JSON object
-  grep -o "\"$2\":[^,}]*" <<<"$1" | head -n 1 | cut -d: -f2-
-}
 sim_full="$("$bin" sim --preset moshi-7b --sessions 200 --kv full --admission static:200 \
   --duration 90 --summary-json --quiet --metrics-out "$tmp/sim.prom" | tail -n 1)"
 check "sim full KV: frames starve and every session raises a mute alarm" \
@@ -162,6 +161,33 @@ check "sim window KV: same population never starves, forecast infinite" test \
 "$bin" sim --list-presets >"$tmp/presets.txt"
 check "sim --list-presets marks assumed numbers" test "$(grep -c '^  \[assumed\]' \
   "$tmp/presets.txt")" -ge 4 -a "$(grep -c '^[a-z0-9.-]*: ' "$tmp/presets.txt")" -eq 4
+"$bin" sim --list-presets --json >"$tmp/presets.json"
+check "sim --list-presets --json lists the same four presets" test "$(jq -r '.presets[].name' \
+  "$tmp/presets.json" | tr '\n' ' ')" = "$(sed -n 's/^\([a-z0-9.-]*\): .*/\1/p' \
+  "$tmp/presets.txt" | tr '\n' ' ')"
+check "sim --list-presets --json: every preset has assumptions and a pool of whole blocks" \
+  test "$(jq '[.presets[] | (.assumed | length) > 0 and .pool_blocks ==
+  ((.pool_bytes / (.kv_bytes_per_token * .block_tokens)) | floor)] | all' "$tmp/presets.json")" = true
+check "sim --list-presets --json: the text's moshi-7b line has the JSON's numbers" grep -q \
+  "$(jq -r '.presets[] | select(.name == "moshi-7b") | "period \(.period_ms) ms, a=\(.tokens_per_frame) o=\(.output_tokens_per_frame) tokens/frame"' \
+  "$tmp/presets.json")" "$tmp/presets.txt"
+# The AIMD control window's default (2 s or 25 periods): listed per preset, reported by a run.
+check "sim --list-presets --json: aimd_window_s is 25 periods or 2 s" test "$(jq '[.presets[] |
+  .aimd_window_s == ([2, 25 * .period_ms / 1000] | max)] | all' "$tmp/presets.json")" = true
+for preset in moshi-7b qwen25-omni-7b; do
+  j="$("$bin" sim --preset "$preset" --sessions 2 --kv window --admission aimd --duration 10 \
+    --summary-json --quiet | tail -n 1)"
+  check "sim $preset: the summary's aimd_window_s is the listed default" test \
+    "$(jget "$j" aimd_window_s)" = \
+    "$(jq --arg p "$preset" '.presets[] | select(.name == $p) | .aimd_window_s' "$tmp/presets.json")"
+done
+check "sim: --aimd-window-s wins over the default in the summary" test "$("$bin" sim --sessions 2 \
+  --kv window --admission aimd --aimd-window-s 7.5 --duration 5 --summary-json --quiet |
+  tail -n 1 | jq .aimd_window_s)" = 7.5
+check "sim: aimd_window_s is null under another controller" test "$("$bin" sim --sessions 2 \
+  --kv window --admission static:2 --duration 5 --summary-json --quiet | tail -n 1 |
+  jq .aimd_window_s)" = null
+fails_with "sim --json without --list-presets names both" "--list-presets" sim --json
 
 # drive: 8 sessions on synthetic:tiny with a 40-block pool. Full KV runs dry within ~1 s and
 # frames come back empty; a 32-token window never does.
@@ -192,16 +218,15 @@ fails_with "sim bad aimd beta" "beta" sim --sessions 2 --admission aimd --aimd-b
 # serve + loadgen over loopback: the drive scenario above through the network. Full KV goes mute
 # on the client side; window KV does not (the full-KV sessions ended, so the pool is empty again);
 # serve exits 0 on SIGTERM.
-"$bin" serve --model synthetic:tiny --port 0 --threads 1 --kv-blocks 40 --admission static:8 \
-  --quiet >"$tmp/serve.out" 2>&1 &
-serve_pid=$!
-port=""
-for _ in $(seq 1 100); do
-  port="$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$tmp/serve.out" | grep -o '[0-9]*$')"
-  [ -n "$port" ] && break
-  sleep 0.1
-done
-check "serve prints its port" test -n "$port"
+serve_start "$bin" "$tmp/serve" --model synthetic:tiny --port 0 --threads 1 --kv-blocks 40 \
+  --admission static:8 --quiet
+port=$SERVE_PORT
+check "serve starts and writes its --port-file" test -n "$port"
+check "serve --port-file: the port it printed" grep -qx "listening on http://127.0.0.1:$port" \
+  "$tmp/serve.out"
+check "serve --port-file: one line, the number, no temp file left" test "$(wc -l \
+  <"$tmp/serve.port")" -eq 1 -a -n "$(grep -Ex '[0-9]+' "$tmp/serve.port")" -a \
+  -z "$(find "$tmp" -name 'serve.port.tmp*')"
 lg_args=(loadgen --url "ws://127.0.0.1:$port" --sessions 4 --period-ms 40 --tokens-per-frame 2
   --summary-json --report-every 0)
 # 4 sessions x 3 tokens per 40 ms fill the 640-token pool in ~2.1 s.
@@ -226,8 +251,7 @@ for key in frames ok_frames late_frames starved_frames short_frames deadline_mis
 done
 fails_with "serve on a busy port: one line, exit 2" "cannot listen on 127.0.0.1:$port" \
   serve --model synthetic:tiny --port "$port" --threads 1 --quiet
-kill -TERM "$serve_pid"
-wait "$serve_pid"
+serve_stop
 check "serve exits 0 on SIGTERM" test $? -eq 0
 lg_down="$("$bin" loadgen --url "ws://127.0.0.1:$port" --sessions 1 --duration 1 2>&1)"
 check "loadgen without a server fails with a message" grep -q "cannot reach" <<<"$lg_down"
@@ -236,6 +260,9 @@ fails_with "loadgen bad payload" "--payload" loadgen --url "ws://127.0.0.1:1" --
   --payload "ids:$tmp/none.txt"
 
 # Start failures and bad flags: one "error:" line naming the flag or address, exit 2, no abort.
+fails_with "serve --port-file in a missing directory: exit 2 naming the flag" \
+  "--port-file = '$tmp/no/such/dir/port'" serve --port 0 --threads 1 --quiet \
+  --port-file "$tmp/no/such/dir/port"
 fails_with "serve on a foreign address" "cannot listen on 192.0.2.1" serve --host 192.0.2.1 \
   --port 0 --threads 1 --quiet
 fails_with "serve --window beyond any session's" "--window" serve --window 9223372036854775807

@@ -22,29 +22,25 @@ while [ $# -gt 0 ]; do
   shift
 done
 here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=../../scripts/lib.sh
+source "$here/../../scripts/lib.sh"  # serve_start, serve_kill
 tmp="$(mktemp -d)"
-serve_pid=""
 cleanup() {
-  if [ -n "$serve_pid" ] && kill -0 "$serve_pid" 2>/dev/null; then kill -KILL "$serve_pid"; fi
+  serve_kill
   rm -rf "$tmp"
 }
 trap cleanup EXIT
 max_connections=16
 handshake_ms=1000
 
-"$bin" serve --model synthetic:tiny --host 127.0.0.1 --port 0 --threads 1 --kv-blocks 256 \
-  --admission static:64 --max-connections "$max_connections" --handshake-timeout-ms \
-  "$handshake_ms" --quiet >"$tmp/serve.out" 2>&1 &
-serve_pid=$!
-port=""
-for _ in $(seq 1 100); do
-  port="$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$tmp/serve.out" | grep -o '[0-9]*$')"
-  [ -n "$port" ] && break
-  sleep 0.1
-done
-if [ -z "$port" ]; then
-  echo "FAIL: serve did not start"; cat "$tmp/serve.out"; exit 1
+if ! serve_start "$bin" "$tmp/serve" --model synthetic:tiny --host 127.0.0.1 --port 0 --threads 1 \
+  --kv-blocks 256 --admission static:64 --max-connections "$max_connections" \
+  --handshake-timeout-ms "$handshake_ms" --quiet; then
+  echo "FAIL: serve did not start"
+  exit 1
 fi
+serve_pid=$SERVE_PID
+port=$SERVE_PORT
 
 rc=0
 timeout 600 python3 "$here/attacks.py" --port "$port" --pid "$serve_pid" --section "$section" \
@@ -58,22 +54,15 @@ for _ in $(seq 1 100); do
   sleep 0.05
 done
 t0=$(date +%s.%N)
-kill -TERM "$serve_pid"
-exited=""
-for _ in $(seq 1 100); do
-  if ! kill -0 "$serve_pid" 2>/dev/null; then exited=1; break; fi
-  sleep 0.05
-done
-if [ -n "$exited" ]; then
-  wait "$serve_pid"
-  serve_rc=$?
-  serve_pid=""
+serve_rc=0
+serve_stop 5 || serve_rc=$?
+if [ "$serve_rc" -ne 124 ]; then
   echo "PASS: serve exited within 5 s of SIGTERM ($(awk -v a="$t0" -v b="$(date +%s.%N)" \
     'BEGIN { printf "%.2f", b - a }') s)"
   if [ "$serve_rc" -eq 0 ]; then echo "PASS: serve exit status 0"; else
     echo "FAIL: serve exit status $serve_rc"; rc=1; fi
 else
-  echo "FAIL: serve still running 5 s after SIGTERM"; rc=1
+  echo "FAIL: serve still running 5 s after SIGTERM (killed)"; rc=1
 fi
 if wait "$client_pid"; then echo "PASS: the client saw session.ended (server_shutdown) and 1001"
 else echo "FAIL: the client did not see session.ended (server_shutdown) and 1001"; rc=1; fi

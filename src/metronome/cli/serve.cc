@@ -2,11 +2,14 @@
 // real-time sessions over WebSocket on /v1/realtime; /metrics, /healthz, /v1/stats and the
 // dashboard at / are plain HTTP. Runs until SIGINT or SIGTERM, then shuts down gracefully
 // (docs/protocol.md, "Shutdown").
+#include <unistd.h>
+
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "metronome/base/errors.h"
@@ -41,9 +44,27 @@ struct ServeFlags {
   bool no_full_kv = false;
   std::int64_t max_context = 0;
   float temperature = 0.0f;
+  std::string port_file;     // written once listening: the bound port and a newline
   AdmissionFlags admission;  // admission, alarms, forecast: the same flags as sim and drive
   bool quiet = false;
 };
+
+// Writes "PORT\n" to `path` atomically: a temp file beside it, then rename, so a script polling
+// for the file never reads a partial number. Returns an error message, empty on success.
+std::string WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << port << '\n';
+    out.close();
+    if (!out) return "--port-file = '" + path + "': cannot write '" + tmp + "'";
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return "--port-file = '" + path + "': cannot rename '" + tmp + "' to it";
+  }
+  return "";
+}
 
 int RunServe(const ServeFlags& f) {
   // Validated before the model loads: a typo fails at once. (--window, --sinks and --max-context
@@ -98,6 +119,15 @@ int RunServe(const ServeFlags& f) {
   std::printf("dashboard: http://%s:%d/%s\n", so2.host.c_str(), http.port(),
               so2.auth_token.empty() ? "" : "#token=<the --auth-token>");
   std::fflush(stdout);
+  if (!f.port_file.empty()) {
+    const std::string error = WritePortFile(f.port_file, http.port());
+    if (!error.empty()) {  // the server is up: shut it down in order, as on a signal
+      std::fprintf(stderr, "error: %s\n", error.c_str());
+      service.Shutdown();
+      http.Stop();
+      return 2;
+    }
+  }
 
   boost::asio::io_context signals_io;
   boost::asio::signal_set signals(signals_io, SIGINT, SIGTERM);
@@ -128,6 +158,9 @@ void RegisterServe(CLI::App* app, int* exit_code) {
   sub->add_option("--host", so.host, "Address to listen on");
   sub->add_option("--port", so.port, "TCP port (0: an ephemeral port, printed)")
       ->check(CLI::Range(0, 65535));
+  sub->add_option("--port-file", flags->port_file,
+                  "Once listening, write the bound port (with --port 0: the one chosen) to this "
+                  "file, atomically (for scripts)");
   sub->add_option("--io-threads", so.io_threads, "Network threads")->check(CLI::Range(1, 256));
   sub->add_option("--auth-token", so.auth_token,
                   "Require 'Authorization: Bearer TOKEN' on the upgrade and on /v1/*");

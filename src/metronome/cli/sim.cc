@@ -2,6 +2,7 @@
 // the model step replaced by a cost model of one H200-class GPU (a built-in preset). An hour of
 // 500 sessions runs in seconds.
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
@@ -18,6 +19,7 @@ struct SimFlags {
   WorkloadFlags workload;
   std::string preset = "moshi-7b";
   bool list_presets = false;
+  bool json = false;  // with --list-presets: one JSON object instead of the text
   std::optional<double> kv_pool_gb;
   std::optional<int> block_tokens;
   std::optional<double> c0_ms;
@@ -41,11 +43,44 @@ void ListPresets() {
   }
 }
 
+// The same numbers for tools: {"presets": [{name, description, period_ms, deadline_ms (0: the
+// period), tokens_per_frame, output_tokens_per_frame, kv_bytes_per_token, pool_bytes, pool_blocks,
+// block_tokens, cost {c0_s, c1_s_per_token, c2_s_per_kv_token}, window, sinks,
+// aimd_window_s (the AIMD control window a run of this preset gets without --aimd-window-s),
+// assumed [...]}]}.
+void ListPresetsJson() {
+  nlohmann::json presets = nlohmann::json::array();
+  for (const realtime::SimPreset& p : realtime::BuiltinPresets()) {
+    presets.push_back({{"name", p.name},
+                       {"description", p.description},
+                       {"period_ms", p.period_ms},
+                       {"deadline_ms", p.deadline_ms},
+                       {"tokens_per_frame", p.tokens_per_frame},
+                       {"output_tokens_per_frame", p.output_tokens_per_frame},
+                       {"kv_bytes_per_token", p.kv_bytes_per_token},
+                       {"pool_bytes", p.pool_bytes},
+                       {"pool_blocks", p.PoolBlocks()},
+                       {"block_tokens", p.block_tokens},
+                       {"cost", realtime::CostModelToJson(p.cost)},
+                       {"window", p.window_tokens},
+                       {"sinks", p.sinks},
+                       {"aimd_window_s", DefaultAimdWindowS(p.period_ms)},
+                       {"assumed", p.assumed}});
+  }
+  std::printf("%s\n", nlohmann::json{{"presets", presets}}.dump(2).c_str());
+}
+
 int RunSim(const SimFlags& f) {
   if (f.list_presets) {
-    ListPresets();
+    if (f.json) {
+      ListPresetsJson();
+    } else {
+      ListPresets();
+    }
     return 0;
   }
+  if (f.json)
+    throw ConfigError("--json goes with --list-presets (a run's summary: --summary-json)");
   realtime::SimPreset p = realtime::FindPreset(f.preset);
   if (f.kv_pool_gb) {
     if (!(*f.kv_pool_gb > 0.0)) {
@@ -116,6 +151,8 @@ void RegisterSim(CLI::App* app, int* exit_code) {
                   "qwen3-omni-30b-a3b (see --list-presets)");
   sub->add_flag("--list-presets", flags->list_presets,
                 "Print the presets, their numbers and which are assumptions, and exit");
+  sub->add_flag("--json", flags->json,
+                "With --list-presets: print them as one JSON object (for tools; the same numbers)");
   sub->add_option("--kv-pool-gb", flags->kv_pool_gb, "KV pool size in GB (default: the preset's)");
   sub->add_option("--block-tokens", flags->block_tokens, "Tokens per KV block")
       ->check(CLI::Range(1, 1024));

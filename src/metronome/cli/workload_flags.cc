@@ -225,12 +225,14 @@ void WorkloadFlags::RegisterOutputs(CLI::App* app, bool with_metrics_out) {
   app->add_flag("--quiet", quiet, "No alarm, limit-change or forecast lines on stderr");
 }
 
+double DefaultAimdWindowS(double period_ms) { return std::max(2.0, 25.0 * period_ms / 1000.0); }
+
 realtime::SupervisorOptions AdmissionFlags::Supervisor(double period_ms) const {
   realtime::SupervisorOptions o;
   o.admission = admission;
   o.max_sessions = max_sessions;
   o.aimd = aimd;
-  o.aimd.window_s = aimd_window_s.value_or(std::max(2.0, 25.0 * period_ms / 1000.0));
+  o.aimd.window_s = aimd_window_s.value_or(DefaultAimdWindowS(period_ms));
   o.aimd.min_window_s = aimd_min_window_s.value_or(std::max(0.5, 2.0 * period_ms / 1000.0));
   o.aimd.cooldown_mode = ParseCooldown(aimd_cooldown, &o.aimd.cooldown_s);
   // gradient2 shares the windows and the guard: one comparison, one notion of a window.
@@ -363,7 +365,14 @@ int RunWorkload(realtime::Backend* backend, Clock* clock, const WorkloadFlags& f
                  flags.events_out.c_str());
     return 1;
   }
-  if (flags.summary_json) std::printf("%s\n", summary.ToJson().dump().c_str());
+  if (flags.summary_json) {
+    nlohmann::json j = summary.ToJson();
+    // The AIMD control window the run used (by default it depends on the period), so scripts read
+    // it instead of restating DefaultAimdWindowS; null under other controllers.
+    j["aimd_window_s"] = options.admission == "aimd" ? nlohmann::json(options.aimd.window_s)
+                                                     : nlohmann::json(nullptr);
+    std::printf("%s\n", j.dump().c_str());
+  }
   return 0;
 }
 

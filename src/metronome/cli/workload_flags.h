@@ -24,6 +24,11 @@ struct SessionDefaults {
   std::int64_t sinks = 4;
 };
 
+// The AIMD control window when --aimd-window-s is not given: 2 s or 25 periods of `period_ms`,
+// whichever is longer, so a window holds enough frames. Scripts read it from `sim --list-presets
+// --json` (aimd_window_s) rather than restating the rule.
+[[nodiscard]] double DefaultAimdWindowS(double period_ms);
+
 // Admission, alarm and forecast flags: the server's side of a workload (sim, drive and serve).
 struct AdmissionFlags {
   std::string admission = "memory";
@@ -39,8 +44,8 @@ struct AdmissionFlags {
 
   void Register(CLI::App* app);
   // The admission controller, its parameters, the mute alarm and the forecast horizon; the AIMD
-  // and gradient2 control windows last at most 2 s or 25 periods of `period_ms`, whichever is
-  // longer, and at least 0.5 s or 2 periods (a new session's frames show in the window).
+  // and gradient2 control windows last at most DefaultAimdWindowS(period_ms) and at least 0.5 s or
+  // 2 periods (a new session's frames show in the window).
   // ConfigError naming the flag on bad values.
   [[nodiscard]] realtime::SupervisorOptions Supervisor(double period_ms) const;
 };
