@@ -238,7 +238,7 @@ const KernelTable& ActiveTable() {
 
 // ---- the one parallel split over output rows ----
 
-constexpr int kRowTile = 16;  // output rows per work item
+constexpr int kRowTile = 32;  // output rows per work item (one 32-row panel of the batched kernels)
 // Below this many multiply-adds a product runs on the calling thread (waking the team costs more).
 constexpr double kMinParallelMacs = 1 << 17;
 
