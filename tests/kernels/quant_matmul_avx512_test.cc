@@ -379,8 +379,8 @@ TEST(Avx512KernelTable, ActiveKernelEqualsScalarReference) {
     const int bk = t == GgmlType::kF16 || t == GgmlType::kBF16
                        ? 1
                        : static_cast<int>(quant::Traits(t).block_elems);
-    for (const Shape s : {Shape{1, 37, 256 * 3}, Shape{7, 19, 512}, Shape{33, 5, 256},
-                          Shape{20, 70, 1024}}) {
+    for (const Shape s :
+         {Shape{1, 37, 256 * 3}, Shape{7, 19, 512}, Shape{33, 5, 256}, Shape{20, 70, 1024}}) {
       const int k = bk == 1 ? s.k - 3 : s.k / bk * bk;  // F16/BF16: a k with a tail
       std::vector<float> wf(static_cast<std::size_t>(s.n) * k);
       std::vector<float> x(static_cast<std::size_t>(s.m) * k);
