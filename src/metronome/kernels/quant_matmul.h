@@ -40,7 +40,7 @@ namespace metronome::kernels {
 // From this many activation rows on, MatMul multiplies quantised weights by dequantising tiles of W
 // to fp32 and running oneDNN's sgemm instead of the batched integer kernels. Measured with the
 // GEMM-form VNNI kernels (docs/performance.md, "Prefill: integer kernels vs dequantised sgemm"):
-// the integer kernels win for every type up to 64 rows (1.2-1.5x at 32); from 128 rows oneDNN's
+// the integer kernels win for every type up to 64 rows (1.2-1.3x at 32); from 128 rows oneDNN's
 // fp32 micro-kernel (which runs near the fp32 peak) wins or ties, by up to 1.6x at 512.
 inline constexpr int kDequantGemmMinRows = 128;
 
