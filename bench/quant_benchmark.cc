@@ -264,7 +264,8 @@ void BM_Prefill(benchmark::State& state) {
       kernels::PrepareActivations(type, x.data(), m, kFfn, act.data());
       const kernels::QuantKernel& kernel = kernels::ActiveKernel(type);
 #pragma omp parallel for schedule(static)
-      for (int r = 0; r < kDim; r += 16) kernel.rows(args, r, std::min(kDim, r + 16));
+      // 32-row work items, as MatMul's split (one panel of the batched kernels each).
+      for (int r = 0; r < kDim; r += 32) kernel.rows(args, r, std::min(kDim, r + 32));
     }
     benchmark::DoNotOptimize(y.data());
   }

@@ -225,6 +225,7 @@ struct Shape {
   int m;
   int n;
   int k;
+  int split = 1;  // the kernel is run on output rows [split, n), then [0, split)
 };
 
 // Runs `kernel` over output rows [row_begin, row_end) of y (ldy columns).
@@ -250,14 +251,15 @@ void CheckQuant(GgmlType type, Shape s, std::uint32_t seed) {
   const Activations x = RandomActivations(ActivationFormatFor(type), s.m, s.k, rng);
   const QuantKernel kernel = Kernel(type, CpuHasAvx512Bf16());
   ASSERT_NE(kernel.rows, nullptr) << quant::Name(type);
-  // y is wider than n and prefilled: the kernel must write exactly columns [1, n) of each row
-  // when asked for that range, and [0, 1) in a second call.
+  // y is wider than n and prefilled: the kernel must write exactly columns [split, n) of each
+  // row when asked for that range (a range not starting at 0, not aligned to the kernel's
+  // 16-row vectors), and [0, split) in a second call.
   const int ldy = s.n + 3;
+  const int split = std::min(s.split, s.n);
   std::vector<float> y(static_cast<std::size_t>(s.m) * ldy, -7.0f);
   const std::size_t act_row_bytes = ActivationRowBytes(type, s.k);
-  RunRows(kernel, x.blocks.data(), act_row_bytes, s.m, mat, y.data(), ldy, false, 1, s.n);
-  RunRows(kernel, x.blocks.data(), act_row_bytes, s.m, mat, y.data(), ldy, false, 0,
-          std::min(1, s.n));
+  RunRows(kernel, x.blocks.data(), act_row_bytes, s.m, mat, y.data(), ldy, false, split, s.n);
+  RunRows(kernel, x.blocks.data(), act_row_bytes, s.m, mat, y.data(), ldy, false, 0, split);
   for (int r = 0; r < s.m; ++r) {
     for (int j = 0; j < ldy; ++j) {
       const float got = y[static_cast<std::size_t>(r) * ldy + j];
@@ -299,18 +301,24 @@ class QuantKernelTest : public ::testing::TestWithParam<GgmlType> {
 TEST_P(QuantKernelTest, MatchesDequantisedReferenceOnRandomShapes) {
   const GgmlType type = GetParam();
   const int bk = static_cast<int>(quant::Traits(type).block_elems);
-  // m = 1, odd m, m at and past the row tile (4) and far past it; n not a multiple of the weight
-  // tile; one block, an odd number of blocks (32-element types pair blocks), many blocks.
-  const Shape shapes[] = {{1, 1, bk},     {1, 7, 3 * bk}, {3, 2, bk},      {4, 5, 2 * bk},
-                          {5, 3, 5 * bk}, {9, 4, 3 * bk}, {33, 7, 2 * bk}, {2, 9, 18 * bk}};
+  // m = 1, odd m, m at and past the register tiles (6 and 8 activation rows) and far past them;
+  // n below, at and past the 16-row output vector and the 32-row panel, not a multiple of
+  // either; row ranges starting inside a vector; one block, an odd number of blocks, many.
+  const Shape shapes[] = {
+      {1, 1, bk},          {1, 7, 3 * bk},      {3, 2, bk},          {4, 5, 2 * bk},
+      {5, 3, 5 * bk},      {9, 4, 3 * bk},      {33, 7, 2 * bk},     {2, 9, 18 * bk},
+      {6, 16, bk, 0},      {7, 17, 2 * bk, 16}, {13, 32, bk, 5},     {2, 33, 3 * bk, 17},
+      {8, 48, 2 * bk, 31}, {19, 70, bk, 33},    {64, 35, 2 * bk, 3}, {45, 100, 3 * bk, 50}};
   std::uint32_t seed = 1;
   for (const Shape& s : shapes) CheckQuant(type, s, seed++);
   std::mt19937 rng(99);
-  for (int t = 0; t < 6; ++t) {
-    std::uniform_int_distribution<int> m(1, 40);
-    std::uniform_int_distribution<int> n(1, 11);
+  for (int t = 0; t < 8; ++t) {
+    std::uniform_int_distribution<int> m(1, 64);
+    std::uniform_int_distribution<int> n(1, 80);
     std::uniform_int_distribution<int> blocks(1, bk == 32 ? 20 : 4);
-    CheckQuant(type, {m(rng), n(rng), blocks(rng) * bk}, seed++);
+    const int rows = n(rng);
+    std::uniform_int_distribution<int> split(0, rows);
+    CheckQuant(type, {m(rng), rows, blocks(rng) * bk, split(rng)}, seed++);
   }
 }
 
@@ -371,7 +379,8 @@ TEST(Avx512KernelTable, ActiveKernelEqualsScalarReference) {
     const int bk = t == GgmlType::kF16 || t == GgmlType::kBF16
                        ? 1
                        : static_cast<int>(quant::Traits(t).block_elems);
-    for (const Shape s : {Shape{1, 37, 256 * 3}, Shape{7, 19, 512}, Shape{33, 5, 256}}) {
+    for (const Shape s :
+         {Shape{1, 37, 256 * 3}, Shape{7, 19, 512}, Shape{33, 5, 256}, Shape{20, 70, 1024}}) {
       const int k = bk == 1 ? s.k - 3 : s.k / bk * bk;  // F16/BF16: a k with a tail
       std::vector<float> wf(static_cast<std::size_t>(s.n) * k);
       std::vector<float> x(static_cast<std::size_t>(s.m) * k);

@@ -243,7 +243,7 @@ const KernelTable& ActiveTable() {
 
 // ---- the one parallel split over output rows ----
 
-constexpr int kRowTile = 16;  // output rows per work item
+constexpr int kRowTile = 32;  // output rows per work item (one 32-row panel of the batched kernels)
 // Below this many multiply-adds a product runs on the calling thread (waking the team costs more).
 constexpr double kMinParallelMacs = 1 << 17;
 
@@ -263,7 +263,7 @@ void ParallelOverRowTiles(std::span<const PartWork> parts, int tiles, double mac
       tiles, parallel ? 1 : tiles, [parts](std::int64_t t0, std::int64_t t1) {
         // A chunk's tiles of one part go to the kernel as one row range: a kernel call has a
         // fixed cost (preparing its activation layout, filling its pipeline), paid once per chunk
-        // and part, not per 16 rows.
+        // and part, not per work item.
         auto t = static_cast<int>(t0);
         while (t < static_cast<int>(t1)) {
           std::size_t p = 0;

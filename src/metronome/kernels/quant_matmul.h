@@ -6,9 +6,9 @@
 //   2. Otherwise x is prepared once for the weight type's dot product (ActivationFormatFor):
 //      fp32 rows as they are (F16/BF16 weights), ActQ8Block32 per 32 elements (Q8_0, Q4_0, Q4_1,
 //      Q5_0, Q5_1), BlockQ8_K per 256 (Q4_K, Q5_K, Q6_K).
-//   3. The output rows are split into tiles (the one parallel split: ParallelOverRowTiles) and
-//      each tile runs the type's RowsKernel for all m activation rows, so each weight block is
-//      read once per tile of activation rows.
+//   3. The output rows are split into 32-row tiles (the one parallel split: ParallelOverRowTiles)
+//      and each tile runs the type's RowsKernel for all m activation rows, so each weight block is
+//      read from memory once per product and unpacked once per tile.
 //   4. Prefill (m >= kDequantGemmMinRows) with integer-kernel weights: each tile of W is
 //      dequantised to fp32 and multiplied by oneDNN's sgemm instead (x unquantised), over the same
 //      split. F16/BF16 keep their kernels (widening is as cheap as dequantising).
@@ -38,11 +38,11 @@
 namespace metronome::kernels {
 
 // From this many activation rows on, MatMul multiplies quantised weights by dequantising tiles of W
-// to fp32 and running oneDNN's sgemm instead of the per-block integer kernels (their dot-product
-// form reduces every output and unpacks every block once per tile of 8 rows; sgemm's micro-kernel
-// amortises better). Measured crossover: 16-32 rows for Q8_0/Q4_0/Q4_K, 32-64 for Q6_K
-// (docs/performance.md, "Prefill: integer kernels vs dequantised sgemm").
-inline constexpr int kDequantGemmMinRows = 32;
+// to fp32 and running oneDNN's sgemm instead of the batched integer kernels. Measured with the
+// GEMM-form VNNI kernels (docs/performance.md, "Prefill: integer kernels vs dequantised sgemm"):
+// the integer kernels win for every type up to 64 rows (1.2-1.3x at 32); from 128 rows oneDNN's
+// fp32 micro-kernel (which runs near the fp32 peak) wins or ties, by up to 1.6x at 512.
+inline constexpr int kDequantGemmMinRows = 128;
 // Up to this many activation rows (decode: one to a few sessions) MatMul runs a type's `gemv`
 // kernel where it has one: W is streamed once, so those kernels are built for read bandwidth.
 inline constexpr int kGemvMaxRows = 4;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "metronome/base/check.h"
+#include "metronome/kernels/internal/avx512_transpose.h"
 #include "metronome/kernels/quant_matmul.h"
 #include "metronome/quant/blocks.h"
 #include "metronome/quant/weight_matrix.h"
@@ -21,13 +22,6 @@ namespace {
 using quant::GgmlType;
 using quant::kQk32;
 using quant::kQkK;
-
-constexpr int kRowTile = 8;     // activation rows sharing one unpacked weight block
-constexpr int kWeightTile = 2;  // weight rows whose unpacked blocks stay in registers together
-// Activation rows per pass over a call's weight rows: their prepared form (<= 32 * 192 bytes per
-// 64 elements, 150 KB at k = 1536) stays in L2 while the weight rows (a few KB each) cycle
-// through L1. Without it, m = 512 streamed all activations from L3 once per weight tile.
-constexpr int kActRowBlock = 32;
 
 inline float Half(std::uint16_t h) noexcept { return _cvtsh_ss(h); }
 
@@ -118,147 +112,6 @@ struct Q5_1W {
     return {u, Halves(Half(a->d), Half(b->d)), Halves(Half(a->m), Half(b->m))};
   }
 };
-
-// One activation row's pair of blocks, laid out for the kernel: the 64 int8 values, d_a per lane,
-// and ca = c * d_a * (block sum) / 8 per lane, 8 lanes per block, so that the lanes of a block sum
-// to c d_a sum: c = -offset for offset types (then d_w (d_a dot + ca) is the block's product), 1
-// for min types (then d_w d_a dot + m ca).
-struct alignas(64) ActPair {
-  std::int8_t qs[64];
-  float da[16];
-  float ca[16];
-};
-
-// The activation rows (quant::ActQ8Block32, act_row_bytes apart) in ActPair form.
-void PrepareQ8_0(const RowsKernelArgs& a, int blocks, float c, ActPair* out) noexcept {
-  const int pairs = (blocks + 1) / 2;
-  for (int r = 0; r < a.m; ++r) {
-    const auto* x = reinterpret_cast<const quant::ActQ8Block32*>(
-        a.act + static_cast<std::size_t>(r) * a.act_row_bytes);
-    for (int p = 0; p < pairs; ++p) {
-      ActPair& dst = out[static_cast<std::ptrdiff_t>(r) * pairs + p];
-      for (int h = 0; h < 2; ++h) {
-        const int b = 2 * p + h;
-        float d = 0.0f;
-        float sum = 0.0f;
-        if (b < blocks) {
-          std::memcpy(dst.qs + 32 * h, x[b].qs, 32);
-          d = x[b].d;
-          sum = static_cast<float>(x[b].sum);
-        } else {
-          std::memset(dst.qs + 32 * h, 0, 32);  // an odd block count: the second half is empty
-        }
-        _mm256_store_ps(dst.da + 8 * h, _mm256_set1_ps(d));
-        _mm256_store_ps(dst.ca + 8 * h, _mm256_set1_ps(c * d * sum * 0.125f));
-      }
-    }
-  }
-}
-
-// y[i * ldy + j] (+)= v for the tile's outputs.
-inline void Put(float* y, bool accumulate, float v) noexcept { *y = accumulate ? *y + v : v; }
-
-template <class W, int MT, int NT>
-void Tile32(const ActPair* act, int pairs, int blocks, const typename W::Block* const* wrow,
-            float* y, int ldy, bool accumulate) noexcept {
-  __m512 acc[MT][NT];
-#pragma GCC unroll 8
-  for (auto& row : acc) {
-#pragma GCC unroll 8
-    for (auto& a : row) a = _mm512_setzero_ps();
-  }
-  for (int p = 0; p < pairs; ++p) {
-    const int b0 = 2 * p;
-    const int b1 = b0 + 1 < blocks ? b0 + 1 : b0;  // odd count: re-read b0; its activation is 0
-    UnpackedPair w[NT];
-#pragma GCC unroll 8
-    for (int j = 0; j < NT; ++j) w[j] = W::Unpack(wrow[j] + b0, wrow[j] + b1);
-#pragma GCC unroll 8
-    for (int i = 0; i < MT; ++i) {
-      const ActPair& a = act[static_cast<std::ptrdiff_t>(i) * pairs + p];
-      const __m512i q = _mm512_load_si512(a.qs);
-      const __m512 da = _mm512_load_ps(a.da);
-      const __m512 ca = _mm512_load_ps(a.ca);
-#pragma GCC unroll 8
-      for (int j = 0; j < NT; ++j) {
-        const __m512 dot =
-            _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w[j].u, q));
-        if constexpr (W::kMin) {
-          acc[i][j] = _mm512_fmadd_ps(w[j].dw, _mm512_mul_ps(da, dot), acc[i][j]);
-          acc[i][j] = _mm512_fmadd_ps(w[j].mw, ca, acc[i][j]);
-        } else {
-          acc[i][j] = _mm512_fmadd_ps(w[j].dw, _mm512_fmadd_ps(da, dot, ca), acc[i][j]);
-        }
-      }
-    }
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < MT; ++i) {
-#pragma GCC unroll 8
-    for (int j = 0; j < NT; ++j) {
-      Put(y + static_cast<std::ptrdiff_t>(i) * ldy + j, accumulate,
-          _mm512_reduce_add_ps(acc[i][j]));
-    }
-  }
-}
-
-// Calls f.template operator()<R>() for R = rem, 1 <= rem < kRowTile (the last, partial row tile).
-template <int R = kRowTile - 1, class F>
-void ForRemainder(int rem, F&& f) noexcept {
-  if constexpr (R > 0) {
-    if (rem == R) {
-      f.template operator()<R>();
-    } else {
-      ForRemainder<R - 1>(rem, f);
-    }
-  }
-}
-
-std::vector<ActPair>& ActScratch() {
-  thread_local std::vector<ActPair> scratch;
-  return scratch;
-}
-
-template <class W, int NT>
-void RowTiles32(const ActPair* act, int m, int pairs, int blocks,
-                const typename W::Block* const* wrow, float* y, int ldy, bool accumulate) noexcept {
-  int r = 0;
-  for (; r + kRowTile <= m; r += kRowTile) {
-    Tile32<W, kRowTile, NT>(act + static_cast<std::ptrdiff_t>(r) * pairs, pairs, blocks, wrow,
-                            y + static_cast<std::ptrdiff_t>(r) * ldy, ldy, accumulate);
-  }
-  const ActPair* a = act + static_cast<std::ptrdiff_t>(r) * pairs;
-  float* yr = y + static_cast<std::ptrdiff_t>(r) * ldy;
-  ForRemainder(m - r,
-               [&]<int R>() { Tile32<W, R, NT>(a, pairs, blocks, wrow, yr, ldy, accumulate); });
-}
-
-template <class W>
-void Rows32(const RowsKernelArgs& a, int row_begin, int row_end) {
-  using Block = typename W::Block;
-  const quant::WeightMatrix& w = *a.w;
-  const int blocks = w.cols / kQk32;
-  const int pairs = (blocks + 1) / 2;
-  std::vector<ActPair>& act = ActScratch();
-  const auto need = static_cast<std::size_t>(a.m) * static_cast<std::size_t>(pairs);
-  if (act.size() < need) act.resize(need);
-  PrepareQ8_0(a, blocks, W::kMin ? 1.0f : -W::kOffset, act.data());
-  const auto row = [&w](int j) { return reinterpret_cast<const Block*>(w.Row(j)); };
-  for (int r0 = 0; r0 < a.m; r0 += kActRowBlock) {
-    const int m = a.m - r0 < kActRowBlock ? a.m - r0 : kActRowBlock;
-    const ActPair* x = act.data() + static_cast<std::ptrdiff_t>(r0) * pairs;
-    float* y = a.y + static_cast<std::ptrdiff_t>(r0) * a.ldy;
-    int j = row_begin;
-    for (; j + kWeightTile <= row_end; j += kWeightTile) {
-      const Block* rows[kWeightTile] = {row(j), row(j + 1)};
-      RowTiles32<W, kWeightTile>(x, m, pairs, blocks, rows, y + j, a.ldy, a.accumulate);
-    }
-    if (j < row_end) {
-      const Block* rows[1] = {row(j)};
-      RowTiles32<W, 1>(x, m, pairs, blocks, rows, y + j, a.ldy, a.accumulate);
-    }
-  }
-}
 
 // ---- K-quants: a 256-element super-block unpacked into four 64-byte chunks of unsigned values
 // (chunk c = elements [64 c, 64 c + 64)), the fp32 scale of each int32 lane of a chunk's
@@ -366,86 +219,357 @@ struct Q6_KW {
   }
 };
 
-template <class W, int MT, int NT>
-void TileK(const std::byte* act, std::size_t act_row_bytes, int supers,
-           const typename W::Block* const* wrow, float* y, int ldy, bool accumulate) noexcept {
+// ---- The GEMM form (the batched kernels): 16 weight rows per vector, one output per lane.
+// A panel of 16 * NT weight rows is unpacked ONCE per call to unsigned bytes and transposed so
+// that the 64 bytes of step t of a sub-block hold, in int32 lane r, elements 4 t .. 4 t + 3 of
+// weight row r. One vpdpbusd with an activation row's 4 int8 quants of the same elements
+// broadcast to all lanes then does 64 multiply-adds for 16 outputs at once: no horizontal sums,
+// each activation dword loaded once per 16 * NT outputs, each unpacked weight vector reused by MT
+// activation rows from a register. Per sub-block (a scale of the weight: 32 elements, Q6_K 16)
+// the int32 sums go to fp32 once: acc += float(isum) * (d_w per lane * d_a); the offset of the
+// unsigned weights (q + offset) is removed in integers, isum starting at -offset * sum(a) of the
+// sub-block; the types with a min add m_w per lane * d_a sum(a). The activations are consumed in
+// the format MatMul prepared once per product (ActQ8Block32 / BlockQ8_K): nothing is re-laid
+// out per call.
+constexpr int kLanes = 16;      // weight rows per output vector
+constexpr int kMaxGroups = 2;   // vectors of weight rows per panel (32 weight rows)
+constexpr int kUnitElems = 32;  // elements of a weight row unpacked at a time (one __m256i)
+
+// Activation rows per register tile for NT groups: MT * NT int32 sums + MT * NT fp32
+// accumulators + NT weight vectors stay within the 32 zmm registers.
+constexpr int ActTile(int groups) { return groups == 1 ? 8 : 6; }
+
+inline __m256i Low4(__m256i v) noexcept { return _mm256_and_si256(v, _mm256_set1_epi8(15)); }
+
+// 16 nibble bytes of a 32-element block as its 32 elements (low nibbles first).
+inline __m256i Nibbles32(const std::uint8_t* qs) noexcept {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return Low4(_mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1));
+}
+
+inline __m256i AddFifthBit(__m256i lo, const std::uint8_t* qh) noexcept {
+  std::uint32_t h = 0;
+  std::memcpy(&h, qh, 4);
+  return _mm256_mask_add_epi8(lo, h, lo, _mm256_set1_epi8(16));
+}
+
+// Per type: Unpack(row, u, scale, min) returns elements [32 u, 32 u + 32) of a row as unsigned
+// bytes and writes the scale (and min) of each of the unit's 32 / kSub sub-blocks; the value of an
+// element is scale * (byte - kOffset) + min.
+struct Q8_0G {
+  using Block = quant::BlockQ8_0;
+  static constexpr int kSub = 32;
+  static constexpr int kOffset = 128;
+  static constexpr bool kMin = false;
+  static __m256i Unpack(const Block* row, int u, float* scale, float* /*min*/) noexcept {
+    scale[0] = Half(row[u].d);
+    return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[u].qs)),
+                            _mm256_set1_epi8(-128));
+  }
+};
+struct Q4_0G {
+  using Block = quant::BlockQ4_0;
+  static constexpr int kSub = 32;
+  static constexpr int kOffset = 8;
+  static constexpr bool kMin = false;
+  static __m256i Unpack(const Block* row, int u, float* scale, float* /*min*/) noexcept {
+    scale[0] = Half(row[u].d);
+    return Nibbles32(row[u].qs);
+  }
+};
+struct Q4_1G {
+  using Block = quant::BlockQ4_1;
+  static constexpr int kSub = 32;
+  static constexpr int kOffset = 0;
+  static constexpr bool kMin = true;
+  static __m256i Unpack(const Block* row, int u, float* scale, float* min) noexcept {
+    scale[0] = Half(row[u].d);
+    min[0] = Half(row[u].m);
+    return Nibbles32(row[u].qs);
+  }
+};
+struct Q5_0G {
+  using Block = quant::BlockQ5_0;
+  static constexpr int kSub = 32;
+  static constexpr int kOffset = 16;
+  static constexpr bool kMin = false;
+  static __m256i Unpack(const Block* row, int u, float* scale, float* /*min*/) noexcept {
+    scale[0] = Half(row[u].d);
+    return AddFifthBit(Nibbles32(row[u].qs), row[u].qh);
+  }
+};
+struct Q5_1G {
+  using Block = quant::BlockQ5_1;
+  static constexpr int kSub = 32;
+  static constexpr int kOffset = 0;
+  static constexpr bool kMin = true;
+  static __m256i Unpack(const Block* row, int u, float* scale, float* min) noexcept {
+    scale[0] = Half(row[u].d);
+    min[0] = Half(row[u].m);
+    return AddFifthBit(Nibbles32(row[u].qs), row[u].qh);
+  }
+};
+
+// Q4_K / Q5_K unit u: sub-block j = u % 8 of super-block u / 8; its nibbles are the low (j even)
+// or high (j odd) halves of qs[32 (j / 2) ..] and its fifth bit (Q5_K) bit j of qh[l].
+inline __m256i NibblesKSub(const std::uint8_t* qs, int j) noexcept {
+  __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (j / 2)));
+  if ((j & 1) != 0) v = _mm256_srli_epi16(v, 4);
+  return Low4(v);
+}
+template <class Block>
+inline void ScaleMinKSub(const Block& b, int j, float* scale, float* min) noexcept {
+  int sc = 0;
+  int mn = 0;
+  ScaleMinK4(b.scales, j, &sc, &mn);
+  scale[0] = Half(b.d) * static_cast<float>(sc);
+  min[0] = -Half(b.dmin) * static_cast<float>(mn);
+}
+struct Q4_KG {
+  using Block = quant::BlockQ4_K;
+  static constexpr int kSub = 32;
+  static constexpr int kOffset = 0;
+  static constexpr bool kMin = true;
+  static __m256i Unpack(const Block* row, int u, float* scale, float* min) noexcept {
+    const Block& b = row[u / 8];
+    ScaleMinKSub(b, u % 8, scale, min);
+    return NibblesKSub(b.qs, u % 8);
+  }
+};
+struct Q5_KG {
+  using Block = quant::BlockQ5_K;
+  static constexpr int kSub = 32;
+  static constexpr int kOffset = 0;
+  static constexpr bool kMin = true;
+  static __m256i Unpack(const Block* row, int u, float* scale, float* min) noexcept {
+    const Block& b = row[u / 8];
+    const int j = u % 8;
+    ScaleMinKSub(b, j, scale, min);
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
+    const __mmask32 high = _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(1u << j)));
+    const __m256i lo = NibblesKSub(b.qs, j);
+    return _mm256_mask_add_epi8(lo, high, lo, _mm256_set1_epi8(16));
+  }
+};
+// Q6_K unit u: quarter q = u % 4 of half h = (u % 8) / 4 of super-block u / 8 (quant/blocks.h):
+// low 4 bits from ql[64 h + 32 (q & 1) ..] (high nibbles for q >= 2), bits 4-5 from bits 2 q of
+// qh[32 h ..]; two sub-blocks of 16, scales[8 h + 2 q] and the next.
+struct Q6_KG {
+  using Block = quant::BlockQ6_K;
+  static constexpr int kSub = 16;
+  static constexpr int kOffset = 32;
+  static constexpr bool kMin = false;
+  static __m256i Unpack(const Block* row, int u, float* scale, float* /*min*/) noexcept {
+    const Block& b = row[u / 8];
+    const int h = (u % 8) / 4;
+    const int q = u % 4;
+    __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32 * (q & 1)));
+    if (q >= 2) lo = _mm256_srli_epi16(lo, 4);
+    __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
+    hi = _mm256_and_si256(_mm256_srl_epi16(hi, _mm_cvtsi32_si128(2 * q)), _mm256_set1_epi8(3));
+    const float d = Half(b.d);
+    scale[0] = d * static_cast<float>(b.scales[8 * h + 2 * q]);
+    scale[1] = d * static_cast<float>(b.scales[8 * h + 2 * q + 1]);
+    return _mm256_or_si256(Low4(lo), _mm256_slli_epi16(hi, 4));
+  }
+};
+
+// The activations of sub-block s of a prepared row: its int8 quants, scale and quant sum.
+struct ActBlock32 {  // quant::ActQ8Block32, sub-block = block
+  static const quant::ActQ8Block32& B(const std::byte* row, int s) noexcept {
+    return reinterpret_cast<const quant::ActQ8Block32*>(row)[s];
+  }
+  static const std::int8_t* Qs(const std::byte* row, int s) noexcept { return B(row, s).qs; }
+  static float D(const std::byte* row, int s) noexcept { return B(row, s).d; }
+  static int Sum(const std::byte* row, int s) noexcept { return B(row, s).sum; }
+};
+template <int kSub>
+struct ActQ8K {  // quant::BlockQ8_K, sub-blocks of 32 (two bsums) or 16 (one)
+  static constexpr int kPer = kQkK / kSub;
+  static const quant::BlockQ8_K& B(const std::byte* row, int s) noexcept {
+    return reinterpret_cast<const quant::BlockQ8_K*>(row)[s / kPer];
+  }
+  static const std::int8_t* Qs(const std::byte* row, int s) noexcept {
+    return B(row, s).qs + kSub * (s % kPer);
+  }
+  static float D(const std::byte* row, int s) noexcept { return B(row, s).d; }
+  static int Sum(const std::byte* row, int s) noexcept {
+    const std::int16_t* bs = B(row, s).bsums + (kSub / 16) * (s % kPer);
+    return kSub == 16 ? bs[0] : bs[0] + bs[1];
+  }
+};
+
+// One sub-block of a panel of NT groups of 16 weight rows.
+template <int kSub, int NT>
+struct alignas(64) PanelSub {
+  std::uint8_t w[kSub / 4][NT][64];  // step t, group g: lane r = elements 4t..4t+3 of row 16g+r
+  float scale[NT][kLanes];
+  float min[NT][kLanes];
+};
+
+// Unpacks weight rows rows[0, 16 NT) (pointers; rows past the matrix repeat a valid one) into
+// `panel` (subs sub-blocks).
+template <class W, int NT>
+void PackPanel(const typename W::Block* const* rows, int units,
+               PanelSub<W::kSub, NT>* panel) noexcept {
+  constexpr int kSubsPerUnit = kUnitElems / W::kSub;
+  constexpr int kSteps = W::kSub / 4;
+  for (int g = 0; g < NT; ++g) {
+    for (int u = 0; u < units; ++u) {
+      __m512i in[8];
+      float scale[kLanes][kSubsPerUnit];
+      float min[kLanes][kSubsPerUnit] = {};
+#pragma GCC unroll 8
+      for (int p = 0; p < 8; ++p) {
+        const __m256i a = W::Unpack(rows[kLanes * g + p], u, scale[p], min[p]);
+        const __m256i b = W::Unpack(rows[kLanes * g + p + 8], u, scale[p + 8], min[p + 8]);
+        in[p] = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+      }
+      __m512i out[8];
+      Transpose16x8(in, out);
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) {
+        auto& sub = panel[kSubsPerUnit * u + t / kSteps];
+        _mm512_store_si512(sub.w[t % kSteps][g], out[t]);
+      }
+      for (int s = 0; s < kSubsPerUnit; ++s) {
+        auto& sub = panel[kSubsPerUnit * u + s];
+        for (int r = 0; r < kLanes; ++r) {
+          sub.scale[g][r] = scale[r][s];
+          sub.min[g][r] = min[r][s];
+        }
+      }
+    }
+  }
+}
+
+inline __m512i Broadcast4(const std::int8_t* p) noexcept {
+  std::int32_t v = 0;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// y rows [0, MT) x columns [0, 16 NT) of the panel (the last group's lanes masked by `last`).
+template <class W, class A, int MT, int NT>
+void GemmTile(const PanelSub<W::kSub, NT>* panel, int subs, const std::byte* act,
+              std::size_t act_row_bytes, float* y, int ldy, bool accumulate,
+              __mmask16 last) noexcept {
+  constexpr int kSteps = W::kSub / 4;
+  const std::byte* rows[MT];
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) rows[i] = act + static_cast<std::size_t>(i) * act_row_bytes;
   __m512 acc[MT][NT];
 #pragma GCC unroll 8
   for (auto& row : acc) {
 #pragma GCC unroll 8
     for (auto& a : row) a = _mm512_setzero_ps();
   }
-  UnpackedSuper w[NT];
-  for (int s = 0; s < supers; ++s) {
-#pragma GCC unroll 8
-    for (int j = 0; j < NT; ++j) W::Unpack(wrow[j][s], &w[j]);
+  for (int s = 0; s < subs; ++s) {
+    const auto& p = panel[s];
+    __m512i isum[MT][NT];
+    const std::int8_t* q[MT];
 #pragma GCC unroll 8
     for (int i = 0; i < MT; ++i) {
-      const quant::BlockQ8_K& a = reinterpret_cast<const quant::BlockQ8_K*>(
-          act + static_cast<std::size_t>(i) * act_row_bytes)[s];
-      __m512 t[NT];
-      const __m512 bsums = _mm512_cvtepi32_ps(
-          _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.bsums))));
+      q[i] = A::Qs(rows[i], s);
+      const __m512i init = W::kOffset != 0 ? _mm512_set1_epi32(-W::kOffset * A::Sum(rows[i], s))
+                                           : _mm512_setzero_si512();
 #pragma GCC unroll 8
-      for (int j = 0; j < NT; ++j) t[j] = _mm512_mul_ps(_mm512_load_ps(w[j].wm), bsums);
+      for (int g = 0; g < NT; ++g) isum[i][g] = init;
+    }
 #pragma GCC unroll 8
-      for (int c = 0; c < 4; ++c) {
-        const __m512i q = _mm512_loadu_si512(a.qs + 64 * c);
+    for (int t = 0; t < kSteps; ++t) {
+      __m512i w[NT];
 #pragma GCC unroll 8
-        for (int j = 0; j < NT; ++j) {
-          const __m512i dot =
-              _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_load_si512(w[j].u[c]), q);
-          t[j] = _mm512_fmadd_ps(_mm512_load_ps(w[j].ws[c]), _mm512_cvtepi32_ps(dot), t[j]);
+      for (int g = 0; g < NT; ++g) w[g] = _mm512_load_si512(p.w[t][g]);
+#pragma GCC unroll 8
+      for (int i = 0; i < MT; ++i) {
+        const __m512i x = Broadcast4(q[i] + 4 * t);
+#pragma GCC unroll 8
+        for (int g = 0; g < NT; ++g) isum[i][g] = _mm512_dpbusd_epi32(isum[i][g], w[g], x);
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MT; ++i) {
+      const float da = A::D(rows[i], s);
+      const __m512 dav = _mm512_set1_ps(da);
+#pragma GCC unroll 8
+      for (int g = 0; g < NT; ++g) {
+        acc[i][g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i][g]),
+                                    _mm512_mul_ps(_mm512_load_ps(p.scale[g]), dav), acc[i][g]);
+      }
+      if constexpr (W::kMin) {
+        const __m512 ms = _mm512_set1_ps(da * static_cast<float>(A::Sum(rows[i], s)));
+#pragma GCC unroll 8
+        for (int g = 0; g < NT; ++g) {
+          acc[i][g] = _mm512_fmadd_ps(_mm512_load_ps(p.min[g]), ms, acc[i][g]);
         }
       }
-      const __m512 da = _mm512_set1_ps(a.d);
-#pragma GCC unroll 8
-      for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_fmadd_ps(t[j], da, acc[i][j]);
     }
   }
 #pragma GCC unroll 8
   for (int i = 0; i < MT; ++i) {
 #pragma GCC unroll 8
-    for (int j = 0; j < NT; ++j) {
-      Put(y + static_cast<std::ptrdiff_t>(i) * ldy + j, accumulate,
-          _mm512_reduce_add_ps(acc[i][j]));
+    for (int g = 0; g < NT; ++g) {
+      const __mmask16 mask = g == NT - 1 ? last : static_cast<__mmask16>(0xFFFF);
+      float* out = y + static_cast<std::ptrdiff_t>(i) * ldy + kLanes * g;
+      __m512 v = acc[i][g];
+      if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, out));
+      _mm512_mask_storeu_ps(out, mask, v);
     }
   }
 }
 
-template <class W, int NT>
-void RowTilesK(const RowsKernelArgs& a, int supers, const typename W::Block* const* wrow,
-               int j) noexcept {
+// Calls f.template operator()<R>() for R = rem, 1 <= rem <= kMax.
+template <int kMax, class F>
+void ForCount(int rem, F&& f) noexcept {
+  if constexpr (kMax > 0) {
+    if (rem == kMax) {
+      f.template operator()<kMax>();
+    } else {
+      ForCount<kMax - 1>(rem, f);
+    }
+  }
+}
+
+template <class W, class A, int NT>
+void GemmPanel(const RowsKernelArgs& a, const typename W::Block* const* rows, int n,
+               float* y) noexcept {
+  using Sub = PanelSub<W::kSub, NT>;
+  const int units = a.w->cols / kUnitElems;
+  const int subs = a.w->cols / W::kSub;
+  thread_local std::vector<Sub> panel;
+  if (panel.size() < static_cast<std::size_t>(subs)) panel.resize(static_cast<std::size_t>(subs));
+  PackPanel<W, NT>(rows, units, panel.data());
+  const int tail = n - kLanes * (NT - 1);  // valid lanes of the last group, 1..16
+  const auto last = static_cast<__mmask16>(tail >= kLanes ? 0xFFFFu : (1u << tail) - 1u);
+  constexpr int kMt = ActTile(NT);
   int r = 0;
   const auto at = [&a](int row) { return a.act + static_cast<std::size_t>(row) * a.act_row_bytes; };
-  const auto yat = [&a, j](int row) { return a.y + static_cast<std::ptrdiff_t>(row) * a.ldy + j; };
-  for (; r + kRowTile <= a.m; r += kRowTile) {
-    TileK<W, kRowTile, NT>(at(r), a.act_row_bytes, supers, wrow, yat(r), a.ldy, a.accumulate);
+  for (; r + kMt <= a.m; r += kMt) {
+    GemmTile<W, A, kMt, NT>(panel.data(), subs, at(r), a.act_row_bytes,
+                            y + static_cast<std::ptrdiff_t>(r) * a.ldy, a.ldy, a.accumulate, last);
   }
-  ForRemainder(a.m - r, [&]<int R>() {
-    TileK<W, R, NT>(at(r), a.act_row_bytes, supers, wrow, yat(r), a.ldy, a.accumulate);
+  ForCount<kMt - 1>(a.m - r, [&]<int R>() {
+    GemmTile<W, A, R, NT>(panel.data(), subs, at(r), a.act_row_bytes,
+                          y + static_cast<std::ptrdiff_t>(r) * a.ldy, a.ldy, a.accumulate, last);
   });
 }
 
-template <class W>
-void RowsK(const RowsKernelArgs& all, int row_begin, int row_end) {
+template <class W, class A>
+void RowsGemm(const RowsKernelArgs& a, int row_begin, int row_end) {
   using Block = typename W::Block;
-  const quant::WeightMatrix& w = *all.w;
-  const int supers = w.cols / kQkK;
-  const auto row = [&w](int j) { return reinterpret_cast<const Block*>(w.Row(j)); };
-  for (int r0 = 0; r0 < all.m; r0 += kActRowBlock) {
-    RowsKernelArgs a = all;  // rows [r0, r0 + kActRowBlock) of the activations and of y
-    a.m = all.m - r0 < kActRowBlock ? all.m - r0 : kActRowBlock;
-    a.act = all.act + static_cast<std::size_t>(r0) * all.act_row_bytes;
-    a.y = all.y + static_cast<std::ptrdiff_t>(r0) * all.ldy;
-    int j = row_begin;
-    for (; j + kWeightTile <= row_end; j += kWeightTile) {
-      const Block* rows[kWeightTile] = {row(j), row(j + 1)};
-      RowTilesK<W, kWeightTile>(a, supers, rows, j);
+  const quant::WeightMatrix& w = *a.w;
+  if (a.m <= 0 || row_begin >= row_end) return;
+  for (int j = row_begin; j < row_end; j += kLanes * kMaxGroups) {
+    const int n = row_end - j < kLanes * kMaxGroups ? row_end - j : kLanes * kMaxGroups;
+    const Block* rows[kLanes * kMaxGroups];
+    for (int r = 0; r < kLanes * kMaxGroups; ++r) {
+      rows[r] = reinterpret_cast<const Block*>(w.Row(j + (r < n ? r : n - 1)));
     }
-    if (j < row_end) {
-      const Block* rows[1] = {row(j)};
-      RowTilesK<W, 1>(a, supers, rows, j);
+    if (n > kLanes) {
+      GemmPanel<W, A, 2>(a, rows, n, a.y + j);
+    } else {
+      GemmPanel<W, A, 1>(a, rows, n, a.y + j);
     }
   }
 }
@@ -514,21 +638,21 @@ QuantKernel Kernel(GgmlType type, bool bf16) noexcept {
   constexpr std::string_view kVnni = "avx512-vnni";
   switch (type) {
     case GgmlType::kQ8_0:
-      return {Rows32<Q8_0W>, kVnni};
+      return {RowsGemm<Q8_0G, ActBlock32>, kVnni};
     case GgmlType::kQ4_0:
-      return {Rows32<Q4_0W>, kVnni};
+      return {RowsGemm<Q4_0G, ActBlock32>, kVnni};
     case GgmlType::kQ4_1:
-      return {Rows32<Q4_1W>, kVnni};
+      return {RowsGemm<Q4_1G, ActBlock32>, kVnni};
     case GgmlType::kQ5_0:
-      return {Rows32<Q5_0W>, kVnni};
+      return {RowsGemm<Q5_0G, ActBlock32>, kVnni};
     case GgmlType::kQ5_1:
-      return {Rows32<Q5_1W>, kVnni};
+      return {RowsGemm<Q5_1G, ActBlock32>, kVnni};
     case GgmlType::kQ4_K:
-      return {RowsK<Q4_KW>, kVnni};
+      return {RowsGemm<Q4_KG, ActQ8K<32>>, kVnni};
     case GgmlType::kQ5_K:
-      return {RowsK<Q5_KW>, kVnni};
+      return {RowsGemm<Q5_KG, ActQ8K<32>>, kVnni};
     case GgmlType::kQ6_K:
-      return {RowsK<Q6_KW>, kVnni};
+      return {RowsGemm<Q6_KG, ActQ8K<16>>, kVnni};
     case GgmlType::kF16:
       return {F16Rows, "avx512-f16c"};
     case GgmlType::kBF16:

@@ -11,12 +11,20 @@
 // dot of a block is exact, so the result differs from the scalar kernel only by fp32 rounding of
 // scale products and summation order (the offset term is subtracted in fp32: the error bound is
 // relative to sum |x| (|w| + offset term), see tests/kernels/quant_matmul_avx512_test.cc).
-// Tiles: a weight block is unpacked once per tile of up to 4 activation rows and reused from
-// registers across them; the 2 weight rows of a tile (a few KB) stay in L1 while every row tile
-// passes over them, so each weight byte comes from memory once per product.
+// The kernels are GEMM-form (register-blocked): a panel of up to 32 weight rows (one call's work
+// item) is unpacked once per call to unsigned bytes and transposed so that int32 lane r of a
+// vector holds 4 consecutive quants of weight row r; each vpdpbusd multiplies it by 4 int8
+// activation quants broadcast to all lanes, i.e. 64 multiply-adds for 16 outputs, and each
+// unpacked weight vector is reused from a register by 6 (8 for a 16-row panel) activation rows.
+// The int32 sums go to fp32 once per weight scale (32 elements; Q6_K 16) and the outputs are
+// stored as vectors: no horizontal sums. The offset term starts the int32 sum (-offset times the
+// activation sub-block sum); the min types add m_w d_a sum(a) in fp32. The activations are read
+// in the format MatMul prepared once per product (ActQ8Block32 / BlockQ8_K); nothing is
+// re-quantised or re-laid out per call.
 // Floating paths: BF16 with vdpbf16ps on activations rounded to bf16 (nearest even) once per
-// call, products summed in fp32 (error: the activation rounding, relative ~2^-9 per product);
-// F16 widened 16 at a time with vcvtph2ps against fp32 activations, fp32 FMA.
+// call (1/32 of the call's work), products summed in fp32 (error: the activation rounding,
+// relative ~2^-9 per product); F16 widened to an fp32 panel once per call (vcvtph2ps), fp32 FMA
+// on fp32 activations broadcast. Both on panels transposed like the integer ones.
 #pragma once
 
 #include "metronome/kernels/quant_matmul.h"

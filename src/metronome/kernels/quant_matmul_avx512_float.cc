@@ -1,137 +1,165 @@
 // BF16 and F16 weight kernels of quant_matmul_avx512.h. Compiled with AVX-512 (+BF16) flags
-// (kernels/CMakeLists.txt); Bf16MatMul is entered only after CpuHasAvx512Bf16(), F16MatMul after
+// (kernels/CMakeLists.txt); Bf16Rows is entered only after CpuHasAvx512Bf16(), F16Rows after
 // CpuHasAvx512Vnni().
+//
+// Both are GEMM-form kernels like the integer ones (quant_matmul_avx512.cc): a panel of 16 * NT
+// weight rows is transposed once per call so that int32 lane r of a vector holds weight row r,
+// and one activation value (F16: an fp32 element; BF16: a bf16 pair) broadcast to all lanes
+// updates 16 outputs per instruction, for MT activation rows per weight vector load. No
+// horizontal sums; the panel (<= 200 KB at k = 1536) stays in L2 while every activation row
+// passes over it.
 #include <immintrin.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
+#include "metronome/kernels/internal/avx512_transpose.h"
 #include "metronome/kernels/quant_matmul.h"
 #include "metronome/kernels/quant_matmul_avx512.h"
-#include "metronome/quant/blocks.h"
 #include "metronome/quant/weight_matrix.h"
 
 namespace metronome::kernels::avx512 {
 namespace {
 
-constexpr int kRowTile = 4;     // activation rows per tile
-constexpr int kWeightTile = 4;  // weight rows per tile: 16 accumulators, 8 operand registers
+constexpr int kLanes = 16;     // weight rows per output vector
+constexpr int kMaxGroups = 2;  // vectors of weight rows per panel (32 weight rows)
+constexpr int kUnit = 16;      // 16-bit weights per row unpacked at a time (32 bytes, 8 dwords)
 
-// ---- BF16: x rounded to bf16 once per call, rows padded with zeros to a multiple of 32 (one
-// vdpbf16ps consumes 32 bf16 pairs-of-products into 16 fp32 lanes).
+// Panel storage (a wrapper: a vector type as a template argument loses its alignment attribute).
+struct alignas(64) VecI {
+  __m512i v;
+};
+struct alignas(64) VecF {
+  __m512 v;
+};
+
+// Activation rows per register tile: MT * NT fp32 accumulators + NT weight vectors.
+constexpr int ActTile(int groups) { return groups == 1 ? 12 : 8; }
+
+inline __mmask16 LaneMask(int n) noexcept {
+  if (n >= kLanes) return static_cast<__mmask16>(0xFFFF);
+  return static_cast<__mmask16>(n > 0 ? (1u << n) - 1u : 0u);
+}
+
+// Elements [16 u, 16 u + 16) of rows[0, 16) (16-bit values; past k: zeros) as 8 vectors: vector
+// t holds in int32 lane r the pair of elements 16 u + 2 t, + 1 of row r (low half first).
+inline void TransposeUnit(const std::uint16_t* const* rows, int u, int k,
+                          __m512i (&out)[8]) noexcept {
+  const int left = k - kUnit * u;
+  const auto mask = static_cast<__mmask16>(LaneMask(left));
+  __m512i in[8];
+#pragma GCC unroll 8
+  for (int p = 0; p < 8; ++p) {
+    const __m256i a = _mm256_maskz_loadu_epi16(mask, rows[p] + kUnit * u);
+    const __m256i b = _mm256_maskz_loadu_epi16(mask, rows[p + 8] + kUnit * u);
+    in[p] = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+  }
+  Transpose16x8(in, out);
+}
+
+// Calls f.template operator()<R>() for R = rem, 1 <= rem <= kMax.
+template <int kMax, class F>
+void ForCount(int rem, F&& f) noexcept {
+  if constexpr (kMax > 0) {
+    if (rem == kMax) {
+      f.template operator()<kMax>();
+    } else {
+      ForCount<kMax - 1>(rem, f);
+    }
+  }
+}
+
+inline void StoreRow(float* out, __mmask16 mask, bool accumulate, __m512 v) noexcept {
+  if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, out));
+  _mm512_mask_storeu_ps(out, mask, v);
+}
+
+// Runs `panel_fn.template operator()<NT>(rows, n, j)` for each panel of up to 32 weight rows
+// starting at row j (rows past row_end repeat the last one; n valid).
+template <class F>
+void Panels(const quant::WeightMatrix& w, int row_begin, int row_end, F&& panel_fn) noexcept {
+  for (int j = row_begin; j < row_end; j += kLanes * kMaxGroups) {
+    const int n = row_end - j < kLanes * kMaxGroups ? row_end - j : kLanes * kMaxGroups;
+    const std::uint16_t* rows[kLanes * kMaxGroups];
+    for (int r = 0; r < kLanes * kMaxGroups; ++r) {
+      rows[r] = reinterpret_cast<const std::uint16_t*>(w.Row(j + (r < n ? r : n - 1)));
+    }
+    if (n > kLanes) {
+      panel_fn.template operator()<2>(rows, n, j);
+    } else {
+      panel_fn.template operator()<1>(rows, n, j);
+    }
+  }
+}
+
+// ---- BF16: x rounded to bf16 (nearest even) once per call, rows padded with zeros to a
+// multiple of 32; the panel holds bf16 pairs, vdpbf16ps adds two products per lane.
 constexpr int kBf16Step = 32;
 
 inline __m512bh AsBh(__m512i v) noexcept { return reinterpret_cast<__m512bh&>(v); }
 
 template <int MT, int NT>
-void TileBf16(const std::uint16_t* xb, int kpad, int k, const std::uint16_t* const* wrow, float* y,
-              int ldy, bool accumulate) noexcept {
+void TileBf16(const VecI* panel, int pairs, const std::uint16_t* xb, int kpad, float* y, int ldy,
+              bool accumulate, __mmask16 last) noexcept {
   __m512 acc[MT][NT];
 #pragma GCC unroll 8
   for (auto& row : acc) {
 #pragma GCC unroll 8
     for (auto& a : row) a = _mm512_setzero_ps();
   }
-  for (int i0 = 0; i0 < kpad; i0 += kBf16Step) {
-    const int left = k - i0;
-    const __mmask32 mask = left >= kBf16Step ? ~__mmask32{0} : (__mmask32{1} << left) - 1;
+  for (int p = 0; p < pairs; ++p) {
     __m512i w[NT];
 #pragma GCC unroll 8
-    for (int j = 0; j < NT; ++j) w[j] = _mm512_maskz_loadu_epi16(mask, wrow[j] + i0);
-#pragma GCC unroll 8
+    for (int g = 0; g < NT; ++g) w[g] = panel[static_cast<std::ptrdiff_t>(p) * NT + g].v;
+#pragma GCC unroll 16
     for (int i = 0; i < MT; ++i) {
-      const __m512i xv = _mm512_load_si512(xb + static_cast<std::ptrdiff_t>(i) * kpad + i0);
+      std::int32_t pair = 0;
+      std::memcpy(&pair, xb + static_cast<std::ptrdiff_t>(i) * kpad + 2 * p, 4);
+      const __m512i x = _mm512_set1_epi32(pair);
 #pragma GCC unroll 8
-      for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], AsBh(w[j]), AsBh(xv));
+      for (int g = 0; g < NT; ++g) acc[i][g] = _mm512_dpbf16_ps(acc[i][g], AsBh(w[g]), AsBh(x));
     }
   }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int i = 0; i < MT; ++i) {
 #pragma GCC unroll 8
-    for (int j = 0; j < NT; ++j) {
-      float& out = y[static_cast<std::ptrdiff_t>(i) * ldy + j];
-      const float v = _mm512_reduce_add_ps(acc[i][j]);
-      out = accumulate ? out + v : v;
+    for (int g = 0; g < NT; ++g) {
+      StoreRow(y + static_cast<std::ptrdiff_t>(i) * ldy + kLanes * g,
+               g == NT - 1 ? last : LaneMask(kLanes), accumulate, acc[i][g]);
     }
   }
 }
 
-// ---- F16: 16 weights widened per vcvtph2ps, fp32 FMA against fp32 x.
-constexpr int kF16Step = 16;
-
+// ---- F16: the panel widened to fp32 once per call; fp32 FMA against fp32 x broadcast.
 template <int MT, int NT>
-void TileF16(const float* x, std::ptrdiff_t ldx, int k, const std::uint16_t* const* wrow, float* y,
-             int ldy, bool accumulate) noexcept {
+void TileF16(const VecF* panel, int k, const float* x, std::ptrdiff_t ldx, float* y, int ldy,
+             bool accumulate, __mmask16 last) noexcept {
   __m512 acc[MT][NT];
 #pragma GCC unroll 8
   for (auto& row : acc) {
 #pragma GCC unroll 8
     for (auto& a : row) a = _mm512_setzero_ps();
   }
-  for (int i0 = 0; i0 < k; i0 += kF16Step) {
-    const int left = k - i0;
-    const __mmask16 mask = left >= kF16Step ? static_cast<__mmask16>(0xFFFF)
-                                            : static_cast<__mmask16>((1u << left) - 1);
+  for (int e = 0; e < k; ++e) {
     __m512 w[NT];
 #pragma GCC unroll 8
-    for (int j = 0; j < NT; ++j) {
-      w[j] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, wrow[j] + i0));
-    }
-#pragma GCC unroll 8
+    for (int g = 0; g < NT; ++g) w[g] = panel[static_cast<std::ptrdiff_t>(e) * NT + g].v;
+#pragma GCC unroll 16
     for (int i = 0; i < MT; ++i) {
-      const __m512 xv = _mm512_maskz_loadu_ps(mask, x + i * ldx + i0);
+      const __m512 xv = _mm512_set1_ps(x[i * ldx + e]);
 #pragma GCC unroll 8
-      for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_fmadd_ps(w[j], xv, acc[i][j]);
+      for (int g = 0; g < NT; ++g) acc[i][g] = _mm512_fmadd_ps(w[g], xv, acc[i][g]);
     }
   }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int i = 0; i < MT; ++i) {
 #pragma GCC unroll 8
-    for (int j = 0; j < NT; ++j) {
-      float& out = y[static_cast<std::ptrdiff_t>(i) * ldy + j];
-      const float v = _mm512_reduce_add_ps(acc[i][j]);
-      out = accumulate ? out + v : v;
+    for (int g = 0; g < NT; ++g) {
+      StoreRow(y + static_cast<std::ptrdiff_t>(i) * ldy + kLanes * g,
+               g == NT - 1 ? last : LaneMask(kLanes), accumulate, acc[i][g]);
     }
-  }
-}
-
-// The tile drivers shared by both types: `Tile<MT, NT>(row r, weight rows, y)`.
-template <int NT, class Tile>
-void RowTiles(int m, Tile&& tile) noexcept {
-  int r = 0;
-  for (; r + kRowTile <= m; r += kRowTile) tile.template operator()<kRowTile, NT>(r);
-  switch (m - r) {
-    case 3:
-      tile.template operator()<3, NT>(r);
-      break;
-    case 2:
-      tile.template operator()<2, NT>(r);
-      break;
-    case 1:
-      tile.template operator()<1, NT>(r);
-      break;
-    default:
-      break;
-  }
-}
-
-template <class Tile>
-void WeightTiles(int n_begin, int n_end, Tile&& tile) noexcept {
-  int j = n_begin;
-  for (; j + kWeightTile <= n_end; j += kWeightTile) tile.template operator()<kWeightTile>(j);
-  switch (n_end - j) {
-    case 3:
-      tile.template operator()<3>(j);
-      break;
-    case 2:
-      tile.template operator()<2>(j);
-      break;
-    case 1:
-      tile.template operator()<1>(j);
-      break;
-    default:
-      break;
   }
 }
 
@@ -146,6 +174,8 @@ void Bf16Rows(const RowsKernelArgs& a, int row_begin, int row_end) {
   struct alignas(64) Line {
     std::uint16_t v[kBf16Step];
   };
+  // The activations in bf16: m * k / 32 conversions per call, 1/32 of the call's dot products
+  // (for a 32-row panel), so they are not worth a per-product activation format.
   thread_local std::vector<Line> scratch;
   const auto lines = static_cast<std::size_t>(m) * static_cast<std::size_t>(kpad / kBf16Step);
   if (scratch.size() < lines) scratch.resize(lines);
@@ -156,41 +186,80 @@ void Bf16Rows(const RowsKernelArgs& a, int row_begin, int row_end) {
     std::uint16_t* out = xb + static_cast<std::ptrdiff_t>(r) * kpad;
     for (int i0 = 0; i0 < kpad; i0 += kBf16Step) {
       const int left = k - i0;
-      const auto lane_mask = [](int n) {
-        return n >= 16 ? static_cast<__mmask16>(0xFFFF)
-                       : static_cast<__mmask16>(n > 0 ? (1u << n) - 1 : 0);
-      };
-      const __m512 lo = _mm512_maskz_loadu_ps(lane_mask(left), xr + i0);
-      const __m512 hi = _mm512_maskz_loadu_ps(lane_mask(left - 16), xr + i0 + 16);
+      const __m512 lo = _mm512_maskz_loadu_ps(LaneMask(left), xr + i0);
+      const __m512 hi = _mm512_maskz_loadu_ps(LaneMask(left - 16), xr + i0 + 16);
       // vcvtne2ps2bf16 puts its second operand in the low half; rounds to nearest even.
       const __m512bh packed = _mm512_cvtne2ps_pbh(hi, lo);
       _mm512_store_si512(out + i0, reinterpret_cast<const __m512i&>(packed));
     }
   }
-  WeightTiles(row_begin, row_end, [&]<int NT>(int j) {
-    const std::uint16_t* rows[NT];
+  const int units = (k + kUnit - 1) / kUnit;
+  const int pairs = units * (kUnit / 2);
+  thread_local std::vector<VecI> panel;
+  Panels(w, row_begin, row_end, [&]<int NT>(const std::uint16_t* const* rows, int n, int j) {
+    const auto need = static_cast<std::size_t>(pairs) * NT;
+    if (panel.size() < need) panel.resize(need);
+    for (int g = 0; g < NT; ++g) {
+      for (int u = 0; u < units; ++u) {
+        __m512i out[8];
+        TransposeUnit(rows + kLanes * g, u, k, out);
 #pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) rows[t] = reinterpret_cast<const std::uint16_t*>(w.Row(j + t));
-    RowTiles<NT>(m, [&]<int MT, int NT2>(int r) {
-      TileBf16<MT, NT2>(xb + static_cast<std::ptrdiff_t>(r) * kpad, kpad, k, rows,
-                        a.y + static_cast<std::ptrdiff_t>(r) * a.ldy + j, a.ldy, a.accumulate);
+        for (int t = 0; t < 8; ++t) {
+          panel[static_cast<std::size_t>(8 * u + t) * NT + g].v = out[t];
+        }
+      }
+    }
+    const __mmask16 last = LaneMask(n - kLanes * (NT - 1));
+    constexpr int kMt = ActTile(NT);
+    int r = 0;
+    for (; r + kMt <= m; r += kMt) {
+      TileBf16<kMt, NT>(panel.data(), pairs, xb + static_cast<std::ptrdiff_t>(r) * kpad, kpad,
+                        a.y + static_cast<std::ptrdiff_t>(r) * a.ldy + j, a.ldy, a.accumulate,
+                        last);
+    }
+    ForCount<kMt - 1>(m - r, [&]<int R>() {
+      TileBf16<R, NT>(panel.data(), pairs, xb + static_cast<std::ptrdiff_t>(r) * kpad, kpad,
+                      a.y + static_cast<std::ptrdiff_t>(r) * a.ldy + j, a.ldy, a.accumulate, last);
     });
   });
 }
 
 void F16Rows(const RowsKernelArgs& a, int row_begin, int row_end) {
   const quant::WeightMatrix& w = *a.w;
+  const int m = a.m;
   const int k = w.cols;
-  if (a.m <= 0 || row_begin >= row_end || k <= 0) return;
+  if (m <= 0 || row_begin >= row_end || k <= 0) return;
   const auto* x = reinterpret_cast<const float*>(a.act);
   const auto ldx = static_cast<std::ptrdiff_t>(a.act_row_bytes / sizeof(float));
-  WeightTiles(row_begin, row_end, [&]<int NT>(int j) {
-    const std::uint16_t* rows[NT];
+  const int units = (k + kUnit - 1) / kUnit;
+  thread_local std::vector<VecF> panel;
+  Panels(w, row_begin, row_end, [&]<int NT>(const std::uint16_t* const* rows, int n, int j) {
+    const auto need = static_cast<std::size_t>(units) * kUnit * NT;
+    if (panel.size() < need) panel.resize(need);
+    for (int g = 0; g < NT; ++g) {
+      for (int u = 0; u < units; ++u) {
+        __m512i out[8];
+        TransposeUnit(rows + kLanes * g, u, k, out);
 #pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) rows[t] = reinterpret_cast<const std::uint16_t*>(w.Row(j + t));
-    RowTiles<NT>(a.m, [&]<int MT, int NT2>(int r) {
-      TileF16<MT, NT2>(x + r * ldx, ldx, k, rows, a.y + static_cast<std::ptrdiff_t>(r) * a.ldy + j,
-                       a.ldy, a.accumulate);
+        for (int t = 0; t < 8; ++t) {
+          // Lane r of out[t]: elements 2t (low 16 bits) and 2t + 1 of row r, widened.
+          const __m512 even = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(out[t]));
+          const __m512 odd = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(out[t], 16)));
+          panel[static_cast<std::size_t>(kUnit * u + 2 * t) * NT + g].v = even;
+          panel[static_cast<std::size_t>(kUnit * u + 2 * t + 1) * NT + g].v = odd;
+        }
+      }
+    }
+    const __mmask16 last = LaneMask(n - kLanes * (NT - 1));
+    constexpr int kMt = ActTile(NT);
+    int r = 0;
+    for (; r + kMt <= m; r += kMt) {
+      TileF16<kMt, NT>(panel.data(), k, x + r * ldx, ldx,
+                       a.y + static_cast<std::ptrdiff_t>(r) * a.ldy + j, a.ldy, a.accumulate, last);
+    }
+    ForCount<kMt - 1>(m - r, [&]<int R>() {
+      TileF16<R, NT>(panel.data(), k, x + r * ldx, ldx,
+                     a.y + static_cast<std::ptrdiff_t>(r) * a.ldy + j, a.ldy, a.accumulate, last);
     });
   });
 }
