@@ -387,7 +387,33 @@ INSTANTIATE_TEST_SUITE_P(
                  3,
                  Dims{4, 2, 128, 2},
                  {1, 7, 1, 13, 1, 1, 5}},
-        ImplCase{"hd128_mqa_full_b5", KvPolicy::Full(), 5, Dims{4, 1, 128, 1}, {21, 1, 3}}),
+        ImplCase{"hd128_mqa_full_b5", KvPolicy::Full(), 5, Dims{4, 1, 128, 1}, {21, 1, 3}},
+        // The blockwise kernel's edges: chunks of 16 keys inside blocks of 16 / 32 / 20, odd
+        // lengths ending mid-chunk, groups that are not a whole number of head tiles (5 = 4 + 1,
+        // 3 = 2 + 1 at head dim 128, 8 = 4 + 4), window + sinks crossing block edges, and a long
+        // full context (many running-maximum updates).
+        ImplCase{"hd64_gqa3_full_b16_odd",
+                 KvPolicy::Full(),
+                 16,
+                 Dims{9, 3, 64, 1},
+                 {31, 1, 1, 16, 1, 13}},
+        ImplCase{"hd64_gqa5_w23_s5_roll_b7",
+                 KvPolicy::Window(23, 5, PositionMode::kRolling),
+                 7,
+                 Dims{10, 2, 64, 1},
+                 {29, 1, 1, 17, 1}},
+        ImplCase{"hd128_gqa3_w37_s3_b32",
+                 KvPolicy::Window(37, 3),
+                 32,
+                 Dims{6, 2, 128, 1},
+                 {45, 1, 1, 33, 1}},
+        ImplCase{
+            "hd32_gqa8_w50_s0_b20", KvPolicy::Window(50, 0), 20, Dims{8, 1, 32, 1}, {61, 1, 19, 1}},
+        ImplCase{"hd64_gqa3_full_b16_long",
+                 KvPolicy::Full(),
+                 16,
+                 Dims{9, 3, 64, 1},
+                 {300, 1, 1, 211, 1}}),
     [](const ::testing::TestParamInfo<ImplCase>& i) { return std::string(i.param.name); });
 
 // The split-q bound is tight enough to reject q rounded to one bf16: the test above can fail.

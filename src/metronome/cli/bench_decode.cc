@@ -7,17 +7,20 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <thread>
 
 #include "metronome/base/busy_processes.h"
 #include "metronome/base/errors.h"
+#include "metronome/base/process_memory.h"
 #include "metronome/base/thread_pool.h"
 #include "metronome/cli/commands.h"
 #include "metronome/cli/common.h"
 #include "metronome/kernels/gemm.h"
 #include "metronome/kernels/memory_bandwidth.h"
+#include "metronome/kernels/paged_attention.h"
 #include "metronome/kernels/vector_ops.h"
 
 namespace metronome::cli {
@@ -39,7 +42,7 @@ struct BenchFlags {
 
 // Per-step figures of one decode measurement.
 struct DecodeRun {
-  std::vector<double> step_ms, step_gflops, gemm_ms, attn_ms;
+  std::vector<double> step_ms, step_gflops, gemm_ms, attn_ms, attn_kv_bytes;
 };
 
 double Median(std::vector<double> v) {
@@ -59,6 +62,7 @@ double Percentile(std::vector<double> v, double q) {
 
 int RunBench(const BenchFlags& f) {
   const model::Model m = f.model.Load();
+  const std::optional<base::ProcessMemory> mem_loaded = base::ReadProcessMemory();
   const kv::KvPolicy policy = f.kv.Policy();
   const int runs = f.cotenants > 0 ? 2 : 1;
   const std::int64_t total_tokens = f.context + runs * (f.warmup + f.steps) + 1;
@@ -134,12 +138,21 @@ int RunBench(const BenchFlags& f) {
         run->step_gflops.push_back(eng.last_step().flops / eng.last_step().seconds / 1e9);
         run->gemm_ms.push_back(eng.last_step().gemm_seconds * 1e3);
         run->attn_ms.push_back(eng.last_step().attention_seconds * 1e3);
+        // K and V of the keys each session's query saw, all layers: what attention streamed.
+        double kv_bytes = 0.0;
+        for (const engine::SessionId id : ids) {
+          kv_bytes +=
+              static_cast<double>(kernels::VisibleKeys(policy, eng.session_kv(id)->length() - 1));
+        }
+        run->attn_kv_bytes.push_back(kv_bytes *
+                                     static_cast<double>(eng.kv_layout().bytes_per_token()));
       }
     }
     return 0;
   };
   DecodeRun quiet;
   if (const int rc = decode(&quiet); rc != 0) return rc;
+  const std::optional<base::ProcessMemory> mem_decoded = base::ReadProcessMemory();
   const std::vector<double>& step_ms = quiet.step_ms;
   const double peak = kernels::MeasureGemmPeakGflops(f.peak_n, 5);
   const double bandwidth = kernels::MeasureReadBandwidthGBps();
@@ -168,6 +181,11 @@ int RunBench(const BenchFlags& f) {
               f.sessions * 1e3 / mean_ms, mean_ms);
   std::printf("step breakdown ms: gemm %.2f attention %.2f other %.2f\n", Median(quiet.gemm_ms),
               Median(quiet.attn_ms), med_ms - Median(quiet.gemm_ms) - Median(quiet.attn_ms));
+  // Attention is bound by the K/V it streams: the bytes every session's query sees, per step.
+  const double attn_kv_bytes = Median(quiet.attn_kv_bytes);
+  const double attn_ms = Median(quiet.attn_ms);
+  std::printf("attention KV read per step %s, %.1f GB/s\n", HumanBytes(attn_kv_bytes).c_str(),
+              attn_ms > 0.0 ? attn_kv_bytes / (attn_ms * 1e6) : 0.0);
   std::printf("achieved GFLOP/s %.1f\n", med_gflops);
   std::printf("fp32 GEMM peak GFLOP/s %.1f (in-run sgemm %dx%dx%d)\n", peak, f.peak_n, f.peak_n,
               f.peak_n);
@@ -191,6 +209,25 @@ int RunBench(const BenchFlags& f) {
       HumanBytes(static_cast<double>(ps.used_blocks) * bytes_per_block).c_str(),
       HumanBytes(static_cast<double>(ps.num_blocks) * bytes_per_block).c_str(),
       static_cast<long long>(ps.blocks_freed_by_window));
+
+  // Resident memory against what must be resident: the model file (mapped) plus the KV pool.
+  if (mem_loaded && mem_decoded) {
+    std::error_code ec;
+    const auto file_bytes = std::filesystem::file_size(f.model.model, ec);
+    const double pool_bytes = static_cast<double>(ps.num_blocks) * bytes_per_block;
+    std::printf("memory: VmRSS after load %s, after decode %s, VmHWM %s; kv pool %s",
+                HumanBytes(static_cast<double>(mem_loaded->rss_bytes)).c_str(),
+                HumanBytes(static_cast<double>(mem_decoded->rss_bytes)).c_str(),
+                HumanBytes(static_cast<double>(mem_decoded->hwm_bytes)).c_str(),
+                HumanBytes(pool_bytes).c_str());
+    if (!ec) {
+      const double denom = static_cast<double>(file_bytes) + pool_bytes;
+      std::printf(", model file %s: VmHWM / (file + pool) %.2f",
+                  HumanBytes(static_cast<double>(file_bytes)).c_str(),
+                  static_cast<double>(mem_decoded->hwm_bytes) / denom);
+    }
+    std::printf("\n");
+  }
 
   if (f.cotenants > 0) {
     DecodeRun shared;

@@ -1,5 +1,6 @@
 // PagedAttention for bf16 KV on CPUs with AVX512_BF16: q.k by vdpbf16ps straight on the stored
-// bf16 keys; V widened to fp32 (exact) and accumulated with FMAs in the shared loop's AVX-512 ops.
+// bf16 keys, 16 keys per score vector; online softmax per chunk of keys; V widened to fp32 (exact)
+// and accumulated with FMAs, each V row once for a tile of the group's heads.
 //
 // This file is compiled for AVX512_BF16 by a target pragma (not a per-file -m flag), so only the
 // code after the pragma may use those instructions: every header it needs is included before, and
@@ -15,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "metronome/base/check.h"
 #include "metronome/base/types.h"
@@ -36,6 +38,7 @@
 #endif
 
 #include "metronome/kernels/internal/attention_loop.h"
+#include "metronome/kernels/internal/simd_exp.h"
 
 #if defined(__x86_64__) && defined(__AVX512BF16__) && defined(__AVX512F__)
 #define MTR_HAVE_BF16_DOT 1
@@ -45,51 +48,246 @@ namespace metronome::kernels {
 namespace {
 
 #if defined(MTR_HAVE_BF16_DOT)
-// Head dims 32k (+16): each register holds 32 bf16 = 16 pairs; a trailing half register is
+// Blockwise kernel. For one query and a tile of NH heads of the kv head's group, the visible keys
+// are walked once, in chunks of up to 16 keys (never across a block): the chunk's K rows feed NH
+// score vectors (16 keys in the lanes of one register: no per-key horizontal sum), an online
+// softmax (running max m, running sum l) turns them into weights with one vector exp per head and
+// chunk, and each V row is widened once and accumulated into all NH heads' outputs. So each K/V
+// byte comes from memory once per tile (the whole group for head dims up to 64), and the next
+// block's rows are prefetched while the current one is computed.
+//
+// Head dims 32k (+16): each key register holds 32 bf16 = 16 pairs; a trailing half register is
 // loaded with a 16-lane mask (its upper lanes are zero in q and in the key load).
 template <int HD, bool kSplitQ>
-struct Bf16DotOps {
+struct Blockwise {
   static constexpr int kFull = HD / 32;
   static constexpr bool kHalf = HD % 32 == 16;
-  static constexpr int kRegs = kFull + (kHalf ? 1 : 0);
-  static_assert(HD % 16 == 0 && kRegs >= 1);
+  static constexpr int kPairRegs = kFull + (kHalf ? 1 : 0);
+  static constexpr int kOutRegs = HD / 16;  // fp32 registers of one head's output
+  static constexpr int kChunk = 16;         // keys per score vector
+  // Heads per tile: NH output accumulators of kOutRegs registers stay in the 32 zmm registers.
+  static constexpr int kMaxTile = HD <= 64 ? 4 : 2;
+  static_assert(HD % 16 == 0 && kPairRegs >= 1);
+
+  struct Query {
+    __m512bh hi[kPairRegs];
+    __m512bh lo[kPairRegs];
+  };
 
   // bf16(q) of 32 consecutive floats (the last 16 may be absent: zero) and the rounding residue.
-  static void ToBf16Pair(const float* q, bool full, __m512bh* hi, __m512bh* lo) {
-    const __m512 a = _mm512_loadu_ps(q);
-    const __m512 b = full ? _mm512_loadu_ps(q + 16) : _mm512_setzero_ps();
-    *hi = _mm512_cvtne2ps_pbh(b, a);  // lanes 0..15 from a, 16..31 from b
-    const auto hi_bits = std::bit_cast<__m512i>(*hi);
-    const __m512 a_hi = WidenBf16x16(_mm512_castsi512_si256(hi_bits));
-    const __m512 b_hi = WidenBf16x16(_mm512_extracti64x4_epi64(hi_bits, 1));
-    *lo = _mm512_cvtne2ps_pbh(_mm512_sub_ps(b, b_hi), _mm512_sub_ps(a, a_hi));
+  static void LoadQuery(const float* q, Query* out) {
+#pragma GCC unroll 8
+    for (int c = 0; c < kPairRegs; ++c) {
+      const __m512 a = _mm512_loadu_ps(q + 32 * c);
+      const __m512 b = c < kFull ? _mm512_loadu_ps(q + 32 * c + 16) : _mm512_setzero_ps();
+      out->hi[c] = _mm512_cvtne2ps_pbh(b, a);  // lanes 0..15 from a, 16..31 from b
+      const auto hi_bits = std::bit_cast<__m512i>(out->hi[c]);
+      const __m512 a_hi = WidenBf16x16(_mm512_castsi512_si256(hi_bits));
+      const __m512 b_hi = WidenBf16x16(_mm512_extracti64x4_epi64(hi_bits, 1));
+      out->lo[c] = _mm512_cvtne2ps_pbh(_mm512_sub_ps(b, b_hi), _mm512_sub_ps(a, a_hi));
+    }
   }
   static __m512bh LoadKey(const std::uint16_t* k, int c) {
     if (c < kFull) return std::bit_cast<__m512bh>(_mm512_loadu_si512(k + 32 * c));
     return std::bit_cast<__m512bh>(_mm512_maskz_loadu_epi16(0x0000ffffu, k + 32 * c));
   }
 
-  struct ScoreHead {
-    __m512bh hi[kRegs];
-    __m512bh lo[kRegs];
-    void Begin(const float* qh, int /*hd*/) {
+  // Lane k = the sum of the 16 lanes of acc[k]: a transposing reduction tree (15 adds and 30
+  // shuffles for 16 keys instead of 16 full horizontal sums).
+  static __m512 SumLanes16(const __m512* acc) {
+    __m512 t[8];
 #pragma GCC unroll 8
-      for (int c = 0; c < kRegs; ++c) ToBf16Pair(qh + 32 * c, c < kFull, &hi[c], &lo[c]);
+    for (int i = 0; i < 8; ++i) {  // per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3]
+      t[i] = _mm512_add_ps(_mm512_unpacklo_ps(acc[2 * i], acc[2 * i + 1]),
+                           _mm512_unpackhi_ps(acc[2 * i], acc[2 * i + 1]));
     }
-    [[nodiscard]] float Score(const std::uint16_t* k, int /*hd*/) const {
-      __m512 acc_hi = _mm512_setzero_ps();
-      __m512 acc_lo = _mm512_setzero_ps();
+    __m512 u[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {  // per 128-bit lane: [a, b, c, d] partial sums
+      const __m512d x = _mm512_castps_pd(t[2 * i]);
+      const __m512d y = _mm512_castps_pd(t[2 * i + 1]);
+      u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                           _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    // Sum the four 128-bit lanes of each u[i] into 128-bit lane i of the result.
+    const __m512 v0 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                    _mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512 v1 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                    _mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(v0, v1, _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+
+  // q.k for the `count` (1..16) keys at rows[0], rows[stride], ...; lanes >= count repeat the last
+  // key (valid memory; the caller masks them).
+  static __m512 Scores16(const Query& q, const std::uint16_t* rows, std::size_t stride, int count) {
+    __m512 acc[kChunk];
+#pragma GCC unroll 16
+    for (int k = 0; k < kChunk; ++k) {
+      const std::uint16_t* row = rows + static_cast<std::size_t>(std::min(k, count - 1)) * stride;
+      __m512 a = _mm512_setzero_ps();
 #pragma GCC unroll 8
-      for (int c = 0; c < kRegs; ++c) {
-        const __m512bh key = LoadKey(k, c);
-        acc_hi = _mm512_dpbf16_ps(acc_hi, hi[c], key);
-        if constexpr (kSplitQ) acc_lo = _mm512_dpbf16_ps(acc_lo, lo[c], key);
+      for (int c = 0; c < kPairRegs; ++c) {
+        const __m512bh key = LoadKey(row, c);
+        a = _mm512_dpbf16_ps(a, q.hi[c], key);
+        if constexpr (kSplitQ) a = _mm512_dpbf16_ps(a, q.lo[c], key);
       }
-      if constexpr (kSplitQ) acc_hi = _mm512_add_ps(acc_hi, acc_lo);
-      return _mm512_reduce_add_ps(acc_hi);
+      acc[k] = a;
     }
-  };
-  using OutHead = typename SimdOps<HD / 16>::OutHead;
+    return SumLanes16(acc);
+  }
+
+  // Prefetches the K and V rows of `head_off` in the block holding key j (up to 16 rows).
+  static void PrefetchBlock(const kv::PagedKvView& kv, int layer, std::size_t head_off,
+                            TokenPos j) {
+    const std::int64_t b = j / kv.block_tokens;
+    const std::byte* base = kv.BlockKeys(layer, b);
+    if (base == nullptr) return;
+    const std::size_t row_bytes = static_cast<std::size_t>(kv.kv_dim) * sizeof(std::uint16_t);
+    const std::size_t v_bytes = kv.plane_elements * sizeof(std::uint16_t);
+    const char* k = reinterpret_cast<const char*>(base) + head_off * sizeof(std::uint16_t);
+    const int rows = std::min(kv.block_tokens, kChunk);
+    for (int t = 0; t < rows; ++t, k += row_bytes) {
+#pragma GCC unroll 4
+      for (int line = 0; line < HD * 2; line += 64) {
+        _mm_prefetch(k + line, _MM_HINT_T0);
+        _mm_prefetch(k + v_bytes + line, _MM_HINT_T0);
+      }
+    }
+  }
+
+  // Heads [h0, h0 + NH) of the group for the query at row q_row / sink_q (rolling sinks).
+  template <int NH>
+  static void Tile(const kv::PagedKvView& kv, int layer, std::size_t head_off,
+                   const KeyRange* ranges, int num_ranges, bool rolling, const float* q_row,
+                   const float* sink_q, float scale, float* out_row) {
+    float m[NH];
+    __m512 l[NH];
+    __m512 acc[NH][kOutRegs];
+#pragma GCC unroll 4
+    for (int h = 0; h < NH; ++h) {
+      m[h] = -std::numeric_limits<float>::infinity();
+      l[h] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+      for (int c = 0; c < kOutRegs; ++c) acc[h][c] = _mm512_setzero_ps();
+    }
+    const int bt = kv.block_tokens;
+    const auto stride = static_cast<std::size_t>(kv.kv_dim);
+    const __m512 vscale = _mm512_set1_ps(scale);
+    const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    alignas(64) float weights[NH][kChunk];
+    for (int r = 0; r < num_ranges; ++r) {
+      const KeyRange& range = ranges[r];
+      const float* qsrc = rolling && range.sinks ? sink_q : q_row;
+      Query qr[NH];
+#pragma GCC unroll 4
+      for (int h = 0; h < NH; ++h) LoadQuery(qsrc + static_cast<std::ptrdiff_t>(h) * HD, &qr[h]);
+      for (TokenPos j = range.begin; j < range.end;) {
+        const std::int64_t b = j / bt;
+        const auto* k_base = reinterpret_cast<const std::uint16_t*>(kv.BlockKeys(layer, b));
+        MTR_DCHECK(k_base != nullptr, "visible key in a freed block");
+        k_base += head_off;
+        const TokenPos block_end = std::min<TokenPos>((b + 1) * bt, range.end);
+        if (block_end < range.end) PrefetchBlock(kv, layer, head_off, block_end);
+        for (; j < block_end;) {
+          const int count = static_cast<int>(std::min<TokenPos>(kChunk, block_end - j));
+          const auto valid = static_cast<__mmask16>((1u << count) - 1u);
+          const std::uint16_t* k_rows = k_base + static_cast<std::size_t>(j - b * bt) * stride;
+          const std::uint16_t* v_rows = k_rows + kv.plane_elements;
+#pragma GCC unroll 4
+          for (int h = 0; h < NH; ++h) {
+            __m512 s = _mm512_mul_ps(Scores16(qr[h], k_rows, stride, count), vscale);
+            s = _mm512_mask_mov_ps(neg_inf, valid, s);
+            const float chunk_max = _mm512_reduce_max_ps(s);
+            if (chunk_max > m[h]) {  // rescale what was accumulated under the old maximum
+              const __m512 corr = _mm512_set1_ps(std::exp(m[h] - chunk_max));
+              l[h] = _mm512_mul_ps(l[h], corr);
+#pragma GCC unroll 8
+              for (int c = 0; c < kOutRegs; ++c) acc[h][c] = _mm512_mul_ps(acc[h][c], corr);
+              m[h] = chunk_max;
+            }
+            const __m512 e =
+                _mm512_maskz_mov_ps(valid, Exp(_mm512_sub_ps(s, _mm512_set1_ps(m[h]))));
+            l[h] = _mm512_add_ps(l[h], e);
+            _mm512_store_ps(weights[h], e);
+          }
+          for (int k = 0; k < count; ++k) {
+            const std::uint16_t* v = v_rows + static_cast<std::size_t>(k) * stride;
+            __m512 vr[kOutRegs];
+#pragma GCC unroll 8
+            for (int c = 0; c < kOutRegs; ++c) vr[c] = LoadBf16x16(v + 16 * c);
+#pragma GCC unroll 4
+            for (int h = 0; h < NH; ++h) {
+              const __m512 w = _mm512_set1_ps(weights[h][k]);
+#pragma GCC unroll 8
+              for (int c = 0; c < kOutRegs; ++c) acc[h][c] = _mm512_fmadd_ps(w, vr[c], acc[h][c]);
+            }
+          }
+          j += count;
+        }
+      }
+    }
+#pragma GCC unroll 4
+    for (int h = 0; h < NH; ++h) {
+      const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(l[h]));
+      float* o = out_row + static_cast<std::ptrdiff_t>(h) * HD;
+#pragma GCC unroll 8
+      for (int c = 0; c < kOutRegs; ++c)
+        _mm512_storeu_ps(o + 16 * c, _mm512_mul_ps(acc[h][c], inv));
+    }
+  }
+
+  static void Attend(const AttentionShape& shape, const kv::PagedKvView& kv,
+                     const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
+                     TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
+                     std::size_t out_stride, float* scratch) {
+    const int group = shape.group();
+    const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
+    const std::size_t head_off = static_cast<std::size_t>(kv_head) * HD;
+    const std::size_t group_off = static_cast<std::size_t>(kv_head * group) * HD;
+    float* sink_q = scratch;  // group * HD floats
+    for (int i = 0; i < n; ++i) {
+      const TokenPos p = pos0 + i;
+      KeyRange ranges[2];
+      const int num_ranges = VisibleRanges(policy, p, ranges);
+      const float* q_row = q + static_cast<std::size_t>(i) * q_stride + group_off;
+      float* out_row = out + static_cast<std::size_t>(i) * out_stride + group_off;
+      // Rolling positions: sinks are scored against the query moved to S + W - 1.
+      const bool rolling = policy.RollingGap(p);
+      if (rolling) {
+        std::memcpy(sink_q, q_row, sizeof(float) * static_cast<std::size_t>(group * HD));
+        rope.Rotate(sink_q, group, policy.sinks + policy.window - 1 - p);
+      }
+      for (int h0 = 0; h0 < group;) {
+        const int nh = std::min(kMaxTile, group - h0);
+        const auto off = static_cast<std::ptrdiff_t>(h0) * HD;
+        const float* sq = sink_q + off;
+        switch (nh) {
+          case 1:
+            Tile<1>(kv, layer, head_off, ranges, num_ranges, rolling, q_row + off, sq, scale,
+                    out_row + off);
+            break;
+          case 2:
+            Tile<2>(kv, layer, head_off, ranges, num_ranges, rolling, q_row + off, sq, scale,
+                    out_row + off);
+            break;
+          case 3:
+            if constexpr (kMaxTile >= 3) {
+              Tile<3>(kv, layer, head_off, ranges, num_ranges, rolling, q_row + off, sq, scale,
+                      out_row + off);
+            }
+            break;
+          default:
+            if constexpr (kMaxTile >= 4) {
+              Tile<4>(kv, layer, head_off, ranges, num_ranges, rolling, q_row + off, sq, scale,
+                      out_row + off);
+            }
+            break;
+        }
+        h0 += nh;
+      }
+    }
+  }
 };
 
 template <bool kSplitQ>
@@ -98,20 +296,20 @@ bool Run(const AttentionShape& shape, const kv::PagedKvView& kv, const kv::KvPol
          std::size_t q_stride, std::size_t out_stride, float* scratch) noexcept {
   switch (shape.head_dim) {
     case 16:
-      AttendQueries<Bf16DotOps<16, kSplitQ>, std::uint16_t>(
-          shape, kv, policy, rope, layer, kv_head, pos0, n, q, out, q_stride, out_stride, scratch);
+      Blockwise<16, kSplitQ>::Attend(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
+                                     q_stride, out_stride, scratch);
       return true;
     case 32:
-      AttendQueries<Bf16DotOps<32, kSplitQ>, std::uint16_t>(
-          shape, kv, policy, rope, layer, kv_head, pos0, n, q, out, q_stride, out_stride, scratch);
+      Blockwise<32, kSplitQ>::Attend(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
+                                     q_stride, out_stride, scratch);
       return true;
     case 64:
-      AttendQueries<Bf16DotOps<64, kSplitQ>, std::uint16_t>(
-          shape, kv, policy, rope, layer, kv_head, pos0, n, q, out, q_stride, out_stride, scratch);
+      Blockwise<64, kSplitQ>::Attend(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
+                                     q_stride, out_stride, scratch);
       return true;
     case 128:
-      AttendQueries<Bf16DotOps<128, kSplitQ>, std::uint16_t>(
-          shape, kv, policy, rope, layer, kv_head, pos0, n, q, out, q_stride, out_stride, scratch);
+      Blockwise<128, kSplitQ>::Attend(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
+                                      q_stride, out_stride, scratch);
       return true;
     default:
       return false;
