@@ -67,10 +67,8 @@ Outcome Simulate(const CostModel& cost, std::int64_t num_blocks, const WorkloadO
   ManualClock clock;  // t = 0 at the start of the run: frame times are run times
   WorkloadRunner runner(&backend, &clock, o);
   Outcome out;
-  // Tap the frame stream behind the runner (which keeps its own observer) for exact percentiles.
-  auto runner_on_frame = runner.loop().on_frame;
-  runner.loop().on_frame = [&](const FrameRecord& r) {
-    runner_on_frame(r);
+  // Tap the runner's frame stream for exact percentiles.
+  runner.on_frame = [&](const FrameRecord& r) {
     if (r.delivered_s >= measure_from_s) out.settled_latency_ms.push_back(r.latency_ms);
   };
   const auto* aimd = dynamic_cast<const admission::AimdController*>(&runner.controller());
@@ -85,7 +83,7 @@ Outcome Simulate(const CostModel& cost, std::int64_t num_blocks, const WorkloadO
   out.samples = runner.samples();
   out.sessions = runner.sessions();
   out.changes = runner.limit_changes();
-  out.active_at_end = runner.loop().active_sessions();
+  out.active_at_end = runner.active_sessions();
   out.duration_s = o.duration_s;
   out.wall_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

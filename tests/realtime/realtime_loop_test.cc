@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 
 #include "metronome/base/errors.h"
@@ -13,6 +14,20 @@
 
 namespace metronome::realtime {
 namespace {
+
+// Hands what the loop reports to the test's lambdas (each may be empty).
+struct Observer final : SessionObserver {
+  explicit Observer(RealtimeLoop& loop) { loop.set_observer(this); }
+  std::function<void(const FrameRecord&)> frame;
+  std::function<void(const SessionEnded&)> ended;
+  void OnFrame(const FrameRecord& r) override {
+    if (frame) frame(r);
+  }
+  void OnMuteAlarm(const MuteAlarm& /*alarm*/) override {}
+  void OnSessionEnded(const SessionEnded& e) override {
+    if (ended) ended(e);
+  }
+};
 
 SessionSpec Spec(const kv::KvPolicy& policy, int a = 3, int o = 1) {
   SessionSpec s;
@@ -31,8 +46,7 @@ TEST(RealtimeLoopTest, FullKvStarvesAtThePredictedTimeAndRaisesMuteAlarms) {
   const int bt = 16;
   CostModelBackend backend({.c0_s = 0.002}, blocks, bt);
   ManualClock clock;
-  RealtimeLoop loop(&backend, &clock,
-                    {.mute_after_starved = 3, .log_to_stderr = true, .pacing = {}});
+  RealtimeLoop loop(&backend, &clock, {.mute_after_starved = 3, .pacing = {}});
   for (int i = 0; i < n; ++i) loop.AddSession(Spec(kv::KvPolicy::Full()));
   const double tokens_per_s = (3 + 1) / 0.080;
   const double r = tokens_per_s / (blocks * bt);
@@ -80,7 +94,8 @@ TEST(RealtimeLoopTest, FramesAreDeliveredInOrderWithTheirLatency) {
   ManualClock clock;
   RealtimeLoop loop(&backend, &clock);
   std::vector<FrameRecord> got;
-  loop.on_frame = [&](const FrameRecord& r) { got.push_back(r); };
+  Observer obs(loop);
+  obs.frame = [&](const FrameRecord& r) { got.push_back(r); };
   loop.AddSession(Spec(kv::KvPolicy::Window(32, 2), 4, 3));
   loop.RunUntil(1.0);
   ASSERT_GE(got.size(), 12u);
@@ -140,7 +155,8 @@ TEST(RealtimeLoopTest, ExternalFramesCarryTheirTokensAndArePacedBySubmission) {
   spec.external_frames = true;
   const RealtimeSessionId id = loop.AddSession(spec);
   std::vector<FrameRecord> got;
-  loop.on_frame = [&](const FrameRecord& r) { got.push_back(r); };
+  Observer obs(loop);
+  obs.frame = [&](const FrameRecord& r) { got.push_back(r); };
 
   loop.RunUntil(1.0);  // no frames submitted: nothing runs, nothing is delivered
   EXPECT_EQ(loop.stats().frames, 0);
@@ -185,7 +201,8 @@ TEST(RealtimeLoopTest, AnExternalFrameStampedEarlierCountsItsQueueingDelay) {
   spec.deadline_ms = 40.0;
   const RealtimeSessionId id = loop.AddSession(spec);
   std::vector<FrameRecord> got;
-  loop.on_frame = [&](const FrameRecord& r) { got.push_back(r); };
+  Observer obs(loop);
+  obs.frame = [&](const FrameRecord& r) { got.push_back(r); };
   clock.Advance(std::chrono::milliseconds(100));
   // Received at 60 ms, handed to the loop at 100 ms; a stamp from the future is clamped to now.
   ASSERT_EQ(loop.SubmitFrame(id, {1, 2, 3}, Nanos(std::chrono::milliseconds(60))),
@@ -232,7 +249,8 @@ TEST(RealtimeLoopTest, ExternalFrameOutputsAreTheGreedyContinuationOfTheSubmitte
   spec.external_frames = true;
   const RealtimeSessionId id = loop.AddSession(spec);
   std::vector<TokenId> got;
-  loop.on_frame = [&](const FrameRecord& r) { got = r.tokens; };
+  Observer obs(loop);
+  obs.frame = [&](const FrameRecord& r) { got = r.tokens; };
   ASSERT_EQ(loop.SubmitFrame(id, context), RealtimeLoop::SubmitResult::kOk);
   loop.RunUntil(1.0);
   EXPECT_EQ(got, expected);
@@ -248,13 +266,14 @@ TEST(RealtimeLoopTest, FullKvSessionAtItsContextLimitEndsWithAnError) {
   engine::Engine eng(m, eo);
   EngineBackend backend(&eng, {}, /*max_context=*/40);
   ManualClock clock;
-  RealtimeLoop loop(&backend, &clock,
-                    {.mute_after_starved = 3, .log_to_stderr = false, .pacing = {}});
+  RealtimeLoop loop(&backend, &clock, {.mute_after_starved = 3, .pacing = {}});
   const RealtimeSessionId full = loop.AddSession(Spec(kv::KvPolicy::Full(), 7, 1));
   const RealtimeSessionId window = loop.AddSession(Spec(kv::KvPolicy::Window(16, 4), 7, 1));
   std::vector<std::pair<RealtimeSessionId, engine::StepStatus>> errors;
-  loop.on_session_error = [&](RealtimeSessionId id, double, engine::StepStatus st) {
-    errors.emplace_back(id, st);
+  Observer obs(loop);
+  obs.ended = [&](const SessionEnded& e) {
+    EXPECT_EQ(e.reason, EndReason::kContextFull);
+    errors.emplace_back(e.session, e.status);
   };
   loop.RunUntil(2.0);
   // 8 tokens per frame into a 40-token context: the 6th frame does not fit.
@@ -370,20 +389,21 @@ TEST(RealtimeLoopTest, EndedSessionsLeaveNothingBehind) {
 TEST(RealtimeLoopTest, AFullKvSessionEndsAtItsContextBudget) {
   CostModelBackend backend({.c0_s = 0.001}, 1000, 16);
   ManualClock clock;
-  RealtimeLoop loop(&backend, &clock,
-                    {.mute_after_starved = 3, .log_to_stderr = false, .pacing = {}});
+  RealtimeLoop loop(&backend, &clock, {.mute_after_starved = 3, .pacing = {}});
   SessionSpec full = Spec(kv::KvPolicy::Full(), 3, 1);
   full.max_context_tokens = 64;  // 4 blocks
   const RealtimeSessionId id = loop.AddSession(full);
   loop.AddSession(Spec(kv::KvPolicy::Window(16, 4), 3, 1));
   std::int64_t peak = 0;
   int errors = 0;
-  loop.on_session_error = [&](RealtimeSessionId s, double, engine::StepStatus status) {
-    EXPECT_EQ(s, id);
-    EXPECT_EQ(status, engine::StepStatus::kContextFull);
+  Observer obs(loop);
+  obs.ended = [&](const SessionEnded& e) {
+    EXPECT_EQ(e.session, id);
+    EXPECT_EQ(e.status, engine::StepStatus::kContextFull);
+    EXPECT_EQ(e.reason, EndReason::kContextFull);
     ++errors;
   };
-  loop.on_frame = [&](const FrameRecord& r) {
+  obs.frame = [&](const FrameRecord& r) {
     if (r.session == id) peak = std::max(peak, r.resident_blocks);
   };
   loop.RunUntil(10.0);
@@ -391,6 +411,34 @@ TEST(RealtimeLoopTest, AFullKvSessionEndsAtItsContextBudget) {
   EXPECT_EQ(peak, 4);
   EXPECT_EQ(loop.active_sessions(), 1);
   EXPECT_EQ(loop.stats().starved, 0);
+}
+
+// A backend error other than the context limit (here a token id outside the vocabulary, which the
+// loop leaves to its caller to check) ends the session as an error, not as a context-full session.
+TEST(RealtimeLoopTest, ABackendErrorEndsTheSessionAsAnErrorNotAsContextFull) {
+  const model::Model m = model::MakeSyntheticModel("tiny", 3);
+  engine::EngineOptions eo;
+  eo.kv_blocks = 64;
+  eo.num_threads = 1;
+  engine::Engine eng(m, eo);
+  EngineBackend backend(&eng, {});
+  ManualClock clock;
+  RealtimeLoop loop(&backend, &clock, {.mute_after_starved = 3, .pacing = {}});
+  SessionSpec spec = Spec(kv::KvPolicy::Window(16, 4), 2, 1);
+  spec.external_frames = true;
+  const RealtimeSessionId id = loop.AddSession(spec);
+  std::vector<SessionEnded> errors;
+  Observer obs(loop);
+  obs.ended = [&](const SessionEnded& e) { errors.push_back(e); };
+  ASSERT_EQ(loop.SubmitFrame(id, {1, backend.vocab_size()}), RealtimeLoop::SubmitResult::kOk);
+  loop.RunUntil(0.5);
+  ASSERT_EQ(errors.size(), 1U);
+  EXPECT_EQ(errors[0].session, id);
+  EXPECT_EQ(errors[0].status, engine::StepStatus::kInvalidRequest);
+  EXPECT_EQ(errors[0].reason, EndReason::kError);
+  EXPECT_EQ(loop.stats().context_full_sessions, 0) << "the session had room in its context";
+  EXPECT_EQ(loop.stats().error_sessions, 1);
+  EXPECT_EQ(loop.active_sessions(), 0);
 }
 
 }  // namespace

@@ -55,7 +55,7 @@ TEST(SupervisorTest, MemoryAdmissionReservesProjectionsWithinATurn) {
   EXPECT_FALSE(r.decision.reason.empty());
   EXPECT_GT(r.decision.retry_after_ms, 0.0);
   // Ending one frees its reservation.
-  sup.End(1, 0.0);
+  sup.End(1, 0.0, EndReason::kClient);
   EXPECT_TRUE(sup.Admit(Spec(kv::KvPolicy::Full()), 0.0).decision.admit);
   SessionSpec bad = Spec(kv::KvPolicy::Full());
   bad.period_ms = 0.0;
@@ -80,7 +80,7 @@ TEST(SupervisorTest, MaxSessionsIsAHardCapOverTheController) {
   EXPECT_NE(r.decision.detail.find("2 sessions are active"), std::string::npos)
       << r.decision.detail;
   EXPECT_GT(r.decision.retry_after_ms, 0.0);
-  sup.End(1, 0.0);
+  sup.End(1, 0.0, EndReason::kClient);
   EXPECT_TRUE(sup.Admit(Spec(kv::KvPolicy::Window(64, 4)), 0.0).decision.admit);
   SupervisorOptions bad = o;
   bad.max_sessions = -1;
@@ -132,17 +132,27 @@ HogRun RunHogAttack(bool server_rules) {
   hog_spec.policy = kv::KvPolicy::Full();
   hog_spec.external_frames = true;
   std::set<RealtimeSessionId> hogs;
-  sup.on_frame = [&](const FrameRecord& r) {
-    if (r.session == victim.id) ++run.victim_frames;
-    if (r.outcome == FrameOutcome::kStarved || r.outcome == FrameOutcome::kShort) {
-      ++run.starved_or_short;
+  struct Observer final : SessionObserver {
+    HogRun* run = nullptr;
+    RealtimeSessionId victim = 0;
+    std::set<RealtimeSessionId>* hogs = nullptr;
+    void OnFrame(const FrameRecord& r) override {
+      if (r.session == victim) ++run->victim_frames;
+      if (r.outcome == FrameOutcome::kStarved || r.outcome == FrameOutcome::kShort) {
+        ++run->starved_or_short;
+      }
     }
-  };
-  sup.on_session_error = [&](RealtimeSessionId id, double, engine::StepStatus status) {
-    EXPECT_TRUE(hogs.contains(id)) << "only hogs reach a limit";
-    if (status == engine::StepStatus::kContextFull) ++run.hogs_ended_at_budget;
-    hogs.erase(id);
-  };
+    void OnMuteAlarm(const MuteAlarm& /*alarm*/) override {}
+    void OnSessionEnded(const SessionEnded& e) override {
+      EXPECT_TRUE(hogs->contains(e.session)) << "only hogs reach a limit";
+      if (e.reason == EndReason::kContextFull) ++run->hogs_ended_at_budget;
+      hogs->erase(e.session);
+    }
+  } observer;
+  observer.run = &run;
+  observer.victim = victim.id;
+  observer.hogs = &hogs;
+  sup.set_observer(&observer);
   constexpr int kMs = 60000;  // a minute of virtual time, one turn per millisecond
   for (int ms = 0; ms < kMs; ++ms) {
     const double now = sup.Now();
@@ -155,13 +165,12 @@ HogRun RunHogAttack(bool server_rules) {
       }
     }
     if (ms % 40 == 0) {
-      run.victim_submitted +=
-          sup.loop().SubmitFrame(victim.id, {1, 2}) == RealtimeLoop::SubmitResult::kOk;
+      run.victim_submitted += sup.Submit(victim.id, {1, 2}) == RealtimeLoop::SubmitResult::kOk;
     }
     for (const RealtimeSessionId h : std::vector<RealtimeSessionId>(hogs.begin(), hogs.end())) {
-      (void)sup.loop().SubmitFrame(h, {1});
+      (void)sup.Submit(h, {1});
     }
-    sup.loop().RunIteration();
+    sup.RunIteration();
     run.peak_used_blocks = std::max(run.peak_used_blocks, backend.pool().used_blocks);
     const Nanos next(std::chrono::milliseconds(ms + 1));
     if (clock.Now() < next) clock.SleepUntil(next);

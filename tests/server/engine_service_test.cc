@@ -40,7 +40,7 @@ realtime::SupervisorOptions Options(const std::string& admission) {
 struct Client {
   std::mutex mu;
   std::vector<realtime::FrameRecord> frames;
-  std::vector<SessionEnd> ends;
+  std::vector<EndReason> ends;
   std::promise<StartOutcome> started;
 
   SessionSink Sink() {
@@ -50,7 +50,7 @@ struct Client {
                   frames.push_back(r);
                 },
             .on_ended =
-                [this](SessionEnd e) {
+                [this](EndReason e) {
                   const std::lock_guard<std::mutex> lock(mu);
                   ends.push_back(e);
                 },
@@ -83,9 +83,9 @@ TEST(EngineServiceTest, FramesFromAClientComeBackInOrderAndBlocksReturnOnEnd) {
   const StartOutcome started = Start(service, c, Spec());
   ASSERT_TRUE(started.admitted) << started.decision.detail << started.error;
   for (int i = 0; i < 10; ++i) {
-    std::promise<SubmitOutcome> p;
-    service.SubmitFrame(started.id, {1, 2}, [&p](SubmitOutcome o) { p.set_value(o); });
-    EXPECT_EQ(p.get_future().get(), SubmitOutcome::kOk);
+    std::promise<SubmitResult> p;
+    service.SubmitFrame(started.id, {1, 2}, [&p](SubmitResult o) { p.set_value(o); });
+    EXPECT_EQ(p.get_future().get(), SubmitResult::kOk);
     std::this_thread::sleep_for(20ms);
   }
   ASSERT_TRUE(WaitFor([&] { return c.num_frames() == 10; }));
@@ -114,16 +114,16 @@ TEST(EngineServiceTest, FramesFromAClientComeBackInOrderAndBlocksReturnOnEnd) {
     const std::lock_guard<std::mutex> lock(c.mu);
     return c.ends.size() == 1;
   }));
-  EXPECT_EQ(c.ends[0], SessionEnd::kClient);
+  EXPECT_EQ(c.ends[0], EndReason::kClient);
   const nlohmann::json stats = service.Stats();
   EXPECT_EQ(stats["kv"]["used_blocks"], 0) << stats.dump();
   EXPECT_EQ(stats["frames"]["ok"], 10);
   EXPECT_EQ(stats["sessions"]["active"], 0);
   EXPECT_TRUE(stats["deadline_ms"].is_null()) << stats.dump();
   // A frame for the ended session is refused.
-  std::promise<SubmitOutcome> p;
-  service.SubmitFrame(started.id, {1}, [&p](SubmitOutcome o) { p.set_value(o); });
-  EXPECT_EQ(p.get_future().get(), SubmitOutcome::kUnknownSession);
+  std::promise<SubmitResult> p;
+  service.SubmitFrame(started.id, {1}, [&p](SubmitResult o) { p.set_value(o); });
+  EXPECT_EQ(p.get_future().get(), SubmitResult::kUnknownSession);
 }
 
 TEST(EngineServiceTest, AdmissionRejectsWithAReasonAndFramesFasterThanThePeriodAreRefused) {
@@ -145,8 +145,8 @@ TEST(EngineServiceTest, AdmissionRejectsWithAReasonAndFramesFasterThanThePeriodA
   std::atomic<int> ok{0};
   std::atomic<int> too_early{0};
   for (int i = 0; i < 5; ++i) {
-    service.SubmitFrame(first.id, {3, 4}, [&](SubmitOutcome o) {
-      (o == SubmitOutcome::kOk ? ok : too_early).fetch_add(1);
+    service.SubmitFrame(first.id, {3, 4}, [&](SubmitResult o) {
+      (o == SubmitResult::kOk ? ok : too_early).fetch_add(1);
     });
   }
   ASSERT_TRUE(WaitFor([&] { return ok + too_early == 5; }));
@@ -219,7 +219,7 @@ TEST(EngineServiceTest, ManyClientsAtOnceAndShutdownEndsOpenSessions) {
   service->Shutdown();
   for (auto& c : clients) {
     ASSERT_EQ(c->ends.size(), 1U);
-    EXPECT_EQ(c->ends[0], SessionEnd::kServerShutdown);
+    EXPECT_EQ(c->ends[0], EndReason::kServerShutdown);
   }
   EXPECT_EQ(backend.pool().used_blocks, 0);
   // Calls after shutdown are ignored, never hang.
@@ -257,7 +257,7 @@ TEST(EngineServiceTest, StartingAndEndingSessionsLeavesNothingBehind) {
       if (i % 100 == 0) spec.prompt = long_prompt;
       SessionSink sink{.on_frame = {},
                        .on_ended =
-                           [&ended, all_ended](SessionEnd) {
+                           [&ended, all_ended](EndReason) {
                              if (ended.fetch_add(1) + 1 == kPerRound) all_ended->set_value();
                            },
                        .on_alarm = {}};

@@ -20,7 +20,6 @@ inline realtime::SupervisorOptions QuietSupervisor(const std::string& admission)
   realtime::SupervisorOptions o;
   o.admission = admission;
   o.log_to_stderr = false;
-  o.loop.log_to_stderr = false;
   return o;
 }
 

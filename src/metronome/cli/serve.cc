@@ -95,7 +95,6 @@ int RunServe(const ServeFlags& f) {
   realtime::EngineBackend backend(&eng, so, f.max_context);
   SteadyClock clock;
 
-  sup.loop.log_to_stderr = !f.quiet;
   sup.log_to_stderr = !f.quiet;
   telemetry::MetricsRegistry registry;
   server::EngineService service(&backend, &clock, sup, &registry);

@@ -254,7 +254,8 @@ struct LoadGenerator::State {
   int alarms_logged = 0;
 
   // Counts (single thread: plain integers).
-  LoadGenSummary summary;
+  LoadGenSummary summary;        // its frame counts are set from `counts` at the end
+  realtime::FrameCounts counts;  // every result, as the client judged it
   std::int64_t active = 0;
   std::int64_t waiting = 0;
   telemetry::QuantileSketch client_latency;
@@ -475,7 +476,7 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
     } else if (type == "frame.result") {
       OnResult(j);
     } else if (type == "alarm") {
-      if (j.value("kind", "") == "mute") ++st->summary.mute_alarms;
+      if (j.value("kind", "") == "mute") ++st->counts.mute_alarms;
       if (st->alarms_logged < st->options.alarms_to_stderr) {
         ++st->alarms_logged;
         std::fprintf(
@@ -556,23 +557,18 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
     const std::size_t outputs = j.contains("ids") && j["ids"].is_array() ? j["ids"].size() : 0;
     const auto asked = static_cast<std::size_t>(st->options.output_tokens_per_frame);
     const bool miss = latency_ms > st->deadline_ms;
-    std::string_view outcome = "ok";
     LoadGenSummary& s = st->summary;
-    ++s.frames;
+    realtime::FrameOutcome judged = realtime::FrameOutcome::kOk;
     if (asked > 0 && outputs == 0) {
-      outcome = "starved";
-      ++s.starved_frames;
+      judged = realtime::FrameOutcome::kStarved;
       if (!std::isfinite(s.first_starved_at_s)) s.first_starved_at_s = st->Now();
     } else if (outputs < asked) {
-      outcome = "short";
-      ++s.short_frames;
+      judged = realtime::FrameOutcome::kShort;
     } else if (miss) {
-      outcome = "late";
-      ++s.late_frames;
-      ++s.deadline_misses;
-    } else {
-      ++s.ok_frames;
+      judged = realtime::FrameOutcome::kLate;
     }
+    st->counts.Count(judged);
+    const std::string_view outcome = telemetry::ToString(judged);
     if (miss) ++s.after_deadline_frames;
     const std::string server_outcome = j.value("outcome", "");
     if (server_outcome != outcome) ++s.outcome_disagreements;
@@ -778,12 +774,7 @@ LoadGenSample LoadGenerator::State::Sample() const {
   s.t_s = Now();
   s.active = active;
   s.waiting = waiting;
-  s.frames = summary.frames;
-  s.ok = summary.ok_frames;
-  s.late = summary.late_frames;
-  s.starved = summary.starved_frames;
-  s.short_frames = summary.short_frames;
-  s.mute_alarms = summary.mute_alarms;
+  static_cast<realtime::FrameCounts&>(s) = counts;
   s.admitted = summary.admitted;
   s.rejected = summary.rejected;
   s.errors = summary.errors + summary.connect_failures;
@@ -854,6 +845,7 @@ LoadGenSummary LoadGenerator::Run() {
   st.io.run();
 
   LoadGenSummary s = st.summary;
+  s.SetCounts(st.counts);
   s.duration_s = st.Now();
   s.deadline_ms = st.deadline_ms;
   s.p50_frame_latency_ms = st.client_latency.Quantile(0.5);

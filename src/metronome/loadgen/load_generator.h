@@ -83,16 +83,11 @@ struct LoadGenOptions {
 };
 
 // The client-side view at one sample. Counts are cumulative.
-struct LoadGenSample {
+// The client's frame counts so far (FrameCounts), and:
+struct LoadGenSample : realtime::FrameCounts {
   double t_s = 0.0;
   std::int64_t active = 0;   // admitted sessions streaming frames
   std::int64_t waiting = 0;  // clients connecting, asking or waiting to retry
-  std::int64_t frames = 0;
-  std::int64_t ok = 0;
-  std::int64_t late = 0;
-  std::int64_t starved = 0;
-  std::int64_t short_frames = 0;
-  std::int64_t mute_alarms = 0;
   std::int64_t admitted = 0;
   std::int64_t rejected = 0;
   std::int64_t errors = 0;

@@ -2,6 +2,16 @@
 
 namespace metronome::realtime {
 
+void FrameSummary::SetCounts(const FrameCounts& c) {
+  frames = c.frames;
+  ok_frames = c.ok;
+  late_frames = c.late;
+  starved_frames = c.starved;
+  short_frames = c.short_frames;
+  deadline_misses = c.late;
+  mute_alarms = c.mute_alarms;
+}
+
 nlohmann::json FrameSummary::ToJson() const {
   nlohmann::json j;
   j["frames"] = frames;

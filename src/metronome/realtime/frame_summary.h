@@ -1,4 +1,5 @@
-// The frame and session counts every run summary shares, whoever observed the frames.
+// The frame counters (FrameCounts) and the frame and session counts every run summary shares
+// (FrameSummary), whoever observed the frames.
 #pragma once
 
 #include <cmath>
@@ -7,12 +8,59 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "metronome/telemetry/engine_metrics.h"
+
 namespace metronome::realtime {
 
 // A summary value as JSON: a number, or null when it is NaN or infinite (none measured, never).
 inline nlohmann::json NullIfNan(double v) {
   return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
 }
+
+// One vocabulary for frame outcomes: the loop classifies, telemetry labels (ToString there).
+using FrameOutcome = telemetry::FrameOutcome;
+
+// The frame counters, in one place: the loop's, a run's samples, a client's (loadgen) and a
+// session's (/v1/stats) all count frames by outcome with this.
+struct FrameCounts {
+  std::int64_t frames = 0;
+  std::int64_t ok = 0;
+  std::int64_t late = 0;
+  std::int64_t starved = 0;
+  std::int64_t short_frames = 0;
+  std::int64_t mute_alarms = 0;
+
+  void Count(FrameOutcome outcome) {
+    ++frames;
+    switch (outcome) {
+      case FrameOutcome::kOk:
+        ++ok;
+        break;
+      case FrameOutcome::kLate:
+        ++late;
+        break;
+      case FrameOutcome::kStarved:
+        ++starved;
+        break;
+      case FrameOutcome::kShort:
+        ++short_frames;
+        break;
+    }
+  }
+  [[nodiscard]] std::int64_t of(FrameOutcome outcome) const {
+    switch (outcome) {
+      case FrameOutcome::kOk:
+        return ok;
+      case FrameOutcome::kLate:
+        return late;
+      case FrameOutcome::kStarved:
+        return starved;
+      case FrameOutcome::kShort:
+        return short_frames;
+    }
+    return 0;
+  }
+};
 
 // What a run's summary reports about its frames and sessions, whoever observed them: the engine
 // (sim, drive: RunSummary) or a client over the network (loadgen: LoadGenSummary). The same keys
@@ -40,6 +88,8 @@ struct FrameSummary {
   double duration_s = 0.0;
   std::string kv_policy;
 
+  // The frame counts (frames ... mute_alarms; deadline_misses are the late frames).
+  void SetCounts(const FrameCounts& c);
   [[nodiscard]] nlohmann::json ToJson() const;
 };
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -12,8 +11,12 @@ namespace metronome::realtime {
 
 namespace {
 Nanos FromMs(double ms) { return Nanos(std::llround(ms * 1e6)); }
-double Seconds(Nanos t) { return std::chrono::duration<double>(t).count(); }
 }  // namespace
+
+double RealtimeLoop::Seconds(Nanos t) const {
+  return std::chrono::duration<double>(t - origin_).count();
+}
+double RealtimeLoop::Now() const { return Seconds(clock_->Now()); }
 
 void SessionSpec::Validate() const {
   if (!(period_ms > 0.0 && period_ms <= 3.6e6)) {
@@ -216,35 +219,25 @@ void RealtimeLoop::Deliver(RealtimeSessionId id, Session& s, Nanos when, FrameOu
   if (!r.tokens.empty()) s.pending_output = r.tokens.back();
   s.frames.pop_front();
 
-  ++stats_.frames;
-  switch (outcome) {
-    case FrameOutcome::kOk:
-      ++stats_.ok;
-      break;
-    case FrameOutcome::kLate:
-      ++stats_.late;
-      break;
-    case FrameOutcome::kStarved:
-      ++stats_.starved;
-      break;
-    case FrameOutcome::kShort:
-      ++stats_.short_frames;
-      break;
-  }
+  stats_.Count(outcome);
   if (outcome == FrameOutcome::kStarved) {
     if (std::isnan(stats_.first_starved_at_s)) stats_.first_starved_at_s = now;
     if (++s.consecutive_starved == options_.mute_after_starved) {
       ++stats_.mute_alarms;
-      if (options_.log_to_stderr)
-        std::fprintf(stderr,
-                     "[alarm] mute: session %llu starved %d consecutive frames at t=%.3f s\n",
-                     static_cast<unsigned long long>(id), s.consecutive_starved, now);
-      if (on_mute_alarm) on_mute_alarm(id, now);
+      if (observer_ != nullptr) {
+        const kv::PoolStats pool = backend_->pool();
+        observer_->OnMuteAlarm({.session = id,
+                                .t_s = now,
+                                .consecutive_starved = s.consecutive_starved,
+                                .alarms_so_far = stats_.mute_alarms,
+                                .used_blocks = pool.used_blocks,
+                                .total_blocks = pool.num_blocks});
+      }
     }
   } else {
     s.consecutive_starved = 0;
   }
-  if (on_frame) on_frame(r);
+  if (observer_ != nullptr) observer_->OnFrame(r);
 }
 
 void RealtimeLoop::DeliverExpired() {
@@ -339,15 +332,20 @@ bool RealtimeLoop::RunIteration() {
       f.blocked = true;
       continue;
     }
-    if (r.status == engine::StepStatus::kContextFull || r.status != engine::StepStatus::kOk) {
-      // The full-mode context limit: the session ends with an explicit error, never silently.
-      ++stats_.context_full_sessions;
-      if (options_.log_to_stderr)
-        std::fprintf(stderr, "[error] session %llu ended: %s\n",
-                     static_cast<unsigned long long>(id), engine::ToString(r.status));
+    if (r.status != engine::StepStatus::kOk) {
+      // The full-mode context limit, or any other refusal of the backend: the session ends with
+      // an explicit reason, never silently. Only the first is a context-full session.
+      const bool context_full = r.status == engine::StepStatus::kContextFull;
+      ++(context_full ? stats_.context_full_sessions : stats_.error_sessions);
       entry.second = nullptr;
       Retire(sessions_.find(id));
-      if (on_session_error) on_session_error(id, Seconds(done), r.status);
+      if (observer_ != nullptr) {
+        observer_->OnSessionEnded(
+            {.session = id,
+             .t_s = Seconds(done),
+             .reason = context_full ? EndReason::kContextFull : EndReason::kError,
+             .status = r.status});
+      }
       continue;
     }
     progressed = true;
@@ -380,7 +378,7 @@ void RealtimeLoop::RunOnce(double t_limit_s) {
   // Every event is strictly in the future here (due arrivals were released, due deadlines
   // delivered), so this always makes progress.
   // Rounded up, so a caller's event at t_limit_s is due (Now() >= it) when this returns.
-  const Nanos limit(static_cast<std::int64_t>(std::ceil(t_limit_s * 1e9)));
+  const Nanos limit = origin_ + Nanos(static_cast<std::int64_t>(std::ceil(t_limit_s * 1e9)));
   const Nanos now = clock_->Now();
   if (now >= limit) return;
   clock_->SleepUntil(std::max(std::min(NextEventTime(), limit), now + Nanos(1)));
@@ -392,7 +390,7 @@ double RealtimeLoop::NextEventSeconds() const {
 }
 
 void RealtimeLoop::RunUntil(double t_end_s) {
-  const Nanos end(std::llround(t_end_s * 1e9));
+  const Nanos end = origin_ + Nanos(std::llround(t_end_s * 1e9));
   while (clock_->Now() < end) RunOnce(t_end_s);
 }
 

@@ -26,11 +26,9 @@
 #include "metronome/base/clock.h"
 #include "metronome/kv/kv_policy.h"
 #include "metronome/realtime/backend.h"
-#include "metronome/telemetry/engine_metrics.h"
+#include "metronome/realtime/session_observer.h"
 
 namespace metronome::realtime {
-
-using RealtimeSessionId = std::uint64_t;
 
 struct SessionSpec {
   double period_ms = 80.0;
@@ -55,21 +53,6 @@ struct SessionSpec {
   void Validate() const;  // ConfigError naming the field and value
 };
 
-// One vocabulary for frame outcomes: the loop classifies, telemetry labels (ToString there).
-using FrameOutcome = telemetry::FrameOutcome;
-
-struct FrameRecord {
-  RealtimeSessionId session = 0;
-  std::int64_t index = 0;  // frame number within the session
-  double arrival_s = 0.0;  // clock seconds
-  double delivered_s = 0.0;
-  double latency_ms = 0.0;   // delivered - arrival
-  double deadline_ms = 0.0;  // the session's deadline, from arrival
-  FrameOutcome outcome = FrameOutcome::kOk;
-  std::vector<TokenId> tokens;       // the outputs (fewer than o for short, none for starved)
-  std::int64_t resident_blocks = 0;  // KV blocks the session holds at delivery
-};
-
 // The declared-rate rule for external frames, in one place: a session that declared period P may
 // send frames at 1/P on average, with a burst allowance against network jitter. It is a generic
 // cell-rate algorithm (virtual scheduling) on the frames' arrival stamps: each session keeps a
@@ -91,7 +74,6 @@ struct FramePacing {
 
 struct LoopOptions {
   int mute_after_starved = 3;  // k: consecutive starved frames that raise a mute alarm
-  bool log_to_stderr = true;   // one line per mute alarm and per session ended by an error
   FramePacing pacing;          // external frames only
 
   void Validate() const;
@@ -106,22 +88,25 @@ struct LoopFootprint {
   std::int64_t ready = 0;     // sessions listed as having arrived frames
 };
 
-struct LoopStats {
-  std::int64_t frames = 0;
-  std::int64_t ok = 0;
-  std::int64_t late = 0;
-  std::int64_t starved = 0;
-  std::int64_t short_frames = 0;
-  std::int64_t mute_alarms = 0;
+struct LoopStats : FrameCounts {
   std::int64_t context_full_sessions = 0;  // full-mode sessions ended at their context limit
+  std::int64_t error_sessions = 0;         // sessions ended by any other refusal of the backend
   std::int64_t iterations = 0;
-  double first_starved_at_s = std::numeric_limits<double>::quiet_NaN();
+  double first_starved_at_s = std::numeric_limits<double>::quiet_NaN();  // s since the origin
 };
 
 class RealtimeLoop {
  public:
   // Borrows backend and clock (must outlive the loop).
   RealtimeLoop(Backend* backend, Clock* clock, const LoopOptions& options = {});
+
+  // Time zero of every time the loop takes or reports in seconds (FrameRecord, stats, RunUntil,
+  // RunOnce, NextEventSeconds, the observer's reports); default: the clock's zero.
+  void SetOrigin(Nanos origin) { origin_ = origin; }
+  [[nodiscard]] double Now() const;  // s since the origin
+  // Where delivered frames, mute alarms and the sessions the loop ends itself are reported
+  // (borrowed; null: nowhere).
+  void set_observer(SessionObserver* observer) { observer_ = observer; }
 
   // Opens a session whose first frame arrives now. Throws ConfigError for a bad spec.
   RealtimeSessionId AddSession(const SessionSpec& spec);
@@ -146,8 +131,8 @@ class RealtimeLoop {
   SubmitResult SubmitFrame(RealtimeSessionId id, std::vector<TokenId> tokens,
                            std::optional<Nanos> arrival = std::nullopt);
 
-  // Runs iterations until the clock reaches t_end_s. With nothing to do it sleeps until the next
-  // frame arrival or deadline.
+  // Runs iterations until the loop's time (s since the origin) reaches t_end_s. With nothing to do
+  // it sleeps until the next frame arrival or deadline.
   void RunUntil(double t_end_s);
   // One iteration; returns false if there was no work (the caller may sleep).
   bool RunIteration();
@@ -155,7 +140,8 @@ class RealtimeLoop {
   // but no later than t_limit_s. Drivers that interleave their own events (session arrivals,
   // admission ticks) call this in a loop.
   void RunOnce(double t_limit_s);
-  // Clock time (s) of the next frame arrival or blocked frame's deadline; +inf with no sessions.
+  // Time (s since the origin) of the next frame arrival or blocked frame's deadline; +inf with no
+  // sessions.
   [[nodiscard]] double NextEventSeconds() const;
 
   [[nodiscard]] const LoopStats& stats() const { return stats_; }
@@ -167,15 +153,8 @@ class RealtimeLoop {
   [[nodiscard]] std::int64_t resident_blocks(RealtimeSessionId id) const;
   [[nodiscard]] Backend& backend() { return *backend_; }
 
-  // Observers (may be empty): every delivered frame; every mute alarm (session, time). They run
-  // inside an iteration and must not add or end sessions.
-  std::function<void(const FrameRecord&)> on_frame;
-  std::function<void(RealtimeSessionId, double)> on_mute_alarm;
-  // Iteration time (s) and batch tokens of each step.
+  // Iteration time (s) and batch tokens of each step (may be empty).
   std::function<void(double, int)> on_iteration;
-  // A session the loop ended itself (full-mode context limit or a backend error): id, clock
-  // seconds, status. The session is gone when this runs.
-  std::function<void(RealtimeSessionId, double, engine::StepStatus)> on_session_error;
 
  private:
   // Times are integer nanoseconds of the clock, so arrivals are exact (index * period from the
@@ -209,11 +188,14 @@ class RealtimeLoop {
   void DeliverExpired();
   void Deliver(RealtimeSessionId id, Session& s, Nanos when, FrameOutcome outcome);
   [[nodiscard]] Nanos NextEventTime() const;
-  void CompactReady();  // drops ended sessions and those with no frame left
+  void CompactReady();                          // drops ended sessions and those with no frame left
+  [[nodiscard]] double Seconds(Nanos t) const;  // s since the origin
 
   Backend* backend_;
   Clock* clock_;
   LoopOptions options_;
+  Nanos origin_{0};
+  SessionObserver* observer_ = nullptr;
   // Per-iteration work is O(sessions with work), not O(sessions), and never searches the map:
   // every live session has exactly one entry in the arrivals_ min-heap (its next frame arrival,
   // with its address), and ready_ lists the sessions with arrived, undelivered frames by id.

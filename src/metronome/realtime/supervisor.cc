@@ -2,14 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
 
 #include "metronome/base/errors.h"
-#include "metronome/telemetry/engine_metrics.h"
+#include "metronome/realtime/reporter.h"
 #include "metronome/telemetry/quantile_sketch.h"
 
 namespace metronome::realtime {
@@ -40,41 +39,35 @@ std::int64_t ProjectedBlocks(const SessionSpec& spec, int block_tokens,
   return std::min(projected, (context_limit + block_tokens - 1) / block_tokens);
 }
 
-struct Supervisor::State {
-  State(Supervisor& owner_, Backend* b, Clock* c, const SupervisorOptions& o,
-        telemetry::MetricsRegistry* registry, telemetry::EventLog* e)
-      : owner(owner_),
-        backend(b),
+// The loop's observer: the supervisor's own handling of every report, then the driver's.
+struct Supervisor::State final : SessionObserver {
+  State(Backend* b, Clock* c, const SupervisorOptions& o, telemetry::MetricsRegistry* registry,
+        telemetry::EventLog* e)
+      : backend(b),
         clock(c),
         options(o),
-        loop(b, c, LoopWithoutLogging(o.loop)),
+        loop(b, c, o.loop),
         controller(admission::MakeController(o.admission, o.aimd, o.memory, o.gradient2)),
         forecast(o.forecast),
-        events(e) {
-    if (registry != nullptr) metrics.emplace(*registry);
+        reporter(o.log_to_stderr, registry, e) {
+    loop.set_observer(this);
   }
-
-  static LoopOptions LoopWithoutLogging(LoopOptions o) {
-    o.log_to_stderr = false;  // the supervisor logs alarms itself, rate-limited
-    return o;
-  }
-  [[nodiscard]] bool Logging() const { return events != nullptr && events->enabled(); }
   admission::SystemState System() const;
   void Sample(double now);
   void RecordLimitChanges();
-  void OnFrame(const FrameRecord& r);
+  void OnFrame(const FrameRecord& r) override;
+  void OnMuteAlarm(const MuteAlarm& a) override;
+  void OnSessionEnded(const SessionEnded& e) override;
   void Forget(RealtimeSessionId id) { projected.erase(id); }
 
-  Supervisor& owner;  // its public observers are called after the supervisor's own handling
+  SessionObserver* observer = nullptr;  // the driver's
   Backend* backend;
   Clock* clock;
   SupervisorOptions options;
   RealtimeLoop loop;
   std::unique_ptr<admission::AdmissionController> controller;
   kv::OccupancyForecast forecast;
-  std::optional<telemetry::EngineMetrics> metrics;
-  telemetry::EventLog* events;
-  double t0 = 0.0;
+  Reporter reporter;
 
   // Every live session's projection: what admission reserved for it, and whether that is a hard
   // bound (window KV) or only an estimate (full KV).
@@ -97,7 +90,6 @@ struct Supervisor::State {
   std::int64_t peak_active = 0;
   double kv_peak_fraction = 0.0;
   bool forecast_warning = false;
-  std::int64_t last_freed_by_window = 0;
 };
 
 admission::SystemState Supervisor::State::System() const {
@@ -114,18 +106,10 @@ admission::SystemState Supervisor::State::System() const {
 
 void Supervisor::State::RecordLimitChanges() {
   for (admission::LimitChange& c : controller->TakeLimitChanges()) {
-    if (options.log_to_stderr) {
-      std::fprintf(stderr, "[admission] t=%.1f s limit %lld -> %lld: %s\n", c.t_s,
-                   static_cast<long long>(c.from), static_cast<long long>(c.to), c.reason.c_str());
-    }
-    if (Logging()) {
-      events->LimitChange(c.t_s * 1e3, {.old_limit = static_cast<int>(c.from),
-                                        .new_limit = static_cast<int>(c.to),
-                                        .reason = c.reason});
-    }
+    reporter.LimitChange(c);
     limit_changes.push_back(std::move(c));
   }
-  if (metrics) metrics->admission_limit.Set(static_cast<double>(controller->limit()));
+  reporter.Limit(controller->limit());
 }
 
 void Supervisor::State::Sample(double now) {
@@ -145,17 +129,7 @@ void Supervisor::State::Sample(double now) {
   const std::optional<double> t_sat = forecast.TimeToSaturationSeconds();
   const bool warning = forecast.Warning();
   if (warning && !forecast_warning) {
-    if (options.log_to_stderr) {
-      std::fprintf(stderr,
-                   "[warn] t=%.1f s KV pool forecast to fill in %.1f s (occupancy %.1f%%, %lld "
-                   "sessions)\n",
-                   now, t_sat.value_or(0.0), 100.0 * forecast.occupancy(),
-                   static_cast<long long>(active));
-    }
-    if (Logging()) {
-      events->Alarm(now * 1e3, {.kind = "saturation_forecast",
-                                .detail = "t_sat_s=" + FormatValue(t_sat.value_or(0.0))});
-    }
+    reporter.ForecastWarning(now, t_sat.value_or(0.0), forecast.occupancy(), active);
   }
   forecast_warning = warning;
 
@@ -171,99 +145,51 @@ void Supervisor::State::Sample(double now) {
   s.t_sat_s = t_sat.value_or(std::numeric_limits<double>::infinity());
   s.forecast_warning = warning;
 
-  if (metrics) {
-    metrics->kv_blocks_used.Set(static_cast<double>(pool.used_blocks));
-    metrics->kv_blocks_free.Set(static_cast<double>(pool.free_blocks));
-    metrics->kv_blocks_freed_by_window.Inc(
-        static_cast<std::uint64_t>(pool.blocks_freed_by_window - last_freed_by_window));
-    metrics->sessions_active.Set(static_cast<double>(active));
-    metrics->SetSaturationForecastSeconds(t_sat.value_or(-1.0));
-  }
-  last_freed_by_window = pool.blocks_freed_by_window;
+  reporter.Sample(pool, active, t_sat.value_or(-1.0));
 }
 
 void Supervisor::State::OnFrame(const FrameRecord& r) {
-  const double now = r.delivered_s - t0;
-  const bool missed = r.outcome == FrameOutcome::kLate;
-  controller->OnFrame(now, r.latency_ms, r.deadline_ms, missed);
+  controller->OnFrame(r.delivered_s, r.latency_ms, r.deadline_ms,
+                      /*missed=*/r.outcome == FrameOutcome::kLate);
   latency_ms.Add(r.latency_ms);
-  if (metrics) {
-    metrics->frame_latency_ms.Observe(r.latency_ms);
-    metrics->frames(r.outcome).Inc();
-    if (missed) metrics->deadline_misses.Inc();
-    metrics->tokens_per_frame.Observe(static_cast<double>(r.tokens.size()));
-    metrics->session_resident_blocks.Observe(static_cast<double>(r.resident_blocks));
-  }
-  if (Logging()) {
-    events->Frame(now * 1e3, {.session_id = r.session,
-                              .frame = r.index,
-                              .outcome = telemetry::ToString(r.outcome),
-                              .latency_ms = r.latency_ms,
-                              .num_tokens = static_cast<int>(r.tokens.size())});
-  }
-  if (owner.on_frame) owner.on_frame(r);
+  reporter.Frame(r);
+  if (observer != nullptr) observer->OnFrame(r);
+}
+
+void Supervisor::State::OnMuteAlarm(const MuteAlarm& a) {
+  reporter.MuteAlarm(a);
+  if (observer != nullptr) observer->OnMuteAlarm(a);
+}
+
+void Supervisor::State::OnSessionEnded(const SessionEnded& e) {
+  Forget(e.session);
+  system_cache.reset();
+  if (e.by_loop()) ++ended_by_error;
+  reporter.SessionEnded(e, loop.active_sessions());
+  if (observer != nullptr) observer->OnSessionEnded(e);
 }
 
 Supervisor::Supervisor(Backend* backend, Clock* clock, const SupervisorOptions& options,
                        telemetry::MetricsRegistry* registry, telemetry::EventLog* events) {
   options.Validate();
-  state_ = std::make_unique<State>(*this, backend, clock, options, registry, events);
+  state_ = std::make_unique<State>(backend, clock, options, registry, events);
   State& st = *state_;
-  st.loop.on_frame = [&st](const FrameRecord& r) { st.OnFrame(r); };
-  st.loop.on_mute_alarm = [this, &st](RealtimeSessionId id, double t_s) {
-    if (st.metrics) st.metrics->mute_alarms.Inc();
-    const std::int64_t n = st.loop.stats().mute_alarms;
-    const double now = t_s - st.t0;
-    // The first alarms name their session; after that a running count keeps stderr readable.
-    if (st.options.log_to_stderr && (n <= 5 || n % 100 == 0)) {
-      std::fprintf(stderr,
-                   "[alarm] mute: session %llu starved %d consecutive frames at t=%.2f s%s\n",
-                   static_cast<unsigned long long>(id), st.options.loop.mute_after_starved, now,
-                   n > 5 ? (" (" + std::to_string(n) + " alarms so far)").c_str() : "");
-    }
-    if (st.Logging()) {
-      st.events->Alarm(now * 1e3, {.kind = "mute",
-                                   .session_id = id,
-                                   .detail = std::to_string(st.options.loop.mute_after_starved) +
-                                             " consecutive starved frames"});
-    }
-    if (on_mute_alarm) on_mute_alarm(id, now);
-  };
   st.loop.on_iteration = [&st](double seconds, int batch_tokens) {
     st.system_cache.reset();
-    if (!st.metrics) return;
-    st.metrics->iteration_ms.Observe(seconds * 1e3);
-    st.metrics->batch_tokens.Observe(static_cast<double>(batch_tokens));
-  };
-  st.loop.on_session_error = [this, &st](RealtimeSessionId id, double t_s,
-                                         engine::StepStatus status) {
-    const double now = t_s - st.t0;
-    st.Forget(id);
-    ++st.ended_by_error;
-    if (st.options.log_to_stderr) {
-      std::fprintf(stderr, "[error] session %llu ended at t=%.2f s: %s\n",
-                   static_cast<unsigned long long>(id), now, ToString(status));
-    }
-    if (st.Logging()) {
-      st.events->Write(now * 1e3, "session_end",
-                       {{"session_id", id}, {"reason", "error"}, {"error", ToString(status)}});
-    }
-    if (on_session_error) on_session_error(id, now, status);
+    st.reporter.Iteration(seconds, batch_tokens);
   };
 }
 
 Supervisor::~Supervisor() = default;
 
 void Supervisor::Start() {
-  state_->t0 = state_->clock->NowSeconds();
+  state_->loop.SetOrigin(state_->clock->Now());
   state_->next_sample_s = 0.0;
-  if (state_->metrics) {
-    state_->metrics->admission_limit.Set(static_cast<double>(state_->controller->limit()));
-  }
+  state_->reporter.Limit(state_->controller->limit());
 }
 
-double Supervisor::Now() const { return state_->clock->NowSeconds() - state_->t0; }
-double Supervisor::StartSeconds() const { return state_->t0; }
+double Supervisor::Now() const { return state_->loop.Now(); }
+void Supervisor::set_observer(SessionObserver* observer) { state_->observer = observer; }
 
 Supervisor::AdmitResult Supervisor::Admit(const SessionSpec& spec, double now_s) {
   State& st = *state_;
@@ -289,14 +215,7 @@ Supervisor::AdmitResult Supervisor::Admit(const SessionSpec& spec, double now_s)
   const admission::Decision& d = result.decision;
   if (!d.admit) {
     ++st.rejected;
-    if (st.metrics) st.metrics->sessions_rejected(d.reason).Inc();
-    if (st.Logging()) {
-      st.events->Admission(now_s * 1e3, {.session_id = 0,
-                                         .admitted = false,
-                                         .reason = d.reason,
-                                         .num_active = static_cast<int>(system.active_sessions),
-                                         .limit = static_cast<int>(st.controller->limit())});
-    }
+    st.reporter.Rejected(d, now_s, system.active_sessions, st.controller->limit());
     return result;
   }
   const bool full = spec.policy.mode == kv::KvMode::kFull;
@@ -321,34 +240,25 @@ Supervisor::AdmitResult Supervisor::Admit(const SessionSpec& spec, double now_s)
   system.reserved_blocks += request.projected_blocks;
   ++st.admitted;
   const std::int64_t active = st.loop.active_sessions();
-  if (st.metrics) {
-    st.metrics->sessions_admitted.Inc();
-    st.metrics->sessions_active.Set(static_cast<double>(active));
-  }
-  if (st.Logging()) {
-    st.events->Admission(now_s * 1e3, {.session_id = result.id,
-                                       .admitted = true,
-                                       .num_active = static_cast<int>(active),
-                                       .limit = static_cast<int>(st.controller->limit())});
-  }
-  if (active > st.peak_active) {
-    st.peak_active = active;
-    if (on_new_peak) on_new_peak(now_s);
-  }
+  st.reporter.Admitted(result.id, now_s, active, st.controller->limit());
+  st.peak_active = std::max(st.peak_active, active);
   return result;
 }
 
-void Supervisor::End(RealtimeSessionId id, double now_s, const std::string& reason) {
+void Supervisor::End(RealtimeSessionId id, double now_s, EndReason reason) {
   State& st = *state_;
   if (!st.projected.contains(id)) return;  // unknown, or already ended by the loop
   st.loop.EndSession(id);
-  st.Forget(id);
-  st.system_cache.reset();
-  if (st.metrics) st.metrics->sessions_active.Set(static_cast<double>(st.loop.active_sessions()));
-  if (st.Logging()) {
-    st.events->Write(now_s * 1e3, "session_end", {{"session_id", id}, {"reason", reason}});
-  }
+  st.OnSessionEnded({.session = id, .t_s = now_s, .reason = reason});
 }
+
+RealtimeLoop::SubmitResult Supervisor::Submit(RealtimeSessionId id, std::vector<TokenId> tokens,
+                                              std::optional<Nanos> arrival) {
+  return state_->loop.SubmitFrame(id, std::move(tokens), arrival);
+}
+bool Supervisor::RunIteration() { return state_->loop.RunIteration(); }
+void Supervisor::RunOnce(double t_limit_s) { state_->loop.RunOnce(t_limit_s); }
+double Supervisor::NextEventSeconds() const { return state_->loop.NextEventSeconds(); }
 
 bool Supervisor::Tick(double now_s) {
   State& st = *state_;
@@ -371,8 +281,12 @@ bool Supervisor::Tick(double now_s) {
   return true;
 }
 
-RealtimeLoop& Supervisor::loop() { return state_->loop; }
-const RealtimeLoop& Supervisor::loop() const { return state_->loop; }
+const LoopStats& Supervisor::stats() const { return state_->loop.stats(); }
+std::int64_t Supervisor::active_sessions() const { return state_->loop.active_sessions(); }
+std::int64_t Supervisor::resident_blocks(RealtimeSessionId id) const {
+  return state_->loop.resident_blocks(id);
+}
+LoopFootprint Supervisor::loop_footprint() const { return state_->loop.footprint(); }
 const admission::AdmissionController& Supervisor::controller() const { return *state_->controller; }
 const std::vector<admission::LimitChange>& Supervisor::limit_changes() const {
   return state_->limit_changes;

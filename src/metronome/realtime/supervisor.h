@@ -5,14 +5,19 @@
 // serves `metronome sim` / `drive` (WorkloadRunner generates the sessions) and the network server
 // (sessions come from clients).
 //
-// Times: `now_s` arguments are seconds since Start() on the loop's clock.
+// Drivers (the server's EngineService, WorkloadRunner) go through the Supervisor only: admission,
+// frames, iterations and ends; results come back through one SessionObserver (frames, mute
+// alarms, every session's end with its EndReason), after the supervisor's own handling.
+//
+// Times: one origin. Start() sets the loop's origin to the clock's now; every time in or out
+// (`now_s` arguments, Now(), NextEventSeconds(), the observer's reports) is seconds since then.
 // Thread-safety: single-threaded; owned by the loop thread.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +26,7 @@
 #include "metronome/kv/occupancy_forecast.h"
 #include "metronome/realtime/backend.h"
 #include "metronome/realtime/realtime_loop.h"
+#include "metronome/realtime/session_observer.h"
 #include "metronome/telemetry/event_log.h"
 #include "metronome/telemetry/metrics.h"
 
@@ -83,8 +89,9 @@ class Supervisor {
 
   // Sets time zero to the clock's now.
   void Start();
-  [[nodiscard]] double Now() const;           // seconds since Start()
-  [[nodiscard]] double StartSeconds() const;  // the clock's seconds at Start()
+  [[nodiscard]] double Now() const;  // seconds since Start()
+  // The driver's observer (borrowed; null: none). Called after the supervisor's own handling.
+  void set_observer(SessionObserver* observer);
 
   struct AdmitResult {
     admission::Decision decision;
@@ -96,15 +103,27 @@ class Supervisor {
   // Asks the controller whether a session with `spec` may join now; if so adds it to the loop.
   // Throws ConfigError for an invalid spec (before asking).
   AdmitResult Admit(const SessionSpec& spec, double now_s);
-  // Ends a session (its blocks return to the pool); `reason` goes to the event log.
-  void End(RealtimeSessionId id, double now_s, const std::string& reason = "end");
+  // Ends a session (its blocks return to the pool) and reports it to the observer with `reason`;
+  // nothing for a session that is unknown or already ended.
+  void End(RealtimeSessionId id, double now_s, EndReason reason);
+  // A frame of an external-frames session (RealtimeLoop::SubmitFrame: the one refusal enum).
+  RealtimeLoop::SubmitResult Submit(RealtimeSessionId id, std::vector<TokenId> tokens,
+                                    std::optional<Nanos> arrival = std::nullopt);
+  // One loop iteration; false if there was no work (RealtimeLoop::RunIteration).
+  bool RunIteration();
+  // One iteration, or a sleep until the next frame event but no later than t_limit_s.
+  void RunOnce(double t_limit_s);
+  // The next frame arrival or blocked frame's deadline, s since Start(); +inf with no sessions.
+  [[nodiscard]] double NextEventSeconds() const;
 
   // Once per loop turn: controller tick and limit changes; a sample when one is due. Returns true
   // when a sample was taken (see last_sample()).
   bool Tick(double now_s);
 
-  [[nodiscard]] RealtimeLoop& loop();
-  [[nodiscard]] const RealtimeLoop& loop() const;
+  [[nodiscard]] const LoopStats& stats() const;  // the loop's frame counts (times since Start())
+  [[nodiscard]] std::int64_t active_sessions() const;
+  [[nodiscard]] std::int64_t resident_blocks(RealtimeSessionId id) const;
+  [[nodiscard]] LoopFootprint loop_footprint() const;
   [[nodiscard]] const admission::AdmissionController& controller() const;
   [[nodiscard]] const std::vector<admission::LimitChange>& limit_changes() const;
   [[nodiscard]] const SupervisorSample& last_sample() const;
@@ -118,14 +137,6 @@ class Supervisor {
   [[nodiscard]] double kv_peak_fraction() const;  // over every Tick
   // Percentile (q in [0, 1]) of every frame latency so far, ms; NaN before the first frame.
   [[nodiscard]] double LatencyQuantileMs(double q) const;
-
-  // Observers called after the supervisor's own handling (may be empty; must not add or end
-  // sessions): every delivered frame; a session the loop ended with an error; every admission.
-  std::function<void(const FrameRecord&)> on_frame;
-  std::function<void(RealtimeSessionId, double, engine::StepStatus)> on_session_error;
-  std::function<void(RealtimeSessionId, double)> on_mute_alarm;
-  // The active count reached a new peak at now_s (the runner times its forecast record off it).
-  std::function<void(double)> on_new_peak;
 
  private:
   struct State;

@@ -81,10 +81,16 @@ nlohmann::json RunSummary::ToJson() const {
   return j;
 }
 
-struct WorkloadRunner::State {
-  State(Backend* b, Clock* c, const WorkloadOptions& o, telemetry::MetricsRegistry* registry,
-        telemetry::EventLog* e)
-      : options(o), supervisor(b, c, SupervisorOptionsOf(o), registry, e), events(e), rng(o.seed) {
+// The supervisor's observer: the run's per-session records and per-sample frame statistics.
+struct WorkloadRunner::State final : SessionObserver {
+  State(WorkloadRunner& owner_, Backend* b, Clock* c, const WorkloadOptions& o,
+        telemetry::MetricsRegistry* registry, telemetry::EventLog* e)
+      : owner(owner_),
+        options(o),
+        supervisor(b, c, SupervisorOptionsOf(o), registry, e),
+        events(e),
+        rng(o.seed) {
+    supervisor.set_observer(this);
     if (!o.arrival.empty()) arrival = ArrivalProcess::Parse(o.arrival);
     if (!o.session_duration.empty()) duration = SessionDuration::Parse(o.session_duration);
     deadline_ms = o.session.deadline_ms > 0.0 ? o.session.deadline_ms : o.session.period_ms;
@@ -104,12 +110,16 @@ struct WorkloadRunner::State {
     return s;
   }
 
+  void OnFrame(const FrameRecord& r) override;
+  void OnMuteAlarm(const MuteAlarm& /*alarm*/) override {}
+  void OnSessionEnded(const SessionEnded& e) override;
   void Admitted(RealtimeSessionId id, double now);
   void HandleRequests(double now);
   void EndDueSessions(double now);
   void RecordSample();
   void Accumulate(double now);
 
+  WorkloadRunner& owner;  // its on_frame tap
   WorkloadOptions options;
   Supervisor supervisor;
   telemetry::EventLog* events;
@@ -136,7 +146,23 @@ struct WorkloadRunner::State {
   double weighted_limit = 0.0;
   double weighted_limit_s = 0.0;  // time covered by a finite limit
   double forecast_due_s = std::numeric_limits<double>::infinity();
+  std::int64_t peak_active = 0;
 };
+
+void WorkloadRunner::State::OnFrame(const FrameRecord& r) {
+  const auto it = record_of.find(r.session);
+  if (it != record_of.end()) ++records[it->second].frames;
+  interval_latency_ms.Add(r.latency_ms);
+  interval_tokens += static_cast<std::int64_t>(r.tokens.size());
+  if (owner.on_frame) owner.on_frame(r);
+}
+
+void WorkloadRunner::State::OnSessionEnded(const SessionEnded& e) {
+  const auto it = record_of.find(e.session);
+  if (it == record_of.end()) return;
+  records[it->second].ended_s = e.t_s;
+  records[it->second].ended_by_error = e.by_loop();
+}
 
 void WorkloadRunner::State::Admitted(RealtimeSessionId id, double now) {
   SessionRecord rec;
@@ -166,6 +192,11 @@ void WorkloadRunner::State::HandleRequests(double now) {
     const Supervisor::AdmitResult r = supervisor.Admit(spec, now);
     if (r.decision.admit) {
       Admitted(r.id, now);
+      // The forecast reported is the one made forecast_settle_s after the latest new peak.
+      if (supervisor.peak_active() > peak_active) {
+        peak_active = supervisor.peak_active();
+        forecast_due_s = now + options.forecast_settle_s;
+      }
       continue;
     }
     // Exponential backoff from the hint, as loadgen's clients do.
@@ -187,10 +218,8 @@ void WorkloadRunner::State::EndDueSessions(double now) {
   while (!ends.empty() && ends.top().first <= now + kDueSlackSeconds) {
     const RealtimeSessionId id = ends.top().second;
     ends.pop();
-    SessionRecord& rec = records[record_of.at(id)];
-    if (!std::isnan(rec.ended_s)) continue;  // already ended by the loop
-    supervisor.End(id, now, "duration");
-    rec.ended_s = now;
+    // A session the loop already ended is not ended again (Supervisor::End ignores it).
+    supervisor.End(id, now, EndReason::kDuration);
   }
 }
 
@@ -208,13 +237,7 @@ void WorkloadRunner::State::RecordSample() {
   s.limit = p.limit;
   s.kv_used_fraction = p.kv_used_fraction;
   s.t_sat_s = p.t_sat_s;
-  const LoopStats& ls = supervisor.loop().stats();
-  s.frames = ls.frames;
-  s.ok = ls.ok;
-  s.late = ls.late;
-  s.starved = ls.starved;
-  s.short_frames = ls.short_frames;
-  s.mute_alarms = ls.mute_alarms;
+  static_cast<FrameCounts&>(s) = supervisor.stats();
   s.admitted = supervisor.admitted();
   s.rejected = supervisor.rejected();
   s.interval_frames = interval_latency_ms.count();
@@ -235,7 +258,7 @@ void WorkloadRunner::State::Accumulate(double now) {
   const double from = std::max(last_turn_s, half);
   if (now > from) {
     const double dt = now - from;
-    weighted_active += static_cast<double>(supervisor.loop().active_sessions()) * dt;
+    weighted_active += static_cast<double>(supervisor.active_sessions()) * dt;
     const std::int64_t limit = supervisor.controller().limit();
     if (limit != admission::kNoLimit) {
       weighted_limit += static_cast<double>(limit) * dt;
@@ -248,23 +271,7 @@ void WorkloadRunner::State::Accumulate(double now) {
 WorkloadRunner::WorkloadRunner(Backend* backend, Clock* clock, const WorkloadOptions& options,
                                telemetry::MetricsRegistry* registry, telemetry::EventLog* events) {
   options.Validate();
-  state_ = std::make_unique<State>(backend, clock, options, registry, events);
-  State& st = *state_;
-  st.supervisor.on_frame = [&st](const FrameRecord& r) {
-    const auto it = st.record_of.find(r.session);
-    if (it != st.record_of.end()) ++st.records[it->second].frames;
-    st.interval_latency_ms.Add(r.latency_ms);
-    st.interval_tokens += static_cast<std::int64_t>(r.tokens.size());
-  };
-  st.supervisor.on_session_error = [&st](RealtimeSessionId id, double now, engine::StepStatus) {
-    const auto it = st.record_of.find(id);
-    if (it == st.record_of.end()) return;
-    st.records[it->second].ended_s = now;
-    st.records[it->second].ended_by_error = true;
-  };
-  st.supervisor.on_new_peak = [&st](double now) {
-    st.forecast_due_s = now + st.options.forecast_settle_s;
-  };
+  state_ = std::make_unique<State>(*this, backend, clock, options, registry, events);
 }
 
 WorkloadRunner::~WorkloadRunner() = default;
@@ -290,20 +297,14 @@ RunSummary WorkloadRunner::Run() {
     double next = std::min({end, sup.next_sample_s(), st.next_arrival_s});
     if (!st.ends.empty()) next = std::min(next, st.ends.top().first);
     if (!st.requests.empty()) next = std::min(next, st.requests.top().t_s);
-    sup.loop().RunOnce(sup.StartSeconds() + next);
+    sup.RunOnce(next);
   }
   st.Accumulate(end);
 
   RunSummary& s = st.summary;
-  const LoopStats& ls = sup.loop().stats();
-  s.frames = ls.frames;
-  s.ok_frames = ls.ok;
-  s.late_frames = ls.late;
-  s.starved_frames = ls.starved;
-  s.short_frames = ls.short_frames;
-  s.deadline_misses = ls.late;
-  s.mute_alarms = ls.mute_alarms;
-  s.first_starved_at_s = ls.first_starved_at_s - sup.StartSeconds();
+  const LoopStats& ls = sup.stats();
+  s.SetCounts(ls);
+  s.first_starved_at_s = ls.first_starved_at_s;
   s.kv_peak_fraction = sup.kv_peak_fraction();
   s.admitted = sup.admitted();
   s.rejected = sup.rejected();
@@ -334,6 +335,8 @@ const std::vector<admission::LimitChange>& WorkloadRunner::limit_changes() const
 const admission::AdmissionController& WorkloadRunner::controller() const {
   return state_->supervisor.controller();
 }
-RealtimeLoop& WorkloadRunner::loop() { return state_->supervisor.loop(); }
+std::int64_t WorkloadRunner::active_sessions() const {
+  return state_->supervisor.active_sessions();
+}
 
 }  // namespace metronome::realtime

@@ -63,20 +63,14 @@ struct WorkloadOptions {
 };
 
 // The state of the run at one sample (every sample_interval_s).
-struct RunSample {
+// Cumulative frame counts (FrameCounts) since the start of the run, and:
+struct RunSample : FrameCounts {
   double t_s = 0.0;
   std::int64_t active = 0;
   std::int64_t limit = admission::kNoLimit;
   double kv_used_fraction = 0.0;
   // Forecast time until the pool is full, s from t_s; +inf when occupancy is not growing.
   double t_sat_s = std::numeric_limits<double>::infinity();
-  // Cumulative counts since the start of the run.
-  std::int64_t frames = 0;
-  std::int64_t ok = 0;
-  std::int64_t late = 0;
-  std::int64_t starved = 0;
-  std::int64_t short_frames = 0;
-  std::int64_t mute_alarms = 0;
   std::int64_t admitted = 0;
   std::int64_t rejected = 0;
   // Frames delivered since the previous sample: their count, latency percentiles (ms; NaN when
@@ -135,10 +129,12 @@ class WorkloadRunner {
   [[nodiscard]] const std::vector<SessionRecord>& sessions() const;
   [[nodiscard]] const std::vector<admission::LimitChange>& limit_changes() const;
   [[nodiscard]] const admission::AdmissionController& controller() const;
-  [[nodiscard]] RealtimeLoop& loop();
+  [[nodiscard]] std::int64_t active_sessions() const;
 
   // Called at every sample (may be empty), e.g. for a progress line.
   std::function<void(const RunSample&)> on_sample;
+  // Called for every delivered frame after the runner's own handling (may be empty).
+  std::function<void(const FrameRecord&)> on_frame;
 
  private:
   struct State;

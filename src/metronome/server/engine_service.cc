@@ -11,20 +11,6 @@
 
 namespace metronome::server {
 
-std::string_view ToString(SessionEnd reason) {
-  switch (reason) {
-    case SessionEnd::kClient:
-      return "client";
-    case SessionEnd::kContextFull:
-      return "context_full";
-    case SessionEnd::kError:
-      return "error";
-    case SessionEnd::kServerShutdown:
-      return "server_shutdown";
-  }
-  return "error";
-}
-
 namespace {
 realtime::SupervisorOptions ForClients(realtime::SupervisorOptions o) {
   o.enforce_kv_budget = true;
@@ -37,40 +23,38 @@ EngineService::EngineService(realtime::Backend* backend, Clock* clock,
                              telemetry::MetricsRegistry* registry, telemetry::EventLog* events)
     : backend_(backend),
       clock_(clock),
-      mute_after_(options.loop.mute_after_starved),
       supervisor_(backend, clock, ForClients(options), registry, events) {
-  supervisor_.on_frame = [this](const realtime::FrameRecord& r) {
-    const auto it = live_.find(r.session);
-    if (it == live_.end()) return;
-    ++it->second.frames_by_outcome[static_cast<std::size_t>(r.outcome)];
-    it->second.last_latency_ms = r.latency_ms;
-    if (it->second.sink.on_frame) it->second.sink.on_frame(r);
-  };
-  supervisor_.on_mute_alarm = [this](RealtimeSessionId id, double now_s) {
-    const auto it = live_.find(id);
-    if (it == live_.end() || !it->second.sink.on_alarm) return;
-    const kv::PoolStats pool = backend_->pool();
-    it->second.sink.on_alarm(
-        "mute", std::to_string(mute_after_) +
-                    " consecutive frames came back with no output: no KV block for the session (" +
-                    std::to_string(pool.used_blocks) + " of " + std::to_string(pool.num_blocks) +
-                    " blocks in use) at t=" + FormatValue(now_s) + " s");
-  };
-  supervisor_.on_session_error = [this](RealtimeSessionId id, double /*now_s*/,
-                                        engine::StepStatus status) {
-    const auto it = live_.find(id);
-    if (it == live_.end()) return;
-    SessionSink sink = std::move(it->second.sink);
-    live_.erase(it);
-    if (sink.on_ended) {
-      sink.on_ended(status == engine::StepStatus::kContextFull ? SessionEnd::kContextFull
-                                                               : SessionEnd::kError);
-    }
-  };
+  supervisor_.set_observer(this);
   thread_ = std::thread([this] { Run(); });
 }
 
 EngineService::~EngineService() { Shutdown(); }
+
+void EngineService::OnFrame(const realtime::FrameRecord& r) {
+  const auto it = live_.find(r.session);
+  if (it == live_.end()) return;
+  it->second.frames.Count(r.outcome);
+  it->second.last_latency_ms = r.latency_ms;
+  if (it->second.sink.on_frame) it->second.sink.on_frame(r);
+}
+
+void EngineService::OnMuteAlarm(const realtime::MuteAlarm& a) {
+  const auto it = live_.find(a.session);
+  if (it == live_.end() || !it->second.sink.on_alarm) return;
+  it->second.sink.on_alarm(
+      "mute", std::to_string(a.consecutive_starved) +
+                  " consecutive frames came back with no output: no KV block for the session (" +
+                  std::to_string(a.used_blocks) + " of " + std::to_string(a.total_blocks) +
+                  " blocks in use) at t=" + FormatValue(a.t_s) + " s");
+}
+
+void EngineService::OnSessionEnded(const realtime::SessionEnded& e) {
+  const auto it = live_.find(e.session);
+  if (it == live_.end()) return;
+  SessionSink sink = std::move(it->second.sink);
+  live_.erase(it);
+  if (sink.on_ended) sink.on_ended(e.reason);
+}
 
 bool EngineService::Post(std::function<void()> command) {
   {
@@ -98,11 +82,13 @@ void EngineService::StartSession(realtime::SessionSpec spec, SessionSink sink,
         out.decision = r.decision;
         out.max_context = r.max_context_tokens;
         if (out.admitted) {
-          live_.emplace(r.id, Live{.sink = std::move(sink),
-                                   .started_s = supervisor_.Now(),
-                                   .period_ms = spec.period_ms,
-                                   .deadline_ms =
-                                       spec.deadline_ms > 0.0 ? spec.deadline_ms : spec.period_ms});
+          live_.emplace(
+              r.id, Live{.sink = std::move(sink),
+                         .started_s = supervisor_.Now(),
+                         .period_ms = spec.period_ms,
+                         .deadline_ms = spec.deadline_ms > 0.0 ? spec.deadline_ms : spec.period_ms,
+                         .frames = {},
+                         .last_latency_ms = 0.0});
         }
       } catch (const ConfigError& e) {
         out.error = e.what();
@@ -113,47 +99,21 @@ void EngineService::StartSession(realtime::SessionSpec spec, SessionSink sink,
 }
 
 void EngineService::SubmitFrame(RealtimeSessionId id, std::vector<TokenId> tokens,
-                                std::function<void(SubmitOutcome)> done) {
+                                std::function<void(SubmitResult)> done) {
   // The frame arrives now, on the caller's (network) thread: time it then waits for the engine
   // thread, e.g. behind a long step, is part of its latency and eats into its deadline.
   const Nanos arrival = clock_->Now();
   Post([this, id, arrival, tokens = std::move(tokens), done = std::move(done)]() mutable {
-    SubmitOutcome out = SubmitOutcome::kUnknownSession;
-    if (live_.contains(id)) {
-      switch (supervisor_.loop().SubmitFrame(id, std::move(tokens), arrival)) {
-        case realtime::RealtimeLoop::SubmitResult::kOk:
-          out = SubmitOutcome::kOk;
-          break;
-        case realtime::RealtimeLoop::SubmitResult::kTooEarly:
-          out = SubmitOutcome::kTooEarly;
-          break;
-        case realtime::RealtimeLoop::SubmitResult::kTooFast:
-          out = SubmitOutcome::kTooFast;
-          break;
-        case realtime::RealtimeLoop::SubmitResult::kEmpty:
-          out = SubmitOutcome::kEmpty;
-          break;
-        case realtime::RealtimeLoop::SubmitResult::kTooMany:
-          out = SubmitOutcome::kTooMany;
-          break;
-        case realtime::RealtimeLoop::SubmitResult::kUnknownSession:
-        case realtime::RealtimeLoop::SubmitResult::kNotExternal:
-          out = SubmitOutcome::kUnknownSession;
-          break;
-      }
-    }
+    const SubmitResult out = live_.contains(id) ? supervisor_.Submit(id, std::move(tokens), arrival)
+                                                : SubmitResult::kUnknownSession;
     if (done) done(out);
   });
 }
 
 void EngineService::EndSession(RealtimeSessionId id) {
+  // Its sink hears kClient through OnSessionEnded.
   Post([this, id] {
-    const auto it = live_.find(id);
-    if (it == live_.end()) return;
-    SessionSink sink = std::move(it->second.sink);
-    live_.erase(it);
-    supervisor_.End(id, supervisor_.Now(), "client");
-    if (sink.on_ended) sink.on_ended(SessionEnd::kClient);
+    if (live_.contains(id)) supervisor_.End(id, supervisor_.Now(), EndReason::kClient);
   });
 }
 
@@ -176,7 +136,7 @@ ServiceFootprint EngineService::Footprint() {
     }
     promise->set_value({.live = static_cast<std::int64_t>(live_.size()),
                         .tracked = supervisor_.tracked_sessions(),
-                        .loop = supervisor_.loop().footprint(),
+                        .loop = supervisor_.loop_footprint(),
                         .backend_sessions = pool.num_sessions,
                         .used_blocks = pool.used_blocks,
                         .queued_commands = queued});
@@ -194,12 +154,12 @@ nlohmann::json EngineService::Stats(std::size_t max_listed) {
 
 nlohmann::json EngineService::Snapshot(std::size_t max_listed) const {
   const realtime::SupervisorSample& s = supervisor_.last_sample();
-  const realtime::LoopStats& ls = supervisor_.loop().stats();
+  const realtime::LoopStats& ls = supervisor_.stats();
   const kv::PoolStats pool = backend_->pool();
   const std::int64_t limit = supervisor_.controller().limit();
   nlohmann::json j;
   j["t_s"] = supervisor_.Now();
-  j["sessions"] = {{"active", supervisor_.loop().active_sessions()},
+  j["sessions"] = {{"active", supervisor_.active_sessions()},
                    {"admitted", supervisor_.admitted()},
                    {"rejected", supervisor_.rejected()},
                    {"ended_by_error", supervisor_.ended_by_error()}};
@@ -240,12 +200,12 @@ nlohmann::json EngineService::Snapshot(std::size_t max_listed) const {
     nlohmann::json row;
     row["id"] = ids[i];
     row["age_s"] = supervisor_.Now() - l.started_s;
-    row["resident_blocks"] = supervisor_.loop().resident_blocks(ids[i]);
+    row["resident_blocks"] = supervisor_.resident_blocks(ids[i]);
     row["period_ms"] = l.period_ms;
     row["deadline_ms"] = l.deadline_ms;
     for (int o = 0; o < telemetry::kNumFrameOutcomes; ++o) {
-      row[std::string(telemetry::ToString(static_cast<telemetry::FrameOutcome>(o)))] =
-          l.frames_by_outcome[static_cast<std::size_t>(o)];
+      const auto outcome = static_cast<telemetry::FrameOutcome>(o);
+      row[std::string(telemetry::ToString(outcome))] = l.frames.of(outcome);
     }
     row["last_latency_ms"] = l.last_latency_ms;
     list.push_back(std::move(row));
@@ -255,13 +215,12 @@ nlohmann::json EngineService::Snapshot(std::size_t max_listed) const {
   return j;
 }
 
-void EngineService::EndAll(SessionEnd reason) {
-  std::unordered_map<RealtimeSessionId, Live> live = std::move(live_);
-  live_.clear();
-  for (auto& [id, session] : live) {
-    supervisor_.End(id, supervisor_.Now(), std::string(ToString(reason)));
-    if (session.sink.on_ended) session.sink.on_ended(reason);
-  }
+void EngineService::EndAll(EndReason reason) {
+  // Each end reaches its sink through OnSessionEnded, which drops the session from live_.
+  std::vector<RealtimeSessionId> ids;
+  ids.reserve(live_.size());
+  for (const auto& [id, session] : live_) ids.push_back(id);
+  for (const RealtimeSessionId id : ids) supervisor_.End(id, supervisor_.Now(), reason);
 }
 
 void EngineService::Shutdown() {
@@ -287,11 +246,9 @@ void EngineService::Run() {
     batch.clear();
     if (stop) break;
     supervisor_.Tick(supervisor_.Now());
-    if (supervisor_.loop().RunIteration()) continue;
+    if (supervisor_.RunIteration()) continue;
     // Idle: sleep until the next frame deadline or sample, or until a command arrives.
-    const double next_s =
-        std::min(supervisor_.loop().NextEventSeconds() - supervisor_.StartSeconds(),
-                 supervisor_.next_sample_s());
+    const double next_s = std::min(supervisor_.NextEventSeconds(), supervisor_.next_sample_s());
     const double wait_s = std::clamp(next_s - supervisor_.Now(), 0.0, 1.0);
     base::MutexLock lock(&mu_);
     wake_.wait_for(lock, std::chrono::duration<double>(wait_s),
@@ -305,7 +262,7 @@ void EngineService::Run() {
     accepting_ = false;
   }
   for (auto& command : batch) command();
-  EndAll(SessionEnd::kServerShutdown);
+  EndAll(EndReason::kServerShutdown);
 }
 
 }  // namespace metronome::server

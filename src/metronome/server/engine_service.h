@@ -11,7 +11,6 @@
 // Thread-safety: every public method may be called from any thread.
 #pragma once
 
-#include <array>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -34,15 +33,16 @@ namespace metronome::server {
 
 using realtime::RealtimeSessionId;
 
-// Why a session ended.
-enum class SessionEnd : std::uint8_t { kClient, kContextFull, kError, kServerShutdown };
-[[nodiscard]] std::string_view ToString(SessionEnd reason);  // "client", "context_full", ...
+using realtime::EndReason;  // why a session ended: one enum from the loop to the wire
+// What became of a submitted frame: the loop's refusal enum, mapped to the wire's ErrorCode in
+// one place (the server's connection). kNotExternal never comes back (every session is external).
+using SubmitResult = realtime::RealtimeLoop::SubmitResult;
 
 // What a session's owner (a connection) hears, on the engine thread. The sink must stay valid
 // until on_ended has run (at the latest during Shutdown).
 struct SessionSink {
   std::function<void(const realtime::FrameRecord&)> on_frame;  // every frame, in order
-  std::function<void(SessionEnd)> on_ended;                    // once, last
+  std::function<void(EndReason)> on_ended;                     // once, last
   // kind e.g. "mute"; detail: what happened, with the numbers behind it.
   std::function<void(std::string_view kind, std::string_view detail)> on_alarm;
 };
@@ -57,16 +57,6 @@ struct StartOutcome {
   TokenPos max_context = 0;
 };
 
-// What became of a submitted frame (RealtimeLoop::SubmitResult, less what a server cannot send).
-enum class SubmitOutcome : std::uint8_t {
-  kOk,
-  kUnknownSession,
-  kTooEarly,  // the session's frames are waiting (SessionSpec::max_pending_frames)
-  kTooFast,   // ahead of the session's declared period (realtime::FramePacing)
-  kEmpty,     // no tokens
-  kTooMany,   // more tokens than the session's tokens_per_frame
-};
-
 // The service's bookkeeping (tests: every ended session's state is freed).
 struct ServiceFootprint {
   std::int64_t live = 0;              // sessions with a sink
@@ -77,7 +67,8 @@ struct ServiceFootprint {
   std::int64_t queued_commands = 0;   // commands waiting for the engine thread
 };
 
-class EngineService {
+// The Supervisor's observer (on the engine thread): hands each session's reports to its sink.
+class EngineService final : private realtime::SessionObserver {
  public:
   // Borrows backend, clock, registry and events (all must outlive the service); starts the engine
   // thread. Throws ConfigError for bad options. Clients are untrusted: options.enforce_kv_budget
@@ -87,7 +78,7 @@ class EngineService {
                 telemetry::MetricsRegistry* registry = nullptr,
                 telemetry::EventLog* events = nullptr);
   // Shutdown() if not done yet.
-  ~EngineService();
+  ~EngineService() override;
   EngineService(const EngineService&) = delete;
   EngineService& operator=(const EngineService&) = delete;
 
@@ -98,7 +89,7 @@ class EngineService {
   // A frame of the client's tokens, arriving now (stamped on the calling thread, before it waits
   // for the engine thread). `done` (optional) gets the outcome.
   void SubmitFrame(RealtimeSessionId id, std::vector<TokenId> tokens,
-                   std::function<void(SubmitOutcome)> done = {});
+                   std::function<void(SubmitResult)> done = {});
   // Ends a session (its blocks return to the pool at once); its sink hears kClient.
   void EndSession(RealtimeSessionId id);
 
@@ -120,7 +111,11 @@ class EngineService {
   bool Post(std::function<void()> command);
   void Run();                                                           // the engine thread
   [[nodiscard]] nlohmann::json Snapshot(std::size_t max_listed) const;  // engine thread
-  void EndAll(SessionEnd reason);
+  void EndAll(EndReason reason);
+  // realtime::SessionObserver, engine thread.
+  void OnFrame(const realtime::FrameRecord& r) override;
+  void OnMuteAlarm(const realtime::MuteAlarm& a) override;
+  void OnSessionEnded(const realtime::SessionEnded& e) override;
 
   // A live session: its sink and what /v1/stats reports about it.
   struct Live {
@@ -128,13 +123,12 @@ class EngineService {
     double started_s = 0.0;
     double period_ms = 0.0;
     double deadline_ms = 0.0;  // effective: the period when the spec left it 0
-    std::array<std::int64_t, telemetry::kNumFrameOutcomes> frames_by_outcome{};
+    realtime::FrameCounts frames;
     double last_latency_ms = 0.0;
   };
 
   realtime::Backend* backend_;
   Clock* clock_;                     // read from any thread (Clock::Now is thread-safe)
-  int mute_after_;                   // k of the mute alarm, for its message
   realtime::Supervisor supervisor_;  // engine thread only
   std::unordered_map<RealtimeSessionId, Live> live_;  // engine thread only
   bool draining_ = false;  // engine thread only: shutting down, admit nobody

@@ -64,20 +64,6 @@ wire::ProtocolError Error(wire::ErrorCode code, std::string message) {
   return e;
 }
 
-wire::EndReason ToEndReason(SessionEnd e) {
-  switch (e) {
-    case SessionEnd::kClient:
-      return wire::EndReason::kClient;
-    case SessionEnd::kContextFull:
-      return wire::EndReason::kContextFull;
-    case SessionEnd::kServerShutdown:
-      return wire::EndReason::kServerShutdown;
-    case SessionEnd::kError:
-      return wire::EndReason::kError;
-  }
-  return wire::EndReason::kError;
-}
-
 }  // namespace
 
 struct HttpServer::Impl {
@@ -399,7 +385,7 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
               net::post(self->strand_, [self, sid = *id, rec] { self->OnResult(sid, rec); });
             },
         .on_ended =
-            [self, id](SessionEnd e) {
+            [self, id](EndReason e) {
               net::post(self->strand_, [self, sid = *id, e] { self->OnEnded(sid, e); });
             },
         .on_alarm =
@@ -492,7 +478,7 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     auto self = shared_from_this();
     srv_->service->SubmitFrame(
         f.session, std::move(tokens),
-        [self, sid = f.session, index = f.index, text, count](SubmitOutcome out) {
+        [self, sid = f.session, index = f.index, text, count](SubmitResult out) {
           net::post(self->strand_, [self, sid, index, text, count, out] {
             self->OnSubmitted(sid, index, text, count, out);
           });
@@ -500,7 +486,7 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
   }
 
   void OnSubmitted(std::uint64_t sid, std::optional<std::int64_t> index, bool text,
-                   std::size_t count, SubmitOutcome out) {
+                   std::size_t count, SubmitResult out) {
     auto fail = [&](wire::ErrorCode code, std::string message) {
       wire::ProtocolError e = Error(code, std::move(message));
       e.session = sid;
@@ -509,33 +495,34 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     };
     auto it = sessions_.find(sid);
     switch (out) {
-      case SubmitOutcome::kOk:
+      case SubmitResult::kOk:
         if (it != sessions_.end()) {
           it->second.pending[it->second.accepted++] = FrameInfo{.index = index, .text = text};
         }
         return;
-      case SubmitOutcome::kTooEarly:
+      case SubmitResult::kTooEarly:
         fail(wire::ErrorCode::kFrameTooEarly,
              "frame: session " + std::to_string(sid) + " already has its frames waiting");
         return;
-      case SubmitOutcome::kTooFast:
+      case SubmitResult::kTooFast:
         fail(wire::ErrorCode::kFrameTooEarly,
              "frame: session " + std::to_string(sid) + " sends faster than its period_ms = " +
                  (it != sessions_.end() ? FormatValue(it->second.period_ms) : std::string("?")) +
                  " (beyond the burst allowance)");
         return;
-      case SubmitOutcome::kTooMany:
+      case SubmitResult::kTooMany:
         fail(wire::ErrorCode::kOverCap,
              std::string("frame: ") + (text ? "text" : "ids") + " has " + std::to_string(count) +
                  " tokens, more than the session's tokens_per_frame = " +
                  (it != sessions_.end() ? std::to_string(it->second.tokens_per_frame)
                                         : std::string("?")));
         return;
-      case SubmitOutcome::kUnknownSession:
+      case SubmitResult::kUnknownSession:
+      case SubmitResult::kNotExternal:  // never: every server session takes external frames
         fail(wire::ErrorCode::kUnknownSession,
              "frame: session " + std::to_string(sid) + " is not open on this connection");
         return;
-      case SubmitOutcome::kEmpty:
+      case SubmitResult::kEmpty:
         fail(wire::ErrorCode::kBadField, "frame: no tokens");
         return;
     }
@@ -577,14 +564,13 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     Send(fr.Serialize());
   }
 
-  void OnEnded(RealtimeSessionId sid, SessionEnd e) {
+  void OnEnded(RealtimeSessionId sid, EndReason e) {
     auto it = sessions_.find(sid);
     if (it == sessions_.end()) return;
     const std::int64_t frames = it->second.results;
     sessions_.erase(it);
     UpdateIdle();
-    Send(
-        wire::SessionEnded{.session = sid, .reason = ToEndReason(e), .frames = frames}.Serialize());
+    Send(wire::SessionEnded{.session = sid, .reason = e, .frames = frames}.Serialize());
   }
 
   void OnAlarm(RealtimeSessionId sid, const std::string& kind, const std::string& detail) {

@@ -19,6 +19,24 @@ std::string_view ToString(FrameOutcome outcome) {
   return "unknown";
 }
 
+std::string_view ToString(EndReason reason) {
+  switch (reason) {
+    case EndReason::kClient:
+      return "client";
+    case EndReason::kContextFull:
+      return "context_full";
+    case EndReason::kServerShutdown:
+      return "server_shutdown";
+    case EndReason::kDisconnect:
+      return "disconnect";
+    case EndReason::kError:
+      return "error";
+    case EndReason::kDuration:
+      return "duration";
+  }
+  return "error";
+}
+
 EngineMetrics::EngineMetrics(MetricsRegistry& registry)
     : frame_latency_ms(registry.AddHistogram(
           "frame_latency_ms", "Latency from a frame's tick to its output, per session-frame (ms).",

@@ -23,6 +23,19 @@ enum class FrameOutcome : std::uint8_t {
 inline constexpr int kNumFrameOutcomes = 4;
 [[nodiscard]] std::string_view ToString(FrameOutcome outcome);  // "ok", "late", "starved", "short"
 
+// Why a session ended: one vocabulary from the real-time loop (which ends a session itself at its
+// context limit or on a backend error) through the supervisor and its drivers to the wire
+// (`session.ended`'s reason) and the event log. ToString is the wire's spelling (docs/protocol.md).
+enum class EndReason : std::uint8_t {
+  kClient,          // "client": the client sent session.end (or its driver ended it)
+  kContextFull,     // "context_full": a full-KV session reached its context limit (the loop)
+  kServerShutdown,  // "server_shutdown"
+  kDisconnect,      // "disconnect": the connection closed (logs and events; nobody to tell)
+  kError,           // "error": the backend refused the session's work otherwise (the loop)
+  kDuration,        // "duration": sim / drive, the session's sampled duration ran out (not wire)
+};
+[[nodiscard]] std::string_view ToString(EndReason reason);
+
 // Exposed names and units (all prefixed metronome_):
 //   frame_latency_ms             histogram  ms, frame tick to its output, one per session-frame
 //   frames_total{outcome}        counter    session-frames by FrameOutcome

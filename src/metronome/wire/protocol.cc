@@ -760,22 +760,6 @@ std::string_view ToString(KvPositions positions) {
   return positions == KvPositions::kRolling ? "rolling" : "absolute";
 }
 
-std::string_view ToString(EndReason reason) {
-  switch (reason) {
-    case EndReason::kClient:
-      return "client";
-    case EndReason::kContextFull:
-      return "context_full";
-    case EndReason::kServerShutdown:
-      return "server_shutdown";
-    case EndReason::kDisconnect:
-      return "disconnect";
-    case EndReason::kError:
-      return "error";
-  }
-  return "error";
-}
-
 std::variant<ClientMessage, ProtocolError> ParseClientMessage(std::string_view text,
                                                               const ServerCaps& caps) {
   try {

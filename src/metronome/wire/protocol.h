@@ -211,14 +211,9 @@ struct FrameResult {
   [[nodiscard]] std::string Serialize() const;
 };
 
-enum class EndReason : std::uint8_t {
-  kClient,          // "client": the client sent session.end
-  kContextFull,     // "context_full": a full-KV session reached max_context
-  kServerShutdown,  // "server_shutdown"
-  kDisconnect,      // "disconnect": the connection closed (logs and events; nobody to tell)
-  kError,           // "error": the engine ended the session for another reason (server log)
-};
-[[nodiscard]] std::string_view ToString(EndReason reason);
+// Why a session ended: the one vocabulary of the engine (telemetry::EndReason: "client",
+// "context_full", "server_shutdown", "disconnect", "error"; "duration" never reaches the wire).
+using EndReason = telemetry::EndReason;
 
 // "session.ended"
 struct SessionEnded {
