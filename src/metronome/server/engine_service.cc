@@ -101,8 +101,7 @@ void EngineService::StartSession(realtime::SessionSpec spec, SessionSink sink,
           live_.emplace(r.id, Live{.sink = std::move(sink),
                                    .started_s = supervisor_.Now(),
                                    .period_ms = spec.period_ms,
-                                   .deadline_ms =
-                                       spec.deadline_ms > 0.0 ? spec.deadline_ms : spec.period_ms});
+                                   .deadline_ms = spec.deadline_ms});
         }
       } catch (const ConfigError& e) {
         out.error = e.what();

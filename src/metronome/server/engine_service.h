@@ -127,7 +127,7 @@ class EngineService {
     SessionSink sink;
     double started_s = 0.0;
     double period_ms = 0.0;
-    double deadline_ms = 0.0;  // effective: the period when the spec left it 0
+    double deadline_ms = 0.0;  // the resolved spec's
     std::array<std::int64_t, telemetry::kNumFrameOutcomes> frames_by_outcome{};
     double last_latency_ms = 0.0;
   };
