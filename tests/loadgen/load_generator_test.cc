@@ -132,7 +132,7 @@ TEST(LoadGeneratorTest, AFullKvPoolShowsAsStarvedFramesAndMuteAlarmsOnTheClient)
   o.population.sessions = 2;
   o.session.kv_mode = kv::KvMode::kFull;
   o.session.window.reset();
-  o.sinks.reset();
+  o.session.sinks.reset();
   o.session.tokens_per_frame = 2;
   o.population.duration_s = 2.0;
   std::ostringstream trace;
