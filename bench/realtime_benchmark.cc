@@ -32,6 +32,7 @@ void BM_SimulatedHour(benchmark::State& state) {
     realtime::RealtimeLoop loop(&backend, &clock);
     realtime::SessionSpec spec;
     spec.period_ms = 80.0;
+    spec.deadline_ms = 80.0;  // resolved: the period
     spec.input_tokens_per_frame = 1;
     spec.output_tokens_per_frame = 1;
     spec.policy = kv::KvPolicy::Window(64, 4);
@@ -97,14 +98,15 @@ void BM_WorkloadRunner(benchmark::State& state) {
     metronome::telemetry::MetricsRegistry registry;
     realtime::WorkloadOptions o;
     o.session.period_ms = p.period_ms;
+    o.session.deadline_ms = p.period_ms;  // resolved: the period
     o.session.input_tokens_per_frame = p.tokens_per_frame;
     o.session.output_tokens_per_frame = p.output_tokens_per_frame;
     o.session.policy = kv::KvPolicy::Window(p.window_tokens, p.sinks);
-    o.sessions = sessions;
-    o.duration_s = sim_s;
-    o.admission = "aimd";
-    o.aimd.initial_limit = sessions;  // warm start: admit the whole population at once
-    o.log_to_stderr = false;
+    o.population.sessions = sessions;
+    o.population.duration_s = sim_s;
+    o.supervisor.admission = "aimd";
+    o.supervisor.aimd.initial_limit = sessions;  // warm start: admit the whole population at once
+    o.supervisor.log_to_stderr = false;
     realtime::WorkloadRunner runner(&backend, &clock, o, &registry);
     const realtime::RunSummary summary = runner.Run();
     iterations = summary.iterations;

@@ -214,6 +214,15 @@ fails_with "sim without sessions or arrivals" "--sessions" sim --duration 5
 fails_with "sim bad cooldown" "--aimd-cooldown" sim --sessions 2 --admission aimd \
   --aimd-cooldown soon
 fails_with "sim bad aimd beta" "beta" sim --sessions 2 --admission aimd --aimd-beta 1.5
+# Library errors name fields; the CLI reports them with the flag's name (WithFlagNames).
+fails_with "sim --max-sessions -1 names the flag" "--max-sessions = -1 must be >= 0" sim \
+  --sessions 2 --max-sessions -1
+fails_with "sim --deadline-ms -1 names the flag" "--deadline-ms = -1 must be in" sim --sessions 2 \
+  --deadline-ms -1
+fails_with "sim --window 0 names the flag" "--window = 0 must be in" sim --sessions 2 --kv window \
+  --window 0
+fails_with "loadgen --tokens-per-frame 0 names the flag" "--tokens-per-frame = 0 must be in" \
+  loadgen --url "ws://127.0.0.1:1" --sessions 1 --tokens-per-frame 0
 
 # serve + loadgen over loopback: the drive scenario above through the network. Full KV goes mute
 # on the client side; window KV does not (the full-KV sessions ended, so the pool is empty again);

@@ -84,7 +84,7 @@ Outcome Simulate(const CostModel& cost, std::int64_t num_blocks, const WorkloadO
   out.sessions = runner.sessions();
   out.changes = runner.limit_changes();
   out.active_at_end = runner.active_sessions();
-  out.duration_s = o.duration_s;
+  out.duration_s = o.population.duration_s;
   out.wall_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return out;
@@ -110,14 +110,15 @@ constexpr double kHighTarget = 0.85;  // AimdOptions default: the N_true criteri
 WorkloadOptions BoundedOptions(const std::string& admission, double duration_s) {
   WorkloadOptions o;
   o.session.period_ms = kPeriodMs;
+  o.session.deadline_ms = kPeriodMs;  // resolved: the period
   o.session.input_tokens_per_frame = 3;
   o.session.output_tokens_per_frame = 1;
   o.session.policy = kv::KvPolicy::Window(64, 4);
-  o.arrival = "poisson:3";
-  o.session_duration = "lognormal:3.3,0.5";
-  o.duration_s = duration_s;
-  o.admission = admission;
-  o.log_to_stderr = false;
+  o.population.arrival = "poisson:3";
+  o.population.session_duration = "lognormal:3.3,0.5";
+  o.population.duration_s = duration_s;
+  o.supervisor.admission = admission;
+  o.supervisor.log_to_stderr = false;
   return o;
 }
 
@@ -222,10 +223,10 @@ constexpr std::int64_t kOvershootLimit = 36;
 
 Outcome RunOvershoot(admission::CooldownMode mode, double cooldown_s = 4.0) {
   WorkloadOptions o = BoundedOptions("aimd", 90.0);
-  o.sessions = kOvershootLimit;
-  o.aimd.initial_limit = kOvershootLimit;
-  o.aimd.cooldown_mode = mode;
-  o.aimd.cooldown_s = cooldown_s;
+  o.population.sessions = kOvershootLimit;
+  o.supervisor.aimd.initial_limit = kOvershootLimit;
+  o.supervisor.aimd.cooldown_mode = mode;
+  o.supervisor.aimd.cooldown_s = cooldown_s;
   Outcome r = Simulate(kGentleCost, kBoundedBlocks, o, 45.0);
   std::printf("overshoot, cooldown %s %g s: %.0f ms wall, %lld late frames, final limit %lld\n",
               mode == admission::CooldownMode::kDrain ? "drain" : "fixed", cooldown_s, r.wall_ms,
@@ -498,13 +499,14 @@ constexpr double kUnboundedRunS = 60.0;
 WorkloadOptions UnboundedOptions(const kv::KvPolicy& policy) {
   WorkloadOptions o;
   o.session.period_ms = kPeriodMs;
+  o.session.deadline_ms = kPeriodMs;  // resolved: the period
   o.session.input_tokens_per_frame = 3;
   o.session.output_tokens_per_frame = 1;
   o.session.policy = policy;
-  o.sessions = 48;
-  o.duration_s = kUnboundedRunS;
-  o.admission = "aimd";
-  o.log_to_stderr = false;
+  o.population.sessions = 48;
+  o.population.duration_s = kUnboundedRunS;
+  o.supervisor.admission = "aimd";
+  o.supervisor.log_to_stderr = false;
   return o;
 }
 
@@ -528,8 +530,8 @@ const Outcome& UnboundedAimd() {
 const Outcome& UnboundedAimdKvGuard() {
   static const Outcome run = [] {
     WorkloadOptions o = UnboundedOptions(kv::KvPolicy::Full());
-    o.aimd.kv_guard = true;
-    o.memory.full_mode_session_s = kUnboundedRunS;  // no session outlives the run
+    o.supervisor.aimd.kv_guard = true;
+    o.supervisor.memory.full_mode_session_s = kUnboundedRunS;  // no session outlives the run
     Outcome r = Simulate(kFlatCost, kUnboundedBlocks, o, 0.0);
     std::printf("unbounded aimd + kv_guard: %.0f ms wall\n", r.wall_ms);
     return r;

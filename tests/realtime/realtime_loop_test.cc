@@ -32,6 +32,7 @@ struct Observer final : SessionObserver {
 SessionSpec Spec(const kv::KvPolicy& policy, int a = 3, int o = 1) {
   SessionSpec s;
   s.period_ms = 80.0;
+  s.deadline_ms = 80.0;  // resolved: the period
   s.input_tokens_per_frame = a;
   s.output_tokens_per_frame = o;
   s.policy = policy;
@@ -295,6 +296,7 @@ TEST(RealtimeLoopTest, ExternalFramesFasterThanTheDeclaredPeriodAreRefusedBeyond
   RealtimeLoop loop(&backend, &clock);
   SessionSpec spec = Spec(kv::KvPolicy::Window(64, 4), 2, 1);
   spec.period_ms = 1000.0;
+  spec.deadline_ms = 1000.0;  // resolved: the period
   spec.external_frames = true;
   spec.max_pending_frames = 64;  // the rate, not the queue, is what this test meets
   const RealtimeSessionId id = loop.AddSession(spec);
@@ -331,6 +333,7 @@ TEST(RealtimeLoopTest, JitterWithinTheToleranceIsNeverRefused) {
     RealtimeLoop loop(&backend, &clock);
     SessionSpec spec = Spec(kv::KvPolicy::Window(64, 4), 1, 1);
     spec.period_ms = period_ms;
+    spec.deadline_ms = period_ms;  // resolved: the period
     spec.external_frames = true;
     spec.max_pending_frames = 1024;
     const RealtimeSessionId id = loop.AddSession(spec);

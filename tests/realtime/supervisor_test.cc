@@ -16,6 +16,7 @@ namespace {
 SessionSpec Spec(const kv::KvPolicy& policy) {
   SessionSpec s;
   s.period_ms = 100.0;
+  s.deadline_ms = 100.0;  // resolved: the period
   s.input_tokens_per_frame = 6;
   s.output_tokens_per_frame = 2;
   s.policy = policy;
@@ -119,6 +120,7 @@ HogRun RunHogAttack(bool server_rules) {
   HogRun run;
   SessionSpec victim_spec;
   victim_spec.period_ms = 40.0;
+  victim_spec.deadline_ms = 40.0;  // resolved: the period
   victim_spec.input_tokens_per_frame = 2;
   victim_spec.output_tokens_per_frame = 1;
   victim_spec.policy = kv::KvPolicy::Window(64, 4);
@@ -127,6 +129,7 @@ HogRun RunHogAttack(bool server_rules) {
   EXPECT_TRUE(victim.decision.admit);
   SessionSpec hog_spec;
   hog_spec.period_ms = 10000.0;
+  hog_spec.deadline_ms = 10000.0;  // resolved: the period
   hog_spec.input_tokens_per_frame = 1;
   hog_spec.output_tokens_per_frame = 1;
   hog_spec.policy = kv::KvPolicy::Full();

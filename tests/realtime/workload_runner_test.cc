@@ -19,13 +19,14 @@ namespace {
 WorkloadOptions Options(const kv::KvPolicy& policy, std::int64_t sessions, double duration_s) {
   WorkloadOptions o;
   o.session.period_ms = 80.0;
+  o.session.deadline_ms = 80.0;  // resolved: the period
   o.session.input_tokens_per_frame = 3;
   o.session.output_tokens_per_frame = 1;
   o.session.policy = policy;
-  o.sessions = sessions;
-  o.duration_s = duration_s;
-  o.admission = "static:" + std::to_string(sessions);
-  o.log_to_stderr = false;
+  o.population.sessions = sessions;
+  o.population.duration_s = duration_s;
+  o.supervisor.admission = "static:" + std::to_string(sessions);
+  o.supervisor.log_to_stderr = false;
   return o;
 }
 
@@ -87,8 +88,8 @@ TEST(WorkloadRunnerTest, RejectedPopulationClientsRetryUntilAdmitted) {
   CostModelBackend backend({.c0_s = 0.002}, 4000, 16);
   ManualClock clock;
   WorkloadOptions o = Options(kv::KvPolicy::Window(64, 4), 8, 40.0);
-  o.admission = "static:5";
-  o.session_duration = "fixed:10";
+  o.supervisor.admission = "static:5";
+  o.population.session_duration = "fixed:10";
   WorkloadRunner runner(&backend, &clock, o);
   std::int64_t max_active = 0;
   runner.on_sample = [&](const RunSample& s) { max_active = std::max(max_active, s.active); };
@@ -114,9 +115,9 @@ TEST(WorkloadRunnerTest, ArrivingClientsGiveUpAfterTheirPatience) {
   CostModelBackend backend({.c0_s = 0.002}, 4000, 16);
   ManualClock clock;
   WorkloadOptions o = Options(kv::KvPolicy::Window(64, 4), 0, 60.0);
-  o.arrival = "poisson:2";
-  o.admission = "static:3";  // sessions never end: after 3, everyone is rejected
-  o.patience_s = 1.0;
+  o.population.arrival = "poisson:2";
+  o.supervisor.admission = "static:3";  // sessions never end: after 3, everyone is rejected
+  o.population.patience_s = 1.0;
   WorkloadRunner runner(&backend, &clock, o);
   const RunSummary s = runner.Run();
   EXPECT_EQ(s.admitted, 3);
@@ -134,7 +135,7 @@ TEST(WorkloadRunnerTest, MemoryAdmissionHoldsWindowSessionsToWhatThePoolFits) {
   CostModelBackend backend({.c0_s = 0.002}, 10 * bound + 3, 16);
   ManualClock clock;
   WorkloadOptions o = Options(kv::KvPolicy::Window(64, 4), 30, 30.0);
-  o.admission = "memory";
+  o.supervisor.admission = "memory";
   WorkloadRunner runner(&backend, &clock, o);
   const RunSummary s = runner.Run();
   EXPECT_EQ(s.admitted, 10);
@@ -168,7 +169,7 @@ TEST(WorkloadRunnerTest, MetricsAreValidPrometheusTextAndEventsAreJsonLines) {
   telemetry::EventLog events(lines);
   WorkloadOptions o =
       Options(kv::KvPolicy::Full(), 6, 40.0);  // 4 x 50 tokens/s fill 300 x 16 at 24 s
-  o.admission = "static:4";
+  o.supervisor.admission = "static:4";
   WorkloadRunner runner(&backend, &clock, o, &registry, &events);
   const RunSummary s = runner.Run();
   ASSERT_GT(s.starved_frames, 0) << "the run must reach the wall to exercise alarms";
@@ -210,19 +211,19 @@ TEST(WorkloadRunnerTest, RejectsBadOptionsWithTheFlagName) {
   ManualClock clock;
   WorkloadOptions o = Options(kv::KvPolicy::Full(), 0, 10.0);
   EXPECT_THROW(WorkloadRunner(&backend, &clock, o), ConfigError);  // no population, no arrivals
-  o.sessions = 2;
-  o.duration_s = -1.0;
+  o.population.sessions = 2;
+  o.population.duration_s = -1.0;
   try {
     WorkloadRunner runner(&backend, &clock, o);
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("--duration"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("duration_s = -1"), std::string::npos) << e.what();
   }
-  o.duration_s = 10.0;
-  o.arrival = "poisson:-1";
+  o.population.duration_s = 10.0;
+  o.population.arrival = "poisson:-1";
   EXPECT_THROW(WorkloadRunner(&backend, &clock, o), ConfigError);
-  o.arrival.clear();
-  o.admission = "static:x";
+  o.population.arrival.clear();
+  o.supervisor.admission = "static:x";
   EXPECT_THROW(WorkloadRunner(&backend, &clock, o), ConfigError);
 }
 

@@ -23,6 +23,7 @@ using namespace std::chrono_literals;
 realtime::SessionSpec Spec(double period_ms = 20.0) {
   realtime::SessionSpec s;
   s.period_ms = period_ms;
+  s.deadline_ms = period_ms;  // resolved: the period
   s.input_tokens_per_frame = 2;
   s.output_tokens_per_frame = 2;
   s.policy = kv::KvPolicy::Window(32, 4);

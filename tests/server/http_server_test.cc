@@ -249,7 +249,7 @@ TEST(HttpServerTest, BadInputGetsErrorsAndTheConnectionGoesOn) {
   ServerOptions o;
   o.caps.vocab_size = 65536;
   o.max_sessions_per_connection = 2;
-  o.max_message_bytes = 4096;
+  o.caps.max_message_bytes = 4096;
   Server s("static:8", o);
   Client a(s.http.port());
   Client b(s.http.port());

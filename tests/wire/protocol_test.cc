@@ -69,7 +69,7 @@ TEST(ProtocolParseTest, SessionStartDefaults) {
   const auto req =
       ParseOk<StartRequest>(R"({"type":"session.start","period_ms":80,"tokens_per_frame":1})");
   EXPECT_EQ(req.period_ms, 80.0);
-  EXPECT_EQ(req.deadline_ms, 80.0);  // the period
+  EXPECT_FALSE(req.deadline_ms.has_value());  // not given: ResolveSession makes it the period
   EXPECT_EQ(req.tokens_per_frame, 1);
   EXPECT_EQ(req.output_tokens_per_frame, 1);
   EXPECT_FALSE(req.kv.policy.has_value());  // the server's defaults apply

@@ -43,12 +43,12 @@ void KvFlags::Register(CLI::App* app) {
 }
 
 kv::KvPolicy KvFlags::Policy() const {
-  if (kv == "full") return kv::KvPolicy::Full();
+  // CLI11 admits only the parser's spellings.
+  if (kv::ParseKvMode(kv) == kv::KvMode::kFull) return kv::KvPolicy::Full();
   if (window < 1) throw ConfigError("--window = " + std::to_string(window) + " must be >= 1");
   if (sinks < 0) throw ConfigError("--sinks = " + std::to_string(sinks) + " must be >= 0");
   kv::KvPolicy p = kv::KvPolicy::Window(
-      window, sinks,
-      positions == "rolling" ? kv::PositionMode::kRolling : kv::PositionMode::kAbsolute);
+      window, sinks, kv::ParsePositionMode(positions).value_or(kv::PositionMode::kAbsolute));
   p.Validate();
   return p;
 }

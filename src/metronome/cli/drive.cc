@@ -26,11 +26,11 @@ int RunDrive(const DriveFlags& f) {
   const realtime::WorkloadOptions probe = f.workload.Options({}, m.config.vocab_size);
   // Without --kv-blocks/--kv-pool-mb the pool holds every session's whole run, so only compute
   // can fail; give a small pool to see the KV wall.
-  const double frames = probe.duration_s * 1000.0 / probe.session.period_ms + 1.0;
+  const double frames = probe.population.duration_s * 1000.0 / probe.session.period_ms + 1.0;
   const auto tokens = static_cast<std::int64_t>(
       static_cast<double>(probe.session.prompt.size()) +
       frames * (probe.session.input_tokens_per_frame + probe.session.output_tokens_per_frame + 1));
-  const std::int64_t population = probe.sessions > 0 ? probe.sessions : 16;
+  const std::int64_t population = probe.population.sessions > 0 ? probe.population.sessions : 16;
   const engine::EngineOptions eo = f.engine.Options(
       m.config, probe.session.policy, population, tokens,
       static_cast<int>(probe.session.prompt.size()) + probe.session.input_tokens_per_frame + 1);

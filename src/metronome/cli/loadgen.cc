@@ -25,33 +25,21 @@ struct LoadgenFlags {
 };
 
 loadgen::LoadGenOptions OptionsOf(const LoadgenFlags& f) {
-  const WorkloadFlags& w = f.workload;
-  loadgen::LoadGenOptions o;
-  o.url = f.url;
-  o.auth_token = f.auth_token;
-  o.period_ms = w.period_ms.value_or(80.0);
-  o.deadline_ms = w.deadline_ms.value_or(0.0);
-  o.tokens_per_frame = w.tokens_per_frame.value_or(1);
-  o.output_tokens_per_frame = w.output_tokens_per_frame.value_or(1);
-  o.kv = w.kv;
-  o.window = w.window;
-  o.sinks = w.sinks;
-  o.positions = w.positions;
-  o.prompt_tokens = w.prompt_tokens;
-  o.sessions = w.sessions;
-  o.arrival = w.arrival;
-  o.session_duration = w.session_duration;
-  o.duration_s = w.duration_s;
-  o.seed = w.seed;
-  o.patience_s = w.patience_s;
-  o.aligned_phases = w.aligned_phases;
-  o.payload = loadgen::PayloadSource::Parse(f.payload);
-  o.binary_frames = f.encoding == "binary";
-  o.vocab = f.vocab;
-  o.sample_interval_s = std::min(0.5, w.duration_s / 20.0);
-  if (w.quiet) o.alarms_to_stderr = 0;
-  o.Validate();
-  return o;
+  return ReportingFlags([&] {
+    const WorkloadFlags& w = f.workload;
+    loadgen::LoadGenOptions o;
+    o.url = f.url;
+    o.auth_token = f.auth_token;
+    o.session = w.Shape();
+    o.population = w.Population();
+    o.payload = loadgen::PayloadSource::Parse(f.payload);
+    o.binary_frames = f.encoding == "binary";
+    o.vocab = f.vocab;
+    o.sample_interval_s = std::min(0.5, w.duration_s / 20.0);
+    if (w.quiet) o.alarms_to_stderr = 0;
+    o.Validate();
+    return o;
+  });
 }
 
 void PrintProgressHeader() {
@@ -129,12 +117,14 @@ int RunLoadgen(const LoadgenFlags& f) {
               << c.outputs << '\n';
     };
   }
+  const realtime::SessionSpec session = loadgen::ClientSession(options, /*vocab=*/1);
+  const realtime::PopulationOptions& population = options.population;
   std::printf("metronome loadgen --url %s: %s, P=%g ms, a=%d, o=%d, KV %s, %g s\n",
               options.url.c_str(),
-              options.sessions > 0 ? (std::to_string(options.sessions) + " sessions").c_str()
-                                   : ("arrivals " + options.arrival).c_str(),
-              options.period_ms, options.tokens_per_frame, options.output_tokens_per_frame,
-              options.kv.c_str(), options.duration_s);
+              population.sessions > 0 ? (std::to_string(population.sessions) + " sessions").c_str()
+                                      : ("arrivals " + population.arrival).c_str(),
+              session.period_ms, session.input_tokens_per_frame, session.output_tokens_per_frame,
+              std::string(kv::ToString(session.policy.mode)).c_str(), population.duration_s);
   std::fflush(stdout);
   if (w.report_every_s > 0.0) {
     PrintProgressHeader();

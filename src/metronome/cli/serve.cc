@@ -70,11 +70,13 @@ int RunServe(const ServeFlags& f) {
   // Validated before the model loads: a typo fails at once. (--window, --sinks and --max-context
   // are range-checked by CLI11 at parse time.)
   realtime::SupervisorOptions sup = f.admission.Supervisor(/*period_ms=*/0.0);
+  ReportingFlags([&] { sup.Validate(); });
   server::ServerOptions so2 = f.server;
   so2.allowed_origins = server::ParseAllowedOrigins(f.allowed_origins);
   const model::Model m = f.model.Load();
+  // CLI11 admits only the parser's spellings.
   const kv::PositionMode pos =
-      f.positions == "rolling" ? kv::PositionMode::kRolling : kv::PositionMode::kAbsolute;
+      kv::ParsePositionMode(f.positions).value_or(kv::PositionMode::kAbsolute);
   const kv::KvPolicy policy = kv::KvPolicy::Window(f.window, f.sinks, pos);
   const engine::EngineOptions eo = f.engine.Options(
       m.config, policy, f.sessions_hint, f.window + f.sinks + 64, static_cast<int>(f.window));
@@ -99,10 +101,7 @@ int RunServe(const ServeFlags& f) {
   telemetry::MetricsRegistry registry;
   server::EngineService service(&backend, &clock, sup, &registry);
 
-  so2.default_window = f.window;
-  so2.default_sinks = f.sinks;
-  so2.default_positions = pos == kv::PositionMode::kRolling ? wire::KvPositions::kRolling
-                                                            : wire::KvPositions::kAbsolute;
+  so2.session_defaults = server::ServerSessionDefaults(f.window, f.sinks, pos);
   so2.caps.vocab_size = m.config.vocab_size;
   so2.caps.allow_full_kv = !f.no_full_kv;
   server::HttpServer http(&service, &registry, so2, m.tokenizer.get());

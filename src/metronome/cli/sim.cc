@@ -121,8 +121,9 @@ int RunSim(const SimFlags& f) {
                 p.kv_bytes_per_token, p.cost.c0_s * 1e3, p.cost.c1_s_per_token * 1e6,
                 p.cost.c2_s_per_kv_token * 1e9);
   header += buf;
-  const std::string who =
-      o.sessions > 0 ? std::to_string(o.sessions) + " sessions" : "arrivals " + o.arrival;
+  const std::string who = o.population.sessions > 0
+                              ? std::to_string(o.population.sessions) + " sessions"
+                              : "arrivals " + o.population.arrival;
   const std::string kv_desc = o.session.policy.mode == kv::KvMode::kFull
                                   ? std::string("full")
                                   : "window W=" + std::to_string(o.session.policy.window) +
@@ -130,10 +131,9 @@ int RunSim(const SimFlags& f) {
   std::snprintf(buf, sizeof buf,
                 "  workload: %s, %g ms frames (deadline %g ms), a=%d o=%d, KV %s, admission %s, "
                 "%g s\n",
-                who.c_str(), o.session.period_ms,
-                o.session.deadline_ms > 0.0 ? o.session.deadline_ms : o.session.period_ms,
+                who.c_str(), o.session.period_ms, o.session.deadline_ms,
                 o.session.input_tokens_per_frame, o.session.output_tokens_per_frame,
-                kv_desc.c_str(), o.admission.c_str(), o.duration_s);
+                kv_desc.c_str(), o.supervisor.admission.c_str(), o.population.duration_s);
   header += buf;
   return RunWorkload(&backend, &clock, f.workload, o, header);
 }

@@ -1,12 +1,15 @@
 #include "metronome/cli/workload_flags.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "metronome/base/errors.h"
 #include "metronome/telemetry/event_log.h"
@@ -253,61 +256,91 @@ realtime::SupervisorOptions AdmissionFlags::Supervisor(double period_ms) const {
   return o;
 }
 
-realtime::WorkloadOptions WorkloadFlags::Options(const SessionDefaults& d, int vocab) const {
-  realtime::WorkloadOptions o;
-  o.session.period_ms = period_ms.value_or(d.period_ms);
-  o.session.deadline_ms = deadline_ms.value_or(d.deadline_ms);
-  o.session.input_tokens_per_frame = tokens_per_frame.value_or(d.tokens_per_frame);
-  o.session.output_tokens_per_frame = output_tokens_per_frame.value_or(d.output_tokens_per_frame);
-  if (!(o.session.period_ms > 0.0)) {
-    throw ConfigError("--period-ms = " + FormatValue(o.session.period_ms) + " must be > 0");
+std::string WithFlagNames(const std::string& message) {
+  // Field (as the library's ConfigErrors spell it) -> flag.
+  static constexpr std::pair<std::string_view, std::string_view> kFlagOf[] = {
+      {"period_ms", "--period-ms"},
+      {"deadline_ms", "--deadline-ms"},
+      {"tokens_per_frame", "--tokens-per-frame"},
+      {"output_tokens_per_frame", "--output-tokens-per-frame"},
+      {"window", "--window"},
+      {"sinks", "--sinks"},
+      {"prompt_tokens", "--prompt-tokens"},
+      {"sessions", "--sessions"},
+      {"arrival", "--arrival"},
+      {"session_duration", "--session-duration"},
+      {"duration_s", "--duration"},
+      {"seed", "--seed"},
+      {"patience_s", "--patience-s"},
+      {"max_sessions", "--max-sessions"},
+      {"mute_after_starved", "--mute-after"},
+      {"url", "--url"},
+      {"payload", "--payload"},
+      {"vocab", "--vocab"},
+  };
+  const auto is_name_char = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '.' || c == '-';
+  };
+  std::string out;
+  std::size_t i = 0;
+  while (i < message.size()) {
+    bool mapped = false;
+    if (i == 0 || !is_name_char(message[i - 1])) {
+      for (const auto& [field, flag] : kFlagOf) {
+        if (message.compare(i, field.size(), field) == 0 &&
+            message.compare(i + field.size(), 3, " = ") == 0) {
+          out += flag;
+          i += field.size();
+          mapped = true;
+          break;
+        }
+      }
+    }
+    if (!mapped) out += message[i++];
   }
-  if (!(o.session.deadline_ms >= 0.0)) {
-    throw ConfigError("--deadline-ms = " + FormatValue(o.session.deadline_ms) + " must be > 0");
-  }
-  if (o.session.input_tokens_per_frame < 1) {
-    throw ConfigError("--tokens-per-frame = " + std::to_string(o.session.input_tokens_per_frame) +
-                      " must be >= 1");
-  }
-  if (o.session.output_tokens_per_frame < 0) {
-    throw ConfigError("--output-tokens-per-frame = " +
-                      std::to_string(o.session.output_tokens_per_frame) + " must be >= 0");
-  }
-  // The prompt stands in for a system prompt: fixed, deterministic ids.
-  for (int i = 0; i < prompt_tokens; ++i) o.session.prompt.push_back((i * 31 + 7) % vocab);
-  if (kv == "window") {
-    const std::int64_t w = window.value_or(d.window);
-    const std::int64_t s = sinks.value_or(d.sinks);
-    if (w < 1) throw ConfigError("--window = " + std::to_string(w) + " must be >= 1");
-    if (s < 0) throw ConfigError("--sinks = " + std::to_string(s) + " must be >= 0");
-    o.session.policy = kv::KvPolicy::Window(
-        w, s, positions == "rolling" ? kv::PositionMode::kRolling : kv::PositionMode::kAbsolute);
-  } else {
-    o.session.policy = kv::KvPolicy::Full();
-  }
-  o.sessions = sessions;
-  o.arrival = arrival;
-  o.session_duration = session_duration;
-  o.duration_s = duration_s;
-  o.seed = seed;
-  o.patience_s = patience_s;
-  o.aligned_phases = aligned_phases;
-  const realtime::SupervisorOptions sup = admission.Supervisor(o.session.period_ms);
-  o.admission = sup.admission;
-  o.max_sessions = sup.max_sessions;
-  o.aimd = sup.aimd;
-  o.gradient2 = sup.gradient2;
-  o.memory = sup.memory;
-  o.loop.mute_after_starved = sup.loop.mute_after_starved;
-  o.forecast.horizon_s = sup.forecast.horizon_s;
-  // Short runs (drive on a small pool hits its wall in seconds) sample and settle faster.
-  o.sample_interval_s = std::min(0.5, duration_s / 200.0);
-  // Block-granular growth is lumpy over the first frames: fit at least 10 periods of it.
-  o.forecast_settle_s =
-      std::min(std::max(5.0, 10.0 * o.session.period_ms / 1000.0), duration_s / 20.0);
-  o.log_to_stderr = !quiet;
-  o.Validate();
-  return o;
+  return out;
+}
+
+realtime::SessionShape WorkloadFlags::Shape() const {
+  realtime::SessionShape shape;
+  shape.period_ms = period_ms;
+  shape.deadline_ms = deadline_ms;
+  shape.tokens_per_frame = tokens_per_frame;
+  shape.output_tokens_per_frame = output_tokens_per_frame;
+  shape.kv_mode = kv::ParseKvMode(kv);  // CLI11 admits only the parser's spellings
+  shape.window = window;
+  shape.sinks = sinks;
+  shape.positions = kv::ParsePositionMode(positions);
+  if (prompt_tokens > 0) shape.prompt = realtime::SyntheticPrompt{.tokens = prompt_tokens};
+  return shape;
+}
+
+realtime::PopulationOptions WorkloadFlags::Population() const {
+  return {.sessions = sessions,
+          .aligned_phases = aligned_phases,
+          .arrival = arrival,
+          .session_duration = session_duration,
+          .duration_s = duration_s,
+          .seed = seed,
+          .patience_s = patience_s};
+}
+
+realtime::WorkloadOptions WorkloadFlags::Options(SessionDefaults defaults, int vocab) const {
+  return ReportingFlags([&] {
+    realtime::WorkloadOptions o;
+    defaults.vocab_size = vocab;
+    o.session = realtime::ResolveSessionOrThrow(Shape(), defaults);
+    o.population = Population();
+    o.supervisor = admission.Supervisor(o.session.period_ms);
+    // Short runs (drive on a small pool hits its wall in seconds) sample and settle faster.
+    o.supervisor.sample_interval_s = std::min(0.5, duration_s / 200.0);
+    o.supervisor.log_to_stderr = !quiet;
+    // Block-granular growth is lumpy over the first frames: fit at least 10 periods of it.
+    o.forecast_settle_s =
+        std::min(std::max(5.0, 10.0 * o.session.period_ms / 1000.0), duration_s / 20.0);
+    o.Validate();
+    return o;
+  });
 }
 
 int RunWorkload(realtime::Backend* backend, Clock* clock, const WorkloadFlags& flags,

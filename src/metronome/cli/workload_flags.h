@@ -8,21 +8,30 @@
 #include <string>
 
 #include "metronome/base/clock.h"
+#include "metronome/base/errors.h"
 #include "metronome/realtime/backend.h"
+#include "metronome/realtime/session_resolve.h"
 #include "metronome/realtime/supervisor.h"
 #include "metronome/realtime/workload_runner.h"
 
 namespace metronome::cli {
 
 // Defaults that depend on the model or preset; a flag given on the command line wins.
-struct SessionDefaults {
-  double period_ms = 80.0;
-  double deadline_ms = 0.0;  // 0: the period
-  int tokens_per_frame = 1;
-  int output_tokens_per_frame = 1;
-  std::int64_t window = 512;
-  std::int64_t sinks = 4;
-};
+using SessionDefaults = realtime::SessionDefaults;
+
+// Library errors name fields ("max_sessions = -1 must be >= 0"); the command line names flags. The
+// one map between the two: every "FIELD = " of `message` whose field a flag sets becomes
+// "--flag = ".
+[[nodiscard]] std::string WithFlagNames(const std::string& message);
+// Runs `f`; a ConfigError it throws comes back with WithFlagNames applied.
+template <class F>
+auto ReportingFlags(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const ConfigError& e) {
+    throw ConfigError(WithFlagNames(e.what()));
+  }
+}
 
 // The AIMD control window when --aimd-window-s is not given: 2 s or 25 periods of `period_ms`,
 // whichever is longer, so a window holds enough frames. Scripts read it from `sim --list-presets
@@ -86,8 +95,11 @@ struct WorkloadFlags {
   void RegisterPopulation(CLI::App* app);
   void RegisterAdmission(CLI::App* app);
   void RegisterOutputs(CLI::App* app, bool with_metrics_out);
+  // The session shape the flags ask for (unset flags left unset), the population they give.
+  [[nodiscard]] realtime::SessionShape Shape() const;
+  [[nodiscard]] realtime::PopulationOptions Population() const;
   // ConfigError naming the flag on bad values. `vocab` bounds the prompt's synthetic token ids.
-  [[nodiscard]] realtime::WorkloadOptions Options(const SessionDefaults& defaults, int vocab) const;
+  [[nodiscard]] realtime::WorkloadOptions Options(SessionDefaults defaults, int vocab) const;
 };
 
 // Runs the workload on `backend` and `clock`, printing `header` first, a progress table every

@@ -13,7 +13,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "metronome/base/types.h"
 
@@ -21,6 +23,17 @@ namespace metronome::kv {
 
 enum class KvMode : std::uint8_t { kFull, kWindow };
 enum class PositionMode : std::uint8_t { kAbsolute, kRolling };
+
+// The one spelling of the modes, for every front end (CLI flags, the wire's session.start "kv",
+// loadgen): "full" | "window" and "absolute" | "rolling". Parse returns nullopt for anything else.
+[[nodiscard]] std::string_view ToString(KvMode mode);
+[[nodiscard]] std::string_view ToString(PositionMode positions);
+[[nodiscard]] std::optional<KvMode> ParseKvMode(std::string_view text);
+[[nodiscard]] std::optional<PositionMode> ParsePositionMode(std::string_view text);
+
+// The ranges KvPolicy::Validate enforces, tokens.
+inline constexpr TokenPos kMaxWindowTokens = TokenPos{1} << 32;
+inline constexpr TokenPos kMaxSinkTokens = TokenPos{1} << 32;
 
 struct KvPolicy {
   KvMode mode = KvMode::kFull;

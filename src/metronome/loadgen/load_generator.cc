@@ -52,7 +52,7 @@ struct ParsedUrl {
 ParsedUrl ParseUrl(const std::string& url) {
   const std::string_view scheme = "ws://";
   if (url.rfind(scheme, 0) != 0) {
-    throw ConfigError("--url = '" + url + "' must start with ws:// (wss is not supported)");
+    throw ConfigError("url = '" + url + "' must start with ws:// (wss is not supported)");
   }
   const std::string rest = url.substr(scheme.size());
   const std::size_t slash = rest.find('/');
@@ -62,7 +62,7 @@ ParsedUrl ParseUrl(const std::string& url) {
   if (p.path == "/") p.path = "/v1/realtime";
   const std::size_t colon = authority.rfind(':');
   if (colon == std::string::npos || colon + 1 == authority.size() || colon == 0) {
-    throw ConfigError("--url = '" + url + "' must name a host and a port (ws://HOST:PORT)");
+    throw ConfigError("url = '" + url + "' must name a host and a port (ws://HOST:PORT)");
   }
   p.host = authority.substr(0, colon);
   p.port = authority.substr(colon + 1);
@@ -72,14 +72,14 @@ ParsedUrl ParseUrl(const std::string& url) {
   const bool digits =
       std::all_of(p.port.begin(), p.port.end(), [](char c) { return c >= '0' && c <= '9'; });
   if (!digits || p.port.size() > 5 || std::stoi(p.port) < 1 || std::stoi(p.port) > 65535) {
-    throw ConfigError("--url = '" + url + "': port '" + p.port + "' must be in [1, 65535]");
+    throw ConfigError("url = '" + url + "': port '" + p.port + "' must be in [1, 65535]");
   }
   return p;
 }
 
 std::string ReadFile(const std::string& path, const std::string& spec) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError("--payload = '" + spec + "': cannot open '" + path + "'");
+  if (!in) throw ConfigError("payload = '" + spec + "': cannot open '" + path + "'");
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
@@ -100,7 +100,7 @@ PayloadSource PayloadSource::Parse(const std::string& spec) {
   const std::string kind = spec.substr(0, colon);
   const std::string path = colon == std::string::npos ? std::string() : spec.substr(colon + 1);
   if ((kind != "ids" && kind != "text") || path.empty()) {
-    throw ConfigError("--payload = '" + spec + "' must be 'random', 'ids:FILE' or 'text:FILE'");
+    throw ConfigError("payload = '" + spec + "' must be 'random', 'ids:FILE' or 'text:FILE'");
   }
   const std::string body = ReadFile(path, spec);
   p.describe = spec;
@@ -118,8 +118,8 @@ PayloadSource PayloadSource::Parse(const std::string& spec) {
         used = 0;
       }
       if (used != token.size() || v < 0 || v > std::numeric_limits<std::int32_t>::max()) {
-        throw ConfigError("--payload = '" + spec + "': line " + std::to_string(line) + ": '" +
-                          token + "' is not a token id (an integer in [0, 2^31))");
+        throw ConfigError("payload = '" + spec + "': line " + std::to_string(line) + ": '" + token +
+                          "' is not a token id (an integer in [0, 2^31))");
       }
       p.ids.push_back(static_cast<TokenId>(v));
       token.clear();
@@ -133,62 +133,33 @@ PayloadSource PayloadSource::Parse(const std::string& spec) {
       }
     }
     flush();
-    if (p.ids.empty()) throw ConfigError("--payload = '" + spec + "': the file holds no ids");
+    if (p.ids.empty()) throw ConfigError("payload = '" + spec + "': the file holds no ids");
   } else {
     p.kind = Kind::kText;
     std::istringstream words(body);
     std::string w;
     while (words >> w) p.words.push_back(w);
-    if (p.words.empty()) throw ConfigError("--payload = '" + spec + "': the file holds no words");
+    if (p.words.empty()) throw ConfigError("payload = '" + spec + "': the file holds no words");
   }
   return p;
 }
 
+realtime::SessionSpec ClientSession(const LoadGenOptions& o, int vocab) {
+  realtime::SessionDefaults defaults;
+  defaults.kv_mode = kv::KvMode::kWindow;  // what session.start asks for when the shape says none
+  defaults.vocab_size = vocab;
+  return realtime::ResolveSessionOrThrow(o.session, defaults);
+}
+
 void LoadGenOptions::Validate() const {
   (void)ParseUrl(url);
-  if (!(period_ms > 0.0) || !std::isfinite(period_ms)) {
-    throw ConfigError("--period-ms = " + FormatValue(period_ms) + " must be > 0");
+  (void)ClientSession(*this, /*vocab=*/1);
+  population.Validate();
+  if (population.sessions > 0 && !population.arrival.empty()) {
+    throw ConfigError("sessions = " + std::to_string(population.sessions) + " and arrival = '" +
+                      population.arrival + "': give exactly one of them");
   }
-  if (!(deadline_ms >= 0.0) || !std::isfinite(deadline_ms)) {
-    throw ConfigError("--deadline-ms = " + FormatValue(deadline_ms) + " must be > 0");
-  }
-  if (tokens_per_frame < 1) {
-    throw ConfigError("--tokens-per-frame = " + std::to_string(tokens_per_frame) + " must be >= 1");
-  }
-  if (output_tokens_per_frame < 0) {
-    throw ConfigError("--output-tokens-per-frame = " + std::to_string(output_tokens_per_frame) +
-                      " must be >= 0");
-  }
-  if (kv != "full" && kv != "window") {
-    throw ConfigError("--kv = '" + kv + "' must be 'full' or 'window'");
-  }
-  if (window && *window < 1) {
-    throw ConfigError("--window = " + std::to_string(*window) + " must be >= 1");
-  }
-  if (sinks && *sinks < 0) {
-    throw ConfigError("--sinks = " + std::to_string(*sinks) + " must be >= 0");
-  }
-  if (!positions.empty() && positions != "absolute" && positions != "rolling") {
-    throw ConfigError("--positions = '" + positions + "' must be 'absolute' or 'rolling'");
-  }
-  if (prompt_tokens < 0) {
-    throw ConfigError("--prompt-tokens = " + std::to_string(prompt_tokens) + " must be >= 0");
-  }
-  if (sessions < 0) {
-    throw ConfigError("--sessions = " + std::to_string(sessions) + " must be >= 0");
-  }
-  if ((sessions > 0) == !arrival.empty()) {
-    throw ConfigError("give exactly one of --sessions N and --arrival SPEC");
-  }
-  if (!arrival.empty()) (void)realtime::ArrivalProcess::Parse(arrival);
-  if (!session_duration.empty()) (void)realtime::SessionDuration::Parse(session_duration);
-  if (!(duration_s > 0.0) || !std::isfinite(duration_s)) {
-    throw ConfigError("--duration = " + FormatValue(duration_s) + " must be > 0");
-  }
-  if (!(patience_s >= 0.0)) {
-    throw ConfigError("--patience-s = " + FormatValue(patience_s) + " must be >= 0");
-  }
-  if (vocab < 0) throw ConfigError("--vocab = " + std::to_string(vocab) + " must be >= 0");
+  if (vocab < 0) throw ConfigError("vocab = " + std::to_string(vocab) + " must be >= 0");
   if (!(drain_grace_ms >= 0.0) || !(connect_timeout_s > 0.0) || !(sample_interval_s > 0.0)) {
     throw ConfigError(
         "loadgen: drain_grace_ms, connect_timeout_s and sample_interval_s must be > 0");
@@ -218,16 +189,17 @@ struct LoadGenerator::State {
       : options(o),
         events(e),
         url(ParseUrl(o.url)),
-        rng(o.seed),
+        rng(o.population.seed),
         sample_timer(io),
         arrival_timer(io),
         stop_timer(io) {
     options.Validate();
-    if (!o.arrival.empty()) arrival = realtime::ArrivalProcess::Parse(o.arrival);
-    if (!o.session_duration.empty()) {
-      lifetime = realtime::SessionDuration::Parse(o.session_duration);
+    if (!o.population.arrival.empty()) {
+      arrival = realtime::ArrivalProcess::Parse(o.population.arrival);
     }
-    deadline_ms = o.deadline_ms > 0.0 ? o.deadline_ms : o.period_ms;
+    if (!o.population.session_duration.empty()) {
+      lifetime = realtime::SessionDuration::Parse(o.population.session_duration);
+    }
   }
 
   struct Client;
@@ -238,8 +210,10 @@ struct LoadGenerator::State {
   std::mt19937_64 rng;
   std::optional<realtime::ArrivalProcess> arrival;
   std::optional<realtime::SessionDuration> lifetime;
-  double deadline_ms = 0.0;
   int vocab = 256;
+  // options.session resolved with the client's defaults once the vocabulary is known (Run): what
+  // every session.start asks for and what frames are judged against.
+  realtime::SessionSpec spec;
 
   net::io_context io;
   tcp::resolver::results_type endpoints;
@@ -300,10 +274,10 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
         population(pop),
         ws(s->io),
         timer(s->io),
-        payload_rng(s->options.seed * 1000003ULL + static_cast<std::uint64_t>(ord)) {
+        payload_rng(s->options.population.seed * 1000003ULL + static_cast<std::uint64_t>(ord)) {
     if (st->lifetime) lifetime_s = st->lifetime->Sample(st->rng);
-    if (population && !st->options.aligned_phases) {
-      phase_ms = std::uniform_real_distribution<double>(0.0, st->options.period_ms)(st->rng);
+    if (population && !st->options.population.aligned_phases) {
+      phase_ms = std::uniform_real_distribution<double>(0.0, st->spec.period_ms)(st->rng);
     }
     const auto& p = st->options.payload;
     if (p.kind == PayloadSource::Kind::kIds) {
@@ -406,28 +380,23 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
   void Ask() {
     if (st->finishing) return Done();
     phase = Phase::kAsking;
-    const LoadGenOptions& o = st->options;
+    const realtime::SessionShape& shape = st->options.session;
+    const realtime::SessionSpec& spec = st->spec;
     nlohmann::json j = {{"type", "session.start"},
-                        {"period_ms", o.period_ms},
-                        {"tokens_per_frame", o.tokens_per_frame},
-                        {"output_tokens_per_frame", o.output_tokens_per_frame},
+                        {"period_ms", spec.period_ms},
+                        {"deadline_ms", spec.deadline_ms},
+                        {"tokens_per_frame", spec.input_tokens_per_frame},
+                        {"output_tokens_per_frame", spec.output_tokens_per_frame},
                         {"client_ref", "c" + std::to_string(ordinal)}};
-    if (o.deadline_ms > 0.0) j["deadline_ms"] = o.deadline_ms;
-    nlohmann::json kv = {{"policy", o.kv}};
-    if (o.kv == "window") {
-      if (o.window) kv["window"] = *o.window;
-      if (o.sinks) kv["sinks"] = *o.sinks;
+    const kv::KvMode mode = spec.policy.mode;
+    nlohmann::json kv = {{"policy", kv::ToString(mode)}};
+    if (mode == kv::KvMode::kWindow) {
+      if (shape.window) kv["window"] = *shape.window;
+      if (shape.sinks) kv["sinks"] = *shape.sinks;
     }
-    if (!o.positions.empty()) kv["positions"] = o.positions;
+    if (shape.positions) kv["positions"] = kv::ToString(*shape.positions);
     j["kv"] = std::move(kv);
-    if (o.prompt_tokens > 0) {
-      // The same fixed stand-in system prompt as sim and drive's --prompt-tokens.
-      std::vector<int> ids(static_cast<std::size_t>(o.prompt_tokens));
-      for (int i = 0; i < o.prompt_tokens; ++i) {
-        ids[static_cast<std::size_t>(i)] = (i * 31 + 7) % st->vocab;
-      }
-      j["prompt"] = {{"ids", std::move(ids)}};
-    }
+    if (!spec.prompt.empty()) j["prompt"] = {{"ids", spec.prompt}};
     Send(j.dump(), false);
   }
 
@@ -527,7 +496,8 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
                             {"reason", j.value("reason", "")},
                             {"retry_after_ms", hint_ms},
                             {"wait_ms", retry_ms}});
-    if (!population && st->Now() + retry_ms / 1000.0 - first_ask_s > st->options.patience_s) {
+    if (!population &&
+        st->Now() + retry_ms / 1000.0 - first_ask_s > st->options.population.patience_s) {
       ++st->summary.abandoned;
       st->Trace("abandoned", {{"client", ordinal}, {"waited_s", st->Now() - first_ask_s}});
       return Done();
@@ -555,8 +525,8 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
     const double latency_ms = MsBetween(outstanding.front().sent, now);
     outstanding.pop_front();
     const std::size_t outputs = j.contains("ids") && j["ids"].is_array() ? j["ids"].size() : 0;
-    const auto asked = static_cast<std::size_t>(st->options.output_tokens_per_frame);
-    const bool miss = latency_ms > st->deadline_ms;
+    const auto asked = static_cast<std::size_t>(st->spec.output_tokens_per_frame);
+    const bool miss = latency_ms > st->spec.deadline_ms;
     LoadGenSummary& s = st->summary;
     realtime::FrameOutcome judged = realtime::FrameOutcome::kOk;
     if (asked > 0 && outputs == 0) {
@@ -616,7 +586,7 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
   }
 
   void ScheduleFrame() {
-    timer.expires_at(first_frame + next_index * FromMs(st->options.period_ms));
+    timer.expires_at(first_frame + next_index * FromMs(st->spec.period_ms));
     timer.async_wait([self = shared_from_this()](beast::error_code ec) {
       if (!ec) self->OnFrameDue();
     });
@@ -625,7 +595,7 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
   void OnFrameDue() {
     if (phase != Phase::kStreaming) return;
     if (st->finishing || st->Now() - admitted_s >= lifetime_s) return BeginEnd();
-    const SteadyTime scheduled = first_frame + next_index * FromMs(st->options.period_ms);
+    const SteadyTime scheduled = first_frame + next_index * FromMs(st->spec.period_ms);
     const SteadyTime now = std::chrono::steady_clock::now();
     st->send_lag.Add(std::max(0.0, MsBetween(scheduled, now)));
     SendFrame(next_index);
@@ -637,7 +607,7 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
 
   void SendFrame(std::int64_t index) {
     const LoadGenOptions& o = st->options;
-    const auto a = static_cast<std::size_t>(o.tokens_per_frame);
+    const auto a = static_cast<std::size_t>(st->spec.input_tokens_per_frame);
     if (o.payload.kind == PayloadSource::Kind::kText) {
       std::string text;
       for (std::size_t i = 0; i < a; ++i) {
@@ -683,7 +653,7 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
   }
 
   void ArmDrainTimer() {
-    timer.expires_after(FromMs(st->deadline_ms + st->options.drain_grace_ms));
+    timer.expires_after(FromMs(st->spec.deadline_ms + st->options.drain_grace_ms));
     timer.async_wait([self = shared_from_this()](beast::error_code ec) {
       if (!ec && self->phase == Phase::kDraining) self->End();
     });
@@ -760,7 +730,7 @@ void LoadGenerator::State::SpawnClient(bool population) {
 
 void LoadGenerator::State::ScheduleArrival(double after_s) {
   const double next_s = arrival->NextAfter(after_s, rng);
-  if (next_s >= options.duration_s) return;
+  if (next_s >= options.population.duration_s) return;
   arrival_timer.expires_at(start + FromMs(next_s * 1000.0));
   arrival_timer.async_wait([this, next_s](beast::error_code ec) {
     if (ec || finishing) return;
@@ -800,7 +770,7 @@ void LoadGenerator::State::Finish() {
   arrival_timer.cancel();
   for (auto& c : clients) c->Finish();
   // Whatever has not closed by now (a server that stopped answering) is cut off.
-  stop_timer.expires_after(FromMs(deadline_ms + options.drain_grace_ms + 3000.0));
+  stop_timer.expires_after(FromMs(spec.deadline_ms + options.drain_grace_ms + 3000.0));
   stop_timer.async_wait([this](beast::error_code ec) {
     if (ec) return;
     for (auto& c : clients) c->Done();
@@ -829,16 +799,17 @@ LoadGenSummary LoadGenerator::Run() {
   st.endpoints = resolver.resolve(st.url.host, st.url.port, ec);
   if (ec) throw std::runtime_error("cannot resolve '" + st.url.host + "': " + ec.message());
   st.FetchVocab();
+  st.spec = ClientSession(st.options, st.vocab);
 
   st.start = std::chrono::steady_clock::now();
-  if (st.options.sessions > 0) {
-    for (std::int64_t i = 0; i < st.options.sessions; ++i) st.SpawnClient(true);
+  if (st.options.population.sessions > 0) {
+    for (std::int64_t i = 0; i < st.options.population.sessions; ++i) st.SpawnClient(true);
   } else {
     st.ScheduleArrival(0.0);
   }
   st.ScheduleSample();
   net::steady_timer end_timer(st.io);
-  end_timer.expires_at(st.start + FromMs(st.options.duration_s * 1000.0));
+  end_timer.expires_at(st.start + FromMs(st.options.population.duration_s * 1000.0));
   end_timer.async_wait([&st](beast::error_code e) {
     if (!e) st.Finish();
   });
@@ -847,20 +818,20 @@ LoadGenSummary LoadGenerator::Run() {
   LoadGenSummary s = st.summary;
   s.SetCounts(st.counts);
   s.duration_s = st.Now();
-  s.deadline_ms = st.deadline_ms;
+  s.deadline_ms = st.spec.deadline_ms;
   s.p50_frame_latency_ms = st.client_latency.Quantile(0.5);
   s.p99_frame_latency_ms = st.client_latency.Quantile(0.99);
   s.p50_server_latency_ms = st.server_latency.Quantile(0.5);
   s.p99_server_latency_ms = st.server_latency.Quantile(0.99);
   s.p99_send_lag_ms = st.send_lag.Quantile(0.99);
-  s.kv_policy = st.options.kv == "full"
-                    ? "full"
-                    : "window W=" +
-                          (st.options.window ? std::to_string(*st.options.window)
-                                             : std::string("server default")) +
-                          " S=" +
-                          (st.options.sinks ? std::to_string(*st.options.sinks)
-                                            : std::string("server default"));
+  const realtime::SessionShape& shape = st.options.session;
+  s.kv_policy =
+      st.spec.policy.mode == kv::KvMode::kFull
+          ? "full"
+          : "window W=" +
+                (shape.window ? std::to_string(*shape.window) : std::string("server default")) +
+                " S=" +
+                (shape.sinks ? std::to_string(*shape.sinks) : std::string("server default"));
   s.payload = st.options.payload.describe;
   return s;
 }

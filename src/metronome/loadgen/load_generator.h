@@ -23,6 +23,8 @@
 
 #include "metronome/base/types.h"
 #include "metronome/realtime/frame_summary.h"
+#include "metronome/realtime/session_resolve.h"
+#include "metronome/realtime/workload.h"
 #include "metronome/telemetry/event_log.h"
 
 namespace metronome::loadgen {
@@ -48,24 +50,12 @@ struct LoadGenOptions {
   // Server. ws://HOST:PORT[/PATH]; the path defaults to /v1/realtime.
   std::string url;
   std::string auth_token;  // sent as "Authorization: Bearer T" when not empty
-  // Session shape, sent in session.start.
-  double period_ms = 80.0;
-  double deadline_ms = 0.0;  // 0: the period
-  int tokens_per_frame = 1;
-  int output_tokens_per_frame = 1;
-  std::string kv = "window";  // "full" | "window"
-  std::optional<std::int64_t> window;
-  std::optional<std::int64_t> sinks;
-  std::string positions;  // empty: the server's default
-  int prompt_tokens = 0;  // a fixed prompt of this many ids, sent with session.start
-  // Who asks and for how long (realtime/workload.h spellings).
-  std::int64_t sessions = 0;  // a population asking at t = 0, retrying until admitted
-  std::string arrival;        // or an arrival process
-  std::string session_duration;
-  double duration_s = 60.0;
-  std::uint64_t seed = 1;
-  double patience_s = 10.0;  // arriving clients retry this long, then give up
-  bool aligned_phases = false;
+  // Session shape, sent in session.start: period, deadline, a, o and the prompt resolved with
+  // kClientSessionDefaults (and the vocabulary), the KV fields as given (kv_mode unset: window;
+  // window, sinks and positions unset: the server's defaults).
+  realtime::SessionShape session;
+  // Who asks and for how long: exactly one of population.sessions and population.arrival.
+  realtime::PopulationOptions population;
   // Payload and encoding.
   PayloadSource payload;
   bool binary_frames = true;  // id frames as binary messages (text frames are always JSON)
@@ -79,8 +69,13 @@ struct LoadGenOptions {
   // The first alarms the server raises go to stderr as they arrive (then only counted).
   int alarms_to_stderr = 3;
 
-  void Validate() const;  // ConfigError naming the flag and value
+  void Validate() const;  // ConfigError naming the field and value
 };
+
+// The session `o` asks for, resolved with the client's defaults (realtime::SessionDefaults' with
+// KV window; its synthetic prompt ids in [0, vocab)): what session.start sends for the period,
+// deadline, a, o and prompt, and what frames are judged against. ConfigError naming the field.
+[[nodiscard]] realtime::SessionSpec ClientSession(const LoadGenOptions& o, int vocab);
 
 // The client-side view at one sample. Counts are cumulative.
 // The client's frame counts so far (FrameCounts), and:

@@ -22,9 +22,10 @@ void SessionSpec::Validate() const {
   if (!(period_ms > 0.0 && period_ms <= 3.6e6)) {
     throw ConfigError("period_ms = " + std::to_string(period_ms) + " must be in (0, 3600000]");
   }
-  if (!(deadline_ms >= 0.0 && deadline_ms <= 3.6e6)) {
+  if (!(deadline_ms > 0.0 && deadline_ms <= 3.6e6)) {
     throw ConfigError("deadline_ms = " + std::to_string(deadline_ms) +
-                      " must be in [0, 3600000] (0: the period)");
+                      " must be in (0, 3600000] (ResolveSession turns an absent or 0 deadline "
+                      "into the period)");
   }
   if (input_tokens_per_frame < 1 || input_tokens_per_frame > 65536) {
     throw ConfigError("tokens_per_frame = " + std::to_string(input_tokens_per_frame) +
@@ -79,7 +80,6 @@ RealtimeSessionId RealtimeLoop::AddSession(const SessionSpec& spec) {
   spec.Validate();
   Session s;
   s.spec = spec;
-  if (s.spec.deadline_ms == 0.0) s.spec.deadline_ms = s.spec.period_ms;
   s.backend_id = backend_->Open(spec.policy, spec.max_context_tokens);
   s.start = clock_->Now() + FromMs(spec.phase_ms);
   s.next_arrival = s.start;

@@ -30,9 +30,11 @@
 
 namespace metronome::realtime {
 
+// A resolved session: every field is what the session runs with (built by ResolveSession,
+// realtime/session_resolve.h, from what a client asked for; nothing downstream fills in defaults).
 struct SessionSpec {
   double period_ms = 80.0;
-  double deadline_ms = 0.0;         // 0: equal to the period
+  double deadline_ms = 0.0;         // from each frame's arrival, > 0 (0 is unresolved: invalid)
   int input_tokens_per_frame = 1;   // a: appended as one prefill chunk when the frame arrives
   int output_tokens_per_frame = 1;  // o: decoded one after another, each appended to the KV
   kv::KvPolicy policy;

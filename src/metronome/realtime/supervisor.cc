@@ -15,7 +15,7 @@ namespace metronome::realtime {
 
 void SupervisorOptions::Validate() const {
   if (max_sessions < 0) {
-    throw ConfigError("--max-sessions = " + std::to_string(max_sessions) + " must be >= 0");
+    throw ConfigError("max_sessions = " + std::to_string(max_sessions) + " must be >= 0");
   }
   if (!(sample_interval_s > 0.0 && sample_interval_s <= 60.0)) {
     throw ConfigError("sample_interval_s = " + FormatValue(sample_interval_s) +
@@ -196,7 +196,7 @@ Supervisor::AdmitResult Supervisor::Admit(const SessionSpec& spec, double now_s)
   spec.Validate();
   admission::SessionRequest request;
   request.period_ms = spec.period_ms;
-  request.deadline_ms = spec.deadline_ms > 0.0 ? spec.deadline_ms : spec.period_ms;
+  request.deadline_ms = spec.deadline_ms;
   request.projected_blocks = ProjectedBlocks(spec, st.backend->block_tokens(), st.options.memory,
                                              st.backend->full_kv_context_limit());
   if (!st.system_cache) st.system_cache = st.System();
@@ -207,7 +207,7 @@ Supervisor::AdmitResult Supervisor::Admit(const SessionSpec& spec, double now_s)
     result.decision = {.admit = false,
                        .reason = "max_sessions",
                        .detail = std::to_string(system.active_sessions) +
-                                 " sessions are active, the server's --max-sessions",
+                                 " sessions are active, the server's max_sessions",
                        .retry_after_ms = request.period_ms};
   } else {
     result.decision = st.controller->Decide(request, system, now_s);

@@ -10,10 +10,10 @@
 namespace metronome::realtime {
 namespace {
 
-// "<flag> '<spec>': <what>", the shape of every error here.
+// "<field> = '<spec>': <what>", the shape of every error here.
 ConfigError SpecError(const std::string& flag, const std::string& spec, const std::string& what) {
   std::string msg = flag;
-  msg += " '";
+  msg += " = '";
   msg += spec;
   msg += "': ";
   msg += what;
@@ -55,7 +55,7 @@ void SplitKind(const std::string& spec, const std::string& flag, std::string* ki
 }  // namespace
 
 ArrivalProcess ArrivalProcess::Parse(const std::string& spec) {
-  const std::string flag = "--arrival";
+  const std::string flag = "arrival";
   std::string kind;
   std::string args;
   SplitKind(spec, flag, &kind, &args);
@@ -109,7 +109,7 @@ double ArrivalProcess::NextAfter(double t_s, std::mt19937_64& rng) const {
 }
 
 SessionDuration SessionDuration::Parse(const std::string& spec) {
-  const std::string flag = "--session-duration";
+  const std::string flag = "session_duration";
   std::string kind;
   std::string args;
   SplitKind(spec, flag, &kind, &args);
@@ -160,6 +160,25 @@ double SessionDuration::Mean() const {
       return std::exp(a_ + b_ * b_ / 2.0);
   }
   return a_;
+}
+
+void PopulationOptions::Validate() const {
+  if (sessions < 0 || sessions > 1'000'000) {
+    throw ConfigError("sessions = " + std::to_string(sessions) + " must be in [0, 1000000]");
+  }
+  if (sessions == 0 && arrival.empty()) {
+    throw ConfigError(
+        "sessions = 0 and arrival = '': give a fixed population or a process of "
+        "arrivals");
+  }
+  if (!(duration_s > 0.0 && duration_s <= 1e7)) {
+    throw ConfigError("duration_s = " + FormatValue(duration_s) + " must be in (0, 1e7] seconds");
+  }
+  if (!(patience_s >= 0.0 && std::isfinite(patience_s))) {
+    throw ConfigError("patience_s = " + FormatValue(patience_s) + " must be >= 0");
+  }
+  if (!arrival.empty()) (void)ArrivalProcess::Parse(arrival);
+  if (!session_duration.empty()) (void)SessionDuration::Parse(session_duration);
 }
 
 }  // namespace metronome::realtime

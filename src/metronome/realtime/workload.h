@@ -1,5 +1,5 @@
 // Workload generators shared by `metronome sim`, `drive` and `loadgen`: when sessions arrive and
-// how long they live, parsed from the command-line spellings
+// how long they live, parsed from these spellings (PopulationOptions' arrival and session_duration)
 //   --arrival poisson:RATE            sessions per second, Poisson process
 //   --arrival ramp:R0,R1,SECONDS      Poisson with rate rising linearly from R0 to R1 over SECONDS,
 //                                     then staying at R1
@@ -9,14 +9,39 @@
 // Thread-safety: immutable after parsing; sampling mutates only the caller's generator.
 #pragma once
 
+#include <cstdint>
 #include <random>
 #include <string>
 
 namespace metronome::realtime {
 
+// Who asks for sessions and for how long: the part of a workload the engine-side runner
+// (WorkloadRunner) and the client-side load generator share.
+struct PopulationOptions {
+  // A fixed population: N clients ask at t = 0 and retry after every rejection until admitted.
+  std::int64_t sessions = 0;
+  // Population sessions start with phases drawn uniformly from [0, period) (clients do not connect
+  // in lockstep); true aligns them all to t = 0. Arriving sessions start when they are admitted.
+  bool aligned_phases = false;
+  std::string arrival;  // ArrivalProcess spec ("poisson:RATE", "ramp:..."), or empty
+  // SessionDuration spec ("fixed:S", "exp:MEAN", "lognormal:MU,SIGMA"), or empty: sessions live
+  // until the run ends.
+  std::string session_duration;
+  double duration_s = 60.0;  // run length on the clock, s
+  std::uint64_t seed = 1;
+  // An arriving client whose request is rejected retries after the retry-after hint for this long
+  // (s, from its first request), then gives up (counted as abandoned). Population clients never
+  // give up.
+  double patience_s = 10.0;
+
+  // ConfigError naming the field and value: sessions in [0, 1000000], at least one of sessions
+  // and arrival, duration_s in (0, 1e7], patience_s >= 0, the specs parse.
+  void Validate() const;
+};
+
 class ArrivalProcess {
  public:
-  // Throws ConfigError naming --arrival and the bad value.
+  // Throws ConfigError naming the field (arrival) and the bad value.
   static ArrivalProcess Parse(const std::string& spec);
 
   // Time of the next arrival strictly after `t_s` (seconds).
@@ -35,7 +60,7 @@ class ArrivalProcess {
 
 class SessionDuration {
  public:
-  // Throws ConfigError naming --session-duration and the bad value.
+  // Throws ConfigError naming the field (session_duration) and the bad value.
   static SessionDuration Parse(const std::string& spec);
 
   [[nodiscard]] double Sample(std::mt19937_64& rng) const;  // seconds, > 0

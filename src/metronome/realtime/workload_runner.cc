@@ -41,29 +41,11 @@ struct Request {
 
 void WorkloadOptions::Validate() const {
   session.Validate();
-  if (sessions < 0 || sessions > 1'000'000) {
-    throw ConfigError("--sessions = " + std::to_string(sessions) + " must be in [0, 1000000]");
-  }
-  if (sessions == 0 && arrival.empty()) {
-    throw ConfigError("give --sessions N (a fixed population) or --arrival (an arrival process)");
-  }
-  if (!(duration_s > 0.0 && duration_s <= 1e7)) {
-    throw ConfigError("--duration = " + FormatValue(duration_s) + " must be in (0, 1e7] seconds");
-  }
-  if (!(patience_s >= 0.0 && std::isfinite(patience_s))) {
-    throw ConfigError("--patience-s = " + FormatValue(patience_s) + " must be >= 0");
-  }
-  if (!(sample_interval_s > 0.0 && sample_interval_s <= 60.0)) {
-    throw ConfigError("sample_interval_s = " + FormatValue(sample_interval_s) +
-                      " must be in (0, 60]");
-  }
+  population.Validate();
+  supervisor.Validate();
   if (!(forecast_settle_s >= 0.0 && std::isfinite(forecast_settle_s))) {
     throw ConfigError("forecast_settle_s = " + FormatValue(forecast_settle_s) + " must be >= 0");
   }
-  if (!arrival.empty()) (void)ArrivalProcess::Parse(arrival);
-  if (!session_duration.empty()) (void)SessionDuration::Parse(session_duration);
-  forecast.Validate();
-  loop.Validate();
 }
 
 nlohmann::json RunSummary::ToJson() const {
@@ -87,27 +69,14 @@ struct WorkloadRunner::State final : SessionObserver {
         telemetry::MetricsRegistry* registry, telemetry::EventLog* e)
       : owner(owner_),
         options(o),
-        supervisor(b, c, SupervisorOptionsOf(o), registry, e),
+        supervisor(b, c, o.supervisor, registry, e),
         events(e),
-        rng(o.seed) {
+        rng(o.population.seed) {
     supervisor.set_observer(this);
-    if (!o.arrival.empty()) arrival = ArrivalProcess::Parse(o.arrival);
-    if (!o.session_duration.empty()) duration = SessionDuration::Parse(o.session_duration);
-    deadline_ms = o.session.deadline_ms > 0.0 ? o.session.deadline_ms : o.session.period_ms;
-  }
-
-  static SupervisorOptions SupervisorOptionsOf(const WorkloadOptions& o) {
-    SupervisorOptions s;
-    s.admission = o.admission;
-    s.max_sessions = o.max_sessions;
-    s.aimd = o.aimd;
-    s.gradient2 = o.gradient2;
-    s.memory = o.memory;
-    s.forecast = o.forecast;
-    s.sample_interval_s = o.sample_interval_s;
-    s.loop = o.loop;
-    s.log_to_stderr = o.log_to_stderr;
-    return s;
+    if (!o.population.arrival.empty()) arrival = ArrivalProcess::Parse(o.population.arrival);
+    if (!o.population.session_duration.empty()) {
+      duration = SessionDuration::Parse(o.population.session_duration);
+    }
   }
 
   void OnFrame(const FrameRecord& r) override;
@@ -126,7 +95,6 @@ struct WorkloadRunner::State final : SessionObserver {
   std::mt19937_64 rng;
   std::optional<ArrivalProcess> arrival;
   std::optional<SessionDuration> duration;
-  double deadline_ms = 0.0;
 
   std::priority_queue<Request, std::vector<Request>, std::greater<>> requests;
   double next_arrival_s = std::numeric_limits<double>::infinity();
@@ -185,7 +153,7 @@ void WorkloadRunner::State::HandleRequests(double now) {
     Request req = requests.top();
     requests.pop();
     SessionSpec spec = options.session;
-    if (req.population && !options.aligned_phases) {
+    if (req.population && !options.population.aligned_phases) {
       spec.phase_ms = std::uniform_real_distribution<double>(0.0, spec.period_ms)(rng);
       if (spec.phase_ms >= spec.period_ms) spec.phase_ms = 0.0;
     }
@@ -206,7 +174,7 @@ void WorkloadRunner::State::HandleRequests(double now) {
                  options.session.period_ms) /
         1e3;
     req.t_s = now + retry_s;
-    if (req.population || req.t_s - req.first_t_s <= options.patience_s) {
+    if (req.population || req.t_s - req.first_t_s <= options.population.patience_s) {
       requests.push(req);
     } else {
       ++summary.abandoned;
@@ -254,7 +222,7 @@ void WorkloadRunner::State::RecordSample() {
 
 void WorkloadRunner::State::Accumulate(double now) {
   // Time-weighted means over the second half of the run: each turn's state holds since the last.
-  const double half = options.duration_s / 2.0;
+  const double half = options.population.duration_s / 2.0;
   const double from = std::max(last_turn_s, half);
   if (now > from) {
     const double dt = now - from;
@@ -280,8 +248,9 @@ RunSummary WorkloadRunner::Run() {
   State& st = *state_;
   Supervisor& sup = st.supervisor;
   sup.Start();
-  const double end = st.options.duration_s;
-  for (std::int64_t i = 0; i < st.options.sessions; ++i) st.requests.push({0.0, 0.0, true});
+  const double end = st.options.population.duration_s;
+  for (std::int64_t i = 0; i < st.options.population.sessions; ++i)
+    st.requests.push({0.0, 0.0, true});
   if (st.arrival) st.next_arrival_s = st.arrival->NextAfter(0.0, st.rng);
 
   while (true) {
@@ -318,7 +287,7 @@ RunSummary WorkloadRunner::Run() {
   s.limit_changes = static_cast<std::int64_t>(sup.limit_changes().size());
   s.p50_frame_latency_ms = sup.LatencyQuantileMs(0.50);
   s.p99_frame_latency_ms = sup.LatencyQuantileMs(0.99);
-  s.deadline_ms = st.deadline_ms;
+  s.deadline_ms = st.options.session.deadline_ms;
   s.duration_s = end;
   s.iterations = ls.iterations;
   s.admission = sup.controller().Describe();

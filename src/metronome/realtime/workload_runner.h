@@ -23,43 +23,23 @@
 #include "metronome/realtime/backend.h"
 #include "metronome/realtime/frame_summary.h"
 #include "metronome/realtime/realtime_loop.h"
+#include "metronome/realtime/supervisor.h"
+#include "metronome/realtime/workload.h"
 #include "metronome/telemetry/event_log.h"
 #include "metronome/telemetry/metrics.h"
 
 namespace metronome::realtime {
 
+// A workload: one session shape, who asks for sessions, and the serving core's options.
 struct WorkloadOptions {
-  SessionSpec session;  // every session's period, deadline, a, o, KV policy and prompt
-  // A fixed population: N clients ask at t = 0 and retry after every rejection until admitted.
-  std::int64_t sessions = 0;
-  // Population sessions start with phases drawn uniformly from [0, period) (clients do not connect
-  // in lockstep); true aligns them all to t = 0. Arriving sessions start when they are admitted.
-  bool aligned_phases = false;
-  std::string arrival;  // ArrivalProcess spec ("poisson:RATE", "ramp:..."), or empty
-  // SessionDuration spec ("fixed:S", "exp:MEAN", "lognormal:MU,SIGMA"), or empty: sessions live
-  // until the run ends.
-  std::string session_duration;
-  double duration_s = 60.0;  // run length on the clock, s
-  std::uint64_t seed = 1;
-  // An arriving client whose request is rejected retries after the retry-after hint for this long
-  // (s, from its first request), then gives up (counted as abandoned). Population clients never
-  // give up.
-  double patience_s = 10.0;
-  std::string admission = "memory";  // "static:N", "memory", "aimd" or "gradient2"
-  std::int64_t max_sessions = 0;     // hard cap whatever the controller says (0: none)
-  admission::AimdOptions aimd;
-  admission::Gradient2Options gradient2;
-  admission::MemoryOptions memory;
-  kv::OccupancyForecastOptions forecast;
+  SessionSpec session;  // every session's resolved shape (ResolveSession): P, D, a, o, KV, prompt
+  PopulationOptions population;
+  SupervisorOptions supervisor;  // admission, cap, forecast, sampling, alarms, logging
   // The forecast reported in the summary is the one made this long after the active count first
   // reached its peak (so the fit has seen the full population grow), s.
   double forecast_settle_s = 5.0;
-  double sample_interval_s = 0.5;  // pool/forecast/gauge sampling period, s
-  LoopOptions loop;
-  // Alarms, limit changes and forecast warnings also go to stderr (mute alarms rate-limited).
-  bool log_to_stderr = true;
 
-  void Validate() const;  // ConfigError naming the flag and value
+  void Validate() const;  // ConfigError naming the field and value
 };
 
 // The state of the run at one sample (every sample_interval_s).

@@ -82,13 +82,12 @@ void EngineService::StartSession(realtime::SessionSpec spec, SessionSink sink,
         out.decision = r.decision;
         out.max_context = r.max_context_tokens;
         if (out.admitted) {
-          live_.emplace(
-              r.id, Live{.sink = std::move(sink),
-                         .started_s = supervisor_.Now(),
-                         .period_ms = spec.period_ms,
-                         .deadline_ms = spec.deadline_ms > 0.0 ? spec.deadline_ms : spec.period_ms,
-                         .frames = {},
-                         .last_latency_ms = 0.0});
+          live_.emplace(r.id, Live{.sink = std::move(sink),
+                                   .started_s = supervisor_.Now(),
+                                   .period_ms = spec.period_ms,
+                                   .deadline_ms = spec.deadline_ms,
+                                   .frames = {},
+                                   .last_latency_ms = 0.0});
         }
       } catch (const ConfigError& e) {
         out.error = e.what();

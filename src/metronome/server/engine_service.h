@@ -122,7 +122,7 @@ class EngineService final : private realtime::SessionObserver {
     SessionSink sink;
     double started_s = 0.0;
     double period_ms = 0.0;
-    double deadline_ms = 0.0;  // effective: the period when the spec left it 0
+    double deadline_ms = 0.0;  // the resolved spec's
     realtime::FrameCounts frames;
     double last_latency_ms = 0.0;
   };

@@ -20,6 +20,7 @@
 #include "metronome/base/thread_annotations.h"
 #include "metronome/server/dashboard_assets.h"
 #include "metronome/server/http_access.h"
+#include "metronome/server/session_start.h"
 
 namespace metronome::server {
 namespace {
@@ -103,7 +104,6 @@ struct HttpServer::Impl {
   Impl(EngineService* s, telemetry::MetricsRegistry* r, const ServerOptions& o,
        const model::Tokenizer* t)
       : service(s), registry(r), options(o), tokenizer(t) {
-    options.caps.max_message_bytes = options.max_message_bytes;
     if (!options.auth_token.empty()) expected_authorization = "Bearer " + options.auth_token;
     for (TokenId id = 0; tokenizer != nullptr && id < tokenizer->vocab_size(); ++id) {
       max_token_bytes = std::max(
@@ -200,7 +200,7 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     auto timeout = websocket::stream_base::timeout::suggested(beast::role_type::server);
     timeout.handshake_timeout = srv_->handshake_timeout();
     ws_.set_option(timeout);
-    ws_.read_message_max(srv_->options.max_message_bytes);
+    ws_.read_message_max(srv_->options.caps.max_message_bytes);
     auto self = shared_from_this();
     auto r = std::make_shared<Request>(std::move(req));
     net::dispatch(strand_, [self, r] {
@@ -325,54 +325,19 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
            "session.start: this connection has " + std::to_string(open) + " sessions, the limit");
       return;
     }
-    realtime::SessionSpec spec;
-    spec.period_ms = r.period_ms;
-    spec.deadline_ms = r.deadline_ms > 0.0 ? r.deadline_ms : r.period_ms;
-    spec.input_tokens_per_frame = r.tokens_per_frame;
-    spec.output_tokens_per_frame = r.output_tokens_per_frame;
-    wire::KvSettings kv;
-    kv.policy = r.kv.policy.value_or(wire::KvPolicyKind::kWindow);
-    kv.positions = r.kv.positions.value_or(o.default_positions);
-    const kv::PositionMode pos = kv.positions == wire::KvPositions::kRolling
-                                     ? kv::PositionMode::kRolling
-                                     : kv::PositionMode::kAbsolute;
-    if (kv.policy == wire::KvPolicyKind::kWindow) {
-      kv.window = r.kv.window.value_or(o.default_window);
-      kv.sinks = r.kv.sinks.value_or(o.default_sinks);
-      spec.policy = kv::KvPolicy::Window(kv.window, kv.sinks, pos);
-    } else {
-      spec.policy = kv::KvPolicy::Full();
+    auto resolved = ResolveStart(r, o.session_defaults, o.caps, srv_->tokenizer);
+    if (auto* e = std::get_if<wire::ProtocolError>(&resolved)) {
+      SendError(*e);
+      return;
     }
-    if (r.prompt) {
-      if (auto* ids = std::get_if<wire::TokenIds>(&*r.prompt)) {
-        spec.prompt = std::move(*ids);
-      } else {
-        const auto& text = std::get<std::string>(*r.prompt);
-        if (!text.empty()) {
-          if (srv_->tokenizer == nullptr) {
-            fail(wire::ErrorCode::kBadField,
-                 "session.start: prompt.text needs a tokenizer and this server has none (send "
-                 "prompt.ids)");
-            return;
-          }
-          spec.prompt = srv_->tokenizer->Encode(text, /*add_bos=*/true);
-          if (static_cast<std::int64_t>(spec.prompt.size()) > o.caps.max_prompt_tokens) {
-            fail(wire::ErrorCode::kOverCap, "session.start: prompt.text has " +
-                                                std::to_string(spec.prompt.size()) +
-                                                " tokens, more than max_prompt_tokens = " +
-                                                std::to_string(o.caps.max_prompt_tokens));
-            return;
-          }
-        }
-      }
-    }
+    realtime::SessionSpec spec = std::get<realtime::SessionSpec>(std::move(resolved));
     wire::SessionStarted started{.session = 0,
                                  .client_ref = r.client_ref,
                                  .period_ms = spec.period_ms,
                                  .deadline_ms = spec.deadline_ms,
                                  .tokens_per_frame = spec.input_tokens_per_frame,
                                  .output_tokens_per_frame = spec.output_tokens_per_frame,
-                                 .kv = kv,
+                                 .kv = KvSettingsOf(spec),
                                  .max_context = std::nullopt};
     ++pending_starts_;
     UpdateIdle();
@@ -716,7 +681,7 @@ class HttpSession final : public Closable, public std::enable_shared_from_this<H
   void DoRead() {
     set_idle(true);
     parser_.emplace();
-    parser_->body_limit(srv_->options.max_message_bytes);
+    parser_->body_limit(srv_->options.caps.max_message_bytes);
     // The whole request (headers and body) within the deadline: a client trickling bytes holds
     // its slot no longer than that.
     stream_.expires_after(srv_->handshake_timeout());

@@ -18,6 +18,7 @@
 #include "metronome/model/tokenizer.h"
 #include "metronome/server/engine_service.h"
 #include "metronome/server/http_access.h"
+#include "metronome/server/session_start.h"
 #include "metronome/telemetry/metrics.h"
 #include "metronome/wire/protocol.h"
 
@@ -27,7 +28,6 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;  // 0: an ephemeral port (port() says which)
   int io_threads = 1;
-  std::size_t max_message_bytes = std::size_t{1} << 20;  // larger messages: close with 1009
   int max_sessions_per_connection = 4;
   // HTTP and WebSocket together. At the cap a newcomer takes the slot of the oldest idle
   // connection (an HTTP connection waiting for its request, or a WebSocket with no session and no
@@ -51,11 +51,13 @@ struct ServerOptions {
   // Browser Origins allowed to upgrade (http_access.h: nullopt is the default rule, same host or
   // loopback only when auth_token is empty). Requests without Origin are not browsers: allowed.
   AllowedOrigins allowed_origins;
-  wire::ServerCaps caps;  // caps.max_message_bytes is overridden by max_message_bytes
-  // Session defaults when session.start does not give them.
-  std::int64_t default_window = 512;
-  std::int64_t default_sinks = 4;
-  wire::KvPositions default_positions = wire::KvPositions::kAbsolute;
+  // What a client request is checked against; a WebSocket message (and an HTTP request body)
+  // larger than caps.max_message_bytes is refused (the WebSocket closes with 1009).
+  wire::ServerCaps caps;
+  // What session.start leaves out, the server fills in (ResolveStart): KV window, window 512,
+  // sinks 4, absolute positions.
+  realtime::SessionDefaults session_defaults =
+      ServerSessionDefaults(/*window=*/512, /*sinks=*/4, wire::KvPositions::kAbsolute);
 };
 
 class HttpServer {

@@ -353,17 +353,15 @@ bool ReadKv(Reader& r, const Json& kv, const ServerCaps& caps, KvRequest* out) {
   if (const Json* v = Find(kv, "policy")) {
     const std::string* s = nullptr;
     if (!r.String(*v, "kv.policy", &s)) return false;
-    if (*s == "full") {
-      if (!caps.allow_full_kv) {
-        return r.FailValue(ErrorCode::kOverCap, "kv.policy", *v,
-                           "is disabled on this server (server cap allow_full_kv = false)");
-      }
-      out->policy = KvPolicyKind::kFull;
-    } else if (*s == "window") {
-      out->policy = KvPolicyKind::kWindow;
-    } else {
+    const std::optional<KvPolicyKind> mode = kv::ParseKvMode(*s);
+    if (!mode) {
       return r.FailValue(ErrorCode::kBadField, "kv.policy", *v, R"(must be "full" or "window")");
     }
+    if (*mode == KvPolicyKind::kFull && !caps.allow_full_kv) {
+      return r.FailValue(ErrorCode::kOverCap, "kv.policy", *v,
+                         "is disabled on this server (server cap allow_full_kv = false)");
+    }
+    out->policy = *mode;
   }
   const bool full = out->policy == KvPolicyKind::kFull;
   if (const Json* v = Find(kv, "window")) {
@@ -381,17 +379,15 @@ bool ReadKv(Reader& r, const Json& kv, const ServerCaps& caps, KvRequest* out) {
   if (const Json* v = Find(kv, "positions")) {
     const std::string* s = nullptr;
     if (!r.String(*v, "kv.positions", &s)) return false;
-    if (*s == "absolute") {
-      out->positions = KvPositions::kAbsolute;
-    } else if (*s == "rolling") {
-      if (full) {
-        return r.Fail(ErrorCode::kBadField, R"(kv.positions = "rolling" needs kv.policy "window")");
-      }
-      out->positions = KvPositions::kRolling;
-    } else {
+    const std::optional<KvPositions> positions = kv::ParsePositionMode(*s);
+    if (!positions) {
       return r.FailValue(ErrorCode::kBadField, "kv.positions", *v,
                          R"(must be "absolute" or "rolling")");
     }
+    if (*positions == KvPositions::kRolling && full) {
+      return r.Fail(ErrorCode::kBadField, R"(kv.positions = "rolling" needs kv.policy "window")");
+    }
+    out->positions = *positions;
   }
   return true;
 }
@@ -426,13 +422,14 @@ bool ReadStart(Reader& r, const Json& msg, const ServerCaps& caps, StartRequest*
         "must be in " + period_range + " (server caps min_period_ms, max_period_ms)");
   }
 
-  out->deadline_ms = out->period_ms;
   if (const Json* v = Find(msg, "deadline_ms")) {
-    if (!r.Number(*v, "deadline_ms", &out->deadline_ms)) return false;
-    if (!(out->deadline_ms > 0.0)) {
+    double deadline_ms = 0.0;
+    if (!r.Number(*v, "deadline_ms", &deadline_ms)) return false;
+    if (!(deadline_ms > 0.0)) {
       return r.FailValue(ErrorCode::kBadField, "deadline_ms", *v, "must be > 0");
     }
-    if (out->deadline_ms > caps.max_period_ms) {
+    out->deadline_ms = deadline_ms;
+    if (deadline_ms > caps.max_period_ms) {
       return r.FailValue(
           ErrorCode::kOverCap, "deadline_ms", *v,
           "must be in (0, " + FormatNumber(caps.max_period_ms) + "] (server cap max_period_ms)");
@@ -750,14 +747,6 @@ std::optional<ErrorCode> ErrorCodeFromString(std::string_view name) {
     if (kErrorNames[i] == name) return static_cast<ErrorCode>(i);
   }
   return std::nullopt;
-}
-
-std::string_view ToString(KvPolicyKind policy) {
-  return policy == KvPolicyKind::kFull ? "full" : "window";
-}
-
-std::string_view ToString(KvPositions positions) {
-  return positions == KvPositions::kRolling ? "rolling" : "absolute";
 }
 
 std::variant<ClientMessage, ProtocolError> ParseClientMessage(std::string_view text,

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "metronome/base/types.h"
+#include "metronome/kv/kv_policy.h"
 #include "metronome/telemetry/engine_metrics.h"
 
 namespace metronome::wire {
@@ -81,10 +82,9 @@ struct ServerCaps {
 // ---------------------------------------------------------------------------------------------
 // Client messages
 
-enum class KvPolicyKind : std::uint8_t { kFull, kWindow };      // "full", "window"
-enum class KvPositions : std::uint8_t { kAbsolute, kRolling };  // "absolute", "rolling"
-[[nodiscard]] std::string_view ToString(KvPolicyKind policy);
-[[nodiscard]] std::string_view ToString(KvPositions positions);
+// The KV modes and their one spelling are kv's (kv::ParseKvMode, kv::ToString).
+using KvPolicyKind = kv::KvMode;       // "full", "window"
+using KvPositions = kv::PositionMode;  // "absolute", "rolling"
 
 // session.start's "kv" as the client sent it. nullopt: not given, the server applies its default
 // (policy: window; window, sinks, positions: the server's configured values).
@@ -101,8 +101,10 @@ using TokensOrText = std::variant<TokenIds, std::string>;
 
 // "session.start"
 struct StartRequest {
-  double period_ms = 0.0;                 // P, in [min_period_ms, max_period_ms]
-  double deadline_ms = 0.0;               // from each frame's arrival; the period when not given
+  double period_ms = 0.0;  // P, in [min_period_ms, max_period_ms]
+  // From each frame's arrival, in (0, max_period_ms]; nullopt: not given (the period, as
+  // realtime::ResolveSession decides).
+  std::optional<double> deadline_ms;
   int tokens_per_frame = 0;               // a, in [1, max_tokens_per_frame]
   int output_tokens_per_frame = 1;        // o, in [0, max_output_tokens_per_frame]
   KvRequest kv;                           // all nullopt when "kv" is absent

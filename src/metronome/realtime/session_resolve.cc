@@ -1,0 +1,126 @@
+#include "metronome/realtime/session_resolve.h"
+
+#include <array>
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "metronome/base/errors.h"
+
+namespace metronome::realtime {
+namespace {
+
+// The domain of a session's numbers (SessionSpec::Validate checks the same bounds on specs built
+// without this function).
+constexpr double kMaxPeriodMs = 3.6e6;
+constexpr int kMaxTokensPerFrame = 65536;
+
+SessionError Bad(std::string field, std::string value, const std::string& rule,
+                 SessionErrorCode code = SessionErrorCode::kBadValue) {
+  std::string message = field + " = " + value + " " + rule;
+  return {.code = code,
+          .field = std::move(field),
+          .value = std::move(value),
+          .message = std::move(message)};
+}
+
+}  // namespace
+
+std::string_view ToString(SessionErrorCode code) {
+  // In the order of the enum.
+  constexpr std::array<std::string_view, 3> kNames = {"bad_value", "over_cap", "needs_tokenizer"};
+  return kNames.at(static_cast<std::size_t>(code));
+}
+
+SessionResolution ResolveSession(const SessionShape& shape, const SessionDefaults& defaults,
+                                 const model::Tokenizer* tokenizer) {
+  SessionSpec spec;
+  spec.period_ms = shape.period_ms.value_or(defaults.period_ms);
+  if (!(spec.period_ms > 0.0 && spec.period_ms <= kMaxPeriodMs)) {
+    return Bad("period_ms", FormatValue(spec.period_ms), "must be in (0, 3600000]");
+  }
+  const double deadline_ms = shape.deadline_ms.value_or(defaults.deadline_ms);
+  if (!(deadline_ms >= 0.0 && deadline_ms <= kMaxPeriodMs)) {
+    return Bad("deadline_ms", FormatValue(deadline_ms), "must be in [0, 3600000] (0: the period)");
+  }
+  // The one place where "deadline 0" means the period.
+  spec.deadline_ms = deadline_ms > 0.0 ? deadline_ms : spec.period_ms;
+
+  spec.input_tokens_per_frame = shape.tokens_per_frame.value_or(defaults.tokens_per_frame);
+  if (spec.input_tokens_per_frame < 1 || spec.input_tokens_per_frame > kMaxTokensPerFrame) {
+    return Bad("tokens_per_frame", std::to_string(spec.input_tokens_per_frame),
+               "must be in [1, 65536]");
+  }
+  spec.output_tokens_per_frame =
+      shape.output_tokens_per_frame.value_or(defaults.output_tokens_per_frame);
+  if (spec.output_tokens_per_frame < 0 || spec.output_tokens_per_frame > kMaxTokensPerFrame) {
+    return Bad("output_tokens_per_frame", std::to_string(spec.output_tokens_per_frame),
+               "must be in [0, 65536]");
+  }
+
+  // Full mode keeps everything: window, sinks and positions do not apply to it.
+  if (shape.kv_mode.value_or(defaults.kv_mode) == kv::KvMode::kWindow) {
+    const TokenPos window = shape.window.value_or(defaults.window);
+    if (window < 1 || window > kv::kMaxWindowTokens) {
+      return Bad("window", std::to_string(window),
+                 "must be in [1, " + std::to_string(kv::kMaxWindowTokens) + "]");
+    }
+    const TokenPos sinks = shape.sinks.value_or(defaults.sinks);
+    if (sinks < 0 || sinks > kv::kMaxSinkTokens) {
+      return Bad("sinks", std::to_string(sinks),
+                 "must be in [0, " + std::to_string(kv::kMaxSinkTokens) + "]");
+    }
+    spec.policy = kv::KvPolicy::Window(window, sinks, shape.positions.value_or(defaults.positions));
+  } else {
+    spec.policy = kv::KvPolicy::Full();
+  }
+
+  std::string prompt_field = "prompt.ids";
+  if (const auto* ids = std::get_if<std::vector<TokenId>>(&shape.prompt)) {
+    spec.prompt = *ids;
+  } else if (const auto* text = std::get_if<std::string>(&shape.prompt)) {
+    prompt_field = "prompt.text";
+    if (!text->empty()) {
+      if (tokenizer == nullptr) {
+        return {SessionError{.code = SessionErrorCode::kNeedsTokenizer,
+                             .field = prompt_field,
+                             .value = std::to_string(text->size()) + " bytes",
+                             .message = "prompt.text needs a tokenizer and there is none (send "
+                                        "token ids)"}};
+      }
+      spec.prompt = tokenizer->Encode(*text, /*add_bos=*/true);
+    }
+  } else if (const auto* synthetic = std::get_if<SyntheticPrompt>(&shape.prompt)) {
+    prompt_field = "prompt_tokens";
+    if (synthetic->tokens < 0) {
+      return Bad(prompt_field, std::to_string(synthetic->tokens), "must be >= 0");
+    }
+    if (synthetic->tokens > 0 && defaults.vocab_size < 1) {
+      return Bad("vocab_size", std::to_string(defaults.vocab_size),
+                 "must be >= 1 for a synthetic prompt");
+    }
+    spec.prompt.resize(static_cast<std::size_t>(synthetic->tokens));
+    for (int i = 0; i < synthetic->tokens; ++i) {
+      spec.prompt[static_cast<std::size_t>(i)] = (i * 31 + 7) % defaults.vocab_size;
+    }
+  }
+  if (defaults.max_prompt_tokens > 0 &&
+      static_cast<std::int64_t>(spec.prompt.size()) > defaults.max_prompt_tokens) {
+    return {SessionError{.code = SessionErrorCode::kOverCap,
+                         .field = prompt_field,
+                         .value = std::to_string(spec.prompt.size()) + " tokens",
+                         .message = prompt_field + " has " + std::to_string(spec.prompt.size()) +
+                                    " tokens, more than max_prompt_tokens = " +
+                                    std::to_string(defaults.max_prompt_tokens)}};
+  }
+  return spec;
+}
+
+SessionSpec ResolveSessionOrThrow(const SessionShape& shape, const SessionDefaults& defaults,
+                                  const model::Tokenizer* tokenizer) {
+  SessionResolution r = ResolveSession(shape, defaults, tokenizer);
+  if (auto* e = std::get_if<SessionError>(&r)) throw ConfigError(e->message);
+  return std::get<SessionSpec>(std::move(r));
+}
+
+}  // namespace metronome::realtime
