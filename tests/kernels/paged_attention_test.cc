@@ -314,7 +314,11 @@ ImplComparison CompareImpl(const ImplCase& c, AttentionImpl impl, double u_q) {
     std::vector<float> scratch(AttentionScratchFloats(shape, max_visible + 1));
     for (int l = 0; l < d.layers; ++l) {
       const auto& ql = q[static_cast<std::size_t>(l)];
-      std::vector<float> got(ql.size(), -7.0f), want(ql.size(), 7.0f);
+      // Filled with different values so an output the kernel never writes cannot match.
+      std::vector<float> got(ql.size());
+      std::vector<float> want(ql.size());
+      std::fill(got.begin(), got.end(), -7.0f);
+      std::fill(want.begin(), want.end(), 7.0f);
       for (int g = 0; g < d.kv_heads; ++g) {
         const auto stride = static_cast<std::size_t>(d.q_dim());
         PagedAttention(shape, session.View(), c.policy, rope, l, g, pos0, n, ql.data(), got.data(),

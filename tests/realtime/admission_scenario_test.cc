@@ -404,14 +404,15 @@ std::int64_t CheckDrainCooldown(const Outcome& r, const char* name) {
     EXPECT_GE(next, clean_at) << "change at t=" << next << " before the cut at t=" << c.t_s
                               << " to " << c.to
                               << " had drained (first clean window at t=" << clean_at << ")";
-    // Independently, from the samples: after the last sample with active > L, at least one full
-    // window passes before the limit moves again.
+    // Independently, from the samples: after the last sample with active > L, at least one whole
+    // window passes before the limit moves again (windows close on frames, so one lasts at least
+    // min_window_s).
     double last_over = -std::numeric_limits<double>::infinity();
     for (const RunSample& s : r.samples) {
       if (s.t_s > c.t_s && s.t_s < next && s.active > c.to) last_over = s.t_s;
     }
     if (std::isfinite(next)) {
-      EXPECT_GT(next, last_over + o.window_s) << "cut at t=" << c.t_s;
+      EXPECT_GE(next, last_over + o.min_window_s) << "cut at t=" << c.t_s;
     }
   }
   std::printf("%s: %lld cuts, %lld windows over the high target held by the drain cooldown\n", name,
@@ -603,7 +604,9 @@ TEST(AdmissionScenarioTest, AimdOverAdmitsTheUnboundedSystemIntoStarvation) {
   EXPECT_EQ(g.summary.mute_alarms, 0);
   EXPECT_EQ(g.summary.admitted, fit);
   EXPECT_EQ(g.summary.active_peak, fit);
-  EXPECT_GT(g.summary.limit_final, fit) << "the guard, not the latency limit, held admission";
+  // The latency limit never fell below what the pool holds: the guard (which also stops growth at
+  // the pool's bound) held admission.
+  EXPECT_GE(g.summary.limit_final, fit) << "the guard, not the latency limit, held admission";
 
   // Window KV under the same AIMD and pool: the limit grows just as far and nobody starves.
   const Outcome& w = WindowAimd();

@@ -141,8 +141,7 @@ int RunBench(const BenchFlags& f) {
         // K and V of the keys each session's query saw, all layers: what attention streamed.
         double kv_bytes = 0.0;
         for (const engine::SessionId id : ids) {
-          kv_bytes +=
-              static_cast<double>(kernels::VisibleKeys(policy, eng.session_kv(id)->length() - 1));
+          kv_bytes += static_cast<double>(policy.VisibleKeys(eng.session_kv(id)->length() - 1));
         }
         run->attn_kv_bytes.push_back(kv_bytes *
                                      static_cast<double>(eng.kv_layout().bytes_per_token()));

@@ -402,8 +402,9 @@ int RunWorkload(realtime::Backend* backend, Clock* clock, const WorkloadFlags& f
     nlohmann::json j = summary.ToJson();
     // The AIMD control window the run used (by default it depends on the period), so scripts read
     // it instead of restating DefaultAimdWindowS; null under other controllers.
-    j["aimd_window_s"] = options.admission == "aimd" ? nlohmann::json(options.aimd.window_s)
-                                                     : nlohmann::json(nullptr);
+    j["aimd_window_s"] = options.supervisor.admission == "aimd"
+                             ? nlohmann::json(options.supervisor.aimd.window_s)
+                             : nlohmann::json(nullptr);
     std::printf("%s\n", j.dump().c_str());
   }
   return 0;
