@@ -205,7 +205,7 @@ void WorkloadRunner::State::RecordSample() {
   s.limit = p.limit;
   s.kv_used_fraction = p.kv_used_fraction;
   s.t_sat_s = p.t_sat_s;
-  static_cast<FrameCounts&>(s) = supervisor.stats();
+  static_cast<FrameCounts&>(s) = static_cast<const FrameCounts&>(supervisor.stats());
   s.admitted = supervisor.admitted();
   s.rejected = supervisor.rejected();
   s.interval_frames = interval_latency_ms.count();
