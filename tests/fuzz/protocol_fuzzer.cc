@@ -42,11 +42,11 @@ ServerCaps TightCaps() {
 
 // A parsed start resolves to a spec within the caps, or to an error that serialises (no
 // tokenizer here, so a text prompt is an error).
-void CheckResolved(const metronome::server::StartRequest& start, const ServerCaps& caps) {
+void CheckResolved(const metronome::wire::StartRequest& start, const ServerCaps& caps) {
   const auto resolved = metronome::server::ResolveStart(
       start,
       metronome::server::ServerSessionDefaults(/*window=*/64, /*sinks=*/4,
-                                               metronome::server::KvPositions::kAbsolute),
+                                               metronome::wire::KvPositions::kAbsolute),
       caps, /*tokenizer=*/nullptr);
   if (const auto* error = std::get_if<ProtocolError>(&resolved)) {
     MTR_CHECK(!ErrorMessage{*error}.Serialize().empty(), "resolver error did not serialise");
@@ -71,7 +71,7 @@ void Check(const std::variant<ClientMessage, ProtocolError>& result, const Serve
     return;
   }
   if (const auto* start =
-          std::get_if<metronome::server::StartRequest>(&std::get<ClientMessage>(result))) {
+          std::get_if<metronome::wire::StartRequest>(&std::get<ClientMessage>(result))) {
     CheckResolved(*start, caps);
     return;
   }
