@@ -28,6 +28,22 @@ void CheckRange(const char* field, double v, double lo, double hi, bool lo_open,
   if (!ok) Bad(field, rule, FormatValue(v));
 }
 
+// min_limit >= 0, max_limit >= min_limit, initial_limit in [min_limit, max_limit]: the limit
+// bounds every windowed controller has, named under its options' prefix ("aimd", "gradient2").
+void CheckLimits(const std::string& prefix, std::int64_t min_limit, std::int64_t max_limit,
+                 std::int64_t initial_limit) {
+  if (min_limit < 0) Bad(prefix + ".min_limit", ">= 0", std::to_string(min_limit));
+  if (max_limit < min_limit) {
+    Bad(prefix + ".max_limit", ">= " + prefix + ".min_limit (" + std::to_string(min_limit) + ")",
+        std::to_string(max_limit));
+  }
+  if (initial_limit < min_limit || initial_limit > max_limit) {
+    Bad(prefix + ".initial_limit",
+        "in [" + std::to_string(min_limit) + ", " + std::to_string(max_limit) + "]",
+        std::to_string(initial_limit));
+  }
+}
+
 }  // namespace
 
 std::uint64_t NextRandom(std::uint64_t& state) noexcept {
@@ -112,16 +128,7 @@ void Validate(const AimdOptions& o) {
   CheckRange("aimd.beta", o.beta, 0.0, 1.0, true, true, "in (0, 1)");
   CheckRange("aimd.cooldown_s", o.cooldown_s, 0.0, inf, false, true, ">= 0");
   if (o.increase_step < 1) Bad("aimd.increase_step", ">= 1", std::to_string(o.increase_step));
-  if (o.min_limit < 0) Bad("aimd.min_limit", ">= 0", std::to_string(o.min_limit));
-  if (o.max_limit < o.min_limit) {
-    Bad("aimd.max_limit", ">= aimd.min_limit (" + std::to_string(o.min_limit) + ")",
-        std::to_string(o.max_limit));
-  }
-  if (o.initial_limit < o.min_limit || o.initial_limit > o.max_limit) {
-    Bad("aimd.initial_limit",
-        "in [" + std::to_string(o.min_limit) + ", " + std::to_string(o.max_limit) + "]",
-        std::to_string(o.initial_limit));
-  }
+  CheckLimits("aimd", o.min_limit, o.max_limit, o.initial_limit);
   if (o.min_samples < 1) Bad("aimd.min_samples", ">= 1", std::to_string(o.min_samples));
   if (o.window_frames < 0) Bad("aimd.window_frames", ">= 0", std::to_string(o.window_frames));
   CheckRange("aimd.min_window_s", o.min_window_s, 0.0, inf, false, true, ">= 0");
@@ -155,16 +162,7 @@ void Validate(const Gradient2Options& o) {
   if (o.warmup_windows < 1) {
     Bad("gradient2.warmup_windows", ">= 1", std::to_string(o.warmup_windows));
   }
-  if (o.min_limit < 0) Bad("gradient2.min_limit", ">= 0", std::to_string(o.min_limit));
-  if (o.max_limit < o.min_limit) {
-    Bad("gradient2.max_limit", ">= gradient2.min_limit (" + std::to_string(o.min_limit) + ")",
-        std::to_string(o.max_limit));
-  }
-  if (o.initial_limit < o.min_limit || o.initial_limit > o.max_limit) {
-    Bad("gradient2.initial_limit",
-        "in [" + std::to_string(o.min_limit) + ", " + std::to_string(o.max_limit) + "]",
-        std::to_string(o.initial_limit));
-  }
+  CheckLimits("gradient2", o.min_limit, o.max_limit, o.initial_limit);
 }
 
 std::unique_ptr<AdmissionController> MakeController(const std::string& spec,
