@@ -16,6 +16,9 @@ git ls-files '*.h' '*.cc' | xargs clang-format --dry-run --Werror
 echo "== layering (a module includes and links only the modules below it: docs/architecture.md)"
 python3 scripts/check_layering.py
 
+echo "== Kubernetes manifests (deploy/kubernetes: schemas, haproxy -c, broken copies rejected)"
+bash scripts/validate_manifests.sh
+
 echo "== build + test (ci preset: optimised, -Werror)"
 cmake --preset ci >/dev/null
 cmake --build --preset ci -j "$jobs"
