@@ -3,9 +3,11 @@
 # then the npm packages, each folder exactly as its package-lock.json says: web/ (the dashboard's
 # uPlot, embedded into the binary at build time, and playwright-core for the browser test) and
 # deploy/validate/ (the Kubernetes manifests' schema check). Idempotent; run as root (or with sudo
-# available).
+# available). --container adds what scripts/container_test.sh needs (podman, runc, debootstrap).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+container=0
+if [ "${1:-}" = --container ]; then container=1; fi
 
 packages=(
   build-essential cmake ninja-build pkg-config
@@ -22,6 +24,9 @@ packages=(
   jq curl                # scripts/lib.sh: JSON (summaries, /v1/stats, sim --list-presets --json), HTTP
   haproxy                # scripts/validate_manifests.sh: haproxy -c on deploy/kubernetes' config
 )
+if ((container)); then
+  packages+=(podman runc debootstrap)  # deploy/README.md, "Containers on this machine"
+fi
 
 missing=()
 for p in "${packages[@]}"; do

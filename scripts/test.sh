@@ -37,6 +37,12 @@ build/ci/apps/metronome bench-decode --model synthetic:tiny --sessions 4 --conte
 echo "== evaluation suite, quick mode (experiments/eval; outputs in build/eval/quick)"
 bash experiments/eval/run.sh --quick --bin build/ci/apps/metronome
 
+if [ "${METRONOME_CONTAINER_TEST:-0}" = 1 ]; then
+  echo "== container image (deploy/Dockerfile's runtime stage around the ci binary)"
+  bash scripts/setup.sh --container
+  bash scripts/container_test.sh --bin build/ci/apps/metronome
+fi
+
 echo "== ASan + UBSan (unit tests)"
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$jobs"
