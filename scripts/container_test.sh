@@ -78,6 +78,10 @@ if ((full == 0)); then
   mkdir -p build/container
   cp "$bin" build/container/metronome
   args+=(--build-arg BINARY_STAGE=prebuilt)
+else
+  # Explicit: podman 4.3 (buildah) takes the ARG's default in `FROM ${BINARY_STAGE}` for an image
+  # name ("short-name "build" did not resolve"), a value given on the command line for a stage.
+  args+=(--build-arg BINARY_STAGE=build)
 fi
 say "building the image ($( ((full)) && echo both stages || echo "runtime stage around $bin"))"
 $engine "${args[@]}" . >"$tmp/build.log" 2>&1 || { tail -n 30 "$tmp/build.log" >&2; fail "image build failed"; }
