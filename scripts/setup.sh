@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Installs everything Metronome needs to build, test and benchmark on Debian 12: Debian's packages,
-# then the dashboard's npm packages (web/package-lock.json: uPlot, embedded into the binary at build
-# time, and playwright-core for the browser test). Idempotent; run as root (or with sudo available).
+# then the npm packages, each folder exactly as its package-lock.json says: web/ (the dashboard's
+# uPlot, embedded into the binary at build time, and playwright-core for the browser test) and
+# deploy/validate/ (the Kubernetes manifests' schema check). Idempotent; run as root (or with sudo
+# available). --container adds what scripts/container_test.sh needs (podman, runc, debootstrap).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+container=0
+if [ "${1:-}" = --container ]; then container=1; fi
 
 packages=(
   build-essential cmake ninja-build pkg-config
@@ -18,7 +22,11 @@ packages=(
   gnuplot-nox            # the evaluation suite's plots (experiments/eval)
   python3                # tests/redteam: the red team's WebSocket client (standard library only)
   jq curl                # scripts/lib.sh: JSON (summaries, /v1/stats, sim --list-presets --json), HTTP
+  haproxy                # scripts/validate_manifests.sh: haproxy -c on deploy/kubernetes' config
 )
+if ((container)); then
+  packages+=(podman runc debootstrap)  # deploy/README.md, "Containers on this machine"
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -36,14 +44,16 @@ else
   echo "[setup] all packages present"
 fi
 
-# The dashboard's JavaScript packages, exactly as locked. Playwright drives the Debian chromium
+# The JavaScript packages, exactly as locked. Playwright drives the Debian chromium
 # (/usr/bin/chromium); it must not download browsers of its own. A copy of the lock file in
 # node_modules records what was installed: when it matches, the install is current.
-stamp=web/node_modules/.metronome-package-lock.json
-if cmp -s web/package-lock.json "$stamp"; then
-  echo "[setup] web/node_modules up to date"
-else
-  echo "[setup] npm ci --prefix web"
-  PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --prefix web --no-audit --no-fund
-  cp web/package-lock.json "$stamp"
-fi
+for prefix in web deploy/validate; do
+  stamp=$prefix/node_modules/.metronome-package-lock.json
+  if cmp -s "$prefix/package-lock.json" "$stamp"; then
+    echo "[setup] $prefix/node_modules up to date"
+  else
+    echo "[setup] npm ci --prefix $prefix"
+    PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --prefix "$prefix" --no-audit --no-fund
+    cp "$prefix/package-lock.json" "$stamp"
+  fi
+done

@@ -16,6 +16,9 @@ git ls-files '*.h' '*.cc' | xargs clang-format --dry-run --Werror
 echo "== layering (a module includes and links only the modules below it: docs/architecture.md)"
 python3 scripts/check_layering.py
 
+echo "== Kubernetes manifests (deploy/kubernetes: schemas, haproxy -c, broken copies rejected)"
+bash scripts/validate_manifests.sh
+
 echo "== build + test (ci preset: optimised, -Werror)"
 cmake --preset ci >/dev/null
 cmake --build --preset ci -j "$jobs"
@@ -33,6 +36,12 @@ build/ci/apps/metronome bench-decode --model synthetic:tiny --sessions 4 --conte
 
 echo "== evaluation suite, quick mode (experiments/eval; outputs in build/eval/quick)"
 bash experiments/eval/run.sh --quick --bin build/ci/apps/metronome
+
+if [ "${METRONOME_CONTAINER_TEST:-0}" = 1 ]; then
+  echo "== container image (deploy/Dockerfile's runtime stage around the ci binary)"
+  bash scripts/setup.sh --container
+  bash scripts/container_test.sh --bin build/ci/apps/metronome
+fi
 
 echo "== ASan + UBSan (unit tests)"
 cmake --preset asan >/dev/null
