@@ -454,30 +454,17 @@ void GemvHalf(const RowsKernelArgs& a, int row_begin, int row_end) {
 }  // namespace
 
 RowsKernel GemvKernel(GgmlType type) noexcept {
-  switch (type) {
-    case GgmlType::kQ8_0:
-      return GemvRows32<Q8_0W>;
-    case GgmlType::kQ4_0:
-      return GemvRows32<Q4_0W>;
-    case GgmlType::kQ4_1:
-      return GemvRows32<Q4_1W>;
-    case GgmlType::kQ5_0:
-      return GemvRows32<Q5_0W>;
-    case GgmlType::kQ5_1:
-      return GemvRows32<Q5_1W>;
-    case GgmlType::kQ4_K:
-      return GemvRowsK<Q4_KW>;
-    case GgmlType::kQ5_K:
-      return GemvRowsK<Q5_KW>;
-    case GgmlType::kQ6_K:
-      return GemvRowsK<Q6_KW>;
-    case GgmlType::kF16:
-      return GemvHalf<GemvF16>;
-    case GgmlType::kBF16:
-      return GemvHalf<GemvBf16>;
-    default:
-      return nullptr;
-  }
+  if (type == GgmlType::kF16) return GemvHalf<GemvF16>;
+  if (type == GgmlType::kBF16) return GemvHalf<GemvBf16>;
+  RowsKernel kernel = nullptr;
+  VisitBlockDecoder(type, [&kernel]<class W>() {
+    if constexpr (W::kSuperBlock) {
+      kernel = GemvRowsK<W>;
+    } else {
+      kernel = GemvRows32<W>;
+    }
+  });
+  return kernel;
 }
 
 }  // namespace metronome::kernels::avx512

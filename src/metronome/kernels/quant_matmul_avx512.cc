@@ -473,34 +473,13 @@ QuantKernel Kernel(GgmlType type, bool bf16) noexcept {
 namespace metronome::kernels::avx512 {
 
 void DequantizeRows(GgmlType type, const void* w, int rows, int k, float* out) noexcept {
-  switch (type) {
-    case GgmlType::kQ8_0:
-      Dequantize32<Q8_0W>(w, rows, k, out);
-      break;
-    case GgmlType::kQ4_0:
-      Dequantize32<Q4_0W>(w, rows, k, out);
-      break;
-    case GgmlType::kQ4_1:
-      Dequantize32<Q4_1W>(w, rows, k, out);
-      break;
-    case GgmlType::kQ5_0:
-      Dequantize32<Q5_0W>(w, rows, k, out);
-      break;
-    case GgmlType::kQ5_1:
-      Dequantize32<Q5_1W>(w, rows, k, out);
-      break;
-    case GgmlType::kQ4_K:
-      DequantizeK<Q4_KW>(w, rows, k, out);
-      break;
-    case GgmlType::kQ5_K:
-      DequantizeK<Q5_KW>(w, rows, k, out);
-      break;
-    case GgmlType::kQ6_K:
-      DequantizeK<Q6_KW>(w, rows, k, out);
-      break;
-    default:
-      break;
-  }
+  VisitBlockDecoder(type, [&]<class W>() {
+    if constexpr (W::kSuperBlock) {
+      DequantizeK<W>(w, rows, k, out);
+    } else {
+      Dequantize32<W>(w, rows, k, out);
+    }
+  });
 }
 
 }  // namespace metronome::kernels::avx512

@@ -4,7 +4,8 @@
 // offset, or q with a min term) and per-lane fp32 scales:
 //   - 32-element types: two blocks at a time as 64 bytes (UnpackedPair: 8 int32 lanes per block);
 //   - K-quants: a 256-element super-block as four 64-byte chunks with the per-lane scale of each
-//     chunk's vpdpbusd and the coefficient of each of Q8_K's 16 bsums (UnpackedSuper).
+//     chunk's vpdpbusd and the coefficient of each of Q8_K's 16 bsums (UnpackedSuper);
+//   - VisitBlockDecoder: the one type -> decoder map.
 // Include only from translation units compiled with AVX-512 flags. Internal linkage on purpose
 // (each such translation unit gets its own copy; see attention_loop.h).
 #pragma once
@@ -15,6 +16,7 @@
 #include <cstring>
 
 #include "metronome/quant/blocks.h"
+#include "metronome/quant/ggml_type.h"
 
 namespace metronome::kernels::avx512 {
 namespace {  // internal linkage per translation unit, see above
@@ -66,6 +68,7 @@ struct UnpackedPair {
 
 struct Q8_0W {
   using Block = quant::BlockQ8_0;
+  static constexpr bool kSuperBlock = false;
   static constexpr bool kMin = false;
   static constexpr float kOffset = 128.0f;
   static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
@@ -75,6 +78,7 @@ struct Q8_0W {
 };
 struct Q4_0W {
   using Block = quant::BlockQ4_0;
+  static constexpr bool kSuperBlock = false;
   static constexpr bool kMin = false;
   static constexpr float kOffset = 8.0f;
   static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
@@ -83,6 +87,7 @@ struct Q4_0W {
 };
 struct Q4_1W {
   using Block = quant::BlockQ4_1;
+  static constexpr bool kSuperBlock = false;
   static constexpr bool kMin = true;
   static constexpr float kOffset = 0.0f;
   static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
@@ -91,6 +96,7 @@ struct Q4_1W {
 };
 struct Q5_0W {
   using Block = quant::BlockQ5_0;
+  static constexpr bool kSuperBlock = false;
   static constexpr bool kMin = false;
   static constexpr float kOffset = 16.0f;
   static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
@@ -101,6 +107,7 @@ struct Q5_0W {
 };
 struct Q5_1W {
   using Block = quant::BlockQ5_1;
+  static constexpr bool kSuperBlock = false;
   static constexpr bool kMin = true;
   static constexpr float kOffset = 0.0f;
   static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
@@ -159,6 +166,7 @@ struct alignas(64) UnpackedSuper {
 
 struct Q4_KW {
   using Block = quant::BlockQ4_K;
+  static constexpr bool kSuperBlock = true;
   static void Unpack(const Block& b, UnpackedSuper* out) noexcept {
 #pragma GCC unroll 8
     for (int c = 0; c < 4; ++c) _mm512_store_si512(out->u[c], NibblesK(b.qs + 32 * c));
@@ -168,6 +176,7 @@ struct Q4_KW {
 
 struct Q5_KW {
   using Block = quant::BlockQ5_K;
+  static constexpr bool kSuperBlock = true;
   static void Unpack(const Block& b, UnpackedSuper* out) noexcept {
     const __m512i qh =
         _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)));
@@ -187,6 +196,7 @@ struct Q5_KW {
 
 struct Q6_KW {
   using Block = quant::BlockQ6_K;
+  static constexpr bool kSuperBlock = true;
   static void Unpack(const Block& b, UnpackedSuper* out) noexcept {
     const __m512i low4 = _mm512_set1_epi8(15);
     const __m512i low2 = _mm512_set1_epi8(3);
@@ -216,6 +226,42 @@ struct Q6_KW {
     _mm512_store_ps(out->wm, _mm512_mul_ps(s, _mm512_set1_ps(-32.0f)));
   }
 };
+
+// The one map from an integer ggml type to its decoder: f.template operator()<W>() for the W of
+// `type` (W::kSuperBlock tells the two families apart); false, without calling f, for a type
+// with no decoder here (F32, F16, BF16).
+template <class F>
+[[maybe_unused]] bool VisitBlockDecoder(quant::GgmlType type, F&& f) noexcept {
+  using quant::GgmlType;
+  switch (type) {
+    case GgmlType::kQ8_0:
+      f.template operator()<Q8_0W>();
+      return true;
+    case GgmlType::kQ4_0:
+      f.template operator()<Q4_0W>();
+      return true;
+    case GgmlType::kQ4_1:
+      f.template operator()<Q4_1W>();
+      return true;
+    case GgmlType::kQ5_0:
+      f.template operator()<Q5_0W>();
+      return true;
+    case GgmlType::kQ5_1:
+      f.template operator()<Q5_1W>();
+      return true;
+    case GgmlType::kQ4_K:
+      f.template operator()<Q4_KW>();
+      return true;
+    case GgmlType::kQ5_K:
+      f.template operator()<Q5_KW>();
+      return true;
+    case GgmlType::kQ6_K:
+      f.template operator()<Q6_KW>();
+      return true;
+    default:
+      return false;
+  }
+}
 
 }  // namespace
 }  // namespace metronome::kernels::avx512
