@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "metronome/kernels/internal/avx512_unpack.h"
+#include "metronome/kernels/internal/for_count.h"
 #include "metronome/kernels/quant_matmul.h"
 #include "metronome/quant/blocks.h"
 #include "metronome/quant/weight_matrix.h"
@@ -40,22 +41,26 @@ constexpr int kWeightRowsFor = MT <= 2 ? kGemvWeightRows : 2;
 constexpr int kGemvPrefetchRowGroups = 2;
 constexpr int kBlocksPerScaleVector = 16;  // fp16 scales widened per vcvtph2ps
 
-// Calls f.template operator()<MT>() for MT = m, 1 <= m <= kGemvMaxRows (the caller guarantees it).
-template <class F>
-void ForDecodeRows(int m, F&& f) noexcept {
-  switch (m) {
-    case 1:
-      f.template operator()<1>();
-      break;
-    case 2:
-      f.template operator()<2>();
-      break;
-    case 3:
-      f.template operator()<3>();
-      break;
-    default:
-      f.template operator()<4>();
-      break;
+// The (activation row, weight row) accumulators of a group: zeroed, and reduced once each into
+// y[i * ldy + j] (+)=.
+template <int MT, int NT>
+inline void ZeroAccumulators(__m512 (&acc)[MT][NT]) noexcept {
+#pragma GCC unroll 8
+  for (auto& row : acc) {
+#pragma GCC unroll 8
+    for (auto& v : row) v = _mm512_setzero_ps();
+  }
+}
+template <int MT, int NT>
+inline void StoreSums(const __m512 (&acc)[MT][NT], float* y, int ldy, bool accumulate) noexcept {
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) {
+#pragma GCC unroll 8
+    for (int j = 0; j < NT; ++j) {
+      float& out = y[static_cast<std::ptrdiff_t>(i) * ldy + j];
+      const float v = _mm512_reduce_add_ps(acc[i][j]);
+      out = accumulate ? out + v : v;
+    }
   }
 }
 
@@ -134,11 +139,7 @@ template <class W, int MT, int NT>
 void Group32(const GemvActPair* act, int pairs, int blocks, const typename W::Block* const* wrow,
              std::size_t row_bytes, float* y, int ldy, bool accumulate) noexcept {
   __m512 acc[MT][NT];
-#pragma GCC unroll 8
-  for (auto& row : acc) {
-#pragma GCC unroll 8
-    for (auto& v : row) v = _mm512_setzero_ps();
-  }
+  ZeroAccumulators(acc);
   const std::size_t ahead = row_bytes * static_cast<std::size_t>(NT * kGemvPrefetchRowGroups);
   // Lanes 0-7 pick scale 0 of a pair, lanes 8-15 scale 1 (vpermps indices, + 2 per pair).
   const __m512i pair_lanes = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
@@ -191,15 +192,7 @@ void Group32(const GemvActPair* act, int pairs, int blocks, const typename W::Bl
       }
     }
   }
-#pragma GCC unroll 8
-  for (int i = 0; i < MT; ++i) {
-#pragma GCC unroll 8
-    for (int j = 0; j < NT; ++j) {
-      float& out = y[static_cast<std::ptrdiff_t>(i) * ldy + j];
-      const float v = _mm512_reduce_add_ps(acc[i][j]);
-      out = accumulate ? out + v : v;
-    }
-  }
+  StoreSums(acc, y, ldy, accumulate);
 }
 
 std::vector<GemvActPair>& ActPairScratch() {
@@ -218,7 +211,7 @@ void GemvRows32(const RowsKernelArgs& a, int row_begin, int row_end) {
   const GemvActPair* act = act_pairs.data();
   const quant::WeightMatrix& w = *a.w;
   const auto row = [&w](int j) { return reinterpret_cast<const typename W::Block*>(w.Row(j)); };
-  ForDecodeRows(a.m, [&]<int MT>() {
+  ForCount<kGemvMaxRows>(a.m, [&]<int MT>() {
     ForRowGroups<kWeightRowsFor<MT>>(
         row_begin, row_end, row, [&]<int NT>(const typename W::Block* const* rows, int j) {
           Group32<W, MT, NT>(act, pairs, blocks, rows, w.row_bytes, a.y + j, a.ldy, a.accumulate);
@@ -252,11 +245,7 @@ void GroupK(const RowsKernelArgs& a, const GemvActK* bsum, int supers,
             const typename W::Block* const* wrow, float* y) noexcept {
   using Block = typename W::Block;
   __m512 acc[MT][NT];
-#pragma GCC unroll 8
-  for (auto& row : acc) {
-#pragma GCC unroll 8
-    for (auto& v : row) v = _mm512_setzero_ps();
-  }
+  ZeroAccumulators(acc);
   const quant::BlockQ8_K* x[MT];
 #pragma GCC unroll 8
   for (int i = 0; i < MT; ++i) {
@@ -296,15 +285,7 @@ void GroupK(const RowsKernelArgs& a, const GemvActK* bsum, int supers,
       }
     }
   }
-#pragma GCC unroll 8
-  for (int i = 0; i < MT; ++i) {
-#pragma GCC unroll 8
-    for (int j = 0; j < NT; ++j) {
-      float& out = y[static_cast<std::ptrdiff_t>(i) * a.ldy + j];
-      const float v = _mm512_reduce_add_ps(acc[i][j]);
-      out = a.accumulate ? out + v : v;
-    }
-  }
+  StoreSums(acc, y, a.ldy, a.accumulate);
 }
 
 template <class W>
@@ -317,7 +298,7 @@ void GemvRowsK(const RowsKernelArgs& a, int row_begin, int row_end) {
   PrepareActK(a, supers, bsum.data());
   const quant::WeightMatrix& w = *a.w;
   const auto row = [&w](int j) { return reinterpret_cast<const typename W::Block*>(w.Row(j)); };
-  ForDecodeRows(a.m, [&]<int MT>() {
+  ForCount<kGemvMaxRows>(a.m, [&]<int MT>() {
     ForRowGroups<kWeightRowsFor<MT>>(row_begin, row_end, row,
                                      [&]<int NT>(const typename W::Block* const* rows, int j) {
                                        GroupK<W, MT, NT>(a, bsum.data(), supers, rows, a.y + j);
@@ -370,11 +351,7 @@ void GroupHalf(const typename H::Act* x, std::ptrdiff_t ldx, int k,
                const std::uint16_t* const* wrow, std::size_t row_bytes, float* y, int ldy,
                bool accumulate) noexcept {
   __m512 acc[MT][NT];
-#pragma GCC unroll 8
-  for (auto& row : acc) {
-#pragma GCC unroll 8
-    for (auto& v : row) v = _mm512_setzero_ps();
-  }
+  ZeroAccumulators(acc);
   const std::size_t ahead = row_bytes * static_cast<std::size_t>(NT * kGemvPrefetchRowGroups);
   for (int s = 0; s < k; s += kHalfStep) {
     const __mmask32 mask = HalfMask(k - s);
@@ -390,15 +367,7 @@ void GroupHalf(const typename H::Act* x, std::ptrdiff_t ldx, int k,
         acc[i][j] = H::Step(acc[i][j], wrow[j] + s, x + i * ldx + s, mask);
     }
   }
-#pragma GCC unroll 8
-  for (int i = 0; i < MT; ++i) {
-#pragma GCC unroll 8
-    for (int j = 0; j < NT; ++j) {
-      float& out = y[static_cast<std::ptrdiff_t>(i) * ldy + j];
-      const float v = _mm512_reduce_add_ps(acc[i][j]);
-      out = accumulate ? out + v : v;
-    }
-  }
+  StoreSums(acc, y, ldy, accumulate);
 }
 
 // The m fp32 activation rows rounded to bf16 (nearest even, vcvtne2ps2bf16), each padded with
@@ -443,7 +412,7 @@ void GemvHalf(const RowsKernelArgs& a, int row_begin, int row_end) {
   }
   const quant::WeightMatrix& w = *a.w;
   const auto row = [&w](int j) { return reinterpret_cast<const std::uint16_t*>(w.Row(j)); };
-  ForDecodeRows(a.m, [&]<int MT>() {
+  ForCount<kGemvMaxRows>(a.m, [&]<int MT>() {
     ForRowGroups<kGemvWeightRows>(
         row_begin, row_end, row, [&]<int NT>(const std::uint16_t* const* rows, int j) {
           GroupHalf<H, MT, NT>(x, ldx, k, rows, w.row_bytes, a.y + j, a.ldy, a.accumulate);

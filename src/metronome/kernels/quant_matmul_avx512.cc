@@ -13,6 +13,7 @@
 #include "metronome/base/check.h"
 #include "metronome/kernels/internal/avx512_transpose.h"
 #include "metronome/kernels/internal/avx512_unpack.h"
+#include "metronome/kernels/internal/for_count.h"
 #include "metronome/kernels/quant_matmul.h"
 #include "metronome/quant/blocks.h"
 #include "metronome/quant/weight_matrix.h"
@@ -320,18 +321,6 @@ void GemmTile(const PanelSub<W::kSub, NT>* panel, int subs, const std::byte* act
       __m512 v = acc[i][g];
       if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, out));
       _mm512_mask_storeu_ps(out, mask, v);
-    }
-  }
-}
-
-// Calls f.template operator()<R>() for R = rem, 1 <= rem <= kMax.
-template <int kMax, class F>
-void ForCount(int rem, F&& f) noexcept {
-  if constexpr (kMax > 0) {
-    if (rem == kMax) {
-      f.template operator()<kMax>();
-    } else {
-      ForCount<kMax - 1>(rem, f);
     }
   }
 }
