@@ -27,8 +27,19 @@ namespace {
 
 using quant::GgmlType;
 
-constexpr GgmlType kGemvTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
-                                   GgmlType::kQ5_0, GgmlType::kQ5_1};
+constexpr GgmlType kGemvTypes[] = {
+    GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+    GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kF16,  GgmlType::kBF16};
+
+bool IsHalf(GgmlType t) { return t == GgmlType::kF16 || t == GgmlType::kBF16; }
+
+// F16/BF16 rows have no blocks: k with a tail after whole 32-element steps exercises the masks.
+// K-quants: k rounded up to whole 256-element super-blocks.
+int ColsFor(GgmlType t, int k) {
+  if (IsHalf(t)) return k - 3;
+  const int block = static_cast<int>(quant::Traits(t).block_elems);
+  return (k + block - 1) / block * block;
+}
 
 struct Case {
   int n;  // weight rows
@@ -64,12 +75,15 @@ Product MakeProduct(GgmlType t, int m, int n, int k, std::mt19937& rng) {
   return p;
 }
 
+// BF16: both sides multiply bf16-rounded activations, but in a different order of pairs; the
+// scalar reference uses the fp32 x, so the bound is the activation rounding (2^-8 relative per
+// product, as quant_matmul_avx512_test.cc's BF16 bound).
 double Tolerance(const Product& p, int row, int k) {
   double xabs = 0.0;
   for (int i = 0; i < k; ++i) xabs += std::fabs(p.x[static_cast<std::size_t>(row) * k + i]);
   double wmax = 0.0;
   for (const float v : p.wf) wmax = std::max(wmax, static_cast<double>(std::fabs(v)));
-  return 1e-5 * xabs * wmax;
+  return (p.mat.type == GgmlType::kBF16 ? 4e-3 : 1e-5) * xabs * wmax;
 }
 
 void RunKernel(RowsKernel kernel, const Product& p, GgmlType t, int m, float* y, int ldy,
@@ -89,6 +103,7 @@ class GemvKernelTest : public ::testing::TestWithParam<GgmlType> {
  protected:
   void SetUp() override {
     if (!CpuHasAvx512Vnni()) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/VNNI";
+    if (GetParam() == GgmlType::kBF16 && !CpuHasAvx512Bf16()) GTEST_SKIP() << "no AVX512_BF16";
   }
 };
 
@@ -101,8 +116,9 @@ TEST_P(GemvKernelTest, EqualsScalarKernelForEveryDecodeRowCount) {
   // from inside the matrix.
   for (const Case c : {Case{1, 32, 0, 1}, Case{7, 224, 0, 7}, Case{37, 608, 3, 36},
                        Case{130, 1536, 5, 130}, Case{6, 96, 1, 6}}) {
+    const int k = ColsFor(t, c.k);
     for (int m = 1; m <= kGemvMaxRows; ++m) {
-      const Product p = MakeProduct(t, m, c.n, c.k, rng);
+      const Product p = MakeProduct(t, m, c.n, k, rng);
       const int ldy = c.n + 3;  // columns past n must stay untouched
       std::vector<float> want(static_cast<std::size_t>(m) * ldy, -7.0f);
       std::vector<float> got(want.size(), -7.0f);
@@ -114,7 +130,7 @@ TEST_P(GemvKernelTest, EqualsScalarKernelForEveryDecodeRowCount) {
           RunKernel(gemv, p, t, m, got.data(), ldy, true, c.row_begin, c.row_end);
         }
         for (int i = 0; i < m; ++i) {
-          const double tol = (accumulate + 1) * Tolerance(p, i, c.k);
+          const double tol = (accumulate + 1) * Tolerance(p, i, k);
           for (int j = 0; j < ldy; ++j) {
             const std::size_t at = static_cast<std::size_t>(i) * ldy + j;
             if (j < c.row_begin || j >= c.row_end) {
@@ -122,7 +138,7 @@ TEST_P(GemvKernelTest, EqualsScalarKernelForEveryDecodeRowCount) {
               continue;
             }
             ASSERT_NEAR(got[at], want[at], tol)
-                << quant::Name(t) << " m=" << m << " n=" << c.n << " k=" << c.k << " row " << j
+                << quant::Name(t) << " m=" << m << " n=" << c.n << " k=" << k << " row " << j
                 << " accumulate=" << accumulate;
           }
         }
@@ -136,7 +152,7 @@ TEST_P(GemvKernelTest, EqualsScalarKernelForEveryDecodeRowCount) {
 TEST_P(GemvKernelTest, MatMulOfAGroupEqualsScalarReference) {
   const GgmlType t = GetParam();
   std::mt19937 rng(23);
-  const int k = 576;
+  const int k = IsHalf(t) ? 576 : ColsFor(t, 576);  // part b is Q8_0: whole blocks
   for (int m = 1; m <= kGemvMaxRows; ++m) {
     // Enough rows that the pool splits the product, and parts that end inside a 16-row tile.
     const Product a = MakeProduct(t, m, 1000, k, rng);

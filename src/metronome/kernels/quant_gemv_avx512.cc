@@ -6,8 +6,10 @@
 // up to kGemvWeightRows weight rows at once (separate streams for the line-fill buffers),
 // prefetches kGemvPrefetchRowGroups groups of rows ahead (rows are contiguous, so that is the
 // same stream, a few KB ahead), keeps one fp32 accumulator per (activation row, weight row) across
-// the whole row and reduces it once at the end, and reads the per-block fp16 scales of a pair of
-// blocks with two broadcasts from a table converted 16 blocks per vcvtph2ps.
+// the whole row and reduces it once at the end. 32-element types: the fp16 scales of 16 blocks
+// come from one gather + vcvtph2ps, a pair's per-lane scales from one vpermps. K-quants: each
+// super-block unpacked once (internal/avx512_unpack.h), 4 vpdpbusd per activation row. F16:
+// vcvtph2ps + fp32 FMA; BF16: vdpbf16ps.
 #include "metronome/kernels/quant_gemv_avx512.h"
 
 #include <immintrin.h>
@@ -15,8 +17,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
+#include "metronome/kernels/internal/avx512_unpack.h"
+#include "metronome/kernels/internal/for_count.h"
 #include "metronome/kernels/quant_matmul.h"
 #include "metronome/quant/blocks.h"
 #include "metronome/quant/weight_matrix.h"
@@ -35,6 +40,46 @@ constexpr int kWeightRowsFor = MT <= 2 ? kGemvWeightRows : 2;
 // Row groups prefetched ahead of the one being read (each group is kGemvWeightRows rows).
 constexpr int kGemvPrefetchRowGroups = 2;
 constexpr int kBlocksPerScaleVector = 16;  // fp16 scales widened per vcvtph2ps
+
+// The (activation row, weight row) accumulators of a group: zeroed, and reduced once each into
+// y[i * ldy + j] (+)=.
+template <int MT, int NT>
+inline void ZeroAccumulators(__m512 (&acc)[MT][NT]) noexcept {
+#pragma GCC unroll 8
+  for (auto& row : acc) {
+#pragma GCC unroll 8
+    for (auto& v : row) v = _mm512_setzero_ps();
+  }
+}
+template <int MT, int NT>
+inline void StoreSums(const __m512 (&acc)[MT][NT], float* y, int ldy, bool accumulate) noexcept {
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) {
+#pragma GCC unroll 8
+    for (int j = 0; j < NT; ++j) {
+      float& out = y[static_cast<std::ptrdiff_t>(i) * ldy + j];
+      const float v = _mm512_reduce_add_ps(acc[i][j]);
+      out = accumulate ? out + v : v;
+    }
+  }
+}
+
+// Weight rows [row_begin, row_end) in groups of kNt (then the tail one at a time):
+// group.template operator()<NT>(rows, j) with rows[t] = row(j + t).
+template <int kNt, class Row, class Group>
+void ForRowGroups(int row_begin, int row_end, Row&& row, Group&& group) noexcept {
+  using Ptr = decltype(row(0));
+  int j = row_begin;
+  for (; j + kNt <= row_end; j += kNt) {
+    Ptr rows[kNt];
+    for (int t = 0; t < kNt; ++t) rows[t] = row(j + t);
+    group.template operator()<kNt>(rows, j);
+  }
+  for (; j < row_end; ++j) {
+    Ptr rows[1] = {row(j)};
+    group.template operator()<1>(rows, j);
+  }
+}
 
 // ---- activations: one row's pair of 32-element blocks as the kernel reads it: 64 int8 values,
 // d_a per lane and ca = c d_a (block sum) / 8 per lane (8 int32 lanes of a vpdpbusd per block),
@@ -70,248 +115,325 @@ void PrepareActPairs(const RowsKernelArgs& a, int blocks, float c, GemvActPair* 
   }
 }
 
-// ---- weights: a pair of blocks as 64 unsigned bytes u = q + offset (or q, for min types).
-inline __m512i Pair256(const std::int8_t* a, const std::int8_t* b) noexcept {
-  return _mm512_inserti64x4(
-      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
-      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
-}
+// ---- weights: a pair of blocks as 64 unsigned bytes u = q + offset (or q, for min types), by
+// the shared unpackers (internal/avx512_unpack.h: Q8_0W ... Q5_1W); their per-lane scales are not
+// used here (the scales come from one gather per 16 blocks, below), so the compiler drops them.
 
-// [lo(a), hi(a), lo(b), hi(b)]: element i < 16 of a block is the low nibble of qs[i], element
-// i >= 16 the high nibble of qs[i - 16].
-inline __m512i NibblePair(const std::uint8_t* a, const std::uint8_t* b) noexcept {
-  const __m128i qa = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
-  const __m128i qb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
-  const __m256i ab = _mm256_inserti128_si256(_mm256_castsi128_si256(qa), qb, 1);
-  // [qa, qa, qb, qb]; the odd 128-bit lanes take the high nibbles.
-  __m512i v = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3),
-                                       _mm512_castsi256_si512(ab));
-  v = _mm512_mask_srli_epi16(v, 0xFF00FF00u, v, 4);
-  return _mm512_and_si512(v, _mm512_set1_epi8(15));
-}
-
-inline __m512i AddHighBitPair(__m512i lo, const std::uint8_t* qha, const std::uint8_t* qhb) {
-  std::uint32_t ha = 0;
-  std::uint32_t hb = 0;
-  std::memcpy(&ha, qha, 4);
-  std::memcpy(&hb, qhb, 4);
-  const std::uint64_t bits = static_cast<std::uint64_t>(ha) | static_cast<std::uint64_t>(hb) << 32;
-  return _mm512_mask_add_epi8(lo, bits, lo, _mm512_set1_epi8(16));
-}
-
-struct GemvQ8_0 {
-  using Block = quant::BlockQ8_0;
-  static constexpr bool kMin = false;
-  static constexpr float kOffset = 128.0f;
-  static __m512i Unpack(const Block* a, const Block* b) noexcept {
-    return _mm512_xor_si512(Pair256(a->qs, b->qs), _mm512_set1_epi8(-128));
-  }
-};
-struct GemvQ4_0 {
-  using Block = quant::BlockQ4_0;
-  static constexpr bool kMin = false;
-  static constexpr float kOffset = 8.0f;
-  static __m512i Unpack(const Block* a, const Block* b) noexcept {
-    return NibblePair(a->qs, b->qs);
-  }
-};
-struct GemvQ4_1 {
-  using Block = quant::BlockQ4_1;
-  static constexpr bool kMin = true;
-  static constexpr float kOffset = 0.0f;
-  static __m512i Unpack(const Block* a, const Block* b) noexcept {
-    return NibblePair(a->qs, b->qs);
-  }
-};
-struct GemvQ5_0 {
-  using Block = quant::BlockQ5_0;
-  static constexpr bool kMin = false;
-  static constexpr float kOffset = 16.0f;
-  static __m512i Unpack(const Block* a, const Block* b) noexcept {
-    return AddHighBitPair(NibblePair(a->qs, b->qs), a->qh, b->qh);
-  }
-};
-struct GemvQ5_1 {
-  using Block = quant::BlockQ5_1;
-  static constexpr bool kMin = true;
-  static constexpr float kOffset = 0.0f;
-  static __m512i Unpack(const Block* a, const Block* b) noexcept {
-    return AddHighBitPair(NibblePair(a->qs, b->qs), a->qh, b->qh);
-  }
-};
-
-// The fp32 scales (and mins, for min types) of NT rows' blocks, converted 16 blocks at a time:
-// d[j * stride + b], m[j * stride + b]; stride = blocks rounded up to a multiple of 16.
-template <class W, int NT>
-void ConvertScales(const typename W::Block* const* wrow, int blocks, int stride, float* d,
-                   float* m) noexcept {
-  alignas(32) std::uint16_t hd[kBlocksPerScaleVector];
-  alignas(32) std::uint16_t hm[kBlocksPerScaleVector];
-  for (int j = 0; j < NT; ++j) {
-    for (int b0 = 0; b0 < blocks; b0 += kBlocksPerScaleVector) {
-      const int n = blocks - b0 < kBlocksPerScaleVector ? blocks - b0 : kBlocksPerScaleVector;
-      for (int l = 0; l < kBlocksPerScaleVector; ++l) {
-        const typename W::Block& blk = wrow[j][b0 + (l < n ? l : 0)];
-        hd[l] = blk.d;
-        if constexpr (W::kMin) hm[l] = blk.m;
-      }
-      const auto at = static_cast<std::ptrdiff_t>(j) * stride + b0;
-      _mm512_storeu_ps(d + at,
-                       _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(hd))));
-      if constexpr (W::kMin) {
-        _mm512_storeu_ps(m + at,
-                         _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(hm))));
-      }
-    }
-  }
-}
-
-// Lanes 0-7 = p[0], lanes 8-15 = p[1]: the per-lane scale of a pair of blocks.
-inline __m512 PairScale(const float* p) noexcept {
-  return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(p[0]), _mm512_set1_ps(p[1]));
+// The fp16 scale d (low half) and, for the min types, m (high half) of 16 consecutive blocks
+// from `first` on (lanes past `valid` are 0): one vpgatherdd over the blocks' first 4 bytes
+// (every block type here starts with d, the _1 types with d then m). A scalar pass through a
+// table instead (a store per block, a vector reload: a store-forwarding stall) measured as 40%
+// of the Q8_0 kernel's cycles under perf.
+template <class W>
+inline __m512i GatherScales(const typename W::Block* first, int valid) noexcept {
+  const __m512i offsets =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int>(sizeof(typename W::Block))));
+  const auto mask =
+      static_cast<__mmask16>(valid >= kBlocksPerScaleVector ? 0xFFFFu : (1u << valid) - 1u);
+  return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mask, offsets, first, 1);
 }
 
 // y[i, j] (+)= row i of the activations . weight row j, for MT activation rows and NT weight rows.
 template <class W, int MT, int NT>
 void Group32(const GemvActPair* act, int pairs, int blocks, const typename W::Block* const* wrow,
-             std::size_t row_bytes, const float* d, const float* mn, int stride, float* y, int ldy,
-             bool accumulate) noexcept {
+             std::size_t row_bytes, float* y, int ldy, bool accumulate) noexcept {
   __m512 acc[MT][NT];
-#pragma GCC unroll 8
-  for (auto& row : acc) {
-#pragma GCC unroll 8
-    for (auto& v : row) v = _mm512_setzero_ps();
-  }
+  ZeroAccumulators(acc);
   const std::size_t ahead = row_bytes * static_cast<std::size_t>(NT * kGemvPrefetchRowGroups);
-  for (int p = 0; p < pairs; ++p) {
-    const int b0 = 2 * p;
-    const int b1 = b0 + 1 < blocks ? b0 + 1 : b0;  // odd count: re-read b0; its activation is 0
-    __m512i u[NT];
-    __m512 dw[NT];
-    [[maybe_unused]] __m512 mw[NT];
+  // Lanes 0-7 pick scale 0 of a pair, lanes 8-15 scale 1 (vpermps indices, + 2 per pair).
+  const __m512i pair_lanes = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  constexpr int kPairsPerScaleVector = kBlocksPerScaleVector / 2;
+  for (int p0 = 0; p0 < pairs; p0 += kPairsPerScaleVector) {
+    const int first_block = 2 * p0;
+    __m512 dv[NT];
+    [[maybe_unused]] __m512 mv[NT];
 #pragma GCC unroll 8
     for (int j = 0; j < NT; ++j) {
-      const char* at = reinterpret_cast<const char*>(wrow[j] + b0);
-      // A pair of blocks is at most 68 bytes: one prefetch per pair reaches every line ahead.
-      _mm_prefetch(at + ahead, _MM_HINT_T0);
-      u[j] = W::Unpack(wrow[j] + b0, wrow[j] + b1);
-      dw[j] = PairScale(d + static_cast<std::ptrdiff_t>(j) * stride + b0);
-      if constexpr (W::kMin) mw[j] = PairScale(mn + static_cast<std::ptrdiff_t>(j) * stride + b0);
+      const __m512i h = GatherScales<W>(wrow[j] + first_block, blocks - first_block);
+      dv[j] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
+      if constexpr (W::kMin)
+        mv[j] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16)));
     }
-#pragma GCC unroll 8
-    for (int i = 0; i < MT; ++i) {
-      const GemvActPair& a = act[static_cast<std::ptrdiff_t>(i) * pairs + p];
-      const __m512i q = _mm512_load_si512(a.qs);
-      const __m512 da = _mm512_load_ps(a.da);
-      const __m512 ca = _mm512_load_ps(a.ca);
+    const int p_end = pairs - p0 < kPairsPerScaleVector ? pairs : p0 + kPairsPerScaleVector;
+    for (int p = p0; p < p_end; ++p) {
+      const int b0 = 2 * p;
+      const int b1 = b0 + 1 < blocks ? b0 + 1 : b0;  // odd count: re-read b0; its activation is 0
+      const __m512i lanes = _mm512_add_epi32(pair_lanes, _mm512_set1_epi32(2 * (p - p0)));
+      __m512i u[NT];
+      __m512 dw[NT];
+      [[maybe_unused]] __m512 mw[NT];
 #pragma GCC unroll 8
       for (int j = 0; j < NT; ++j) {
-        const __m512 dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u[j], q));
-        if constexpr (W::kMin) {
-          acc[i][j] = _mm512_fmadd_ps(dw[j], _mm512_mul_ps(da, dot), acc[i][j]);
-          acc[i][j] = _mm512_fmadd_ps(mw[j], ca, acc[i][j]);
-        } else {
-          acc[i][j] = _mm512_fmadd_ps(dw[j], _mm512_fmadd_ps(da, dot, ca), acc[i][j]);
+        const char* at = reinterpret_cast<const char*>(wrow[j] + b0);
+        // A pair of blocks is at most 68 bytes: one prefetch per pair reaches every line ahead.
+        _mm_prefetch(at + ahead, _MM_HINT_T0);
+        u[j] = W::Unpack(wrow[j] + b0, wrow[j] + b1).u;
+        dw[j] = _mm512_permutexvar_ps(lanes, dv[j]);
+        if constexpr (W::kMin) mw[j] = _mm512_permutexvar_ps(lanes, mv[j]);
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < MT; ++i) {
+        const GemvActPair& a = act[static_cast<std::ptrdiff_t>(i) * pairs + p];
+        const __m512i q = _mm512_load_si512(a.qs);
+        const __m512 da = _mm512_load_ps(a.da);
+        const __m512 ca = _mm512_load_ps(a.ca);
+#pragma GCC unroll 8
+        for (int j = 0; j < NT; ++j) {
+          const __m512 dot =
+              _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u[j], q));
+          if constexpr (W::kMin) {
+            acc[i][j] = _mm512_fmadd_ps(dw[j], _mm512_mul_ps(da, dot), acc[i][j]);
+            acc[i][j] = _mm512_fmadd_ps(mw[j], ca, acc[i][j]);
+          } else {
+            acc[i][j] = _mm512_fmadd_ps(dw[j], _mm512_fmadd_ps(da, dot, ca), acc[i][j]);
+          }
         }
       }
     }
   }
-#pragma GCC unroll 8
-  for (int i = 0; i < MT; ++i) {
-#pragma GCC unroll 8
-    for (int j = 0; j < NT; ++j) {
-      float& out = y[static_cast<std::ptrdiff_t>(i) * ldy + j];
-      const float v = _mm512_reduce_add_ps(acc[i][j]);
-      out = accumulate ? out + v : v;
-    }
-  }
+  StoreSums(acc, y, ldy, accumulate);
 }
 
-struct GemvScratch {
-  std::vector<GemvActPair> act;
-  std::vector<float> d;
-  std::vector<float> m;
-};
-
-GemvScratch& Scratch() {
-  thread_local GemvScratch s;
-  return s;
-}
-
-template <class W, int MT>
-void Rows32ForM(const RowsKernelArgs& a, int row_begin, int row_end, const GemvActPair* act,
-                int pairs, int blocks, GemvScratch& s) noexcept {
-  using Block = typename W::Block;
-  const quant::WeightMatrix& w = *a.w;
-  const int stride =
-      (blocks + kBlocksPerScaleVector - 1) / kBlocksPerScaleVector * kBlocksPerScaleVector;
-  const auto row = [&w](int j) { return reinterpret_cast<const Block*>(w.Row(j)); };
-  constexpr int kNt = kWeightRowsFor<MT>;
-  int j = row_begin;
-  for (; j + kNt <= row_end; j += kNt) {
-    const Block* rows[kNt];
-    for (int t = 0; t < kNt; ++t) rows[t] = row(j + t);
-    ConvertScales<W, kNt>(rows, blocks, stride, s.d.data(), s.m.data());
-    Group32<W, MT, kNt>(act, pairs, blocks, rows, w.row_bytes, s.d.data(), s.m.data(), stride,
-                        a.y + j, a.ldy, a.accumulate);
-  }
-  for (; j < row_end; ++j) {
-    const Block* rows[1] = {row(j)};
-    ConvertScales<W, 1>(rows, blocks, stride, s.d.data(), s.m.data());
-    Group32<W, MT, 1>(act, pairs, blocks, rows, w.row_bytes, s.d.data(), s.m.data(), stride,
-                      a.y + j, a.ldy, a.accumulate);
-  }
+std::vector<GemvActPair>& ActPairScratch() {
+  thread_local std::vector<GemvActPair> act;
+  return act;
 }
 
 template <class W>
 void GemvRows32(const RowsKernelArgs& a, int row_begin, int row_end) {
   const int blocks = a.w->cols / kQk32;
   const int pairs = (blocks + 1) / 2;
-  GemvScratch& s = Scratch();
+  std::vector<GemvActPair>& act_pairs = ActPairScratch();
   const auto need_act = static_cast<std::size_t>(a.m) * static_cast<std::size_t>(pairs);
-  if (s.act.size() < need_act) s.act.resize(need_act);
-  const auto need_scales = static_cast<std::size_t>(kGemvWeightRows) *
-                           static_cast<std::size_t>(blocks + kBlocksPerScaleVector - 1) /
-                           kBlocksPerScaleVector * kBlocksPerScaleVector;
-  if (s.d.size() < need_scales) {
-    s.d.resize(need_scales);
-    s.m.resize(need_scales);
+  if (act_pairs.size() < need_act) act_pairs.resize(need_act);
+  PrepareActPairs(a, blocks, W::kMin ? 1.0f : -W::kOffset, act_pairs.data());
+  const GemvActPair* act = act_pairs.data();
+  const quant::WeightMatrix& w = *a.w;
+  const auto row = [&w](int j) { return reinterpret_cast<const typename W::Block*>(w.Row(j)); };
+  ForCount<kGemvMaxRows>(a.m, [&]<int MT>() {
+    ForRowGroups<kWeightRowsFor<MT>>(
+        row_begin, row_end, row, [&]<int NT>(const typename W::Block* const* rows, int j) {
+          Group32<W, MT, NT>(act, pairs, blocks, rows, w.row_bytes, a.y + j, a.ldy, a.accumulate);
+        });
+  });
+}
+
+// ---- K-quants (Q4_K, Q5_K, Q6_K) on BlockQ8_K activations: each weight super-block unpacked
+// once per call by the shared unpacker (UnpackedSuper: four 64-byte chunks, the scale of every
+// int32 lane, the coefficient of every bsum with the offset / min folded in), then per
+// activation row: 4 vpdpbusd, the lane scales in fp32 and the bsum term, one FMA by d_a into the
+// (activation row, weight row) accumulator. Exact integer dots, as the rows kernel.
+struct GemvActK {  // one activation row's super-block: the 16 bsums as fp32
+  alignas(64) float bsum[16];
+};
+
+void PrepareActK(const RowsKernelArgs& a, int supers, GemvActK* out) noexcept {
+  for (int r = 0; r < a.m; ++r) {
+    const auto* x = reinterpret_cast<const quant::BlockQ8_K*>(a.act + static_cast<std::size_t>(r) *
+                                                                          a.act_row_bytes);
+    for (int sb = 0; sb < supers; ++sb) {
+      const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[sb].bsums));
+      _mm512_store_ps(out[static_cast<std::ptrdiff_t>(r) * supers + sb].bsum,
+                      _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(bs)));
+    }
   }
-  PrepareActPairs(a, blocks, W::kMin ? 1.0f : -W::kOffset, s.act.data());
-  const GemvActPair* act = s.act.data();
-  switch (a.m) {
-    case 1:
-      Rows32ForM<W, 1>(a, row_begin, row_end, act, pairs, blocks, s);
-      break;
-    case 2:
-      Rows32ForM<W, 2>(a, row_begin, row_end, act, pairs, blocks, s);
-      break;
-    case 3:
-      Rows32ForM<W, 3>(a, row_begin, row_end, act, pairs, blocks, s);
-      break;
-    default:  // 4: the caller guarantees m <= kGemvMaxRows
-      Rows32ForM<W, 4>(a, row_begin, row_end, act, pairs, blocks, s);
-      break;
+}
+
+template <class W, int MT, int NT>
+void GroupK(const RowsKernelArgs& a, const GemvActK* bsum, int supers,
+            const typename W::Block* const* wrow, float* y) noexcept {
+  using Block = typename W::Block;
+  __m512 acc[MT][NT];
+  ZeroAccumulators(acc);
+  const quant::BlockQ8_K* x[MT];
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) {
+    x[i] = reinterpret_cast<const quant::BlockQ8_K*>(a.act +
+                                                     static_cast<std::size_t>(i) * a.act_row_bytes);
   }
+  const std::size_t ahead = a.w->row_bytes * static_cast<std::size_t>(NT * kGemvPrefetchRowGroups);
+  UnpackedSuper us[NT];
+  for (int sb = 0; sb < supers; ++sb) {
+#pragma GCC unroll 8
+    for (int j = 0; j < NT; ++j) {
+      const char* at = reinterpret_cast<const char*>(wrow[j] + sb) + ahead;
+#pragma GCC unroll 4
+      for (std::size_t line = 0; line < sizeof(Block); line += 64)
+        _mm_prefetch(at + line, _MM_HINT_T0);
+      W::Unpack(wrow[j][sb], &us[j]);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MT; ++i) {
+      const quant::BlockQ8_K& xa = x[i][sb];
+      const __m512 bs = _mm512_load_ps(bsum[static_cast<std::ptrdiff_t>(i) * supers + sb].bsum);
+      const __m512 da = _mm512_set1_ps(xa.d);
+      __m512i q[4];
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) q[c] = _mm512_loadu_si512(xa.qs + 64 * c);
+#pragma GCC unroll 8
+      for (int j = 0; j < NT; ++j) {
+        __m512 t = _mm512_mul_ps(_mm512_load_ps(us[j].wm), bs);
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) {
+          const __m512i u = _mm512_load_si512(us[j].u[c]);
+          const __m512 dot =
+              _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, q[c]));
+          t = _mm512_fmadd_ps(_mm512_load_ps(us[j].ws[c]), dot, t);
+        }
+        acc[i][j] = _mm512_fmadd_ps(da, t, acc[i][j]);
+      }
+    }
+  }
+  StoreSums(acc, y, a.ldy, a.accumulate);
+}
+
+template <class W>
+void GemvRowsK(const RowsKernelArgs& a, int row_begin, int row_end) {
+  if (row_begin >= row_end) return;
+  const int supers = a.w->cols / quant::kQkK;
+  thread_local std::vector<GemvActK> bsum;
+  const auto need = static_cast<std::size_t>(a.m) * static_cast<std::size_t>(supers);
+  if (bsum.size() < need) bsum.resize(need);
+  PrepareActK(a, supers, bsum.data());
+  const quant::WeightMatrix& w = *a.w;
+  const auto row = [&w](int j) { return reinterpret_cast<const typename W::Block*>(w.Row(j)); };
+  ForCount<kGemvMaxRows>(a.m, [&]<int MT>() {
+    ForRowGroups<kWeightRowsFor<MT>>(row_begin, row_end, row,
+                                     [&]<int NT>(const typename W::Block* const* rows, int j) {
+                                       GroupK<W, MT, NT>(a, bsum.data(), supers, rows, a.y + j);
+                                     });
+  });
+}
+
+// ---- F16 / BF16: fp32 accumulators per (activation row, weight row), 32 elements a step.
+// F16: the weights widened with vcvtph2ps and multiplied by the fp32 activations with FMA (the
+// products are exact in fp32, as in F16Rows). BF16: vdpbf16ps on activations rounded to bf16
+// once per call (nearest even, as Bf16Rows), two products per lane.
+constexpr int kHalfStep = 32;  // 16-bit weights per step: 64 bytes, one cache line per row
+
+inline __mmask32 HalfMask(int left) noexcept {
+  if (left >= kHalfStep) return ~__mmask32{0};
+  return left > 0 ? (__mmask32{1} << left) - 1u : __mmask32{0};
+}
+
+struct GemvF16 {
+  // The fp32 activations as they are (act = x, ActivationFormat::kF32).
+  using Act = float;
+  static constexpr int kActPerStep = kHalfStep;
+  // y_ij += w_j[s..s+32) . x_i[s..s+32), `mask` = the valid elements (k's tail).
+  static __m512 Step(__m512 acc, const std::uint16_t* w, const float* x, __mmask32 mask) noexcept {
+    const auto lo_mask = static_cast<__mmask16>(mask);
+    const auto hi_mask = static_cast<__mmask16>(mask >> 16);
+    const __m512 w_lo = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lo_mask, w));
+    const __m512 w_hi = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(hi_mask, w + 16));
+    acc = _mm512_fmadd_ps(w_lo, _mm512_maskz_loadu_ps(lo_mask, x), acc);
+    return _mm512_fmadd_ps(w_hi, _mm512_maskz_loadu_ps(hi_mask, x + 16), acc);
+  }
+};
+
+struct GemvBf16 {
+  // Activations rounded to bf16, each row padded with zeros to whole steps (PrepareBf16Act).
+  using Act = std::uint16_t;
+  static constexpr int kActPerStep = kHalfStep;
+  static __m512 Step(__m512 acc, const std::uint16_t* w, const std::uint16_t* x,
+                     __mmask32 mask) noexcept {
+    const __m512i wv = _mm512_maskz_loadu_epi16(mask, w);
+    const __m512i xv = _mm512_load_si512(x);
+    return _mm512_dpbf16_ps(acc, reinterpret_cast<const __m512bh&>(wv),
+                            reinterpret_cast<const __m512bh&>(xv));
+  }
+};
+
+// y[i, j] (+)= x_i . w_j for MT activation rows (ldx elements apart) and NT weight rows.
+template <class H, int MT, int NT>
+void GroupHalf(const typename H::Act* x, std::ptrdiff_t ldx, int k,
+               const std::uint16_t* const* wrow, std::size_t row_bytes, float* y, int ldy,
+               bool accumulate) noexcept {
+  __m512 acc[MT][NT];
+  ZeroAccumulators(acc);
+  const std::size_t ahead = row_bytes * static_cast<std::size_t>(NT * kGemvPrefetchRowGroups);
+  for (int s = 0; s < k; s += kHalfStep) {
+    const __mmask32 mask = HalfMask(k - s);
+#pragma GCC unroll 8
+    for (int j = 0; j < NT; ++j) {
+      // One step of a row is one 64-byte line: one prefetch per row and step reaches every line.
+      _mm_prefetch(reinterpret_cast<const char*>(wrow[j] + s) + ahead, _MM_HINT_T0);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MT; ++i) {
+#pragma GCC unroll 8
+      for (int j = 0; j < NT; ++j)
+        acc[i][j] = H::Step(acc[i][j], wrow[j] + s, x + i * ldx + s, mask);
+    }
+  }
+  StoreSums(acc, y, ldy, accumulate);
+}
+
+// The m fp32 activation rows rounded to bf16 (nearest even, vcvtne2ps2bf16), each padded with
+// zeros to `kpad` (a multiple of kHalfStep) elements.
+void PrepareBf16Act(const RowsKernelArgs& a, int k, int kpad, std::uint16_t* out) noexcept {
+  for (int r = 0; r < a.m; ++r) {
+    const auto* xr =
+        reinterpret_cast<const float*>(a.act + static_cast<std::size_t>(r) * a.act_row_bytes);
+    std::uint16_t* o = out + static_cast<std::ptrdiff_t>(r) * kpad;
+    for (int s = 0; s < kpad; s += kHalfStep) {
+      const __mmask32 mask = HalfMask(k - s);
+      const __m512 lo = _mm512_maskz_loadu_ps(static_cast<__mmask16>(mask), xr + s);
+      const __m512 hi = _mm512_maskz_loadu_ps(static_cast<__mmask16>(mask >> 16), xr + s + 16);
+      // vcvtne2ps2bf16 puts its second operand in the low half.
+      const __m512bh packed = _mm512_cvtne2ps_pbh(hi, lo);
+      _mm512_store_si512(o + s, reinterpret_cast<const __m512i&>(packed));
+    }
+  }
+}
+
+template <class H>
+void GemvHalf(const RowsKernelArgs& a, int row_begin, int row_end) {
+  const int k = a.w->cols;
+  if (row_begin >= row_end || k <= 0) return;
+  const typename H::Act* x = nullptr;
+  std::ptrdiff_t ldx = 0;
+  if constexpr (std::is_same_v<H, GemvBf16>) {
+    struct alignas(64) Line {
+      std::uint16_t v[kHalfStep];
+    };
+    thread_local std::vector<Line> scratch;
+    const int kpad = (k + kHalfStep - 1) / kHalfStep * kHalfStep;
+    const auto lines = static_cast<std::size_t>(a.m) * static_cast<std::size_t>(kpad / kHalfStep);
+    if (scratch.size() < lines) scratch.resize(lines);
+    auto* xb = reinterpret_cast<std::uint16_t*>(scratch.data());
+    PrepareBf16Act(a, k, kpad, xb);
+    x = xb;
+    ldx = kpad;
+  } else {
+    x = reinterpret_cast<const float*>(a.act);
+    ldx = static_cast<std::ptrdiff_t>(a.act_row_bytes / sizeof(float));
+  }
+  const quant::WeightMatrix& w = *a.w;
+  const auto row = [&w](int j) { return reinterpret_cast<const std::uint16_t*>(w.Row(j)); };
+  ForCount<kGemvMaxRows>(a.m, [&]<int MT>() {
+    ForRowGroups<kGemvWeightRows>(
+        row_begin, row_end, row, [&]<int NT>(const std::uint16_t* const* rows, int j) {
+          GroupHalf<H, MT, NT>(x, ldx, k, rows, w.row_bytes, a.y + j, a.ldy, a.accumulate);
+        });
+  });
 }
 
 }  // namespace
 
 RowsKernel GemvKernel(GgmlType type) noexcept {
-  switch (type) {
-    case GgmlType::kQ8_0:
-      return GemvRows32<GemvQ8_0>;
-    case GgmlType::kQ4_0:
-      return GemvRows32<GemvQ4_0>;
-    case GgmlType::kQ4_1:
-      return GemvRows32<GemvQ4_1>;
-    case GgmlType::kQ5_0:
-      return GemvRows32<GemvQ5_0>;
-    case GgmlType::kQ5_1:
-      return GemvRows32<GemvQ5_1>;
-    default:
-      return nullptr;
-  }
+  if (type == GgmlType::kF16) return GemvHalf<GemvF16>;
+  if (type == GgmlType::kBF16) return GemvHalf<GemvBf16>;
+  RowsKernel kernel = nullptr;
+  VisitBlockDecoder(type, [&kernel]<class W>() {
+    if constexpr (W::kSuperBlock) {
+      kernel = GemvRowsK<W>;
+    } else {
+      kernel = GemvRows32<W>;
+    }
+  });
+  return kernel;
 }
 
 }  // namespace metronome::kernels::avx512

@@ -10,8 +10,10 @@
 
 namespace metronome::kernels::avx512 {
 
-// The m <= kGemvMaxRows kernel of `type`, or nullptr where the general rows kernel is used at every
-// m (the K-quants, F16/BF16 and F32 for now). Requires args.m in [1, kGemvMaxRows].
+// The m <= kGemvMaxRows kernel of `type` (the 32-element types, the K-quants, F16, BF16), or
+// nullptr (F32, which oneDNN runs). BF16's uses vdpbf16ps: call it only after CpuHasAvx512Bf16().
+// Requires args.m in [1, kGemvMaxRows]. Whether MatMul installs a type's kernel is decided by
+// measurement (quant_matmul.cc, SelectKernels).
 [[nodiscard]] RowsKernel GemvKernel(quant::GgmlType type) noexcept;
 
 }  // namespace metronome::kernels::avx512

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "metronome/kernels/internal/avx512_transpose.h"
+#include "metronome/kernels/internal/for_count.h"
 #include "metronome/kernels/quant_matmul.h"
 #include "metronome/kernels/quant_matmul_avx512.h"
 #include "metronome/quant/weight_matrix.h"
@@ -57,18 +58,6 @@ inline void TransposeUnit(const std::uint16_t* const* rows, int u, int k,
     in[p] = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
   }
   Transpose16x8(in, out);
-}
-
-// Calls f.template operator()<R>() for R = rem, 1 <= rem <= kMax.
-template <int kMax, class F>
-void ForCount(int rem, F&& f) noexcept {
-  if constexpr (kMax > 0) {
-    if (rem == kMax) {
-      f.template operator()<kMax>();
-    } else {
-      ForCount<kMax - 1>(rem, f);
-    }
-  }
 }
 
 inline void StoreRow(float* out, __mmask16 mask, bool accumulate, __m512 v) noexcept {

@@ -1,0 +1,267 @@
+// Block unpackers shared by the AVX-512 weight kernels (quant_matmul_avx512.cc: the batched
+// kernels' dequantisation for prefill; quant_gemv_avx512.cc: the decode kernels). One definition
+// of how each ggml block becomes unsigned bytes for vpdpbusd (quant_matmul_avx512.h: u = q +
+// offset, or q with a min term) and per-lane fp32 scales:
+//   - 32-element types: two blocks at a time as 64 bytes (UnpackedPair: 8 int32 lanes per block);
+//   - K-quants: a 256-element super-block as four 64-byte chunks with the per-lane scale of each
+//     chunk's vpdpbusd and the coefficient of each of Q8_K's 16 bsums (UnpackedSuper);
+//   - VisitBlockDecoder: the one type -> decoder map.
+// Include only from translation units compiled with AVX-512 flags. Internal linkage on purpose
+// (each such translation unit gets its own copy; see attention_loop.h).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "metronome/quant/blocks.h"
+#include "metronome/quant/ggml_type.h"
+
+namespace metronome::kernels::avx512 {
+namespace {  // internal linkage per translation unit, see above
+
+[[maybe_unused]] inline float Half(std::uint16_t h) noexcept { return _cvtsh_ss(h); }
+
+// Lanes 0-7 = a, lanes 8-15 = b: the per-lane scale of two 32-element blocks in one vector (the
+// 16 int32 lanes of a vpdpbusd over 64 bytes are 8 per block).
+[[maybe_unused]] inline __m512 Halves(float a, float b) noexcept {
+  return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(a), _mm512_set1_ps(b));
+}
+
+[[maybe_unused]] inline __m512i LoadPair256(const std::int8_t* a, const std::int8_t* b) noexcept {
+  return _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
+}
+
+// The 16 nibble bytes of two blocks as 64 bytes [lo(a), hi(a), lo(b), hi(b)]: element i of a
+// 32-element block is the low nibble of qs[i] for i < 16 and the high nibble of qs[i - 16] after.
+[[maybe_unused]] inline __m512i Nibbles2(const std::uint8_t* a, const std::uint8_t* b) noexcept {
+  const __m128i qa = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
+  const __m128i qb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+  __m512i v = _mm512_castsi128_si512(qa);
+  v = _mm512_inserti32x4(v, qa, 1);
+  v = _mm512_inserti32x4(v, qb, 2);
+  v = _mm512_inserti32x4(v, qb, 3);
+  v = _mm512_mask_srli_epi16(v, 0xFF00FF00u, v, 4);  // 16-bit words 8-15 and 24-31
+  return _mm512_and_si512(v, _mm512_set1_epi8(15));
+}
+
+[[maybe_unused]] inline std::uint64_t HighBits2(const std::uint8_t* a,
+                                                const std::uint8_t* b) noexcept {
+  std::uint32_t ha = 0;
+  std::uint32_t hb = 0;
+  std::memcpy(&ha, a, 4);
+  std::memcpy(&hb, b, 4);
+  return static_cast<std::uint64_t>(ha) | static_cast<std::uint64_t>(hb) << 32;
+}
+
+// ---- 32-element weight types: unpack two blocks into 64 unsigned bytes, with per-lane scales.
+// dw: d_w per lane; mw (types with a min, kMin): the min m per lane, the coefficient of the
+// activation block sum. Offset types (kOffset) fold -offset into the activations' ActPair::ca.
+struct UnpackedPair {
+  __m512i u;
+  __m512 dw;
+  __m512 mw;
+};
+
+struct Q8_0W {
+  using Block = quant::BlockQ8_0;
+  static constexpr bool kSuperBlock = false;
+  static constexpr bool kMin = false;
+  static constexpr float kOffset = 128.0f;
+  static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
+    const __m512i u = _mm512_xor_si512(LoadPair256(a->qs, b->qs), _mm512_set1_epi8(-128));
+    return {u, Halves(Half(a->d), Half(b->d)), _mm512_setzero_ps()};
+  }
+};
+struct Q4_0W {
+  using Block = quant::BlockQ4_0;
+  static constexpr bool kSuperBlock = false;
+  static constexpr bool kMin = false;
+  static constexpr float kOffset = 8.0f;
+  static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
+    return {Nibbles2(a->qs, b->qs), Halves(Half(a->d), Half(b->d)), _mm512_setzero_ps()};
+  }
+};
+struct Q4_1W {
+  using Block = quant::BlockQ4_1;
+  static constexpr bool kSuperBlock = false;
+  static constexpr bool kMin = true;
+  static constexpr float kOffset = 0.0f;
+  static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
+    return {Nibbles2(a->qs, b->qs), Halves(Half(a->d), Half(b->d)), Halves(Half(a->m), Half(b->m))};
+  }
+};
+struct Q5_0W {
+  using Block = quant::BlockQ5_0;
+  static constexpr bool kSuperBlock = false;
+  static constexpr bool kMin = false;
+  static constexpr float kOffset = 16.0f;
+  static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
+    const __m512i lo = Nibbles2(a->qs, b->qs);
+    const __m512i u = _mm512_mask_add_epi8(lo, HighBits2(a->qh, b->qh), lo, _mm512_set1_epi8(16));
+    return {u, Halves(Half(a->d), Half(b->d)), _mm512_setzero_ps()};
+  }
+};
+struct Q5_1W {
+  using Block = quant::BlockQ5_1;
+  static constexpr bool kSuperBlock = false;
+  static constexpr bool kMin = true;
+  static constexpr float kOffset = 0.0f;
+  static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
+    const __m512i lo = Nibbles2(a->qs, b->qs);
+    const __m512i u = _mm512_mask_add_epi8(lo, HighBits2(a->qh, b->qh), lo, _mm512_set1_epi8(16));
+    return {u, Halves(Half(a->d), Half(b->d)), Halves(Half(a->m), Half(b->m))};
+  }
+};
+
+// ---- K-quants: a 256-element super-block unpacked into four 64-byte chunks of unsigned values
+// (chunk c = elements [64 c, 64 c + 64)), the fp32 scale of each int32 lane of a chunk's
+// vpdpbusd (lane l covers elements 64 c + 4 l .. + 3), and the coefficient of each of Q8_K's 16
+// bsums (elements [16 g, 16 g + 16)), all with the super-block's d / dmin folded in.
+struct alignas(64) UnpackedSuper {
+  std::uint8_t u[4][64];
+  float ws[4][16];
+  float wm[16];
+};
+
+// Q4_K/Q5_K's 6-bit scale and min of sub-block j (quant/blocks.h).
+[[maybe_unused]] inline void ScaleMinK4(const std::uint8_t* s, int j, int* sc, int* mn) noexcept {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *mn = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+    *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+// Scales of the 8 sub-blocks of 32 (lane l of chunk c is in sub-block 2 c + l / 8) and mins per
+// bsum group g (sub-block g / 2).
+[[maybe_unused]] inline void ScalesK4(const std::uint8_t* scales, float d, float dmin,
+                                      UnpackedSuper* out) noexcept {
+  float sc[8];
+  float mn[8];
+  for (int j = 0; j < 8; ++j) {
+    int s = 0;
+    int mi = 0;
+    ScaleMinK4(scales, j, &s, &mi);
+    sc[j] = d * static_cast<float>(s);
+    mn[j] = -dmin * static_cast<float>(mi);
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < 4; ++c) _mm512_store_ps(out->ws[c], Halves(sc[2 * c], sc[2 * c + 1]));
+  const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  _mm512_store_ps(out->wm, _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(mn))));
+}
+
+// qs[32 c .. 32 c + 32): low nibbles are elements [64 c, 64 c + 32), high nibbles the next 32.
+[[maybe_unused]] inline __m512i NibblesK(const std::uint8_t* qs32) noexcept {
+  __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs32)));
+  v = _mm512_mask_srli_epi16(v, 0xFFFF0000u, v, 4);
+  return _mm512_and_si512(v, _mm512_set1_epi8(15));
+}
+
+struct Q4_KW {
+  using Block = quant::BlockQ4_K;
+  static constexpr bool kSuperBlock = true;
+  static void Unpack(const Block& b, UnpackedSuper* out) noexcept {
+#pragma GCC unroll 8
+    for (int c = 0; c < 4; ++c) _mm512_store_si512(out->u[c], NibblesK(b.qs + 32 * c));
+    ScalesK4(b.scales, Half(b.d), Half(b.dmin), out);
+  }
+};
+
+struct Q5_KW {
+  using Block = quant::BlockQ5_K;
+  static constexpr bool kSuperBlock = true;
+  static void Unpack(const Block& b, UnpackedSuper* out) noexcept {
+    const __m512i qh =
+        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)));
+#pragma GCC unroll 8
+    for (int c = 0; c < 4; ++c) {
+      // Element 64 c + l takes bit 2 c of qh[l]; element 64 c + 32 + l bit 2 c + 1.
+      const __m512i bit = _mm512_mask_blend_epi8(0xFFFFFFFF00000000ull,
+                                                 _mm512_set1_epi8(static_cast<char>(1 << (2 * c))),
+                                                 _mm512_set1_epi8(static_cast<char>(2 << (2 * c))));
+      const __mmask64 high = _mm512_test_epi8_mask(qh, bit);
+      const __m512i lo = NibblesK(b.qs + 32 * c);
+      _mm512_store_si512(out->u[c], _mm512_mask_add_epi8(lo, high, lo, _mm512_set1_epi8(16)));
+    }
+    ScalesK4(b.scales, Half(b.d), Half(b.dmin), out);
+  }
+};
+
+struct Q6_KW {
+  using Block = quant::BlockQ6_K;
+  static constexpr bool kSuperBlock = true;
+  static void Unpack(const Block& b, UnpackedSuper* out) noexcept {
+    const __m512i low4 = _mm512_set1_epi8(15);
+    const __m512i low2 = _mm512_set1_epi8(3);
+    for (int h = 0; h < 2; ++h) {
+      // Half h: elements [128 h, 128 h + 128) from ql[64 h ..], qh[32 h ..] (quant/blocks.h).
+      const __m512i ql = _mm512_loadu_si512(b.ql + 64 * h);
+      __m512i qh = _mm512_broadcast_i64x4(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h)));
+      qh = _mm512_mask_srli_epi16(qh, 0xFFFF0000u, qh, 2);  // bytes 32-63 take bits 2-3
+      const __m512i hi0 = _mm512_slli_epi16(_mm512_and_si512(qh, low2), 4);
+      const __m512i hi1 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 4), low2), 4);
+      _mm512_store_si512(out->u[2 * h], _mm512_or_si512(_mm512_and_si512(ql, low4), hi0));
+      _mm512_store_si512(out->u[2 * h + 1],
+                         _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4), hi1));
+    }
+    const __m512 s = _mm512_mul_ps(_mm512_set1_ps(Half(b.d)),
+                                   _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                                       reinterpret_cast<const __m128i*>(b.scales)))));
+#pragma GCC unroll 8
+    for (int c = 0; c < 4; ++c) {
+      const __m512i idx = _mm512_add_epi32(
+          _mm512_set1_epi32(4 * c),
+          _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                            2));
+      _mm512_store_ps(out->ws[c], _mm512_permutexvar_ps(idx, s));
+    }
+    _mm512_store_ps(out->wm, _mm512_mul_ps(s, _mm512_set1_ps(-32.0f)));
+  }
+};
+
+// The one map from an integer ggml type to its decoder: f.template operator()<W>() for the W of
+// `type` (W::kSuperBlock tells the two families apart); false, without calling f, for a type
+// with no decoder here (F32, F16, BF16).
+template <class F>
+[[maybe_unused]] bool VisitBlockDecoder(quant::GgmlType type, F&& f) noexcept {
+  using quant::GgmlType;
+  switch (type) {
+    case GgmlType::kQ8_0:
+      f.template operator()<Q8_0W>();
+      return true;
+    case GgmlType::kQ4_0:
+      f.template operator()<Q4_0W>();
+      return true;
+    case GgmlType::kQ4_1:
+      f.template operator()<Q4_1W>();
+      return true;
+    case GgmlType::kQ5_0:
+      f.template operator()<Q5_0W>();
+      return true;
+    case GgmlType::kQ5_1:
+      f.template operator()<Q5_1W>();
+      return true;
+    case GgmlType::kQ4_K:
+      f.template operator()<Q4_KW>();
+      return true;
+    case GgmlType::kQ5_K:
+      f.template operator()<Q5_KW>();
+      return true;
+    case GgmlType::kQ6_K:
+      f.template operator()<Q6_KW>();
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+}  // namespace metronome::kernels::avx512
