@@ -338,7 +338,8 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
                                  .tokens_per_frame = spec.input_tokens_per_frame,
                                  .output_tokens_per_frame = spec.output_tokens_per_frame,
                                  .kv = KvSettingsOf(spec),
-                                 .max_context = std::nullopt};
+                                 .max_context = std::nullopt,
+                                 .replica = std::nullopt};
     ++pending_starts_;
     UpdateIdle();
     auto self = shared_from_this();
