@@ -18,6 +18,7 @@ packages=(
   gnuplot-nox            # the evaluation suite's plots (experiments/eval)
   python3                # tests/redteam: the red team's WebSocket client (standard library only)
   jq curl                # scripts/lib.sh: JSON (summaries, /v1/stats, sim --list-presets --json), HTTP
+  haproxy                # scripts/cluster.sh and its test: the balancer in front of the replicas
 )
 
 missing=()
