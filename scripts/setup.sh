@@ -22,7 +22,8 @@ packages=(
   gnuplot-nox            # the evaluation suite's plots (experiments/eval)
   python3                # tests/redteam: the red team's WebSocket client (standard library only)
   jq curl                # scripts/lib.sh: JSON (summaries, /v1/stats, sim --list-presets --json), HTTP
-  haproxy                # scripts/validate_manifests.sh: haproxy -c on deploy/kubernetes' config
+  haproxy                # scripts/cluster.sh and its test (the balancer in front of the replicas);
+                         # scripts/validate_manifests.sh (haproxy -c on deploy/kubernetes' config)
 )
 if ((container)); then
   packages+=(podman runc debootstrap)  # deploy/README.md, "Containers on this machine"

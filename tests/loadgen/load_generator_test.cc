@@ -5,7 +5,15 @@
 #include "metronome/loadgen/load_generator.h"
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +21,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "metronome/base/errors.h"
 #include "metronome/server/http_server.h"
@@ -20,6 +29,12 @@
 
 namespace metronome::loadgen {
 namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
 
 // Mute alarms after 3 consecutive starved frames: the default the tests below count with.
 using Server = testing::LoopbackServer;
@@ -179,6 +194,160 @@ TEST(LoadGeneratorTest, ManyConnectionsAtOnceBeyondTheServersLimit) {
   EXPECT_EQ(s.lost_frames + s.refused_frames + s.errors, 0);
   EXPECT_EQ(s.starved_frames + s.short_frames, 0);
   EXPECT_EQ(server.backend.pool().used_blocks, 0);
+}
+
+// A stand-in for a replica that dies or a balancer with no room, one connection at a time on a
+// loopback port: plain HTTP requests (loadgen's /v1/stats) get "{}"; an upgrade is refused with
+// 503 (kRefuse), or accepted (kDrop): session.start is answered with a session.started naming
+// replica "fake-a", the first frames with results, then the socket is closed without a close
+// frame, as a killed process's would be.
+class FakeReplica {
+ public:
+  enum class Mode : std::uint8_t { kDrop, kRefuse };
+  static constexpr int kFramesBeforeDrop = 3;
+
+  explicit FakeReplica(Mode mode) : mode_(mode) {
+    acceptor_.open(tcp::v4());
+    acceptor_.bind(tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+    acceptor_.listen();
+    acceptor_.non_blocking(true);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~FakeReplica() {
+    stop_ = true;
+    thread_.join();
+  }
+  FakeReplica(const FakeReplica&) = delete;
+  FakeReplica& operator=(const FakeReplica&) = delete;
+  [[nodiscard]] std::string url() const {
+    return "ws://127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port());
+  }
+
+ private:
+  void Serve() {
+    while (!stop_) {
+      beast::error_code ec;
+      tcp::socket socket(io_);
+      acceptor_.accept(socket, ec);
+      if (ec) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        continue;
+      }
+      socket.non_blocking(false);
+      timeval tv{.tv_sec = 2, .tv_usec = 0};
+      ::setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      Handle(std::move(socket), ec);  // errors: the client went away; next connection
+    }
+  }
+  void Handle(tcp::socket socket, beast::error_code& ec) {
+    beast::flat_buffer buffer;
+    http::request<http::string_body> req;
+    http::read(socket, buffer, req, ec);
+    if (ec) return;
+    if (!websocket::is_upgrade(req) || mode_ == Mode::kRefuse) {
+      http::response<http::string_body> res{
+          websocket::is_upgrade(req) ? http::status::service_unavailable : http::status::ok, 11};
+      res.body() = "{}";
+      res.prepare_payload();
+      http::write(socket, res, ec);
+      return;
+    }
+    websocket::stream<tcp::socket> ws(std::move(socket));
+    ws.accept(req, ec);
+    const auto read = [&] {
+      beast::flat_buffer b;
+      ws.read(b, ec);
+      return beast::buffers_to_string(b.data());
+    };
+    const auto send = [&](const nlohmann::json& j) {
+      ws.text(true);
+      ws.write(net::buffer(j.dump()), ec);
+    };
+    (void)read();  // session.start
+    const std::uint64_t id = ++sessions_;
+    send({{"type", "session.started"},
+          {"session", id},
+          {"period_ms", 40.0},
+          {"deadline_ms", 40.0},
+          {"tokens_per_frame", 1},
+          {"output_tokens_per_frame", 1},
+          {"replica", "fake-a"}});
+    for (int i = 0; i < kFramesBeforeDrop && !ec; ++i) {
+      (void)read();
+      send({{"type", "frame.result"},
+            {"session", id},
+            {"frame", i},
+            {"ids", {1}},
+            {"outcome", "ok"},
+            {"latency_ms", 1.0}});
+    }
+    ws.next_layer().close(ec);  // no close frame: a dead process
+  }
+
+  Mode mode_;
+  net::io_context io_;
+  tcp::acceptor acceptor_{io_};
+  std::atomic<bool> stop_{false};
+  std::uint64_t sessions_ = 0;
+  std::thread thread_;
+};
+
+// A session whose connection closes under it is counted as dropped, on the client and for its
+// replica (never lost silently), and the client asks again on a new connection after the backoff;
+// without reconnect it leaves.
+TEST(LoadGeneratorTest, ADroppedConnectionIsCountedAndTheClientReconnects) {
+  FakeReplica fake(FakeReplica::Mode::kDrop);
+  LoadGenOptions o;
+  o.url = fake.url();
+  o.session.period_ms = 40.0;
+  o.population.sessions = 1;
+  o.population.duration_s = 1.0;
+  o.vocab = 100;
+  o.sample_interval_s = 0.2;
+  const LoadGenSummary s = LoadGenerator(o).Run();
+  // 3 frames of 40 ms, then a new connection after the 40 ms backoff (doubling, capped): at
+  // least two sessions in 1 s.
+  EXPECT_GE(s.admitted, 2);
+  EXPECT_GE(s.sessions_dropped, 1);
+  EXPECT_GE(s.reconnects, 1);
+  ASSERT_EQ(s.replicas.size(), 1u);
+  const ReplicaFigures& r = s.replicas.at("fake-a");
+  EXPECT_EQ(r.admitted, s.admitted);
+  EXPECT_EQ(r.ended, s.admitted);  // every session ended one way or another
+  EXPECT_EQ(r.dropped, s.sessions_dropped);
+  EXPECT_EQ(r.frames, s.frames);
+  EXPECT_EQ(r.ok, s.ok_frames);
+  EXPECT_GE(s.frames, FakeReplica::kFramesBeforeDrop * s.sessions_dropped);
+  const nlohmann::json j = s.ToJson();
+  EXPECT_EQ(j["sessions_dropped"], s.sessions_dropped);
+  EXPECT_EQ(j["replicas"]["fake-a"]["dropped"], s.sessions_dropped);
+
+  o.reconnect = false;
+  const LoadGenSummary once = LoadGenerator(o).Run();
+  EXPECT_EQ(once.admitted, 1);
+  EXPECT_EQ(once.sessions_dropped, 1);
+  EXPECT_EQ(once.reconnects, 0);
+  EXPECT_EQ(once.replicas.at("fake-a").dropped, 1);
+  EXPECT_EQ(once.frames, FakeReplica::kFramesBeforeDrop);
+}
+
+// An upgrade answered with an HTTP status (HAProxy's 503 when no replica has room) is counted by
+// status and asked again after the backoff.
+TEST(LoadGeneratorTest, ARefusedUpgradeIsCountedByStatusAndRetried) {
+  FakeReplica fake(FakeReplica::Mode::kRefuse);
+  LoadGenOptions o;
+  o.url = fake.url();
+  o.session.period_ms = 40.0;
+  o.population.sessions = 2;
+  o.population.duration_s = 0.6;
+  o.vocab = 100;
+  const LoadGenSummary s = LoadGenerator(o).Run();
+  EXPECT_EQ(s.admitted, 0);
+  ASSERT_TRUE(s.upgrade_refusals.contains(503));
+  EXPECT_GE(s.upgrade_refusals.at(503), 3);  // 2 first tries and at least one retry
+  EXPECT_EQ(s.connect_failures, s.upgrade_refusals.at(503));
+  EXPECT_GE(s.reconnects, 1);
+  EXPECT_EQ(s.ToJson()["upgrade_refusals"]["503"], s.upgrade_refusals.at(503));
 }
 
 TEST(LoadGeneratorTest, IdAndTextPayloadFilesAreReadAndBadOnesNamed) {

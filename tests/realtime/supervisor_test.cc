@@ -88,6 +88,38 @@ TEST(SupervisorTest, MaxSessionsIsAHardCapOverTheController) {
   EXPECT_THROW(bad.Validate(), ConfigError);
 }
 
+// The limit admission reports (gauge, HAProxy agent): a count controller's limit under
+// max_sessions; for memory admission, the sessions of the reference size the pool still holds on
+// top of the active ones; kNoLimit when nothing bounds the count.
+TEST(SupervisorTest, AdmissionLimitIsTheControllerUnderTheCapsAndThePool) {
+  const kv::KvPolicy window = kv::KvPolicy::Window(64, 4);
+  const std::int64_t one = ProjectedBlocks(Spec(window), 16, {});
+  const auto limit_after = [&](SupervisorOptions o, int sessions) {
+    CostModelBackend backend({.c0_s = 0.001}, 1000, 16);
+    ManualClock clock;
+    o.log_to_stderr = false;
+    Supervisor sup(&backend, &clock, o);
+    sup.Start();
+    for (int i = 0; i < sessions; ++i) EXPECT_TRUE(sup.Admit(Spec(window), 0.0).decision.admit);
+    sup.Tick(0.0);
+    return sup.admission_limit();
+  };
+  SupervisorOptions o;
+  o.admission = "static:5";
+  EXPECT_EQ(limit_after(o, 2), 5);
+  o.max_sessions = 3;
+  EXPECT_EQ(limit_after(o, 2), 3);
+  o.admission = "memory";
+  o.max_sessions = 0;
+  EXPECT_EQ(limit_after(o, 0), admission::kNoLimit);  // no reference size: no count
+  o.reference_session_blocks = one;
+  // 1000 blocks: each admitted session holds or was promised `one`; the rest hold whole sessions.
+  EXPECT_EQ(limit_after(o, 0), 1000 / one);
+  EXPECT_EQ(limit_after(o, 3), 3 + (1000 - 3 * one) / one);
+  o.max_sessions = 4;
+  EXPECT_EQ(limit_after(o, 3), 4);
+}
+
 // The attack of issue 11 (item 2) on the serving core, with the server's settings: a window
 // session admitted first, then as many full-KV hogs as memory admission lets in, each declaring a
 // 10 s period and 1 token per frame and submitting a frame every millisecond. What it shows:

@@ -35,7 +35,7 @@ handshake_ms=1000
 
 if ! serve_start "$bin" "$tmp/serve" --model synthetic:tiny --host 127.0.0.1 --port 0 --threads 1 \
   --kv-blocks 256 --admission static:64 --max-connections "$max_connections" \
-  --handshake-timeout-ms "$handshake_ms" --quiet; then
+  --handshake-timeout-ms "$handshake_ms" --drain-timeout-s 0 --quiet; then
   echo "FAIL: serve did not start"
   exit 1
 fi
@@ -46,7 +46,7 @@ rc=0
 timeout 600 python3 "$here/attacks.py" --port "$port" --pid "$serve_pid" --section "$section" \
   --max-connections "$max_connections" --handshake-timeout-ms "$handshake_ms" $short || rc=1
 
-# Graceful shutdown, as docs/protocol.md promises.
+# Graceful shutdown, as docs/protocol.md promises (with --drain-timeout-s 0: at once, no drain).
 timeout 40 python3 "$here/attacks.py" --port "$port" --shutdown-client "$tmp/ready" &
 client_pid=$!
 for _ in $(seq 1 100); do

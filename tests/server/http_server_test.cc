@@ -617,6 +617,58 @@ TEST(HttpServerTest, StopTellsEverySessionServerShutdownThenClosesWith1001) {
                       std::chrono::seconds(5)));
 }
 
+// The line HAProxy's agent-check reads from the agent port: one line, then the server closes.
+std::string AgentLine(int port) {
+  net::io_context io;
+  tcp::socket socket(io);
+  socket.connect(
+      tcp::endpoint(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
+  SetReadTimeout(socket);
+  std::string line;
+  beast::error_code ec;
+  net::read(socket, net::dynamic_buffer(line), ec);  // to EOF: the server closes after the line
+  EXPECT_EQ(ec, net::error::eof) << ec.message();
+  return line;
+}
+
+// The agent follows admission (limit, headroom) and the drain; session.started names the replica;
+// a drain refuses new sessions with reason shutdown while the running one keeps its frames.
+TEST(HttpServerTest, TheAgentReportsHeadroomAndDrainAndSessionsNameTheReplica) {
+  ServerOptions o;
+  o.agent_port = 0;
+  o.replica_id = "replica-a";
+  Server s("static:2", o);
+  ASSERT_GT(s.http.agent_port(), 0);
+  EXPECT_EQ(AgentLine(s.http.agent_port()), "up ready 100% maxconn:2\n");
+  Client c(s.http.port());
+  c.Send({{"type", "session.start"}, {"period_ms", 20}, {"tokens_per_frame", 1}});
+  const json started = c.Read();
+  ASSERT_EQ(started["type"], "session.started") << started.dump();
+  EXPECT_EQ(started["replica"], "replica-a");
+  const auto id = started["session"].get<std::uint64_t>();
+  // Published after the engine thread's next turn: the line changes, it is never wrong for long.
+  EXPECT_TRUE(WaitFor([&] { return AgentLine(s.http.agent_port()) == "up ready 50% maxconn:2\n"; },
+                      std::chrono::seconds(5)));
+  ASSERT_NE(c.Start(), 0U);
+  EXPECT_TRUE(WaitFor([&] { return AgentLine(s.http.agent_port()) == "up drain maxconn:2\n"; },
+                      std::chrono::seconds(5)));
+  EXPECT_NE(s.registry.ExpositionText().find("\nmetronome_admission_headroom 0\n"),
+            std::string::npos);
+  c.Send({{"type", "session.end"}, {"session", id}});
+  EXPECT_EQ(c.ReadType("session.ended")["session"], id);
+  EXPECT_TRUE(WaitFor([&] { return AgentLine(s.http.agent_port()) == "up ready 50% maxconn:2\n"; },
+                      std::chrono::seconds(5)));
+
+  s.service.BeginDrain();
+  EXPECT_TRUE(WaitFor([&] { return AgentLine(s.http.agent_port()) == "up drain maxconn:2\n"; },
+                      std::chrono::seconds(5)));
+  EXPECT_EQ(s.service.replica_state().active, 1);
+  c.Send({{"type", "session.start"}, {"period_ms", 20}, {"tokens_per_frame", 1}});
+  const json refused = c.ReadType("session.rejected");
+  EXPECT_EQ(refused["reason"], "shutdown") << refused.dump();
+  EXPECT_EQ(s.service.Stats()["draining"], true);
+}
+
 TEST(HttpServerTest, StartFailsWithAConfigErrorNamingTheAddress) {
   Server s("static:4", {});
   ServerOptions busy;

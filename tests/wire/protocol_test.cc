@@ -825,6 +825,9 @@ TEST(ProtocolServerMessageTest, SessionStarted) {
   EXPECT_FALSE(full.contains("client_ref"));
   EXPECT_EQ(full["kv"], Json::parse(R"({"policy":"full","positions":"absolute"})"));
   EXPECT_EQ(full["max_context"], 4096);
+  EXPECT_FALSE(full.contains("replica"));
+  m.replica = "host-a:8080";
+  EXPECT_EQ(ParseServer(m.Serialize())["replica"], "host-a:8080");
 }
 
 TEST(ProtocolServerMessageTest, SessionRejected) {

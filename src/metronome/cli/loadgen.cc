@@ -21,6 +21,7 @@ struct LoadgenFlags {
   std::string payload = "random";
   std::string encoding = "binary";
   int vocab = 0;
+  bool no_reconnect = false;
   WorkloadFlags workload;
 };
 
@@ -35,6 +36,7 @@ loadgen::LoadGenOptions OptionsOf(const LoadgenFlags& f) {
     o.payload = loadgen::PayloadSource::Parse(f.payload);
     o.binary_frames = f.encoding == "binary";
     o.vocab = f.vocab;
+    o.reconnect = !f.no_reconnect;
     o.sample_interval_s = std::min(0.5, w.duration_s / 20.0);
     if (w.quiet) o.alarms_to_stderr = 0;
     o.Validate();
@@ -86,6 +88,30 @@ void PrintSummary(const loadgen::LoadGenSummary& s) {
       static_cast<long long>(s.abandoned), static_cast<long long>(s.ended_by_error),
       static_cast<long long>(s.active_peak), static_cast<long long>(s.errors),
       static_cast<long long>(s.connect_failures));
+  std::string refused;
+  for (const auto& [status, n] : s.upgrade_refusals) {
+    refused +=
+        (refused.empty() ? "" : ", ") + std::to_string(n) + " x HTTP " + std::to_string(status);
+  }
+  std::printf(
+      "connections: %lld sessions dropped (closed while open), %lld reconnects, upgrades refused: "
+      "%s\n",
+      static_cast<long long>(s.sessions_dropped), static_cast<long long>(s.reconnects),
+      refused.empty() ? "none" : refused.c_str());
+  // Per replica only when some server named itself (session.started's replica).
+  if (!s.replicas.empty() && !(s.replicas.size() == 1 && s.replicas.begin()->first.empty())) {
+    std::printf("%-28s %8s %6s %8s %8s %9s %9s %6s %8s %6s\n", "replica", "admitted", "ended",
+                "by_srv", "dropped", "frames", "ok", "late", "starved", "short");
+    for (const auto& [replica, r] : s.replicas) {
+      std::printf("%-28s %8lld %6lld %8lld %8lld %9lld %9lld %6lld %8lld %6lld\n",
+                  replica.empty() ? "(unnamed)" : replica.c_str(),
+                  static_cast<long long>(r.admitted), static_cast<long long>(r.ended),
+                  static_cast<long long>(r.ended_by_server), static_cast<long long>(r.dropped),
+                  static_cast<long long>(r.frames), static_cast<long long>(r.ok),
+                  static_cast<long long>(r.late), static_cast<long long>(r.starved),
+                  static_cast<long long>(r.short_frames));
+    }
+  }
   if (s.frames > 0) {
     std::printf(
         "frame latency: client p50 %.2f ms, p99 %.2f ms; server p50 %.2f ms, p99 %.2f ms "
@@ -171,6 +197,10 @@ void RegisterLoadgen(CLI::App* app, int* exit_code) {
   sub->add_option("--vocab", flags->vocab,
                   "Random ids are drawn from [0, VOCAB) (default: the server's vocabulary)")
       ->check(CLI::Range(0, 1 << 30));
+  sub->add_flag("--no-reconnect", flags->no_reconnect,
+                "A client whose session's connection drops, or whose upgrade is refused with an "
+                "HTTP status (a balancer with no room), leaves instead of asking again on a new "
+                "connection after the retry backoff");
   flags->workload.report_every_s = 2.0;
   flags->workload.RegisterSessionShape(sub);
   flags->workload.RegisterPopulation(sub);

@@ -1,12 +1,14 @@
 // metronome serve: the real engine behind the network server (docs/protocol.md). Clients open
 // real-time sessions over WebSocket on /v1/realtime; /metrics, /healthz, /v1/stats and the
 // dashboard at / are plain HTTP. Runs until SIGINT or SIGTERM, then shuts down gracefully
-// (docs/protocol.md, "Shutdown").
+// (docs/protocol.md, "Drain" and "Shutdown"): SIGTERM drains first. With --agent-port it also
+// answers HAProxy's agent-check (docs/deploy.md).
 #include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -44,8 +46,11 @@ struct ServeFlags {
   bool no_full_kv = false;
   std::int64_t max_context = 0;
   float temperature = 0.0f;
-  std::string port_file;     // written once listening: the bound port and a newline
-  AdmissionFlags admission;  // admission, alarms, forecast: the same flags as sim and drive
+  std::string port_file;          // written once listening: the bound port and a newline
+  int agent_port = 0;             // HAProxy agent-check port; 0: no agent
+  std::string replica_id;         // session.started's replica; empty: <hostname>:<port>
+  double drain_timeout_s = 30.0;  // SIGTERM: how long running sessions may go on, s
+  AdmissionFlags admission;       // admission, alarms, forecast: the same flags as sim and drive
   bool quiet = false;
 };
 
@@ -64,6 +69,41 @@ std::string WritePortFile(const std::string& path, int port) {
     return "--port-file = '" + path + "': cannot rename '" + tmp + "' to it";
   }
   return "";
+}
+
+std::string HostName() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
+  return name;
+}
+
+// SIGTERM: stop admitting (new sessions are rejected with reason shutdown, the agent says drain,
+// so HAProxy sends nothing new) and let the running sessions finish, for at most timeout_s or
+// until a second SIGINT/SIGTERM; the caller then shuts down as before (whatever still runs ends
+// with server_shutdown).
+void Drain(server::EngineService* service, boost::asio::io_context* signals_io,
+           boost::asio::signal_set* signals, double timeout_s) {
+  bool again = false;
+  signals_io->restart();
+  signals->async_wait([&again](const boost::system::error_code& ec, int /*signal*/) {
+    if (!ec) again = true;
+  });
+  service->BeginDrain();
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  std::printf("draining: no new sessions; waiting up to %s s for %lld running ones\n",
+              FormatValue(timeout_s).c_str(),
+              static_cast<long long>(service->replica_state().active));
+  std::fflush(stdout);
+  while (!again && std::chrono::steady_clock::now() < give_up) {
+    const server::ReplicaState now = service->replica_state();
+    if (now.draining && now.active == 0) break;
+    signals_io->run_for(std::chrono::milliseconds(50));
+  }
+  signals->cancel();
+  const server::ReplicaState left = service->replica_state();
+  std::printf("drained: %lld sessions still running%s\n", static_cast<long long>(left.active),
+              again ? " (second signal)" : "");
+  std::fflush(stdout);
 }
 
 int RunServe(const ServeFlags& f) {
@@ -98,12 +138,16 @@ int RunServe(const ServeFlags& f) {
   SteadyClock clock;
 
   sup.log_to_stderr = !f.quiet;
+  sup.reference_session_blocks = one_session;  // memory admission's limit: default sessions
   telemetry::MetricsRegistry registry;
   server::EngineService service(&backend, &clock, sup, &registry);
 
   so2.session_defaults = server::ServerSessionDefaults(f.window, f.sinks, pos);
   so2.caps.vocab_size = m.config.vocab_size;
   so2.caps.allow_full_kv = !f.no_full_kv;
+  if (f.agent_port > 0) so2.agent_port = f.agent_port;
+  so2.replica_id = f.replica_id;
+  if (so2.replica_id.empty()) so2.replica_id = HostName() + ":{port}";  // the bound port
   server::HttpServer http(&service, &registry, so2, m.tokenizer.get());
   http.Start();
 
@@ -129,9 +173,15 @@ int RunServe(const ServeFlags& f) {
 
   boost::asio::io_context signals_io;
   boost::asio::signal_set signals(signals_io, SIGINT, SIGTERM);
-  signals.async_wait([](const boost::system::error_code& /*ec*/, int /*signal*/) {});
+  int signal_number = 0;
+  signals.async_wait([&signal_number](const boost::system::error_code& /*ec*/, int signal) {
+    signal_number = signal;
+  });
   signals_io.run();  // returns after the first signal
 
+  if (signal_number == SIGTERM && f.drain_timeout_s > 0.0) {
+    Drain(&service, &signals_io, &signals, f.drain_timeout_s);
+  }
   std::printf("shutting down\n");
   std::fflush(stdout);
   // The engine first: every session ends with reason server_shutdown (in the events and metrics
@@ -160,6 +210,17 @@ void RegisterServe(CLI::App* app, int* exit_code) {
                   "Once listening, write the bound port (with --port 0: the one chosen) to this "
                   "file, atomically (for scripts)");
   sub->add_option("--io-threads", so.io_threads, "Network threads")->check(CLI::Range(1, 256));
+  sub->add_option("--agent-port", flags->agent_port,
+                  "Answer HAProxy's agent-check on this TCP port of --host: one line per "
+                  "connection, drain / ready, the admission limit as maxconn and the headroom as "
+                  "weight (docs/deploy.md; 0: no agent)")
+      ->check(CLI::Range(0, 65535));
+  sub->add_option("--replica-id", flags->replica_id,
+                  "This replica's name in session.started (default: <hostname>:<port>)");
+  sub->add_option("--drain-timeout-s", flags->drain_timeout_s,
+                  "On SIGTERM, stop admitting and let running sessions finish for at most this "
+                  "long before shutting down (0: shut down at once; SIGINT always does)")
+      ->check(CLI::Range(0.0, 86400.0));
   sub->add_option("--auth-token", so.auth_token,
                   "Require 'Authorization: Bearer TOKEN' on the upgrade and on /v1/*");
   sub->add_option("--max-sessions-per-connection", so.max_sessions_per_connection,

@@ -166,6 +166,18 @@ void LoadGenOptions::Validate() const {
   }
 }
 
+nlohmann::json ReplicaFigures::ToJson() const {
+  return {{"admitted", admitted},
+          {"ended", ended},
+          {"ended_by_server", ended_by_server},
+          {"dropped", dropped},
+          {"frames", frames},
+          {"ok_frames", ok},
+          {"late_frames", late},
+          {"starved_frames", starved},
+          {"short_frames", short_frames}};
+}
+
 nlohmann::json LoadGenSummary::ToJson() const {
   nlohmann::json j = FrameSummary::ToJson();
   j["frames_sent"] = frames_sent;
@@ -175,6 +187,14 @@ nlohmann::json LoadGenSummary::ToJson() const {
   j["after_deadline_frames"] = after_deadline_frames;
   j["errors"] = errors;
   j["connect_failures"] = connect_failures;
+  nlohmann::json refusals = nlohmann::json::object();
+  for (const auto& [status, n] : upgrade_refusals) refusals[std::to_string(status)] = n;
+  j["upgrade_refusals"] = std::move(refusals);
+  j["sessions_dropped"] = sessions_dropped;
+  j["reconnects"] = reconnects;
+  nlohmann::json by_replica = nlohmann::json::object();
+  for (const auto& [replica, figures] : replicas) by_replica[replica] = figures.ToJson();
+  j["replicas"] = std::move(by_replica);
   j["p50_server_latency_ms"] = realtime::NullIfNan(p50_server_latency_ms);
   j["p99_server_latency_ms"] = realtime::NullIfNan(p99_server_latency_ms);
   j["p99_send_lag_ms"] = realtime::NullIfNan(p99_send_lag_ms);
@@ -224,7 +244,8 @@ struct LoadGenerator::State {
   bool finishing = false;  // the run's duration is over: no new sessions or frames
   std::vector<std::shared_ptr<Client>> clients;
   std::int64_t next_ordinal = 0;
-  std::int64_t open_clients = 0;  // spawned and not done
+  std::int64_t open_clients = 0;                             // spawned and not done
+  std::vector<std::shared_ptr<net::steady_timer>> respawns;  // pending reconnects
   int alarms_logged = 0;
 
   // Counts (single thread: plain integers).
@@ -248,7 +269,9 @@ struct LoadGenerator::State {
   }
 
   void FetchVocab();
-  void SpawnClient(bool population);
+  // A new client (a new connection) in `tries`' backoff, after RetryBackoffMs: reconnects.
+  void Respawn(bool population, std::int64_t tries);
+  std::shared_ptr<Client> SpawnClient(bool population);
   void ScheduleArrival(double after_s);
   void ScheduleSample();
   void Finish();
@@ -301,8 +324,10 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
   std::int64_t refusals = 0;  // in a row, for the retry backoff
   double admitted_s = 0.0;
   std::uint64_t session = 0;
+  std::string replica;  // session.started's, once admitted
   std::int64_t next_index = 0;
   SteadyTime first_frame;
+  websocket::response_type upgrade_response;  // the server's (or a balancer's) answer
   std::deque<Outstanding> outstanding;
   beast::flat_buffer read_buffer;
   struct Message {
@@ -334,7 +359,7 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
           req.set(http::field::user_agent, "metronome-loadgen");
           if (!token.empty()) req.set(http::field::authorization, "Bearer " + token);
         }));
-    ws.async_handshake(st->url.host + ":" + st->url.port, st->url.path,
+    ws.async_handshake(upgrade_response, st->url.host + ":" + st->url.port, st->url.path,
                        [self = shared_from_this()](beast::error_code e) { self->OnHandshake(e); });
   }
 
@@ -349,13 +374,40 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
 
   void Fail(const char* what, beast::error_code ec) {
     if (phase == Phase::kDone) return;
+    bool again = false;  // worth a new connection
     if (phase == Phase::kConnecting) {
       ++st->summary.connect_failures;
-      st->Trace("error", {{"client", ordinal}, {"what", what}, {"message", ec.message()}});
+      // An HTTP answer instead of the upgrade (the response's default status is 200: only a
+      // declined upgrade has read one).
+      const int status =
+          ec == websocket::error::upgrade_declined ? upgrade_response.result_int() : 0;
+      if (status != 0) {  // refused, with a reason
+        ++st->summary.upgrade_refusals[status];
+        again = true;
+      }
+      st->Trace("error", {{"client", ordinal},
+                          {"what", what},
+                          {"message", ec.message()},
+                          {"http_status", status}});
     } else if (phase != Phase::kEnding) {
       st->Trace("error", {{"client", ordinal}, {"what", what}, {"message", ec.message()}});
+      // Lost while asking or waiting to ask again: the server went away before admitting it.
+      again = phase == Phase::kAsking || phase == Phase::kRetryWait;
     }
+    if (phase == Phase::kStreaming || phase == Phase::kDraining) {
+      // The session was open and nobody ended it: the connection (the server) went away.
+      ++st->summary.sessions_dropped;
+      ++st->summary.replicas[replica].dropped;
+      st->Trace("session_end", {{"session", session},
+                                {"reason", "dropped"},
+                                {"replica", replica},
+                                {"lifetime_s", st->Now() - admitted_s}});
+      again = phase == Phase::kStreaming;
+      refusals = 0;
+    }
+    const std::int64_t tries = refusals + 1;
     Done();
+    if (again && st->options.reconnect && !st->finishing) st->Respawn(population, tries);
   }
 
   // Leaves for good: outstanding frames are lost, counts settle, the socket closes.
@@ -363,6 +415,7 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
     if (phase == Phase::kDone) return;
     if (phase == Phase::kStreaming || phase == Phase::kDraining || phase == Phase::kEnding) {
       --st->active;
+      ++st->summary.replicas[replica].ended;
     } else {
       --st->waiting;
     }
@@ -459,7 +512,10 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
           {{"session", session}, {"kind", j.value("kind", "")}, {"detail", j.value("detail", "")}});
     } else if (type == "session.ended") {
       const std::string reason = j.value("reason", "");
-      if (reason != "client") ++st->summary.ended_by_error;
+      if (reason != "client") {
+        ++st->summary.ended_by_error;
+        ++st->summary.replicas[replica].ended_by_server;
+      }
       st->Trace("session_end", {{"session", session},
                                 {"reason", reason},
                                 {"frames", j.value("frames", 0)},
@@ -472,13 +528,18 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
 
   void OnStarted(const nlohmann::json& j) {
     session = j.value("session", std::uint64_t{0});
+    replica = j.contains("replica") && j["replica"].is_string() ? j["replica"].get<std::string>()
+                                                                : std::string();
     --st->waiting;
     ++st->active;
     st->summary.active_peak = std::max(st->summary.active_peak, st->active);
     ++st->summary.admitted;
+    ++st->summary.replicas[replica].admitted;
     admitted_s = st->Now();
-    st->Trace("admission",
-              {{"session", session}, {"admitted", true}, {"wait_s", admitted_s - first_ask_s}});
+    st->Trace("admission", {{"session", session},
+                            {"admitted", true},
+                            {"replica", replica},
+                            {"wait_s", admitted_s - first_ask_s}});
     phase = Phase::kStreaming;
     first_frame = std::chrono::steady_clock::now() + FromMs(phase_ms);
     next_index = 0;
@@ -501,6 +562,12 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
       ++st->summary.abandoned;
       st->Trace("abandoned", {{"client", ordinal}, {"waited_s", st->Now() - first_ask_s}});
       return Done();
+    }
+    if (j.value("reason", "") == "shutdown" && st->options.reconnect) {
+      // This server is draining: asking it again cannot help, a new connection (through a
+      // balancer, to another replica) can.
+      Done();
+      return st->Respawn(population, refusals);
     }
     phase = Phase::kRetryWait;
     timer.expires_after(FromMs(retry_ms));
@@ -538,6 +605,7 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
       judged = realtime::FrameOutcome::kLate;
     }
     st->counts.Count(judged);
+    st->summary.replicas[replica].Count(judged);
     const std::string_view outcome = telemetry::ToString(judged);
     if (miss) ++s.after_deadline_frames;
     const std::string server_outcome = j.value("outcome", "");
@@ -721,11 +789,28 @@ void LoadGenerator::State::FetchVocab() {
   }
 }
 
-void LoadGenerator::State::SpawnClient(bool population) {
+std::shared_ptr<LoadGenerator::State::Client> LoadGenerator::State::SpawnClient(bool population) {
   auto c = std::make_shared<Client>(this, next_ordinal++, population);
   clients.push_back(c);
   ++open_clients;
   c->Start();
+  return c;
+}
+
+void LoadGenerator::State::Respawn(bool population, std::int64_t tries) {
+  const double wait_ms =
+      admission::RetryBackoffMs(spec.period_ms, tries, admission::kRetryBackoffCapMs);
+  auto timer = std::make_shared<net::steady_timer>(io);
+  respawns.push_back(timer);
+  ++open_clients;  // the client to come: the run does not end while it is pending
+  timer->expires_after(FromMs(wait_ms));
+  timer->async_wait([this, timer, population, tries](beast::error_code ec) {
+    std::erase(respawns, timer);
+    --open_clients;
+    if (ec || finishing) return StopWhenIdle();
+    ++summary.reconnects;
+    SpawnClient(population)->refusals = tries;
+  });
 }
 
 void LoadGenerator::State::ScheduleArrival(double after_s) {
@@ -768,6 +853,7 @@ void LoadGenerator::State::ScheduleSample() {
 void LoadGenerator::State::Finish() {
   finishing = true;
   arrival_timer.cancel();
+  for (auto& t : std::vector(respawns)) t->cancel();
   for (auto& c : clients) c->Finish();
   // Whatever has not closed by now (a server that stopped answering) is cut off.
   stop_timer.expires_after(FromMs(spec.deadline_ms + options.drain_grace_ms + 3000.0));

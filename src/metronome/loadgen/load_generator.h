@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -68,6 +69,13 @@ struct LoadGenOptions {
   double sample_interval_s = 0.5;  // on_sample period
   // The first alarms the server raises go to stderr as they arrive (then only counted).
   int alarms_to_stderr = 3;
+  // A client whose session's connection drops (the server died: counted in sessions_dropped), or
+  // whose WebSocket upgrade is answered with an HTTP status instead (a balancer with no replica
+  // to send it to: upgrade_refusals), asks again on a new connection after
+  // admission::RetryBackoffMs(period, tries) — behind a balancer it lands on a survivor. Off: the
+  // client leaves (both are still counted). A rejection with reason "shutdown" (the server is
+  // draining) is also asked again on a new connection, not on the same one.
+  bool reconnect = true;
 
   void Validate() const;  // ConfigError naming the field and value
 };
@@ -102,6 +110,19 @@ struct ClientFrame {
   std::size_t outputs = 0;          // output ids received
 };
 
+// What one replica did for this client population, by the `replica` of session.started (""
+// when the server names none): sessions, and the frames of those sessions as the client judged
+// them (FrameCounts).
+struct ReplicaFigures : realtime::FrameCounts {
+  std::int64_t admitted = 0;
+  // Sessions that ended, however: the client's session.end answered, the server's session.ended,
+  // or the connection lost (`dropped`, a subset). admitted - ended were still open at the end.
+  std::int64_t ended = 0;
+  std::int64_t ended_by_server = 0;  // session.ended with a reason other than client
+  std::int64_t dropped = 0;          // the connection closed while the session was open
+  [[nodiscard]] nlohmann::json ToJson() const;
+};
+
 // The summary: the keys of sim/drive's summary that a client can observe (realtime::FrameSummary,
 // the same meaning), plus what only a client sees. Counted on the client: frames = frame.result
 // messages received; late = every output, but after the deadline on the client clock;
@@ -122,6 +143,12 @@ struct LoadGenSummary : realtime::FrameSummary {
   std::int64_t after_deadline_frames = 0;
   std::int64_t errors = 0;            // error messages received
   std::int64_t connect_failures = 0;  // connections or handshakes that failed
+  // Of those, upgrades answered with an HTTP status (e.g. HAProxy's 503: no replica had room,
+  // or the queue timed out), by status.
+  std::map<int, std::int64_t> upgrade_refusals;
+  std::int64_t sessions_dropped = 0;  // sessions whose connection closed while they were open
+  std::int64_t reconnects = 0;        // new connections after a drop or an upgrade refusal
+  std::map<std::string, ReplicaFigures> replicas;  // by session.started's replica
   double p50_server_latency_ms = std::numeric_limits<double>::quiet_NaN();  // the server's clock
   double p99_server_latency_ms = std::numeric_limits<double>::quiet_NaN();
   // How late the client sent frames against its own schedule (an overloaded client shows here).

@@ -55,6 +55,7 @@ struct Supervisor::State final : SessionObserver {
   admission::SystemState System() const;
   void Sample(double now);
   void RecordLimitChanges();
+  [[nodiscard]] std::int64_t EffectiveLimit() const;
   void OnFrame(const FrameRecord& r) override;
   void OnMuteAlarm(const MuteAlarm& a) override;
   void OnSessionEnded(const SessionEnded& e) override;
@@ -90,6 +91,7 @@ struct Supervisor::State final : SessionObserver {
   std::int64_t peak_active = 0;
   double kv_peak_fraction = 0.0;
   bool forecast_warning = false;
+  std::int64_t admission_limit = admission::kNoLimit;  // EffectiveLimit() at the last Tick
 };
 
 admission::SystemState Supervisor::State::System() const {
@@ -104,12 +106,27 @@ admission::SystemState Supervisor::State::System() const {
   return s;
 }
 
+std::int64_t Supervisor::State::EffectiveLimit() const {
+  std::int64_t limit = controller->limit();
+  const auto cap = [&limit](std::int64_t bound) {
+    limit = limit == admission::kNoLimit ? bound : std::min(limit, bound);
+  };
+  if (controller->reserves_kv() && options.reference_session_blocks > 0) {
+    // O(sessions): the reservations are summed over the live sessions' projections.
+    cap(admission::SessionsThatFit({.projected_blocks = options.reference_session_blocks}, System(),
+                                   options.memory));
+  }
+  if (options.max_sessions > 0) cap(options.max_sessions);
+  return limit;
+}
+
 void Supervisor::State::RecordLimitChanges() {
   for (admission::LimitChange& c : controller->TakeLimitChanges()) {
     reporter.LimitChange(c);
     limit_changes.push_back(std::move(c));
   }
-  reporter.Limit(controller->limit());
+  admission_limit = EffectiveLimit();
+  reporter.Capacity(admission_limit, loop.active_sessions());
 }
 
 void Supervisor::State::Sample(double now) {
@@ -185,7 +202,7 @@ Supervisor::~Supervisor() = default;
 void Supervisor::Start() {
   state_->loop.SetOrigin(state_->clock->Now());
   state_->next_sample_s = 0.0;
-  state_->reporter.Limit(state_->controller->limit());
+  state_->RecordLimitChanges();
 }
 
 double Supervisor::Now() const { return state_->loop.Now(); }
@@ -288,6 +305,7 @@ std::int64_t Supervisor::resident_blocks(RealtimeSessionId id) const {
 }
 LoopFootprint Supervisor::loop_footprint() const { return state_->loop.footprint(); }
 const admission::AdmissionController& Supervisor::controller() const { return *state_->controller; }
+std::int64_t Supervisor::admission_limit() const { return state_->admission_limit; }
 const std::vector<admission::LimitChange>& Supervisor::limit_changes() const {
   return state_->limit_changes;
 }

@@ -49,6 +49,12 @@ struct SupervisorOptions {
   // behaviour can take blocks other sessions were promised. Off, a full-KV session that outlives
   // the projection grows until the pool is full (the simulator's KV wall). The server turns it on.
   bool enforce_kv_budget = false;
+  // KV blocks of one session of the driver's default shape (the server's: its default window and
+  // sinks; 0: none). A controller that reserves KV (memory; aimd with kv_guard) has no session
+  // count of its own, or one the pool may undercut: the admission limit it reports
+  // (Supervisor::admission_limit, the metronome_admission_limit gauge, HAProxy's maxconn) is then
+  // how many sessions of this size the pool's unpromised blocks still hold, plus the active ones.
+  std::int64_t reference_session_blocks = 0;
   // Alarms, limit changes, forecast warnings and session errors also go to stderr (mute alarms
   // rate-limited).
   bool log_to_stderr = true;
@@ -125,6 +131,10 @@ class Supervisor {
   [[nodiscard]] std::int64_t resident_blocks(RealtimeSessionId id) const;
   [[nodiscard]] LoopFootprint loop_footprint() const;
   [[nodiscard]] const admission::AdmissionController& controller() const;
+  // Sessions admission allows now, as of the last Tick (admission::kNoLimit: no count applies):
+  // the controller's limit, capped by options.max_sessions and, for a controller that reserves
+  // KV, by the sessions of options.reference_session_blocks the pool still holds.
+  [[nodiscard]] std::int64_t admission_limit() const;
   [[nodiscard]] const std::vector<admission::LimitChange>& limit_changes() const;
   [[nodiscard]] const SupervisorSample& last_sample() const;
   [[nodiscard]] double next_sample_s() const;

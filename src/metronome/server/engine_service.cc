@@ -162,6 +162,7 @@ nlohmann::json EngineService::Snapshot(std::size_t max_listed) const {
                    {"admitted", supervisor_.admitted()},
                    {"rejected", supervisor_.rejected()},
                    {"ended_by_error", supervisor_.ended_by_error()}};
+  j["draining"] = draining_;
   j["admission"] = {
       {"controller", supervisor_.controller().Describe()},
       {"limit", limit == admission::kNoLimit ? nlohmann::json(nullptr) : nlohmann::json(limit)},
@@ -222,6 +223,26 @@ void EngineService::EndAll(EndReason reason) {
   for (const RealtimeSessionId id : ids) supervisor_.End(id, supervisor_.Now(), reason);
 }
 
+void EngineService::BeginDrain() {
+  Post([this] {
+    draining_ = true;
+    Publish();
+  });
+}
+
+ReplicaState EngineService::replica_state() const {
+  const base::MutexLock lock(&state_mu_);
+  return replica_state_;
+}
+
+void EngineService::Publish() {
+  const ReplicaState now{.draining = draining_,
+                         .limit = supervisor_.admission_limit(),
+                         .active = supervisor_.active_sessions()};
+  const base::MutexLock lock(&state_mu_);
+  replica_state_ = now;
+}
+
 void EngineService::Shutdown() {
   {
     const base::MutexLock lock(&mu_);
@@ -233,6 +254,7 @@ void EngineService::Shutdown() {
 
 void EngineService::Run() {
   supervisor_.Start();
+  Publish();
   std::deque<std::function<void()>> batch;
   while (true) {
     bool stop = false;
@@ -245,6 +267,7 @@ void EngineService::Run() {
     batch.clear();
     if (stop) break;
     supervisor_.Tick(supervisor_.Now());
+    Publish();
     if (supervisor_.RunIteration()) continue;
     // Idle: sleep until the next frame deadline or sample, or until a command arrives.
     const double next_s = std::min(supervisor_.NextEventSeconds(), supervisor_.next_sample_s());
@@ -262,6 +285,7 @@ void EngineService::Run() {
   }
   for (auto& command : batch) command();
   EndAll(EndReason::kServerShutdown);
+  Publish();
 }
 
 }  // namespace metronome::server

@@ -26,6 +26,7 @@
 #include "metronome/base/thread_annotations.h"
 #include "metronome/realtime/backend.h"
 #include "metronome/realtime/supervisor.h"
+#include "metronome/server/agent_check.h"
 #include "metronome/telemetry/event_log.h"
 #include "metronome/telemetry/metrics.h"
 
@@ -102,6 +103,14 @@ class EngineService final : private realtime::SessionObserver {
   // The same without blocking the caller: `done` gets the snapshot on the engine thread (or at
   // once, {"stopped": true}, after Shutdown). For network threads, which must not wait.
   void StatsAsync(std::size_t max_listed, std::function<void(nlohmann::json)> done);
+  // Stops admitting: every later session.start is rejected with reason "shutdown" and
+  // replica_state() says draining; running sessions go on until they end or Shutdown() ends
+  // them. For a graceful stop (metronome serve on SIGTERM). Idempotent.
+  void BeginDrain();
+  // Draining, the admission limit and the active sessions, as the engine thread last published
+  // them (after every command batch and loop turn). Never waits for the engine thread: the agent
+  // reads it on a network thread.
+  [[nodiscard]] ReplicaState replica_state() const;
   // Ends every session (sinks hear kServerShutdown) and joins the engine thread. Idempotent.
   // Calls made after it are ignored (their callbacks never run).
   void Shutdown();
@@ -112,6 +121,7 @@ class EngineService final : private realtime::SessionObserver {
   void Run();                                                           // the engine thread
   [[nodiscard]] nlohmann::json Snapshot(std::size_t max_listed) const;  // engine thread
   void EndAll(EndReason reason);
+  void Publish();  // engine thread: replica_state_ from the supervisor
   // realtime::SessionObserver, engine thread.
   void OnFrame(const realtime::FrameRecord& r) override;
   void OnMuteAlarm(const realtime::MuteAlarm& a) override;
@@ -132,6 +142,9 @@ class EngineService final : private realtime::SessionObserver {
   realtime::Supervisor supervisor_;  // engine thread only
   std::unordered_map<RealtimeSessionId, Live> live_;  // engine thread only
   bool draining_ = false;  // engine thread only: shutting down, admit nobody
+
+  mutable base::Mutex state_mu_;  // held only to copy replica_state_: never for long
+  ReplicaState replica_state_ GUARDED_BY(state_mu_);
 
   base::Mutex mu_;
   std::condition_variable_any wake_;

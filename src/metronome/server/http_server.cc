@@ -18,6 +18,7 @@
 
 #include "metronome/base/errors.h"
 #include "metronome/base/thread_annotations.h"
+#include "metronome/server/agent_check.h"
 #include "metronome/server/dashboard_assets.h"
 #include "metronome/server/http_access.h"
 #include "metronome/server/session_start.h"
@@ -96,8 +97,10 @@ struct HttpServer::Impl {
   net::io_context io;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
   tcp::acceptor acceptor{net::make_strand(io)};
+  tcp::acceptor agent_acceptor{net::make_strand(io)};
   std::vector<std::thread> threads;
   std::atomic<int> bound_port{0};
+  std::atomic<int> bound_agent_port{0};
   bool started = false;
   bool stopped = false;
 
@@ -179,6 +182,7 @@ struct HttpServer::Impl {
     return std::chrono::milliseconds(options.handshake_timeout_ms);
   }
   void DoAccept();
+  void DoAgentAccept();
 };
 
 namespace {
@@ -338,7 +342,8 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
                                  .tokens_per_frame = spec.input_tokens_per_frame,
                                  .output_tokens_per_frame = spec.output_tokens_per_frame,
                                  .kv = KvSettingsOf(spec),
-                                 .max_context = std::nullopt};
+                                 .max_context = std::nullopt,
+                                 .replica = std::nullopt};
     ++pending_starts_;
     UpdateIdle();
     auto self = shared_from_this();
@@ -383,6 +388,7 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
       UpdateIdle();
       started.session = out.id;
       if (out.max_context > 0) started.max_context = out.max_context;
+      if (!srv_->options.replica_id.empty()) started.replica = srv_->options.replica_id;
       Send(started.Serialize());
     } else if (!out.error.empty()) {
       wire::ProtocolError e = Error(wire::ErrorCode::kBadField, "session.start: " + out.error);
@@ -798,6 +804,28 @@ class HttpSession final : public Closable, public std::enable_shared_from_this<H
 
 }  // namespace
 
+// The agent: the line is built from what the engine thread last published (no wait for it) and
+// written into the fresh socket's send buffer, then the socket closes. The client is never read
+// from, so a slow or silent one costs one short write; one that never reads is closed with the
+// write done or failed, whichever comes first.
+void HttpServer::Impl::DoAgentAccept() {
+  agent_acceptor.async_accept(
+      net::make_strand(io), [this](beast::error_code ec, tcp::socket socket) {
+        if (ec == net::error::operation_aborted || !agent_acceptor.is_open()) return;
+        if (!ec) {
+          auto conn = std::make_shared<tcp::socket>(std::move(socket));
+          auto line = std::make_shared<std::string>(AgentResponse(service->replica_state()));
+          net::async_write(*conn, net::buffer(*line),
+                           [conn, line](beast::error_code /*ec*/, std::size_t /*bytes*/) {
+                             beast::error_code ignored;
+                             conn->shutdown(tcp::socket::shutdown_both, ignored);
+                             conn->close(ignored);
+                           });
+        }
+        DoAgentAccept();
+      });
+}
+
 void HttpServer::Impl::DoAccept() {
   acceptor.async_accept(net::make_strand(io), [this](beast::error_code ec, tcp::socket socket) {
     if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
@@ -842,8 +870,35 @@ void HttpServer::Start() {
   if (s.acceptor.set_option(net::socket_base::reuse_address(true), ec); ec) fail("setsockopt");
   if (s.acceptor.bind(endpoint, ec); ec) fail("bind");
   if (s.acceptor.listen(net::socket_base::max_listen_connections, ec); ec) fail("listen");
+  if (s.options.agent_port) {
+    const tcp::endpoint agent(endpoint.address(),
+                              static_cast<unsigned short>(*s.options.agent_port));
+    const auto agent_fail = [&](std::string_view step) {
+      beast::error_code ignored;
+      s.agent_acceptor.close(ignored);
+      s.acceptor.close(ignored);
+      throw ConfigError("agent_port = " + std::to_string(*s.options.agent_port) +
+                        ": cannot listen on " + s.options.host + ":" +
+                        std::to_string(*s.options.agent_port) + ": " + std::string(step) + ": " +
+                        ec.message());
+    };
+    if (s.agent_acceptor.open(agent.protocol(), ec); ec) agent_fail("open");
+    if (s.agent_acceptor.set_option(net::socket_base::reuse_address(true), ec); ec) {
+      agent_fail("setsockopt");
+    }
+    if (s.agent_acceptor.bind(agent, ec); ec) agent_fail("bind");
+    if (s.agent_acceptor.listen(net::socket_base::max_listen_connections, ec); ec) {
+      agent_fail("listen");
+    }
+    s.bound_agent_port = s.agent_acceptor.local_endpoint().port();
+    s.DoAgentAccept();
+  }
   s.started = true;
   s.bound_port = s.acceptor.local_endpoint().port();
+  if (const std::size_t at = s.options.replica_id.find("{port}"); at != std::string::npos) {
+    s.options.replica_id.replace(at, std::string_view("{port}").size(),
+                                 std::to_string(s.bound_port.load()));
+  }
   s.DoAccept();
   s.work.emplace(s.io.get_executor());
   const int n = std::max(1, s.options.io_threads);
@@ -851,6 +906,7 @@ void HttpServer::Start() {
 }
 
 int HttpServer::port() const { return impl_->bound_port.load(); }
+int HttpServer::agent_port() const { return impl_->bound_agent_port.load(); }
 
 void HttpServer::Stop() {
   Impl& s = *impl_;
@@ -859,6 +915,10 @@ void HttpServer::Stop() {
   net::post(s.acceptor.get_executor(), [&s] {
     beast::error_code ec;
     s.acceptor.close(ec);
+  });
+  net::post(s.agent_acceptor.get_executor(), [&s] {
+    beast::error_code ec;
+    s.agent_acceptor.close(ec);
   });
   std::vector<std::shared_ptr<Closable>> open;
   {

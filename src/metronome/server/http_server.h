@@ -5,7 +5,8 @@
 // Sends go through a bounded per-connection queue, one async_write at a time; a reader slower than
 // that queue is closed with status 1008. When a connection closes, its sessions end at once.
 // Connection slots are shared fairly: request and handshake deadlines, idle connections evicted
-// first at the cap, an optional per-address cap (ServerOptions).
+// first at the cap, an optional per-address cap (ServerOptions). Optionally, on a second port,
+// HAProxy's agent-check: a line from EngineService::replica_state() per connection, then close.
 //
 // Thread-safety: Start() and Stop() from one controlling thread; port() from any thread.
 #pragma once
@@ -13,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "metronome/model/tokenizer.h"
@@ -58,6 +60,12 @@ struct ServerOptions {
   // sinks 4, absolute positions.
   realtime::SessionDefaults session_defaults =
       ServerSessionDefaults(/*window=*/512, /*sinks=*/4, wire::KvPositions::kAbsolute);
+  // This replica's name in session.started (`replica`), so a client behind a balancer knows who
+  // served it; "{port}" in it becomes the bound port at Start(); empty: left out.
+  std::string replica_id;
+  // HAProxy's agent-check (agent_check.h) on this TCP port of `host`: nullopt, none; 0, an
+  // ephemeral port (agent_port() says which). Each connection gets one line and is closed.
+  std::optional<int> agent_port;
 };
 
 class HttpServer {
@@ -74,6 +82,8 @@ class HttpServer {
   // when the host does not resolve or the address cannot be bound (e.g. already in use).
   void Start();
   [[nodiscard]] int port() const;
+  // The agent's bound port; 0 when ServerOptions::agent_port is nullopt or before Start().
+  [[nodiscard]] int agent_port() const;
   // Graceful: closes the listener and HTTP connections; every WebSocket is told session.ended
   // (reason server_shutdown) for each session still open, gets what was queued for it, then a
   // close frame 1001 (going away); its sessions end. A peer that does not complete the close

@@ -1,5 +1,6 @@
 #include "metronome/telemetry/engine_metrics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -68,7 +69,12 @@ EngineMetrics::EngineMetrics(MetricsRegistry& registry)
           "kv_blocks_freed_by_window_total",
           "KV blocks returned to the pool because they left a session's window (blocks).")),
       admission_limit(registry.AddGauge(
-          "admission_limit", "Concurrent sessions the admission controller allows (sessions).")),
+          "admission_limit",
+          "Concurrent sessions admission allows now (sessions); +Inf when no count applies.")),
+      admission_headroom(registry.AddGauge(
+          "admission_headroom",
+          "Sessions admission would still take: limit - active, >= 0 (sessions); +Inf with no "
+          "limit.")),
       sessions_active(registry.AddGauge("sessions_active", "Sessions currently running.")),
       sessions_admitted(registry.AddCounter("sessions_admitted_total", "Sessions admitted.")),
       sessions_rejected_by_reason(registry.AddCounterFamily(
@@ -82,6 +88,17 @@ EngineMetrics::EngineMetrics(MetricsRegistry& registry)
         &frames_by_outcome_family.WithLabels({ToString(static_cast<FrameOutcome>(i))});
   }
   saturation_forecast_seconds.Set(std::numeric_limits<double>::infinity());
+  SetAdmissionCapacity(-1, 0);
+}
+
+void EngineMetrics::SetAdmissionCapacity(std::int64_t limit, std::int64_t active) const noexcept {
+  if (limit < 0) {
+    admission_limit.Set(std::numeric_limits<double>::infinity());
+    admission_headroom.Set(std::numeric_limits<double>::infinity());
+    return;
+  }
+  admission_limit.Set(static_cast<double>(limit));
+  admission_headroom.Set(static_cast<double>(std::max<std::int64_t>(0, limit - active)));
 }
 
 void EngineMetrics::SetSaturationForecastSeconds(double seconds) const noexcept {

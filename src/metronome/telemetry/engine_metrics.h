@@ -49,7 +49,11 @@ enum class EndReason : std::uint8_t {
 //                                           session-frame (a distribution, not per-session labels,
 //                                           which would have unbounded cardinality)
 //   kv_blocks_freed_by_window_total  counter  blocks returned because they left a session's window
-//   admission_limit              gauge      sessions the admission controller currently allows
+//   admission_limit              gauge      sessions admission currently allows (the controller's
+//                                           limit under the server's caps); +Inf when no count
+//                                           applies
+//   admission_headroom           gauge      sessions, admission_limit - sessions_active, >= 0
+//                                           (+Inf with no limit): the scaling signal (deploy.md)
 //   sessions_active              gauge      sessions currently running
 //   sessions_admitted_total      counter    sessions accepted
 //   sessions_rejected_total{reason}  counter  sessions refused, by reason (small fixed vocabulary)
@@ -67,6 +71,9 @@ struct EngineMetrics {
   [[nodiscard]] Counter& sessions_rejected(std::string_view reason) const {
     return sessions_rejected_by_reason.WithLabels({reason});
   }
+  // admission_limit and admission_headroom from a limit (< 0: none, exposed as +Inf) and the
+  // active session count.
+  void SetAdmissionCapacity(std::int64_t limit, std::int64_t active) const noexcept;
   // seconds < 0 or NaN means "no forecast" and is exposed as +Inf, like an infinite horizon.
   void SetSaturationForecastSeconds(double seconds) const noexcept;
 
@@ -83,6 +90,7 @@ struct EngineMetrics {
   Histogram& session_resident_blocks;
   Counter& kv_blocks_freed_by_window;
   Gauge& admission_limit;
+  Gauge& admission_headroom;
   Gauge& sessions_active;
   Counter& sessions_admitted;
   Family<Counter>& sessions_rejected_by_reason;

@@ -802,6 +802,7 @@ std::string SessionStarted::Serialize() const {
   k["positions"] = ToString(kv.positions);
   j["kv"] = std::move(k);
   j["max_context"] = max_context ? OutJson(*max_context) : OutJson(nullptr);
+  if (replica) j["replica"] = *replica;
   return ToText(j);
 }
 

@@ -184,6 +184,8 @@ struct SessionStarted {
   // Tokens the session may append before it ends with reason context_full; nullopt (null on the
   // wire): unlimited.
   std::optional<std::int64_t> max_context;
+  // The replica serving the session (serve --replica-id); nullopt: omitted.
+  std::optional<std::string> replica;
   [[nodiscard]] std::string Serialize() const;
 };
 

@@ -1,0 +1,38 @@
+// HAProxy's agent-check (HAProxy 2.6 configuration manual, "agent-check"): on each TCP connection
+// to the agent port the replica writes one ASCII line of words and closes. This file is the pure
+// half: the line from a small state the engine thread publishes (EngineService::replica_state);
+// the socket half is HttpServer's agent acceptor.
+//
+// The mapping (docs/deploy.md, "The agent"), for one session per connection (loadgen and the
+// protocol's clients open one WebSocket per session, so HAProxy's per-server connection count is
+// the replica's session count):
+//   - "drain" while the replica shuts down or when its headroom (limit - active) is 0: HAProxy
+//     sends it no new connection and keeps the ones it has (their sessions run on); "ready" and
+//     "up" otherwise ("ready" cancels an earlier drain; "up" an agent-marked down).
+//   - "maxconn:<limit>" with the admission limit (Supervisor::admission_limit: aimd's, static's,
+//     or memory's sessions that still fit), so HAProxy queues what the replica would reject
+//     rather than sending it to be refused; left out with no count (HAProxy keeps the configured
+//     maxconn) and for a limit of 0 (HAProxy reads maxconn 0 as "no limit"; drain covers it).
+//   - "<P>%": the weight, P = ceil(100 x headroom / limit) in [1, 100] when not draining (100%
+//     with no count), so leastconn and the weighted choices lean to the replica with most room.
+// Pure; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace metronome::server {
+
+// What the agent reports, as the engine thread last published it.
+struct ReplicaState {
+  bool draining = false;    // shutting down: admits nobody
+  std::int64_t limit = -1;  // sessions admission allows now; < 0: no count applies (kNoLimit)
+  std::int64_t active = 0;  // sessions running
+  // Sessions admission would still take: limit - active, >= 0; -1 with no limit.
+  [[nodiscard]] std::int64_t headroom() const;
+};
+
+// One line, e.g. "up ready 63% maxconn:8\n" or "up drain maxconn:8\n".
+[[nodiscard]] std::string AgentResponse(const ReplicaState& state);
+
+}  // namespace metronome::server
