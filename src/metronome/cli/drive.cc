@@ -1,5 +1,6 @@
 // metronome drive: real-time sessions on the real engine and the real clock, in-process (no
 // network). Same workload flags, scheduler, admission and telemetry as `metronome sim`.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -36,8 +37,17 @@ int RunDrive(const DriveFlags& f) {
       static_cast<double>(probe.session.prompt.size()) +
       frames * (probe.session.input_tokens_per_frame + probe.session.output_tokens_per_frame + 1));
   const std::int64_t population = probe.population.sessions > 0 ? probe.population.sessions : 16;
+  // Window KV: at least the window's bound per session, which is what the KV guard (on by
+  // default) projects for a session; a pool of the run's tokens alone would admit none.
+  const kv::KvPolicy& policy = probe.session.policy;
+  const std::int64_t needed_tokens =
+      policy.mode == kv::KvMode::kWindow
+          ? std::max<std::int64_t>(tokens, policy.window + policy.sinks +
+                                               probe.session.input_tokens_per_frame + 1 +
+                                               f.engine.block_tokens)
+          : tokens;
   const engine::EngineOptions eo = f.engine.Options(
-      m.config, probe.session.policy, population, tokens,
+      m.config, probe.session.policy, population, needed_tokens,
       static_cast<int>(probe.session.prompt.size()) + probe.session.input_tokens_per_frame + 1);
   engine::Engine eng(m, eo);
   eng.WarmUp();  // before the first client: its frames must not pay for JIT and first touch
