@@ -46,5 +46,42 @@ TEST(ProcessMemoryTest, TouchedMemoryRaisesTheResidentSet) {
   EXPECT_EQ(block[kBytes - 1], 1);
 }
 
+constexpr const char* kMeminfo =
+    "MemTotal:       24576000 kB\n"
+    "MemFree:        17000000 kB\n"
+    "MemAvailable:   21000000 kB\n"
+    "Buffers:          100000 kB\n";
+
+TEST(AvailableMemoryTest, ParsesMemAvailableAsBytes) {
+  EXPECT_EQ(ParseMemAvailable(kMeminfo), 21000000LL * 1024);
+  EXPECT_FALSE(ParseMemAvailable("MemTotal: 1 kB\nMemFree: 1 kB\n").has_value());
+  EXPECT_FALSE(ParseMemAvailable("MemAvailable: lots kB\n").has_value());
+}
+
+TEST(AvailableMemoryTest, ParsesCgroupByteCounts) {
+  EXPECT_EQ(ParseCgroupBytes("8589934592\n"), 8589934592LL);
+  EXPECT_EQ(ParseCgroupBytes("0\n"), 0);
+  EXPECT_FALSE(ParseCgroupBytes("max\n").has_value());                  // v2: no limit
+  EXPECT_FALSE(ParseCgroupBytes("9223372036854771712\n").has_value());  // v1: no limit
+  EXPECT_FALSE(ParseCgroupBytes("12 34\n").has_value());
+  EXPECT_FALSE(ParseCgroupBytes("-5\n").has_value());
+  EXPECT_FALSE(ParseCgroupBytes("").has_value());
+}
+
+TEST(AvailableMemoryTest, TheCgroupHeadroomWinsWhereItIsSmaller) {
+  constexpr std::int64_t kGiB = std::int64_t{1} << 30;
+  EXPECT_EQ(AvailableMemoryBytes(20 * kGiB, std::nullopt, std::nullopt), 20 * kGiB);
+  EXPECT_EQ(AvailableMemoryBytes(20 * kGiB, 8 * kGiB, 3 * kGiB), 5 * kGiB);
+  EXPECT_EQ(AvailableMemoryBytes(4 * kGiB, 8 * kGiB, 3 * kGiB), 4 * kGiB);
+  EXPECT_EQ(AvailableMemoryBytes(4 * kGiB, 8 * kGiB, 9 * kGiB), 0);  // over its limit
+  EXPECT_EQ(AvailableMemoryBytes(4 * kGiB, 8 * kGiB, std::nullopt), 4 * kGiB);
+}
+
+TEST(AvailableMemoryTest, ReadsThisMachine) {
+  const auto bytes = ReadAvailableMemoryBytes();
+  if (!bytes.has_value()) GTEST_SKIP() << "no /proc/meminfo here";
+  EXPECT_GT(*bytes, 0);
+}
+
 }  // namespace
 }  // namespace metronome::base

@@ -227,8 +227,9 @@ fails_with "loadgen --tokens-per-frame 0 names the flag" "--tokens-per-frame = 0
 # serve + loadgen over loopback: the drive scenario above through the network. Full KV goes mute
 # on the client side; window KV does not (the full-KV sessions ended, so the pool is empty again);
 # serve exits 0 on SIGTERM.
+# (--window 32: the 40-block pool must hold one default session, 259 blocks at tiny's 4096.)
 serve_start "$bin" "$tmp/serve" --model synthetic:tiny --port 0 --threads 1 --kv-blocks 40 \
-  --admission static:8 --quiet
+  --window 32 --admission static:8 --quiet
 port=$SERVE_PORT
 check "serve starts and writes its --port-file" test -n "$port"
 check "serve --port-file: the port it printed" grep -qx "listening on http://127.0.0.1:$port" \
@@ -262,6 +263,26 @@ fails_with "serve on a busy port: one line, exit 2" "cannot listen on 127.0.0.1:
   serve --model synthetic:tiny --port "$port" --threads 1 --quiet
 serve_stop
 check "serve exits 0 on SIGTERM" test $? -eq 0
+# The defaults embody the bound (issue 13): neither side names an admission or KV policy, so the
+# server's window KV, machine-sized pool and AIMD seeded by its start-up calibration apply, and the
+# issue's loadgen run (8 sessions of 4 + 2 tokens per 100 ms; 6 s instead of 15) admits every
+# session at once: before, full KV, memory admission and a 16-session pool admitted 2 and
+# rejected 6 for the whole run (48 rejections in 15 s at d16289c).
+serve_start "$bin" "$tmp/serve_defaults" --model synthetic:tiny --port 0 --threads 1
+check "serve defaults: the pool line names its blocks and sessions at the default window" \
+  grep -Eq '^pool [0-9.]+ GiB = [0-9]+ blocks = [0-9]+ sessions at the default window \(4096 tokens \+ 4 sinks\)' \
+  "$tmp/serve_defaults.out"
+check "serve defaults: a start-up calibration predicts N*" grep -Eq '^aimd seed: N\* [0-9]+ predicted' \
+  "$tmp/serve_defaults.out"
+lg_defaults="$("$bin" loadgen --url "ws://127.0.0.1:$SERVE_PORT" --sessions 8 --period-ms 100 \
+  --tokens-per-frame 4 --output-tokens-per-frame 2 --duration 6 --summary-json --report-every 0 |
+  tail -n 1)"
+check "serve + loadgen with defaults: all 8 sessions admitted, 0 rejections" \
+  test "$(jget "$lg_defaults" admitted)" -eq 8 -a "$(jget "$lg_defaults" rejected)" -eq 0
+check "serve defaults: the limit log says the calibrated N* seeded the limit" \
+  grep -q "seed: the cost model's predicted N\*" "$tmp/serve_defaults.err"
+serve_stop
+check "serve with defaults exits 0 on SIGTERM" test $? -eq 0
 lg_down="$("$bin" loadgen --url "ws://127.0.0.1:$port" --sessions 1 --duration 1 2>&1)"
 check "loadgen without a server fails with a message" grep -q "cannot reach" <<<"$lg_down"
 fails_with "loadgen bad url" "ws://" loadgen --url "http://127.0.0.1:1" --sessions 1

@@ -214,5 +214,48 @@ TEST(CostModelJsonTest, FileErrorsNameThePath) {
   EXPECT_NE(e3.find("is a directory"), std::string::npos) << e3;
 }
 
+SessionSpec WindowSession(int a, int o, TokenPos window, TokenPos sinks, double deadline_ms) {
+  SessionSpec s;
+  s.period_ms = deadline_ms;
+  s.deadline_ms = deadline_ms;
+  s.input_tokens_per_frame = a;
+  s.output_tokens_per_frame = o;
+  s.policy = kv::KvPolicy::Window(window, sinks, kv::PositionMode::kRolling);
+  return s;
+}
+
+// The prediction against the latency it stands for, computed by hand: a = 4, o = 2, W = 60 + 4
+// sinks at steady state: iteration 1 has 5 tokens each seeing 64 keys, iteration 2 one token
+// seeing 64; per session 6 c1 + 384 c2.
+TEST(PredictedSessionLimitTest, IsTheLargestNWithinTheLatencyBudget) {
+  const CostModel m{.c0_s = 0.002, .c1_s_per_token = 1e-4, .c2_s_per_kv_token = 1e-6};
+  const SessionSpec s = WindowSession(4, 2, 60, 4, 100.0);
+  const double per_session_s = 6 * 1e-4 + 384 * 1e-6;
+  const double budget_s = 0.65 * 0.1 - 2 * 0.002;
+  const std::int64_t n = PredictedSessionLimit(m, s, 0.65);
+  EXPECT_EQ(n, static_cast<std::int64_t>(std::floor(budget_s / per_session_s)));
+  // The defining property: n fits, n + 1 does not.
+  const auto latency_s = [&](std::int64_t sessions) {
+    return 2 * m.c0_s + static_cast<double>(sessions) * per_session_s;
+  };
+  EXPECT_LE(latency_s(n), 0.65 * 0.1);
+  EXPECT_GT(latency_s(n + 1), 0.65 * 0.1);
+  // More latency budget, more sessions; a longer window, fewer.
+  EXPECT_GT(PredictedSessionLimit(m, s, 0.85), n);
+  EXPECT_LT(PredictedSessionLimit(m, WindowSession(4, 2, 600, 4, 100.0), 0.65), n);
+}
+
+TEST(PredictedSessionLimitTest, NothingForFullKvOrWhenOneSessionDoesNotFit) {
+  const CostModel m{.c0_s = 0.002, .c1_s_per_token = 1e-4, .c2_s_per_kv_token = 1e-6};
+  SessionSpec full = WindowSession(4, 2, 60, 4, 100.0);
+  full.policy = kv::KvPolicy::Full();
+  EXPECT_EQ(PredictedSessionLimit(m, full, 0.65), 0);
+  // The fixed cost alone exceeds the budget.
+  EXPECT_EQ(PredictedSessionLimit({.c0_s = 0.05}, WindowSession(4, 2, 60, 4, 100.0), 0.65), 0);
+  // No per-session cost: no bound from the model.
+  EXPECT_EQ(PredictedSessionLimit({.c0_s = 0.001}, WindowSession(4, 2, 60, 4, 100.0), 0.65),
+            std::numeric_limits<std::int64_t>::max());
+}
+
 }  // namespace
 }  // namespace metronome::realtime

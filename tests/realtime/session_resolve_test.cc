@@ -72,6 +72,35 @@ TEST(SessionResolveTest, AnEmptyShapeTakesEveryDefault) {
   EXPECT_NO_THROW(s.Validate());
 }
 
+// The serving defaults: the model's trained context capped by the server's max window, 4 sinks,
+// rolling positions; an unknown trained context takes the cap.
+TEST(SessionResolveTest, ServingDefaultsTakeTheWindowFromTheModelCappedByTheServer) {
+  struct Case {
+    TokenPos trained_context, max_window, window;
+  };
+  for (const Case& c : {Case{2048, 4096, 2048}, Case{32768, 4096, 4096}, Case{4096, 4096, 4096},
+                        Case{0, 1024, 1024}, Case{512, 64, 64}}) {
+    SCOPED_TRACE(std::to_string(c.trained_context) + " capped at " + std::to_string(c.max_window));
+    const SessionDefaults d = ServingSessionDefaults(c.trained_context, c.max_window);
+    const SessionSpec s = ResolveSessionOrThrow({}, d);
+    EXPECT_EQ(s.policy.mode, kv::KvMode::kWindow);
+    EXPECT_EQ(s.policy.window, c.window);
+    EXPECT_EQ(s.policy.sinks, kDefaultSinkTokens);
+    EXPECT_EQ(s.policy.positions, kv::PositionMode::kRolling);
+    // The rest of the shape is SessionDefaults'.
+    EXPECT_EQ(s.period_ms, SessionDefaults{}.period_ms);
+    EXPECT_EQ(s.input_tokens_per_frame, SessionDefaults{}.tokens_per_frame);
+  }
+  // An explicit request still wins: full KV is one field away.
+  SessionShape full;
+  full.kv_mode = kv::KvMode::kFull;
+  EXPECT_EQ(ResolveSessionOrThrow(full, ServingSessionDefaults(4096, 4096)).policy.mode,
+            kv::KvMode::kFull);
+  SessionShape narrow;
+  narrow.window = 100;
+  EXPECT_EQ(ResolveSessionOrThrow(narrow, ServingSessionDefaults(4096, 4096)).policy.window, 100);
+}
+
 // A given field wins over its default, one field at a time.
 TEST(SessionResolveTest, AGivenFieldWinsOverItsDefault) {
   struct Case {

@@ -1,5 +1,6 @@
 #include "metronome/base/process_memory.h"
 
+#include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <iterator>
@@ -30,7 +31,59 @@ std::optional<std::int64_t> KilobytesField(std::string_view text, std::string_vi
   return std::nullopt;
 }
 
+// The whole file, or nullopt when it cannot be opened.
+std::optional<std::string> ReadText(const char* path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::optional<std::int64_t> CgroupFile(const char* path) {
+  const std::optional<std::string> text = ReadText(path);
+  return text ? ParseCgroupBytes(*text) : std::nullopt;
+}
+
 }  // namespace
+
+std::optional<std::int64_t> ParseMemAvailable(std::string_view meminfo_text) {
+  return KilobytesField(meminfo_text, "MemAvailable");
+}
+
+std::optional<std::int64_t> ParseCgroupBytes(std::string_view text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.remove_suffix(1);
+  // cgroup v1 reports "no limit" as PAGE_COUNTER_MAX pages, about 2^63 bytes.
+  constexpr std::int64_t kNoLimitAtOrAbove = std::int64_t{1} << 62;
+  std::int64_t bytes = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), bytes);
+  if (ec != std::errc() || end != text.data() + text.size() || bytes < 0 ||
+      bytes >= kNoLimitAtOrAbove) {
+    return std::nullopt;  // "max", junk, or no limit
+  }
+  return bytes;
+}
+
+std::int64_t AvailableMemoryBytes(std::int64_t mem_available_bytes,
+                                  std::optional<std::int64_t> cgroup_limit_bytes,
+                                  std::optional<std::int64_t> cgroup_usage_bytes) {
+  if (!cgroup_limit_bytes || !cgroup_usage_bytes) return mem_available_bytes;
+  const std::int64_t headroom =
+      std::max<std::int64_t>(0, *cgroup_limit_bytes - *cgroup_usage_bytes);
+  return std::min(mem_available_bytes, headroom);
+}
+
+std::optional<std::int64_t> ReadAvailableMemoryBytes() {
+  const std::optional<std::string> meminfo = ReadText("/proc/meminfo");
+  if (!meminfo) return std::nullopt;
+  const std::optional<std::int64_t> available = ParseMemAvailable(*meminfo);
+  if (!available) return std::nullopt;
+  std::optional<std::int64_t> limit = CgroupFile("/sys/fs/cgroup/memory.max");
+  std::optional<std::int64_t> usage = CgroupFile("/sys/fs/cgroup/memory.current");
+  if (!limit) {
+    limit = CgroupFile("/sys/fs/cgroup/memory/memory.limit_in_bytes");
+    usage = CgroupFile("/sys/fs/cgroup/memory/memory.usage_in_bytes");
+  }
+  return AvailableMemoryBytes(*available, limit, usage);
+}
 
 std::optional<ProcessMemory> ParseProcessStatus(std::string_view status_text) {
   const auto rss = KilobytesField(status_text, "VmRSS");

@@ -24,6 +24,7 @@
 #include "metronome/cli/common.h"
 #include "metronome/kernels/gemm.h"
 #include "metronome/realtime/cost_model_fit.h"
+#include "metronome/realtime/engine_calibration.h"
 
 namespace metronome::cli {
 namespace {
@@ -44,21 +45,8 @@ struct CalibrateFlags {
 constexpr std::int64_t kMaxBatchSessions = 4096;
 constexpr std::int64_t kMaxContext = std::int64_t{1} << 24;
 constexpr std::int64_t kMaxChunk = 1 << 16;
-constexpr int kPrefillChunk = 256;           // tokens per session per prefill step
-constexpr int kPrefillTokensPerStep = 2048;  // prefill steps batch sessions up to this many tokens
-
-struct GridPoint {
-  std::int64_t sessions = 0;  // B
-  std::int64_t context = 0;   // C, tokens prefilled into each session before any other step
-  std::int64_t chunk = 0;     // n, tokens each session submits per step
-  // Tokens each session holds after `steps` steps of `chunk` tokens on top of the context.
-  [[nodiscard]] std::int64_t TotalTokens(int steps) const { return context + steps * chunk; }
-};
-
-struct Measurement {
-  GridPoint point;
-  realtime::StepObservation obs;  // median seconds; mean visible_kv_tokens over the timed steps
-};
+using GridPoint = realtime::CalibrationPoint;
+constexpr int kPrefillChunk = realtime::kCalibrationPrefillChunk;
 
 // "1,4,16" (commas or spaces) -> values in [lo, hi]; ConfigError naming the flag and its value.
 std::vector<std::int64_t> ParseList(const std::string& text, const std::string& flag,
@@ -83,103 +71,8 @@ std::vector<std::int64_t> ParseList(const std::string& text, const std::string& 
   return values;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t h = v.size() / 2;
-  return v.size() % 2 == 1 ? v[h] : 0.5 * (v[h - 1] + v[h]);
-}
-
-// Runs one batched step; false (after printing why) if any item did not run.
-bool RunStep(engine::Engine& eng, const std::vector<engine::StepItem>& items,
-             std::vector<engine::StepItemResult>* results, const char* phase) {
-  eng.Step(items, results);
-  for (const engine::StepItemResult& r : *results) {
-    if (r.status != engine::StepStatus::kOk) {
-      std::fprintf(stderr, "error: %s step failed: %s%s\n", phase, engine::ToString(r.status),
-                   r.status == engine::StepStatus::kPoolExhausted
-                       ? " (raise --kv-pool-mb or --kv-blocks)"
-                       : "");
-      return false;
-    }
-  }
-  return true;
-}
-
-// Measures one grid point on fresh sessions (closed again before returning). False on a failed
-// step.
-bool MeasurePoint(engine::Engine& eng, const kv::KvPolicy& policy, const CalibrateFlags& f,
-                  const GridPoint& g, std::mt19937& rng, Measurement* m) {
-  const int vocab = eng.config().vocab_size;
-  std::uniform_int_distribution<TokenId> tok(0, vocab - 1);
-  const std::int64_t total = g.TotalTokens(f.warmup + f.repeats);
-  std::vector<engine::SessionId> ids;
-  std::vector<std::vector<TokenId>> streams;  // each session's tokens: context, then the steps'
-  for (std::int64_t s = 0; s < g.sessions; ++s) {
-    engine::SessionOptions so;
-    so.policy = policy;
-    so.max_context = f.kv.max_context > 0 ? f.kv.max_context : total;
-    ids.push_back(eng.OpenSession(so));
-    std::vector<TokenId>& stream = streams.emplace_back(static_cast<std::size_t>(total));
-    for (TokenId& t : stream) t = tok(rng);
-  }
-  const auto close_all = [&] {
-    for (const engine::SessionId id : ids) eng.CloseSession(id);
-  };
-  const auto chunk_of = [&](std::size_t s, std::int64_t begin, std::int64_t n) {
-    return std::span<const TokenId>(streams[s])
-        .subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(n));
-  };
-  std::vector<engine::StepItem> items;
-  std::vector<engine::StepItemResult> results;
-
-  // Prefill (untimed): chunks of kPrefillChunk, several sessions per step.
-  const std::int64_t per_step = std::max(1, kPrefillTokensPerStep / kPrefillChunk);
-  for (std::int64_t begin = 0; begin < g.context; begin += kPrefillChunk) {
-    const std::int64_t n = std::min<std::int64_t>(kPrefillChunk, g.context - begin);
-    for (std::int64_t s0 = 0; s0 < g.sessions; s0 += per_step) {
-      items.clear();
-      for (std::int64_t s = s0; s < std::min(g.sessions, s0 + per_step); ++s) {
-        items.push_back({ids[static_cast<std::size_t>(s)],
-                         chunk_of(static_cast<std::size_t>(s), begin, n),
-                         engine::LogitsMode::kNone});
-      }
-      if (!RunStep(eng, items, &results, "prefill")) {
-        close_all();
-        return false;
-      }
-    }
-  }
-
-  // Timed steps: every session submits `chunk` tokens and asks for its next token, as the
-  // real-time loop's EngineBackend does. The clock brackets Engine::Step only, which is the part
-  // of EngineBackend::Step the simulator's cost model replaces.
-  std::vector<double> seconds;
-  double visible_sum = 0.0;
-  for (int k = 0; k < f.warmup + f.repeats; ++k) {
-    items.clear();
-    double visible = 0.0;
-    for (std::size_t s = 0; s < ids.size(); ++s) {
-      const kv::SessionKv* kv = eng.session_kv(ids[s]);
-      visible += static_cast<double>(kv->policy().VisibleKeysOfChunk(kv->length(), g.chunk));
-      items.push_back({ids[s], chunk_of(s, kv->length(), g.chunk), engine::LogitsMode::kLast});
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    if (!RunStep(eng, items, &results, "timed")) {
-      close_all();
-      return false;
-    }
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (k >= f.warmup) {
-      seconds.push_back(dt);
-      visible_sum += visible;
-    }
-  }
-  close_all();
-  m->point = g;
-  // visible_kv_tokens grows linearly over the timed steps, so its mean is the middle step's count:
-  // the natural partner of the median time.
-  m->obs = {static_cast<double>(g.sessions * g.chunk), visible_sum / f.repeats, Median(seconds)};
-  return true;
+realtime::CalibrationSettings SettingsOf(const CalibrateFlags& f) {
+  return {.repeats = f.repeats, .warmup = f.warmup, .max_context = f.kv.max_context};
 }
 
 // Fails fast (before any measuring) when the grid's design cannot separate the three terms, e.g.
@@ -187,15 +80,8 @@ bool MeasurePoint(engine::Engine& eng, const kv::KvPolicy& policy, const Calibra
 // (batch_tokens, visible_kv_tokens) of every point is known in advance; only the times are not.
 void CheckGridIdentifiesTheModel(const std::vector<GridPoint>& grid, const kv::KvPolicy& policy,
                                  const CalibrateFlags& f) {
-  std::vector<realtime::StepObservation> design;
-  for (const GridPoint& g : grid) {
-    double visible = 0.0;  // per session, summed over the timed steps
-    for (std::int64_t k = f.warmup; k < f.warmup + f.repeats; ++k) {
-      visible += static_cast<double>(policy.VisibleKeysOfChunk(g.context + k * g.chunk, g.chunk));
-    }
-    design.push_back({static_cast<double>(g.sessions * g.chunk),
-                      static_cast<double>(g.sessions) * visible / f.repeats, 1.0});
-  }
+  const std::vector<realtime::StepObservation> design =
+      realtime::CalibrationDesign(grid, policy, SettingsOf(f));
   try {
     (void)realtime::FitCostModel(design);
   } catch (const ConfigError& e) {
@@ -268,17 +154,23 @@ int RunCalibrate(const CalibrateFlags& f) {
   engine::Engine eng(m, eo);
 
   std::mt19937 rng(7);  // token ids only; they do not affect the timing
-  std::vector<Measurement> measured;
+  std::vector<realtime::CalibrationMeasurement> measured;
   const auto t0 = std::chrono::steady_clock::now();
   for (const GridPoint& g : grid) {
-    Measurement meas;
-    if (!MeasurePoint(eng, policy, f, g, rng, &meas)) return 3;
-    measured.push_back(meas);
+    auto meas = realtime::MeasureCalibrationPoint(eng, policy, SettingsOf(f), g, rng);
+    if (const auto* error = std::get_if<std::string>(&meas)) {
+      std::fprintf(stderr, "error: %s%s\n", error->c_str(),
+                   error->find("pool_exhausted") != std::string::npos
+                       ? " (raise --kv-pool-mb or --kv-blocks)"
+                       : "");
+      return 3;
+    }
+    measured.push_back(std::get<realtime::CalibrationMeasurement>(meas));
   }
   const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::vector<realtime::StepObservation> obs;
   obs.reserve(measured.size());
-  for (const Measurement& meas : measured) obs.push_back(meas.obs);
+  for (const realtime::CalibrationMeasurement& meas : measured) obs.push_back(meas.obs);
   const realtime::CostModelFit fit = realtime::FitCostModel(obs);
 
   std::printf(
@@ -288,7 +180,7 @@ int RunCalibrate(const CalibrateFlags& f) {
   std::printf("%8s %8s %6s %12s %18s %12s %10s %9s\n", "sessions", "context", "chunk",
               "batch_tokens", "visible_kv_tokens", "measured_ms", "model_ms", "rel_err");
   nlohmann::json points = nlohmann::json::array();
-  for (const Measurement& meas : measured) {
+  for (const realtime::CalibrationMeasurement& meas : measured) {
     const realtime::StepObservation& o = meas.obs;
     const double model_s = fit.model.StepSeconds(o.batch_tokens, o.visible_kv_tokens);
     const double rel = (model_s - o.seconds) / o.seconds;

@@ -10,6 +10,7 @@
 
 #include "metronome/base/errors.h"
 #include "metronome/base/number_list.h"
+#include "metronome/base/process_memory.h"
 #include "metronome/base/thread_pool.h"
 #include "metronome/kv/block_pool.h"
 
@@ -104,6 +105,32 @@ engine::EngineOptions EngineFlags::Options(const model::ModelConfig& config,
   }
   (void)config;
   return o;
+}
+
+MachinePool PoolFromMachine(const model::Model& model, const engine::EngineOptions& options,
+                            double fraction, std::int64_t max_blocks) {
+  const std::optional<std::int64_t> available = base::ReadAvailableMemoryBytes();
+  if (!available) {
+    throw ConfigError(
+        "cannot read the available memory (/proc/meminfo) to size the KV pool: give --kv-pool-mb "
+        "or --kv-blocks");
+  }
+  MachinePool pool;
+  const auto weights = static_cast<std::int64_t>(model.weights->WeightBytes());
+  pool.available_bytes = std::max<std::int64_t>(0, *available - weights);
+  const auto bytes_per_block =
+      static_cast<double>(engine::KvLayoutFor(model.config, options).bytes_per_block());
+  const auto blocks = static_cast<std::int64_t>(
+      std::floor(fraction * static_cast<double>(pool.available_bytes) / bytes_per_block));
+  pool.capped = blocks > max_blocks;
+  pool.blocks = std::min(blocks, max_blocks);
+  if (pool.blocks < 1) {
+    throw ConfigError("--kv-pool-fraction = " + FormatValue(fraction) + " of the " +
+                      HumanBytes(static_cast<double>(pool.available_bytes)) +
+                      " available after the weights holds no KV block: give --kv-pool-mb or "
+                      "--kv-blocks");
+  }
+  return pool;
 }
 
 void RequireFiniteNumbers(CLI::App* app) {

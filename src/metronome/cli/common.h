@@ -50,7 +50,24 @@ struct EngineFlags {
                                               const kv::KvPolicy& policy, std::int64_t sessions,
                                               std::int64_t needed_tokens_per_session,
                                               int chunk_tokens) const;
+  // --kv-blocks or --kv-pool-mb was given (a pool size the user chose).
+  [[nodiscard]] bool pool_given() const { return kv_blocks > 0 || kv_pool_mb > 0.0; }
 };
+
+// A server's KV pool when neither --kv-blocks nor --kv-pool-mb is given: `fraction` of the memory
+// available to this process (base::ReadAvailableMemoryBytes, read after the model loaded) less the
+// model's weight bytes (so memory-mapped weights still in the page cache, which MemAvailable counts
+// as available, are not promised to the KV; conservative where they are already resident), in
+// whole blocks of `options`' layout, at most `max_blocks`. ConfigError where the memory cannot be
+// read or not one block fits.
+struct MachinePool {
+  std::int64_t available_bytes = 0;  // to this process, after the weights
+  std::int64_t blocks = 0;
+  bool capped = false;  // max_blocks cut it
+};
+[[nodiscard]] MachinePool PoolFromMachine(const model::Model& model,
+                                          const engine::EngineOptions& options, double fraction,
+                                          std::int64_t max_blocks);
 
 // Every floating-point flag of `app` and of its subcommands (recursively) must be a finite number:
 // CLI::Range lets NaN through (every comparison with NaN is false) and no flag means anything at

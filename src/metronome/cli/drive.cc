@@ -1,9 +1,11 @@
 // metronome drive: real-time sessions on the real engine and the real clock, in-process (no
 // network). Same workload flags, scheduler, admission and telemetry as `metronome sim`.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
 #include "metronome/base/errors.h"
+#include "metronome/cli/aimd_seed.h"
 #include "metronome/cli/commands.h"
 #include "metronome/cli/common.h"
 #include "metronome/cli/workload_flags.h"
@@ -19,11 +21,15 @@ struct DriveFlags {
   WorkloadFlags workload;
   float temperature = 0.0f;
   std::int64_t max_context = 0;
+  std::int64_t max_window = realtime::kDefaultMaxWindowTokens;
+  bool aimd_initial_given = false;  // --aimd-initial on the command line: no start-up calibration
+  DriveFlags() { workload.admission = ServingAdmissionFlags(); }
 };
 
 int RunDrive(const DriveFlags& f) {
   model::Model m = f.model.Load();
-  const realtime::WorkloadOptions probe = f.workload.Options({}, m.config.vocab_size);
+  realtime::WorkloadOptions probe = f.workload.Options(
+      realtime::ServingSessionDefaults(m.config.context_length, f.max_window), m.config.vocab_size);
   // Without --kv-blocks/--kv-pool-mb the pool holds every session's whole run, so only compute
   // can fail; give a small pool to see the KV wall.
   const double frames = probe.population.duration_s * 1000.0 / probe.session.period_ms + 1.0;
@@ -31,11 +37,22 @@ int RunDrive(const DriveFlags& f) {
       static_cast<double>(probe.session.prompt.size()) +
       frames * (probe.session.input_tokens_per_frame + probe.session.output_tokens_per_frame + 1));
   const std::int64_t population = probe.population.sessions > 0 ? probe.population.sessions : 16;
+  // Window KV: at least the window's bound per session, which is what the KV guard (on by
+  // default) projects for a session; a pool of the run's tokens alone would admit none.
+  const kv::KvPolicy& policy = probe.session.policy;
+  const std::int64_t needed_tokens =
+      policy.mode == kv::KvMode::kWindow
+          ? std::max<std::int64_t>(tokens, policy.window + policy.sinks +
+                                               probe.session.input_tokens_per_frame + 1 +
+                                               f.engine.block_tokens)
+          : tokens;
   const engine::EngineOptions eo = f.engine.Options(
-      m.config, probe.session.policy, population, tokens,
+      m.config, probe.session.policy, population, needed_tokens,
       static_cast<int>(probe.session.prompt.size()) + probe.session.input_tokens_per_frame + 1);
   engine::Engine eng(m, eo);
   eng.WarmUp();  // before the first client: its frames must not pay for JIT and first touch
+  if (probe.supervisor.admission == "aimd")
+    SeedAimdLimit(&eng, probe.session, f.aimd_initial_given, &probe.supervisor.aimd);
   engine::SamplerOptions so;
   so.temperature = f.temperature;
   so.Validate();
@@ -76,7 +93,15 @@ void RegisterDrive(CLI::App* app, int* exit_code) {
                   "Context limit of full-KV sessions in tokens (0: the model's trained context); a "
                   "session reaching it ends with an error");
   flags->workload.Register(sub);
-  sub->callback([flags, exit_code] { *exit_code = RunDrive(*flags); });
+  sub->add_option("--max-window", flags->max_window,
+                  "Cap on the default --window when it comes from the model's trained context, "
+                  "tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
+  sub->callback([flags, exit_code, sub] {
+    flags->aimd_initial_given = sub->count("--aimd-initial") > 0;
+    *exit_code = RunDrive(*flags);
+  });
 }
 
 }  // namespace metronome::cli

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "metronome/base/errors.h"
+#include "metronome/cli/aimd_seed.h"
 #include "metronome/cli/commands.h"
 #include "metronome/cli/common.h"
 #include "metronome/cli/workload_flags.h"
@@ -38,11 +39,15 @@ struct ServeFlags {
     return o;
   }();
   std::string allowed_origins;  // parsed by server::ParseAllowedOrigins; empty: its default rule
-  std::int64_t sessions_hint = 16;  // pool sizing when neither --kv-blocks nor --kv-pool-mb
-  // Session defaults and caps.
-  std::int64_t window = 512;
-  std::int64_t sinks = 4;
-  std::string positions = "absolute";
+  // Without --kv-blocks/--kv-pool-mb: this fraction of the memory available after the weights
+  // (PoolFromMachine). Half leaves room for the process, other tenants and the page cache.
+  double kv_pool_fraction = 0.5;
+  // Session defaults and caps: unset KV fields take realtime::ServingSessionDefaults.
+  std::optional<std::string> kv;  // full | window
+  std::optional<std::int64_t> window;
+  std::optional<std::int64_t> sinks;
+  std::optional<std::string> positions;
+  std::int64_t max_window = realtime::kDefaultMaxWindowTokens;
   bool no_full_kv = false;
   std::int64_t max_context = 0;
   float temperature = 0.0f;
@@ -50,8 +55,10 @@ struct ServeFlags {
   int agent_port = 0;             // HAProxy agent-check port; 0: no agent
   std::string replica_id;         // session.started's replica; empty: <hostname>:<port>
   double drain_timeout_s = 30.0;  // SIGTERM: how long running sessions may go on, s
-  AdmissionFlags admission;       // admission, alarms, forecast: the same flags as sim and drive
+  // Admission, alarms, forecast: the same flags as sim and drive; drive's defaults (aimd + guard).
+  AdmissionFlags admission = ServingAdmissionFlags();
   bool quiet = false;
+  bool aimd_initial_given = false;  // --aimd-initial on the command line: no start-up calibration
 };
 
 // Writes "PORT\n" to `path` atomically: a temp file beside it, then rename, so a script polling
@@ -106,6 +113,20 @@ void Drain(server::EngineService* service, boost::asio::io_context* signals_io,
   std::fflush(stdout);
 }
 
+// The session a client that names nothing gets, resolved: the server's defaults (the model's
+// window capped by --max-window, rolling positions), an explicit --window/--sinks/--positions
+// winning.
+realtime::SessionDefaults ServerDefaults(const ServeFlags& f, const model::ModelConfig& config) {
+  realtime::SessionDefaults d =
+      realtime::ServingSessionDefaults(config.context_length, f.max_window);
+  if (f.kv) d.kv_mode = kv::ParseKvMode(*f.kv).value_or(d.kv_mode);
+  if (f.window) d.window = *f.window;
+  if (f.sinks) d.sinks = *f.sinks;
+  // CLI11 admits only the parser's spellings.
+  if (f.positions) d.positions = kv::ParsePositionMode(*f.positions).value_or(d.positions);
+  return d;
+}
+
 int RunServe(const ServeFlags& f) {
   // Validated before the model loads: a typo fails at once. (--window, --sinks and --max-context
   // are range-checked by CLI11 at parse time.)
@@ -114,20 +135,35 @@ int RunServe(const ServeFlags& f) {
   server::ServerOptions so2 = f.server;
   so2.allowed_origins = server::ParseAllowedOrigins(f.allowed_origins);
   const model::Model m = f.model.Load();
-  // CLI11 admits only the parser's spellings.
-  const kv::PositionMode pos =
-      kv::ParsePositionMode(f.positions).value_or(kv::PositionMode::kAbsolute);
-  const kv::KvPolicy policy = kv::KvPolicy::Window(f.window, f.sinks, pos);
-  const engine::EngineOptions eo = f.engine.Options(
-      m.config, policy, f.sessions_hint, f.window + f.sinks + 64, static_cast<int>(f.window));
+  const realtime::SessionDefaults defaults = ServerDefaults(f, m.config);
+  // The server's reference session: the default shape (SessionDefaults' period, a and o) with the
+  // default KV. The pool's line and the AIMD seed are stated for it.
+  const realtime::SessionSpec reference = realtime::ResolveSessionOrThrow({}, defaults);
+  const kv::KvPolicy& policy = reference.policy;
+  // The pool's size is set below (a given size, or PoolFromMachine).
+  engine::EngineOptions eo = f.engine.Options(m.config, policy, /*sessions=*/1,
+                                              /*needed_tokens_per_session=*/1, /*chunk_tokens=*/1);
+  const std::int64_t per_session =
+      realtime::ProjectedBlocks(reference, eo.block_tokens, sup.memory, /*context_limit=*/0);
+  bool pool_capped = false;
+  if (!f.engine.pool_given()) {
+    // No more than the most sessions admission can ever hold need (and int-sized block ids).
+    const std::int64_t max_sessions =
+        sup.max_sessions > 0 ? std::min(sup.max_sessions, sup.aimd.max_limit) : sup.aimd.max_limit;
+    const std::int64_t max_blocks = std::min<std::int64_t>(
+        std::int64_t{1} << 30, per_session * std::max<std::int64_t>(1, max_sessions));
+    const MachinePool machine = PoolFromMachine(m, eo, f.kv_pool_fraction, max_blocks);
+    eo.kv_blocks = machine.blocks;
+    pool_capped = machine.capped;
+  }
   engine::Engine eng(m, eo);
   // A pool that cannot hold one default session would refuse every client while /healthz says ok.
-  const std::int64_t one_session = policy.MaxResidentBlocks(eo.block_tokens, /*chunk_tokens=*/1);
+  // (Full KV: a session grows until it ends; one block lets it start.)
+  const std::int64_t one_session = policy.mode == kv::KvMode::kWindow ? per_session : 1;
   if (eng.pool_stats().num_blocks < one_session) {
     throw ConfigError("the KV pool has " + std::to_string(eng.pool_stats().num_blocks) +
                       " blocks, fewer than one default session needs (" +
-                      std::to_string(one_session) + " blocks for --window " +
-                      std::to_string(f.window) + " --sinks " + std::to_string(f.sinks) +
+                      std::to_string(one_session) + " blocks for " + policy.ToString() +
                       "): raise --kv-blocks or --kv-pool-mb, or lower --window");
   }
   eng.WarmUp();  // before the first client: its frames must not pay for JIT and first touch
@@ -137,12 +173,36 @@ int RunServe(const ServeFlags& f) {
   realtime::EngineBackend backend(&eng, so, f.max_context);
   SteadyClock clock;
 
+  const kv::PoolStats pool = eng.pool_stats();
+  // What the KV guard will allow for the reference session on the empty pool.
+  admission::SessionRequest request;
+  request.projected_blocks = per_session;
+  admission::SystemState empty;
+  empty.total_blocks = empty.free_blocks = pool.num_blocks;
+  const std::int64_t pool_sessions = admission::SessionsThatFit(request, empty, sup.memory);
+  const std::string per_what =
+      policy.mode == kv::KvMode::kWindow
+          ? "at the default window (" + std::to_string(policy.window) + " tokens + " +
+                std::to_string(policy.sinks) + " sinks)"
+          : "at the default full KV (" + std::to_string(per_session) + " blocks projected each)";
+  std::string why;
+  if (!f.engine.pool_given()) {
+    why = pool_capped ? " (capped at what the admission limit's sessions need)"
+                      : " (" + FormatValue(f.kv_pool_fraction) +
+                            " of the memory available after the weights)";
+  }
+  std::printf("pool %.2f GiB = %lld blocks = %lld sessions %s%s\n",
+              static_cast<double>(pool.num_blocks * pool.bytes_per_block) / (1 << 30),
+              static_cast<long long>(pool.num_blocks), static_cast<long long>(pool_sessions),
+              per_what.c_str(), why.c_str());
+  if (sup.admission == "aimd") SeedAimdLimit(&eng, reference, f.aimd_initial_given, &sup.aimd);
+
   sup.log_to_stderr = !f.quiet;
-  sup.reference_session_blocks = one_session;  // memory admission's limit: default sessions
+  sup.reference_session_blocks = per_session;  // memory admission's limit: default sessions
   telemetry::MetricsRegistry registry;
   server::EngineService service(&backend, &clock, sup, &registry);
 
-  so2.session_defaults = server::ServerSessionDefaults(f.window, f.sinks, pos);
+  so2.session_defaults = defaults;
   so2.caps.vocab_size = m.config.vocab_size;
   so2.caps.allow_full_kv = !f.no_full_kv;
   if (f.agent_port > 0) so2.agent_port = f.agent_port;
@@ -151,7 +211,6 @@ int RunServe(const ServeFlags& f) {
   server::HttpServer http(&service, &registry, so2, m.tokenizer.get());
   http.Start();
 
-  const kv::PoolStats pool = eng.pool_stats();
   std::printf("metronome serve --model %s: KV pool %lld blocks x %lld tokens (%s), %s\n",
               f.model.model.c_str(), static_cast<long long>(pool.num_blocks),
               static_cast<long long>(pool.block_tokens),
@@ -242,16 +301,31 @@ void RegisterServe(CLI::App* app, int* exit_code) {
                   "Comma list of Origin values (scheme://host[:port]) a browser may upgrade from, "
                   "or '*' for any (default: with no --auth-token, only pages served from this "
                   "host or a loopback name; with one, any). Requests without Origin are allowed");
-  sub->add_option("--pool-sessions", flags->sessions_hint,
-                  "Window sessions the KV pool is sized for without --kv-blocks/--kv-pool-mb")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
+  sub->add_option("--kv-pool-fraction", flags->kv_pool_fraction,
+                  "Without --kv-blocks/--kv-pool-mb: the KV pool is this fraction of the memory "
+                  "available after the weights (MemAvailable or the cgroup's limit, whichever is "
+                  "smaller), at most what the admission limit's sessions need")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 0.95));
   // A default no client could ask for explicitly is a typo (and would overflow the pool sizing).
   const wire::ServerCaps caps;
-  sub->add_option("--window", flags->window, "Default kv.window of a session, tokens")
+  sub->add_option("--kv", flags->kv,
+                  "Default kv.policy of a session that names none: window | full (the unbounded "
+                  "baseline; default: window)")
+      ->check(CLI::IsMember({"full", "window"}));
+  sub->add_option("--window", flags->window,
+                  "Default kv.window of a session, tokens (default: the model's trained context "
+                  "capped by --max-window)")
       ->check(CLI::Range(std::int64_t{1}, caps.max_window));
-  sub->add_option("--sinks", flags->sinks, "Default kv.sinks of a session, tokens")
+  sub->add_option("--max-window", flags->max_window,
+                  "Cap on the default window when it comes from the model's trained context, "
+                  "tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{1}, caps.max_window));
+  sub->add_option("--sinks", flags->sinks, "Default kv.sinks of a session, tokens (default: 4)")
       ->check(CLI::Range(std::int64_t{0}, caps.max_sinks));
-  sub->add_option("--positions", flags->positions, "Default kv.positions: absolute | rolling")
+  sub->add_option("--positions", flags->positions,
+                  "Default kv.positions: absolute | rolling (default: rolling)")
       ->check(CLI::IsMember({"absolute", "rolling"}));
   sub->add_flag("--no-full-kv", flags->no_full_kv, "Refuse kv.policy full (over_cap)");
   sub->add_option("--max-context", flags->max_context,
@@ -264,7 +338,10 @@ void RegisterServe(CLI::App* app, int* exit_code) {
           "AIMD control window, s (default 2; give about 25 frame periods when the "
           "sessions' periods are longer than 80 ms)");
   sub->add_flag("--quiet", flags->quiet, "No alarm or limit-change lines on stderr");
-  sub->callback([flags, exit_code] { *exit_code = RunServe(*flags); });
+  sub->callback([flags, exit_code, sub] {
+    flags->aimd_initial_given = sub->count("--aimd-initial") > 0;
+    *exit_code = RunServe(*flags);
+  });
 }
 
 }  // namespace metronome::cli

@@ -119,14 +119,19 @@ void WorkloadFlags::RegisterSessionShape(CLI::App* app) {
   app->add_option("--prompt-tokens", prompt_tokens,
                   "Initial prompt length in tokens, fed with each session's first frame")
       ->check(CLI::Range(0, 1 << 20));
-  app->add_option("--kv", kv, "Per-session KV policy: full | window")
+  app->add_option("--kv", kv,
+                  "Per-session KV policy: full | window (default: the preset's for sim, window "
+                  "for drive, the server's for loadgen)")
       ->check(CLI::IsMember({"full", "window"}));
   app->add_option("--window", window,
-                  "W: most recent tokens kept, window mode (default: the preset's for sim, 512 for "
-                  "drive)");
+                  "W: most recent tokens kept, window mode (default: the preset's for sim; for "
+                  "drive the model's trained context capped by --max-window; the server's for "
+                  "loadgen)");
   app->add_option("--sinks", sinks,
                   "S: first tokens pinned as attention sinks, window mode (default: 4)");
-  app->add_option("--positions", positions, "RoPE positions: absolute | rolling")
+  app->add_option("--positions", positions,
+                  "RoPE positions: absolute | rolling (default: absolute for sim, rolling for "
+                  "drive, the server's for loadgen)")
       ->check(CLI::IsMember({"absolute", "rolling"}));
 }
 
@@ -150,7 +155,8 @@ void WorkloadFlags::RegisterAdmission(CLI::App* app) { admission.Register(app); 
 
 void AdmissionFlags::Register(CLI::App* app) {
   app->add_option("--admission", admission,
-                  "Admission controller: static:N | memory | aimd | gradient2");
+                  "Admission controller: static:N | memory | aimd | gradient2")
+      ->capture_default_str();
   app->add_option("--max-sessions", max_sessions,
                   "Hard cap on concurrent sessions, whatever the controller says (0: none)");
   app->add_option("--aimd-window-s", aimd_window_s,
@@ -189,9 +195,10 @@ void AdmissionFlags::Register(CLI::App* app) {
   app->add_option("--aimd-max", aimd.max_limit, "AIMD highest limit");
   app->add_option("--aimd-min-samples", aimd.min_samples,
                   "AIMD holds on windows with fewer frames than this");
-  app->add_flag("--kv-guard", aimd.kv_guard,
-                "AIMD/gradient2 also require active < sessions the KV pool can hold (look-ahead "
-                "guard)");
+  app->add_flag("--kv-guard,!--no-kv-guard", aimd.kv_guard,
+                std::string("AIMD/gradient2 also require active < sessions the KV pool can hold "
+                            "(look-ahead guard; default ") +
+                    (aimd.kv_guard ? "on" : "off") + ")");
   app->add_option("--gradient2-initial", gradient2.initial_limit, "gradient2 starting limit");
   app->add_option("--gradient2-tolerance", gradient2.tolerance,
                   "gradient2: short-run latency may exceed the long-run one by this factor");
@@ -226,6 +233,13 @@ void WorkloadFlags::RegisterOutputs(CLI::App* app, bool with_metrics_out) {
   app->add_option("--report-every", report_every_s,
                   "Print a progress line every this many seconds of the clock (0: off)");
   app->add_flag("--quiet", quiet, "No alarm, limit-change or forecast lines on stderr");
+}
+
+AdmissionFlags ServingAdmissionFlags() {
+  AdmissionFlags f;
+  f.admission = "aimd";
+  f.aimd.kv_guard = true;
+  return f;
 }
 
 double DefaultAimdWindowS(double period_ms) { return std::max(2.0, 25.0 * period_ms / 1000.0); }
@@ -307,10 +321,11 @@ realtime::SessionShape WorkloadFlags::Shape() const {
   shape.deadline_ms = deadline_ms;
   shape.tokens_per_frame = tokens_per_frame;
   shape.output_tokens_per_frame = output_tokens_per_frame;
-  shape.kv_mode = kv::ParseKvMode(kv);  // CLI11 admits only the parser's spellings
+  // CLI11 admits only the parsers' spellings.
+  if (kv) shape.kv_mode = kv::ParseKvMode(*kv);
   shape.window = window;
   shape.sinks = sinks;
-  shape.positions = kv::ParsePositionMode(positions);
+  if (positions) shape.positions = kv::ParsePositionMode(*positions);
   if (prompt_tokens > 0) shape.prompt = realtime::SyntheticPrompt{.tokens = prompt_tokens};
   return shape;
 }

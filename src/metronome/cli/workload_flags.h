@@ -59,6 +59,12 @@ struct AdmissionFlags {
   [[nodiscard]] realtime::SupervisorOptions Supervisor(double period_ms) const;
 };
 
+// The admission a serving engine starts with (serve, drive): `aimd` with the KV look-ahead guard,
+// so the limit is anchored to the deadline and never promises more sessions than the pool holds.
+// sim keeps AdmissionFlags' own default (`memory`), which its experiments and presets are stated
+// in.
+[[nodiscard]] AdmissionFlags ServingAdmissionFlags();
+
 struct WorkloadFlags {
   // Session shape. Unset optionals take SessionDefaults.
   std::optional<double> period_ms;
@@ -66,10 +72,10 @@ struct WorkloadFlags {
   std::optional<int> tokens_per_frame;
   std::optional<int> output_tokens_per_frame;
   int prompt_tokens = 0;
-  std::string kv = "full";
+  std::optional<std::string> kv;  // unset: SessionDefaults' mode (loadgen: the server's)
   std::optional<std::int64_t> window;
   std::optional<std::int64_t> sinks;
-  std::string positions = "absolute";
+  std::optional<std::string> positions;
   // Who asks for sessions and for how long.
   std::int64_t sessions = 0;
   std::string arrival;

@@ -60,11 +60,6 @@ void Timed(double* acc, Fn&& fn) {
   *acc += std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-kv::KvLayout LayoutFor(const model::ModelConfig& c, const EngineOptions& o) {
-  o.Validate();
-  return {c.num_layers, c.num_kv_heads, c.head_dim, o.block_tokens, o.kv_dtype};
-}
-
 kv::BlockPoolOptions PoolOptionsFor(const kv::KvLayout& layout, const EngineOptions& o) {
   kv::BlockPoolOptions p;
   p.num_blocks = o.kv_blocks > 0 ? static_cast<int>(o.kv_blocks)
@@ -89,6 +84,11 @@ void EnsureSize(std::vector<float>& v, std::size_t n) {
 }
 
 }  // namespace
+
+kv::KvLayout KvLayoutFor(const model::ModelConfig& c, const EngineOptions& o) {
+  o.Validate();
+  return {c.num_layers, c.num_kv_heads, c.head_dim, o.block_tokens, o.kv_dtype};
+}
 
 // Per-step plan and activations. Row t of every [T, *] buffer is the t-th token of the step.
 struct Engine::Batch {
@@ -125,8 +125,8 @@ Engine::Engine(const model::Model& model, const EngineOptions& options)
       options_(options),
       rope_(model.config.head_dim, model.config.rotary_dim(), model.config.rope_theta,
             model.config.rope_style),
-      pool_(LayoutFor(model.config, options),
-            PoolOptionsFor(LayoutFor(model.config, options), options)),
+      pool_(KvLayoutFor(model.config, options),
+            PoolOptionsFor(KvLayoutFor(model.config, options), options)),
       batch_(std::make_unique<Batch>()) {
   MTR_CHECK(model.weights != nullptr, "engine needs a model with weights");
   // The pool is process-wide (kernels::MatMulTransposedB runs on it too); 0 keeps its size.

@@ -41,6 +41,11 @@ struct EngineOptions {
   void Validate() const;  // ConfigError naming the field
 };
 
+// The KV pool's layout (and so its bytes per block) an engine of `config` with `options` gets:
+// for sizing a pool in bytes before the engine exists. Validates `options`.
+[[nodiscard]] kv::KvLayout KvLayoutFor(const model::ModelConfig& config,
+                                       const EngineOptions& options);
+
 struct SessionOptions {
   kv::KvPolicy policy;
   // Context limit in tokens. 0: the model's trained context in full mode (unlimited if unknown),

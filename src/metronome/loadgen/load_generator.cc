@@ -441,14 +441,16 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
                         {"tokens_per_frame", spec.input_tokens_per_frame},
                         {"output_tokens_per_frame", spec.output_tokens_per_frame},
                         {"client_ref", "c" + std::to_string(ordinal)}};
-    const kv::KvMode mode = spec.policy.mode;
-    nlohmann::json kv = {{"policy", kv::ToString(mode)}};
-    if (mode == kv::KvMode::kWindow) {
+    // Only what the user named: an absent field gets the server's default (a client that names no
+    // KV policy gets the server's, window KV unless it runs `--kv full`).
+    nlohmann::json kv = nlohmann::json::object();
+    if (shape.kv_mode) kv["policy"] = kv::ToString(*shape.kv_mode);
+    if (spec.policy.mode == kv::KvMode::kWindow) {
       if (shape.window) kv["window"] = *shape.window;
       if (shape.sinks) kv["sinks"] = *shape.sinks;
     }
     if (shape.positions) kv["positions"] = kv::ToString(*shape.positions);
-    j["kv"] = std::move(kv);
+    if (!kv.empty()) j["kv"] = std::move(kv);
     if (!spec.prompt.empty()) j["prompt"] = {{"ids", spec.prompt}};
     Send(j.dump(), false);
   }
@@ -912,8 +914,9 @@ LoadGenSummary LoadGenerator::Run() {
   s.p99_send_lag_ms = st.send_lag.Quantile(0.99);
   const realtime::SessionShape& shape = st.options.session;
   s.kv_policy =
-      st.spec.policy.mode == kv::KvMode::kFull
-          ? "full"
+      !shape.kv_mode ? std::string("server default")
+      : st.spec.policy.mode == kv::KvMode::kFull
+          ? std::string("full")
           : "window W=" +
                 (shape.window ? std::to_string(*shape.window) : std::string("server default")) +
                 " S=" +

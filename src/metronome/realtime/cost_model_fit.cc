@@ -13,6 +13,7 @@
 #include <system_error>
 #include <vector>
 
+#include "metronome/base/check.h"
 #include "metronome/base/errors.h"
 
 namespace metronome::realtime {
@@ -266,6 +267,31 @@ CostModel LoadCostModelFile(const std::string& path) {
     throw ConfigError(source + ": invalid JSON: " + e.what());
   }
   return CostModelFromJson(j, source);
+}
+
+std::int64_t PredictedSessionLimit(const CostModel& model, const SessionSpec& session,
+                                   double latency_fraction) {
+  MTR_CHECK(latency_fraction > 0.0 && latency_fraction <= 1.0 && session.deadline_ms > 0.0,
+            "latency_fraction in (0, 1] and a resolved deadline");
+  const kv::KvPolicy& policy = session.policy;
+  if (policy.mode != kv::KvMode::kWindow) return 0;
+  // Steady state: the window and the sinks are full before the frame's first token.
+  const TokenPos pos = policy.window + policy.sinks;
+  const int iterations = std::max(1, session.output_tokens_per_frame);
+  const TokenPos first_chunk = session.input_tokens_per_frame + 1;  // + the carried-over output
+  double tokens = static_cast<double>(first_chunk);
+  double visible = static_cast<double>(policy.VisibleKeysOfChunk(pos, first_chunk));
+  for (int k = 1; k < iterations; ++k) {
+    tokens += 1.0;
+    visible += static_cast<double>(policy.VisibleKeys(pos + first_chunk + k - 1));
+  }
+  const double budget_s = latency_fraction * session.deadline_ms / 1000.0 - iterations * model.c0_s;
+  const double per_session_s = model.c1_s_per_token * tokens + model.c2_s_per_kv_token * visible;
+  if (budget_s < per_session_s) return 0;
+  // A model with no per-session cost admits everything: the caller's max limit applies.
+  if (!(per_session_s > 0.0)) return std::numeric_limits<std::int64_t>::max();
+  const double n = std::floor(budget_s / per_session_s);
+  return n >= 9e18 ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(n);
 }
 
 }  // namespace metronome::realtime

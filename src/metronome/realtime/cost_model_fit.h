@@ -15,6 +15,7 @@
 #include <string>
 
 #include "metronome/realtime/backend.h"
+#include "metronome/realtime/realtime_loop.h"
 
 namespace metronome::realtime {
 
@@ -54,5 +55,16 @@ struct CostModelFit {
 // CostModelFromJson of a file's contents. Throws ConfigError naming the path for an unreadable file
 // or invalid JSON, and the path and field for a bad value.
 [[nodiscard]] CostModel LoadCostModelFile(const std::string& path);
+
+// N* as `model` predicts it for sessions of `session`'s shape: the most sessions whose frame
+// latency stays within latency_fraction x deadline when every session's frame runs in the same
+// iterations (the worst phase alignment; random phases only spread the work). A frame takes
+// max(1, o) iterations of the real-time loop: the first feeds the carried-over output and the a
+// input tokens as one chunk, each further one decodes one token; the window is full (the steady
+// state). Latency of N sessions: max(1, o) c0 + N (c1 tokens + c2 visible keys of one session's
+// iterations). 0 for a full-KV session (its cost grows without a steady state) and when not even
+// one session fits. `latency_fraction` in (0, 1]; the session must be resolved (deadline > 0).
+[[nodiscard]] std::int64_t PredictedSessionLimit(const CostModel& model, const SessionSpec& session,
+                                                 double latency_fraction);
 
 }  // namespace metronome::realtime

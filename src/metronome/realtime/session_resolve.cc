@@ -1,10 +1,12 @@
 #include "metronome/realtime/session_resolve.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <string>
 #include <utility>
 
+#include "metronome/base/check.h"
 #include "metronome/base/errors.h"
 
 namespace metronome::realtime {
@@ -25,6 +27,16 @@ SessionError Bad(std::string field, std::string value, const std::string& rule,
 }
 
 }  // namespace
+
+SessionDefaults ServingSessionDefaults(TokenPos trained_context, TokenPos max_window) {
+  MTR_CHECK(max_window >= 1, "max_window must be >= 1");
+  SessionDefaults d;
+  d.kv_mode = kv::KvMode::kWindow;
+  d.window = trained_context > 0 ? std::min(trained_context, max_window) : max_window;
+  d.sinks = kDefaultSinkTokens;
+  d.positions = kv::PositionMode::kRolling;
+  return d;
+}
 
 std::string_view ToString(SessionErrorCode code) {
   // In the order of the enum.

@@ -66,6 +66,20 @@ struct SessionDefaults {
   int vocab_size = 0;         // synthetic prompt ids lie in [0, vocab_size); needs > 0 for one
 };
 
+// The server's cap on a default window, tokens (serve and drive's --max-window): a model trained on
+// a long context would otherwise give every session its whole context. 4096 covers the trained
+// context of the small models this engine runs (synthetic, llama2.c, SmolLM 2k-8k) and the presets'
+// windows (1000-2048 tokens), and bounds a 7B session (128 KiB of bf16 K/V per token) to 512 MiB.
+inline constexpr TokenPos kDefaultMaxWindowTokens = 4096;
+inline constexpr TokenPos kDefaultSinkTokens = 4;
+
+// The defaults of a serving engine (serve, drive, the server's session.start): a session keeps
+// W = min(trained_context, max_window) recent tokens (max_window when the trained context is
+// unknown, <= 0) plus kDefaultSinkTokens sinks, with rolling positions, so no position ever
+// exceeds what the model was trained on and memory and per-frame cost are bounded; the rest of the
+// shape keeps SessionDefaults' values. max_window >= 1.
+[[nodiscard]] SessionDefaults ServingSessionDefaults(TokenPos trained_context, TokenPos max_window);
+
 enum class SessionErrorCode : std::uint8_t {
   kBadValue,        // out of the field's domain (a negative period, a window of 0 tokens, ...)
   kOverCap,         // beyond a limit of the defaults (max_prompt_tokens)

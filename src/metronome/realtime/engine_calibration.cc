@@ -1,0 +1,163 @@
+#include "metronome/realtime/engine_calibration.h"
+
+#include <algorithm>
+#include <chrono>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "metronome/base/errors.h"
+
+namespace metronome::realtime {
+namespace {
+
+constexpr int kPrefillTokensPerStep = 2048;  // prefill steps batch sessions up to this many tokens
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t h = v.size() / 2;
+  return v.size() % 2 == 1 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+}
+
+// Runs one batched step; the failure's reason, empty if every item ran.
+std::string RunStep(engine::Engine& eng, const std::vector<engine::StepItem>& items,
+                    std::vector<engine::StepItemResult>* results, const char* phase) {
+  eng.Step(items, results);
+  for (const engine::StepItemResult& r : *results) {
+    if (r.status != engine::StepStatus::kOk) {
+      return std::string(phase) + " step failed: " + engine::ToString(r.status);
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+std::variant<CalibrationMeasurement, std::string> MeasureCalibrationPoint(
+    engine::Engine& eng, const kv::KvPolicy& policy, const CalibrationSettings& settings,
+    const CalibrationPoint& g, std::mt19937& rng) {
+  const int vocab = eng.config().vocab_size;
+  std::uniform_int_distribution<TokenId> tok(0, vocab - 1);
+  const std::int64_t total = g.TotalTokens(settings.warmup + settings.repeats);
+  std::vector<engine::SessionId> ids;
+  std::vector<std::vector<TokenId>> streams;  // each session's tokens: context, then the steps'
+  for (std::int64_t s = 0; s < g.sessions; ++s) {
+    engine::SessionOptions so;
+    so.policy = policy;
+    so.max_context = settings.max_context > 0 ? settings.max_context : total;
+    ids.push_back(eng.OpenSession(so));
+    std::vector<TokenId>& stream = streams.emplace_back(static_cast<std::size_t>(total));
+    for (TokenId& t : stream) t = tok(rng);
+  }
+  const auto close_all = [&] {
+    for (const engine::SessionId id : ids) eng.CloseSession(id);
+  };
+  const auto chunk_of = [&](std::size_t s, std::int64_t begin, std::int64_t n) {
+    return std::span<const TokenId>(streams[s])
+        .subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(n));
+  };
+  std::vector<engine::StepItem> items;
+  std::vector<engine::StepItemResult> results;
+
+  // Prefill (untimed): chunks of kCalibrationPrefillChunk, several sessions per step.
+  const std::int64_t per_step = std::max(1, kPrefillTokensPerStep / kCalibrationPrefillChunk);
+  for (std::int64_t begin = 0; begin < g.context; begin += kCalibrationPrefillChunk) {
+    const std::int64_t n = std::min<std::int64_t>(kCalibrationPrefillChunk, g.context - begin);
+    for (std::int64_t s0 = 0; s0 < g.sessions; s0 += per_step) {
+      items.clear();
+      for (std::int64_t s = s0; s < std::min(g.sessions, s0 + per_step); ++s) {
+        items.push_back({ids[static_cast<std::size_t>(s)],
+                         chunk_of(static_cast<std::size_t>(s), begin, n),
+                         engine::LogitsMode::kNone});
+      }
+      if (std::string error = RunStep(eng, items, &results, "prefill"); !error.empty()) {
+        close_all();
+        return error;
+      }
+    }
+  }
+
+  // Timed steps: every session submits `chunk` tokens and asks for its next token, as the
+  // real-time loop's EngineBackend does. The clock brackets Engine::Step only, which is the part
+  // of EngineBackend::Step the simulator's cost model replaces.
+  std::vector<double> seconds;
+  double visible_sum = 0.0;
+  for (int k = 0; k < settings.warmup + settings.repeats; ++k) {
+    items.clear();
+    double visible = 0.0;
+    for (std::size_t s = 0; s < ids.size(); ++s) {
+      const kv::SessionKv* kv = eng.session_kv(ids[s]);
+      visible += static_cast<double>(kv->policy().VisibleKeysOfChunk(kv->length(), g.chunk));
+      items.push_back({ids[s], chunk_of(s, kv->length(), g.chunk), engine::LogitsMode::kLast});
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    if (std::string error = RunStep(eng, items, &results, "timed"); !error.empty()) {
+      close_all();
+      return error;
+    }
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (k >= settings.warmup) {
+      seconds.push_back(dt);
+      visible_sum += visible;
+    }
+  }
+  close_all();
+  // visible_kv_tokens grows linearly over the timed steps, so its mean is the middle step's count:
+  // the natural partner of the median time.
+  return CalibrationMeasurement{
+      .point = g,
+      .obs = {static_cast<double>(g.sessions * g.chunk), visible_sum / settings.repeats,
+              Median(std::move(seconds))}};
+}
+
+std::vector<StepObservation> CalibrationDesign(const std::vector<CalibrationPoint>& grid,
+                                               const kv::KvPolicy& policy,
+                                               const CalibrationSettings& settings) {
+  std::vector<StepObservation> design;
+  for (const CalibrationPoint& g : grid) {
+    double visible = 0.0;  // per session, summed over the timed steps
+    for (std::int64_t k = settings.warmup; k < settings.warmup + settings.repeats; ++k) {
+      visible += static_cast<double>(policy.VisibleKeysOfChunk(g.context + k * g.chunk, g.chunk));
+    }
+    design.push_back({static_cast<double>(g.sessions * g.chunk),
+                      static_cast<double>(g.sessions) * visible / settings.repeats, 1.0});
+  }
+  return design;
+}
+
+std::variant<SessionCalibration, std::string> CalibrateForSession(engine::Engine& engine,
+                                                                  const SessionSpec& session,
+                                                                  double latency_fraction) {
+  const std::int64_t chunk = session.input_tokens_per_frame + 1;
+  if (chunk > kCalibrationPrefillChunk) {
+    return "a frame of " + std::to_string(session.input_tokens_per_frame) +
+           " tokens is beyond the start-up calibration's grid";
+  }
+  const CalibrationSettings settings{.repeats = 3, .warmup = 1};
+  std::vector<CalibrationPoint> grid;
+  for (const std::int64_t b : {1, 4, 16}) {
+    for (const std::int64_t c : {32, 256}) {
+      // a >= 1, so the chunk is >= 2: two distinct points per (B, C).
+      for (const std::int64_t n : {std::int64_t{1}, chunk}) grid.push_back({b, c, n});
+    }
+  }
+  std::mt19937 rng(7);  // token ids only; they do not affect the timing
+  std::vector<StepObservation> observations;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const CalibrationPoint& g : grid) {
+    auto m = MeasureCalibrationPoint(engine, session.policy, settings, g, rng);
+    if (auto* error = std::get_if<std::string>(&m)) return std::move(*error);
+    observations.push_back(std::get<CalibrationMeasurement>(m).obs);
+  }
+  SessionCalibration out;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  try {
+    out.fit = FitCostModel(observations);
+  } catch (const ConfigError& e) {
+    return std::string("the fit failed: ") + e.what();
+  }
+  out.predicted_limit = PredictedSessionLimit(out.fit.model, session, latency_fraction);
+  return out;
+}
+
+}  // namespace metronome::realtime

@@ -1,0 +1,75 @@
+// Timing the real engine's steps over a grid of operating points, the measurements the simulator's
+// cost model (CostModel, t = c0 + c1 * batch_tokens + c2 * visible_kv_tokens) is fitted to:
+// `metronome calibrate` runs a grid the user gives; `serve` and `drive` run a small one at start
+// to seed the AIMD limit with a predicted N* (PredictedSessionLimit).
+//
+// For every grid point (B sessions, context C, chunk n) the measurement opens B fresh sessions,
+// prefills each to C tokens (untimed), runs `warmup` untimed steps, then times `repeats` steps in
+// which every session submits n tokens (n = 1 is a decode step), and records the median step time
+// against batch_tokens = B n and visible_kv_tokens counted exactly as CostModelBackend::Step does.
+// The sessions are closed again, so the pool must hold one point's sessions, not the grid's.
+//
+// Thread-safety: uses the engine, which is not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "metronome/engine/engine.h"
+#include "metronome/kv/kv_policy.h"
+#include "metronome/realtime/cost_model_fit.h"
+
+namespace metronome::realtime {
+
+struct CalibrationPoint {
+  std::int64_t sessions = 0;  // B
+  std::int64_t context = 0;   // C, tokens prefilled into each session before any other step
+  std::int64_t chunk = 0;     // n, tokens each session submits per step
+  // Tokens each session holds after `steps` steps of `chunk` tokens on top of the context.
+  [[nodiscard]] std::int64_t TotalTokens(int steps) const { return context + steps * chunk; }
+};
+
+struct CalibrationSettings {
+  int repeats = 5;           // timed steps per point; the median is recorded; >= 1
+  int warmup = 1;            // untimed steps per point before those; >= 0
+  TokenPos max_context = 0;  // each session's context limit (0: what the point needs)
+};
+
+struct CalibrationMeasurement {
+  CalibrationPoint point;
+  StepObservation obs;  // median seconds; mean visible_kv_tokens over the timed steps
+};
+
+// Tokens per session per prefill step; a pool for a point must hold chunks this large.
+inline constexpr int kCalibrationPrefillChunk = 256;
+
+// The point measured on fresh sessions, or the reason a step failed ("prefill step failed:
+// pool_exhausted").
+[[nodiscard]] std::variant<CalibrationMeasurement, std::string> MeasureCalibrationPoint(
+    engine::Engine& engine, const kv::KvPolicy& policy, const CalibrationSettings& settings,
+    const CalibrationPoint& point, std::mt19937& rng);
+
+// The design (batch_tokens, visible_kv_tokens) each point will have, with unit times: what
+// FitCostModel needs to tell, before anything is measured, whether the grid separates the terms.
+[[nodiscard]] std::vector<StepObservation> CalibrationDesign(
+    const std::vector<CalibrationPoint>& grid, const kv::KvPolicy& policy,
+    const CalibrationSettings& settings);
+
+// The start-up calibration of serve and drive: a small grid around `session` (B = 1, 4, 16
+// sessions; contexts 32 and 256 tokens; chunks 1 and a + 1; 3 timed steps after 1 untimed, so
+// about 12k prefill tokens and 72 timed steps: well under a second on synthetic:tiny), the fit,
+// and N* = PredictedSessionLimit(fit, session, latency_fraction), the fit's linear c2 extrapolated
+// to the session's full window. The pool must hold 16 sessions of 272 tokens (a + 1 <= 256: larger
+// chunks are not calibrated here). The failed step's reason if a step failed or the fit did not.
+struct SessionCalibration {
+  CostModelFit fit;
+  std::int64_t predicted_limit = 0;  // PredictedSessionLimit; 0: none
+  double seconds = 0.0;              // wall time of the measuring
+};
+[[nodiscard]] std::variant<SessionCalibration, std::string> CalibrateForSession(
+    engine::Engine& engine, const SessionSpec& session, double latency_fraction);
+
+}  // namespace metronome::realtime
