@@ -27,6 +27,7 @@
 #include "metronome/admission/aimd_controller.h"
 #include "metronome/kv/kv_policy.h"
 #include "metronome/realtime/backend.h"
+#include "metronome/realtime/cost_model.h"
 #include "metronome/realtime/workload_runner.h"
 
 namespace metronome::realtime {

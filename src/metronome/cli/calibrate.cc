@@ -23,7 +23,7 @@
 #include "metronome/cli/commands.h"
 #include "metronome/cli/common.h"
 #include "metronome/kernels/gemm.h"
-#include "metronome/realtime/cost_model_fit.h"
+#include "metronome/realtime/cost_model.h"
 
 namespace metronome::cli {
 namespace {

@@ -18,9 +18,9 @@
 #include "metronome/cli/workload_flags.h"
 #include "metronome/engine/engine.h"
 #include "metronome/engine/sampler.h"
-#include "metronome/realtime/backend.h"
 #include "metronome/server/engine_service.h"
 #include "metronome/server/http_server.h"
+#include "metronome/serving/engine_backend.h"
 
 namespace metronome::cli {
 namespace {
@@ -94,7 +94,7 @@ int RunServe(const ServeFlags& f) {
   engine::SamplerOptions so;
   so.temperature = f.temperature;
   so.Validate();
-  realtime::EngineBackend backend(&eng, so, f.max_context);
+  serving::EngineBackend backend(&eng, so, f.max_context);
   SteadyClock clock;
 
   sup.log_to_stderr = !f.quiet;

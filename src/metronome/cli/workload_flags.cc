@@ -273,6 +273,7 @@ std::string WithFlagNames(const std::string& message) {
       {"url", "--url"},
       {"payload", "--payload"},
       {"vocab", "--vocab"},
+      {"preset", "--preset"},
   };
   const auto is_name_char = [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '.' || c == '-';

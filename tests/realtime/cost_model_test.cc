@@ -1,4 +1,4 @@
-#include "metronome/realtime/cost_model_fit.h"
+#include "metronome/realtime/cost_model.h"
 
 #include <gtest/gtest.h>
 
