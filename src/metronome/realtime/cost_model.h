@@ -7,7 +7,8 @@
 // every coefficient constrained to be >= 0 (a negative per-token cost is unphysical and would make
 // the simulator predict negative step times for some batches).
 //
-// Thread-safety: pure functions.
+// Thread-safety: the fit and the JSON functions are pure; a CostModelBackend is driven by the loop
+// thread only.
 #pragma once
 
 #include <cstdint>
