@@ -358,7 +358,7 @@ TEST(AimdClosedLoopTest, CliffWithoutKvGuardOverAdmits) {
 TEST(AimdClosedLoopTest, CliffWithKvGuardStaysWithinThePool) {
   const Scenario s = CliffScenario();
   const std::int64_t n_mem = s.total_blocks / s.projected_blocks;
-  AimdController c(AimdOptions{.initial_limit = 4, .kv_guard = true}, {});
+  AimdController c(AimdOptions{.window = {.kv_guard = true}, .initial_limit = 4}, {});
   const Trace t = Simulate(s, c);
   std::printf(
       "[cliff, kv guard] N_mem=%lld peak active %lld, limit %lld, %lld kv_guard "
@@ -379,7 +379,7 @@ AimdOptions OldLaw(std::int64_t initial_limit) {
   o.initial_limit = initial_limit;
   o.slow_start_factor = 1.0;
   o.headroom_gain = 0.0;
-  o.window_frames = 0;
+  o.window.window_frames = 0;
   return o;
 }
 
@@ -425,11 +425,11 @@ TEST(AimdClosedLoopTest, LongPeriodFromLimitOneReachesTheKneeWithin150Periods) {
   const std::int64_t n_true = TrueCapacity(s, 0.85);
   const double target = 0.9 * static_cast<double>(n_true);
   // The CLI's windows for a 2 s period: at most 25 periods, at least 2.
-  AimdOptions o{.window_s = 50.0, .min_window_s = 4.0, .initial_limit = 1};
+  AimdOptions o{.window = {.window_s = 50.0, .min_window_s = 4.0}, .initial_limit = 1};
   AimdController fast(o, {});
   const Trace t = Simulate(s, fast);
   AimdOptions old_o = OldLaw(1);
-  old_o.window_s = 50.0;
+  old_o.window.window_s = 50.0;
   AimdController old(old_o, {});
   const Trace t_old = Simulate(s, old);
   const Settling st = Analyze(t, 600.0, static_cast<double>(n_true));
@@ -498,7 +498,7 @@ TEST(AimdClosedLoopTest, KvGuardCapsSlowStartAtThePoolsBound) {
   s.total_blocks = 1000;
   const std::int64_t n_mem = s.total_blocks / s.projected_blocks;
   ASSERT_LT(n_mem, TrueCapacity(s, 0.85));
-  AimdController c(AimdOptions{.initial_limit = 1, .kv_guard = true}, {});
+  AimdController c(AimdOptions{.window = {.kv_guard = true}, .initial_limit = 1}, {});
   const Trace t = Simulate(s, c);
   std::printf("[window KV, guard] N_mem=%lld max limit %lld peak active %lld\n",
               static_cast<long long>(n_mem), static_cast<long long>(t.max_limit),
@@ -517,7 +517,8 @@ TEST(AimdClosedLoopTest, PredictedLimitSeedsTheFirstDecisionCappedByThePool) {
   s.projected_blocks = 50;
   s.total_blocks = 1000;
   s.duration_s = 10.0;
-  AimdController c(AimdOptions{.initial_limit = 1, .predicted_limit = 30, .kv_guard = true}, {});
+  AimdController c(
+      AimdOptions{.window = {.kv_guard = true}, .initial_limit = 1, .predicted_limit = 30}, {});
   const Trace t = Simulate(s, c);
   ASSERT_FALSE(t.changes.empty());
   EXPECT_EQ(t.changes[0].from, 1);

@@ -34,7 +34,7 @@ AimdOptions Options(std::int64_t initial_limit) {
   o.initial_limit = initial_limit;
   o.slow_start_factor = 1.0;
   o.headroom_gain = 0.0;
-  o.window_frames = 0;
+  o.window.window_frames = 0;
   return o;
 }
 
@@ -217,7 +217,7 @@ TEST(AimdControllerTest, FixedCooldownHoldsForCooldownSeconds) {
 
 TEST(AimdControllerTest, ClampsToMaxLimit) {
   AimdOptions o = Options(10);
-  o.max_limit = 11;
+  o.window.max_limit = 11;
   AimdController c(o, {});
   double t = RunWindow(c, 0.0, 10, 30.0);
   t = RunWindow(c, t, 11, 30.0);
@@ -228,7 +228,7 @@ TEST(AimdControllerTest, ClampsToMaxLimit) {
 
 TEST(AimdControllerTest, ClampsToMinLimit) {
   AimdOptions o = Options(6);
-  o.min_limit = 5;
+  o.window.min_limit = 5;
   AimdController c(o, {});
   double t = RunWindow(c, 0.0, 5, 99.0);  // floor(4.5) = 4, clamped to 5
   EXPECT_EQ(c.limit(), 5);
@@ -284,7 +284,7 @@ TEST(AimdControllerTest, SignalIsLatencyOverEachFramesOwnDeadline) {
 
 TEST(AimdControllerTest, KvGuardRejectsWhenThePoolCannotHoldOneMore) {
   AimdOptions o = Options(10);
-  o.kv_guard = true;
+  o.window.kv_guard = true;
   AimdController c(o, {});
   const SessionRequest r{.period_ms = 80.0, .deadline_ms = 80.0, .projected_blocks = 10};
   // free 20, promised 0: two more fit (N_mem = 5).
@@ -314,7 +314,7 @@ TEST(AimdControllerTest, LimitBelowActiveOnlyBlocksNewSessions) {
 
 TEST(AimdControllerTest, DescribeReportsEveryParameter) {
   AimdOptions o = Options(7);
-  o.kv_guard = true;
+  o.window.kv_guard = true;
   AimdController c(o, MemoryOptions{.full_mode_session_s = 120.0, .headroom_fraction = 0.05});
   EXPECT_EQ(c.Describe(),
             "aimd(window_s=2, percentile=99, low_target=0.65D, high_target=0.85D, "
@@ -324,7 +324,7 @@ TEST(AimdControllerTest, DescribeReportsEveryParameter) {
             "min_samples=20, max_samples=4096, kv_guard=on, full_mode_session_s=120, "
             "headroom_fraction=0.05)");
   o.cooldown_mode = CooldownMode::kFixed;
-  o.kv_guard = false;
+  o.window.kv_guard = false;
   EXPECT_NE(AimdController(o, {}).Describe().find("cooldown=fixed 4s"), std::string::npos);
 }
 

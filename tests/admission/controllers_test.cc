@@ -140,17 +140,17 @@ TEST(MakeControllerTest, NamesTheBadOption) {
             "admission: aimd.high_target must be > aimd.low_target (0.9), got 0.85");
   EXPECT_EQ(FactoryError("aimd", AimdOptions{.percentile = 0.0}),
             "admission: aimd.percentile must be in (0, 100], got 0");
-  EXPECT_EQ(FactoryError("aimd", AimdOptions{.window_s = -2.0}),
+  EXPECT_EQ(FactoryError("aimd", AimdOptions{.window = {.window_s = -2.0}}),
             "admission: aimd.window_s must be > 0, got -2");
   EXPECT_EQ(FactoryError("aimd", AimdOptions{.initial_limit = 0}),
             "admission: aimd.initial_limit must be in [1, 1024], got 0");
-  EXPECT_EQ(FactoryError("aimd", AimdOptions{.min_limit = 5, .max_limit = 4}),
+  EXPECT_EQ(FactoryError("aimd", AimdOptions{.window = {.min_limit = 5, .max_limit = 4}}),
             "admission: aimd.max_limit must be >= aimd.min_limit (5), got 4");
   EXPECT_EQ(FactoryError("aimd", AimdOptions{.increase_step = 0}),
             "admission: aimd.increase_step must be >= 1, got 0");
   EXPECT_EQ(FactoryError("aimd", AimdOptions{.miss_ratio_threshold = 1.0}),
             "admission: aimd.miss_ratio_threshold must be in [0, 1), got 1");
-  EXPECT_EQ(FactoryError("aimd", AimdOptions{.min_samples = 0}),
+  EXPECT_EQ(FactoryError("aimd", AimdOptions{.window = {.min_samples = 0}}),
             "admission: aimd.min_samples must be >= 1, got 0");
   EXPECT_EQ(FactoryError("aimd", AimdOptions{.max_samples = 0}),
             "admission: aimd.max_samples must be in [1, 16777216], got 0");
@@ -162,7 +162,7 @@ TEST(MakeControllerTest, NamesTheBadOption) {
             "admission: aimd.slow_start_factor must be in [1, 16], got 0.5");
   EXPECT_EQ(FactoryError("aimd", AimdOptions{.headroom_gain = 2.0}),
             "admission: aimd.headroom_gain must be in [0, 1], got 2");
-  EXPECT_EQ(FactoryError("aimd", AimdOptions{.window_frames = -1}),
+  EXPECT_EQ(FactoryError("aimd", AimdOptions{.window = {.window_frames = -1}}),
             "admission: aimd.window_frames must be >= 0, got -1");
   EXPECT_EQ(FactoryError("aimd", AimdOptions{.predicted_limit = -3}),
             "admission: aimd.predicted_limit must be >= 0, got -3");
@@ -170,6 +170,13 @@ TEST(MakeControllerTest, NamesTheBadOption) {
             "admission: gradient2.smoothing must be in (0, 1], got 0");
   EXPECT_EQ(FactoryError("gradient2", {}, {}, Gradient2Options{.tolerance = 0.9}),
             "admission: gradient2.tolerance must be >= 1, got 0.9");
+  // The window's fields are checked once (Validate(WindowOptions)) and named under each prefix.
+  EXPECT_EQ(FactoryError("gradient2", {}, {}, Gradient2Options{.window = {.min_samples = 0}}),
+            "admission: gradient2.min_samples must be >= 1, got 0");
+  EXPECT_EQ(FactoryError("gradient2", {}, {}, Gradient2Options{.window = {.window_s = 0.0}}),
+            "admission: gradient2.window_s must be > 0, got 0");
+  EXPECT_EQ(FactoryError("gradient2", {}, {}, Gradient2Options{.initial_limit = 2000}),
+            "admission: gradient2.initial_limit must be in [1, 1024], got 2000");
   // static ignores the other controllers' options.
   EXPECT_EQ(FactoryError("static:1", AimdOptions{.beta = 2.0}), "(no error)");
 }

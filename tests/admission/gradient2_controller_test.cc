@@ -25,7 +25,7 @@ double RunWindow(Gradient2Controller& c, double t_s, std::int64_t active, double
 Gradient2Options Options(std::int64_t initial_limit) {
   Gradient2Options o;
   o.initial_limit = initial_limit;
-  o.window_frames = 0;  // windows of window_s
+  o.window.window_frames = 0;  // windows of window_s
   return o;
 }
 
@@ -74,7 +74,7 @@ TEST(Gradient2ControllerTest, FallingLoadDecaysTheLongRunBaseline) {
 
 TEST(Gradient2ControllerTest, RejectsAtTheLimitAndWithTheKvGuard) {
   Gradient2Options o = Options(2);
-  o.kv_guard = true;
+  o.window.kv_guard = true;
   Gradient2Controller c(o, {});
   const SessionRequest r{.period_ms = 80.0, .deadline_ms = 100.0, .projected_blocks = 600};
   EXPECT_TRUE(c.Decide(r, Active(0), 0.0).admit);

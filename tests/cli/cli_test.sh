@@ -205,7 +205,7 @@ check "drive window KV: never starves" test "$(jget "$drive_window" starved_fram
 check "drive window KV: every frame has its output token" \
   test "$(grep -c '"type":"frame"' "$tmp/window.jsonl")" -gt 0 -a \
   "$(grep -c '"tokens":0' "$tmp/window.jsonl")" -eq 0
-fails_with "sim unknown preset" "--preset 'nope'" sim --preset nope --sessions 1
+fails_with "sim unknown preset" "--preset = 'nope'" sim --preset nope --sessions 1
 fails_with "sim bad arrival" "--arrival" sim --arrival poisson:x
 fails_with "sim bad admission" "static:N" sim --sessions 2 --admission fifo
 fails_with "sim bad session duration" "--session-duration" sim --sessions 2 \

@@ -27,6 +27,7 @@
 #include "metronome/admission/aimd_controller.h"
 #include "metronome/kv/kv_policy.h"
 #include "metronome/realtime/backend.h"
+#include "metronome/realtime/cost_model.h"
 #include "metronome/realtime/workload_runner.h"
 
 namespace metronome::realtime {
@@ -361,7 +362,7 @@ bool WouldCut(const Outcome& r, const admission::AimdWindow& w, std::int64_t lim
   }
   const bool over = w.signal > o.high_target || w.miss_ratio > o.miss_ratio_threshold;
   const auto cut = static_cast<std::int64_t>(std::floor(o.beta * static_cast<double>(active)));
-  return w.num_frames >= o.min_samples && over && std::max(o.min_limit, cut) < limit;
+  return w.num_frames >= o.window.min_samples && over && std::max(o.window.min_limit, cut) < limit;
 }
 
 // kDrain: after a cut to L, the controller holds until a window whose peak active count was <= L
@@ -412,7 +413,7 @@ std::int64_t CheckDrainCooldown(const Outcome& r, const char* name) {
       if (s.t_s > c.t_s && s.t_s < next && s.active > c.to) last_over = s.t_s;
     }
     if (std::isfinite(next)) {
-      EXPECT_GE(next, last_over + o.min_window_s) << "cut at t=" << c.t_s;
+      EXPECT_GE(next, last_over + o.window.min_window_s) << "cut at t=" << c.t_s;
     }
   }
   std::printf("%s: %lld cuts, %lld windows over the high target held by the drain cooldown\n", name,
@@ -531,7 +532,7 @@ const Outcome& UnboundedAimd() {
 const Outcome& UnboundedAimdKvGuard() {
   static const Outcome run = [] {
     WorkloadOptions o = UnboundedOptions(kv::KvPolicy::Full());
-    o.supervisor.aimd.kv_guard = true;
+    o.supervisor.aimd.window.kv_guard = true;
     o.supervisor.memory.full_mode_session_s = kUnboundedRunS;  // no session outlives the run
     Outcome r = Simulate(kFlatCost, kUnboundedBlocks, o, 0.0);
     std::printf("unbounded aimd + kv_guard: %.0f ms wall\n", r.wall_ms);

@@ -11,9 +11,14 @@
 
 #include "metronome/base/errors.h"
 #include "metronome/model/model.h"
+#include "metronome/realtime/cost_model.h"
+#include "metronome/serving/engine_backend.h"
 
 namespace metronome::realtime {
 namespace {
+
+// The engine cases run the loop on the real runtime (serving, the module above realtime).
+using serving::EngineBackend;
 
 // Hands what the loop reports to the test's lambdas (each may be empty).
 struct Observer final : SessionObserver {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "metronome/base/errors.h"
+#include "metronome/realtime/cost_model.h"
 
 namespace metronome::realtime {
 namespace {

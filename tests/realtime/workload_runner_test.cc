@@ -11,6 +11,7 @@
 #include <string>
 
 #include "metronome/base/errors.h"
+#include "metronome/realtime/cost_model.h"
 #include "support/prometheus_validator.h"
 
 namespace metronome::realtime {

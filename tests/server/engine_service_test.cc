@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "metronome/realtime/cost_model.h"
 #include "support/process_memory.h"
 
 namespace metronome::server {

@@ -9,6 +9,7 @@
 
 #include "metronome/base/clock.h"
 #include "metronome/realtime/backend.h"
+#include "metronome/realtime/cost_model.h"
 #include "metronome/realtime/supervisor.h"
 #include "metronome/server/engine_service.h"
 #include "metronome/server/http_server.h"

@@ -22,26 +22,10 @@ namespace {
   throw ConfigError("admission: " + field + " must be " + rule + ", got " + got);
 }
 
-void CheckRange(const char* field, double v, double lo, double hi, bool lo_open, bool hi_open,
-                const std::string& rule) {
+void CheckRange(const std::string& field, double v, double lo, double hi, bool lo_open,
+                bool hi_open, const std::string& rule) {
   const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
   if (!ok) Bad(field, rule, FormatValue(v));
-}
-
-// min_limit >= 0, max_limit >= min_limit, initial_limit in [min_limit, max_limit]: the limit
-// bounds every windowed controller has, named under its options' prefix ("aimd", "gradient2").
-void CheckLimits(const std::string& prefix, std::int64_t min_limit, std::int64_t max_limit,
-                 std::int64_t initial_limit) {
-  if (min_limit < 0) Bad(prefix + ".min_limit", ">= 0", std::to_string(min_limit));
-  if (max_limit < min_limit) {
-    Bad(prefix + ".max_limit", ">= " + prefix + ".min_limit (" + std::to_string(min_limit) + ")",
-        std::to_string(max_limit));
-  }
-  if (initial_limit < min_limit || initial_limit > max_limit) {
-    Bad(prefix + ".initial_limit",
-        "in [" + std::to_string(min_limit) + ", " + std::to_string(max_limit) + "]",
-        std::to_string(initial_limit));
-  }
 }
 
 }  // namespace
@@ -114,9 +98,28 @@ std::int64_t ProjectFullModeBlocks(const MemoryOptions& options, double period_m
   return (tokens + block_tokens - 1) / block_tokens;
 }
 
+void Validate(const WindowOptions& w, std::int64_t initial_limit, const std::string& prefix) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const auto field = [&](const char* name) { return prefix + "." + name; };
+  CheckRange(field("window_s"), w.window_s, 0.0, inf, true, true, "> 0");
+  if (w.window_frames < 0) Bad(field("window_frames"), ">= 0", std::to_string(w.window_frames));
+  CheckRange(field("min_window_s"), w.min_window_s, 0.0, inf, false, true, ">= 0");
+  if (w.min_samples < 1) Bad(field("min_samples"), ">= 1", std::to_string(w.min_samples));
+  if (w.min_limit < 0) Bad(field("min_limit"), ">= 0", std::to_string(w.min_limit));
+  if (w.max_limit < w.min_limit) {
+    Bad(field("max_limit"), ">= " + field("min_limit") + " (" + std::to_string(w.min_limit) + ")",
+        std::to_string(w.max_limit));
+  }
+  if (initial_limit < w.min_limit || initial_limit > w.max_limit) {
+    Bad(field("initial_limit"),
+        "in [" + std::to_string(w.min_limit) + ", " + std::to_string(w.max_limit) + "]",
+        std::to_string(initial_limit));
+  }
+}
+
 void Validate(const AimdOptions& o) {
   const double inf = std::numeric_limits<double>::infinity();
-  CheckRange("aimd.window_s", o.window_s, 0.0, inf, true, true, "> 0");
+  Validate(o.window, o.initial_limit, "aimd");
   CheckRange("aimd.percentile", o.percentile, 0.0, 100.0, true, false, "in (0, 100]");
   CheckRange("aimd.low_target", o.low_target, 0.0, inf, true, true, "> 0 (a fraction of D)");
   if (!(std::isfinite(o.high_target) && o.high_target > o.low_target)) {
@@ -128,10 +131,6 @@ void Validate(const AimdOptions& o) {
   CheckRange("aimd.beta", o.beta, 0.0, 1.0, true, true, "in (0, 1)");
   CheckRange("aimd.cooldown_s", o.cooldown_s, 0.0, inf, false, true, ">= 0");
   if (o.increase_step < 1) Bad("aimd.increase_step", ">= 1", std::to_string(o.increase_step));
-  CheckLimits("aimd", o.min_limit, o.max_limit, o.initial_limit);
-  if (o.min_samples < 1) Bad("aimd.min_samples", ">= 1", std::to_string(o.min_samples));
-  if (o.window_frames < 0) Bad("aimd.window_frames", ">= 0", std::to_string(o.window_frames));
-  CheckRange("aimd.min_window_s", o.min_window_s, 0.0, inf, false, true, ">= 0");
   CheckRange("aimd.slow_start_factor", o.slow_start_factor, 1.0, 16.0, false, false, "in [1, 16]");
   CheckRange("aimd.slow_start_exit", o.slow_start_exit, 0.0, 1.0, true, false, "in (0, 1]");
   CheckRange("aimd.headroom_gain", o.headroom_gain, 0.0, 1.0, false, false, "in [0, 1]");
@@ -151,10 +150,7 @@ void Validate(const MemoryOptions& o) {
 
 void Validate(const Gradient2Options& o) {
   const double inf = std::numeric_limits<double>::infinity();
-  CheckRange("gradient2.window_s", o.window_s, 0.0, inf, true, true, "> 0");
-  if (o.window_frames < 0) Bad("gradient2.window_frames", ">= 0", std::to_string(o.window_frames));
-  CheckRange("gradient2.min_window_s", o.min_window_s, 0.0, inf, false, true, ">= 0");
-  if (o.min_samples < 1) Bad("gradient2.min_samples", ">= 1", std::to_string(o.min_samples));
+  Validate(o.window, o.initial_limit, "gradient2");
   CheckRange("gradient2.tolerance", o.tolerance, 1.0, inf, false, true, ">= 1");
   CheckRange("gradient2.smoothing", o.smoothing, 0.0, 1.0, true, false, "in (0, 1]");
   if (o.queue_size < 0) Bad("gradient2.queue_size", ">= 0", std::to_string(o.queue_size));
@@ -162,7 +158,6 @@ void Validate(const Gradient2Options& o) {
   if (o.warmup_windows < 1) {
     Bad("gradient2.warmup_windows", ">= 1", std::to_string(o.warmup_windows));
   }
-  CheckLimits("gradient2", o.min_limit, o.max_limit, o.initial_limit);
 }
 
 std::unique_ptr<AdmissionController> MakeController(const std::string& spec,

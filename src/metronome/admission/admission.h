@@ -75,17 +75,30 @@ enum class CooldownMode : std::uint8_t {
   kFixed,
 };
 
-struct AimdOptions {
+// The control window and the limit bounds of the windowed controllers (aimd, gradient2): one
+// notion of a window, so the two compare on the same evidence. Validated by Validate(options,
+// prefix), which names each field under the controller's prefix ("aimd.window_s").
+struct WindowOptions {
   // Control window over which frame latencies are collected, s: the longest a window lasts. It
-  // closes earlier once it holds window_frames frames and has lasted min_window_s.
+  // closes earlier once it holds window_frames frames and has lasted min_window_s. > 0.
   double window_s = 2.0;
   // Frames that close a window early (0: windows last window_s). A decision rests on enough
   // samples, not on a fixed number of periods: 200 sessions of a 2 s period fill 400 frames in
-  // 4 s. In slow start min_samples frames suffice. >= 0.
+  // 4 s. In AIMD's slow start min_samples frames suffice. >= 0.
   std::int64_t window_frames = 400;
   // Shortest window, s: a session admitted at a window's start must show its load in the window
   // (window_s still ends every window). >= 0.
   double min_window_s = 0.5;
+  std::int64_t min_samples = 20;  // frames; windows with fewer frames hold. >= 1
+  std::int64_t min_limit = 1;     // sessions; >= 0
+  std::int64_t max_limit = 1024;  // sessions; >= min_limit
+  // KV look-ahead guard: also require active < N_mem (SessionsThatFit), so a latency signal that
+  // stays flat until the pool runs dry cannot over-admit. Uses MemoryOptions.
+  bool kv_guard = false;
+};
+
+struct AimdOptions {
+  WindowOptions window{};
   double percentile = 99.0;   // signal = this percentile of latency/deadline, in (0, 100]
   double low_target = 0.65;   // grow only while the signal is below low_target * D
   double high_target = 0.85;  // cut when the signal exceeds high_target * D; > low_target
@@ -105,21 +118,17 @@ struct AimdOptions {
   double headroom_gain = 0.5;
   double beta = 0.9;  // cut to floor(beta * active); in (0, 1)
   CooldownMode cooldown_mode = CooldownMode::kDrain;
-  double cooldown_s = 4.0;         // only for kFixed; >= 0
-  std::int64_t initial_limit = 4;  // warm start: e.g. the limit of a previous run
+  double cooldown_s = 4.0;  // only for kFixed; >= 0
+  // Warm start (e.g. the limit of a previous run), sessions; in [window.min_limit,
+  // window.max_limit].
+  std::int64_t initial_limit = 4;
   // N* predicted before the first frame by a calibrated cost model (0: none). When set, the first
   // decision seeds the limit with it (capped by the KV guard's bound when the guard is on) instead
   // of initial_limit; the limit log says which. >= 0.
   std::int64_t predicted_limit = 0;
-  std::int64_t min_limit = 1;     // >= 0
-  std::int64_t max_limit = 1024;  // >= min_limit
-  std::int64_t min_samples = 20;  // windows with fewer frames hold; >= 1
   // Frame latencies kept per window (reservoir sampling beyond it, so the percentile is exact up to
   // this many frames and an unbiased estimate above). 8 bytes each, allocated once.
   std::int64_t max_samples = 4096;
-  // KV look-ahead guard: also require active < N_mem (SessionsThatFit), so a latency signal that
-  // stays flat until the pool runs dry cannot over-admit. Uses MemoryOptions.
-  bool kv_guard = false;
 };
 
 // Options of the `gradient2` controller, a peer baseline after Netflix concurrency-limits'
@@ -128,19 +137,13 @@ struct AimdOptions {
 // limit <- (1 - smoothing) * limit + smoothing * (gradient * limit + queue_size). It has no
 // deadline anchor: it holds where short-run latency is within `tolerance` of the long-run one.
 struct Gradient2Options {
-  double window_s = 2.0;             // longest control window, s (as AimdOptions::window_s)
-  std::int64_t window_frames = 400;  // frames that close a window early; 0: none. >= 0
-  double min_window_s = 0.5;         // shortest window, s; >= 0
-  std::int64_t min_samples = 20;     // windows with fewer frames hold; >= 1
+  WindowOptions window{};
   double tolerance = 1.5;            // short may exceed long by this factor before a cut; >= 1
   double smoothing = 0.2;            // weight of the new estimate; in (0, 1]
   std::int64_t queue_size = 4;       // sessions added per window at gradient 1; >= 0
   std::int64_t long_window = 600;    // windows in the long-run average; >= 1
   std::int64_t warmup_windows = 10;  // the long-run value is a plain mean over these; >= 1
-  std::int64_t initial_limit = 4;    // >= min_limit, <= max_limit
-  std::int64_t min_limit = 1;        // >= 0
-  std::int64_t max_limit = 1024;     // >= min_limit
-  bool kv_guard = false;             // as AimdOptions::kv_guard
+  std::int64_t initial_limit = 4;    // sessions; in [window.min_limit, window.max_limit]
 };
 
 // Retry-after hints drawn from a controller's state: the expected time until its answer can
@@ -231,6 +234,9 @@ class AdmissionController {
 void Validate(const AimdOptions& options);
 void Validate(const MemoryOptions& options);
 void Validate(const Gradient2Options& options);
+// The window's fields and `initial_limit` in [min_limit, max_limit], each named under `prefix`
+// ("aimd": "admission: aimd.window_s must be > 0, got -2"). The two above call it.
+void Validate(const WindowOptions& window, std::int64_t initial_limit, const std::string& prefix);
 
 // Builds a controller from a spec: "static:N" (N >= 0), "memory", "aimd" or "gradient2".
 // Validates the options the controller uses. Throws ConfigError naming the bad spec or value.

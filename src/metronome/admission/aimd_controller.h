@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "metronome/admission/admission.h"
+#include "metronome/admission/windowed_controller.h"
 
 namespace metronome::admission {
 
@@ -33,59 +33,45 @@ struct AimdWindow {
 // max_samples entries; limit changes happen only when a window is evaluated, at most one per
 // window, besides the seed at the first Decide; with the KV guard, growth never takes the limit
 // above the pool's bound for the session's window; slow start, once ended, never resumes.
-class AimdController final : public AdmissionController {
+class AimdController final : public WindowedController {
  public:
   // Both option structs must pass Validate (MTR_CHECK otherwise; MakeController validates first).
   AimdController(const AimdOptions& options, const MemoryOptions& memory);
 
-  // Closes the window if due, then rejects with "limit" when active >= limit, or "kv_guard" when
-  // the guard is on and active >= SessionsThatFit. Retry-after (RetryHint): while the limit is
-  // growing, the time to the next decision or to the next session end, whichever is expected
-  // first; otherwise (holding, or a kv_guard refusal) the time to the next session end. The first
-  // call seeds the limit (AimdOptions::predicted_limit, the pool's bound with the guard).
-  Decision Decide(const SessionRequest& request, const SystemState& state, double now_s) override;
+  // Decide (WindowedController's order of checks) refuses with "limit" when active >= limit, or
+  // "kv_guard" when the guard is on and active >= SessionsThatFit. Retry-after (RetryHint): while
+  // the limit is growing, the time to the next decision or to the next session end, whichever is
+  // expected first; otherwise (holding, or a kv_guard refusal) the time to the next session end.
+  // The first call seeds the limit (AimdOptions::predicted_limit, the pool's bound with the guard).
   void OnFrame(double now_s, double latency_ms, double deadline_ms, bool missed) noexcept override;
-  // Closes and evaluates the window once now_s >= its end; the next window starts at now_s.
-  void OnTick(double now_s, const SystemState& state) override;
-
-  [[nodiscard]] std::int64_t limit() const override { return limit_; }
-  [[nodiscard]] bool reserves_kv() const override { return options_.kv_guard; }
-  std::vector<LimitChange> TakeLimitChanges() override;
   [[nodiscard]] std::string Describe() const override;
 
   [[nodiscard]] const AimdWindow& last_window() const { return last_window_; }
   [[nodiscard]] bool cooling_down() const { return cooling_; }
 
  private:
+  // The pool's bound and KV fill at this decision; the first seeds the limit.
+  void OnDecide(const SystemState& state, std::int64_t fit, double now_s) override;
   void Seed(double now_s);
-  // When the current window is expected to close: window_s, or earlier at the last window's
-  // frame rate once window_frames are in (never before min_window_s).
-  [[nodiscard]] double NextDecisionS(double now_s) const;
-  void Advance(double now_s, std::int64_t active);
-  void Evaluate(double now_s, std::int64_t active);
-  void SetLimit(double now_s, std::int64_t to, std::string reason);
-  [[nodiscard]] double WindowEnd() const { return window_start_s_ + options_.window_s; }
+  // Frames that close a window early: window_frames, or min_samples in slow start (far below the
+  // target a few frames say as much as many).
+  [[nodiscard]] std::int64_t FramesNeeded() const override;
+  // A growing controller may lift the limit at its next decision; a holding one frees a place
+  // only when a session ends.
+  [[nodiscard]] double DecisionInS(double now_s) const override;
+  void Evaluate(const ClosedWindow& closed, double now_s, std::int64_t active) override;
 
   AimdOptions options_;
-  MemoryOptions memory_;
-  std::int64_t limit_;
-  std::vector<LimitChange> changes_;
 
-  // Current window. started_ is false until the first call sets window_start_s_.
-  bool started_ = false;
-  double window_start_s_ = 0.0;
+  // What AIMD measures in the current window besides the frame count (window_).
   std::vector<double> samples_;  // latency / deadline; capacity max_samples, reserved once
-  std::int64_t num_frames_ = 0;
   std::int64_t num_misses_ = 0;
-  std::int64_t peak_active_ = 0;
-  std::int64_t num_limit_rejections_ = 0;
   std::uint64_t rng_state_ = 0x9e3779b97f4a7c15ULL;  // reservoir sampling; fixed seed: reproducible
 
   bool slow_start_;
   bool seeded_ = false;           // the first Decide seeds the limit (predicted N*, pool bound)
   bool growing_ = false;          // the last evaluated window raised the limit
   std::int64_t pool_bound_ = -1;  // KV guard's SessionsThatFit at the last Decide; -1: unknown
-  double last_window_duration_s_ = 0.0;
   // used / (used + promised) KV blocks at the last Decide (1: no pool, or all promises kept), not
   // below kMinKvFill; growth projects the signal to full KV with it.
   static constexpr double kMinKvFill = 0.01;
@@ -93,7 +79,6 @@ class AimdController final : public AdmissionController {
   // window): the four presets' cost models put it at 0.05-0.2 at N_true, so 0.25 errs safe.
   static constexpr double kKvLatencyShare = 0.25;
   double kv_fill_ = 1.0;
-  RetryHint retry_;
 
   bool cooling_ = false;
   double last_cut_s_ = 0.0;

@@ -15,50 +15,33 @@
 #include <string>
 #include <vector>
 
-#include "metronome/admission/admission.h"
+#include "metronome/admission/windowed_controller.h"
 
 namespace metronome::admission {
 
 // Invariants: min_limit <= limit() <= max_limit; limit() == floor(estimate), the estimate moving
 // only when a window with at least min_samples frames closes; with the guard, never admits at or
 // above the pool's bound.
-class Gradient2Controller final : public AdmissionController {
+class Gradient2Controller final : public WindowedController {
  public:
   // Both option structs must pass Validate (MTR_CHECK otherwise; MakeController validates first).
   Gradient2Controller(const Gradient2Options& options, const MemoryOptions& memory);
 
-  // Rejects with "limit" when active >= limit, or "kv_guard" as AimdController. Retry-after: the
-  // time to the next decision or session end, whichever is expected first (RetryHint).
-  Decision Decide(const SessionRequest& request, const SystemState& state, double now_s) override;
+  // Decide (WindowedController's) refuses with "limit" when active >= limit, or "kv_guard" as
+  // AimdController. Retry-after: the time to the next decision or session end, whichever is
+  // expected first (RetryHint).
   void OnFrame(double now_s, double latency_ms, double deadline_ms, bool missed) noexcept override;
-  void OnTick(double now_s, const SystemState& state) override;
-
-  [[nodiscard]] std::int64_t limit() const override { return limit_; }
-  [[nodiscard]] bool reserves_kv() const override { return options_.kv_guard; }
-  std::vector<LimitChange> TakeLimitChanges() override;
   [[nodiscard]] std::string Describe() const override;
 
   [[nodiscard]] double long_signal() const { return long_signal_; }
   [[nodiscard]] double estimate() const { return estimate_; }
 
  private:
-  void Advance(double now_s, std::int64_t active);
-  void Evaluate(double now_s, std::int64_t active);
+  void Evaluate(const ClosedWindow& closed, double now_s, std::int64_t active) override;
 
   Gradient2Options options_;
-  MemoryOptions memory_;
   double estimate_;
-  std::int64_t limit_;
-  std::vector<LimitChange> changes_;
-  RetryHint retry_;
-
-  bool started_ = false;
-  double window_start_s_ = 0.0;
   double signal_sum_ = 0.0;  // sum of latency / deadline over the window's frames
-  std::int64_t num_frames_ = 0;
-  std::int64_t peak_active_ = 0;
-  std::int64_t num_limit_rejections_ = 0;
-  double last_frames_per_s_ = 0.0;
 
   std::int64_t num_windows_ = 0;  // evaluated windows, for the warm-up mean
   double long_signal_ = 0.0;

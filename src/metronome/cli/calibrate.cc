@@ -23,8 +23,8 @@
 #include "metronome/cli/commands.h"
 #include "metronome/cli/common.h"
 #include "metronome/kernels/gemm.h"
-#include "metronome/realtime/cost_model_fit.h"
-#include "metronome/realtime/engine_calibration.h"
+#include "metronome/realtime/cost_model.h"
+#include "metronome/serving/engine_calibration.h"
 
 namespace metronome::cli {
 namespace {
@@ -45,8 +45,8 @@ struct CalibrateFlags {
 constexpr std::int64_t kMaxBatchSessions = 4096;
 constexpr std::int64_t kMaxContext = std::int64_t{1} << 24;
 constexpr std::int64_t kMaxChunk = 1 << 16;
-using GridPoint = realtime::CalibrationPoint;
-constexpr int kPrefillChunk = realtime::kCalibrationPrefillChunk;
+using GridPoint = serving::CalibrationPoint;
+constexpr int kPrefillChunk = serving::kCalibrationPrefillChunk;
 
 // "1,4,16" (commas or spaces) -> values in [lo, hi]; ConfigError naming the flag and its value.
 std::vector<std::int64_t> ParseList(const std::string& text, const std::string& flag,
@@ -71,7 +71,7 @@ std::vector<std::int64_t> ParseList(const std::string& text, const std::string& 
   return values;
 }
 
-realtime::CalibrationSettings SettingsOf(const CalibrateFlags& f) {
+serving::CalibrationSettings SettingsOf(const CalibrateFlags& f) {
   return {.repeats = f.repeats, .warmup = f.warmup, .max_context = f.kv.max_context};
 }
 
@@ -81,7 +81,7 @@ realtime::CalibrationSettings SettingsOf(const CalibrateFlags& f) {
 void CheckGridIdentifiesTheModel(const std::vector<GridPoint>& grid, const kv::KvPolicy& policy,
                                  const CalibrateFlags& f) {
   const std::vector<realtime::StepObservation> design =
-      realtime::CalibrationDesign(grid, policy, SettingsOf(f));
+      serving::CalibrationDesign(grid, policy, SettingsOf(f));
   try {
     (void)realtime::FitCostModel(design);
   } catch (const ConfigError& e) {
@@ -154,10 +154,10 @@ int RunCalibrate(const CalibrateFlags& f) {
   engine::Engine eng(m, eo);
 
   std::mt19937 rng(7);  // token ids only; they do not affect the timing
-  std::vector<realtime::CalibrationMeasurement> measured;
+  std::vector<serving::CalibrationMeasurement> measured;
   const auto t0 = std::chrono::steady_clock::now();
   for (const GridPoint& g : grid) {
-    auto meas = realtime::MeasureCalibrationPoint(eng, policy, SettingsOf(f), g, rng);
+    auto meas = serving::MeasureCalibrationPoint(eng, policy, SettingsOf(f), g, rng);
     if (const auto* error = std::get_if<std::string>(&meas)) {
       std::fprintf(stderr, "error: %s%s\n", error->c_str(),
                    error->find("pool_exhausted") != std::string::npos
@@ -165,12 +165,12 @@ int RunCalibrate(const CalibrateFlags& f) {
                        : "");
       return 3;
     }
-    measured.push_back(std::get<realtime::CalibrationMeasurement>(meas));
+    measured.push_back(std::get<serving::CalibrationMeasurement>(meas));
   }
   const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::vector<realtime::StepObservation> obs;
   obs.reserve(measured.size());
-  for (const realtime::CalibrationMeasurement& meas : measured) obs.push_back(meas.obs);
+  for (const serving::CalibrationMeasurement& meas : measured) obs.push_back(meas.obs);
   const realtime::CostModelFit fit = realtime::FitCostModel(obs);
 
   std::printf(
@@ -180,7 +180,7 @@ int RunCalibrate(const CalibrateFlags& f) {
   std::printf("%8s %8s %6s %12s %18s %12s %10s %9s\n", "sessions", "context", "chunk",
               "batch_tokens", "visible_kv_tokens", "measured_ms", "model_ms", "rel_err");
   nlohmann::json points = nlohmann::json::array();
-  for (const realtime::CalibrationMeasurement& meas : measured) {
+  for (const serving::CalibrationMeasurement& meas : measured) {
     const realtime::StepObservation& o = meas.obs;
     const double model_s = fit.model.StepSeconds(o.batch_tokens, o.visible_kv_tokens);
     const double rel = (model_s - o.seconds) / o.seconds;

@@ -11,6 +11,7 @@
 #include "metronome/cli/workload_flags.h"
 #include "metronome/engine/engine.h"
 #include "metronome/engine/sampler.h"
+#include "metronome/serving/engine_backend.h"
 
 namespace metronome::cli {
 namespace {
@@ -59,7 +60,7 @@ int RunDrive(const DriveFlags& f) {
   if (f.max_context < 0) {
     throw ConfigError("--max-context = " + std::to_string(f.max_context) + " must be >= 0");
   }
-  realtime::EngineBackend backend(&eng, so, f.max_context);
+  serving::EngineBackend backend(&eng, so, f.max_context);
   SteadyClock clock;
   const kv::PoolStats pool = eng.pool_stats();
 

@@ -21,9 +21,9 @@
 #include "metronome/cli/workload_flags.h"
 #include "metronome/engine/engine.h"
 #include "metronome/engine/sampler.h"
-#include "metronome/realtime/backend.h"
 #include "metronome/server/engine_service.h"
 #include "metronome/server/http_server.h"
+#include "metronome/serving/engine_backend.h"
 
 namespace metronome::cli {
 namespace {
@@ -149,7 +149,8 @@ int RunServe(const ServeFlags& f) {
   if (!f.engine.pool_given()) {
     // No more than the most sessions admission can ever hold need (and int-sized block ids).
     const std::int64_t max_sessions =
-        sup.max_sessions > 0 ? std::min(sup.max_sessions, sup.aimd.max_limit) : sup.aimd.max_limit;
+        sup.max_sessions > 0 ? std::min(sup.max_sessions, sup.aimd.window.max_limit)
+                            : sup.aimd.window.max_limit;
     const std::int64_t max_blocks = std::min<std::int64_t>(
         std::int64_t{1} << 30, per_session * std::max<std::int64_t>(1, max_sessions));
     const MachinePool machine = PoolFromMachine(m, eo, f.kv_pool_fraction, max_blocks);
@@ -170,7 +171,7 @@ int RunServe(const ServeFlags& f) {
   engine::SamplerOptions so;
   so.temperature = f.temperature;
   so.Validate();
-  realtime::EngineBackend backend(&eng, so, f.max_context);
+  serving::EngineBackend backend(&eng, so, f.max_context);
   SteadyClock clock;
 
   const kv::PoolStats pool = eng.pool_stats();

@@ -9,7 +9,7 @@
 #include "metronome/base/errors.h"
 #include "metronome/cli/commands.h"
 #include "metronome/cli/workload_flags.h"
-#include "metronome/realtime/cost_model_fit.h"
+#include "metronome/realtime/cost_model.h"
 #include "metronome/realtime/presets.h"
 
 namespace metronome::cli {
@@ -81,7 +81,7 @@ int RunSim(const SimFlags& f) {
   }
   if (f.json)
     throw ConfigError("--json goes with --list-presets (a run's summary: --summary-json)");
-  realtime::SimPreset p = realtime::FindPreset(f.preset);
+  realtime::SimPreset p = ReportingFlags([&] { return realtime::FindPreset(f.preset); });
   if (f.kv_pool_gb) {
     if (!(*f.kv_pool_gb > 0.0)) {
       throw ConfigError("--kv-pool-gb = " + std::to_string(*f.kv_pool_gb) + " must be > 0");

@@ -162,7 +162,7 @@ void AdmissionFlags::Register(CLI::App* app) {
   app->add_option("--aimd-window-s", aimd_window_s,
                   "AIMD/gradient2 longest control window, s (default: 2 s or 25 frame periods, "
                   "whichever is longer)");
-  app->add_option("--aimd-window-frames", aimd.window_frames,
+  app->add_option("--aimd-window-frames", window.window_frames,
                   "AIMD/gradient2: a window closes early once it holds this many frames (0: "
                   "windows last --aimd-window-s)");
   app->add_option("--aimd-min-window-s", aimd_min_window_s,
@@ -191,14 +191,14 @@ void AdmissionFlags::Register(CLI::App* app) {
                   "After a cut: drain (hold until a full window ran at or under the limit) | "
                   "fixed:SECONDS");
   app->add_option("--aimd-initial", aimd.initial_limit, "AIMD starting limit (warm start)");
-  app->add_option("--aimd-min", aimd.min_limit, "AIMD lowest limit");
-  app->add_option("--aimd-max", aimd.max_limit, "AIMD highest limit");
-  app->add_option("--aimd-min-samples", aimd.min_samples,
-                  "AIMD holds on windows with fewer frames than this");
-  app->add_flag("--kv-guard,!--no-kv-guard", aimd.kv_guard,
+  app->add_option("--aimd-min", window.min_limit, "AIMD/gradient2 lowest limit");
+  app->add_option("--aimd-max", window.max_limit, "AIMD/gradient2 highest limit");
+  app->add_option("--aimd-min-samples", window.min_samples,
+                  "AIMD/gradient2 hold on windows with fewer frames than this");
+  app->add_flag("--kv-guard,!--no-kv-guard", window.kv_guard,
                 std::string("AIMD/gradient2 also require active < sessions the KV pool can hold "
                             "(look-ahead guard; default ") +
-                    (aimd.kv_guard ? "on" : "off") + ")");
+                    (window.kv_guard ? "on" : "off") + ")");
   app->add_option("--gradient2-initial", gradient2.initial_limit, "gradient2 starting limit");
   app->add_option("--gradient2-tolerance", gradient2.tolerance,
                   "gradient2: short-run latency may exceed the long-run one by this factor");
@@ -238,7 +238,7 @@ void WorkloadFlags::RegisterOutputs(CLI::App* app, bool with_metrics_out) {
 AdmissionFlags ServingAdmissionFlags() {
   AdmissionFlags f;
   f.admission = "aimd";
-  f.aimd.kv_guard = true;
+  f.window.kv_guard = true;
   return f;
 }
 
@@ -248,19 +248,15 @@ realtime::SupervisorOptions AdmissionFlags::Supervisor(double period_ms) const {
   realtime::SupervisorOptions o;
   o.admission = admission;
   o.max_sessions = max_sessions;
+  // aimd and gradient2 share the window and the guard: one comparison, one notion of a window.
+  admission::WindowOptions w = window;
+  w.window_s = aimd_window_s.value_or(DefaultAimdWindowS(period_ms));
+  w.min_window_s = aimd_min_window_s.value_or(std::max(0.5, 2.0 * period_ms / 1000.0));
   o.aimd = aimd;
-  o.aimd.window_s = aimd_window_s.value_or(DefaultAimdWindowS(period_ms));
-  o.aimd.min_window_s = aimd_min_window_s.value_or(std::max(0.5, 2.0 * period_ms / 1000.0));
+  o.aimd.window = w;
   o.aimd.cooldown_mode = ParseCooldown(aimd_cooldown, &o.aimd.cooldown_s);
-  // gradient2 shares the windows and the guard: one comparison, one notion of a window.
   o.gradient2 = gradient2;
-  o.gradient2.window_s = o.aimd.window_s;
-  o.gradient2.window_frames = o.aimd.window_frames;
-  o.gradient2.min_window_s = o.aimd.min_window_s;
-  o.gradient2.min_samples = o.aimd.min_samples;
-  o.gradient2.min_limit = o.aimd.min_limit;
-  o.gradient2.max_limit = o.aimd.max_limit;
-  o.gradient2.kv_guard = o.aimd.kv_guard;
+  o.gradient2.window = w;
   o.memory = memory;
   if (mute_after < 1) {
     throw ConfigError("--mute-after = " + std::to_string(mute_after) + " must be >= 1");
@@ -291,6 +287,7 @@ std::string WithFlagNames(const std::string& message) {
       {"url", "--url"},
       {"payload", "--payload"},
       {"vocab", "--vocab"},
+      {"preset", "--preset"},
   };
   const auto is_name_char = [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '.' || c == '-';
@@ -418,7 +415,7 @@ int RunWorkload(realtime::Backend* backend, Clock* clock, const WorkloadFlags& f
     // The AIMD control window the run used (by default it depends on the period), so scripts read
     // it instead of restating DefaultAimdWindowS; null under other controllers.
     j["aimd_window_s"] = options.supervisor.admission == "aimd"
-                             ? nlohmann::json(options.supervisor.aimd.window_s)
+                             ? nlohmann::json(options.supervisor.aimd.window.window_s)
                              : nlohmann::json(nullptr);
     std::printf("%s\n", j.dump().c_str());
   }

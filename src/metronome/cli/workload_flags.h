@@ -42,10 +42,13 @@ auto ReportingFlags(F&& f) -> decltype(f()) {
 struct AdmissionFlags {
   std::string admission = "memory";
   std::int64_t max_sessions = 0;
-  admission::AimdOptions aimd;
+  // The control window aimd and gradient2 share (the --aimd-window-* flags); unset durations take
+  // their period-dependent defaults.
+  admission::WindowOptions window;
   std::optional<double> aimd_window_s;
   std::optional<double> aimd_min_window_s;
-  admission::Gradient2Options gradient2;
+  admission::AimdOptions aimd;            // its window is `window`
+  admission::Gradient2Options gradient2;  // its window is `window`
   std::string aimd_cooldown = "drain";
   admission::MemoryOptions memory;
   int mute_after = 3;

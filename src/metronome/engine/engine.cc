@@ -17,22 +17,6 @@
 
 namespace metronome::engine {
 
-const char* ToString(StepStatus s) {
-  switch (s) {
-    case StepStatus::kOk:
-      return "ok";
-    case StepStatus::kPoolExhausted:
-      return "pool_exhausted";
-    case StepStatus::kContextFull:
-      return "context_full";
-    case StepStatus::kUnknownSession:
-      return "unknown_session";
-    case StepStatus::kInvalidRequest:
-      return "invalid_request";
-  }
-  return "?";
-}
-
 void EngineOptions::Validate() const {
   if (block_tokens < 1 || block_tokens > 1024) {
     throw ConfigError("block_tokens = " + std::to_string(block_tokens) + " must be in [1, 1024]");

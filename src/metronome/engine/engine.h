@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "metronome/base/step_status.h"
 #include "metronome/base/types.h"
 #include "metronome/kernels/rope.h"
 #include "metronome/kv/block_pool.h"
@@ -61,14 +62,9 @@ struct StepItem {
   LogitsMode logits = LogitsMode::kLast;
 };
 
-enum class StepStatus : std::uint8_t {
-  kOk,
-  kPoolExhausted,  // no KV blocks for this chunk; the session is unchanged
-  kContextFull,    // the session's context limit would be exceeded; unchanged
-  kUnknownSession,
-  kInvalidRequest,  // empty chunk, token id out of range, or the session twice in one step
-};
-[[nodiscard]] const char* ToString(StepStatus s);
+// A request's outcome (base/step_status.h: the realtime backends answer in the same words).
+using metronome::StepStatus;
+using metronome::ToString;
 
 struct StepItemResult {
   StepStatus status = StepStatus::kOk;

@@ -142,7 +142,7 @@ const SimPreset& FindPreset(const std::string& name) {
     if (p.name == name) return p;
     names += names.empty() ? p.name : ", " + p.name;
   }
-  throw ConfigError("--preset '" + name + "' is not a built-in preset (one of: " + names + ")");
+  throw ConfigError("preset = '" + name + "' is not a built-in preset (one of: " + names + ")");
 }
 
 }  // namespace metronome::realtime

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "metronome/realtime/backend.h"
+#include "metronome/realtime/cost_model.h"
 
 namespace metronome::realtime {
 

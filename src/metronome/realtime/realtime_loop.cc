@@ -328,14 +328,14 @@ bool RealtimeLoop::RunIteration() {
     Session& s = *entry.second;
     Frame& f = s.frames.front();
     const BackendItemResult& r = results_[i];
-    if (r.status == engine::StepStatus::kPoolExhausted) {
+    if (r.status == StepStatus::kPoolExhausted) {
       f.blocked = true;
       continue;
     }
-    if (r.status != engine::StepStatus::kOk) {
+    if (r.status != StepStatus::kOk) {
       // The full-mode context limit, or any other refusal of the backend: the session ends with
       // an explicit reason, never silently. Only the first is a context-full session.
-      const bool context_full = r.status == engine::StepStatus::kContextFull;
+      const bool context_full = r.status == StepStatus::kContextFull;
       ++(context_full ? stats_.context_full_sessions : stats_.error_sessions);
       entry.second = nullptr;
       Retire(sessions_.find(id));

@@ -53,14 +53,14 @@ void Reporter::MuteAlarm(const realtime::MuteAlarm& a) {
 void Reporter::SessionEnded(const realtime::SessionEnded& e, std::int64_t active) {
   if (e.by_loop() && log_to_stderr_) {
     std::fprintf(stderr, "[error] session %llu ended at t=%.2f s: %s\n",
-                 static_cast<unsigned long long>(e.session), e.t_s, engine::ToString(e.status));
+                 static_cast<unsigned long long>(e.session), e.t_s, ToString(e.status));
   }
   if (metrics_) metrics_->sessions_active.Set(static_cast<double>(active));
   if (Logging()) {
     nlohmann::json fields = {{"session_id", e.session}};
     if (e.by_loop()) {
       fields["reason"] = "error";
-      fields["error"] = engine::ToString(e.status);
+      fields["error"] = ToString(e.status);
     } else {
       fields["reason"] = ToString(e.reason);
     }

@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "metronome/base/step_status.h"
 #include "metronome/base/types.h"
-#include "metronome/engine/engine.h"
 #include "metronome/realtime/frame_summary.h"
 #include "metronome/telemetry/engine_metrics.h"
 
@@ -54,8 +54,8 @@ struct SessionEnded {
   RealtimeSessionId session = 0;
   double t_s = 0.0;
   EndReason reason = EndReason::kClient;
-  engine::StepStatus status = engine::StepStatus::kOk;  // the backend's, when the loop ended it
-  [[nodiscard]] bool by_loop() const { return status != engine::StepStatus::kOk; }
+  StepStatus status = StepStatus::kOk;  // the backend's, when the loop ended it
+  [[nodiscard]] bool by_loop() const { return status != StepStatus::kOk; }
 };
 
 class SessionObserver {

@@ -18,12 +18,6 @@
 namespace metronome::realtime {
 namespace {
 
-std::string PolicyName(const kv::KvPolicy& p) {
-  if (p.mode == kv::KvMode::kFull) return "full";
-  return "window(W=" + std::to_string(p.window) + ",S=" + std::to_string(p.sinks) + "," +
-         (p.positions == kv::PositionMode::kRolling ? "rolling" : "absolute") + ")";
-}
-
 // Events are scheduled in double seconds but the clock ticks in integer ns: an event within 1 ns
 // of now is due, or a time whose ns rounding falls just short of it would never come.
 constexpr double kDueSlackSeconds = 1e-9;
@@ -291,7 +285,7 @@ RunSummary WorkloadRunner::Run() {
   s.duration_s = end;
   s.iterations = ls.iterations;
   s.admission = sup.controller().Describe();
-  s.kv_policy = PolicyName(st.options.session.policy);
+  s.kv_policy = st.options.session.policy.ToString();
   if (st.events != nullptr) st.events->Flush();
   return s;
 }

@@ -1,4 +1,4 @@
-#include "metronome/realtime/engine_calibration.h"
+#include "metronome/serving/engine_calibration.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,7 +8,7 @@
 
 #include "metronome/base/errors.h"
 
-namespace metronome::realtime {
+namespace metronome::serving {
 namespace {
 
 constexpr int kPrefillTokensPerStep = 2048;  // prefill steps batch sessions up to this many tokens
@@ -110,10 +110,10 @@ std::variant<CalibrationMeasurement, std::string> MeasureCalibrationPoint(
               Median(std::move(seconds))}};
 }
 
-std::vector<StepObservation> CalibrationDesign(const std::vector<CalibrationPoint>& grid,
+std::vector<realtime::StepObservation> CalibrationDesign(const std::vector<CalibrationPoint>& grid,
                                                const kv::KvPolicy& policy,
                                                const CalibrationSettings& settings) {
-  std::vector<StepObservation> design;
+  std::vector<realtime::StepObservation> design;
   for (const CalibrationPoint& g : grid) {
     double visible = 0.0;  // per session, summed over the timed steps
     for (std::int64_t k = settings.warmup; k < settings.warmup + settings.repeats; ++k) {
@@ -126,7 +126,7 @@ std::vector<StepObservation> CalibrationDesign(const std::vector<CalibrationPoin
 }
 
 std::variant<SessionCalibration, std::string> CalibrateForSession(engine::Engine& engine,
-                                                                  const SessionSpec& session,
+                                                                  const realtime::SessionSpec& session,
                                                                   double latency_fraction) {
   const std::int64_t chunk = session.input_tokens_per_frame + 1;
   if (chunk > kCalibrationPrefillChunk) {
@@ -142,7 +142,7 @@ std::variant<SessionCalibration, std::string> CalibrateForSession(engine::Engine
     }
   }
   std::mt19937 rng(7);  // token ids only; they do not affect the timing
-  std::vector<StepObservation> observations;
+  std::vector<realtime::StepObservation> observations;
   const auto t0 = std::chrono::steady_clock::now();
   for (const CalibrationPoint& g : grid) {
     auto m = MeasureCalibrationPoint(engine, session.policy, settings, g, rng);
@@ -152,12 +152,12 @@ std::variant<SessionCalibration, std::string> CalibrateForSession(engine::Engine
   SessionCalibration out;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   try {
-    out.fit = FitCostModel(observations);
+    out.fit = realtime::FitCostModel(observations);
   } catch (const ConfigError& e) {
     return std::string("the fit failed: ") + e.what();
   }
-  out.predicted_limit = PredictedSessionLimit(out.fit.model, session, latency_fraction);
+  out.predicted_limit = realtime::PredictedSessionLimit(out.fit.model, session, latency_fraction);
   return out;
 }
 
-}  // namespace metronome::realtime
+}  // namespace metronome::serving

@@ -20,9 +20,9 @@
 
 #include "metronome/engine/engine.h"
 #include "metronome/kv/kv_policy.h"
-#include "metronome/realtime/cost_model_fit.h"
+#include "metronome/realtime/cost_model.h"
 
-namespace metronome::realtime {
+namespace metronome::serving {
 
 struct CalibrationPoint {
   std::int64_t sessions = 0;  // B
@@ -40,7 +40,7 @@ struct CalibrationSettings {
 
 struct CalibrationMeasurement {
   CalibrationPoint point;
-  StepObservation obs;  // median seconds; mean visible_kv_tokens over the timed steps
+  realtime::StepObservation obs;  // median seconds; mean visible_kv_tokens over the timed steps
 };
 
 // Tokens per session per prefill step; a pool for a point must hold chunks this large.
@@ -54,7 +54,7 @@ inline constexpr int kCalibrationPrefillChunk = 256;
 
 // The design (batch_tokens, visible_kv_tokens) each point will have, with unit times: what
 // FitCostModel needs to tell, before anything is measured, whether the grid separates the terms.
-[[nodiscard]] std::vector<StepObservation> CalibrationDesign(
+[[nodiscard]] std::vector<realtime::StepObservation> CalibrationDesign(
     const std::vector<CalibrationPoint>& grid, const kv::KvPolicy& policy,
     const CalibrationSettings& settings);
 
@@ -65,11 +65,11 @@ inline constexpr int kCalibrationPrefillChunk = 256;
 // to the session's full window. The pool must hold 16 sessions of 272 tokens (a + 1 <= 256: larger
 // chunks are not calibrated here). The failed step's reason if a step failed or the fit did not.
 struct SessionCalibration {
-  CostModelFit fit;
+  realtime::CostModelFit fit;
   std::int64_t predicted_limit = 0;  // PredictedSessionLimit; 0: none
   double seconds = 0.0;              // wall time of the measuring
 };
 [[nodiscard]] std::variant<SessionCalibration, std::string> CalibrateForSession(
-    engine::Engine& engine, const SessionSpec& session, double latency_fraction);
+    engine::Engine& engine, const realtime::SessionSpec& session, double latency_fraction);
 
-}  // namespace metronome::realtime
+}  // namespace metronome::serving

@@ -1,4 +1,4 @@
-#include "metronome/realtime/cost_model_fit.h"
+#include "metronome/realtime/cost_model.h"
 
 #include <algorithm>
 #include <array>
@@ -17,6 +17,69 @@
 #include "metronome/base/errors.h"
 
 namespace metronome::realtime {
+
+CostModelBackend::CostModelBackend(const CostModel& cost, std::int64_t num_blocks, int block_tokens)
+    : cost_(cost), pool_({1, 1, 1, block_tokens}, {.num_blocks = static_cast<int>(num_blocks)}) {}
+
+BackendSessionId CostModelBackend::Open(const kv::KvPolicy& policy, TokenPos max_context) {
+  policy.Validate();
+  const BackendSessionId id = next_id_++;
+  const bool limited = policy.mode == kv::KvMode::kFull && max_context > 0;
+  sessions_.emplace(
+      id, std::make_unique<kv::SessionKv>(
+              &pool_, policy, limited ? max_context : std::numeric_limits<TokenPos>::max() / 4));
+  return id;
+}
+
+void CostModelBackend::Close(BackendSessionId id) {
+  const auto it = sessions_.find(id);
+  if (it == sessions_.end()) return;
+  sessions_.erase(it);
+}
+
+double CostModelBackend::Step(std::span<const BackendItem> items,
+                              std::vector<BackendItemResult>* out) {
+  out->assign(items.size(), BackendItemResult{});
+  double batch_tokens = 0.0;
+  double visible = 0.0;
+  std::vector<std::pair<kv::SessionKv*, int>> commits;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const auto it = sessions_.find(items[i].session);
+    if (it == sessions_.end()) {
+      (*out)[i].status = StepStatus::kUnknownSession;
+      continue;
+    }
+    kv::SessionKv& kv = *it->second;
+    const int n = static_cast<int>(items[i].tokens.size());
+    switch (kv.Reserve(n)) {
+      case kv::ReserveResult::kOk:
+        break;
+      case kv::ReserveResult::kPoolExhausted:
+        (*out)[i].status = StepStatus::kPoolExhausted;
+        continue;
+      case kv::ReserveResult::kContextFull:
+        (*out)[i].status = StepStatus::kContextFull;
+        continue;
+    }
+    visible += static_cast<double>(kv.policy().VisibleKeysOfChunk(kv.length(), n));
+    batch_tokens += n;
+    commits.emplace_back(&kv, n);
+    // A deterministic stand-in for the model's output.
+    (*out)[i].next_token = static_cast<TokenId>((kv.length() + n) % 997);
+  }
+  for (auto& [kv, n] : commits) kv->Commit(n);
+  return items.empty() ? 0.0 : cost_.StepSeconds(batch_tokens, visible);
+}
+
+kv::PoolStats CostModelBackend::pool() const {
+  return kv::PoolStatsOf(pool_, static_cast<std::int64_t>(sessions_.size()));
+}
+
+std::int64_t CostModelBackend::resident_blocks(BackendSessionId id) const {
+  const auto it = sessions_.find(id);
+  return it == sessions_.end() ? 0 : it->second->resident_blocks();
+}
+
 namespace {
 
 constexpr std::size_t kTerms = 3;  // c0 (constant), c1 (per batch token), c2 (per visible KV token)

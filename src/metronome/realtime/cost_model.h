@@ -1,23 +1,63 @@
-// Fitting the simulator's iteration-time model (CostModel, backend.h) to measured engine steps, and
-// its JSON form (the file `metronome calibrate --out` writes and the simulator loads).
+// The simulator's iteration-time model, in one place: the model (CostModel), the backend that runs
+// the real KV bookkeeping with modelled step times (CostModelBackend), its fit to measured engine
+// steps, and its JSON form (the file `metronome calibrate --out` writes and the simulator loads).
 //
 // The fit is least squares of the relative error (each point weighted 1/t^2, so small decode steps
 // count as much as large prefills) on t = c0 + c1 * batch_tokens + c2 * visible_kv_tokens with
 // every coefficient constrained to be >= 0 (a negative per-token cost is unphysical and would make
 // the simulator predict negative step times for some batches).
 //
-// Thread-safety: pure functions.
+// Thread-safety: the fit and the JSON functions are pure; a CostModelBackend is driven by the loop
+// thread only.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <span>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
+#include "metronome/kv/block_pool.h"
+#include "metronome/kv/kv_policy.h"
+#include "metronome/kv/session_kv.h"
 #include "metronome/realtime/backend.h"
 #include "metronome/realtime/realtime_loop.h"
 
 namespace metronome::realtime {
+
+// Iteration time model: t = c0 + c1 * batch_tokens + c2 * visible_kv_tokens (seconds), where
+// visible_kv_tokens sums, over every query token of the step, the keys it attends to.
+struct CostModel {
+  double c0_s = 0.004;
+  double c1_s_per_token = 0.0;
+  double c2_s_per_kv_token = 0.0;
+  [[nodiscard]] double StepSeconds(double batch_tokens, double visible_kv_tokens) const {
+    return c0_s + c1_s_per_token * batch_tokens + c2_s_per_kv_token * visible_kv_tokens;
+  }
+};
+
+// The simulator's backend: real BlockPool/SessionKv accounting over a pool of `num_blocks` blocks
+// of `block_tokens` tokens (storage of one scalar per token, never read), modelled step time, and a
+// deterministic output token per decode.
+class CostModelBackend final : public Backend {
+ public:
+  CostModelBackend(const CostModel& cost, std::int64_t num_blocks, int block_tokens);
+  BackendSessionId Open(const kv::KvPolicy& policy, TokenPos max_context = 0) override;
+  void Close(BackendSessionId id) override;
+  double Step(std::span<const BackendItem> items, std::vector<BackendItemResult>* out) override;
+  [[nodiscard]] kv::PoolStats pool() const override;
+  [[nodiscard]] std::int64_t resident_blocks(BackendSessionId id) const override;
+  [[nodiscard]] int vocab_size() const override { return 1 << 16; }
+  [[nodiscard]] int block_tokens() const override { return pool_.layout().block_tokens; }
+
+ private:
+  CostModel cost_;
+  kv::BlockPool pool_;
+  std::unordered_map<BackendSessionId, std::unique_ptr<kv::SessionKv>> sessions_;
+  BackendSessionId next_id_ = 1;
+};
 
 // One measured step (or the median of several at one operating point).
 struct StepObservation {

@@ -1,4 +1,4 @@
-#include "metronome/realtime/cost_model_fit.h"
+#include "metronome/realtime/cost_model.h"
 
 #include <gtest/gtest.h>
 
@@ -163,7 +163,7 @@ TEST(CostModelJsonTest, RoundTripsThroughTextAndFiles) {
   nlohmann::json file = j;
   file["fit"] = {{"r2", 0.99}};
   file["model"] = "synthetic:tiny";
-  const std::string path = ::testing::TempDir() + "/cost_model_fit_test.json";
+  const std::string path = ::testing::TempDir() + "/cost_model_test.json";
   std::ofstream(path) << file.dump(2);
   const CostModel loaded = LoadCostModelFile(path);
   EXPECT_EQ(loaded.c0_s, m.c0_s);

@@ -1,0 +1,132 @@
+// What the windowed controllers (aimd, gradient2) share: the control window (the frames counted
+// since it opened, the peak active count, the limit rejections, and the one rule that closes it:
+// at window_s, or once it holds enough frames and has lasted min_window_s) and the controller
+// around it (Decide's order of checks, the limit refusal, the KV guard, retry hints, the limit
+// log). What a controller measures per frame (AIMD's latency samples, gradient2's mean) and
+// decides when a window closes stays with the controller. Thread-safety: not thread-safe; owned by
+// the engine thread.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "metronome/admission/admission.h"
+
+namespace metronome::admission {
+
+// printf into a string (at most 511 characters): the limit log's reasons and refusal details.
+template <class... Args>
+[[nodiscard]] std::string Format(const char* fmt, Args... args) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, fmt, args...);
+  return buf;
+}
+
+// What a window held when it closed.
+struct ClosedWindow {
+  double duration_s = 0.0;  // close time - open time, s
+  std::int64_t num_frames = 0;
+  std::int64_t peak_active = 0;  // largest active count noted in the window, and at its close
+  std::int64_t num_limit_rejections = 0;
+};
+
+// Invariants: the first call that gives a time opens the first window; every Close opens the next
+// at the close time, with the active count then as its peak; last_frames_per_s() is the frame rate
+// of the last closed window (0 before any close, or when that window had no frames or no
+// duration).
+class ControlWindow {
+ public:
+  explicit ControlWindow(const WindowOptions& options) : options_(options) {}
+
+  // One frame reported at now_s (opens the first window). No allocation.
+  void OnFrame(double now_s) noexcept {
+    Open(now_s);
+    ++num_frames_;
+  }
+  // Whether the window is due to close at now_s: at open + window_s, or once it holds
+  // `frames_needed` frames (when window_frames > 0) and has lasted min_window_s. When not due,
+  // `active` counts towards the window's peak.
+  [[nodiscard]] bool Due(double now_s, std::int64_t active, std::int64_t frames_needed);
+  // When the window is expected to close: open + window_s, or earlier at the last window's frame
+  // rate once `frames_needed` frames are in (never before open + min_window_s); never before now_s.
+  [[nodiscard]] double NextCloseS(double now_s, std::int64_t frames_needed) const;
+  // Closes the window at now_s with `active` sessions in place and opens the next one.
+  ClosedWindow Close(double now_s, std::int64_t active);
+
+  void NoteAdmitted(std::int64_t active_before) {
+    peak_active_ = std::max(peak_active_, active_before + 1);
+  }
+  void NoteLimitRejection() { ++num_limit_rejections_; }
+
+  [[nodiscard]] std::int64_t num_frames() const { return num_frames_; }
+  [[nodiscard]] double last_frames_per_s() const { return last_frames_per_s_; }
+  [[nodiscard]] const WindowOptions& options() const { return options_; }
+
+ private:
+  void Open(double now_s) {
+    if (opened_) return;
+    opened_ = true;
+    open_s_ = now_s;
+  }
+
+  WindowOptions options_;
+  bool opened_ = false;
+  double open_s_ = 0.0;
+  std::int64_t num_frames_ = 0;
+  std::int64_t peak_active_ = 0;
+  std::int64_t num_limit_rejections_ = 0;
+  double last_frames_per_s_ = 0.0;
+};
+
+// A controller whose limit moves only when a control window closes. Decide: observe the active
+// count (retry hints), OnDecide (the subclass's look at the request and pool), close the window if
+// due, then refuse with "limit" when active >= limit (retry after DecisionInS or a session end,
+// whichever is expected first), or "kv_guard" when the guard is on and active >= SessionsThatFit
+// (retry after a session end); otherwise admit.
+// Invariants: limit() changes only through SetLimit, every change logged; min_limit <= limit() <=
+// max_limit when the subclass clamps what it sets (both do).
+class WindowedController : public AdmissionController {
+ public:
+  Decision Decide(const SessionRequest& request, const SystemState& state, double now_s) final;
+  // Closes and evaluates the window if due; the next window starts at now_s.
+  void OnTick(double now_s, const SystemState& state) final;
+  [[nodiscard]] std::int64_t limit() const final { return limit_; }
+  [[nodiscard]] bool reserves_kv() const final { return window_.options().kv_guard; }
+  std::vector<LimitChange> TakeLimitChanges() final;
+
+ protected:
+  WindowedController(const WindowOptions& window, const MemoryOptions& memory,
+                     std::int64_t initial_limit);
+
+  // Called by Decide before the window may close; `fit` is the KV guard's SessionsThatFit
+  // (kNoLimit without the guard).
+  virtual void OnDecide(const SystemState& /*state*/, std::int64_t /*fit*/, double /*now_s*/) {}
+  // Frames that close a window early.
+  [[nodiscard]] virtual std::int64_t FramesNeeded() const {
+    return window_.options().window_frames;
+  }
+  // Seconds until a decision could lift the limit (+inf: only a session end frees a place).
+  [[nodiscard]] virtual double DecisionInS(double now_s) const {
+    return window_.NextCloseS(now_s, FramesNeeded()) - now_s;
+  }
+  // The window that closed at now_s with `active` sessions in place (the next one is open).
+  virtual void Evaluate(const ClosedWindow& closed, double now_s, std::int64_t active) = 0;
+
+  void SetLimit(double now_s, std::int64_t to, std::string reason);
+  [[nodiscard]] const MemoryOptions& memory() const { return memory_; }
+
+  ControlWindow window_;
+
+ private:
+  void Advance(double now_s, std::int64_t active);
+
+  MemoryOptions memory_;
+  std::int64_t limit_;
+  std::vector<LimitChange> changes_;
+  RetryHint retry_;
+};
+
+}  // namespace metronome::admission

@@ -1,0 +1,50 @@
+// The real-time loop's backend on the real model runtime: realtime::Backend over an
+// engine::Engine, timed on the real clock. Its own module above engine and realtime, so that
+// realtime (and server, loadgen and the simulator above it) do not link the engine, its kernels
+// or oneDNN; only what runs a model (serve, drive and their tests) does.
+//
+// Thread-safety: driven by the loop thread only.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "metronome/base/types.h"
+#include "metronome/engine/engine.h"
+#include "metronome/engine/sampler.h"
+#include "metronome/kv/kv_policy.h"
+#include "metronome/realtime/backend.h"
+
+namespace metronome::serving {
+
+using realtime::BackendItem;
+using realtime::BackendItemResult;
+using realtime::BackendSessionId;
+
+// The real model runtime on its engine (borrowed), greedy or sampled next tokens.
+class EngineBackend final : public realtime::Backend {
+ public:
+  // max_context: context limit in tokens of full-KV sessions (0: the model's trained context).
+  EngineBackend(engine::Engine* engine, const engine::SamplerOptions& sampling,
+                TokenPos max_context = 0);
+  BackendSessionId Open(const kv::KvPolicy& policy, TokenPos max_context = 0) override;
+  void Close(BackendSessionId id) override;
+  double Step(std::span<const BackendItem> items, std::vector<BackendItemResult>* out) override;
+  [[nodiscard]] kv::PoolStats pool() const override { return engine_->pool_stats(); }
+  [[nodiscard]] std::int64_t resident_blocks(BackendSessionId id) const override;
+  [[nodiscard]] int vocab_size() const override { return engine_->config().vocab_size; }
+  [[nodiscard]] int block_tokens() const override { return engine_->kv_layout().block_tokens; }
+  [[nodiscard]] TokenPos full_kv_context_limit() const override {
+    return max_context_ > 0 ? max_context_ : engine_->config().context_length;
+  }
+
+ private:
+  engine::Engine* engine_;
+  engine::Sampler sampler_;
+  TokenPos max_context_;
+  std::vector<engine::StepItem> items_;
+  std::vector<engine::StepItemResult> results_;
+};
+
+}  // namespace metronome::serving
