@@ -148,9 +148,9 @@ int RunServe(const ServeFlags& f) {
   bool pool_capped = false;
   if (!f.engine.pool_given()) {
     // No more than the most sessions admission can ever hold need (and int-sized block ids).
-    const std::int64_t max_sessions =
-        sup.max_sessions > 0 ? std::min(sup.max_sessions, sup.aimd.window.max_limit)
-                            : sup.aimd.window.max_limit;
+    const std::int64_t max_sessions = sup.max_sessions > 0
+                                          ? std::min(sup.max_sessions, sup.aimd.window.max_limit)
+                                          : sup.aimd.window.max_limit;
     const std::int64_t max_blocks = std::min<std::int64_t>(
         std::int64_t{1} << 30, per_session * std::max<std::int64_t>(1, max_sessions));
     const MachinePool machine = PoolFromMachine(m, eo, f.kv_pool_fraction, max_blocks);
