@@ -111,8 +111,8 @@ std::variant<CalibrationMeasurement, std::string> MeasureCalibrationPoint(
 }
 
 std::vector<realtime::StepObservation> CalibrationDesign(const std::vector<CalibrationPoint>& grid,
-                                               const kv::KvPolicy& policy,
-                                               const CalibrationSettings& settings) {
+                                                         const kv::KvPolicy& policy,
+                                                         const CalibrationSettings& settings) {
   std::vector<realtime::StepObservation> design;
   for (const CalibrationPoint& g : grid) {
     double visible = 0.0;  // per session, summed over the timed steps
@@ -125,9 +125,8 @@ std::vector<realtime::StepObservation> CalibrationDesign(const std::vector<Calib
   return design;
 }
 
-std::variant<SessionCalibration, std::string> CalibrateForSession(engine::Engine& engine,
-                                                                  const realtime::SessionSpec& session,
-                                                                  double latency_fraction) {
+std::variant<SessionCalibration, std::string> CalibrateForSession(
+    engine::Engine& engine, const realtime::SessionSpec& session, double latency_fraction) {
   const std::int64_t chunk = session.input_tokens_per_frame + 1;
   if (chunk > kCalibrationPrefillChunk) {
     return "a frame of " + std::to_string(session.input_tokens_per_frame) +
