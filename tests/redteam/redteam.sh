@@ -34,7 +34,7 @@ max_connections=16
 handshake_ms=1000
 
 if ! serve_start "$bin" "$tmp/serve" --model synthetic:tiny --host 127.0.0.1 --port 0 --threads 1 \
-  --kv-blocks 256 --admission static:64 --max-connections "$max_connections" \
+  --kv-blocks 256 --window 512 --admission static:64 --max-connections "$max_connections" \
   --handshake-timeout-ms "$handshake_ms" --drain-timeout-s 0 --quiet; then
   echo "FAIL: serve did not start"
   exit 1
