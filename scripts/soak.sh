@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Soak: M minutes (default 10) of session churn against `metronome serve`, then check that the
 # server gives everything back. Not part of scripts/test.sh or ctest (it takes minutes).
-#   - serve: synthetic:tiny, ephemeral port, 1 engine thread, memory admission, window KV defaults
-#     (W=512 + 4 sinks; the pool is sized for 16 such sessions).
+#   - serve: synthetic:tiny, ephemeral port, 1 engine thread, the serving admission default (aimd +
+#     KV guard), window KV W=512 + 4 sinks (rolling, the default), a pool of 544 blocks = 16 such
+#     sessions (the guard's bound), so the pool binds and some arrivals are refused and retry.
 #   - loadgen: Poisson arrivals with exponential lifetimes, close to what the pool holds, so
 #     sessions come and go all the time and some are rejected and retry (or give up).
 #   - bad traffic, every 30 s: a client that sends malformed messages and then drops its
@@ -44,7 +45,7 @@ fi
 [[ -x "$bin" ]] || { echo "soak.sh: no executable at '$bin'" >&2; exit 2; }
 
 # The workload. Offered load R x MEAN = 14.4 sessions (+ the bad traffic's) against a pool for
-# 16 (memory admission).
+# 16 (the KV guard's bound).
 rate=1.2
 mean_life_s=12
 duration_s=$(awk -v m="$minutes" 'BEGIN { printf "%d", m * 60 }')
@@ -75,7 +76,8 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-serve_start "$bin" "$tmp/serve" --model synthetic:tiny --port 0 --threads 1 --quiet ||
+serve_start "$bin" "$tmp/serve" --model synthetic:tiny --port 0 --threads 1 --window 512 \
+  --kv-blocks 544 --quiet ||
   { echo "FAIL: serve did not start" >&2; exit 1; }
 serve_pid=$SERVE_PID
 port=$SERVE_PORT
