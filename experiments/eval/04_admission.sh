@@ -88,8 +88,8 @@ for preset in $PRESETS; do
     case "$ctl" in
       static) adm=(--admission "static:$n_true") ;;
       memory) adm=(--admission memory) ;;
-      aimd) adm=(--admission aimd) ;;
-      aimd-nodeadband) adm=(--admission aimd --aimd-low "$NARROW_LOW" --aimd-high 0.85) ;;
+      aimd) adm=(--admission aimd --no-kv-guard) ;;
+      aimd-nodeadband) adm=(--admission aimd --no-kv-guard --aimd-low "$NARROW_LOW" --aimd-high 0.85) ;;
       aimd+guard) adm=(--admission aimd --kv-guard) ;;
     esac
     if [[ "$ctl" == aimd* ]]; then adm+=(--aimd-initial "$initial"); fi

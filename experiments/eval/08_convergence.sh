@@ -19,10 +19,10 @@ fi
 # the controller before issue 13: no slow start (factor 1), no headroom-scaled growth (gain 0),
 # windows of a fixed length (no frame-count close), +1 per window.
 CONTROLLERS=(
-  "aimd-fixed|--admission aimd --aimd-initial 1 --aimd-slow-start 1 --aimd-headroom-gain 0 --aimd-window-frames 0 --aimd-step 1"
-  "aimd|--admission aimd --aimd-initial 1"
+  "aimd-fixed|--admission aimd --no-kv-guard --aimd-initial 1 --aimd-slow-start 1 --aimd-headroom-gain 0 --aimd-window-frames 0 --aimd-step 1"
+  "aimd|--admission aimd --no-kv-guard --aimd-initial 1"
   "aimd+guard|--admission aimd --aimd-initial 1 --kv-guard"
-  "gradient2|--admission gradient2 --gradient2-initial 1"
+  "gradient2|--admission gradient2 --no-kv-guard --gradient2-initial 1"
   "static|--admission static:N_TRUE"
   "memory|--admission memory"
 )

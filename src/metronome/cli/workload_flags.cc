@@ -238,7 +238,6 @@ void WorkloadFlags::RegisterOutputs(CLI::App* app, bool with_metrics_out) {
 AdmissionFlags ServingAdmissionFlags() {
   AdmissionFlags f;
   f.admission = "aimd";
-  f.window.kv_guard = true;
   return f;
 }
 

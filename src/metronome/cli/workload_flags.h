@@ -43,8 +43,15 @@ struct AdmissionFlags {
   std::string admission = "memory";
   std::int64_t max_sessions = 0;
   // The control window aimd and gradient2 share (the --aimd-window-* flags); unset durations take
-  // their period-dependent defaults.
-  admission::WindowOptions window;
+  // their period-dependent defaults. The KV look-ahead guard is on in every command: a latency
+  // signal cannot see the pool, and without the guard aimd and gradient2 over-admit wherever
+  // memory binds before the deadline does (docs/results.md, 08: 1.8 N_true, 73-86% of frames
+  // starved). --no-kv-guard gives the ablation.
+  admission::WindowOptions window = [] {
+    admission::WindowOptions w;
+    w.kv_guard = true;
+    return w;
+  }();
   std::optional<double> aimd_window_s;
   std::optional<double> aimd_min_window_s;
   admission::AimdOptions aimd;            // its window is `window`
@@ -62,10 +69,10 @@ struct AdmissionFlags {
   [[nodiscard]] realtime::SupervisorOptions Supervisor(double period_ms) const;
 };
 
-// The admission a serving engine starts with (serve, drive): `aimd` with the KV look-ahead guard,
-// so the limit is anchored to the deadline and never promises more sessions than the pool holds.
-// sim keeps AdmissionFlags' own default (`memory`), which its experiments and presets are stated
-// in.
+// The admission a serving engine starts with (serve, drive): `aimd` (with the KV look-ahead guard,
+// on by default), so the limit is anchored to the deadline and never promises more sessions than
+// the pool holds. sim keeps AdmissionFlags' own default (`memory`), which its experiments and
+// presets are stated in.
 [[nodiscard]] AdmissionFlags ServingAdmissionFlags();
 
 struct WorkloadFlags {
