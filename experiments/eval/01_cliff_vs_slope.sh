@@ -44,7 +44,7 @@ done
 for kv in full window; do
   progress "drive synthetic:tiny, $DRIVE_N sessions, $kv KV, ${DRIVE_S} s"
   extra=()
-  if [ "$kv" = window ]; then extra=(--window 32 --sinks 4); fi
+  if [ "$kv" = window ]; then extra=(--window 32 --sinks 4 --positions absolute); fi
   summary drive --model synthetic:tiny --sessions "$DRIVE_N" --admission "static:$DRIVE_N" \
     --kv-blocks "$DRIVE_BLOCKS" --period-ms 40 --tokens-per-frame 2 --threads 1 \
     --duration "$DRIVE_S" --kv "$kv" "${extra[@]}" --timeseries-out "$OUT/01_drive_$kv.csv" \
@@ -58,9 +58,9 @@ record_seed "drive synthetic:tiny (model seed)" 1
 for kv in full window; do
   progress "serve + loadgen synthetic:tiny, $DRIVE_N sessions, $kv KV, ${DRIVE_S} s"
   extra=()
-  if [ "$kv" = window ]; then extra=(--window 32 --sinks 4); fi
+  if [ "$kv" = window ]; then extra=(--window 32 --sinks 4 --positions absolute); fi
   # The server's own default session (for clients naming no KV) must fit this small pool too.
-  tiny_serve --kv-blocks "$DRIVE_BLOCKS" --window 32 --sinks 4 --admission "static:$DRIVE_N"
+  tiny_serve --kv-blocks "$DRIVE_BLOCKS" --window 32 --sinks 4 --positions absolute --admission "static:$DRIVE_N"
   summary loadgen --url "$SERVE_URL" --sessions "$DRIVE_N" --period-ms 40 --tokens-per-frame 2 \
     --duration "$DRIVE_S" --kv "$kv" "${extra[@]}" --seed "$SEED" --report-every 0 \
     --events-out "$OUT/01_serve_$kv.frames.csv" >"$OUT/01_serve_$kv.json"

@@ -20,7 +20,7 @@ cpu_args=(drive --model synthetic:tiny --threads 1 --period-ms "$CPU_PERIOD_MS"
 # engine on a pool that never binds).
 p99_ok() {
   if [ "$1" = cpu ]; then
-    engine_window_ok "$2" "${cpu_args[@]}" --seed "$SEED" --window "$CPU_WINDOW" --sinks 4 "$3"
+    engine_window_ok "$2" "${cpu_args[@]}" --seed "$SEED" --window "$CPU_WINDOW" --sinks 4 --positions absolute "$3"
   else
     meets_deadline "$(summary sim --preset "$1" --sessions "$3" --kv window \
       --admission "static:$3" --duration "$2" --seed "$SEED")"

@@ -36,7 +36,7 @@ done
 cpu=(drive --model synthetic:tiny --threads 1 --period-ms 40 --tokens-per-frame 64
   --output-tokens-per-frame 4 --seed "$SEED")
 progress "synthetic:tiny (CPU): N_mem, $CPU_BLOCKS-block pool"
-j="$(summary "${cpu[@]}" --sessions 400 --kv window --window 128 --sinks 4 --admission memory \
+j="$(summary "${cpu[@]}" --sessions 400 --kv window --window 128 --sinks 4 --positions absolute --admission memory \
   --kv-blocks "$CPU_BLOCKS" --duration 0.5)"
 cpu_mem="$(jget "$j" admitted)"
 j="$(summary "${cpu[@]}" --sessions 400 --kv full --admission memory \
@@ -44,7 +44,7 @@ j="$(summary "${cpu[@]}" --sessions 400 --kv full --admission memory \
 cpu_full="$(jget "$j" admitted)"
 progress "synthetic:tiny (CPU): N_true by bisection (${CPU_PROBE_S} s per probe)"
 largest_passing "synthetic:tiny (CPU)" 8 2 engine_window_ok "$CPU_PROBE_S" "${cpu[@]}" \
-  --window 128 --sinks 4
+  --window 128 --sinks 4 --positions absolute
 echo "synthetic:tiny (CPU $CPU_BLOCKS blocks),$cpu_mem,$LARGEST,$cpu_full,128" >>"$OUT/05_data.csv"
 
 {
