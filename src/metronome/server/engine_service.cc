@@ -25,6 +25,11 @@ EngineService::EngineService(realtime::Backend* backend, Clock* clock,
       clock_(clock),
       supervisor_(backend, clock, ForClients(options), registry, events) {
   supervisor_.set_observer(this);
+  // Started and published before the engine thread exists (so this thread may touch its state):
+  // the agent and /metrics can be asked before the thread's first turn, and must already see
+  // the admission limit.
+  supervisor_.Start();
+  Publish();
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -253,8 +258,6 @@ void EngineService::Shutdown() {
 }
 
 void EngineService::Run() {
-  supervisor_.Start();
-  Publish();
   std::deque<std::function<void()>> batch;
   while (true) {
     bool stop = false;
