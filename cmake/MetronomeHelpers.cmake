@@ -42,6 +42,9 @@ endfunction()
 function(metronome_cc_test)
   cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
   add_executable(${ARG_NAME} ${ARG_SRCS})
+  # Collected for the `metronome_unit_tests` target (tests/CMakeLists.txt): the sanitizer presets
+  # build the test binaries only, not the CLI and the benchmarks.
+  set_property(GLOBAL APPEND PROPERTY METRONOME_TEST_BINARIES ${ARG_NAME})
   target_link_libraries(${ARG_NAME} PRIVATE metronome_compile_options ${ARG_DEPS} GTest::gtest
     GTest::gtest_main)
   target_include_directories(${ARG_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
