@@ -71,6 +71,10 @@ struct Scenario {
   double tokens_per_s = 12.5;
   double block_tokens = 16.0;
   double stall_latency_ms = 200.0;
+  // Window KV's wall: an overflow stalls only the sessions the pool cannot hold (the newest,
+  // total_blocks / projected_blocks on), the rest run at the plant's latency, so with many sessions
+  // the p99 stays low and only the miss ratio sees the wall.
+  bool stall_excess_only = false;
 };
 
 struct Trace {
@@ -189,9 +193,12 @@ Trace Simulate(const Scenario& s, AdmissionController& c, std::uint64_t seed = 1
     }
     trace.num_overflow_ticks += overflow ? 1 : 0;
     const double factor = s.step_at_s >= 0.0 && now_s >= s.step_at_s ? s.step_factor : 1.0;
+    const std::int64_t n_fit =
+        s.stall_excess_only && s.projected_blocks > 0 ? s.total_blocks / s.projected_blocks : 0;
     for (std::int64_t i = 0; i < n; ++i) {
+      const bool stalled = overflow && i >= n_fit;
       const double latency =
-          overflow ? s.stall_latency_ms : factor * (s.latency_ms(n) + s.jitter_ms * rng.Uniform());
+          stalled ? s.stall_latency_ms : factor * (s.latency_ms(n) + s.jitter_ms * rng.Uniform());
       const bool missed = latency > deadline_ms;
       c.OnFrame(now_s, latency, deadline_ms, missed);
       ++trace.num_frames;
@@ -355,6 +362,46 @@ TEST(AimdClosedLoopTest, CliffWithoutKvGuardOverAdmits) {
   EXPECT_GT(t.num_misses, 0);
 }
 
+// Without the guard the first over-admission cannot be prevented (the latency is flat until the
+// pool overflows), but once misses have cut the limit it must not regrow into the wall at the
+// headroom-scaled pace: above the last miss cut's limit growth is +1 a window.
+TEST(AimdClosedLoopTest, WallWithoutKvGuardDoesNotRegrowIntoItAfterAMissCut) {
+  Scenario s;
+  s.latency_ms = [](std::int64_t n) { return 20.0 + 0.05 * static_cast<double>(n); };
+  s.window_kv = true;
+  s.stall_excess_only = true;
+  s.projected_blocks = 10;
+  s.total_blocks = 2000;  // N_mem = 200; the latency allows ~640
+  s.arrivals_per_s = 10.0;
+  s.duration_s = 600.0;
+  const std::int64_t n_mem = s.total_blocks / s.projected_blocks;
+  AimdController c(AimdOptions{.initial_limit = 4}, {});
+  const Trace t = Simulate(s, c);
+  std::size_t first_cut = t.changes.size();
+  for (std::size_t i = 0; i < t.changes.size(); ++i) {
+    if (t.changes[i].reason.find("miss ratio") != std::string::npos) {
+      first_cut = i;
+      break;
+    }
+  }
+  ASSERT_LT(first_cut, t.changes.size());
+  std::int64_t regrown = 0;  // the limit's highest value after the first miss cut
+  const auto cut_tick = static_cast<std::size_t>(t.changes[first_cut].t_s / t.tick_s);
+  for (std::size_t k = cut_tick; k < t.limit.size(); ++k) regrown = std::max(regrown, t.limit[k]);
+  for (const LimitChange& ch : t.changes) {
+    if (ch.t_s > t.changes[first_cut].t_s && ch.to > ch.from) {
+      EXPECT_LE(ch.to - ch.from, 1) << ch.reason;
+    }
+  }
+  std::printf(
+      "[wall, no guard] N_mem=%lld first miss cut %lld -> %lld at %.1f s, highest limit "
+      "after it %lld\n",
+      static_cast<long long>(n_mem), static_cast<long long>(t.changes[first_cut].from),
+      static_cast<long long>(t.changes[first_cut].to), t.changes[first_cut].t_s,
+      static_cast<long long>(regrown));
+  EXPECT_LE(regrown, t.changes[first_cut].from);
+}
+
 TEST(AimdClosedLoopTest, CliffWithKvGuardStaysWithinThePool) {
   const Scenario s = CliffScenario();
   const std::int64_t n_mem = s.total_blocks / s.projected_blocks;
@@ -444,6 +491,37 @@ TEST(AimdClosedLoopTest, LongPeriodFromLimitOneReachesTheKneeWithin150Periods) {
   EXPECT_EQ(t.num_misses, 0);
   const double reach_old_s = FirstReachS(t_old, target);  // +1 per 50 s: ~29 windows
   EXPECT_TRUE(reach_old_s < 0.0 || reach_old_s > 300.0) << reach_old_s;
+}
+
+// Continuous batching near saturation (qwen25-omni-7b W=1024's shape): latency = floor / (1 - N /
+// N_sat), flat for most of the way and then steep, with N_true in the hundreds and a large max
+// limit. Proportional extrapolation from half of N_sat (0.41 D) projects the low-target crossing
+// at 1.06 N_true and slow start doubles into it; the hyperbolic projection stops short.
+TEST(AimdClosedLoopTest, HyperbolicPlantWithALargeMaxLimitDoesNotOvershoot) {
+  Scenario s;
+  s.latency_ms = [](std::int64_t n) { return 3.0 / (1.0 - static_cast<double>(n) / 1000.0); };
+  // The floor, 3 ms = 0.0375 D, is a sliver of the deadline. No additive jitter: a queue amplifies
+  // all of its latency (an unamplified additive term would read as a higher floor).
+  s.jitter_ms = 0.0;
+  s.arrivals_per_s = 48.0;  // 2 N_true within the first 40 s
+  s.min_session_s = 900.0;  // nobody leaves during the run: the crowd of experiment 08
+  s.max_session_s = 900.0;
+  s.duration_s = 300.0;
+  const std::int64_t n_true = TrueCapacity(s, 0.85);
+  ASSERT_EQ(n_true, 955);
+  AimdController c(AimdOptions{.window = {.max_limit = 4096}, .initial_limit = 1}, {});
+  const Trace t = Simulate(s, c);
+  const Settling st = Analyze(t, 200.0, static_cast<double>(n_true));
+  Report("hyperbolic, from 1, max 4096", n_true, st, t);
+  const double reach_s = FirstReachS(t, 0.9 * static_cast<double>(n_true));
+  std::printf("[hyperbolic] 0.9 N_true first reached after %.1f s, max limit %lld\n", reach_s,
+              static_cast<long long>(t.max_limit));
+  EXPECT_LE(t.max_limit, n_true);
+  EXPECT_EQ(t.num_misses, 0);
+  ASSERT_GE(reach_s, 0.0);
+  EXPECT_LE(reach_s, 60.0);
+  EXPECT_GE(st.mean, 0.9 * static_cast<double>(n_true));
+  EXPECT_LE(static_cast<double>(st.max - st.min), 0.1 * static_cast<double>(n_true));
 }
 
 TEST(AimdClosedLoopTest, NoGrowthWhileTheLimitDoesNotBind) {

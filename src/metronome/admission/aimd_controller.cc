@@ -128,6 +128,7 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
     cooling_ = false;   // a clean window: act on it below
   }
   if (w.num_frames < options_.window.min_samples) return;  // too little evidence: hold
+  if (w.signal > 0.0) floor_signal_ = std::min(floor_signal_, w.signal);
 
   const double p = options_.percentile;
   if (w.signal > options_.high_target || w.miss_ratio > options_.miss_ratio_threshold) {
@@ -135,6 +136,10 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
         static_cast<std::int64_t>(std::floor(options_.beta * static_cast<double>(active)));
     const std::int64_t to = std::min(limit(), std::max(options_.window.min_limit, cut));
     slow_start_ = false;  // the first congestion signal ends slow start for good
+    // Misses under a latency below the high target: a wall the signal does not see coming (the
+    // pool running dry as windows fill). Remember where it was hit; see the growth cap below.
+    const bool wall = w.signal <= options_.high_target;
+    if (wall) miss_ceiling_ = to;
     if (to >= limit()) return;
     const std::string why =
         w.signal > options_.high_target
@@ -152,15 +157,33 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
   // cheaper than it will be, so the signal is projected to full KV, as if the KV-dependent share of
   // latency (kKvLatencyShare) grew in proportion to the KV held. Cuts, and the end of slow start
   // (a congestion signal), act on the signal measured.
-  const double growth_signal = w.signal * (1.0 + kKvLatencyShare * (1.0 / kv_fill_ - 1.0));
+  const double kv_growth = 1.0 + kKvLatencyShare * (1.0 / kv_fill_ - 1.0);
+  const double growth_signal = w.signal * kv_growth;
   if (slow_start_ && w.signal >= options_.slow_start_exit * options_.low_target) {
     slow_start_ = false;  // close to the target: no longer far below it
   }
   if (!(growth_signal < options_.low_target && w.binding)) return;
-  // Projected low-target crossing: latency extrapolated in proportion to the active count.
-  const double crossing =
-      growth_signal > 0.0 ? static_cast<double>(w.peak_active) * options_.low_target / growth_signal
-                          : static_cast<double>(options_.window.max_limit);
+  // Projected low-target crossing, the lower of two extrapolations of latency in the active count
+  // N. Proportional: s(N) ~ N. Saturating: continuous batching keeps latency near its floor until
+  // the engine nears saturation, then it climbs steeply, s(N) = floor / (1 - N / N_sat) (a queue
+  // whose busy fraction is N / N_sat), so this window's busy fraction is 1 - floor / s, projected
+  // to full KV like the signal, and the crossing is N_sat (1 - floor / low_target). The floor is
+  // the lowest signal seen: under-estimating the zero-load latency only lowers the projection (a
+  // safe error); latency the queue does not amplify (jitter) raises it. The proportional one alone
+  // saw 0.14 D at 1024 sessions of qwen25-omni-7b W=1024 (N_true 1135) and let slow
+  // start double to 1317.
+  const double n = static_cast<double>(w.peak_active);
+  double crossing = growth_signal > 0.0 ? n * options_.low_target / growth_signal
+                                        : static_cast<double>(options_.window.max_limit);
+  bool saturating = false;  // the saturating projection is the lower: it caps growth
+  const double busy = floor_signal_ < w.signal ? 1.0 - floor_signal_ / w.signal : 0.0;
+  if (busy > 0.0 && floor_signal_ < kQueueModelFloor * options_.low_target) {
+    const double projected = n * (1.0 - floor_signal_ / options_.low_target) / (busy * kv_growth);
+    if (projected < crossing) {
+      crossing = projected;
+      saturating = true;
+    }
+  }
   std::int64_t to = limit() + options_.increase_step;
   const char* phase = "additive";
   if (slow_start_) {
@@ -172,6 +195,18 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
     const double step = options_.headroom_gain * (crossing - static_cast<double>(limit()));
     to = std::max(to, limit() + static_cast<std::int64_t>(std::floor(step)));
     phase = "headroom";
+  }
+  // Above the limit of the last miss-triggered cut, only additive steps (TCP's ssthresh): the
+  // latency that let the limit grow there before did not foresee the misses, and will not now.
+  if (miss_ceiling_ >= 0 && to > miss_ceiling_) {
+    to = std::max(miss_ceiling_, limit() + options_.increase_step);
+    if (limit() >= miss_ceiling_) phase = "additive above the last miss cut";
+  }
+  // Near saturation no multiplicative or headroom jump past the projection; the least step
+  // stays, so the limit still walks into the dead band where the two projections disagree.
+  if (saturating) {
+    to = std::min(to, std::max(limit() + options_.increase_step,
+                               static_cast<std::int64_t>(std::floor(crossing))));
   }
   to = std::min(options_.window.max_limit, to);
   if (pool_bound_ >= 0 && to >= pool_bound_) {

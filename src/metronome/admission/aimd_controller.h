@@ -2,7 +2,9 @@
 // is a percentile of per-frame latency / deadline (latency measured from frame arrival, so queueing
 // counts) plus the deadline-miss ratio. A window closes on enough frames or at window_s. Grow only
 // when the limit binds and the signal is below the low target: multiplicatively in slow start,
-// then by a step scaled to the headroom left to the target; cut to floor(beta * active) when it
+// then by a step scaled to the headroom left to the target, never jumping past where a queue model
+// projects the low target when frames cost a sliver of the deadline, and only additively above the
+// limit of the last miss-triggered cut; cut to floor(beta * active) when it
 // exceeds the high target or misses pass a threshold, at most once per cooldown; hold in between
 // (the dead band gives a fixed point instead of a sawtooth). Optional KV look-ahead guard: admit
 // only while active < min(limit, N_mem). Thread-safety: not thread-safe; owned by the engine
@@ -10,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -79,7 +82,19 @@ class AimdController final : public WindowedController {
   // window): the four presets' cost models put it at 0.05-0.2 at N_true, so 0.25 errs safe.
   static constexpr double kKvLatencyShare = 0.25;
   double kv_fill_ = 1.0;
+  // Growth also obeys the saturating (queue) projection when the latency floor is under
+  // kQueueModelFloor x the low target: a frame then costs a sliver of its deadline at low load,
+  // so latency can reach the target only by queueing (qwen25-omni-7b: 0.02, the 1 s presets
+  // 0.03-0.05). With a larger floor (moshi-7b: 0.16) latency grows with the batch's cost, which
+  // the queue model built on the floor reads as saturation far too early (it held moshi's slow
+  // start to +1 a window).
+  static constexpr double kQueueModelFloor = 0.1;
+  // Lowest signal of any evaluated window (the latency floor of the hyperbolic projection).
+  double floor_signal_ = std::numeric_limits<double>::infinity();
 
+  // The limit set by the last cut that misses triggered while the signal was under the high
+  // target (-1: none yet); growth above it is additive only.
+  std::int64_t miss_ceiling_ = -1;
   bool cooling_ = false;
   double last_cut_s_ = 0.0;
   AimdWindow last_window_;
