@@ -56,6 +56,13 @@ kv::BlockPoolOptions PoolOptionsFor(const kv::KvLayout& layout, const EngineOpti
 // microseconds (a futex wake when it sleeps).
 constexpr std::int64_t kMinFloatsPerChunk = 16 * 1024;  // row loops: floats touched per chunk
 constexpr double kMinAttentionFlopsPerChunk = 128.0 * 1024.0;
+// Attention units a step aims at per pool thread: with fewer (one long session, a few kv heads),
+// decode queries are split over their keys so the last unit does not leave threads idle. Kept
+// small: each extra chunk is one more hand-off between threads, which costs a scheduling
+// quantum when the cores are shared (measured: 8 per thread made 1 x 512 slower at load 13).
+constexpr int kAttentionUnitsPerThread = 2;
+// The shortest key slice worth a unit of its own (its query load and merge cost ~ a few keys).
+constexpr std::int64_t kMinKeysPerSlice = 64;
 
 // Rows of `row_floats` floats each per chunk of a row loop.
 std::int64_t MinRowsPerChunk(int row_floats) {
@@ -84,24 +91,41 @@ struct Engine::Batch {
     std::size_t result_index = 0;
     LogitsMode logits = LogitsMode::kNone;
   };
-  // One unit of attention work: queries [begin, begin + n) of an item's chunk, one KV head.
+  // One unit of attention work: queries [begin, begin + n) of an item's chunk, one KV head; or,
+  // when `slice` >= 0, the single query `begin` over its visible keys [key_begin, key_end), into
+  // slot `slice` of the slice buffers (merged after the parallel loop).
   struct AttnWork {
     int item;
     int kv_head;
     int begin;
     int n;
+    int slice = -1;
+    std::int64_t key_begin = 0;
+    std::int64_t key_end = 0;
+  };
+  // A query whose keys were split over `count` slices from slot `first_slice` on.
+  struct SplitQuery {
+    int row;
+    int kv_head;
+    int first_slice;
+    int count;
   };
   std::vector<Item> items;
   std::vector<AttnWork> attn_work;
-  std::vector<TokenId> tokens;      // [T]
-  std::vector<TokenPos> positions;  // [T]
-  std::vector<int> item_of_row;     // [T]
+  std::vector<SplitQuery> split_queries;
+  std::vector<float> slice_out, slice_stats;  // [slices, group * head_dim], [slices, 2 * group]
+  std::vector<TokenId> tokens;                // [T]
+  std::vector<TokenPos> positions;            // [T]
+  std::vector<int> item_of_row;               // [T]
   int num_tokens = 0;
   std::vector<float> x, xb, qkv, att, gate_up, hidden;  // activations
   std::vector<float> rope_cos, rope_sin;                // [T, rotary_dim/2]
-  std::vector<std::vector<float>> scratch;              // per thread attention scratch
-  std::vector<int> logit_rows;                          // rows whose logits are wanted
-  std::vector<float> final_rows;                        // [R, dim]
+  // [T, rotary_dim/2]: angles of S + W - 1 - p for rows with rolling positions (the rotation that
+  // moves their query to the sinks' frame, applied by every layer and kv head's attention).
+  std::vector<float> sink_cos, sink_sin;
+  std::vector<std::vector<float>> scratch;  // per thread attention scratch
+  std::vector<int> logit_rows;              // rows whose logits are wanted
+  std::vector<float> final_rows;            // [R, dim]
 };
 
 Engine::Engine(const model::Model& model, const EngineOptions& options)
@@ -279,6 +303,8 @@ void Engine::Forward(Batch& b) {
   EnsureSize(b.hidden, sz(T, ffn));
   EnsureSize(b.rope_cos, sz(T, pairs));
   EnsureSize(b.rope_sin, sz(T, pairs));
+  EnsureSize(b.sink_cos, sz(T, pairs));
+  EnsureSize(b.sink_sin, sz(T, pairs));
 
   base::ThreadPool& pool = base::DefaultThreadPool();
   // Row loops: fn(t) for every row t of the step, rows of `row_floats` floats each.
@@ -287,14 +313,20 @@ void Engine::Forward(Batch& b) {
       for (auto t = static_cast<int>(t0); t < static_cast<int>(t1); ++t) fn(t);
     });
   };
-  // The embedding row (dequantised from its stored type) plus ~pairs sin/cos evaluations in
-  // double per row.
-  for_rows(T, dim + 16 * pairs, [&](int t) {
+  // The embedding row (dequantised from its stored type) plus ~pairs (twice that with rolling
+  // positions) sin/cos evaluations in double per row.
+  for_rows(T, dim + 32 * pairs, [&](int t) {
     quant::DequantizeRow(w.token_embedding.type,
                          w.token_embedding.Row(b.tokens[static_cast<std::size_t>(t)]), dim,
                          &b.x[sz(t, dim)]);
-    rope_.Angles(b.positions[static_cast<std::size_t>(t)], &b.rope_cos[sz(t, pairs)],
-                 &b.rope_sin[sz(t, pairs)]);
+    const TokenPos pos = b.positions[static_cast<std::size_t>(t)];
+    rope_.Angles(pos, &b.rope_cos[sz(t, pairs)], &b.rope_sin[sz(t, pairs)]);
+    const kv::KvPolicy& policy =
+        b.items[static_cast<std::size_t>(b.item_of_row[static_cast<std::size_t>(t)])].kv->policy();
+    if (policy.RollingGap(pos)) {
+      rope_.Angles(policy.sinks + policy.window - 1 - pos, &b.sink_cos[sz(t, pairs)],
+                   &b.sink_sin[sz(t, pairs)]);
+    }
   });
 
   // Attention work: (item, kv head, query sub-range) units, so one long prefill chunk still
@@ -319,6 +351,47 @@ void Engine::Forward(Batch& b) {
       }
     }
   }
+  // Too few units to keep every thread busy to the end (one long session, a few kv heads):
+  // single-query units are split over their keys (flash-decoding) into slices of at least
+  // kMinKeysPerSlice keys, a multiple of 16 (the bf16 kernel's chunk), merged after the loop.
+  const int num_kv = c.num_kv_heads;
+  std::vector<Batch::SplitQuery>& splits = b.split_queries;
+  splits.clear();
+  const auto target_units =
+      static_cast<std::int64_t>(kAttentionUnitsPerThread) * pool.num_threads();
+  const auto base_units = static_cast<std::int64_t>(work.size());
+  int num_slices = 0;
+  if (base_units < target_units) {
+    const std::int64_t wanted = (target_units + base_units - 1) / base_units;
+    const std::size_t units = work.size();
+    for (std::size_t u = 0; u < units; ++u) {
+      const Batch::AttnWork aw = work[u];
+      if (aw.n != 1) continue;
+      const Batch::Item& bi = b.items[static_cast<std::size_t>(aw.item)];
+      const std::int64_t visible = bi.kv->policy().VisibleKeys(bi.pos0 + aw.begin);
+      const std::int64_t count = std::min(wanted, visible / kMinKeysPerSlice);
+      if (count < 2) continue;
+      const std::int64_t per_slice = ((visible + count - 1) / count + 15) / 16 * 16;
+      const int first = num_slices;
+      bool first_unit = true;
+      for (std::int64_t k0 = 0; k0 < visible; k0 += per_slice) {
+        Batch::AttnWork piece = aw;
+        piece.slice = num_slices++;
+        piece.key_begin = k0;
+        piece.key_end = std::min(visible, k0 + per_slice);
+        if (first_unit) {
+          work[u] = piece;  // the unit itself becomes the first slice
+          first_unit = false;
+        } else {
+          work.push_back(piece);
+        }
+      }
+      splits.push_back({bi.row0 + aw.begin, aw.kv_head, first, num_slices - first});
+    }
+  }
+  const int group_floats = c.num_heads / num_kv * c.head_dim;
+  EnsureSize(b.slice_out, sz(num_slices, group_floats));
+  EnsureSize(b.slice_stats, sz(num_slices, 2 * (c.num_heads / num_kv)));
   // Attention scratch per pool slot (slots of one job never run two chunks at once).
   b.scratch.resize(static_cast<std::size_t>(pool.num_threads()));
   const std::int64_t min_work_per_chunk = static_cast<std::int64_t>(std::max(
@@ -358,12 +431,32 @@ void Engine::Forward(Batch& b) {
             const Batch::AttnWork& aw = work[wi];
             const Batch::Item& bi = b.items[static_cast<std::size_t>(aw.item)];
             const int row = bi.row0 + aw.begin;
-            kernels::PagedAttention(shape, bi.kv->View(), bi.kv->policy(), rope_, l, aw.kv_head,
-                                    bi.pos0 + aw.begin, aw.n, &b.qkv[sz(row, qkvd)],
-                                    &b.att[sz(row, qd)], static_cast<std::size_t>(qkvd),
-                                    static_cast<std::size_t>(qd), scratch);
+            const kernels::RopeAngleRows sink_angles{&b.sink_cos[sz(row, pairs)],
+                                                     &b.sink_sin[sz(row, pairs)],
+                                                     static_cast<std::size_t>(pairs)};
+            if (aw.slice >= 0) {
+              const kernels::AttentionKeySlice slice{
+                  aw.key_begin, aw.key_end, &b.slice_out[sz(aw.slice, group_floats)],
+                  &b.slice_stats[sz(aw.slice, 2 * shape.group())]};
+              kernels::PagedAttentionSlice(shape, bi.kv->View(), bi.kv->policy(), rope_, l,
+                                           aw.kv_head, bi.pos0 + aw.begin, &b.qkv[sz(row, qkvd)],
+                                           slice, scratch, kernels::AttentionImpl::kAuto,
+                                           &sink_angles);
+              continue;
+            }
+            kernels::PagedAttention(
+                shape, bi.kv->View(), bi.kv->policy(), rope_, l, aw.kv_head, bi.pos0 + aw.begin,
+                aw.n, &b.qkv[sz(row, qkvd)], &b.att[sz(row, qd)], static_cast<std::size_t>(qkvd),
+                static_cast<std::size_t>(qd), scratch, kernels::AttentionImpl::kAuto, &sink_angles);
           }
         });
+
+    // Few and small (splitting happens only when units are few): on the caller.
+    for (const Batch::SplitQuery& sq : splits) {
+      kernels::MergeAttentionSlices(shape, &b.slice_out[sz(sq.first_slice, group_floats)],
+                                    &b.slice_stats[sz(sq.first_slice, 2 * shape.group())], sq.count,
+                                    &b.att[sz(sq.row, qd) + sz(sq.kv_head, group_floats)]);
+    }
 
     last_step_.attention_seconds += std::chrono::duration<double>(Clock::now() - t_attn).count();
 

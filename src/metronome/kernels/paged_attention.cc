@@ -1,6 +1,9 @@
 #include "metronome/kernels/paged_attention.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "metronome/base/check.h"
 #include "metronome/kernels/cpu_features.h"
@@ -32,10 +35,6 @@ const char* ToString(AttentionImpl impl) {
 
 namespace {
 
-[[maybe_unused]] bool SimdHeadDim(int head_dim) {
-  return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
-}
-
 // Any head dim: the vector_ops kernels, output accumulated in place.
 struct GenericOps {
   struct ScoreHead {
@@ -66,24 +65,15 @@ struct GenericOps {
 template <typename E>
 void RunAvx512(const AttentionShape& shape, const kv::PagedKvView& kv, const kv::KvPolicy& policy,
                const Rope& rope, int layer, int kv_head, TokenPos pos0, int n, const float* q,
-               float* out, std::size_t q_stride, std::size_t out_stride, float* scratch) noexcept {
+               float* out, std::size_t q_stride, std::size_t out_stride, float* scratch,
+               const RopeAngleRows* sink_angles, const AttentionKeySlice* slice) noexcept {
 #if defined(__AVX512F__)
-  switch (shape.head_dim) {
-    case 16:
-      return AttendQueries<SimdOps<1>, E>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
-                                          q_stride, out_stride, scratch);
-    case 32:
-      return AttendQueries<SimdOps<2>, E>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
-                                          q_stride, out_stride, scratch);
-    case 64:
-      return AttendQueries<SimdOps<4>, E>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
-                                          q_stride, out_stride, scratch);
-    case 128:
-      return AttendQueries<SimdOps<8>, E>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
-                                          q_stride, out_stride, scratch);
-    default:
-      break;
-  }
+  const bool ran = WithSimdHeadDim(shape.head_dim, [&](auto hd) {
+    AttendQueries<SimdOps<decltype(hd)::value / 16>, E>(shape, kv, policy, rope, layer, kv_head,
+                                                        pos0, n, q, out, q_stride, out_stride,
+                                                        scratch, sink_angles, slice);
+  });
+  if (ran) return;
 #endif
   MTR_CHECK(false, "no AVX-512 attention for this head dim in this build");
 }
@@ -98,7 +88,7 @@ bool AttentionImplAvailable(AttentionImpl impl, const AttentionShape& shape,
       return true;
     case AttentionImpl::kAvx512:
 #if defined(__AVX512F__)
-      return SimdHeadDim(shape.head_dim);
+      return WithSimdHeadDim(shape.head_dim, [](auto /*hd*/) {});
 #else
       return false;
 #endif
@@ -117,10 +107,15 @@ AttentionImpl ResolveAttentionImpl(const AttentionShape& shape, kv::KvDtype dtyp
   return AttentionImpl::kPortable;
 }
 
-void PagedAttention(const AttentionShape& shape, const kv::PagedKvView& kv,
-                    const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
-                    TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
-                    std::size_t out_stride, float* scratch, AttentionImpl impl) noexcept {
+namespace {
+
+// Runs `impl` (kAuto resolved, checked available) for queries pos0 .. pos0 + n - 1, or for the
+// single query pos0 restricted to `slice`.
+void Dispatch(AttentionImpl impl, const AttentionShape& shape, const kv::PagedKvView& kv,
+              const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head, TokenPos pos0,
+              int n, const float* q, float* out, std::size_t q_stride, std::size_t out_stride,
+              float* scratch, const RopeAngleRows* sink_angles,
+              const AttentionKeySlice* slice) noexcept {
   if (impl == AttentionImpl::kAuto) {
     impl = ResolveAttentionImpl(shape, kv.dtype);
   } else {
@@ -133,25 +128,76 @@ void PagedAttention(const AttentionShape& shape, const kv::PagedKvView& kv,
     case AttentionImpl::kAvx512Bf16RoundedQ:
       (void)internal::PagedAttentionBf16Dot(impl == AttentionImpl::kAvx512Bf16, shape, kv, policy,
                                             rope, layer, kv_head, pos0, n, q, out, q_stride,
-                                            out_stride, scratch);
+                                            out_stride, scratch, sink_angles, slice);
       return;
     case AttentionImpl::kAvx512:
       if (bf16) {
         return RunAvx512<std::uint16_t>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
-                                        q_stride, out_stride, scratch);
+                                        q_stride, out_stride, scratch, sink_angles, slice);
       }
       return RunAvx512<float>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out, q_stride,
-                              out_stride, scratch);
+                              out_stride, scratch, sink_angles, slice);
     case AttentionImpl::kAuto:
     case AttentionImpl::kPortable:
       break;
   }
   if (bf16) {
     AttendQueries<GenericOps, std::uint16_t>(shape, kv, policy, rope, layer, kv_head, pos0, n, q,
-                                             out, q_stride, out_stride, scratch);
+                                             out, q_stride, out_stride, scratch, sink_angles,
+                                             slice);
   } else {
     AttendQueries<GenericOps, float>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
-                                     q_stride, out_stride, scratch);
+                                     q_stride, out_stride, scratch, sink_angles, slice);
+  }
+}
+
+}  // namespace
+
+void PagedAttention(const AttentionShape& shape, const kv::PagedKvView& kv,
+                    const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
+                    TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
+                    std::size_t out_stride, float* scratch, AttentionImpl impl,
+                    const RopeAngleRows* sink_angles) noexcept {
+  Dispatch(impl, shape, kv, policy, rope, layer, kv_head, pos0, n, q, out, q_stride, out_stride,
+           scratch, sink_angles, nullptr);
+}
+
+void PagedAttentionSlice(const AttentionShape& shape, const kv::PagedKvView& kv,
+                         const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
+                         TokenPos p, const float* q_row, const AttentionKeySlice& slice,
+                         float* scratch, AttentionImpl impl,
+                         const RopeAngleRows* sink_angles) noexcept {
+  MTR_CHECK(0 <= slice.key_begin && slice.key_begin < slice.key_end &&
+                slice.key_end <= policy.VisibleKeys(p),
+            "attention key slice outside the query's visible keys");
+  Dispatch(impl, shape, kv, policy, rope, layer, kv_head, p, 1, q_row, slice.out, 0, 0, scratch,
+           sink_angles, &slice);
+}
+
+void MergeAttentionSlices(const AttentionShape& shape, const float* outs, const float* stats,
+                          int count, float* out) noexcept {
+  const int group = shape.group();
+  const int hd = shape.head_dim;
+  const auto head_stride = static_cast<std::size_t>(hd);
+  const auto slice_stride = static_cast<std::size_t>(group) * head_stride;
+  for (int h = 0; h < group; ++h) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int s = 0; s < count; ++s) m = std::max(m, stats[2 * (s * group + h)]);
+    // Slice s weighs sum_s exp(max_s - m): its share of the whole softmax's denominator.
+    float total = 0.0f;
+    float* o = out + static_cast<std::size_t>(h) * head_stride;
+    std::memset(o, 0, sizeof(float) * head_stride);
+    for (int s = 0; s < count; ++s) {
+      const float* st = stats + 2 * (s * group + h);
+      const float weight = st[1] * std::exp(st[0] - m);
+      total += weight;
+      Axpy(weight,
+           outs + static_cast<std::size_t>(s) * slice_stride +
+               static_cast<std::size_t>(h) * head_stride,
+           o, hd);
+    }
+    const float inv = 1.0f / total;
+    for (int i = 0; i < hd; ++i) o[i] *= inv;
   }
 }
 

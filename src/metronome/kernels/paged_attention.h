@@ -61,10 +61,43 @@ enum class AttentionImpl : std::uint8_t {
 // `kv_head`'s group are read and written.
 // `scratch` holds AttentionScratchFloats(shape, max visible keys of these queries) floats.
 // An explicit `impl` must be AttentionImplAvailable (checked: a bug otherwise).
+// `sink_angles` (optional): row i holds rope.Angles(S + W - 1 - (pos0 + i)) for every query i with
+// policy.RollingGap (other rows are not read), the rotation that moves the query to the sinks'
+// frame; callers running many layers and kv heads per step prepare it once per step. Without it
+// the kernel evaluates those angles itself on every call. The result is the same either way.
 void PagedAttention(const AttentionShape& shape, const kv::PagedKvView& kv,
                     const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
                     TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
                     std::size_t out_stride, float* scratch,
-                    AttentionImpl impl = AttentionImpl::kAuto) noexcept;
+                    AttentionImpl impl = AttentionImpl::kAuto,
+                    const RopeAngleRows* sink_angles = nullptr) noexcept;
+
+// Flash-decoding: the visible keys of one query split into slices attended independently (on
+// different threads), then merged exactly. A slice is the visible-key indices [key_begin, key_end)
+// in sinks-then-window order (0 <= key_begin < key_end <= policy.VisibleKeys(p)); its result is
+// the softmax-weighted mean of V over those keys for each head h of the group, written to
+// out[h * head_dim ...], and the slice's maximum scaled score and sum of exp(score - maximum) to
+// stats[2h] and stats[2h + 1].
+struct AttentionKeySlice {
+  std::int64_t key_begin = 0;
+  std::int64_t key_end = 0;
+  float* out = nullptr;    // group * head_dim floats
+  float* stats = nullptr;  // 2 * group floats
+};
+
+// PagedAttention of the single query at position p (row q_row: all query heads) restricted to
+// `slice`. sink_angles: row 0 as in PagedAttention, for this query.
+void PagedAttentionSlice(const AttentionShape& shape, const kv::PagedKvView& kv,
+                         const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
+                         TokenPos p, const float* q_row, const AttentionKeySlice& slice,
+                         float* scratch, AttentionImpl impl = AttentionImpl::kAuto,
+                         const RopeAngleRows* sink_angles = nullptr) noexcept;
+
+// Merges `count` >= 1 slices of one query and kv head covering its visible keys: `outs` holds
+// their outputs (count x group x head_dim floats), `stats` their statistics (count x 2 x group).
+// Writes the group's heads (group x head_dim floats) to `out`: what PagedAttention writes, up to
+// fp32 rounding.
+void MergeAttentionSlices(const AttentionShape& shape, const float* outs, const float* stats,
+                          int count, float* out) noexcept;
 
 }  // namespace metronome::kernels

@@ -160,7 +160,7 @@ struct Blockwise {
   template <int NH>
   static void Tile(const kv::PagedKvView& kv, int layer, std::size_t head_off,
                    const KeyRange* ranges, int num_ranges, bool rolling, const float* q_row,
-                   const float* sink_q, float scale, float* out_row) {
+                   const float* sink_q, float scale, float* out_row, float* stats) {
     float m[NH];
     __m512 l[NH];
     __m512 acc[NH][kOutRegs];
@@ -229,7 +229,12 @@ struct Blockwise {
     }
 #pragma GCC unroll 4
     for (int h = 0; h < NH; ++h) {
-      const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(l[h]));
+      const float sum = _mm512_reduce_add_ps(l[h]);
+      if (stats != nullptr) {  // a key slice: its maximum and sum for the merge
+        stats[2 * h] = m[h];
+        stats[2 * h + 1] = sum;
+      }
+      const __m512 inv = _mm512_set1_ps(1.0f / sum);
       float* o = out_row + static_cast<std::ptrdiff_t>(h) * HD;
 #pragma GCC unroll 8
       for (int c = 0; c < kOutRegs; ++c)
@@ -240,7 +245,8 @@ struct Blockwise {
   static void Attend(const AttentionShape& shape, const kv::PagedKvView& kv,
                      const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
                      TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
-                     std::size_t out_stride, float* scratch) {
+                     std::size_t out_stride, float* scratch, const RopeAngleRows* sink_angles,
+                     const AttentionKeySlice* slice) {
     const int group = shape.group();
     const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
     const std::size_t head_off = static_cast<std::size_t>(kv_head) * HD;
@@ -249,38 +255,40 @@ struct Blockwise {
     for (int i = 0; i < n; ++i) {
       const TokenPos p = pos0 + i;
       KeyRange ranges[2];
-      const int num_ranges = VisibleRanges(policy, p, ranges);
-      const float* q_row = q + static_cast<std::size_t>(i) * q_stride + group_off;
-      float* out_row = out + static_cast<std::size_t>(i) * out_stride + group_off;
-      // Rolling positions: sinks are scored against the query moved to S + W - 1.
-      const bool rolling = policy.RollingGap(p);
-      if (rolling) {
-        std::memcpy(sink_q, q_row, sizeof(float) * static_cast<std::size_t>(group * HD));
-        rope.Rotate(sink_q, group, policy.sinks + policy.window - 1 - p);
+      int num_ranges = VisibleRanges(policy, p, ranges);
+      if (slice != nullptr) {
+        num_ranges = ClipRanges(ranges, num_ranges, slice->key_begin, slice->key_end);
       }
+      const float* q_row = q + static_cast<std::size_t>(i) * q_stride + group_off;
+      float* out_row = slice != nullptr
+                           ? slice->out
+                           : out + static_cast<std::size_t>(i) * out_stride + group_off;
+      const bool rolling =
+          MoveQueryToSinkPosition(rope, policy, p, sink_angles, i, q_row, group, HD, sink_q);
       for (int h0 = 0; h0 < group;) {
         const int nh = std::min(kMaxTile, group - h0);
         const auto off = static_cast<std::ptrdiff_t>(h0) * HD;
         const float* sq = sink_q + off;
+        float* st = slice != nullptr ? slice->stats + 2 * h0 : nullptr;
         switch (nh) {
           case 1:
             Tile<1>(kv, layer, head_off, ranges, num_ranges, rolling, q_row + off, sq, scale,
-                    out_row + off);
+                    out_row + off, st);
             break;
           case 2:
             Tile<2>(kv, layer, head_off, ranges, num_ranges, rolling, q_row + off, sq, scale,
-                    out_row + off);
+                    out_row + off, st);
             break;
           case 3:
             if constexpr (kMaxTile >= 3) {
               Tile<3>(kv, layer, head_off, ranges, num_ranges, rolling, q_row + off, sq, scale,
-                      out_row + off);
+                      out_row + off, st);
             }
             break;
           default:
             if constexpr (kMaxTile >= 4) {
               Tile<4>(kv, layer, head_off, ranges, num_ranges, rolling, q_row + off, sq, scale,
-                      out_row + off);
+                      out_row + off, st);
             }
             break;
         }
@@ -293,27 +301,13 @@ struct Blockwise {
 template <bool kSplitQ>
 bool Run(const AttentionShape& shape, const kv::PagedKvView& kv, const kv::KvPolicy& policy,
          const Rope& rope, int layer, int kv_head, TokenPos pos0, int n, const float* q, float* out,
-         std::size_t q_stride, std::size_t out_stride, float* scratch) noexcept {
-  switch (shape.head_dim) {
-    case 16:
-      Blockwise<16, kSplitQ>::Attend(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
-                                     q_stride, out_stride, scratch);
-      return true;
-    case 32:
-      Blockwise<32, kSplitQ>::Attend(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
-                                     q_stride, out_stride, scratch);
-      return true;
-    case 64:
-      Blockwise<64, kSplitQ>::Attend(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
-                                     q_stride, out_stride, scratch);
-      return true;
-    case 128:
-      Blockwise<128, kSplitQ>::Attend(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
-                                      q_stride, out_stride, scratch);
-      return true;
-    default:
-      return false;
-  }
+         std::size_t q_stride, std::size_t out_stride, float* scratch,
+         const RopeAngleRows* sink_angles, const AttentionKeySlice* slice) noexcept {
+  return WithSimdHeadDim(shape.head_dim, [&](auto hd) {
+    Blockwise<decltype(hd)::value, kSplitQ>::Attend(shape, kv, policy, rope, layer, kv_head, pos0,
+                                                    n, q, out, q_stride, out_stride, scratch,
+                                                    sink_angles, slice);
+  });
 }
 #endif
 
@@ -323,7 +317,7 @@ namespace internal {
 
 bool Bf16DotHeadDim(int head_dim) noexcept {
 #if defined(MTR_HAVE_BF16_DOT)
-  return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
+  return WithSimdHeadDim(head_dim, [](auto /*hd*/) {});
 #else
   (void)head_dim;
   return false;
@@ -333,16 +327,18 @@ bool Bf16DotHeadDim(int head_dim) noexcept {
 bool PagedAttentionBf16Dot(bool split_q, const AttentionShape& shape, const kv::PagedKvView& kv,
                            const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
                            TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
-                           std::size_t out_stride, float* scratch) noexcept {
+                           std::size_t out_stride, float* scratch, const RopeAngleRows* sink_angles,
+                           const AttentionKeySlice* slice) noexcept {
 #if defined(MTR_HAVE_BF16_DOT)
   MTR_DCHECK(kv.dtype == kv::KvDtype::kBF16, "bf16 dot kernel on an fp32 pool");
   return split_q ? Run<true>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out, q_stride,
-                             out_stride, scratch)
+                             out_stride, scratch, sink_angles, slice)
                  : Run<false>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out, q_stride,
-                              out_stride, scratch);
+                              out_stride, scratch, sink_angles, slice);
 #else
   (void)split_q, (void)shape, (void)kv, (void)policy, (void)rope, (void)layer, (void)kv_head;
   (void)pos0, (void)n, (void)q, (void)out, (void)q_stride, (void)out_stride, (void)scratch;
+  (void)sink_angles, (void)slice;
   return false;
 #endif
 }

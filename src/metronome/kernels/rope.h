@@ -6,12 +6,22 @@
 // Thread-safety: a Rope is immutable after construction.
 #pragma once
 
+#include <cstddef>
 #include <vector>
 
 #include "metronome/base/types.h"
 #include "metronome/model/model_config.h"
 
 namespace metronome::kernels {
+
+// cos/sin rows from Rope::Angles() for a run of consecutive queries, prepared by a caller that
+// applies the same rotation many times (once per layer and kv head): query i's num_pairs() cosines
+// start at cos + i * stride, its sines at sin + i * stride.
+struct RopeAngleRows {
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+  std::size_t stride = 0;  // floats between consecutive queries' rows
+};
 
 class Rope {
  public:
@@ -24,7 +34,8 @@ class Rope {
   void Apply(float* vec, int num_heads, const float* cos_v, const float* sin_v) const noexcept;
 
   // Rotates every head of `vec` by position delta `pos` (may be negative): R(pos) composed with
-  // whatever rotation vec already has. Used to move an already rotated query.
+  // whatever rotation vec already has. Used to move an already rotated query. Evaluates the trig
+  // of every pair: callers rotating by the same delta repeatedly use Angles() once and Apply().
   void Rotate(float* vec, int num_heads, TokenPos pos) const noexcept;
 
   [[nodiscard]] int num_pairs() const { return rotary_dim_ / 2; }

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "metronome/base/check.h"
 #include "metronome/base/types.h"
@@ -48,6 +49,45 @@ inline int VisibleRanges(const kv::KvPolicy& policy, TokenPos p, KeyRange out[2]
   const TokenPos win_begin = std::max(s, p - w + 1);
   if (win_begin <= p) out[n++] = {win_begin, p + 1, false};
   return n;
+}
+
+// The head dims the SIMD kernels are instantiated for: calls fn(std::integral_constant<int, HD>)
+// for HD = head_dim if it is one of them and returns whether it was (the one list of them).
+template <typename Fn>
+inline bool WithSimdHeadDim(int head_dim, Fn&& fn) {
+  switch (head_dim) {
+    case 16:
+      fn(std::integral_constant<int, 16>{});
+      return true;
+    case 32:
+      fn(std::integral_constant<int, 32>{});
+      return true;
+    case 64:
+      fn(std::integral_constant<int, 64>{});
+      return true;
+    case 128:
+      fn(std::integral_constant<int, 128>{});
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Keeps of `ranges` only the visible keys with index [key_begin, key_end) in the order the ranges
+// list them (sinks first); returns how many ranges remain (empty ones are dropped).
+inline int ClipRanges(KeyRange ranges[2], int num_ranges, std::int64_t key_begin,
+                      std::int64_t key_end) {
+  int kept = 0;
+  std::int64_t first = 0;  // visible-key index of the current range's first key
+  for (int r = 0; r < num_ranges; ++r) {
+    const KeyRange range = ranges[r];
+    const std::int64_t len = range.end - range.begin;
+    const std::int64_t lo = std::max<std::int64_t>(key_begin - first, 0);
+    const std::int64_t hi = std::min<std::int64_t>(key_end - first, len);
+    if (lo < hi) ranges[kept++] = {range.begin + lo, range.begin + hi, range.sinks};
+    first += len;
+  }
+  return kept;
 }
 
 #if defined(__AVX512F__)
@@ -135,11 +175,32 @@ inline void ForEachKey(const kv::PagedKvView& kv, int layer, std::size_t plane_o
   }
 }
 
+// Rolling positions (policy.RollingGap(p)): sinks are scored against the query moved to
+// S + W - 1, so copies the group's `heads` query heads of q_row to sink_q and rotates them by
+// S + W - 1 - p; returns whether it did. The angles of that delta come from `sink_angles` row i
+// when the caller prepared them (once per query and step, not per layer and kv head), else they
+// are evaluated here.
+inline bool MoveQueryToSinkPosition(const Rope& rope, const kv::KvPolicy& policy, TokenPos p,
+                                    const RopeAngleRows* sink_angles, int i, const float* q_row,
+                                    int heads, int hd, float* sink_q) noexcept {
+  if (!policy.RollingGap(p)) return false;
+  std::memcpy(sink_q, q_row, sizeof(float) * static_cast<std::size_t>(heads * hd));
+  if (sink_angles != nullptr) {
+    const std::size_t row = static_cast<std::size_t>(i) * sink_angles->stride;
+    rope.Apply(sink_q, heads, sink_angles->cos + row, sink_angles->sin + row);
+  } else {
+    rope.Rotate(sink_q, heads, policy.sinks + policy.window - 1 - p);
+  }
+  return true;
+}
+
 template <typename Ops, typename E>
 void AttendQueries(const AttentionShape& shape, const kv::PagedKvView& kv,
                    const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
                    TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
-                   std::size_t out_stride, float* scratch) noexcept {
+                   std::size_t out_stride, float* scratch, const RopeAngleRows* sink_angles,
+                   const AttentionKeySlice* slice) noexcept {
+  MTR_DCHECK(slice == nullptr || n == 1, "a key slice belongs to one query");
   const int hd = shape.head_dim;
   const int group = shape.group();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -150,21 +211,20 @@ void AttendQueries(const AttentionShape& shape, const kv::PagedKvView& kv,
   for (int i = 0; i < n; ++i) {
     const TokenPos p = pos0 + i;
     KeyRange ranges[2];
-    const int num_ranges = VisibleRanges(policy, p, ranges);
+    int num_ranges = VisibleRanges(policy, p, ranges);
+    if (slice != nullptr)
+      num_ranges = ClipRanges(ranges, num_ranges, slice->key_begin, slice->key_end);
     std::int64_t visible = 0;
     for (int r = 0; r < num_ranges; ++r) visible += ranges[r].end - ranges[r].begin;
     MTR_DCHECK(visible >= 1, "a query always sees itself");
 
     const float* q_row = q + static_cast<std::size_t>(i) * q_stride + group_off;
-    float* out_row = out + static_cast<std::size_t>(i) * out_stride + group_off;
+    float* out_row =
+        slice != nullptr ? slice->out : out + static_cast<std::size_t>(i) * out_stride + group_off;
     float* sink_q = scratch + static_cast<std::size_t>(group) * static_cast<std::size_t>(visible);
 
-    // Rolling positions: sinks are scored against the query moved to S + W - 1.
-    const bool rolling = policy.RollingGap(p);
-    if (rolling) {
-      std::memcpy(sink_q, q_row, sizeof(float) * static_cast<std::size_t>(group * hd));
-      rope.Rotate(sink_q, group, policy.sinks + policy.window - 1 - p);
-    }
+    const bool rolling =
+        MoveQueryToSinkPosition(rope, policy, p, sink_angles, i, q_row, group, hd, sink_q);
 
     for (int h = 0; h < group; ++h) {
       float* scores = scratch + static_cast<std::size_t>(h) * static_cast<std::size_t>(visible);
@@ -177,7 +237,15 @@ void AttendQueries(const AttentionShape& shape, const kv::PagedKvView& kv,
                       [&](const E* k, std::int64_t c) { scores[c] = sh.Score(k, hd) * scale; });
         col += ranges[r].end - ranges[r].begin;
       }
+      std::int64_t arg_max = 0;
+      if (slice != nullptr) {
+        for (std::int64_t c = 1; c < visible; ++c)
+          arg_max = scores[c] > scores[arg_max] ? c : arg_max;
+        slice->stats[2 * h] = scores[arg_max];
+      }
       Softmax(scores, static_cast<int>(visible));
+      // The top key's weight is exp(0) / sum: the slice's sum to within one rounding.
+      if (slice != nullptr) slice->stats[2 * h + 1] = 1.0f / scores[arg_max];
 
       typename Ops::OutHead oh;
       oh.Begin(hd);
@@ -205,7 +273,8 @@ namespace internal {
 bool PagedAttentionBf16Dot(bool split_q, const AttentionShape& shape, const kv::PagedKvView& kv,
                            const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
                            TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
-                           std::size_t out_stride, float* scratch) noexcept;
+                           std::size_t out_stride, float* scratch, const RopeAngleRows* sink_angles,
+                           const AttentionKeySlice* slice) noexcept;
 // Whether PagedAttentionBf16Dot has an instantiation for head_dim in this build.
 bool Bf16DotHeadDim(int head_dim) noexcept;
 }  // namespace internal
