@@ -336,14 +336,8 @@ void GemmPanel(const RowsKernelArgs& a, const typename W::Block* const* rows, in
   PackPanel<W, NT>(rows, units, panel.data());
   const int tail = n - kLanes * (NT - 1);  // valid lanes of the last group, 1..16
   const auto last = static_cast<__mmask16>(tail >= kLanes ? 0xFFFFu : (1u << tail) - 1u);
-  constexpr int kMt = ActTile(NT);
-  int r = 0;
   const auto at = [&a](int row) { return a.act + static_cast<std::size_t>(row) * a.act_row_bytes; };
-  for (; r + kMt <= a.m; r += kMt) {
-    GemmTile<W, A, kMt, NT>(panel.data(), subs, at(r), a.act_row_bytes,
-                            y + static_cast<std::ptrdiff_t>(r) * a.ldy, a.ldy, a.accumulate, last);
-  }
-  ForCount<kMt - 1>(a.m - r, [&]<int R>() {
+  ForRowTiles<ActTile(NT)>(a.m, [&]<int R>(int r) {
     GemmTile<W, A, R, NT>(panel.data(), subs, at(r), a.act_row_bytes,
                           y + static_cast<std::ptrdiff_t>(r) * a.ldy, a.ldy, a.accumulate, last);
   });
