@@ -64,6 +64,7 @@ inline __m256i AddFifthBit(__m256i lo, const std::uint8_t* qh) noexcept {
 // element is scale * (byte - kOffset) + min.
 struct Q8_0G {
   using Block = quant::BlockQ8_0;
+  static constexpr bool kSuper = false;
   static constexpr int kSub = 32;
   static constexpr int kOffset = 128;
   static constexpr bool kMin = false;
@@ -75,6 +76,7 @@ struct Q8_0G {
 };
 struct Q4_0G {
   using Block = quant::BlockQ4_0;
+  static constexpr bool kSuper = false;
   static constexpr int kSub = 32;
   static constexpr int kOffset = 8;
   static constexpr bool kMin = false;
@@ -85,6 +87,7 @@ struct Q4_0G {
 };
 struct Q4_1G {
   using Block = quant::BlockQ4_1;
+  static constexpr bool kSuper = false;
   static constexpr int kSub = 32;
   static constexpr int kOffset = 0;
   static constexpr bool kMin = true;
@@ -96,6 +99,7 @@ struct Q4_1G {
 };
 struct Q5_0G {
   using Block = quant::BlockQ5_0;
+  static constexpr bool kSuper = false;
   static constexpr int kSub = 32;
   static constexpr int kOffset = 16;
   static constexpr bool kMin = false;
@@ -106,6 +110,7 @@ struct Q5_0G {
 };
 struct Q5_1G {
   using Block = quant::BlockQ5_1;
+  static constexpr bool kSuper = false;
   static constexpr int kSub = 32;
   static constexpr int kOffset = 0;
   static constexpr bool kMin = true;
@@ -116,69 +121,22 @@ struct Q5_1G {
   }
 };
 
-// Q4_K / Q5_K unit u: sub-block j = u % 8 of super-block u / 8; its nibbles are the low (j even)
-// or high (j odd) halves of qs[32 (j / 2) ..] and its fifth bit (Q5_K) bit j of qh[l].
-inline __m256i NibblesKSub(const std::uint8_t* qs, int j) noexcept {
-  __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (j / 2)));
-  if ((j & 1) != 0) v = _mm256_srli_epi16(v, 4);
-  return Low4(v);
-}
-template <class Block>
-inline void ScaleMinKSub(const Block& b, int j, float* scale, float* min) noexcept {
-  int sc = 0;
-  int mn = 0;
-  ScaleMinK4(b.scales, j, &sc, &mn);
-  scale[0] = Half(b.d) * static_cast<float>(sc);
-  min[0] = -Half(b.dmin) * static_cast<float>(mn);
-}
-struct Q4_KG {
-  using Block = quant::BlockQ4_K;
-  static constexpr int kSub = 32;
-  static constexpr int kOffset = 0;
-  static constexpr bool kMin = true;
-  static __m256i Unpack(const Block* row, int u, float* scale, float* min) noexcept {
-    const Block& b = row[u / 8];
-    ScaleMinKSub(b, u % 8, scale, min);
-    return NibblesKSub(b.qs, u % 8);
-  }
+// The K-quants: the shared super-block decoders of avx512_unpack.h (Q4_KW, Q5_KW, Q6_KW), whose
+// UnpackedSuper holds a row's 256 bytes and the fp32 scale of every element quad (scales decoded
+// once per super-block, in vector registers); only the sub-block length and how the offset goes
+// are the GEMM's.
+template <class D>
+struct SuperG {
+  using Decoder = D;
+  using Block = typename D::Block;
+  static constexpr bool kSuper = true;
+  static constexpr int kSub = D::kSubBlock;
+  static constexpr int kOffset = static_cast<int>(D::kOffset);
+  static constexpr bool kMin = D::kMin;
 };
-struct Q5_KG {
-  using Block = quant::BlockQ5_K;
-  static constexpr int kSub = 32;
-  static constexpr int kOffset = 0;
-  static constexpr bool kMin = true;
-  static __m256i Unpack(const Block* row, int u, float* scale, float* min) noexcept {
-    const Block& b = row[u / 8];
-    const int j = u % 8;
-    ScaleMinKSub(b, j, scale, min);
-    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
-    const __mmask32 high = _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(1u << j)));
-    const __m256i lo = NibblesKSub(b.qs, j);
-    return _mm256_mask_add_epi8(lo, high, lo, _mm256_set1_epi8(16));
-  }
-};
-// Q6_K unit u: quarter q = u % 4 of half h = (u % 8) / 4 of super-block u / 8 (quant/blocks.h):
-// low 4 bits from ql[64 h + 32 (q & 1) ..] (high nibbles for q >= 2), bits 4-5 from bits 2 q of
-// qh[32 h ..]; two sub-blocks of 16, scales[8 h + 2 q] and the next.
-struct Q6_KG {
-  using Block = quant::BlockQ6_K;
-  static constexpr int kSub = 16;
-  static constexpr int kOffset = 32;
-  static constexpr bool kMin = false;
-  static __m256i Unpack(const Block* row, int u, float* scale, float* /*min*/) noexcept {
-    const Block& b = row[u / 8];
-    const int h = (u % 8) / 4;
-    const int q = u % 4;
-    __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32 * (q & 1)));
-    if (q >= 2) lo = _mm256_srli_epi16(lo, 4);
-    __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
-    hi = _mm256_and_si256(_mm256_srl_epi16(hi, _mm_cvtsi32_si128(2 * q)), _mm256_set1_epi8(3));
-    const float d = Half(b.d);
-    scale[0] = d * static_cast<float>(b.scales[8 * h + 2 * q]);
-    scale[1] = d * static_cast<float>(b.scales[8 * h + 2 * q + 1]);
-    return _mm256_or_si256(Low4(lo), _mm256_slli_epi16(hi, 4));
-  }
-};
+using Q4_KG = SuperG<Q4_KW>;
+using Q5_KG = SuperG<Q5_KW>;
+using Q6_KG = SuperG<Q6_KW>;
 
 // The activations of sub-block s of a prepared row: its int8 quants, scale and quant sum.
 struct ActBlock32 {  // quant::ActQ8Block32, sub-block = block
@@ -243,6 +201,55 @@ void PackPanel(const typename W::Block* const* rows, int units,
         for (int r = 0; r < kLanes; ++r) {
           sub.scale[g][r] = scale[r][s];
           sub.min[g][r] = min[r][s];
+        }
+      }
+    }
+  }
+}
+
+// The same for the K-quants: 16 rows of a super-block decoded into UnpackedSuper (stack, 9 KB: L1),
+// then transposed unit by unit; each sub-block's 16 scales (and mins) are one gather.
+template <class W, int NT>
+void PackPanelK(const typename W::Block* const* rows, int supers,
+                PanelSub<W::kSub, NT>* panel) noexcept {
+  using Decoder = typename W::Decoder;
+  constexpr int kSubsPerUnit = kUnitElems / W::kSub;
+  constexpr int kSteps = W::kSub / 4;
+  constexpr int kUnits = kQkK / kUnitElems;
+  constexpr int kStride = static_cast<int>(sizeof(UnpackedSuper) / sizeof(float));
+  const __m512i lane_stride =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(kStride));
+  UnpackedSuper us[kLanes];
+  for (int g = 0; g < NT; ++g) {
+    for (int sb = 0; sb < supers; ++sb) {
+      for (int r = 0; r < kLanes; ++r) Decoder::Unpack(rows[kLanes * g + r][sb], &us[r]);
+#pragma GCC unroll 2
+      for (int u = 0; u < kUnits; ++u) {
+        __m512i in[8];
+#pragma GCC unroll 8
+        for (int p = 0; p < 8; ++p) {
+          const auto* a = reinterpret_cast<const __m256i*>(us[p].u[u / 2] + 32 * (u % 2));
+          const auto* b = reinterpret_cast<const __m256i*>(us[p + 8].u[u / 2] + 32 * (u % 2));
+          in[p] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256(a)),
+                                     _mm256_load_si256(b), 1);
+        }
+        __m512i out[8];
+        Transpose16x8(in, out);
+        const int unit = kUnits * sb + u;
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; ++t) {
+          _mm512_store_si512(panel[kSubsPerUnit * unit + t / kSteps].w[t % kSteps][g], out[t]);
+        }
+#pragma GCC unroll 2
+        for (int s = 0; s < kSubsPerUnit; ++s) {
+          auto& sub = panel[kSubsPerUnit * unit + s];
+          const int e = kUnitElems * u + W::kSub * s;  // first element of the sub-block
+          _mm512_store_ps(sub.scale[g],
+                          _mm512_i32gather_ps(lane_stride, &us[0].ws[e / 64][(e % 64) / 4], 4));
+          if constexpr (W::kMin) {
+            _mm512_store_ps(sub.min[g], _mm512_i32gather_ps(lane_stride, &us[0].wm[e / 16], 4));
+          }
         }
       }
     }
@@ -333,7 +340,11 @@ void GemmPanel(const RowsKernelArgs& a, const typename W::Block* const* rows, in
   const int subs = a.w->cols / W::kSub;
   thread_local std::vector<Sub> panel;
   if (panel.size() < static_cast<std::size_t>(subs)) panel.resize(static_cast<std::size_t>(subs));
-  PackPanel<W, NT>(rows, units, panel.data());
+  if constexpr (W::kSuper) {
+    PackPanelK<W, NT>(rows, a.w->cols / kQkK, panel.data());
+  } else {
+    PackPanel<W, NT>(rows, units, panel.data());
+  }
   const int tail = n - kLanes * (NT - 1);  // valid lanes of the last group, 1..16
   const auto last = static_cast<__mmask16>(tail >= kLanes ? 0xFFFFu : (1u << tail) - 1u);
   const auto at = [&a](int row) { return a.act + static_cast<std::size_t>(row) * a.act_row_bytes; };
