@@ -400,16 +400,20 @@ std::size_t ActivationRowBytes(GgmlType type, int cols) noexcept {
 }
 
 void PrepareActivations(GgmlType type, const float* x, int m, int cols, std::byte* out) noexcept {
+  // The AVX-512 quantisers equal the scalar ones bit for bit (tests/kernels); chosen once.
+  static const bool avx512 = CpuHasAvx512Vnni();
+  const auto q8 = avx512 ? avx512::QuantizeActivationsQ8 : quant::QuantizeActivationsQ8;
+  const auto q8_k = avx512 ? avx512::QuantizeActivationsQ8_K : quant::QuantizeActivationsQ8_K;
   const std::size_t row_bytes = ActivationRowBytes(type, cols);
   for (int i = 0; i < m; ++i) {
     const float* xi = x + static_cast<std::size_t>(i) * static_cast<std::size_t>(cols);
     std::byte* dst = out + static_cast<std::size_t>(i) * row_bytes;
     switch (ActivationFormatFor(type)) {
       case ActivationFormat::kQ8Block32:
-        quant::QuantizeActivationsQ8(xi, cols, reinterpret_cast<ActQ8Block32*>(dst));
+        q8(xi, cols, reinterpret_cast<ActQ8Block32*>(dst));
         break;
       case ActivationFormat::kQ8K:
-        quant::QuantizeActivationsQ8_K(xi, cols, reinterpret_cast<BlockQ8_K*>(dst));
+        q8_k(xi, cols, reinterpret_cast<BlockQ8_K*>(dst));
         break;
       case ActivationFormat::kF32:
         std::memcpy(dst, xi, row_bytes);

@@ -477,3 +477,56 @@ void DequantizeRows(GgmlType type, const void* w, int rows, int k, float* out) n
 }
 
 }  // namespace metronome::kernels::avx512
+
+namespace metronome::kernels::avx512 {
+namespace {
+
+// One activation block of kLen elements (a multiple of 16) quantised as quant/codec.cc's
+// QuantizeSymmetric127 does; q[j] = the int32 quants of elements [16 j, 16 j + 16). Returns d.
+template <int kLen>
+float QuantizeBlock127(const float* x, std::int8_t* qs, __m512i (&q)[kLen / 16]) noexcept {
+  constexpr int kVecs = kLen / 16;
+  __m512 v[kVecs];
+  __m512 amax = _mm512_setzero_ps();
+#pragma GCC unroll 16
+  for (int j = 0; j < kVecs; ++j) {
+    v[j] = _mm512_loadu_ps(x + 16 * j);
+    // max(|x|, amax) keeps amax where |x| is NaN, as std::max(amax, |x|) does.
+    amax = _mm512_max_ps(_mm512_abs_ps(v[j]), amax);
+  }
+  const float am = _mm512_reduce_max_ps(amax);
+  const __m512 inv = _mm512_set1_ps(am > 0.0f ? 127.0f / am : 0.0f);
+#pragma GCC unroll 16
+  for (int j = 0; j < kVecs; ++j) {
+    // vcvtps2dq rounds by MXCSR: nearest even, the mode std::nearbyint uses by default.
+    const __m512i r = _mm512_cvtps_epi32(_mm512_mul_ps(v[j], inv));
+    q[j] = _mm512_max_epi32(_mm512_min_epi32(r, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16 * j), _mm512_cvtepi32_epi8(q[j]));
+  }
+  return am / 127.0f;
+}
+
+}  // namespace
+
+void QuantizeActivationsQ8(const float* x, std::int64_t n, quant::ActQ8Block32* out) noexcept {
+  for (std::int64_t i = 0; i < n / kQk32; ++i) {
+    quant::ActQ8Block32& b = out[i];
+    __m512i q[2];
+    b.d = QuantizeBlock127<kQk32>(x + kQk32 * i, b.qs, q);
+    b.sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
+  }
+}
+
+void QuantizeActivationsQ8_K(const float* x, std::int64_t n, quant::BlockQ8_K* out) noexcept {
+  for (std::int64_t i = 0; i < n / kQkK; ++i) {
+    quant::BlockQ8_K& b = out[i];
+    __m512i q[kQkK / 16];
+    b.d = QuantizeBlock127<kQkK>(x + kQkK * i, b.qs, q);
+#pragma GCC unroll 16
+    for (int k = 0; k < kQkK / 16; ++k) {
+      b.bsums[k] = static_cast<std::int16_t>(_mm512_reduce_add_epi32(q[k]));
+    }
+  }
+}
+
+}  // namespace metronome::kernels::avx512
