@@ -61,65 +61,46 @@ inline __m256i AddFifthBit(__m256i lo, const std::uint8_t* qh) noexcept {
 
 // Per type: Unpack(row, u, scale, min) returns elements [32 u, 32 u + 32) of a row as unsigned
 // bytes and writes the scale (and min) of each of the unit's 32 / kSub sub-blocks; the value of an
-// element is scale * (byte - kOffset) + min.
-struct Q8_0G {
-  using Block = quant::BlockQ8_0;
-  static constexpr bool kSuper = false;
-  static constexpr int kSub = 32;
-  static constexpr int kOffset = 128;
-  static constexpr bool kMin = false;
-  static __m256i Unpack(const Block* row, int u, float* scale, float* /*min*/) noexcept {
-    scale[0] = Half(row[u].d);
-    return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[u].qs)),
+// element is scale * (byte - kOffset) + min. The 32-element types differ only in how a block's
+// quants become bytes (Bytes::Of, a policy class: inlined, no indirect call) and in whether a
+// min follows the scale.
+struct Q8_0Bytes {
+  static __m256i Of(const quant::BlockQ8_0& b) noexcept {
+    return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)),
                             _mm256_set1_epi8(-128));
   }
 };
-struct Q4_0G {
-  using Block = quant::BlockQ4_0;
-  static constexpr bool kSuper = false;
-  static constexpr int kSub = 32;
-  static constexpr int kOffset = 8;
-  static constexpr bool kMin = false;
-  static __m256i Unpack(const Block* row, int u, float* scale, float* /*min*/) noexcept {
-    scale[0] = Half(row[u].d);
-    return Nibbles32(row[u].qs);
+struct NibbleBytes {
+  template <class Block>
+  static __m256i Of(const Block& b) noexcept {
+    return Nibbles32(b.qs);
   }
 };
-struct Q4_1G {
-  using Block = quant::BlockQ4_1;
+struct FiveBitBytes {
+  template <class Block>
+  static __m256i Of(const Block& b) noexcept {
+    return AddFifthBit(Nibbles32(b.qs), b.qh);
+  }
+};
+
+template <class B, int kByteOffset, bool kHasMin, class Bytes>
+struct Blocks32G {
+  using Block = B;
   static constexpr bool kSuper = false;
   static constexpr int kSub = 32;
-  static constexpr int kOffset = 0;
-  static constexpr bool kMin = true;
+  static constexpr int kOffset = kByteOffset;
+  static constexpr bool kMin = kHasMin;
   static __m256i Unpack(const Block* row, int u, float* scale, float* min) noexcept {
     scale[0] = Half(row[u].d);
-    min[0] = Half(row[u].m);
-    return Nibbles32(row[u].qs);
+    if constexpr (kHasMin) min[0] = Half(row[u].m);
+    return Bytes::Of(row[u]);
   }
 };
-struct Q5_0G {
-  using Block = quant::BlockQ5_0;
-  static constexpr bool kSuper = false;
-  static constexpr int kSub = 32;
-  static constexpr int kOffset = 16;
-  static constexpr bool kMin = false;
-  static __m256i Unpack(const Block* row, int u, float* scale, float* /*min*/) noexcept {
-    scale[0] = Half(row[u].d);
-    return AddFifthBit(Nibbles32(row[u].qs), row[u].qh);
-  }
-};
-struct Q5_1G {
-  using Block = quant::BlockQ5_1;
-  static constexpr bool kSuper = false;
-  static constexpr int kSub = 32;
-  static constexpr int kOffset = 0;
-  static constexpr bool kMin = true;
-  static __m256i Unpack(const Block* row, int u, float* scale, float* min) noexcept {
-    scale[0] = Half(row[u].d);
-    min[0] = Half(row[u].m);
-    return AddFifthBit(Nibbles32(row[u].qs), row[u].qh);
-  }
-};
+using Q8_0G = Blocks32G<quant::BlockQ8_0, 128, false, Q8_0Bytes>;
+using Q4_0G = Blocks32G<quant::BlockQ4_0, 8, false, NibbleBytes>;
+using Q4_1G = Blocks32G<quant::BlockQ4_1, 0, true, NibbleBytes>;
+using Q5_0G = Blocks32G<quant::BlockQ5_0, 16, false, FiveBitBytes>;
+using Q5_1G = Blocks32G<quant::BlockQ5_1, 0, true, FiveBitBytes>;
 
 // The K-quants: the shared super-block decoders of avx512_unpack.h (Q4_KW, Q5_KW, Q6_KW), whose
 // UnpackedSuper holds a row's 256 bytes and the fp32 scale of every element quad (scales decoded
