@@ -5,6 +5,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -152,15 +153,31 @@ struct alignas(64) PanelSub {
   float min[NT][kLanes];
 };
 
+// The next panel's weight bytes (contiguous rows), prefetched a slice per packed unit so that
+// they arrive while this panel is packed and its tiles run: rows of a few hundred bytes are too
+// short streams for the hardware prefetcher to ramp up on.
+struct NextPanel {
+  const char* begin = nullptr;
+  std::size_t bytes = 0;
+};
+inline void PrefetchSlice(const NextPanel& next, int slice, int slices) noexcept {
+  const std::size_t per = (next.bytes / static_cast<std::size_t>(slices) + 63) / 64 * 64;
+  for (std::size_t off = per * static_cast<std::size_t>(slice);
+       off < per * static_cast<std::size_t>(slice + 1) && off < next.bytes; off += 64) {
+    _mm_prefetch(next.begin + off, _MM_HINT_T0);
+  }
+}
+
 // Unpacks weight rows rows[0, 16 NT) (pointers; rows past the matrix repeat a valid one) into
 // `panel` (subs sub-blocks).
 template <class W, int NT>
-void PackPanel(const typename W::Block* const* rows, int units,
-               PanelSub<W::kSub, NT>* panel) noexcept {
+void PackPanel(const typename W::Block* const* rows, int units, PanelSub<W::kSub, NT>* panel,
+               const NextPanel& next) noexcept {
   constexpr int kSubsPerUnit = kUnitElems / W::kSub;
   constexpr int kSteps = W::kSub / 4;
   for (int g = 0; g < NT; ++g) {
     for (int u = 0; u < units; ++u) {
+      PrefetchSlice(next, g * units + u, NT * units);
       __m512i in[8];
       float scale[kLanes][kSubsPerUnit];
       float min[kLanes][kSubsPerUnit] = {};
@@ -181,7 +198,7 @@ void PackPanel(const typename W::Block* const* rows, int units,
         auto& sub = panel[kSubsPerUnit * u + s];
         for (int r = 0; r < kLanes; ++r) {
           sub.scale[g][r] = scale[r][s];
-          sub.min[g][r] = min[r][s];
+          if constexpr (W::kMin) sub.min[g][r] = min[r][s];
         }
       }
     }
@@ -191,8 +208,8 @@ void PackPanel(const typename W::Block* const* rows, int units,
 // The same for the K-quants: 16 rows of a super-block decoded into UnpackedSuper (stack, 9 KB: L1),
 // then transposed unit by unit; each sub-block's 16 scales (and mins) are one gather.
 template <class W, int NT>
-void PackPanelK(const typename W::Block* const* rows, int supers,
-                PanelSub<W::kSub, NT>* panel) noexcept {
+void PackPanelK(const typename W::Block* const* rows, int supers, PanelSub<W::kSub, NT>* panel,
+                const NextPanel& next) noexcept {
   using Decoder = typename W::Decoder;
   constexpr int kSubsPerUnit = kUnitElems / W::kSub;
   constexpr int kSteps = W::kSub / 4;
@@ -204,6 +221,7 @@ void PackPanelK(const typename W::Block* const* rows, int supers,
   UnpackedSuper us[kLanes];
   for (int g = 0; g < NT; ++g) {
     for (int sb = 0; sb < supers; ++sb) {
+      PrefetchSlice(next, g * supers + sb, NT * supers);
       for (int r = 0; r < kLanes; ++r) Decoder::Unpack(rows[kLanes * g + r][sb], &us[r]);
 #pragma GCC unroll 2
       for (int u = 0; u < kUnits; ++u) {
@@ -314,17 +332,17 @@ void GemmTile(const PanelSub<W::kSub, NT>* panel, int subs, const std::byte* act
 }
 
 template <class W, class A, int NT>
-void GemmPanel(const RowsKernelArgs& a, const typename W::Block* const* rows, int n,
-               float* y) noexcept {
+void GemmPanel(const RowsKernelArgs& a, const typename W::Block* const* rows, int n, float* y,
+               const NextPanel& next) noexcept {
   using Sub = PanelSub<W::kSub, NT>;
   const int units = a.w->cols / kUnitElems;
   const int subs = a.w->cols / W::kSub;
   thread_local std::vector<Sub> panel;
   if (panel.size() < static_cast<std::size_t>(subs)) panel.resize(static_cast<std::size_t>(subs));
   if constexpr (W::kSuper) {
-    PackPanelK<W, NT>(rows, a.w->cols / kQkK, panel.data());
+    PackPanelK<W, NT>(rows, a.w->cols / kQkK, panel.data(), next);
   } else {
-    PackPanel<W, NT>(rows, units, panel.data());
+    PackPanel<W, NT>(rows, units, panel.data(), next);
   }
   const int tail = n - kLanes * (NT - 1);  // valid lanes of the last group, 1..16
   const auto last = static_cast<__mmask16>(tail >= kLanes ? 0xFFFFu : (1u << tail) - 1u);
@@ -346,10 +364,17 @@ void RowsGemm(const RowsKernelArgs& a, int row_begin, int row_end) {
     for (int r = 0; r < kLanes * kMaxGroups; ++r) {
       rows[r] = reinterpret_cast<const Block*>(w.Row(j + (r < n ? r : n - 1)));
     }
+    NextPanel next;
+    const int next_row = j + kLanes * kMaxGroups;
+    if (next_row < row_end) {
+      const int next_rows = std::min(row_end - next_row, kLanes * kMaxGroups);
+      next = {reinterpret_cast<const char*>(w.Row(next_row)),
+              static_cast<std::size_t>(next_rows) * w.row_bytes};
+    }
     if (n > kLanes) {
-      GemmPanel<W, A, 2>(a, rows, n, a.y + j);
+      GemmPanel<W, A, 2>(a, rows, n, a.y + j, next);
     } else {
-      GemmPanel<W, A, 1>(a, rows, n, a.y + j);
+      GemmPanel<W, A, 1>(a, rows, n, a.y + j, next);
     }
   }
 }
