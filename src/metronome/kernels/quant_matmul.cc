@@ -149,8 +149,8 @@ struct KMin {
     for (int j = 0; j < 8; ++j) {
       std::int32_t isum = 0;
       for (int l = 0; l < 32; ++l) isum += q[32 * j + l] * act.qs[32 * j + l];
-      sumi += u.sc[static_cast<std::size_t>(8 * b + j)] * isum;
-      summ += u.mn[static_cast<std::size_t>(8 * b + j)] * (act.bsums[2 * j] + act.bsums[2 * j + 1]);
+      sumi += u.sc[8 * b + j] * isum;
+      summ += u.mn[8 * b + j] * (act.bsums[2 * j] + act.bsums[2 * j + 1]);
     }
     const auto bi = static_cast<std::size_t>(b);
     acc += act.d * (u.d[bi] * static_cast<float>(sumi) - u.m[bi] * static_cast<float>(summ));
@@ -175,7 +175,7 @@ struct Q6K {
     for (int k = 0; k < 16; ++k) {
       std::int32_t isum = 0;
       for (int l = 0; l < 16; ++l) isum += q[16 * k + l] * act.qs[16 * k + l];
-      sumi += u.sc6[static_cast<std::size_t>(16 * b + k)] * isum;
+      sumi += u.sc6[16 * b + k] * isum;
     }
     acc += act.d * u.d[static_cast<std::size_t>(b)] * static_cast<float>(sumi);
   }
