@@ -4,8 +4,9 @@
 //    token each), on the threads of OpenMP, weights read from memory once per step. Counters:
 //    tok_per_s, weight_MB (per step), GB_per_s, roofline_fraction (weight bytes per second over
 //    the read bandwidth measured in this process, bandwidth_GBps), GFLOP_per_s and peak_fraction
-//    (over the in-process fp32 GEMM peak, peak_GFLOPs). Matmuls only: no attention, norms or
-//    activation quantisation, so tok_per_s is the ceiling the weight kernels put on a decode step.
+//    (over the in-process fp32 GEMM peak, peak_GFLOPs). Matmuls only (with the activation
+//    quantisation MatMul does per product): no attention or norms, so tok_per_s is the ceiling
+//    the weight kernels put on a decode step.
 //    K-quants need k % 256 == 0: matrices with k = 576 take llama.cpp's fallback type (Q4_K ->
 //    Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0), only the down projections (k = 1536) are K-quant, as in a
 //    `_K_M` file of this shape. F32 runs through oneDNN (kernels::MatMulTransposedB).

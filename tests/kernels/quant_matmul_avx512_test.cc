@@ -367,6 +367,48 @@ TEST(Avx512KernelTable, CoversEveryComputableTypeButF32) {
   EXPECT_EQ(ActiveKernel(GgmlType::kQ4_K).name, "avx512-vnni");
 }
 
+// The vector activation quantisers equal quant/codec's scalar ones byte for byte: random rows of
+// several magnitudes, a zero block, exact rounding ties (x * 127 / amax = k + 0.5: nearest even),
+// negative zeros.
+TEST(Avx512ActivationQuantiser, EqualsTheScalarQuantiserBitForBit) {
+  if (!CpuHasAvx512Vnni()) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/VNNI";
+  std::mt19937 rng(11);
+  constexpr int kCols = 3 * quant::kQkK;  // 24 blocks of 32, 3 super-blocks
+  for (int trial = 0; trial < 50; ++trial) {
+    const float scale = std::ldexp(1.0f, trial % 20 - 10);
+    std::normal_distribution<float> dist(0.0f, scale);
+    std::vector<float> x(kCols);
+    for (float& v : x) v = dist(rng);
+    if (trial % 5 == 1) std::fill(x.begin() + 32, x.begin() + 64, 0.0f);  // a zero block
+    if (trial % 5 == 2) {
+      // amax 127 in each block: x * inv is x itself, so halves are ties.
+      for (int i = 0; i < kCols; ++i) {
+        x[static_cast<std::size_t>(i)] = i % 32 == 0 ? 127.0f : static_cast<float>(i % 9) - 3.5f;
+      }
+    }
+    if (trial % 5 == 3) x[5] = -0.0f;
+    std::vector<quant::ActQ8Block32> want(kCols / quant::kQk32);
+    std::vector<quant::ActQ8Block32> got(want.size());
+    quant::QuantizeActivationsQ8(x.data(), kCols, want.data());
+    avx512::QuantizeActivationsQ8(x.data(), kCols, got.data());
+    for (std::size_t b = 0; b < want.size(); ++b) {
+      ASSERT_EQ(std::memcmp(&want[b].d, &got[b].d, sizeof(float)), 0) << trial << " block " << b;
+      ASSERT_EQ(want[b].sum, got[b].sum) << trial << " block " << b;
+      ASSERT_EQ(std::memcmp(want[b].qs, got[b].qs, quant::kQk32), 0) << trial << " block " << b;
+    }
+    std::vector<quant::BlockQ8_K> want_k(kCols / quant::kQkK);
+    std::vector<quant::BlockQ8_K> got_k(want_k.size());
+    quant::QuantizeActivationsQ8_K(x.data(), kCols, want_k.data());
+    avx512::QuantizeActivationsQ8_K(x.data(), kCols, got_k.data());
+    for (std::size_t b = 0; b < want_k.size(); ++b) {
+      ASSERT_EQ(std::memcmp(&want_k[b].d, &got_k[b].d, sizeof(float)), 0) << trial << " " << b;
+      ASSERT_EQ(std::memcmp(want_k[b].qs, got_k[b].qs, quant::kQkK), 0) << trial << " " << b;
+      ASSERT_EQ(std::memcmp(want_k[b].bsums, got_k[b].bsums, sizeof(want_k[b].bsums)), 0)
+          << trial << " super-block " << b;
+    }
+  }
+}
+
 // The table's kernel (AVX-512 here) against the scalar reference on real data: fp32 weights
 // quantised by QuantizeRow, activations prepared by PrepareActivations, random shapes.
 TEST(Avx512KernelTable, ActiveKernelEqualsScalarReference) {

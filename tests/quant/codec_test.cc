@@ -12,6 +12,7 @@
 #include "metronome/base/half.h"
 #include "metronome/quant/blocks.h"
 #include "metronome/quant/ggml_type.h"
+#include "metronome/quant/unpack.h"
 
 namespace metronome::quant {
 namespace {
@@ -101,6 +102,28 @@ TEST(CodecLayoutTest, Q4_K) {
     const int q = (e % 64) < 32 ? (32 * g + l) & 15 : (32 * g + l) >> 4;
     const int j = e / 32;
     EXPECT_EQ(x[e], static_cast<float>(kKSc[j] * q) - 0.5f * static_cast<float>(kKMn[j])) << e;
+  }
+}
+
+// The word-parallel scale decode against the per-sub-block formula of quant/blocks.h, on random
+// packed bytes (every bit of the 12 set and clear), and PackKScales as its inverse.
+TEST(CodecLayoutTest, KScalesWordDecodeMatchesTheLayoutFormula) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::uint8_t s[kKScaleBytes];
+    for (auto& v : s) v = static_cast<std::uint8_t>(rng());
+    std::uint8_t sc[8];
+    std::uint8_t mn[8];
+    UnpackKScales(s, sc, mn);
+    for (int j = 0; j < 8; ++j) {
+      const int want_sc = j < 4 ? s[j] & 63 : (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+      const int want_mn = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+      ASSERT_EQ(sc[j], want_sc) << "trial " << trial << " sub-block " << j;
+      ASSERT_EQ(mn[j], want_mn) << "trial " << trial << " sub-block " << j;
+    }
+    std::uint8_t packed[kKScaleBytes];
+    PackKScales(sc, mn, packed);
+    ASSERT_EQ(std::memcmp(packed, s, kKScaleBytes), 0) << "trial " << trial;
   }
 }
 

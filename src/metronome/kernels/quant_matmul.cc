@@ -72,122 +72,114 @@ struct UnpackedRow {
   std::vector<std::int8_t> sc6;  // Q6_K: 16 signed scales each
 };
 
-// 32-element types: x = d q (+ m). dot = d_w d_a sum(q qa) (+ m_w d_a sum(qa)).
-template <typename Block, bool kHasMin>
-void Rows32(const RowsKernelArgs& a, int row_begin, int row_end) {
+// Every scalar integer kernel: each weight row unpacked once (T::Unpack: quants and scales into
+// `u`) and dotted with every activation row (T::Accumulate adds block b's terms to the row's sum,
+// over T::Act blocks, in the order the per-family loops added them). T is a policy per
+// family, called directly (inlined); one thread-local UnpackedRow per instantiation.
+template <class T>
+void RowsUnpacked(const RowsKernelArgs& a, int row_begin, int row_end) {
   const quant::WeightMatrix& w = *a.w;
-  const int nb = w.cols / kQk32;
-  thread_local UnpackedRow u;
-  u.q.resize(static_cast<std::size_t>(w.cols));
-  u.d.resize(static_cast<std::size_t>(nb));
-  u.m.resize(static_cast<std::size_t>(nb));
-  for (int r = row_begin; r < row_end; ++r) {
-    const auto* blocks = reinterpret_cast<const Block*>(w.Row(r));
-    for (int b = 0; b < nb; ++b) {
-      std::int8_t q[kQk32];
-      quant::UnpackQuants(blocks[b], q);
-      std::memcpy(u.q.data() + kQk32 * b, q, kQk32);
-      u.d[b] = F16ToFloat(blocks[b].d);
-      if constexpr (kHasMin) u.m[b] = F16ToFloat(blocks[b].m);
-    }
-    for (int i = 0; i < a.m; ++i) {
-      const auto* act = reinterpret_cast<const ActQ8Block32*>(a.act + static_cast<std::size_t>(i) *
-                                                                          a.act_row_bytes);
-      float acc = 0.0f;
-      for (int b = 0; b < nb; ++b) {
-        const std::int8_t* q = u.q.data() + kQk32 * b;
-        std::int32_t isum = 0;
-        for (int l = 0; l < kQk32; ++l) isum += q[l] * act[b].qs[l];
-        acc += u.d[b] * act[b].d * static_cast<float>(isum);
-        if constexpr (kHasMin) acc += u.m[b] * act[b].d * static_cast<float>(act[b].sum);
-      }
-      Store(a, i, r, acc);
-    }
-  }
-}
-
-// Q4_K / Q5_K: x = d sc[j] q - dmin mn[j] per sub-block j of 32.
-// dot = d_a (d_w sum_j sc[j] sum(q qa) - dmin_w sum_j mn[j] (bsums[2j] + bsums[2j+1])).
-template <typename Block>
-void RowsKMin(const RowsKernelArgs& a, int row_begin, int row_end) {
-  const quant::WeightMatrix& w = *a.w;
-  const int nb = w.cols / kQkK;
+  const int nb = w.cols / T::kBlockElems;
   thread_local UnpackedRow u;
   u.q.resize(static_cast<std::size_t>(w.cols));
   u.d.resize(static_cast<std::size_t>(nb));
   u.m.resize(static_cast<std::size_t>(nb));
   u.sc.resize(static_cast<std::size_t>(nb) * 8);
   u.mn.resize(static_cast<std::size_t>(nb) * 8);
+  u.sc6.resize(static_cast<std::size_t>(nb) * 16);
   for (int r = row_begin; r < row_end; ++r) {
-    const auto* blocks = reinterpret_cast<const Block*>(w.Row(r));
-    for (int b = 0; b < nb; ++b) {
-      std::int8_t q[kQkK];
-      std::uint8_t sc[8];
-      std::uint8_t mn[8];
-      quant::UnpackQuants(blocks[b], q);
-      quant::UnpackKScales(blocks[b].scales, sc, mn);
-      std::memcpy(u.q.data() + kQkK * b, q, kQkK);
-      std::memcpy(u.sc.data() + 8 * b, sc, 8);
-      std::memcpy(u.mn.data() + 8 * b, mn, 8);
-      u.d[b] = F16ToFloat(blocks[b].d);
-      u.m[b] = F16ToFloat(blocks[b].dmin);
-    }
+    const auto* blocks = reinterpret_cast<const typename T::Block*>(w.Row(r));
+    for (int b = 0; b < nb; ++b) T::Unpack(blocks[b], b, u);
     for (int i = 0; i < a.m; ++i) {
-      const auto* act =
-          reinterpret_cast<const BlockQ8_K*>(a.act + static_cast<std::size_t>(i) * a.act_row_bytes);
+      const auto* act = reinterpret_cast<const typename T::Act*>(
+          a.act + static_cast<std::size_t>(i) * a.act_row_bytes);
       float acc = 0.0f;
-      for (int b = 0; b < nb; ++b) {
-        const std::int8_t* q = u.q.data() + kQkK * b;
-        std::int32_t sumi = 0;
-        std::int32_t summ = 0;
-        for (int j = 0; j < 8; ++j) {
-          std::int32_t isum = 0;
-          for (int l = 0; l < 32; ++l) isum += q[32 * j + l] * act[b].qs[32 * j + l];
-          sumi += u.sc[8 * b + j] * isum;
-          summ += u.mn[8 * b + j] * (act[b].bsums[2 * j] + act[b].bsums[2 * j + 1]);
-        }
-        acc += act[b].d * (u.d[b] * static_cast<float>(sumi) - u.m[b] * static_cast<float>(summ));
-      }
+      for (int b = 0; b < nb; ++b) T::Accumulate(u, b, act[b], acc);
       Store(a, i, r, acc);
     }
   }
 }
 
-// Q6_K: x = d sc[k] (q - 32) per sub-block k of 16; dot = d_a d_w sum_k sc[k] sum((q - 32) qa).
-void RowsQ6_K(const RowsKernelArgs& a, int row_begin, int row_end) {
-  const quant::WeightMatrix& w = *a.w;
-  const int nb = w.cols / kQkK;
-  thread_local UnpackedRow u;
-  u.q.resize(static_cast<std::size_t>(w.cols));
-  u.d.resize(static_cast<std::size_t>(nb));
-  u.sc6.resize(static_cast<std::size_t>(nb) * 16);
-  for (int r = row_begin; r < row_end; ++r) {
-    const auto* blocks = reinterpret_cast<const quant::BlockQ6_K*>(w.Row(r));
-    for (int b = 0; b < nb; ++b) {
-      std::int8_t q[kQkK];
-      quant::UnpackQuants(blocks[b], q);
-      std::memcpy(u.q.data() + kQkK * b, q, kQkK);
-      std::memcpy(u.sc6.data() + 16 * b, blocks[b].scales, 16);
-      u.d[b] = F16ToFloat(blocks[b].d);
-    }
-    for (int i = 0; i < a.m; ++i) {
-      const auto* act =
-          reinterpret_cast<const BlockQ8_K*>(a.act + static_cast<std::size_t>(i) * a.act_row_bytes);
-      float acc = 0.0f;
-      for (int b = 0; b < nb; ++b) {
-        const std::int8_t* q = u.q.data() + kQkK * b;
-        std::int32_t sumi = 0;
-        for (int k = 0; k < 16; ++k) {
-          std::int32_t isum = 0;
-          for (int l = 0; l < 16; ++l) isum += q[16 * k + l] * act[b].qs[16 * k + l];
-          sumi += u.sc6[16 * b + k] * isum;
-        }
-        acc += act[b].d * u.d[b] * static_cast<float>(sumi);
-      }
-      Store(a, i, r, acc);
-    }
+// 32-element types: x = d q (+ m). dot = d_w d_a sum(q qa) (+ m_w d_a sum(qa)).
+template <typename B, bool kHasMin>
+struct Blocks32 {
+  using Block = B;
+  using Act = ActQ8Block32;
+  static constexpr int kBlockElems = kQk32;
+  static void Unpack(const Block& blk, int b, UnpackedRow& u) noexcept {
+    std::int8_t q[kQk32];
+    quant::UnpackQuants(blk, q);
+    std::memcpy(u.q.data() + kQk32 * b, q, kQk32);
+    u.d[static_cast<std::size_t>(b)] = F16ToFloat(blk.d);
+    if constexpr (kHasMin) u.m[static_cast<std::size_t>(b)] = F16ToFloat(blk.m);
   }
-}
+  static void Accumulate(const UnpackedRow& u, int b, const Act& act, float& acc) noexcept {
+    const std::int8_t* q = u.q.data() + kQk32 * b;
+    std::int32_t isum = 0;
+    for (int l = 0; l < kQk32; ++l) isum += q[l] * act.qs[l];
+    const auto bi = static_cast<std::size_t>(b);
+    acc += u.d[bi] * act.d * static_cast<float>(isum);
+    if constexpr (kHasMin) acc += u.m[bi] * act.d * static_cast<float>(act.sum);
+  }
+};
+
+// Q4_K / Q5_K: x = d sc[j] q - dmin mn[j] per sub-block j of 32.
+// dot = d_a (d_w sum_j sc[j] sum(q qa) - dmin_w sum_j mn[j] (bsums[2j] + bsums[2j+1])).
+template <typename B>
+struct KMin {
+  using Block = B;
+  using Act = BlockQ8_K;
+  static constexpr int kBlockElems = kQkK;
+  static void Unpack(const Block& blk, int b, UnpackedRow& u) noexcept {
+    std::int8_t q[kQkK];
+    std::uint8_t sc[8];
+    std::uint8_t mn[8];
+    quant::UnpackQuants(blk, q);
+    quant::UnpackKScales(blk.scales, sc, mn);
+    std::memcpy(u.q.data() + kQkK * b, q, kQkK);
+    std::memcpy(u.sc.data() + 8 * b, sc, 8);
+    std::memcpy(u.mn.data() + 8 * b, mn, 8);
+    u.d[static_cast<std::size_t>(b)] = F16ToFloat(blk.d);
+    u.m[static_cast<std::size_t>(b)] = F16ToFloat(blk.dmin);
+  }
+  static void Accumulate(const UnpackedRow& u, int b, const Act& act, float& acc) noexcept {
+    const std::int8_t* q = u.q.data() + kQkK * b;
+    std::int32_t sumi = 0;
+    std::int32_t summ = 0;
+    for (int j = 0; j < 8; ++j) {
+      std::int32_t isum = 0;
+      for (int l = 0; l < 32; ++l) isum += q[32 * j + l] * act.qs[32 * j + l];
+      sumi += u.sc[8 * b + j] * isum;
+      summ += u.mn[8 * b + j] * (act.bsums[2 * j] + act.bsums[2 * j + 1]);
+    }
+    const auto bi = static_cast<std::size_t>(b);
+    acc += act.d * (u.d[bi] * static_cast<float>(sumi) - u.m[bi] * static_cast<float>(summ));
+  }
+};
+
+// Q6_K: x = d sc[k] (q - 32) per sub-block k of 16; dot = d_a d_w sum_k sc[k] sum((q - 32) qa).
+struct Q6K {
+  using Block = quant::BlockQ6_K;
+  using Act = BlockQ8_K;
+  static constexpr int kBlockElems = kQkK;
+  static void Unpack(const Block& blk, int b, UnpackedRow& u) noexcept {
+    std::int8_t q[kQkK];
+    quant::UnpackQuants(blk, q);
+    std::memcpy(u.q.data() + kQkK * b, q, kQkK);
+    std::memcpy(u.sc6.data() + 16 * b, blk.scales, 16);
+    u.d[static_cast<std::size_t>(b)] = F16ToFloat(blk.d);
+  }
+  static void Accumulate(const UnpackedRow& u, int b, const Act& act, float& acc) noexcept {
+    const std::int8_t* q = u.q.data() + kQkK * b;
+    std::int32_t sumi = 0;
+    for (int k = 0; k < 16; ++k) {
+      std::int32_t isum = 0;
+      for (int l = 0; l < 16; ++l) isum += q[16 * k + l] * act.qs[16 * k + l];
+      sumi += u.sc6[16 * b + k] * isum;
+    }
+    acc += act.d * u.d[static_cast<std::size_t>(b)] * static_cast<float>(sumi);
+  }
+};
 
 // ---- tables ----
 
@@ -202,14 +194,14 @@ KernelTable MakeScalarTable() {
   set(GgmlType::kF32, RowsFloat<GgmlType::kF32>);
   set(GgmlType::kF16, RowsFloat<GgmlType::kF16>);
   set(GgmlType::kBF16, RowsFloat<GgmlType::kBF16>);
-  set(GgmlType::kQ8_0, Rows32<quant::BlockQ8_0, false>);
-  set(GgmlType::kQ4_0, Rows32<quant::BlockQ4_0, false>);
-  set(GgmlType::kQ4_1, Rows32<quant::BlockQ4_1, true>);
-  set(GgmlType::kQ5_0, Rows32<quant::BlockQ5_0, false>);
-  set(GgmlType::kQ5_1, Rows32<quant::BlockQ5_1, true>);
-  set(GgmlType::kQ4_K, RowsKMin<quant::BlockQ4_K>);
-  set(GgmlType::kQ5_K, RowsKMin<quant::BlockQ5_K>);
-  set(GgmlType::kQ6_K, RowsQ6_K);
+  set(GgmlType::kQ8_0, RowsUnpacked<Blocks32<quant::BlockQ8_0, false>>);
+  set(GgmlType::kQ4_0, RowsUnpacked<Blocks32<quant::BlockQ4_0, false>>);
+  set(GgmlType::kQ4_1, RowsUnpacked<Blocks32<quant::BlockQ4_1, true>>);
+  set(GgmlType::kQ5_0, RowsUnpacked<Blocks32<quant::BlockQ5_0, false>>);
+  set(GgmlType::kQ5_1, RowsUnpacked<Blocks32<quant::BlockQ5_1, true>>);
+  set(GgmlType::kQ4_K, RowsUnpacked<KMin<quant::BlockQ4_K>>);
+  set(GgmlType::kQ5_K, RowsUnpacked<KMin<quant::BlockQ5_K>>);
+  set(GgmlType::kQ6_K, RowsUnpacked<Q6K>);
   return t;
 }
 
@@ -400,16 +392,20 @@ std::size_t ActivationRowBytes(GgmlType type, int cols) noexcept {
 }
 
 void PrepareActivations(GgmlType type, const float* x, int m, int cols, std::byte* out) noexcept {
+  // The AVX-512 quantisers equal the scalar ones bit for bit (tests/kernels); chosen once.
+  static const bool avx512 = CpuHasAvx512Vnni();
+  const auto q8 = avx512 ? avx512::QuantizeActivationsQ8 : quant::QuantizeActivationsQ8;
+  const auto q8_k = avx512 ? avx512::QuantizeActivationsQ8_K : quant::QuantizeActivationsQ8_K;
   const std::size_t row_bytes = ActivationRowBytes(type, cols);
   for (int i = 0; i < m; ++i) {
     const float* xi = x + static_cast<std::size_t>(i) * static_cast<std::size_t>(cols);
     std::byte* dst = out + static_cast<std::size_t>(i) * row_bytes;
     switch (ActivationFormatFor(type)) {
       case ActivationFormat::kQ8Block32:
-        quant::QuantizeActivationsQ8(xi, cols, reinterpret_cast<ActQ8Block32*>(dst));
+        q8(xi, cols, reinterpret_cast<ActQ8Block32*>(dst));
         break;
       case ActivationFormat::kQ8K:
-        quant::QuantizeActivationsQ8_K(xi, cols, reinterpret_cast<BlockQ8_K*>(dst));
+        q8_k(xi, cols, reinterpret_cast<BlockQ8_K*>(dst));
         break;
       case ActivationFormat::kF32:
         std::memcpy(dst, xi, row_bytes);

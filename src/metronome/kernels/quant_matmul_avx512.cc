@@ -5,6 +5,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -61,124 +62,63 @@ inline __m256i AddFifthBit(__m256i lo, const std::uint8_t* qh) noexcept {
 
 // Per type: Unpack(row, u, scale, min) returns elements [32 u, 32 u + 32) of a row as unsigned
 // bytes and writes the scale (and min) of each of the unit's 32 / kSub sub-blocks; the value of an
-// element is scale * (byte - kOffset) + min.
-struct Q8_0G {
-  using Block = quant::BlockQ8_0;
-  static constexpr int kSub = 32;
-  static constexpr int kOffset = 128;
-  static constexpr bool kMin = false;
-  static __m256i Unpack(const Block* row, int u, float* scale, float* /*min*/) noexcept {
-    scale[0] = Half(row[u].d);
-    return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[u].qs)),
+// element is scale * (byte - kOffset) + min. The 32-element types differ only in how a block's
+// quants become bytes (Bytes::Of, a policy class: inlined, no indirect call) and in whether a
+// min follows the scale.
+struct Q8_0Bytes {
+  static __m256i Of(const quant::BlockQ8_0& b) noexcept {
+    return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)),
                             _mm256_set1_epi8(-128));
   }
 };
-struct Q4_0G {
-  using Block = quant::BlockQ4_0;
-  static constexpr int kSub = 32;
-  static constexpr int kOffset = 8;
-  static constexpr bool kMin = false;
-  static __m256i Unpack(const Block* row, int u, float* scale, float* /*min*/) noexcept {
-    scale[0] = Half(row[u].d);
-    return Nibbles32(row[u].qs);
+struct NibbleBytes {
+  template <class Block>
+  static __m256i Of(const Block& b) noexcept {
+    return Nibbles32(b.qs);
   }
 };
-struct Q4_1G {
-  using Block = quant::BlockQ4_1;
-  static constexpr int kSub = 32;
-  static constexpr int kOffset = 0;
-  static constexpr bool kMin = true;
-  static __m256i Unpack(const Block* row, int u, float* scale, float* min) noexcept {
-    scale[0] = Half(row[u].d);
-    min[0] = Half(row[u].m);
-    return Nibbles32(row[u].qs);
-  }
-};
-struct Q5_0G {
-  using Block = quant::BlockQ5_0;
-  static constexpr int kSub = 32;
-  static constexpr int kOffset = 16;
-  static constexpr bool kMin = false;
-  static __m256i Unpack(const Block* row, int u, float* scale, float* /*min*/) noexcept {
-    scale[0] = Half(row[u].d);
-    return AddFifthBit(Nibbles32(row[u].qs), row[u].qh);
-  }
-};
-struct Q5_1G {
-  using Block = quant::BlockQ5_1;
-  static constexpr int kSub = 32;
-  static constexpr int kOffset = 0;
-  static constexpr bool kMin = true;
-  static __m256i Unpack(const Block* row, int u, float* scale, float* min) noexcept {
-    scale[0] = Half(row[u].d);
-    min[0] = Half(row[u].m);
-    return AddFifthBit(Nibbles32(row[u].qs), row[u].qh);
+struct FiveBitBytes {
+  template <class Block>
+  static __m256i Of(const Block& b) noexcept {
+    return AddFifthBit(Nibbles32(b.qs), b.qh);
   }
 };
 
-// Q4_K / Q5_K unit u: sub-block j = u % 8 of super-block u / 8; its nibbles are the low (j even)
-// or high (j odd) halves of qs[32 (j / 2) ..] and its fifth bit (Q5_K) bit j of qh[l].
-inline __m256i NibblesKSub(const std::uint8_t* qs, int j) noexcept {
-  __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (j / 2)));
-  if ((j & 1) != 0) v = _mm256_srli_epi16(v, 4);
-  return Low4(v);
-}
-template <class Block>
-inline void ScaleMinKSub(const Block& b, int j, float* scale, float* min) noexcept {
-  int sc = 0;
-  int mn = 0;
-  ScaleMinK4(b.scales, j, &sc, &mn);
-  scale[0] = Half(b.d) * static_cast<float>(sc);
-  min[0] = -Half(b.dmin) * static_cast<float>(mn);
-}
-struct Q4_KG {
-  using Block = quant::BlockQ4_K;
+template <class B, int kByteOffset, bool kHasMin, class Bytes>
+struct Blocks32G {
+  using Block = B;
+  static constexpr bool kSuper = false;
   static constexpr int kSub = 32;
-  static constexpr int kOffset = 0;
-  static constexpr bool kMin = true;
+  static constexpr int kOffset = kByteOffset;
+  static constexpr bool kMin = kHasMin;
   static __m256i Unpack(const Block* row, int u, float* scale, float* min) noexcept {
-    const Block& b = row[u / 8];
-    ScaleMinKSub(b, u % 8, scale, min);
-    return NibblesKSub(b.qs, u % 8);
+    scale[0] = Half(row[u].d);
+    if constexpr (kHasMin) min[0] = Half(row[u].m);
+    return Bytes::Of(row[u]);
   }
 };
-struct Q5_KG {
-  using Block = quant::BlockQ5_K;
-  static constexpr int kSub = 32;
-  static constexpr int kOffset = 0;
-  static constexpr bool kMin = true;
-  static __m256i Unpack(const Block* row, int u, float* scale, float* min) noexcept {
-    const Block& b = row[u / 8];
-    const int j = u % 8;
-    ScaleMinKSub(b, j, scale, min);
-    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
-    const __mmask32 high = _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(1u << j)));
-    const __m256i lo = NibblesKSub(b.qs, j);
-    return _mm256_mask_add_epi8(lo, high, lo, _mm256_set1_epi8(16));
-  }
+using Q8_0G = Blocks32G<quant::BlockQ8_0, 128, false, Q8_0Bytes>;
+using Q4_0G = Blocks32G<quant::BlockQ4_0, 8, false, NibbleBytes>;
+using Q4_1G = Blocks32G<quant::BlockQ4_1, 0, true, NibbleBytes>;
+using Q5_0G = Blocks32G<quant::BlockQ5_0, 16, false, FiveBitBytes>;
+using Q5_1G = Blocks32G<quant::BlockQ5_1, 0, true, FiveBitBytes>;
+
+// The K-quants: the shared super-block decoders of avx512_unpack.h (Q4_KW, Q5_KW, Q6_KW), whose
+// UnpackedSuper holds a row's 256 bytes and the fp32 scale of every element quad (scales decoded
+// once per super-block, in vector registers); only the sub-block length and how the offset goes
+// are the GEMM's.
+template <class D>
+struct SuperG {
+  using Decoder = D;
+  using Block = typename D::Block;
+  static constexpr bool kSuper = true;
+  static constexpr int kSub = D::kSubBlock;
+  static constexpr int kOffset = static_cast<int>(D::kOffset);
+  static constexpr bool kMin = D::kMin;
 };
-// Q6_K unit u: quarter q = u % 4 of half h = (u % 8) / 4 of super-block u / 8 (quant/blocks.h):
-// low 4 bits from ql[64 h + 32 (q & 1) ..] (high nibbles for q >= 2), bits 4-5 from bits 2 q of
-// qh[32 h ..]; two sub-blocks of 16, scales[8 h + 2 q] and the next.
-struct Q6_KG {
-  using Block = quant::BlockQ6_K;
-  static constexpr int kSub = 16;
-  static constexpr int kOffset = 32;
-  static constexpr bool kMin = false;
-  static __m256i Unpack(const Block* row, int u, float* scale, float* /*min*/) noexcept {
-    const Block& b = row[u / 8];
-    const int h = (u % 8) / 4;
-    const int q = u % 4;
-    __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32 * (q & 1)));
-    if (q >= 2) lo = _mm256_srli_epi16(lo, 4);
-    __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
-    hi = _mm256_and_si256(_mm256_srl_epi16(hi, _mm_cvtsi32_si128(2 * q)), _mm256_set1_epi8(3));
-    const float d = Half(b.d);
-    scale[0] = d * static_cast<float>(b.scales[8 * h + 2 * q]);
-    scale[1] = d * static_cast<float>(b.scales[8 * h + 2 * q + 1]);
-    return _mm256_or_si256(Low4(lo), _mm256_slli_epi16(hi, 4));
-  }
-};
+using Q4_KG = SuperG<Q4_KW>;
+using Q5_KG = SuperG<Q5_KW>;
+using Q6_KG = SuperG<Q6_KW>;
 
 // The activations of sub-block s of a prepared row: its int8 quants, scale and quant sum.
 struct ActBlock32 {  // quant::ActQ8Block32, sub-block = block
@@ -213,15 +153,31 @@ struct alignas(64) PanelSub {
   float min[NT][kLanes];
 };
 
+// The next panel's weight bytes (contiguous rows), prefetched a slice per packed unit so that
+// they arrive while this panel is packed and its tiles run: rows of a few hundred bytes are too
+// short streams for the hardware prefetcher to ramp up on.
+struct NextPanel {
+  const char* begin = nullptr;
+  std::size_t bytes = 0;
+};
+inline void PrefetchSlice(const NextPanel& next, int slice, int slices) noexcept {
+  const std::size_t per = (next.bytes / static_cast<std::size_t>(slices) + 63) / 64 * 64;
+  for (std::size_t off = per * static_cast<std::size_t>(slice);
+       off < per * static_cast<std::size_t>(slice + 1) && off < next.bytes; off += 64) {
+    _mm_prefetch(next.begin + off, _MM_HINT_T0);
+  }
+}
+
 // Unpacks weight rows rows[0, 16 NT) (pointers; rows past the matrix repeat a valid one) into
 // `panel` (subs sub-blocks).
 template <class W, int NT>
-void PackPanel(const typename W::Block* const* rows, int units,
-               PanelSub<W::kSub, NT>* panel) noexcept {
+void PackPanel(const typename W::Block* const* rows, int units, PanelSub<W::kSub, NT>* panel,
+               const NextPanel& next) noexcept {
   constexpr int kSubsPerUnit = kUnitElems / W::kSub;
   constexpr int kSteps = W::kSub / 4;
   for (int g = 0; g < NT; ++g) {
     for (int u = 0; u < units; ++u) {
+      PrefetchSlice(next, g * units + u, NT * units);
       __m512i in[8];
       float scale[kLanes][kSubsPerUnit];
       float min[kLanes][kSubsPerUnit] = {};
@@ -242,7 +198,57 @@ void PackPanel(const typename W::Block* const* rows, int units,
         auto& sub = panel[kSubsPerUnit * u + s];
         for (int r = 0; r < kLanes; ++r) {
           sub.scale[g][r] = scale[r][s];
-          sub.min[g][r] = min[r][s];
+          if constexpr (W::kMin) sub.min[g][r] = min[r][s];
+        }
+      }
+    }
+  }
+}
+
+// The same for the K-quants: 16 rows of a super-block decoded into UnpackedSuper (stack, 9 KB: L1),
+// then transposed unit by unit; each sub-block's 16 scales (and mins) are one gather.
+template <class W, int NT>
+void PackPanelK(const typename W::Block* const* rows, int supers, PanelSub<W::kSub, NT>* panel,
+                const NextPanel& next) noexcept {
+  using Decoder = typename W::Decoder;
+  constexpr int kSubsPerUnit = kUnitElems / W::kSub;
+  constexpr int kSteps = W::kSub / 4;
+  constexpr int kUnits = kQkK / kUnitElems;
+  constexpr int kStride = static_cast<int>(sizeof(UnpackedSuper) / sizeof(float));
+  const __m512i lane_stride =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(kStride));
+  UnpackedSuper us[kLanes];
+  for (int g = 0; g < NT; ++g) {
+    for (int sb = 0; sb < supers; ++sb) {
+      PrefetchSlice(next, g * supers + sb, NT * supers);
+      for (int r = 0; r < kLanes; ++r) Decoder::Unpack(rows[kLanes * g + r][sb], &us[r]);
+#pragma GCC unroll 2
+      for (int u = 0; u < kUnits; ++u) {
+        __m512i in[8];
+#pragma GCC unroll 8
+        for (int p = 0; p < 8; ++p) {
+          const auto* a = reinterpret_cast<const __m256i*>(us[p].u[u / 2] + 32 * (u % 2));
+          const auto* b = reinterpret_cast<const __m256i*>(us[p + 8].u[u / 2] + 32 * (u % 2));
+          in[p] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256(a)),
+                                     _mm256_load_si256(b), 1);
+        }
+        __m512i out[8];
+        Transpose16x8(in, out);
+        const int unit = kUnits * sb + u;
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; ++t) {
+          _mm512_store_si512(panel[kSubsPerUnit * unit + t / kSteps].w[t % kSteps][g], out[t]);
+        }
+#pragma GCC unroll 2
+        for (int s = 0; s < kSubsPerUnit; ++s) {
+          auto& sub = panel[kSubsPerUnit * unit + s];
+          const int e = kUnitElems * u + W::kSub * s;  // first element of the sub-block
+          _mm512_store_ps(sub.scale[g],
+                          _mm512_i32gather_ps(lane_stride, &us[0].ws[e / 64][(e % 64) / 4], 4));
+          if constexpr (W::kMin) {
+            _mm512_store_ps(sub.min[g], _mm512_i32gather_ps(lane_stride, &us[0].wm[e / 16], 4));
+          }
         }
       }
     }
@@ -326,24 +332,22 @@ void GemmTile(const PanelSub<W::kSub, NT>* panel, int subs, const std::byte* act
 }
 
 template <class W, class A, int NT>
-void GemmPanel(const RowsKernelArgs& a, const typename W::Block* const* rows, int n,
-               float* y) noexcept {
+void GemmPanel(const RowsKernelArgs& a, const typename W::Block* const* rows, int n, float* y,
+               const NextPanel& next) noexcept {
   using Sub = PanelSub<W::kSub, NT>;
   const int units = a.w->cols / kUnitElems;
   const int subs = a.w->cols / W::kSub;
   thread_local std::vector<Sub> panel;
   if (panel.size() < static_cast<std::size_t>(subs)) panel.resize(static_cast<std::size_t>(subs));
-  PackPanel<W, NT>(rows, units, panel.data());
+  if constexpr (W::kSuper) {
+    PackPanelK<W, NT>(rows, a.w->cols / kQkK, panel.data(), next);
+  } else {
+    PackPanel<W, NT>(rows, units, panel.data(), next);
+  }
   const int tail = n - kLanes * (NT - 1);  // valid lanes of the last group, 1..16
   const auto last = static_cast<__mmask16>(tail >= kLanes ? 0xFFFFu : (1u << tail) - 1u);
-  constexpr int kMt = ActTile(NT);
-  int r = 0;
   const auto at = [&a](int row) { return a.act + static_cast<std::size_t>(row) * a.act_row_bytes; };
-  for (; r + kMt <= a.m; r += kMt) {
-    GemmTile<W, A, kMt, NT>(panel.data(), subs, at(r), a.act_row_bytes,
-                            y + static_cast<std::ptrdiff_t>(r) * a.ldy, a.ldy, a.accumulate, last);
-  }
-  ForCount<kMt - 1>(a.m - r, [&]<int R>() {
+  ForRowTiles<ActTile(NT)>(a.m, [&]<int R>(int r) {
     GemmTile<W, A, R, NT>(panel.data(), subs, at(r), a.act_row_bytes,
                           y + static_cast<std::ptrdiff_t>(r) * a.ldy, a.ldy, a.accumulate, last);
   });
@@ -360,10 +364,17 @@ void RowsGemm(const RowsKernelArgs& a, int row_begin, int row_end) {
     for (int r = 0; r < kLanes * kMaxGroups; ++r) {
       rows[r] = reinterpret_cast<const Block*>(w.Row(j + (r < n ? r : n - 1)));
     }
+    NextPanel next;
+    const int next_row = j + kLanes * kMaxGroups;
+    if (next_row < row_end) {
+      const int next_rows = std::min(row_end - next_row, kLanes * kMaxGroups);
+      next = {reinterpret_cast<const char*>(w.Row(next_row)),
+              static_cast<std::size_t>(next_rows) * w.row_bytes};
+    }
     if (n > kLanes) {
-      GemmPanel<W, A, 2>(a, rows, n, a.y + j);
+      GemmPanel<W, A, 2>(a, rows, n, a.y + j, next);
     } else {
-      GemmPanel<W, A, 1>(a, rows, n, a.y + j);
+      GemmPanel<W, A, 1>(a, rows, n, a.y + j, next);
     }
   }
 }
@@ -469,6 +480,59 @@ void DequantizeRows(GgmlType type, const void* w, int rows, int k, float* out) n
       Dequantize32<W>(w, rows, k, out);
     }
   });
+}
+
+}  // namespace metronome::kernels::avx512
+
+namespace metronome::kernels::avx512 {
+namespace {
+
+// One activation block of kLen elements (a multiple of 16) quantised as quant/codec.cc's
+// QuantizeSymmetric127 does; q[j] = the int32 quants of elements [16 j, 16 j + 16). Returns d.
+template <int kLen>
+float QuantizeBlock127(const float* x, std::int8_t* qs, __m512i (&q)[kLen / 16]) noexcept {
+  constexpr int kVecs = kLen / 16;
+  __m512 v[kVecs];
+  __m512 amax = _mm512_setzero_ps();
+#pragma GCC unroll 16
+  for (int j = 0; j < kVecs; ++j) {
+    v[j] = _mm512_loadu_ps(x + 16 * j);
+    // max(|x|, amax) keeps amax where |x| is NaN, as std::max(amax, |x|) does.
+    amax = _mm512_max_ps(_mm512_abs_ps(v[j]), amax);
+  }
+  const float am = _mm512_reduce_max_ps(amax);
+  const __m512 inv = _mm512_set1_ps(am > 0.0f ? 127.0f / am : 0.0f);
+#pragma GCC unroll 16
+  for (int j = 0; j < kVecs; ++j) {
+    // vcvtps2dq rounds by MXCSR: nearest even, the mode std::nearbyint uses by default.
+    const __m512i r = _mm512_cvtps_epi32(_mm512_mul_ps(v[j], inv));
+    q[j] = _mm512_max_epi32(_mm512_min_epi32(r, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16 * j), _mm512_cvtepi32_epi8(q[j]));
+  }
+  return am / 127.0f;
+}
+
+}  // namespace
+
+void QuantizeActivationsQ8(const float* x, std::int64_t n, quant::ActQ8Block32* out) noexcept {
+  for (std::int64_t i = 0; i < n / kQk32; ++i) {
+    quant::ActQ8Block32& b = out[i];
+    __m512i q[2];
+    b.d = QuantizeBlock127<kQk32>(x + kQk32 * i, b.qs, q);
+    b.sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
+  }
+}
+
+void QuantizeActivationsQ8_K(const float* x, std::int64_t n, quant::BlockQ8_K* out) noexcept {
+  for (std::int64_t i = 0; i < n / kQkK; ++i) {
+    quant::BlockQ8_K& b = out[i];
+    __m512i q[kQkK / 16];
+    b.d = QuantizeBlock127<kQkK>(x + kQkK * i, b.qs, q);
+#pragma GCC unroll 16
+    for (int k = 0; k < kQkK / 16; ++k) {
+      b.bsums[k] = static_cast<std::int16_t>(_mm512_reduce_add_epi32(q[k]));
+    }
+  }
 }
 
 }  // namespace metronome::kernels::avx512

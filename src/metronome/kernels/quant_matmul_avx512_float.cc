@@ -83,32 +83,28 @@ void Panels(const quant::WeightMatrix& w, int row_begin, int row_end, F&& panel_
   }
 }
 
-// ---- BF16: x rounded to bf16 (nearest even) once per call, rows padded with zeros to a
-// multiple of 32; the panel holds bf16 pairs, vdpbf16ps adds two products per lane.
-constexpr int kBf16Step = 32;
-
-inline __m512bh AsBh(__m512i v) noexcept { return reinterpret_cast<__m512bh&>(v); }
-
-template <int MT, int NT>
-void TileBf16(const VecI* panel, int pairs, const std::uint16_t* xb, int kpad, float* y, int ldy,
-              bool accumulate, __mmask16 last) noexcept {
+// One register tile: y rows [0, MT) x columns [0, 16 NT) of a panel, acc[i][g] += the step's
+// weight vector g times activation row i's operand of the step broadcast to all lanes. K (a
+// policy, inlined: no call or type switch in the loop) supplies the panel's vector type, the
+// broadcast and the multiply-add.
+template <class K, int MT, int NT>
+void Tile16(const typename K::Panel* panel, int steps, const typename K::Act* x, std::ptrdiff_t ldx,
+            float* y, int ldy, bool accumulate, __mmask16 last) noexcept {
   __m512 acc[MT][NT];
 #pragma GCC unroll 8
   for (auto& row : acc) {
 #pragma GCC unroll 8
     for (auto& a : row) a = _mm512_setzero_ps();
   }
-  for (int p = 0; p < pairs; ++p) {
-    __m512i w[NT];
+  for (int p = 0; p < steps; ++p) {
+    typename K::Vec w[NT];
 #pragma GCC unroll 8
     for (int g = 0; g < NT; ++g) w[g] = panel[static_cast<std::ptrdiff_t>(p) * NT + g].v;
 #pragma GCC unroll 16
     for (int i = 0; i < MT; ++i) {
-      std::int32_t pair = 0;
-      std::memcpy(&pair, xb + static_cast<std::ptrdiff_t>(i) * kpad + 2 * p, 4);
-      const __m512i x = _mm512_set1_epi32(pair);
+      const typename K::Vec xv = K::Broadcast(x + i * ldx, p);
 #pragma GCC unroll 8
-      for (int g = 0; g < NT; ++g) acc[i][g] = _mm512_dpbf16_ps(acc[i][g], AsBh(w[g]), AsBh(x));
+      for (int g = 0; g < NT; ++g) acc[i][g] = K::MulAdd(acc[i][g], w[g], xv);
     }
   }
 #pragma GCC unroll 16
@@ -121,36 +117,38 @@ void TileBf16(const VecI* panel, int pairs, const std::uint16_t* xb, int kpad, f
   }
 }
 
-// ---- F16: the panel widened to fp32 once per call; fp32 FMA against fp32 x broadcast.
-template <int MT, int NT>
-void TileF16(const VecF* panel, int k, const float* x, std::ptrdiff_t ldx, float* y, int ldy,
-             bool accumulate, __mmask16 last) noexcept {
-  __m512 acc[MT][NT];
-#pragma GCC unroll 8
-  for (auto& row : acc) {
-#pragma GCC unroll 8
-    for (auto& a : row) a = _mm512_setzero_ps();
+// ---- BF16: x rounded to bf16 (nearest even) once per call, rows padded with zeros to a
+// multiple of 32; the panel holds bf16 pairs, vdpbf16ps adds two products per lane (a step = one
+// pair of elements).
+constexpr int kBf16Step = 32;
+
+inline __m512bh AsBh(__m512i v) noexcept { return reinterpret_cast<__m512bh&>(v); }
+
+struct Bf16Tile {
+  using Panel = VecI;
+  using Vec = __m512i;
+  using Act = std::uint16_t;
+  static __m512i Broadcast(const std::uint16_t* row, int pair_index) noexcept {
+    std::int32_t pair = 0;
+    std::memcpy(&pair, row + 2 * pair_index, 4);
+    return _mm512_set1_epi32(pair);
   }
-  for (int e = 0; e < k; ++e) {
-    __m512 w[NT];
-#pragma GCC unroll 8
-    for (int g = 0; g < NT; ++g) w[g] = panel[static_cast<std::ptrdiff_t>(e) * NT + g].v;
-#pragma GCC unroll 16
-    for (int i = 0; i < MT; ++i) {
-      const __m512 xv = _mm512_set1_ps(x[i * ldx + e]);
-#pragma GCC unroll 8
-      for (int g = 0; g < NT; ++g) acc[i][g] = _mm512_fmadd_ps(w[g], xv, acc[i][g]);
-    }
+  static __m512 MulAdd(__m512 acc, __m512i w, __m512i x) noexcept {
+    return _mm512_dpbf16_ps(acc, AsBh(w), AsBh(x));
   }
-#pragma GCC unroll 16
-  for (int i = 0; i < MT; ++i) {
-#pragma GCC unroll 8
-    for (int g = 0; g < NT; ++g) {
-      StoreRow(y + static_cast<std::ptrdiff_t>(i) * ldy + kLanes * g,
-               g == NT - 1 ? last : LaneMask(kLanes), accumulate, acc[i][g]);
-    }
+};
+
+// ---- F16: the panel widened to fp32 once per call; fp32 FMA against fp32 x broadcast (a step =
+// one element).
+struct F16Tile {
+  using Panel = VecF;
+  using Vec = __m512;
+  using Act = float;
+  static __m512 Broadcast(const float* row, int e) noexcept { return _mm512_set1_ps(row[e]); }
+  static __m512 MulAdd(__m512 acc, __m512 w, __m512 x) noexcept {
+    return _mm512_fmadd_ps(w, x, acc);
   }
-}
+};
 
 }  // namespace
 
@@ -201,15 +199,13 @@ void Bf16Rows(const RowsKernelArgs& a, int row_begin, int row_end) {
     const __mmask16 last = LaneMask(n - kLanes * (NT - 1));
     constexpr int kMt = ActTile(NT);
     int r = 0;
-    for (; r + kMt <= m; r += kMt) {
-      TileBf16<kMt, NT>(panel.data(), pairs, xb + static_cast<std::ptrdiff_t>(r) * kpad, kpad,
-                        a.y + static_cast<std::ptrdiff_t>(r) * a.ldy + j, a.ldy, a.accumulate,
-                        last);
-    }
-    ForCount<kMt - 1>(m - r, [&]<int R>() {
-      TileBf16<R, NT>(panel.data(), pairs, xb + static_cast<std::ptrdiff_t>(r) * kpad, kpad,
-                      a.y + static_cast<std::ptrdiff_t>(r) * a.ldy + j, a.ldy, a.accumulate, last);
-    });
+    const auto tile = [&]<int R>() {
+      Tile16<Bf16Tile, R, NT>(panel.data(), pairs, xb + static_cast<std::ptrdiff_t>(r) * kpad, kpad,
+                              a.y + static_cast<std::ptrdiff_t>(r) * a.ldy + j, a.ldy, a.accumulate,
+                              last);
+    };
+    for (; r + kMt <= m; r += kMt) tile.template operator()<kMt>();
+    ForCount<kMt - 1>(m - r, tile);
   });
 }
 
@@ -242,14 +238,13 @@ void F16Rows(const RowsKernelArgs& a, int row_begin, int row_end) {
     const __mmask16 last = LaneMask(n - kLanes * (NT - 1));
     constexpr int kMt = ActTile(NT);
     int r = 0;
-    for (; r + kMt <= m; r += kMt) {
-      TileF16<kMt, NT>(panel.data(), k, x + r * ldx, ldx,
-                       a.y + static_cast<std::ptrdiff_t>(r) * a.ldy + j, a.ldy, a.accumulate, last);
-    }
-    ForCount<kMt - 1>(m - r, [&]<int R>() {
-      TileF16<R, NT>(panel.data(), k, x + r * ldx, ldx,
-                     a.y + static_cast<std::ptrdiff_t>(r) * a.ldy + j, a.ldy, a.accumulate, last);
-    });
+    const auto tile = [&]<int R>() {
+      Tile16<F16Tile, R, NT>(panel.data(), k, x + r * ldx, ldx,
+                             a.y + static_cast<std::ptrdiff_t>(r) * a.ldy + j, a.ldy, a.accumulate,
+                             last);
+    };
+    for (; r + kMt <= m; r += kMt) tile.template operator()<kMt>();
+    ForCount<kMt - 1>(m - r, tile);
   });
 }
 

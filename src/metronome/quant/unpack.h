@@ -14,16 +14,42 @@
 
 namespace metronome::quant {
 
-// Q4_K / Q5_K: 6-bit scale sc[j] and min mn[j] of sub-block j (0..7) from the 12 packed bytes.
+// Q4_K / Q5_K: the 6-bit scales and mins of the 8 sub-blocks as two 64-bit words, byte j of `sc`
+// = sc[j] and of `mn` = mn[j]. Word arithmetic (SWAR) on the 12 packed bytes read as three
+// little-endian words s0 = bytes 0-3, s1 = 4-7, s2 = 8-11 (quant/blocks.h): sc[0..3] = low 6 bits
+// of s0, mn[0..3] of s1; sc[4..7] = low nibbles of s2 | bits 6-7 of s0 as bits 4-5, mn[4..7] =
+// high nibbles of s2 | bits 6-7 of s1. A dozen integer operations a super-block instead of eight
+// branches; the vector kernels widen the words to lanes (kernels/internal/avx512_unpack.h).
+struct KScaleWords {
+  std::uint64_t sc;
+  std::uint64_t mn;
+};
+inline KScaleWords UnpackKScaleWords(const std::uint8_t (&scales)[kKScaleBytes]) noexcept {
+  const auto word = [&scales](int i) {
+    return static_cast<std::uint32_t>(scales[4 * i]) |
+           static_cast<std::uint32_t>(scales[4 * i + 1]) << 8 |
+           static_cast<std::uint32_t>(scales[4 * i + 2]) << 16 |
+           static_cast<std::uint32_t>(scales[4 * i + 3]) << 24;
+  };
+  constexpr std::uint32_t kLow6 = 0x3F3F3F3Fu;
+  constexpr std::uint32_t kLow4 = 0x0F0F0F0Fu;
+  constexpr std::uint32_t kBits45 = 0x30303030u;  // bits 6-7 of a byte shifted right by 2
+  const std::uint32_t s0 = word(0);
+  const std::uint32_t s1 = word(1);
+  const std::uint32_t s2 = word(2);
+  const std::uint32_t sc_hi = (s2 & kLow4) | ((s0 >> 2) & kBits45);
+  const std::uint32_t mn_hi = ((s2 >> 4) & kLow4) | ((s1 >> 2) & kBits45);
+  return {(s0 & kLow6) | static_cast<std::uint64_t>(sc_hi) << 32,
+          (s1 & kLow6) | static_cast<std::uint64_t>(mn_hi) << 32};
+}
+
+// The same as bytes: sc[j], mn[j] of sub-block j (0..7).
 inline void UnpackKScales(const std::uint8_t (&scales)[kKScaleBytes], std::uint8_t (&sc)[8],
                           std::uint8_t (&mn)[8]) noexcept {
-  for (int j = 0; j < 4; ++j) {
-    sc[j] = scales[j] & 63;
-    mn[j] = scales[j + 4] & 63;
-  }
-  for (int j = 4; j < 8; ++j) {
-    sc[j] = static_cast<std::uint8_t>((scales[j + 4] & 15) | ((scales[j - 4] >> 6) << 4));
-    mn[j] = static_cast<std::uint8_t>((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4));
+  const KScaleWords w = UnpackKScaleWords(scales);
+  for (int j = 0; j < 8; ++j) {
+    sc[j] = static_cast<std::uint8_t>(w.sc >> (8 * j));
+    mn[j] = static_cast<std::uint8_t>(w.mn >> (8 * j));
   }
 }
 

@@ -17,6 +17,7 @@
 
 #include "metronome/quant/blocks.h"
 #include "metronome/quant/ggml_type.h"
+#include "metronome/quant/unpack.h"
 
 namespace metronome::kernels::avx512 {
 namespace {  // internal linkage per translation unit, see above
@@ -127,34 +128,24 @@ struct alignas(64) UnpackedSuper {
   float wm[16];
 };
 
-// Q4_K/Q5_K's 6-bit scale and min of sub-block j (quant/blocks.h).
-[[maybe_unused]] inline void ScaleMinK4(const std::uint8_t* s, int j, int* sc, int* mn) noexcept {
-  if (j < 4) {
-    *sc = s[j] & 63;
-    *mn = s[j + 4] & 63;
-  } else {
-    *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
-    *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
-
 // Scales of the 8 sub-blocks of 32 (lane l of chunk c is in sub-block 2 c + l / 8) and mins per
-// bsum group g (sub-block g / 2).
-[[maybe_unused]] inline void ScalesK4(const std::uint8_t* scales, float d, float dmin,
-                                      UnpackedSuper* out) noexcept {
-  float sc[8];
-  float mn[8];
-  for (int j = 0; j < 8; ++j) {
-    int s = 0;
-    int mi = 0;
-    ScaleMinK4(scales, j, &s, &mi);
-    sc[j] = d * static_cast<float>(s);
-    mn[j] = -dmin * static_cast<float>(mi);
-  }
+// bsum group g (sub-block g / 2), from quant::UnpackKScaleWords (the one reading of the packed
+// 6-bit layout) widened in one vector: lanes 0-7 d sc[j], lanes 8-15 -dmin mn[j].
+[[maybe_unused]] inline void ScalesK4(const std::uint8_t (&scales)[quant::kKScaleBytes], float d,
+                                      float dmin, UnpackedSuper* out) noexcept {
+  const quant::KScaleWords w = quant::UnpackKScaleWords(scales);
+  const __m128i bytes =
+      _mm_set_epi64x(static_cast<std::int64_t>(w.mn), static_cast<std::int64_t>(w.sc));
+  const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes)), Halves(d, -dmin));
+  const __m512i half = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
 #pragma GCC unroll 8
-  for (int c = 0; c < 4; ++c) _mm512_store_ps(out->ws[c], Halves(sc[2 * c], sc[2 * c + 1]));
-  const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-  _mm512_store_ps(out->wm, _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(mn))));
+  for (int c = 0; c < 4; ++c) {
+    _mm512_store_ps(out->ws[c],
+                    _mm512_permutexvar_ps(_mm512_add_epi32(half, _mm512_set1_epi32(2 * c)), f));
+  }
+  const __m512i mins =
+      _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+  _mm512_store_ps(out->wm, _mm512_permutexvar_ps(mins, f));
 }
 
 // qs[32 c .. 32 c + 32): low nibbles are elements [64 c, 64 c + 32), high nibbles the next 32.
@@ -164,9 +155,14 @@ struct alignas(64) UnpackedSuper {
   return _mm512_and_si512(v, _mm512_set1_epi8(15));
 }
 
+// kSubBlock: the elements one scale covers; kOffset / kMin as for the 32-element types (the
+// GEMM form removes an offset in integers; wm holds the same term as a bsum coefficient).
 struct Q4_KW {
   using Block = quant::BlockQ4_K;
   static constexpr bool kSuperBlock = true;
+  static constexpr int kSubBlock = 32;
+  static constexpr bool kMin = true;
+  static constexpr float kOffset = 0.0f;
   static void Unpack(const Block& b, UnpackedSuper* out) noexcept {
 #pragma GCC unroll 8
     for (int c = 0; c < 4; ++c) _mm512_store_si512(out->u[c], NibblesK(b.qs + 32 * c));
@@ -177,6 +173,9 @@ struct Q4_KW {
 struct Q5_KW {
   using Block = quant::BlockQ5_K;
   static constexpr bool kSuperBlock = true;
+  static constexpr int kSubBlock = 32;
+  static constexpr bool kMin = true;
+  static constexpr float kOffset = 0.0f;
   static void Unpack(const Block& b, UnpackedSuper* out) noexcept {
     const __m512i qh =
         _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)));
@@ -194,9 +193,12 @@ struct Q5_KW {
   }
 };
 
-struct Q6_KW {
+struct Q6_KW {  // bytes q + 32; wm = -32 * scale
   using Block = quant::BlockQ6_K;
   static constexpr bool kSuperBlock = true;
+  static constexpr int kSubBlock = 16;
+  static constexpr bool kMin = false;
+  static constexpr float kOffset = 32.0f;
   static void Unpack(const Block& b, UnpackedSuper* out) noexcept {
     const __m512i low4 = _mm512_set1_epi8(15);
     const __m512i low2 = _mm512_set1_epi8(3);
