@@ -117,7 +117,6 @@ limit_stats() {
       for (i = 0; i < n; i++) if (l[i] < (1 - b) * mean || l[i] > (1 + b) * mean) settle = (i + 1 < n) ? t[i + 1] : -1
       printf "%.1f %.1f %d %s\n", mean, sd, hi - lo, settle < 0 ? "-" : sprintf("%.0f", settle) }' "$1"
 }
-pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f%%", 100 * a / b; else print "-" }'; }
 fmt() { if [ "$1" = null ] || [ -z "$1" ]; then echo "-"; else printf '%.1f' "$1"; fi; }
 
 : >"$OUT/04_data.csv"
@@ -179,18 +178,8 @@ while IFS=, read -r preset n_true _ _ _ _; do
   add_line aimd_full '#c0392b' '#f1948a' 'AIMD, full KV'
   add_line aimd+guard_full '#1e8449' '#82e0aa' 'AIMD + KV guard, full KV'
   lines+=("$n_true with lines dt 2 lw 1.5 lc rgb '#555555' title 'N_true'")
-  panels+="
-set title '$(run_label "$preset") (N_true = $n_true)'
-set xlabel 'time (s)'; set ylabel 'sessions'; set yrange [0:*]; set xrange [0:*]
-plot $(printf '%s, ' "${lines[@]}" | sed 's/, $//')
-"
+  panels+="$(time_panel "$(run_label "$preset") (N_true = $n_true)" "${lines[@]}")"
 done <"$OUT/04_ntrue.csv"
-plot "
-set output '$OUT/04_admission.png'
-set terminal pngcairo size $((640 * cols + 100)),$((560 * rows + 60)) font 'DejaVu Sans,11' linewidth 1.5 noenhanced
-set key below horizontal maxrows 4 box lc rgb '#cccccc' font ',9'
-set multiplot layout $rows,$cols title 'AIMD admission under arrivals at ~${OFFERED}x N_true: window KV vs full KV' font ',13'
-$panels
-unset multiplot
-"
+multiplot_png "$OUT/04_admission.png" $((640 * cols + 100)) $((560 * rows + 60)) "$rows" "$cols" 4 \
+  "AIMD admission under arrivals at ~${OFFERED}x N_true: window KV vs full KV" "$panels"
 finish

@@ -80,7 +80,6 @@ convergence() {
       printf "%s %.3f %.3f %.3f\n", (reach == "" ? "-" : sprintf("%.0f", reach)), mean / n,
         (mean > 0 ? sd / mean : 0), (mean > 0 ? (hi - lo) / mean : 0) }' "$1"
 }
-pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f%%", 100 * a / b; else print "-" }'; }
 
 : >"$OUT/08_data.csv"
 {
@@ -132,18 +131,8 @@ for preset in $presets_run; do
   done
   lines+=("$n_true with lines dt 2 lw 1.5 lc rgb '#555555' title 'N_true'"
     "0.9 * $n_true with lines dt 3 lw 1 lc rgb '#999999' title '0.9 N_true'")
-  panels+="
-set title '$preset (N_true = $n_true)'
-set xlabel 'time (s)'; set ylabel 'sessions'; set yrange [0:*]; set xrange [0:*]
-plot $(printf '%s, ' "${lines[@]}" | sed 's/, $//')
-"
+  panels+="$(time_panel "$preset (N_true = $n_true)" "${lines[@]}")"
 done
-plot "
-set output '$OUT/08_convergence.png'
-set terminal pngcairo size $((700 * cols + 100)),$((520 * rows + 60)) font 'DejaVu Sans,11' linewidth 1.5 noenhanced
-set key below horizontal maxrows 3 box lc rgb '#cccccc' font ',9'
-set multiplot layout $rows,$cols title 'Admission limit from 1, a crowd of ${CROWD_MULT}x N_true, window KV' font ',13'
-$panels
-unset multiplot
-"
+multiplot_png "$OUT/08_convergence.png" $((700 * cols + 100)) $((520 * rows + 60)) "$rows" "$cols" 3 \
+  "Admission limit from 1, a crowd of ${CROWD_MULT}x N_true, window KV" "$panels"
 finish

@@ -148,6 +148,32 @@ $1
 GNUPLOT
 }
 
+# time_panel TITLE ITEM...: one panel of a multiplot_png figure, sessions over time, plotting the
+# gnuplot plot items ITEM... (e.g. "'run.csv' every ::1 using 1:3 with lines title 'limit'").
+time_panel() {
+  local title="$1"
+  shift
+  printf "\nset title '%s'\nset xlabel 'time (s)'; set ylabel 'sessions'; set yrange [0:*]; set xrange [0:*]\nplot %s\n" \
+    "$title" "$(printf '%s, ' "$@" | sed 's/, $//')"
+}
+
+# multiplot_png PNG WIDTH HEIGHT ROWS COLS KEY_ROWS TITLE PANELS: PANELS (time_panel output,
+# concatenated) as one ROWS x COLS figure of WIDTH x HEIGHT pixels titled TITLE, each panel's key
+# below it in at most KEY_ROWS rows.
+multiplot_png() {
+  plot "
+set output '$1'
+set terminal pngcairo size $2,$3 font 'DejaVu Sans,11' linewidth 1.5 noenhanced
+set key below horizontal maxrows $6 box lc rgb '#cccccc' font ',9'
+set multiplot layout $4,$5 title '$7' font ',13'
+$8
+unset multiplot
+"
+}
+
+# pct A B: A as a percentage of B ("12.50%"), "-" when B is 0.
+pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f%%", 100 * a / b; else print "-" }'; }
+
 # finish: check the experiment produced its table and plot.
 finish() {
   local f

@@ -14,12 +14,14 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
+#include <stop_token>
 #include <string>
 #include <thread>
 
@@ -211,21 +213,16 @@ class FakeReplica {
     acceptor_.bind(tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
     acceptor_.listen();
     acceptor_.non_blocking(true);
-    thread_ = std::thread([this] { Serve(); });
+    // Stopped and joined on destruction, before the members it uses go.
+    thread_ = std::jthread([this](const std::stop_token& stop) { Serve(stop); });
   }
-  ~FakeReplica() {
-    stop_ = true;
-    thread_.join();
-  }
-  FakeReplica(const FakeReplica&) = delete;
-  FakeReplica& operator=(const FakeReplica&) = delete;
   [[nodiscard]] std::string url() const {
     return "ws://127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port());
   }
 
  private:
-  void Serve() {
-    while (!stop_) {
+  void Serve(const std::stop_token& stop) {
+    while (!stop.stop_requested()) {
       beast::error_code ec;
       tcp::socket socket(io_);
       acceptor_.accept(socket, ec);
@@ -287,22 +284,27 @@ class FakeReplica {
   Mode mode_;
   net::io_context io_;
   tcp::acceptor acceptor_{io_};
-  std::atomic<bool> stop_{false};
   std::uint64_t sessions_ = 0;
-  std::thread thread_;
+  std::jthread thread_;  // last: the first member destroyed
 };
+
+// `sessions` clients of 40 ms frames against `fake` for `duration_s`, random ids below 100.
+LoadGenOptions AgainstFake(const FakeReplica& fake, std::int64_t sessions, double duration_s) {
+  LoadGenOptions o;
+  o.url = fake.url();
+  o.session.period_ms = 40.0;
+  o.population.sessions = sessions;
+  o.population.duration_s = duration_s;
+  o.vocab = 100;
+  return o;
+}
 
 // A session whose connection closes under it is counted as dropped, on the client and for its
 // replica (never lost silently), and the client asks again on a new connection after the backoff;
 // without reconnect it leaves.
 TEST(LoadGeneratorTest, ADroppedConnectionIsCountedAndTheClientReconnects) {
   FakeReplica fake(FakeReplica::Mode::kDrop);
-  LoadGenOptions o;
-  o.url = fake.url();
-  o.session.period_ms = 40.0;
-  o.population.sessions = 1;
-  o.population.duration_s = 1.0;
-  o.vocab = 100;
+  LoadGenOptions o = AgainstFake(fake, /*sessions=*/1, /*duration_s=*/1.0);
   o.sample_interval_s = 0.2;
   const LoadGenSummary s = LoadGenerator(o).Run();
   // 3 frames of 40 ms, then a new connection after the 40 ms backoff (doubling, capped): at
@@ -335,12 +337,7 @@ TEST(LoadGeneratorTest, ADroppedConnectionIsCountedAndTheClientReconnects) {
 // status and asked again after the backoff.
 TEST(LoadGeneratorTest, ARefusedUpgradeIsCountedByStatusAndRetried) {
   FakeReplica fake(FakeReplica::Mode::kRefuse);
-  LoadGenOptions o;
-  o.url = fake.url();
-  o.session.period_ms = 40.0;
-  o.population.sessions = 2;
-  o.population.duration_s = 0.6;
-  o.vocab = 100;
+  const LoadGenOptions o = AgainstFake(fake, /*sessions=*/2, /*duration_s=*/0.6);
   const LoadGenSummary s = LoadGenerator(o).Run();
   EXPECT_EQ(s.admitted, 0);
   ASSERT_TRUE(s.upgrade_refusals.contains(503));

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
@@ -479,14 +480,9 @@ TEST(HttpServerTest, WithoutATokenOnlySameHostOrLoopbackOriginsMayUpgrade) {
 class Slowloris {
  public:
   Slowloris(int port, int sockets) : port_(port), sockets_(sockets) {
-    thread_ = std::thread([this] { Run(); });
+    // Stopped and joined on destruction, before the members it uses go.
+    thread_ = std::jthread([this](const std::stop_token& stop) { Run(stop); });
   }
-  ~Slowloris() {
-    stop_ = true;
-    thread_.join();
-  }
-  Slowloris(const Slowloris&) = delete;
-  Slowloris& operator=(const Slowloris&) = delete;
   [[nodiscard]] int reconnects() const { return reconnects_.load(); }
 
  private:
@@ -498,14 +494,14 @@ class Slowloris {
     if (!ec) net::write(socket, net::buffer(std::string_view("GET /healthz HTTP/1.1\r\nX-")), ec);
     ++reconnects_;
   }
-  void Run() {
+  void Run(const std::stop_token& stop) {
     net::io_context io;
     std::vector<tcp::socket> socks;
     for (int i = 0; i < sockets_; ++i) {
       socks.emplace_back(io);
       Connect(socks.back());
     }
-    while (!stop_) {
+    while (!stop.stop_requested()) {
       for (tcp::socket& socket : socks) {
         beast::error_code ec;
         net::write(socket, net::buffer(std::string_view("a")), ec);  // MSG_NOSIGNAL
@@ -517,9 +513,8 @@ class Slowloris {
 
   int port_;
   int sockets_;
-  std::atomic<bool> stop_{false};
   std::atomic<int> reconnects_{0};
-  std::thread thread_;
+  std::jthread thread_;  // last: the first member destroyed
 };
 
 TEST(HttpServerTest, SlowlorisSocketsAtTheCapDoNotLockOutALegitimateClient) {

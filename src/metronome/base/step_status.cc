@@ -1,21 +1,19 @@
 #include "metronome/base/step_status.h"
 
+#include <array>
+
+#include "metronome/base/enum_names.h"
+
 namespace metronome {
 
 const char* ToString(StepStatus s) {
-  switch (s) {
-    case StepStatus::kOk:
-      return "ok";
-    case StepStatus::kPoolExhausted:
-      return "pool_exhausted";
-    case StepStatus::kContextFull:
-      return "context_full";
-    case StepStatus::kUnknownSession:
-      return "unknown_session";
-    case StepStatus::kInvalidRequest:
-      return "invalid_request";
-  }
-  return "?";
+  static constexpr std::array<EnumName<StepStatus>, 5> kNames = {
+      {{StepStatus::kOk, "ok"},
+       {StepStatus::kPoolExhausted, "pool_exhausted"},
+       {StepStatus::kContextFull, "context_full"},
+       {StepStatus::kUnknownSession, "unknown_session"},
+       {StepStatus::kInvalidRequest, "invalid_request"}}};
+  return NameOf(kNames, s, "?");
 }
 
 }  // namespace metronome

@@ -8,6 +8,7 @@
 
 #include "metronome/cli/commands.h"
 #include "metronome/cli/common.h"
+#include "metronome/model/gguf.h"
 #include "metronome/model/model_info.h"
 
 namespace metronome::cli {
@@ -17,15 +18,6 @@ struct InfoFlags {
   ModelFlags model;
   bool json = false;
 };
-
-std::string ShapeText(const std::vector<std::uint64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
 
 const char* RopeStyleName(model::RopeStyle s) {
   return s == model::RopeStyle::kNeox ? "neox" : "interleaved";
@@ -120,8 +112,8 @@ void PrintTable(const std::string& spec, const model::ModelInfo& info) {
   for (const model::TensorSummary& t : info.tensors) {
     const bool computable = quant::Traits(t.type).computable;
     std::printf("%-*s  %-8s  %-20s  %12" PRIu64 "%s\n", w, t.name.c_str(),
-                std::string(quant::Name(t.type)).c_str(), ShapeText(t.shape).c_str(), t.bytes,
-                computable ? "" : "  (type not computable by this engine yet)");
+                std::string(quant::Name(t.type)).c_str(), model::ShapeString(t.shape).c_str(),
+                t.bytes, computable ? "" : "  (type not computable by this engine yet)");
   }
 }
 

@@ -1,11 +1,13 @@
 #include "metronome/kernels/paged_attention.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
 #include "metronome/base/check.h"
+#include "metronome/base/enum_names.h"
 #include "metronome/kernels/cpu_features.h"
 #include "metronome/kernels/internal/attention_loop.h"
 #include "metronome/kernels/vector_ops.h"
@@ -18,19 +20,13 @@ std::size_t AttentionScratchFloats(const AttentionShape& shape, std::int64_t max
 }
 
 const char* ToString(AttentionImpl impl) {
-  switch (impl) {
-    case AttentionImpl::kAuto:
-      return "auto";
-    case AttentionImpl::kPortable:
-      return "portable";
-    case AttentionImpl::kAvx512:
-      return "avx512";
-    case AttentionImpl::kAvx512Bf16:
-      return "avx512-bf16";
-    case AttentionImpl::kAvx512Bf16RoundedQ:
-      return "avx512-bf16-rounded-q";
-  }
-  return "?";
+  static constexpr std::array<EnumName<AttentionImpl>, 5> kNames = {
+      {{AttentionImpl::kAuto, "auto"},
+       {AttentionImpl::kPortable, "portable"},
+       {AttentionImpl::kAvx512, "avx512"},
+       {AttentionImpl::kAvx512Bf16, "avx512-bf16"},
+       {AttentionImpl::kAvx512Bf16RoundedQ, "avx512-bf16-rounded-q"}}};
+  return NameOf(kNames, impl, "?");
 }
 
 namespace {

@@ -285,15 +285,6 @@ GgufValue ReadValue(Reader& r, std::uint32_t type_raw, const std::string& key) {
   r.Fail(what + " has unknown value type " + std::to_string(type_raw));
 }
 
-std::string ShapeString(const std::vector<std::uint64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
-
 // --- writer encoding helpers ---
 
 void PutBytes(std::vector<std::uint8_t>& out, const void* p, std::size_t n) {
@@ -391,6 +382,15 @@ void EmitGguf(const std::vector<std::vector<std::uint8_t>>& kv, const Tensors& t
 }
 
 }  // namespace
+
+std::string ShapeString(std::span<const std::uint64_t> shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
 
 std::uint64_t GgufTensorInfo::num_elements() const {
   std::uint64_t n = 1;
@@ -624,8 +624,11 @@ void GgufWriter::SetInt32Array(const std::string& key, const std::vector<std::in
   ReplaceEntry(kv_, std::move(e));
 }
 
-void GgufWriter::AddTensor(const std::string& name, std::vector<std::uint64_t> shape, GgmlType type,
-                           std::span<const float> values) {
+namespace {
+
+// The element count of a tensor the writer is given, within the parser's bounds (every dim
+// nonzero, the product at most kMaxElements), so that what it writes it can read back.
+std::uint64_t WritableElementCount(const std::string& name, std::span<const std::uint64_t> shape) {
   std::uint64_t count = 1;
   for (const std::uint64_t d : shape) {
     if (d == 0 || d > kMaxElements / count) {
@@ -634,6 +637,14 @@ void GgufWriter::AddTensor(const std::string& name, std::vector<std::uint64_t> s
     }
     count *= d;
   }
+  return count;
+}
+
+}  // namespace
+
+void GgufWriter::AddTensor(const std::string& name, std::vector<std::uint64_t> shape, GgmlType type,
+                           std::span<const float> values) {
+  const std::uint64_t count = WritableElementCount(name, shape);
   if (shape.empty() || shape.size() > kMaxDims || count != values.size()) {
     throw ConfigError("GgufWriter: tensor '" + name + "' has shape " + ShapeString(shape) +
                       " but " + std::to_string(values.size()) + " values");
@@ -659,14 +670,7 @@ void GgufWriter::AddTensor(const std::string& name, std::vector<std::uint64_t> s
 
 void GgufWriter::AddEncodedTensor(const std::string& name, std::vector<std::uint64_t> shape,
                                   GgmlType type, std::span<const std::uint8_t> data) {
-  std::uint64_t count = 1;
-  for (const std::uint64_t d : shape) {
-    if (d == 0 || d > kMaxElements / count) {
-      throw ConfigError("GgufWriter: tensor '" + name + "' has invalid shape " +
-                        ShapeString(shape));
-    }
-    count *= d;
-  }
+  const std::uint64_t count = WritableElementCount(name, shape);
   const auto nbytes = quant::TensorBytes(type, count);
   if (shape.empty() || shape.size() > kMaxDims || !nbytes || *nbytes != data.size()) {
     throw ConfigError("GgufWriter: tensor '" + name + "' of shape " + ShapeString(shape) + " as " +

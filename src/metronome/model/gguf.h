@@ -22,6 +22,9 @@ namespace metronome::model {
 // Every ggml tensor type (quant/ggml_type.h); the parser accepts any id ggml defines.
 using GgmlType = quant::GgmlType;
 
+// A tensor shape as messages and `metronome info` print it, in the order given: "[4096, 32000]".
+[[nodiscard]] std::string ShapeString(std::span<const std::uint64_t> shape);
+
 struct GgufTensorInfo {
   std::string name;
   std::vector<std::uint64_t> shape;  // ggml order: shape[0] is the innermost (contiguous) dim

@@ -49,15 +49,6 @@ int RequireIntField(const GgufFile& g, const std::string& key) {
   return ToInt(g, key, g.RequireInt(key));
 }
 
-std::string ShapeString(const std::vector<std::uint64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
-
 ModelConfig ReadConfig(const GgufFile& g) {
   const std::string arch = g.RequireString("general.architecture");
   ModelConfig c;

@@ -21,24 +21,12 @@
 #include <vector>
 
 #include "metronome/base/errors.h"
+#include "metronome/model/internal/gguf_vocabulary.h"
 #include "metronome/model/internal/vocabulary_check.h"
 #include "metronome/model/tokenizer.h"
 
 namespace metronome::model {
 namespace {
-
-// GGUF token_type values.
-constexpr std::int32_t kTypeUnknown = 2;
-constexpr std::int32_t kTypeControl = 3;
-constexpr std::int32_t kTypeUserDefined = 4;
-constexpr std::int32_t kTypeUnused = 5;
-
-struct StringHash {
-  using is_transparent = void;
-  std::size_t operator()(std::string_view s) const noexcept {
-    return std::hash<std::string_view>{}(s);
-  }
-};
 
 void AppendUtf8(std::uint32_t cp, std::string& out) {
   if (cp < 0x80) {
@@ -407,22 +395,24 @@ Gpt2Tokenizer::Gpt2Tokenizer(Vocabulary vocab)
   const std::size_t n = vocab.tokens.size();
 
   const ByteTable& bytes = Bytes();
-  std::unordered_map<std::string, TokenId, StringHash, std::equal_to<>> text_to_id;
+  std::unordered_map<std::string, TokenId, internal::StringHash, std::equal_to<>> text_to_id;
   text_to_id.reserve(n);
   decoded_.resize(n);
   for (std::size_t i = 0; i < n; ++i) {
     const auto id = static_cast<TokenId>(i);
     const std::string& text = vocab.tokens[i];
     const std::int32_t type = vocab.token_types.empty() ? 0 : vocab.token_types[i];
-    if (type == kTypeControl || type == kTypeUserDefined) {
+    if (type == internal::kTypeControl || type == internal::kTypeUserDefined) {
       if (!text.empty()) {
         specials_by_byte_[static_cast<unsigned char>(text[0])].emplace_back(text, id);
       }
       // User-defined tokens are stored as plain text, not in the byte-level alphabet.
-      if (type == kTypeUserDefined) decoded_[i] = text;
+      if (type == internal::kTypeUserDefined) decoded_[i] = text;
       continue;
     }
-    if (type == kTypeUnknown || type == kTypeUnused || id == bos_id_ || id == eos_id_) continue;
+    if (type == internal::kTypeUnknown || type == internal::kTypeUnused || id == bos_id_ ||
+        id == eos_id_)
+      continue;
     text_to_id.emplace(text, id);  // first id wins for duplicate spellings
     std::string& d = decoded_[i];
     for (std::size_t k = 0; k < text.size();) {

@@ -1,7 +1,9 @@
 #include "metronome/model/model.h"
 
+#include <array>
 #include <string>
 
+#include "metronome/base/enum_names.h"
 #include "metronome/base/mapped_file.h"
 
 namespace metronome::model {
@@ -27,15 +29,11 @@ ModelFormat DetectModelFormat(const std::string& spec) {
 }
 
 const char* ToString(ModelFormat format) {
-  switch (format) {
-    case ModelFormat::kSynthetic:
-      return "synthetic";
-    case ModelFormat::kGguf:
-      return "gguf";
-    case ModelFormat::kLlama2c:
-      return "llama2.c";
-  }
-  return "?";
+  static constexpr std::array<EnumName<ModelFormat>, 3> kNames = {
+      {{ModelFormat::kSynthetic, "synthetic"},
+       {ModelFormat::kGguf, "gguf"},
+       {ModelFormat::kLlama2c, "llama2.c"}}};
+  return NameOf(kNames, format, "?");
 }
 
 Model LoadModel(const std::string& spec, const std::string& tokenizer_path) {

@@ -19,26 +19,12 @@
 #include <vector>
 
 #include "metronome/base/errors.h"
+#include "metronome/model/internal/gguf_vocabulary.h"
 #include "metronome/model/internal/vocabulary_check.h"
 #include "metronome/model/tokenizer.h"
 
 namespace metronome::model {
 namespace {
-
-// GGUF token_type values.
-constexpr std::int32_t kTypeUnknown = 2;
-constexpr std::int32_t kTypeControl = 3;
-constexpr std::int32_t kTypeUnused = 5;
-constexpr std::int32_t kTypeByte = 6;
-
-constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";  // U+2581
-
-struct StringHash {
-  using is_transparent = void;
-  std::size_t operator()(std::string_view s) const noexcept {
-    return std::hash<std::string_view>{}(s);
-  }
-};
 
 // Returns the byte value of a "<0xHH>" piece (either hex case), or -1.
 int ParseByteToken(std::string_view s) {
@@ -60,9 +46,9 @@ std::string NormaliseSpaces(std::string_view piece) {
   out.reserve(piece.size());
   std::size_t i = 0;
   while (i < piece.size()) {
-    if (piece.substr(i, kSpaceMarker.size()) == kSpaceMarker) {
+    if (piece.substr(i, internal::kSpaceMarker.size()) == internal::kSpaceMarker) {
       out.push_back(' ');
-      i += kSpaceMarker.size();
+      i += internal::kSpaceMarker.size();
     } else {
       out.push_back(piece[i]);
       ++i;
@@ -100,7 +86,7 @@ class SentencePieceTokenizer final : public Tokenizer {
 
   // Mergeable pieces only (normal and user-defined tokens): byte and control tokens must never
   // be produced by matching their spelling ("<0x41>", "<s>") in user text.
-  std::unordered_map<std::string, TokenId, StringHash, std::equal_to<>> piece_to_id_;
+  std::unordered_map<std::string, TokenId, internal::StringHash, std::equal_to<>> piece_to_id_;
   std::vector<float> scores_;
   std::vector<std::string> decoded_;  // bytes each id stands for in running text
   std::vector<Kind> kinds_;
@@ -137,14 +123,15 @@ SentencePieceTokenizer::SentencePieceTokenizer(Vocabulary vocab)
     scores_[i] = score;
     const std::int32_t type = vocab.token_types.empty() ? 0 : vocab.token_types[i];
     const int byte = ParseByteToken(vocab.tokens[i]);
-    if (type == kTypeByte && byte < 0) {
+    if (type == internal::kTypeByte && byte < 0) {
       throw LoadError("sentencepiece vocabulary: byte token " + std::to_string(i) +
                       " is not <0xHH>");
     }
     // Without token types, the spelling alone identifies byte tokens.
-    const bool is_byte = byte >= 0 && (type == kTypeByte || vocab.token_types.empty());
-    const bool is_special = type == kTypeUnknown || type == kTypeControl || type == kTypeUnused ||
-                            id == bos_id_ || id == eos_id_ || id == unk_id_;
+    const bool is_byte = byte >= 0 && (type == internal::kTypeByte || vocab.token_types.empty());
+    const bool is_special = type == internal::kTypeUnknown || type == internal::kTypeControl ||
+                            type == internal::kTypeUnused || id == bos_id_ || id == eos_id_ ||
+                            id == unk_id_;
     if (is_byte) {
       kinds_[i] = Kind::kByte;
       decoded_[i] = std::string(1, static_cast<char>(byte));

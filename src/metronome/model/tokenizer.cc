@@ -15,18 +15,11 @@
 
 #include "metronome/base/errors.h"
 #include "metronome/base/mapped_file.h"
+#include "metronome/model/internal/gguf_vocabulary.h"
 #include "metronome/model/internal/vocabulary_check.h"
 
 namespace metronome::model {
 namespace {
-
-// GGUF token_type values.
-constexpr std::int32_t kTypeNormal = 1;
-constexpr std::int32_t kTypeUnknown = 2;
-constexpr std::int32_t kTypeControl = 3;
-constexpr std::int32_t kTypeByte = 6;
-
-constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 
 std::string ByteTokenText(int byte) {
   static constexpr char kHex[] = "0123456789ABCDEF";
@@ -169,13 +162,13 @@ std::unique_ptr<Tokenizer> LoadLlama2cTokenizer(const std::string& path, int voc
                      static_cast<std::size_t>(len));
     pos += static_cast<std::size_t>(len);
     // run.c hard-codes <unk> = 0, BOS = 1, EOS = 2 (spelled "\n<s>\n" and "\n</s>\n").
-    std::int32_t type = kTypeNormal;
+    std::int32_t type = internal::kTypeNormal;
     if (i == 0) {
-      type = kTypeUnknown;
+      type = internal::kTypeUnknown;
     } else if (i <= 2) {
-      type = kTypeControl;
+      type = internal::kTypeControl;
     } else if (IsByteTokenText(text)) {
-      type = kTypeByte;
+      type = internal::kTypeByte;
     }
     vocab.tokens.push_back(std::move(text));
     vocab.scores.push_back(score);
@@ -217,10 +210,10 @@ Vocabulary MakeSyntheticVocabulary(int vocab_size) {
     vocab.scores.push_back(0.0f);
     vocab.token_types.push_back(type);
   };
-  add_fixed("<unk>", kTypeUnknown);
-  add_fixed("<s>", kTypeControl);
-  add_fixed("</s>", kTypeControl);
-  for (int b = 0; b < 256; ++b) add_fixed(ByteTokenText(b), kTypeByte);
+  add_fixed("<unk>", internal::kTypeUnknown);
+  add_fixed("<s>", internal::kTypeControl);
+  add_fixed("</s>", internal::kTypeControl);
+  for (int b = 0; b < 256; ++b) add_fixed(ByteTokenText(b), internal::kTypeByte);
 
   std::unordered_set<std::string> seen(vocab.tokens.begin(), vocab.tokens.end());
   seen.reserve(size);
@@ -231,14 +224,14 @@ Vocabulary MakeSyntheticVocabulary(int vocab_size) {
     if (seen.insert(text).second) {
       vocab.tokens.push_back(text);
       vocab.scores.push_back(score);
-      vocab.token_types.push_back(kTypeNormal);
+      vocab.token_types.push_back(internal::kTypeNormal);
       score -= 1.0f;
     }
     return vocab.tokens.size() < size;
   };
 
   // Single characters first: every merge below bottoms out in them.
-  if (!add_piece(std::string(kSpaceMarker))) return vocab;
+  if (!add_piece(std::string(internal::kSpaceMarker))) return vocab;
   for (char c = '!'; c <= '~'; ++c) {
     if (!add_piece(std::string(1, c))) return vocab;
   }
@@ -246,7 +239,7 @@ Vocabulary MakeSyntheticVocabulary(int vocab_size) {
   // Word starts and the most frequent English letter pairs give even a small vocabulary about
   // two characters per piece.
   for (char c = 'a'; c <= 'z'; ++c) {
-    if (!add_piece(std::string(kSpaceMarker) + c)) return vocab;
+    if (!add_piece(std::string(internal::kSpaceMarker) + c)) return vocab;
   }
   for (const std::string_view pair : kBigrams) {
     if (!add_piece(std::string(pair))) return vocab;
@@ -257,7 +250,7 @@ Vocabulary MakeSyntheticVocabulary(int vocab_size) {
   // the first of these. Including all prefixes makes each word reachable whatever order the
   // merges happen in: a prefix followed by any piece from the rest of the word concatenates to a
   // longer prefix, which is again a piece.
-  const std::string marker(kSpaceMarker);
+  const std::string marker(internal::kSpaceMarker);
   for (int variant = 0; variant < 3; ++variant) {
     for (const std::string_view word : kWords) {
       const std::string lead = variant == 1 ? "" : marker;

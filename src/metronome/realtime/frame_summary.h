@@ -2,7 +2,9 @@
 // (FrameSummary), whoever observed the frames.
 #pragma once
 
+#include <array>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -32,33 +34,22 @@ struct FrameCounts {
 
   void Count(FrameOutcome outcome) {
     ++frames;
-    switch (outcome) {
-      case FrameOutcome::kOk:
-        ++ok;
-        break;
-      case FrameOutcome::kLate:
-        ++late;
-        break;
-      case FrameOutcome::kStarved:
-        ++starved;
-        break;
-      case FrameOutcome::kShort:
-        ++short_frames;
-        break;
-    }
+    if (const auto counter = CounterOf(outcome)) ++(this->*counter);
   }
   [[nodiscard]] std::int64_t of(FrameOutcome outcome) const {
-    switch (outcome) {
-      case FrameOutcome::kOk:
-        return ok;
-      case FrameOutcome::kLate:
-        return late;
-      case FrameOutcome::kStarved:
-        return starved;
-      case FrameOutcome::kShort:
-        return short_frames;
-    }
-    return 0;
+    const auto counter = CounterOf(outcome);
+    return counter ? this->*counter : 0;
+  }
+
+ private:
+  // The counter of each outcome, in one table (FrameOutcome's order); null for a value outside
+  // the enum.
+  static std::int64_t FrameCounts::*CounterOf(FrameOutcome outcome) {
+    static constexpr std::array<std::int64_t FrameCounts::*, telemetry::kNumFrameOutcomes>
+        kCounters = {&FrameCounts::ok, &FrameCounts::late, &FrameCounts::starved,
+                     &FrameCounts::short_frames};
+    const auto i = static_cast<std::size_t>(outcome);
+    return i < kCounters.size() ? kCounters[i] : nullptr;
   }
 };
 

@@ -42,24 +42,24 @@ std::vector<double> ParseNumbers(const std::string& text, const std::string& fla
   return out;
 }
 
-void SplitKind(const std::string& spec, const std::string& flag, std::string* kind,
-               std::string* args) {
+// A spec "KIND:N1,N2,...", split into its kind and its numbers (the grammar of every spec here).
+struct KindAndNumbers {
+  std::string kind;
+  std::vector<double> numbers;
+};
+KindAndNumbers ParseKindAndNumbers(const std::string& spec, const std::string& flag) {
   const auto colon = spec.find(':');
   if (colon == std::string::npos) {
     throw SpecError(flag, spec, "expected KIND:VALUES");
   }
-  *kind = spec.substr(0, colon);
-  *args = spec.substr(colon + 1);
+  return {spec.substr(0, colon), ParseNumbers(spec.substr(colon + 1), flag, spec)};
 }
 
 }  // namespace
 
 ArrivalProcess ArrivalProcess::Parse(const std::string& spec) {
   const std::string flag = "arrival";
-  std::string kind;
-  std::string args;
-  SplitKind(spec, flag, &kind, &args);
-  const std::vector<double> v = ParseNumbers(args, flag, spec);
+  const auto [kind, v] = ParseKindAndNumbers(spec, flag);
   ArrivalProcess p;
   p.spec_ = spec;
   if (kind == "poisson") {
@@ -110,10 +110,7 @@ double ArrivalProcess::NextAfter(double t_s, std::mt19937_64& rng) const {
 
 SessionDuration SessionDuration::Parse(const std::string& spec) {
   const std::string flag = "session_duration";
-  std::string kind;
-  std::string args;
-  SplitKind(spec, flag, &kind, &args);
-  const std::vector<double> v = ParseNumbers(args, flag, spec);
+  const auto [kind, v] = ParseKindAndNumbers(spec, flag);
   SessionDuration d;
   d.spec_ = spec;
   if (kind == "fixed" || kind == "exp") {

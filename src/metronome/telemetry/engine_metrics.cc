@@ -1,42 +1,37 @@
 #include "metronome/telemetry/engine_metrics.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
+#include "metronome/base/enum_names.h"
+
 namespace metronome::telemetry {
 
+namespace {
+
+constexpr std::array<EnumName<FrameOutcome>, kNumFrameOutcomes> kFrameOutcomeNames = {
+    {{FrameOutcome::kOk, "ok"},
+     {FrameOutcome::kLate, "late"},
+     {FrameOutcome::kStarved, "starved"},
+     {FrameOutcome::kShort, "short"}}};
+
+constexpr std::array<EnumName<EndReason>, 6> kEndReasonNames = {
+    {{EndReason::kClient, "client"},
+     {EndReason::kContextFull, "context_full"},
+     {EndReason::kServerShutdown, "server_shutdown"},
+     {EndReason::kDisconnect, "disconnect"},
+     {EndReason::kError, "error"},
+     {EndReason::kDuration, "duration"}}};
+
+}  // namespace
+
 std::string_view ToString(FrameOutcome outcome) {
-  switch (outcome) {
-    case FrameOutcome::kOk:
-      return "ok";
-    case FrameOutcome::kLate:
-      return "late";
-    case FrameOutcome::kStarved:
-      return "starved";
-    case FrameOutcome::kShort:
-      return "short";
-  }
-  return "unknown";
+  return NameOf(kFrameOutcomeNames, outcome, "unknown");
 }
 
-std::string_view ToString(EndReason reason) {
-  switch (reason) {
-    case EndReason::kClient:
-      return "client";
-    case EndReason::kContextFull:
-      return "context_full";
-    case EndReason::kServerShutdown:
-      return "server_shutdown";
-    case EndReason::kDisconnect:
-      return "disconnect";
-    case EndReason::kError:
-      return "error";
-    case EndReason::kDuration:
-      return "duration";
-  }
-  return "error";
-}
+std::string_view ToString(EndReason reason) { return NameOf(kEndReasonNames, reason, "error"); }
 
 EngineMetrics::EngineMetrics(MetricsRegistry& registry)
     : frame_latency_ms(registry.AddHistogram(

@@ -333,26 +333,30 @@ Histogram& MetricsRegistry::AddHistogram(std::string_view name, std::string_view
   return AddHistogramFamily(name, help, {}, std::move(upper_bounds)).WithLabels({});
 }
 
+template <typename Metric>
+Family<Metric>& MetricsRegistry::AddFamily(std::string_view name, std::string_view kind,
+                                           std::string_view help,
+                                           std::vector<std::string> label_names,
+                                           std::vector<double> upper_bounds) {
+  std::string full = Reserve(name, kind, label_names);
+  // Family's constructor is private to the registry, so no make_unique.
+  auto family = std::unique_ptr<Family<Metric>>(new Family<Metric>(
+      std::move(full), std::string(help), std::move(label_names), std::move(upper_bounds)));
+  Family<Metric>& ref = *family;
+  families_.emplace_back(std::move(family));
+  return ref;
+}
+
 Family<Counter>& MetricsRegistry::AddCounterFamily(std::string_view name, std::string_view help,
                                                    std::vector<std::string> label_names) {
   const base::MutexLock lock(&mu_);
-  std::string full = Reserve(name, "counter", label_names);
-  auto family = std::unique_ptr<Family<Counter>>(
-      new Family<Counter>(std::move(full), std::string(help), std::move(label_names), {}));
-  Family<Counter>& ref = *family;
-  families_.emplace_back(std::move(family));
-  return ref;
+  return AddFamily<Counter>(name, "counter", help, std::move(label_names), {});
 }
 
 Family<Gauge>& MetricsRegistry::AddGaugeFamily(std::string_view name, std::string_view help,
                                                std::vector<std::string> label_names) {
   const base::MutexLock lock(&mu_);
-  std::string full = Reserve(name, "gauge", label_names);
-  auto family = std::unique_ptr<Family<Gauge>>(
-      new Family<Gauge>(std::move(full), std::string(help), std::move(label_names), {}));
-  Family<Gauge>& ref = *family;
-  families_.emplace_back(std::move(family));
-  return ref;
+  return AddFamily<Gauge>(name, "gauge", help, std::move(label_names), {});
 }
 
 Family<Histogram>& MetricsRegistry::AddHistogramFamily(std::string_view name, std::string_view help,
@@ -360,12 +364,8 @@ Family<Histogram>& MetricsRegistry::AddHistogramFamily(std::string_view name, st
                                                        std::vector<double> upper_bounds) {
   const base::MutexLock lock(&mu_);
   ValidateBounds(std::string(kMetricPrefix) + std::string(name), upper_bounds);
-  std::string full = Reserve(name, "histogram", label_names);
-  auto family = std::unique_ptr<Family<Histogram>>(new Family<Histogram>(
-      std::move(full), std::string(help), std::move(label_names), std::move(upper_bounds)));
-  Family<Histogram>& ref = *family;
-  families_.emplace_back(std::move(family));
-  return ref;
+  return AddFamily<Histogram>(name, "histogram", help, std::move(label_names),
+                              std::move(upper_bounds));
 }
 
 std::string MetricsRegistry::ExpositionText() const {

@@ -169,6 +169,13 @@ class MetricsRegistry {
   using AnyFamily = std::variant<std::unique_ptr<Family<Counter>>, std::unique_ptr<Family<Gauge>>,
                                  std::unique_ptr<Family<Histogram>>>;
 
+  // Reserves the names of a family of `kind` ("counter", "gauge", "histogram") and owns it;
+  // `upper_bounds` are already validated (histograms) or empty.
+  template <typename Metric>
+  Family<Metric>& AddFamily(std::string_view name, std::string_view kind, std::string_view help,
+                            std::vector<std::string> label_names, std::vector<double> upper_bounds)
+      REQUIRES(mu_);
+
   // Validates and reserves the exposed names; returns the full name.
   std::string Reserve(std::string_view name, std::string_view kind,
                       std::span<const std::string> label_names) REQUIRES(mu_);
