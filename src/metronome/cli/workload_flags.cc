@@ -190,7 +190,8 @@ void AdmissionFlags::Register(CLI::App* app) {
   app->add_option("--aimd-cooldown", aimd_cooldown,
                   "After a cut: drain (hold until a full window ran at or under the limit) | "
                   "fixed:SECONDS");
-  app->add_option("--aimd-initial", aimd.initial_limit, "AIMD starting limit (warm start)");
+  aimd_initial_option =
+      app->add_option("--aimd-initial", aimd.initial_limit, "AIMD starting limit (warm start)");
   app->add_option("--aimd-min", window.min_limit, "AIMD/gradient2 lowest limit");
   app->add_option("--aimd-max", window.max_limit, "AIMD/gradient2 highest limit");
   app->add_option("--aimd-min-samples", window.min_samples,

@@ -61,7 +61,14 @@ struct AdmissionFlags {
   int mute_after = 3;
   double forecast_horizon_s = 300.0;
 
+  // --aimd-initial, once Register added it: given on the command line means a warm start (no
+  // start-up calibration, aimd_seed.h).
+  const CLI::Option* aimd_initial_option = nullptr;
+
   void Register(CLI::App* app);
+  [[nodiscard]] bool aimd_initial_given() const {
+    return aimd_initial_option != nullptr && aimd_initial_option->count() > 0;
+  }
   // The admission controller, its parameters, the mute alarm and the forecast horizon; the AIMD
   // and gradient2 control windows last at most DefaultAimdWindowS(period_ms) and at least 0.5 s or
   // 2 periods (a new session's frames show in the window).
