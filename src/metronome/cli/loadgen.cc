@@ -193,7 +193,7 @@ int RunLoadgen(const LoadgenFlags& f) {
   try {
     summary = gen.Run();
   } catch (const std::runtime_error& e) {  // the server is not there, or refused the token
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", WithFlagNames(e.what()).c_str());
     return 1;
   }
   PrintSummary(summary);

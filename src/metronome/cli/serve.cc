@@ -43,10 +43,7 @@ struct ServeFlags {
   // (PoolFromMachine). Half leaves room for the process, other tenants and the page cache.
   double kv_pool_fraction = 0.5;
   // Session defaults and caps: unset KV fields take realtime::ServingSessionDefaults.
-  std::optional<std::string> kv;  // full | window
-  std::optional<std::int64_t> window;
-  std::optional<std::int64_t> sinks;
-  std::optional<std::string> positions;
+  SessionKvFlags kv;
   std::int64_t max_window = realtime::kDefaultMaxWindowTokens;
   bool no_full_kv = false;
   std::int64_t max_context = 0;
@@ -112,11 +109,11 @@ void ServeFlags::Register(CLI::App* sub) {
       ->check(CLI::Range(0.001, 0.95));
   // A default no client could ask for explicitly is a typo (and would overflow the pool sizing).
   const wire::ServerCaps caps;
-  sub->add_option("--kv", kv,
+  sub->add_option("--kv", kv.kv,
                   "Default kv.policy of a session that names none: window | full (the unbounded "
                   "baseline; default: window)")
       ->check(CLI::IsMember({"full", "window"}));
-  sub->add_option("--window", window,
+  sub->add_option("--window", kv.window,
                   "Default kv.window of a session, tokens (default: the model's trained context "
                   "capped by --max-window)")
       ->check(CLI::Range(std::int64_t{1}, caps.max_window));
@@ -125,9 +122,9 @@ void ServeFlags::Register(CLI::App* sub) {
                   "tokens")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{1}, caps.max_window));
-  sub->add_option("--sinks", sinks, "Default kv.sinks of a session, tokens (default: 4)")
+  sub->add_option("--sinks", kv.sinks, "Default kv.sinks of a session, tokens (default: 4)")
       ->check(CLI::Range(std::int64_t{0}, caps.max_sinks));
-  sub->add_option("--positions", positions,
+  sub->add_option("--positions", kv.positions,
                   "Default kv.positions: absolute | rolling (default: rolling)")
       ->check(CLI::IsMember({"absolute", "rolling"}));
   sub->add_flag("--no-full-kv", no_full_kv, "Refuse kv.policy full (over_cap)");
@@ -195,18 +192,13 @@ void Drain(server::EngineService* service, boost::asio::io_context* signals_io,
   std::fflush(stdout);
 }
 
-// The session a client that names nothing gets, resolved: the server's defaults (the model's
-// window capped by --max-window, rolling positions), an explicit --window/--sinks/--positions
-// winning.
+// The session a client that names nothing gets: the server's defaults (the model's window capped
+// by --max-window, rolling positions), an explicit --kv/--window/--sinks/--positions winning.
 realtime::SessionDefaults ServerDefaults(const ServeFlags& f, const model::ModelConfig& config) {
-  realtime::SessionDefaults d =
-      realtime::ServingSessionDefaults(config.context_length, f.max_window);
-  if (f.kv) d.kv_mode = kv::ParseKvMode(*f.kv).value_or(d.kv_mode);
-  if (f.window) d.window = *f.window;
-  if (f.sinks) d.sinks = *f.sinks;
-  // CLI11 admits only the parser's spellings.
-  if (f.positions) d.positions = kv::ParsePositionMode(*f.positions).value_or(d.positions);
-  return d;
+  realtime::SessionShape overrides;
+  f.kv.ApplyTo(&overrides);
+  return realtime::WithOverrides(
+      realtime::ServingSessionDefaults(config.context_length, f.max_window), overrides);
 }
 
 int RunServe(const ServeFlags& f) {
@@ -274,10 +266,12 @@ int RunServe(const ServeFlags& f) {
                       : " (" + FormatValue(f.kv_pool_fraction) +
                             " of the memory available after the weights)";
   }
-  std::printf("pool %.2f GiB = %lld blocks = %lld sessions %s%s\n",
-              static_cast<double>(pool.num_blocks * pool.bytes_per_block) / (1 << 30),
+  // One line: the pool's size, what it holds, and the engine it belongs to.
+  std::printf("pool %s = %lld blocks = %lld sessions %s%s; %lld-token blocks, --model %s, %s\n",
+              HumanBytes(static_cast<double>(pool.num_blocks * pool.bytes_per_block)).c_str(),
               static_cast<long long>(pool.num_blocks), static_cast<long long>(pool_sessions),
-              per_what.c_str(), why.c_str());
+              per_what.c_str(), why.c_str(), static_cast<long long>(pool.block_tokens),
+              f.model.model.c_str(), f.engine.ThreadsLine().c_str());
   if (sup.admission == "aimd")
     SeedAimdLimit(&eng, reference, f.admission.aimd_initial_given(), &sup.aimd);
 
@@ -295,11 +289,6 @@ int RunServe(const ServeFlags& f) {
   server::HttpServer http(&service, &registry, so2, m.tokenizer.get());
   http.Start();
 
-  std::printf("metronome serve --model %s: KV pool %lld blocks x %lld tokens (%s), %s\n",
-              f.model.model.c_str(), static_cast<long long>(pool.num_blocks),
-              static_cast<long long>(pool.block_tokens),
-              HumanBytes(static_cast<double>(pool.num_blocks * pool.bytes_per_block)).c_str(),
-              f.engine.ThreadsLine().c_str());
   std::printf("listening on http://%s:%d\n", so2.host.c_str(), http.port());
   std::printf("dashboard: http://%s:%d/%s\n", so2.host.c_str(), http.port(),
               so2.auth_token.empty() ? "" : "#token=<the --auth-token>");

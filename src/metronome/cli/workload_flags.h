@@ -82,6 +82,18 @@ struct AdmissionFlags {
 // presets are stated in.
 [[nodiscard]] AdmissionFlags ServingAdmissionFlags();
 
+// A session's KV as the command line spells it (--kv, --window, --sinks, --positions): sim, drive
+// and loadgen ask for it per session (WorkloadFlags), serve sets its defaults with it; each
+// command registers the flags with its own help text and bounds. Unset flags stay unset.
+struct SessionKvFlags {
+  std::optional<std::string> kv;  // full | window (CLI11 admits only these)
+  std::optional<std::int64_t> window;
+  std::optional<std::int64_t> sinks;
+  std::optional<std::string> positions;  // absolute | rolling (CLI11 admits only these)
+  // Sets the KV fields of `shape` that the flags give.
+  void ApplyTo(realtime::SessionShape* shape) const;
+};
+
 struct WorkloadFlags {
   // Session shape. Unset optionals take SessionDefaults.
   std::optional<double> period_ms;
@@ -89,10 +101,7 @@ struct WorkloadFlags {
   std::optional<int> tokens_per_frame;
   std::optional<int> output_tokens_per_frame;
   int prompt_tokens = 0;
-  std::optional<std::string> kv;  // unset: SessionDefaults' mode (loadgen: the server's)
-  std::optional<std::int64_t> window;
-  std::optional<std::int64_t> sinks;
-  std::optional<std::string> positions;
+  SessionKvFlags kv;  // unset: SessionDefaults' (loadgen: the server's)
   // Who asks for sessions and for how long.
   std::int64_t sessions = 0;
   std::string arrival;
