@@ -55,7 +55,7 @@ start_server() {
   serve_start "$m" "$tmp/serve" --model synthetic:tiny --port "${METRONOME_DEMO_PORT:-0}" \
     --threads 1 --quiet "$@" || exit 1
   port=$SERVE_PORT
-  grep '^metronome serve' "$tmp/serve.out"
+  grep '^pool ' "$tmp/serve.out"
   echo ">>> dashboard: http://127.0.0.1:$port/   (live charts; the run below takes a while)"
 }
 stop_server() {

@@ -110,8 +110,8 @@ stat_line() {  # "active used total", or "- - -" when /v1/stats does not answer
 }
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$serve_pid/status" 2>/dev/null || echo 0; }
 
-echo "soak: $bin, ${minutes} min; serve pid $serve_pid on port $port ($(head -n 1 "$tmp/serve.out" |
-  sed 's/^metronome serve --model //'))"
+echo "soak: $bin, ${minutes} min; serve pid $serve_pid on port $port" \
+  "($(grep -m 1 '^pool ' "$tmp/serve.out"))"
 echo "loadgen: arrivals poisson:$rate, lifetimes exp:$mean_life_s s, patience 3 s, P=40 ms, a=4," \
   "o=2, window KV (server defaults); bad traffic every ${bad_every_s} s"
 "$bin" loadgen --url "$url" --arrival "poisson:$rate" --session-duration "exp:$mean_life_s" \

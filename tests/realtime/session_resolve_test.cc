@@ -101,6 +101,65 @@ TEST(SessionResolveTest, ServingDefaultsTakeTheWindowFromTheModelCappedByTheServ
   EXPECT_EQ(ResolveSessionOrThrow(narrow, ServingSessionDefaults(4096, 4096)).policy.window, 100);
 }
 
+
+// Overriding a tool's defaults with a shape is resolving that shape against them: each field the
+// shape sets wins, the others keep the defaults' values (the same fields, so the same spec).
+TEST(SessionResolveTest, OverridingTheDefaultsWithAShapeIsResolvingTheShape) {
+  const auto shape = [](const std::function<void(SessionShape&)>& set) {
+    SessionShape s;
+    set(s);
+    return s;
+  };
+  const std::vector<SessionShape> shapes = {
+      {},
+      shape([](SessionShape& s) { s.period_ms = 40.0; }),
+      shape([](SessionShape& s) { s.deadline_ms = 120.5; }),
+      shape([](SessionShape& s) { s.deadline_ms = 0.0; }),
+      shape([](SessionShape& s) { s.tokens_per_frame = 7; }),
+      shape([](SessionShape& s) { s.output_tokens_per_frame = 0; }),
+      shape([](SessionShape& s) { s.kv_mode = kv::KvMode::kFull; }),
+      shape([](SessionShape& s) {
+        s.window = 64;
+        s.sinks = 0;
+      }),
+      shape([](SessionShape& s) { s.positions = kv::PositionMode::kAbsolute; }),
+      shape([](SessionShape& s) {
+        s.period_ms = 20.0;
+        s.deadline_ms = 15.0;
+        s.tokens_per_frame = 3;
+        s.output_tokens_per_frame = 4;
+        s.kv_mode = kv::KvMode::kWindow;
+        s.window = 1000;
+        s.sinks = 2;
+        s.positions = kv::PositionMode::kAbsolute;
+      }),
+  };
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    SCOPED_TRACE("shape " + std::to_string(i));
+    const SessionSpec want = Resolve(shapes[i]);
+    const SessionDefaults overridden = WithOverrides(Defaults(), shapes[i]);
+    const SessionSpec got = Resolve({}, overridden);
+    EXPECT_EQ(got.period_ms, want.period_ms);
+    EXPECT_EQ(got.deadline_ms, want.deadline_ms);
+    EXPECT_EQ(got.input_tokens_per_frame, want.input_tokens_per_frame);
+    EXPECT_EQ(got.output_tokens_per_frame, want.output_tokens_per_frame);
+    EXPECT_EQ(got.policy.ToString(), want.policy.ToString());
+    // What a shape cannot set stays the defaults'.
+    EXPECT_EQ(overridden.max_prompt_tokens, Defaults().max_prompt_tokens);
+    EXPECT_EQ(overridden.vocab_size, Defaults().vocab_size);
+  }
+  // An unset field leaves its default alone, even one the resolved spec does not show (full mode
+  // hides the window).
+  const SessionDefaults full = WithOverrides(Defaults(), shapes[6]);
+  EXPECT_EQ(full.kv_mode, kv::KvMode::kFull);
+  EXPECT_EQ(full.window, Defaults().window);
+  EXPECT_EQ(full.sinks, Defaults().sinks);
+  // A prompt is not a default: it is ignored.
+  const SessionDefaults with_prompt =
+      WithOverrides(Defaults(), shape([](SessionShape& s) { s.prompt = SyntheticPrompt{3}; }));
+  EXPECT_TRUE(Resolve({}, with_prompt).prompt.empty());
+}
+
 // A given field wins over its default, one field at a time.
 TEST(SessionResolveTest, AGivenFieldWinsOverItsDefault) {
   struct Case {

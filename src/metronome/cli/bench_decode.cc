@@ -38,7 +38,28 @@ struct BenchFlags {
   int peak_n = 1536;
   std::uint64_t seed = 7;
   int cotenants = 0;  // busy processes for the second measurement (0: none)
+  void Register(CLI::App* sub);
 };
+
+void BenchFlags::Register(CLI::App* sub) {
+  model.Register(sub, false);
+  kv.Register(sub);
+  engine.Register(sub);
+  sub->add_option("--sessions", sessions, "Concurrent sessions (N)")->check(CLI::Range(1, 100000));
+  sub->add_option("--context", context, "Tokens prefilled per session (C)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
+  sub->add_option("--steps", steps, "Measured decode steps (K)")->check(CLI::Range(1, 100000));
+  sub->add_option("--warmup", warmup, "Unmeasured decode steps first")->check(CLI::Range(0, 1000));
+  sub->add_option("--prefill-chunk", prefill_chunk, "Prefill chunk per session per step")
+      ->check(CLI::Range(1, 1 << 16));
+  sub->add_option("--peak-n", peak_n, "Size of the in-run sgemm peak measurement")
+      ->check(CLI::Range(64, 8192));
+  sub->add_option("--seed", seed, "Seed of the random prompts");
+  sub->add_option("--cotenant", cotenants,
+                  "Measure decode again with N busy processes spinning on the machine and print "
+                  "the ratio to the quiet figure (0: off)")
+      ->check(CLI::Range(0, 64));
+}
 
 // Per-step figures of one decode measurement.
 struct DecodeRun {
@@ -253,31 +274,7 @@ int RunBench(const BenchFlags& f) {
 
 }  // namespace
 
-void RegisterBenchDecode(CLI::App* app, int* exit_code) {
-  auto flags = std::make_shared<BenchFlags>();
-  CLI::App* sub = app->add_subcommand(
-      "bench-decode", "Decode throughput: N sessions at context C, K batched decode steps");
-  flags->model.Register(sub, false);
-  flags->kv.Register(sub);
-  flags->engine.Register(sub);
-  sub->add_option("--sessions", flags->sessions, "Concurrent sessions (N)")
-      ->check(CLI::Range(1, 100000));
-  sub->add_option("--context", flags->context, "Tokens prefilled per session (C)")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
-  sub->add_option("--steps", flags->steps, "Measured decode steps (K)")
-      ->check(CLI::Range(1, 100000));
-  sub->add_option("--warmup", flags->warmup, "Unmeasured decode steps first")
-      ->check(CLI::Range(0, 1000));
-  sub->add_option("--prefill-chunk", flags->prefill_chunk, "Prefill chunk per session per step")
-      ->check(CLI::Range(1, 1 << 16));
-  sub->add_option("--peak-n", flags->peak_n, "Size of the in-run sgemm peak measurement")
-      ->check(CLI::Range(64, 8192));
-  sub->add_option("--seed", flags->seed, "Seed of the random prompts");
-  sub->add_option("--cotenant", flags->cotenants,
-                  "Measure decode again with N busy processes spinning on the machine and print "
-                  "the ratio to the quiet figure (0: off)")
-      ->check(CLI::Range(0, 64));
-  sub->callback([flags, exit_code] { *exit_code = RunBench(*flags); });
-}
+const Command kBenchDecodeCommand = MakeCommand<BenchFlags, RunBench>(
+    "bench-decode", "Decode throughput: N sessions at context C, K batched decode steps");
 
 }  // namespace metronome::cli

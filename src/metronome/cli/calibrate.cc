@@ -39,7 +39,33 @@ struct CalibrateFlags {
   int repeats = 5;
   int warmup = 1;
   std::string out;
+  void Register(CLI::App* sub);
 };
+
+void CalibrateFlags::Register(CLI::App* sub) {
+  model.Register(sub, false);
+  kv.Register(sub);
+  engine.Register(sub);
+  sub->add_option("--batch-sessions", batch_sessions,
+                  "Grid: sessions taking part in each measured step, a comma-separated list")
+      ->capture_default_str();
+  sub->add_option("--contexts", contexts,
+                  "Grid: tokens each session holds before the measured steps (C), a "
+                  "comma-separated list; prefilled untimed")
+      ->capture_default_str();
+  sub->add_option("--chunk-tokens", chunk_tokens,
+                  "Grid: tokens each session submits per measured step (n; 1 = decode), a "
+                  "comma-separated list")
+      ->capture_default_str();
+  sub->add_option("--repeats", repeats,
+                  "Measured steps per grid point; the median step time is fitted")
+      ->capture_default_str();
+  sub->add_option("--warmup", warmup, "Unmeasured steps per grid point before those")
+      ->capture_default_str();
+  sub->add_option("--out", out,
+                  "Also write the fit as JSON to this file: c0_s, c1_s_per_token, "
+                  "c2_s_per_kv_token, fit quality, run settings and every measured point");
+}
 
 // Limits of the grid values; generous, they only stop typos from asking for absurd runs.
 constexpr std::int64_t kMaxBatchSessions = 4096;
@@ -227,35 +253,9 @@ int RunCalibrate(const CalibrateFlags& f) {
 
 }  // namespace
 
-void RegisterCalibrate(CLI::App* app, int* exit_code) {
-  auto flags = std::make_shared<CalibrateFlags>();
-  CLI::App* sub = app->add_subcommand(
-      "calibrate",
-      "Fit the simulator's step-time model t = c0 + c1 * batch_tokens + c2 * visible_kv_tokens "
-      "to timed steps of the real engine over a grid of batch sizes, contexts and chunk sizes");
-  flags->model.Register(sub, false);
-  flags->kv.Register(sub);
-  flags->engine.Register(sub);
-  sub->add_option("--batch-sessions", flags->batch_sessions,
-                  "Grid: sessions taking part in each measured step, a comma-separated list")
-      ->capture_default_str();
-  sub->add_option("--contexts", flags->contexts,
-                  "Grid: tokens each session holds before the measured steps (C), a "
-                  "comma-separated list; prefilled untimed")
-      ->capture_default_str();
-  sub->add_option("--chunk-tokens", flags->chunk_tokens,
-                  "Grid: tokens each session submits per measured step (n; 1 = decode), a "
-                  "comma-separated list")
-      ->capture_default_str();
-  sub->add_option("--repeats", flags->repeats,
-                  "Measured steps per grid point; the median step time is fitted")
-      ->capture_default_str();
-  sub->add_option("--warmup", flags->warmup, "Unmeasured steps per grid point before those")
-      ->capture_default_str();
-  sub->add_option("--out", flags->out,
-                  "Also write the fit as JSON to this file: c0_s, c1_s_per_token, "
-                  "c2_s_per_kv_token, fit quality, run settings and every measured point");
-  sub->callback([flags, exit_code] { *exit_code = RunCalibrate(*flags); });
-}
+const Command kCalibrateCommand = MakeCommand<CalibrateFlags, RunCalibrate>(
+    "calibrate",
+    "Fit the simulator's step-time model t = c0 + c1 * batch_tokens + c2 * visible_kv_tokens "
+    "to timed steps of the real engine over a grid of batch sizes, contexts and chunk sizes");
 
 }  // namespace metronome::cli

@@ -1,6 +1,7 @@
 #include "metronome/cli/cli.h"
 
 #include <CLI/CLI.hpp>
+#include <array>
 #include <cstdio>
 #include <exception>
 
@@ -9,24 +10,24 @@
 #include "metronome/cli/common.h"
 
 namespace metronome::cli {
+namespace {
+
+// In the order `metronome --help` lists them.
+constexpr std::array kCommands = {
+    &kDemoCommand,  &kGenerateCommand, &kScoreCommand,    &kBenchDecodeCommand, &kExportGgufCommand,
+    &kInfoCommand,  &kTokenizeCommand, &kQuantizeCommand, &kCalibrateCommand,   &kSimCommand,
+    &kDriveCommand, &kServeCommand,    &kLoadgenCommand};
+
+}  // namespace
 
 int Main(int argc, char** argv) {
   CLI::App app{"metronome: a serving engine for real-time interaction models"};
   app.require_subcommand(1);
   int exit_code = 0;
-  RegisterDemo(&app, &exit_code);
-  RegisterGenerate(&app, &exit_code);
-  RegisterScore(&app, &exit_code);
-  RegisterBenchDecode(&app, &exit_code);
-  RegisterExportGguf(&app, &exit_code);
-  RegisterInfo(&app, &exit_code);
-  RegisterTokenize(&app, &exit_code);
-  RegisterQuantize(&app, &exit_code);
-  RegisterCalibrate(&app, &exit_code);
-  RegisterSim(&app, &exit_code);
-  RegisterDrive(&app, &exit_code);
-  RegisterServe(&app, &exit_code);
-  RegisterLoadgen(&app, &exit_code);
+  for (const Command* command : kCommands) {
+    CLI::App* sub = app.add_subcommand(command->name, command->description);
+    sub->callback([run = command->add_flags(sub), &exit_code] { exit_code = run(); });
+  }
   RequireFiniteNumbers(&app);
   try {
     app.parse(argc, argv);

@@ -23,7 +23,23 @@ struct DemoFlags {
   std::int64_t kv_blocks_demo = 0;
   float temperature = 0.8f;
   std::uint64_t seed = 1;
+  DemoFlags() { model.model = "synthetic:small"; }  // demo's own default model
+  void Register(CLI::App* sub);
 };
+
+void DemoFlags::Register(CLI::App* sub) {
+  model.Register(sub, false);
+  engine.Register(sub);
+  sub->add_option("--sessions", sessions, "Sessions")->check(CLI::Range(1, 10000));
+  sub->add_option("--steps", steps, "Decode steps")->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--window", window, "W of the windowed sessions")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
+  sub->add_option("--sinks", sinks, "S of the windowed sessions")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30));
+  sub->add_option("--temperature", temperature, "Sampling temperature (0: greedy)")
+      ->check(CLI::Range(0.0f, 100.0f));
+  sub->add_option("--seed", seed, "Sampling seed");
+}
 
 const char* const kPrompts[] = {"Once upon a time", "The little dog",  "One day, Lily",
                                 "The sun was",      "Tom and his mom", "In the park",
@@ -140,23 +156,7 @@ int RunDemo(const DemoFlags& f) {
 
 }  // namespace
 
-void RegisterDemo(CLI::App* app, int* exit_code) {
-  auto flags = std::make_shared<DemoFlags>();
-  flags->model.model = "synthetic:small";
-  CLI::App* sub = app->add_subcommand(
-      "demo", "Multi-session generation with full and windowed KV from one pool (default job)");
-  flags->model.Register(sub, false);
-  flags->engine.Register(sub);
-  sub->add_option("--sessions", flags->sessions, "Sessions")->check(CLI::Range(1, 10000));
-  sub->add_option("--steps", flags->steps, "Decode steps")->check(CLI::Range(1, 1 << 20));
-  sub->add_option("--window", flags->window, "W of the windowed sessions")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
-  sub->add_option("--sinks", flags->sinks, "S of the windowed sessions")
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30));
-  sub->add_option("--temperature", flags->temperature, "Sampling temperature (0: greedy)")
-      ->check(CLI::Range(0.0f, 100.0f));
-  sub->add_option("--seed", flags->seed, "Sampling seed");
-  sub->callback([flags, exit_code] { *exit_code = RunDemo(*flags); });
-}
+const Command kDemoCommand = MakeCommand<DemoFlags, RunDemo>(
+    "demo", "Multi-session generation with full and windowed KV from one pool (default job)");
 
 }  // namespace metronome::cli

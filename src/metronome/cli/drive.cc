@@ -23,9 +23,24 @@ struct DriveFlags {
   float temperature = 0.0f;
   std::int64_t max_context = 0;
   std::int64_t max_window = realtime::kDefaultMaxWindowTokens;
-  bool aimd_initial_given = false;  // --aimd-initial on the command line: no start-up calibration
   DriveFlags() { workload.admission = ServingAdmissionFlags(); }
+  void Register(CLI::App* sub);
 };
+
+void DriveFlags::Register(CLI::App* sub) {
+  model.Register(sub, /*required=*/false);
+  engine.Register(sub);
+  sub->add_option("--temperature", temperature, "Sampling temperature (0: greedy)");
+  sub->add_option("--max-context", max_context,
+                  "Context limit of full-KV sessions in tokens (0: the model's trained context); a "
+                  "session reaching it ends with an error");
+  workload.Register(sub);
+  sub->add_option("--max-window", max_window,
+                  "Cap on the default --window when it comes from the model's trained context, "
+                  "tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
+}
 
 int RunDrive(const DriveFlags& f) {
   model::Model m = f.model.Load();
@@ -53,7 +68,8 @@ int RunDrive(const DriveFlags& f) {
   engine::Engine eng(m, eo);
   eng.WarmUp();  // before the first client: its frames must not pay for JIT and first touch
   if (probe.supervisor.admission == "aimd")
-    SeedAimdLimit(&eng, probe.session, f.aimd_initial_given, &probe.supervisor.aimd);
+    SeedAimdLimit(&eng, probe.session, f.workload.admission.aimd_initial_given(),
+                  &probe.supervisor.aimd);
   engine::SamplerOptions so;
   so.temperature = f.temperature;
   so.Validate();
@@ -81,28 +97,9 @@ int RunDrive(const DriveFlags& f) {
 
 }  // namespace
 
-void RegisterDrive(CLI::App* app, int* exit_code) {
-  auto flags = std::make_shared<DriveFlags>();
-  CLI::App* sub = app->add_subcommand(
-      "drive",
-      "Run real-time sessions on the real engine and clock, in-process: same workload flags, "
-      "scheduler, admission and telemetry as sim");
-  flags->model.Register(sub, /*required=*/false);
-  flags->engine.Register(sub);
-  sub->add_option("--temperature", flags->temperature, "Sampling temperature (0: greedy)");
-  sub->add_option("--max-context", flags->max_context,
-                  "Context limit of full-KV sessions in tokens (0: the model's trained context); a "
-                  "session reaching it ends with an error");
-  flags->workload.Register(sub);
-  sub->add_option("--max-window", flags->max_window,
-                  "Cap on the default --window when it comes from the model's trained context, "
-                  "tokens")
-      ->capture_default_str()
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
-  sub->callback([flags, exit_code, sub] {
-    flags->aimd_initial_given = sub->count("--aimd-initial") > 0;
-    *exit_code = RunDrive(*flags);
-  });
-}
+const Command kDriveCommand = MakeCommand<DriveFlags, RunDrive>(
+    "drive",
+    "Run real-time sessions on the real engine and clock, in-process: same workload flags, "
+    "scheduler, admission and telemetry as sim");
 
 }  // namespace metronome::cli

@@ -17,7 +17,14 @@ struct ExportFlags {
   ModelFlags model;
   std::string out;
   std::string dtype = "f32";
+  void Register(CLI::App* sub);
 };
+
+void ExportFlags::Register(CLI::App* sub) {
+  model.Register(sub, true);
+  sub->add_option("--out", out, "Output .gguf path")->required();
+  sub->add_option("--dtype", dtype, "Matrix type: f32 | f16")->check(CLI::IsMember({"f32", "f16"}));
+}
 
 int RunExport(const ExportFlags& f) {
   const model::Model m = f.model.Load();
@@ -30,7 +37,14 @@ struct QuantizeFlags {
   ModelFlags model;
   std::string out;
   std::string type;
+  void Register(CLI::App* sub);
 };
+
+void QuantizeFlags::Register(CLI::App* sub) {
+  model.Register(sub, true);
+  sub->add_option("--out", out, "Output .gguf path")->required();
+  sub->add_option("--type", type, "Tensor types: " + model::ExportTypeNames())->required();
+}
 
 int RunQuantize(const QuantizeFlags& f) {
   const auto types = model::ParseExportTypes(f.type);
@@ -57,28 +71,13 @@ int RunQuantize(const QuantizeFlags& f) {
 
 }  // namespace
 
-void RegisterQuantize(CLI::App* app, int* exit_code) {
-  auto flags = std::make_shared<QuantizeFlags>();
-  CLI::App* sub = app->add_subcommand(
-      "quantize",
-      "Write any loadable model as GGUF with quantised matrices (norms stay F32; _m mixes give "
-      "attn_v, ffn_down and output Q6_K; rows that are not whole blocks fall back to a "
-      "32-element type or F16); prints the type chosen per tensor");
-  flags->model.Register(sub, true);
-  sub->add_option("--out", flags->out, "Output .gguf path")->required();
-  sub->add_option("--type", flags->type, "Tensor types: " + model::ExportTypeNames())->required();
-  sub->callback([flags, exit_code] { *exit_code = RunQuantize(*flags); });
-}
+const Command kExportGgufCommand = MakeCommand<ExportFlags, RunExport>(
+    "export-gguf", "Write a model as GGUF (llama architecture, with vocabulary) for llama.cpp");
 
-void RegisterExportGguf(CLI::App* app, int* exit_code) {
-  auto flags = std::make_shared<ExportFlags>();
-  CLI::App* sub = app->add_subcommand(
-      "export-gguf", "Write a model as GGUF (llama architecture, with vocabulary) for llama.cpp");
-  flags->model.Register(sub, true);
-  sub->add_option("--out", flags->out, "Output .gguf path")->required();
-  sub->add_option("--dtype", flags->dtype, "Matrix type: f32 | f16")
-      ->check(CLI::IsMember({"f32", "f16"}));
-  sub->callback([flags, exit_code] { *exit_code = RunExport(*flags); });
-}
+const Command kQuantizeCommand = MakeCommand<QuantizeFlags, RunQuantize>(
+    "quantize",
+    "Write any loadable model as GGUF with quantised matrices (norms stay F32; _m mixes give "
+    "attn_v, ffn_down and output Q6_K; rows that are not whole blocks fall back to a "
+    "32-element type or F16); prints the type chosen per tensor");
 
 }  // namespace metronome::cli

@@ -25,7 +25,27 @@ struct GenerateFlags {
   int chunk = 256;
   bool print_ids = false;
   bool stop_at_eos = false;
+  void Register(CLI::App* sub);
 };
+
+void GenerateFlags::Register(CLI::App* sub) {
+  model.Register(sub, true);
+  kv.Register(sub);
+  engine.Register(sub);
+  auto* p =
+      sub->add_option("--prompt", prompt,
+                      "Prompt text (BOS prepended by the model's convention, as `tokenize` shows)");
+  auto* pi = sub->add_option("--prompt-ids", prompt_ids, "Prompt as token ids, e.g. \"1 2 3\"");
+  p->excludes(pi);
+  sub->add_option("--steps", steps, "Tokens to generate")->check(CLI::Range(0, 1 << 24));
+  sub->add_option("--temperature", temperature, "0: greedy")->check(CLI::Range(0.0f, 100.0f));
+  sub->add_option("--top-p", top_p, "Nucleus sampling threshold")->check(CLI::Range(0.0f, 1.0f));
+  sub->add_option("--seed", seed, "Sampling seed");
+  sub->add_option("--chunk", chunk, "Prefill chunk size in tokens")->check(CLI::Range(1, 1 << 20));
+  sub->add_flag("--print-ids", print_ids,
+                "Print only the generated ids, space-separated, on one line");
+  sub->add_flag("--stop-at-eos", stop_at_eos, "Stop when the tokenizer's EOS is generated");
+}
 
 int RunGenerate(const GenerateFlags& f) {
   const model::Model m = f.model.Load();
@@ -107,30 +127,7 @@ int RunGenerate(const GenerateFlags& f) {
 
 }  // namespace
 
-void RegisterGenerate(CLI::App* app, int* exit_code) {
-  auto flags = std::make_shared<GenerateFlags>();
-  CLI::App* sub = app->add_subcommand("generate", "Generate tokens from a prompt (one session)");
-  flags->model.Register(sub, true);
-  flags->kv.Register(sub);
-  flags->engine.Register(sub);
-  auto* p =
-      sub->add_option("--prompt", flags->prompt,
-                      "Prompt text (BOS prepended by the model's convention, as `tokenize` shows)");
-  auto* pi =
-      sub->add_option("--prompt-ids", flags->prompt_ids, "Prompt as token ids, e.g. \"1 2 3\"");
-  p->excludes(pi);
-  sub->add_option("--steps", flags->steps, "Tokens to generate")->check(CLI::Range(0, 1 << 24));
-  sub->add_option("--temperature", flags->temperature, "0: greedy")
-      ->check(CLI::Range(0.0f, 100.0f));
-  sub->add_option("--top-p", flags->top_p, "Nucleus sampling threshold")
-      ->check(CLI::Range(0.0f, 1.0f));
-  sub->add_option("--seed", flags->seed, "Sampling seed");
-  sub->add_option("--chunk", flags->chunk, "Prefill chunk size in tokens")
-      ->check(CLI::Range(1, 1 << 20));
-  sub->add_flag("--print-ids", flags->print_ids,
-                "Print only the generated ids, space-separated, on one line");
-  sub->add_flag("--stop-at-eos", flags->stop_at_eos, "Stop when the tokenizer's EOS is generated");
-  sub->callback([flags, exit_code] { *exit_code = RunGenerate(*flags); });
-}
+const Command kGenerateCommand = MakeCommand<GenerateFlags, RunGenerate>(
+    "generate", "Generate tokens from a prompt (one session)");
 
 }  // namespace metronome::cli

@@ -17,7 +17,13 @@ namespace {
 struct InfoFlags {
   ModelFlags model;
   bool json = false;
+  void Register(CLI::App* sub);
 };
+
+void InfoFlags::Register(CLI::App* sub) {
+  model.Register(sub, true);
+  sub->add_flag("--json", json, "Print one JSON object instead of the table");
+}
 
 const char* RopeStyleName(model::RopeStyle s) {
   return s == model::RopeStyle::kNeox ? "neox" : "interleaved";
@@ -129,15 +135,9 @@ int RunInfo(const InfoFlags& f) {
 
 }  // namespace
 
-void RegisterInfo(CLI::App* app, int* exit_code) {
-  auto flags = std::make_shared<InfoFlags>();
-  CLI::App* sub = app->add_subcommand(
-      "info",
-      "Describe a model: architecture, hyper-parameters, tensors (type, shape, bytes), "
-      "vocabulary and special tokens");
-  flags->model.Register(sub, true);
-  sub->add_flag("--json", flags->json, "Print one JSON object instead of the table");
-  sub->callback([flags, exit_code] { *exit_code = RunInfo(*flags); });
-}
+const Command kInfoCommand = MakeCommand<InfoFlags, RunInfo>(
+    "info",
+    "Describe a model: architecture, hyper-parameters, tensors (type, shape, bytes), "
+    "vocabulary and special tokens");
 
 }  // namespace metronome::cli

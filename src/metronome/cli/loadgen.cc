@@ -23,7 +23,35 @@ struct LoadgenFlags {
   int vocab = 0;
   bool no_reconnect = false;
   WorkloadFlags workload;
+  LoadgenFlags() { workload.report_every_s = 2.0; }  // progress lines on by default
+  void Register(CLI::App* sub);
 };
+
+void LoadgenFlags::Register(CLI::App* sub) {
+  sub->add_option("--url", url, "Server, ws://HOST:PORT (path default /v1/realtime)")->required();
+  sub->add_option("--auth-token", auth_token, "Bearer token the server asks for");
+  sub->add_option("--payload", payload,
+                  "Frame inputs: random (seeded ids) | ids:FILE (token ids, whitespace or comma "
+                  "separated) | text:FILE (a = words per frame, tokenised by the server)");
+  sub->add_option("--encoding", encoding, "Id frames as binary | json messages")
+      ->check(CLI::IsMember({"binary", "json"}));
+  sub->add_option("--vocab", vocab,
+                  "Random ids are drawn from [0, VOCAB) (default: the server's vocabulary)")
+      ->check(CLI::Range(0, 1 << 30));
+  sub->add_flag("--no-reconnect", no_reconnect,
+                "A client whose session's connection drops, or whose upgrade is refused with an "
+                "HTTP status (a balancer with no room), leaves instead of asking again on a new "
+                "connection after the retry backoff");
+  workload.RegisterSessionShape(sub);
+  workload.RegisterPopulation(sub);
+  workload.RegisterOutputs(sub, /*with_metrics_out=*/false);
+  sub->get_option("--events-out")
+      ->description(
+          "Write a trace: JSON lines (frames, admissions, rejections, alarms, errors, "
+          "session ends), or CSV of the frames when the name ends in .csv");
+  sub->get_option("--report-every")
+      ->description("Print a progress line every this many seconds (default 2; 0: off)");
+}
 
 loadgen::LoadGenOptions OptionsOf(const LoadgenFlags& f) {
   return ReportingFlags([&] {
@@ -165,7 +193,7 @@ int RunLoadgen(const LoadgenFlags& f) {
   try {
     summary = gen.Run();
   } catch (const std::runtime_error& e) {  // the server is not there, or refused the token
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", WithFlagNames(e.what()).c_str());
     return 1;
   }
   PrintSummary(summary);
@@ -180,38 +208,9 @@ int RunLoadgen(const LoadgenFlags& f) {
 
 }  // namespace
 
-void RegisterLoadgen(CLI::App* app, int* exit_code) {
-  auto flags = std::make_shared<LoadgenFlags>();
-  CLI::App* sub = app->add_subcommand(
-      "loadgen",
-      "Drive a running `metronome serve` with paced real-time sessions over WebSocket (the "
-      "workload flags of sim and drive), measuring every frame on the client side");
-  sub->add_option("--url", flags->url, "Server, ws://HOST:PORT (path default /v1/realtime)")
-      ->required();
-  sub->add_option("--auth-token", flags->auth_token, "Bearer token the server asks for");
-  sub->add_option("--payload", flags->payload,
-                  "Frame inputs: random (seeded ids) | ids:FILE (token ids, whitespace or comma "
-                  "separated) | text:FILE (a = words per frame, tokenised by the server)");
-  sub->add_option("--encoding", flags->encoding, "Id frames as binary | json messages")
-      ->check(CLI::IsMember({"binary", "json"}));
-  sub->add_option("--vocab", flags->vocab,
-                  "Random ids are drawn from [0, VOCAB) (default: the server's vocabulary)")
-      ->check(CLI::Range(0, 1 << 30));
-  sub->add_flag("--no-reconnect", flags->no_reconnect,
-                "A client whose session's connection drops, or whose upgrade is refused with an "
-                "HTTP status (a balancer with no room), leaves instead of asking again on a new "
-                "connection after the retry backoff");
-  flags->workload.report_every_s = 2.0;
-  flags->workload.RegisterSessionShape(sub);
-  flags->workload.RegisterPopulation(sub);
-  flags->workload.RegisterOutputs(sub, /*with_metrics_out=*/false);
-  sub->get_option("--events-out")
-      ->description(
-          "Write a trace: JSON lines (frames, admissions, rejections, alarms, errors, "
-          "session ends), or CSV of the frames when the name ends in .csv");
-  sub->get_option("--report-every")
-      ->description("Print a progress line every this many seconds (default 2; 0: off)");
-  sub->callback([flags, exit_code] { *exit_code = RunLoadgen(*flags); });
-}
+const Command kLoadgenCommand = MakeCommand<LoadgenFlags, RunLoadgen>(
+    "loadgen",
+    "Drive a running `metronome serve` with paced real-time sessions over WebSocket (the "
+    "workload flags of sim and drive), measuring every frame on the client side");
 
 }  // namespace metronome::cli

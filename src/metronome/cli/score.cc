@@ -21,7 +21,21 @@ struct ScoreFlags {
   std::string text_file;
   std::string logits_out;
   int chunk = 256;
+  void Register(CLI::App* sub);
 };
+
+void ScoreFlags::Register(CLI::App* sub) {
+  model.Register(sub, true);
+  kv.Register(sub);
+  engine.Register(sub);
+  auto* a = sub->add_option("--ids", ids, "Token ids, e.g. \"1 2 3\"");
+  auto* b = sub->add_option("--ids-file", ids_file, "File of whitespace-separated ids");
+  auto* c = sub->add_option("--text-file", text_file, "Text file (tokenized, BOS prepended)");
+  a->excludes(b)->excludes(c);
+  b->excludes(c);
+  sub->add_option("--logits-out", logits_out, "Write one line per position: pos v0 v1 ... v(V-1)");
+  sub->add_option("--chunk", chunk, "Prefill chunk size in tokens")->check(CLI::Range(1, 1 << 20));
+}
 
 // log-sum-exp in double: the nll of one position must not depend on the logits' offset.
 double NegLogLikelihood(std::span<const float> logits, TokenId target) {
@@ -91,23 +105,7 @@ int RunScore(const ScoreFlags& f) {
 
 }  // namespace
 
-void RegisterScore(CLI::App* app, int* exit_code) {
-  auto flags = std::make_shared<ScoreFlags>();
-  CLI::App* sub = app->add_subcommand("score", "Teacher-forced scoring: perplexity of a sequence");
-  flags->model.Register(sub, true);
-  flags->kv.Register(sub);
-  flags->engine.Register(sub);
-  auto* a = sub->add_option("--ids", flags->ids, "Token ids, e.g. \"1 2 3\"");
-  auto* b = sub->add_option("--ids-file", flags->ids_file, "File of whitespace-separated ids");
-  auto* c =
-      sub->add_option("--text-file", flags->text_file, "Text file (tokenized, BOS prepended)");
-  a->excludes(b)->excludes(c);
-  b->excludes(c);
-  sub->add_option("--logits-out", flags->logits_out,
-                  "Write one line per position: pos v0 v1 ... v(V-1)");
-  sub->add_option("--chunk", flags->chunk, "Prefill chunk size in tokens")
-      ->check(CLI::Range(1, 1 << 20));
-  sub->callback([flags, exit_code] { *exit_code = RunScore(*flags); });
-}
+const Command kScoreCommand =
+    MakeCommand<ScoreFlags, RunScore>("score", "Teacher-forced scoring: perplexity of a sequence");
 
 }  // namespace metronome::cli

@@ -43,10 +43,7 @@ struct ServeFlags {
   // (PoolFromMachine). Half leaves room for the process, other tenants and the page cache.
   double kv_pool_fraction = 0.5;
   // Session defaults and caps: unset KV fields take realtime::ServingSessionDefaults.
-  std::optional<std::string> kv;  // full | window
-  std::optional<std::int64_t> window;
-  std::optional<std::int64_t> sinks;
-  std::optional<std::string> positions;
+  SessionKvFlags kv;
   std::int64_t max_window = realtime::kDefaultMaxWindowTokens;
   bool no_full_kv = false;
   std::int64_t max_context = 0;
@@ -58,8 +55,90 @@ struct ServeFlags {
   // Admission, alarms, forecast: the same flags as sim and drive; drive's defaults (aimd + guard).
   AdmissionFlags admission = ServingAdmissionFlags();
   bool quiet = false;
-  bool aimd_initial_given = false;  // --aimd-initial on the command line: no start-up calibration
+  void Register(CLI::App* sub);
 };
+
+void ServeFlags::Register(CLI::App* sub) {
+  model.Register(sub, /*required=*/false);
+  engine.Register(sub);
+  server::ServerOptions& so = server;
+  sub->add_option("--host", so.host, "Address to listen on");
+  sub->add_option("--port", so.port, "TCP port (0: an ephemeral port, printed)")
+      ->check(CLI::Range(0, 65535));
+  sub->add_option("--port-file", port_file,
+                  "Once listening, write the bound port (with --port 0: the one chosen) to this "
+                  "file, atomically (for scripts)");
+  sub->add_option("--io-threads", so.io_threads, "Network threads")->check(CLI::Range(1, 256));
+  sub->add_option("--agent-port", agent_port,
+                  "Answer HAProxy's agent-check on this TCP port of --host: one line per "
+                  "connection, drain / ready, the admission limit as maxconn and the headroom as "
+                  "weight (docs/deploy.md; 0: no agent)")
+      ->check(CLI::Range(0, 65535));
+  sub->add_option("--replica-id", replica_id,
+                  "This replica's name in session.started (default: <hostname>:<port>)");
+  sub->add_option("--drain-timeout-s", drain_timeout_s,
+                  "On SIGTERM, stop admitting and let running sessions finish for at most this "
+                  "long before shutting down (0: shut down at once; SIGINT always does)")
+      ->check(CLI::Range(0.0, 86400.0));
+  sub->add_option("--auth-token", so.auth_token,
+                  "Require 'Authorization: Bearer TOKEN' on the upgrade and on /v1/*");
+  sub->add_option("--max-sessions-per-connection", so.max_sessions_per_connection,
+                  "Sessions one connection may hold (too_many_sessions beyond)")
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--max-connections", so.max_connections,
+                  "Open connections at most; at the cap an idle one (no session yet, or an HTTP "
+                  "request still unfinished) is closed for the newcomer, oldest first")
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--max-connections-per-ip", so.max_connections_per_address,
+                  "Open connections from one client address at most (0: no per-address cap; one "
+                  "loadgen or one reverse proxy is one address)")
+      ->check(CLI::Range(0, 1 << 20));
+  sub->add_option("--handshake-timeout-ms", so.handshake_timeout_ms,
+                  "Time a connection has to send a complete HTTP request (or the next one on a "
+                  "kept-alive connection) and to finish the WebSocket handshake, ms")
+      ->check(CLI::Range(std::int64_t{100}, std::int64_t{600000}));
+  sub->add_option("--allowed-origins", allowed_origins,
+                  "Comma list of Origin values (scheme://host[:port]) a browser may upgrade from, "
+                  "or '*' for any (default: with no --auth-token, only pages served from this "
+                  "host or a loopback name; with one, any). Requests without Origin are allowed");
+  sub->add_option("--kv-pool-fraction", kv_pool_fraction,
+                  "Without --kv-blocks/--kv-pool-mb: the KV pool is this fraction of the memory "
+                  "available after the weights (MemAvailable or the cgroup's limit, whichever is "
+                  "smaller), at most what the admission limit's sessions need")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 0.95));
+  // A default no client could ask for explicitly is a typo (and would overflow the pool sizing).
+  const wire::ServerCaps caps;
+  sub->add_option("--kv", kv.kv,
+                  "Default kv.policy of a session that names none: window | full (the unbounded "
+                  "baseline; default: window)")
+      ->check(CLI::IsMember({"full", "window"}));
+  sub->add_option("--window", kv.window,
+                  "Default kv.window of a session, tokens (default: the model's trained context "
+                  "capped by --max-window)")
+      ->check(CLI::Range(std::int64_t{1}, caps.max_window));
+  sub->add_option("--max-window", max_window,
+                  "Cap on the default window when it comes from the model's trained context, "
+                  "tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{1}, caps.max_window));
+  sub->add_option("--sinks", kv.sinks, "Default kv.sinks of a session, tokens (default: 4)")
+      ->check(CLI::Range(std::int64_t{0}, caps.max_sinks));
+  sub->add_option("--positions", kv.positions,
+                  "Default kv.positions: absolute | rolling (default: rolling)")
+      ->check(CLI::IsMember({"absolute", "rolling"}));
+  sub->add_flag("--no-full-kv", no_full_kv, "Refuse kv.policy full (over_cap)");
+  sub->add_option("--max-context", max_context,
+                  "Context limit of full-KV sessions in tokens (0: the model's trained context)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
+  sub->add_option("--temperature", temperature, "Sampling temperature (0: greedy)");
+  admission.Register(sub);
+  sub->get_option("--aimd-window-s")
+      ->description(
+          "AIMD control window, s (default 2; give about 25 frame periods when the "
+          "sessions' periods are longer than 80 ms)");
+  sub->add_flag("--quiet", quiet, "No alarm or limit-change lines on stderr");
+}
 
 // Writes "PORT\n" to `path` atomically: a temp file beside it, then rename, so a script polling
 // for the file never reads a partial number. Returns an error message, empty on success.
@@ -113,18 +192,13 @@ void Drain(server::EngineService* service, boost::asio::io_context* signals_io,
   std::fflush(stdout);
 }
 
-// The session a client that names nothing gets, resolved: the server's defaults (the model's
-// window capped by --max-window, rolling positions), an explicit --window/--sinks/--positions
-// winning.
+// The session a client that names nothing gets: the server's defaults (the model's window capped
+// by --max-window, rolling positions), an explicit --kv/--window/--sinks/--positions winning.
 realtime::SessionDefaults ServerDefaults(const ServeFlags& f, const model::ModelConfig& config) {
-  realtime::SessionDefaults d =
-      realtime::ServingSessionDefaults(config.context_length, f.max_window);
-  if (f.kv) d.kv_mode = kv::ParseKvMode(*f.kv).value_or(d.kv_mode);
-  if (f.window) d.window = *f.window;
-  if (f.sinks) d.sinks = *f.sinks;
-  // CLI11 admits only the parser's spellings.
-  if (f.positions) d.positions = kv::ParsePositionMode(*f.positions).value_or(d.positions);
-  return d;
+  realtime::SessionShape overrides;
+  f.kv.ApplyTo(&overrides);
+  return realtime::WithOverrides(
+      realtime::ServingSessionDefaults(config.context_length, f.max_window), overrides);
 }
 
 int RunServe(const ServeFlags& f) {
@@ -192,11 +266,14 @@ int RunServe(const ServeFlags& f) {
                       : " (" + FormatValue(f.kv_pool_fraction) +
                             " of the memory available after the weights)";
   }
-  std::printf("pool %.2f GiB = %lld blocks = %lld sessions %s%s\n",
-              static_cast<double>(pool.num_blocks * pool.bytes_per_block) / (1 << 30),
+  // One line: the pool's size, what it holds, and the engine it belongs to.
+  std::printf("pool %s = %lld blocks = %lld sessions %s%s; %lld-token blocks, --model %s, %s\n",
+              HumanBytes(static_cast<double>(pool.num_blocks * pool.bytes_per_block)).c_str(),
               static_cast<long long>(pool.num_blocks), static_cast<long long>(pool_sessions),
-              per_what.c_str(), why.c_str());
-  if (sup.admission == "aimd") SeedAimdLimit(&eng, reference, f.aimd_initial_given, &sup.aimd);
+              per_what.c_str(), why.c_str(), static_cast<long long>(pool.block_tokens),
+              f.model.model.c_str(), f.engine.ThreadsLine().c_str());
+  if (sup.admission == "aimd")
+    SeedAimdLimit(&eng, reference, f.admission.aimd_initial_given(), &sup.aimd);
 
   sup.log_to_stderr = !f.quiet;
   sup.reference_session_blocks = per_session;  // memory admission's limit: default sessions
@@ -212,11 +289,6 @@ int RunServe(const ServeFlags& f) {
   server::HttpServer http(&service, &registry, so2, m.tokenizer.get());
   http.Start();
 
-  std::printf("metronome serve --model %s: KV pool %lld blocks x %lld tokens (%s), %s\n",
-              f.model.model.c_str(), static_cast<long long>(pool.num_blocks),
-              static_cast<long long>(pool.block_tokens),
-              HumanBytes(static_cast<double>(pool.num_blocks * pool.bytes_per_block)).c_str(),
-              f.engine.ThreadsLine().c_str());
   std::printf("listening on http://%s:%d\n", so2.host.c_str(), http.port());
   std::printf("dashboard: http://%s:%d/%s\n", so2.host.c_str(), http.port(),
               so2.auth_token.empty() ? "" : "#token=<the --auth-token>");
@@ -254,95 +326,9 @@ int RunServe(const ServeFlags& f) {
 
 }  // namespace
 
-void RegisterServe(CLI::App* app, int* exit_code) {
-  auto flags = std::make_shared<ServeFlags>();
-  CLI::App* sub = app->add_subcommand(
-      "serve",
-      "Serve real-time sessions over WebSocket (docs/protocol.md) on the real engine, with "
-      "/metrics, /healthz, /v1/stats and a live dashboard at /");
-  flags->model.Register(sub, /*required=*/false);
-  flags->engine.Register(sub);
-  server::ServerOptions& so = flags->server;
-  sub->add_option("--host", so.host, "Address to listen on");
-  sub->add_option("--port", so.port, "TCP port (0: an ephemeral port, printed)")
-      ->check(CLI::Range(0, 65535));
-  sub->add_option("--port-file", flags->port_file,
-                  "Once listening, write the bound port (with --port 0: the one chosen) to this "
-                  "file, atomically (for scripts)");
-  sub->add_option("--io-threads", so.io_threads, "Network threads")->check(CLI::Range(1, 256));
-  sub->add_option("--agent-port", flags->agent_port,
-                  "Answer HAProxy's agent-check on this TCP port of --host: one line per "
-                  "connection, drain / ready, the admission limit as maxconn and the headroom as "
-                  "weight (docs/deploy.md; 0: no agent)")
-      ->check(CLI::Range(0, 65535));
-  sub->add_option("--replica-id", flags->replica_id,
-                  "This replica's name in session.started (default: <hostname>:<port>)");
-  sub->add_option("--drain-timeout-s", flags->drain_timeout_s,
-                  "On SIGTERM, stop admitting and let running sessions finish for at most this "
-                  "long before shutting down (0: shut down at once; SIGINT always does)")
-      ->check(CLI::Range(0.0, 86400.0));
-  sub->add_option("--auth-token", so.auth_token,
-                  "Require 'Authorization: Bearer TOKEN' on the upgrade and on /v1/*");
-  sub->add_option("--max-sessions-per-connection", so.max_sessions_per_connection,
-                  "Sessions one connection may hold (too_many_sessions beyond)")
-      ->check(CLI::Range(1, 1 << 20));
-  sub->add_option("--max-connections", so.max_connections,
-                  "Open connections at most; at the cap an idle one (no session yet, or an HTTP "
-                  "request still unfinished) is closed for the newcomer, oldest first")
-      ->check(CLI::Range(1, 1 << 20));
-  sub->add_option("--max-connections-per-ip", so.max_connections_per_address,
-                  "Open connections from one client address at most (0: no per-address cap; one "
-                  "loadgen or one reverse proxy is one address)")
-      ->check(CLI::Range(0, 1 << 20));
-  sub->add_option("--handshake-timeout-ms", so.handshake_timeout_ms,
-                  "Time a connection has to send a complete HTTP request (or the next one on a "
-                  "kept-alive connection) and to finish the WebSocket handshake, ms")
-      ->check(CLI::Range(std::int64_t{100}, std::int64_t{600000}));
-  sub->add_option("--allowed-origins", flags->allowed_origins,
-                  "Comma list of Origin values (scheme://host[:port]) a browser may upgrade from, "
-                  "or '*' for any (default: with no --auth-token, only pages served from this "
-                  "host or a loopback name; with one, any). Requests without Origin are allowed");
-  sub->add_option("--kv-pool-fraction", flags->kv_pool_fraction,
-                  "Without --kv-blocks/--kv-pool-mb: the KV pool is this fraction of the memory "
-                  "available after the weights (MemAvailable or the cgroup's limit, whichever is "
-                  "smaller), at most what the admission limit's sessions need")
-      ->capture_default_str()
-      ->check(CLI::Range(0.001, 0.95));
-  // A default no client could ask for explicitly is a typo (and would overflow the pool sizing).
-  const wire::ServerCaps caps;
-  sub->add_option("--kv", flags->kv,
-                  "Default kv.policy of a session that names none: window | full (the unbounded "
-                  "baseline; default: window)")
-      ->check(CLI::IsMember({"full", "window"}));
-  sub->add_option("--window", flags->window,
-                  "Default kv.window of a session, tokens (default: the model's trained context "
-                  "capped by --max-window)")
-      ->check(CLI::Range(std::int64_t{1}, caps.max_window));
-  sub->add_option("--max-window", flags->max_window,
-                  "Cap on the default window when it comes from the model's trained context, "
-                  "tokens")
-      ->capture_default_str()
-      ->check(CLI::Range(std::int64_t{1}, caps.max_window));
-  sub->add_option("--sinks", flags->sinks, "Default kv.sinks of a session, tokens (default: 4)")
-      ->check(CLI::Range(std::int64_t{0}, caps.max_sinks));
-  sub->add_option("--positions", flags->positions,
-                  "Default kv.positions: absolute | rolling (default: rolling)")
-      ->check(CLI::IsMember({"absolute", "rolling"}));
-  sub->add_flag("--no-full-kv", flags->no_full_kv, "Refuse kv.policy full (over_cap)");
-  sub->add_option("--max-context", flags->max_context,
-                  "Context limit of full-KV sessions in tokens (0: the model's trained context)")
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
-  sub->add_option("--temperature", flags->temperature, "Sampling temperature (0: greedy)");
-  flags->admission.Register(sub);
-  sub->get_option("--aimd-window-s")
-      ->description(
-          "AIMD control window, s (default 2; give about 25 frame periods when the "
-          "sessions' periods are longer than 80 ms)");
-  sub->add_flag("--quiet", flags->quiet, "No alarm or limit-change lines on stderr");
-  sub->callback([flags, exit_code, sub] {
-    flags->aimd_initial_given = sub->count("--aimd-initial") > 0;
-    *exit_code = RunServe(*flags);
-  });
-}
+const Command kServeCommand = MakeCommand<ServeFlags, RunServe>(
+    "serve",
+    "Serve real-time sessions over WebSocket (docs/protocol.md) on the real engine, with "
+    "/metrics, /healthz, /v1/stats and a live dashboard at /");
 
 }  // namespace metronome::cli

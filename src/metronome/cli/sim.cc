@@ -26,7 +26,29 @@ struct SimFlags {
   std::optional<double> c1_us_per_token;
   std::optional<double> c2_ns_per_kv_token;
   std::string cost_model_file;
+  void Register(CLI::App* sub);
 };
+
+void SimFlags::Register(CLI::App* sub) {
+  sub->add_option("--preset", preset,
+                  "Model + GPU preset: moshi-7b | qwen25-omni-7b | minicpm-o-4.5 | "
+                  "qwen3-omni-30b-a3b (see --list-presets)");
+  sub->add_flag("--list-presets", list_presets,
+                "Print the presets, their numbers and which are assumptions, and exit");
+  sub->add_flag("--json", json,
+                "With --list-presets: print them as one JSON object (for tools; the same numbers)");
+  sub->add_option("--kv-pool-gb", kv_pool_gb, "KV pool size in GB (default: the preset's)");
+  sub->add_option("--block-tokens", block_tokens, "Tokens per KV block")
+      ->check(CLI::Range(1, 1024));
+  sub->add_option("--cost-model", cost_model_file,
+                  "JSON cost model (e.g. written by `metronome calibrate --out`)");
+  sub->add_option("--c0-ms", c0_ms, "Cost model: fixed time per step, ms");
+  sub->add_option("--c1-us-per-token", c1_us_per_token,
+                  "Cost model: time per token in the batch, us");
+  sub->add_option("--c2-ns-per-kv-token", c2_ns_per_kv_token,
+                  "Cost model: time per visible (query, key) pair, ns");
+  workload.Register(sub);
+}
 
 void ListPresets() {
   for (const realtime::SimPreset& p : realtime::BuiltinPresets()) {
@@ -140,31 +162,9 @@ int RunSim(const SimFlags& f) {
 
 }  // namespace
 
-void RegisterSim(CLI::App* app, int* exit_code) {
-  auto flags = std::make_shared<SimFlags>();
-  CLI::App* sub = app->add_subcommand(
-      "sim",
-      "Simulate real-time sessions on a virtual clock: the real scheduler, KV pool, admission "
-      "and telemetry, with a cost model of one GPU for the step time");
-  sub->add_option("--preset", flags->preset,
-                  "Model + GPU preset: moshi-7b | qwen25-omni-7b | minicpm-o-4.5 | "
-                  "qwen3-omni-30b-a3b (see --list-presets)");
-  sub->add_flag("--list-presets", flags->list_presets,
-                "Print the presets, their numbers and which are assumptions, and exit");
-  sub->add_flag("--json", flags->json,
-                "With --list-presets: print them as one JSON object (for tools; the same numbers)");
-  sub->add_option("--kv-pool-gb", flags->kv_pool_gb, "KV pool size in GB (default: the preset's)");
-  sub->add_option("--block-tokens", flags->block_tokens, "Tokens per KV block")
-      ->check(CLI::Range(1, 1024));
-  sub->add_option("--cost-model", flags->cost_model_file,
-                  "JSON cost model (e.g. written by `metronome calibrate --out`)");
-  sub->add_option("--c0-ms", flags->c0_ms, "Cost model: fixed time per step, ms");
-  sub->add_option("--c1-us-per-token", flags->c1_us_per_token,
-                  "Cost model: time per token in the batch, us");
-  sub->add_option("--c2-ns-per-kv-token", flags->c2_ns_per_kv_token,
-                  "Cost model: time per visible (query, key) pair, ns");
-  flags->workload.Register(sub);
-  sub->callback([flags, exit_code] { *exit_code = RunSim(*flags); });
-}
+const Command kSimCommand = MakeCommand<SimFlags, RunSim>(
+    "sim",
+    "Simulate real-time sessions on a virtual clock: the real scheduler, KV pool, admission "
+    "and telemetry, with a cost model of one GPU for the step time");
 
 }  // namespace metronome::cli

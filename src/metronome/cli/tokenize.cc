@@ -17,7 +17,16 @@ struct TokenizeFlags {
   std::string text;
   bool no_bos = false;
   bool show_pieces = false;
+  void Register(CLI::App* sub);
 };
+
+void TokenizeFlags::Register(CLI::App* sub) {
+  model.Register(sub, true);
+  sub->add_option("--text", text, "Text to tokenize")->required();
+  sub->add_flag("--no-bos", no_bos, "Never prepend BOS");
+  sub->add_flag("--show-pieces", show_pieces,
+                "Print one token a line: id, a tab, its spelling in the vocabulary");
+}
 
 int RunTokenize(const TokenizeFlags& f) {
   const std::unique_ptr<model::Tokenizer> tokenizer =
@@ -45,17 +54,7 @@ int RunTokenize(const TokenizeFlags& f) {
 
 }  // namespace
 
-void RegisterTokenize(CLI::App* app, int* exit_code) {
-  auto flags = std::make_shared<TokenizeFlags>();
-  CLI::App* sub = app->add_subcommand(
-      "tokenize",
-      "Print the token ids of a text (BOS prepended when the model's convention is to)");
-  flags->model.Register(sub, true);
-  sub->add_option("--text", flags->text, "Text to tokenize")->required();
-  sub->add_flag("--no-bos", flags->no_bos, "Never prepend BOS");
-  sub->add_flag("--show-pieces", flags->show_pieces,
-                "Print one token a line: id, a tab, its spelling in the vocabulary");
-  sub->callback([flags, exit_code] { *exit_code = RunTokenize(*flags); });
-}
+const Command kTokenizeCommand = MakeCommand<TokenizeFlags, RunTokenize>(
+    "tokenize", "Print the token ids of a text (BOS prepended when the model's convention is to)");
 
 }  // namespace metronome::cli

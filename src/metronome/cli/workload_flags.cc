@@ -119,17 +119,17 @@ void WorkloadFlags::RegisterSessionShape(CLI::App* app) {
   app->add_option("--prompt-tokens", prompt_tokens,
                   "Initial prompt length in tokens, fed with each session's first frame")
       ->check(CLI::Range(0, 1 << 20));
-  app->add_option("--kv", kv,
+  app->add_option("--kv", kv.kv,
                   "Per-session KV policy: full | window (default: the preset's for sim, window "
                   "for drive, the server's for loadgen)")
       ->check(CLI::IsMember({"full", "window"}));
-  app->add_option("--window", window,
+  app->add_option("--window", kv.window,
                   "W: most recent tokens kept, window mode (default: the preset's for sim; for "
                   "drive the model's trained context capped by --max-window; the server's for "
                   "loadgen)");
-  app->add_option("--sinks", sinks,
+  app->add_option("--sinks", kv.sinks,
                   "S: first tokens pinned as attention sinks, window mode (default: 4)");
-  app->add_option("--positions", positions,
+  app->add_option("--positions", kv.positions,
                   "RoPE positions: absolute | rolling (default: absolute for sim, rolling for "
                   "drive, the server's for loadgen)")
       ->check(CLI::IsMember({"absolute", "rolling"}));
@@ -190,7 +190,8 @@ void AdmissionFlags::Register(CLI::App* app) {
   app->add_option("--aimd-cooldown", aimd_cooldown,
                   "After a cut: drain (hold until a full window ran at or under the limit) | "
                   "fixed:SECONDS");
-  app->add_option("--aimd-initial", aimd.initial_limit, "AIMD starting limit (warm start)");
+  aimd_initial_option =
+      app->add_option("--aimd-initial", aimd.initial_limit, "AIMD starting limit (warm start)");
   app->add_option("--aimd-min", window.min_limit, "AIMD/gradient2 lowest limit");
   app->add_option("--aimd-max", window.max_limit, "AIMD/gradient2 highest limit");
   app->add_option("--aimd-min-samples", window.min_samples,
@@ -284,6 +285,7 @@ std::string WithFlagNames(const std::string& message) {
       {"max_sessions", "--max-sessions"},
       {"mute_after_starved", "--mute-after"},
       {"url", "--url"},
+      {"auth_token", "--auth-token"},
       {"payload", "--payload"},
       {"vocab", "--vocab"},
       {"preset", "--preset"},
@@ -311,17 +313,21 @@ std::string WithFlagNames(const std::string& message) {
   return out;
 }
 
+void SessionKvFlags::ApplyTo(realtime::SessionShape* shape) const {
+  // CLI11 admits only the parsers' spellings.
+  if (kv) shape->kv_mode = kv::ParseKvMode(*kv);
+  if (window) shape->window = *window;
+  if (sinks) shape->sinks = *sinks;
+  if (positions) shape->positions = kv::ParsePositionMode(*positions);
+}
+
 realtime::SessionShape WorkloadFlags::Shape() const {
   realtime::SessionShape shape;
   shape.period_ms = period_ms;
   shape.deadline_ms = deadline_ms;
   shape.tokens_per_frame = tokens_per_frame;
   shape.output_tokens_per_frame = output_tokens_per_frame;
-  // CLI11 admits only the parsers' spellings.
-  if (kv) shape.kv_mode = kv::ParseKvMode(*kv);
-  shape.window = window;
-  shape.sinks = sinks;
-  if (positions) shape.positions = kv::ParsePositionMode(*positions);
+  kv.ApplyTo(&shape);
   if (prompt_tokens > 0) shape.prompt = realtime::SyntheticPrompt{.tokens = prompt_tokens};
   return shape;
 }

@@ -61,7 +61,14 @@ struct AdmissionFlags {
   int mute_after = 3;
   double forecast_horizon_s = 300.0;
 
+  // --aimd-initial, once Register added it: given on the command line means a warm start (no
+  // start-up calibration, aimd_seed.h).
+  const CLI::Option* aimd_initial_option = nullptr;
+
   void Register(CLI::App* app);
+  [[nodiscard]] bool aimd_initial_given() const {
+    return aimd_initial_option != nullptr && aimd_initial_option->count() > 0;
+  }
   // The admission controller, its parameters, the mute alarm and the forecast horizon; the AIMD
   // and gradient2 control windows last at most DefaultAimdWindowS(period_ms) and at least 0.5 s or
   // 2 periods (a new session's frames show in the window).
@@ -75,6 +82,18 @@ struct AdmissionFlags {
 // presets are stated in.
 [[nodiscard]] AdmissionFlags ServingAdmissionFlags();
 
+// A session's KV as the command line spells it (--kv, --window, --sinks, --positions): sim, drive
+// and loadgen ask for it per session (WorkloadFlags), serve sets its defaults with it; each
+// command registers the flags with its own help text and bounds. Unset flags stay unset.
+struct SessionKvFlags {
+  std::optional<std::string> kv;  // full | window (CLI11 admits only these)
+  std::optional<std::int64_t> window;
+  std::optional<std::int64_t> sinks;
+  std::optional<std::string> positions;  // absolute | rolling (CLI11 admits only these)
+  // Sets the KV fields of `shape` that the flags give.
+  void ApplyTo(realtime::SessionShape* shape) const;
+};
+
 struct WorkloadFlags {
   // Session shape. Unset optionals take SessionDefaults.
   std::optional<double> period_ms;
@@ -82,10 +101,7 @@ struct WorkloadFlags {
   std::optional<int> tokens_per_frame;
   std::optional<int> output_tokens_per_frame;
   int prompt_tokens = 0;
-  std::optional<std::string> kv;  // unset: SessionDefaults' mode (loadgen: the server's)
-  std::optional<std::int64_t> window;
-  std::optional<std::int64_t> sinks;
-  std::optional<std::string> positions;
+  SessionKvFlags kv;  // unset: SessionDefaults' (loadgen: the server's)
   // Who asks for sessions and for how long.
   std::int64_t sessions = 0;
   std::string arrival;

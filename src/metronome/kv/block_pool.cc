@@ -42,7 +42,7 @@ BlockPool::BlockPool(const KvLayout& layout, const BlockPoolOptions& options)
   }
   if (options.num_blocks < 1) {
     throw ConfigError("kv pool: num_blocks = " + std::to_string(options.num_blocks) +
-                      " must be >= 1 (raise --kv-pool-mb or --kv-blocks)");
+                      " must be >= 1 (the pool's size holds no whole block)");
   }
   const std::size_t bytes = layout.bytes_per_block() * static_cast<std::size_t>(options.num_blocks);
   const std::size_t aligned = (bytes + 63) / 64 * 64;

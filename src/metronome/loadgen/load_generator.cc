@@ -777,8 +777,9 @@ void LoadGenerator::State::FetchVocab() {
   if (!ec) http::read(socket, buffer, res, ec);
   if (ec) throw std::runtime_error("GET /v1/stats from " + options.url + ": " + ec.message());
   if (res.result() == http::status::unauthorized) {
-    throw std::runtime_error("the server at " + options.url +
-                             " wants an access token (--auth-token) and did not take this one");
+    throw std::runtime_error(
+        "the server at " + options.url + " wants an access token and refused auth_token = " +
+        (options.auth_token.empty() ? std::string("'' (none given)") : "the one given"));
   }
   if (options.vocab > 0) {
     vocab = options.vocab;

@@ -38,6 +38,19 @@ SessionDefaults ServingSessionDefaults(TokenPos trained_context, TokenPos max_wi
   return d;
 }
 
+SessionDefaults WithOverrides(SessionDefaults defaults, const SessionShape& overrides) {
+  defaults.period_ms = overrides.period_ms.value_or(defaults.period_ms);
+  defaults.deadline_ms = overrides.deadline_ms.value_or(defaults.deadline_ms);
+  defaults.tokens_per_frame = overrides.tokens_per_frame.value_or(defaults.tokens_per_frame);
+  defaults.output_tokens_per_frame =
+      overrides.output_tokens_per_frame.value_or(defaults.output_tokens_per_frame);
+  defaults.kv_mode = overrides.kv_mode.value_or(defaults.kv_mode);
+  defaults.window = overrides.window.value_or(defaults.window);
+  defaults.sinks = overrides.sinks.value_or(defaults.sinks);
+  defaults.positions = overrides.positions.value_or(defaults.positions);
+  return defaults;
+}
+
 std::string_view ToString(SessionErrorCode code) {
   // In the order of the enum.
   constexpr std::array<std::string_view, 3> kNames = {"bad_value", "over_cap", "needs_tokenizer"};

@@ -80,6 +80,14 @@ inline constexpr TokenPos kDefaultSinkTokens = 4;
 // shape keeps SessionDefaults' values. max_window >= 1.
 [[nodiscard]] SessionDefaults ServingSessionDefaults(TokenPos trained_context, TokenPos max_window);
 
+// `defaults` with every field `overrides` sets put in its place ("an explicit field wins over the
+// default", for a server's or tool's own defaults: serve's --kv/--window/--sinks/--positions).
+// The prompt of `overrides` is ignored (defaults hold none); nothing is checked here: a field out
+// of its domain is reported when a shape is resolved against the result. So, for a shape without a
+// prompt, ResolveSession({}, WithOverrides(d, shape)) == ResolveSession(shape, d).
+[[nodiscard]] SessionDefaults WithOverrides(SessionDefaults defaults,
+                                            const SessionShape& overrides);
+
 enum class SessionErrorCode : std::uint8_t {
   kBadValue,        // out of the field's domain (a negative period, a window of 0 tokens, ...)
   kOverCap,         // beyond a limit of the defaults (max_prompt_tokens)
