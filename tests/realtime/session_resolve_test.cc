@@ -101,7 +101,6 @@ TEST(SessionResolveTest, ServingDefaultsTakeTheWindowFromTheModelCappedByTheServ
   EXPECT_EQ(ResolveSessionOrThrow(narrow, ServingSessionDefaults(4096, 4096)).policy.window, 100);
 }
 
-
 // Overriding a tool's defaults with a shape is resolving that shape against them: each field the
 // shape sets wins, the others keep the defaults' values (the same fields, so the same spec).
 TEST(SessionResolveTest, OverridingTheDefaultsWithAShapeIsResolvingTheShape) {
