@@ -274,7 +274,6 @@ int RunBench(const BenchFlags& f) {
 
 }  // namespace
 
-const Command kBenchDecodeCommand = MakeCommand<BenchFlags, RunBench>(
-    "bench-decode", "Decode throughput: N sessions at context C, K batched decode steps");
+const AddCommandFlags kAddBenchDecodeFlags = &AddFlagsAndRun<BenchFlags, RunBench>;
 
 }  // namespace metronome::cli

@@ -253,9 +253,6 @@ int RunCalibrate(const CalibrateFlags& f) {
 
 }  // namespace
 
-const Command kCalibrateCommand = MakeCommand<CalibrateFlags, RunCalibrate>(
-    "calibrate",
-    "Fit the simulator's step-time model t = c0 + c1 * batch_tokens + c2 * visible_kv_tokens "
-    "to timed steps of the real engine over a grid of batch sizes, contexts and chunk sizes");
+const AddCommandFlags kAddCalibrateFlags = &AddFlagsAndRun<CalibrateFlags, RunCalibrate>;
 
 }  // namespace metronome::cli

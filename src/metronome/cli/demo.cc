@@ -156,7 +156,6 @@ int RunDemo(const DemoFlags& f) {
 
 }  // namespace
 
-const Command kDemoCommand = MakeCommand<DemoFlags, RunDemo>(
-    "demo", "Multi-session generation with full and windowed KV from one pool (default job)");
+const AddCommandFlags kAddDemoFlags = &AddFlagsAndRun<DemoFlags, RunDemo>;
 
 }  // namespace metronome::cli

@@ -97,9 +97,6 @@ int RunDrive(const DriveFlags& f) {
 
 }  // namespace
 
-const Command kDriveCommand = MakeCommand<DriveFlags, RunDrive>(
-    "drive",
-    "Run real-time sessions on the real engine and clock, in-process: same workload flags, "
-    "scheduler, admission and telemetry as sim");
+const AddCommandFlags kAddDriveFlags = &AddFlagsAndRun<DriveFlags, RunDrive>;
 
 }  // namespace metronome::cli

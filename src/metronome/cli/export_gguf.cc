@@ -71,13 +71,8 @@ int RunQuantize(const QuantizeFlags& f) {
 
 }  // namespace
 
-const Command kExportGgufCommand = MakeCommand<ExportFlags, RunExport>(
-    "export-gguf", "Write a model as GGUF (llama architecture, with vocabulary) for llama.cpp");
+const AddCommandFlags kAddExportGgufFlags = &AddFlagsAndRun<ExportFlags, RunExport>;
 
-const Command kQuantizeCommand = MakeCommand<QuantizeFlags, RunQuantize>(
-    "quantize",
-    "Write any loadable model as GGUF with quantised matrices (norms stay F32; _m mixes give "
-    "attn_v, ffn_down and output Q6_K; rows that are not whole blocks fall back to a "
-    "32-element type or F16); prints the type chosen per tensor");
+const AddCommandFlags kAddQuantizeFlags = &AddFlagsAndRun<QuantizeFlags, RunQuantize>;
 
 }  // namespace metronome::cli

@@ -127,7 +127,6 @@ int RunGenerate(const GenerateFlags& f) {
 
 }  // namespace
 
-const Command kGenerateCommand = MakeCommand<GenerateFlags, RunGenerate>(
-    "generate", "Generate tokens from a prompt (one session)");
+const AddCommandFlags kAddGenerateFlags = &AddFlagsAndRun<GenerateFlags, RunGenerate>;
 
 }  // namespace metronome::cli

@@ -135,9 +135,6 @@ int RunInfo(const InfoFlags& f) {
 
 }  // namespace
 
-const Command kInfoCommand = MakeCommand<InfoFlags, RunInfo>(
-    "info",
-    "Describe a model: architecture, hyper-parameters, tensors (type, shape, bytes), "
-    "vocabulary and special tokens");
+const AddCommandFlags kAddInfoFlags = &AddFlagsAndRun<InfoFlags, RunInfo>;
 
 }  // namespace metronome::cli

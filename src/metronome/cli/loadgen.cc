@@ -208,9 +208,6 @@ int RunLoadgen(const LoadgenFlags& f) {
 
 }  // namespace
 
-const Command kLoadgenCommand = MakeCommand<LoadgenFlags, RunLoadgen>(
-    "loadgen",
-    "Drive a running `metronome serve` with paced real-time sessions over WebSocket (the "
-    "workload flags of sim and drive), measuring every frame on the client side");
+const AddCommandFlags kAddLoadgenFlags = &AddFlagsAndRun<LoadgenFlags, RunLoadgen>;
 
 }  // namespace metronome::cli

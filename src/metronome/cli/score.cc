@@ -105,7 +105,6 @@ int RunScore(const ScoreFlags& f) {
 
 }  // namespace
 
-const Command kScoreCommand =
-    MakeCommand<ScoreFlags, RunScore>("score", "Teacher-forced scoring: perplexity of a sequence");
+const AddCommandFlags kAddScoreFlags = &AddFlagsAndRun<ScoreFlags, RunScore>;
 
 }  // namespace metronome::cli

@@ -326,9 +326,6 @@ int RunServe(const ServeFlags& f) {
 
 }  // namespace
 
-const Command kServeCommand = MakeCommand<ServeFlags, RunServe>(
-    "serve",
-    "Serve real-time sessions over WebSocket (docs/protocol.md) on the real engine, with "
-    "/metrics, /healthz, /v1/stats and a live dashboard at /");
+const AddCommandFlags kAddServeFlags = &AddFlagsAndRun<ServeFlags, RunServe>;
 
 }  // namespace metronome::cli

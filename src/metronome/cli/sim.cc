@@ -162,9 +162,6 @@ int RunSim(const SimFlags& f) {
 
 }  // namespace
 
-const Command kSimCommand = MakeCommand<SimFlags, RunSim>(
-    "sim",
-    "Simulate real-time sessions on a virtual clock: the real scheduler, KV pool, admission "
-    "and telemetry, with a cost model of one GPU for the step time");
+const AddCommandFlags kAddSimFlags = &AddFlagsAndRun<SimFlags, RunSim>;
 
 }  // namespace metronome::cli

@@ -54,7 +54,6 @@ int RunTokenize(const TokenizeFlags& f) {
 
 }  // namespace
 
-const Command kTokenizeCommand = MakeCommand<TokenizeFlags, RunTokenize>(
-    "tokenize", "Print the token ids of a text (BOS prepended when the model's convention is to)");
+const AddCommandFlags kAddTokenizeFlags = &AddFlagsAndRun<TokenizeFlags, RunTokenize>;
 
 }  // namespace metronome::cli
