@@ -11,10 +11,19 @@
 namespace metronome::realtime {
 namespace {
 
+// 259 ids: <unk>, BOS = 1, EOS = 2, then the bytes.
+model::Vocabulary ByteVocabulary() {
+  model::Vocabulary v;
+  v.tokens.resize(259);
+  v.bos_id = 1;
+  v.eos_id = 2;
+  return v;
+}
+
 // Encodes one id per byte after BOS = 1: the prompt's length is the text's plus one.
 class ByteTokenizer : public model::Tokenizer {
  public:
-  ByteTokenizer() : Tokenizer(model::Vocabulary{}) {}
+  ByteTokenizer() : Tokenizer(ByteVocabulary(), /*adds_bos_by_default=*/true) {}
   [[nodiscard]] std::vector<TokenId> Encode(std::string_view text, bool add_bos) const override {
     std::vector<TokenId> ids;
     if (add_bos) ids.push_back(1);
@@ -24,11 +33,7 @@ class ByteTokenizer : public model::Tokenizer {
   [[nodiscard]] std::string DecodeToken(TokenId /*prev*/, TokenId /*id*/) const override {
     return "";
   }
-  [[nodiscard]] int vocab_size() const override { return 259; }
-  [[nodiscard]] TokenId bos_id() const override { return 1; }
-  [[nodiscard]] TokenId eos_id() const override { return 2; }
   [[nodiscard]] std::string_view kind() const override { return "sentencepiece"; }
-  [[nodiscard]] bool adds_bos() const override { return true; }
   [[nodiscard]] std::string_view ggml_model() const override { return "llama"; }
 };
 

@@ -356,11 +356,7 @@ class Gpt2Tokenizer final : public Tokenizer {
 
   std::vector<TokenId> Encode(std::string_view text, bool add_bos) const override;
   std::string DecodeToken(TokenId prev, TokenId id) const override;
-  int vocab_size() const override { return static_cast<int>(decoded_.size()); }
-  TokenId bos_id() const override { return bos_id_; }
-  TokenId eos_id() const override { return eos_id_; }
   std::string_view kind() const override { return "gpt2"; }
-  bool adds_bos() const override { return add_bos_; }
   std::string_view ggml_model() const override { return "gpt2"; }
 
  private:
@@ -381,16 +377,9 @@ class Gpt2Tokenizer final : public Tokenizer {
   TokenId byte_to_id_[256];
   // Literal-match tokens indexed by first byte, longest first so that the longest one wins.
   std::vector<std::pair<std::string, TokenId>> specials_by_byte_[256];
-  TokenId bos_id_;
-  TokenId eos_id_;
-  bool add_bos_;
 };
 
-Gpt2Tokenizer::Gpt2Tokenizer(Vocabulary vocab)
-    : Tokenizer(vocab),
-      bos_id_(vocab.bos_id),
-      eos_id_(vocab.eos_id),
-      add_bos_(vocab.bos_id >= 0 && vocab.add_bos.value_or(false)) {
+Gpt2Tokenizer::Gpt2Tokenizer(Vocabulary vocab) : Tokenizer(vocab, /*adds_bos_by_default=*/false) {
   internal::ValidateVocabulary(vocab, "gpt2");
   const std::size_t n = vocab.tokens.size();
 
@@ -410,8 +399,8 @@ Gpt2Tokenizer::Gpt2Tokenizer(Vocabulary vocab)
       if (type == internal::kTypeUserDefined) decoded_[i] = text;
       continue;
     }
-    if (type == internal::kTypeUnknown || type == internal::kTypeUnused || id == bos_id_ ||
-        id == eos_id_)
+    if (type == internal::kTypeUnknown || type == internal::kTypeUnused || id == bos_id() ||
+        id == eos_id())
       continue;
     text_to_id.emplace(text, id);  // first id wins for duplicate spellings
     std::string& d = decoded_[i];
@@ -466,7 +455,7 @@ Gpt2Tokenizer::Gpt2Tokenizer(Vocabulary vocab)
 
 std::vector<TokenId> Gpt2Tokenizer::Encode(std::string_view text, bool add_bos) const {
   std::vector<TokenId> out;
-  if (add_bos && bos_id_ >= 0) out.push_back(bos_id_);
+  if (add_bos && bos_id() >= 0) out.push_back(bos_id());
   std::size_t segment_start = 0;
   std::size_t i = 0;
   while (i < text.size()) {

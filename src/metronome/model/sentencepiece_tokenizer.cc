@@ -74,11 +74,7 @@ class SentencePieceTokenizer final : public Tokenizer {
 
   std::vector<TokenId> Encode(std::string_view text, bool add_bos) const override;
   std::string DecodeToken(TokenId prev, TokenId id) const override;
-  int vocab_size() const override { return static_cast<int>(decoded_.size()); }
-  TokenId bos_id() const override { return bos_id_; }
-  TokenId eos_id() const override { return eos_id_; }
   std::string_view kind() const override { return "sentencepiece"; }
-  bool adds_bos() const override { return add_bos_; }
   std::string_view ggml_model() const override { return "llama"; }
 
  private:
@@ -91,18 +87,11 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::vector<std::string> decoded_;  // bytes each id stands for in running text
   std::vector<Kind> kinds_;
   TokenId byte_to_id_[256];  // -1 where the vocabulary has no <0xHH> token
-  TokenId bos_id_;
-  TokenId eos_id_;
   TokenId unk_id_;
-  bool add_bos_;
 };
 
 SentencePieceTokenizer::SentencePieceTokenizer(Vocabulary vocab)
-    : Tokenizer(vocab),
-      bos_id_(vocab.bos_id),
-      eos_id_(vocab.eos_id),
-      unk_id_(vocab.unk_id),
-      add_bos_(vocab.bos_id >= 0 && vocab.add_bos.value_or(true)) {
+    : Tokenizer(vocab, /*adds_bos_by_default=*/true), unk_id_(vocab.unk_id) {
   internal::ValidateVocabulary(vocab, "sentencepiece");
   const std::size_t n = vocab.tokens.size();
 
@@ -130,7 +119,7 @@ SentencePieceTokenizer::SentencePieceTokenizer(Vocabulary vocab)
     // Without token types, the spelling alone identifies byte tokens.
     const bool is_byte = byte >= 0 && (type == internal::kTypeByte || vocab.token_types.empty());
     const bool is_special = type == internal::kTypeUnknown || type == internal::kTypeControl ||
-                            type == internal::kTypeUnused || id == bos_id_ || id == eos_id_ ||
+                            type == internal::kTypeUnused || id == bos_id() || id == eos_id() ||
                             id == unk_id_;
     if (is_byte) {
       kinds_[i] = Kind::kByte;
@@ -148,7 +137,7 @@ SentencePieceTokenizer::SentencePieceTokenizer(Vocabulary vocab)
 
 std::vector<TokenId> SentencePieceTokenizer::Encode(std::string_view text, bool add_bos) const {
   std::vector<TokenId> out;
-  if (add_bos && bos_id_ >= 0) out.push_back(bos_id_);
+  if (add_bos && bos_id() >= 0) out.push_back(bos_id());
   if (text.empty()) return out;
 
   // SentencePiece's add_dummy_prefix (llama2.c prepends " " to non-empty text), so that a word at
@@ -246,7 +235,7 @@ std::string SentencePieceTokenizer::DecodeToken(TokenId prev, TokenId id) const 
   // The first piece after BOS loses the dummy-prefix space that Encode added, as in llama2.c.
   // Unlike llama2.c (and like llama.cpp) this includes a <0x20> byte token, which is what carries
   // the prefix in a vocabulary without a space piece; otherwise such text would not round-trip.
-  if (prev >= 0 && prev == bos_id_ && kinds_[i] != Kind::kSpecial && !decoded_[i].empty() &&
+  if (prev >= 0 && prev == bos_id() && kinds_[i] != Kind::kSpecial && !decoded_[i].empty() &&
       decoded_[i][0] == ' ') {
     return decoded_[i].substr(1);
   }

@@ -47,9 +47,9 @@ class Tokenizer {
   // Concatenation of DecodeToken over `ids` (prev of the first is -1).
   [[nodiscard]] std::string Decode(std::span<const TokenId> ids) const;
 
-  [[nodiscard]] virtual int vocab_size() const = 0;
-  [[nodiscard]] virtual TokenId bos_id() const = 0;                    // -1 when there is none
-  [[nodiscard]] virtual TokenId eos_id() const = 0;                    // -1 when there is none
+  [[nodiscard]] int vocab_size() const { return static_cast<int>(vocabulary_.tokens.size()); }
+  [[nodiscard]] TokenId bos_id() const { return vocabulary_.bos_id; }  // -1 when there is none
+  [[nodiscard]] TokenId eos_id() const { return vocabulary_.eos_id; }  // -1 when there is none
   [[nodiscard]] TokenId unk_id() const { return vocabulary_.unk_id; }  // -1 when there is none
   [[nodiscard]] TokenId pad_id() const { return vocabulary_.pad_id; }  // -1 when there is none
 
@@ -65,7 +65,7 @@ class Tokenizer {
   // The model's convention for prompts: GGUF's tokenizer.ggml.add_bos_token when the file says,
   // otherwise true for SentencePiece vocabularies (llama, llama2.c) and false for GPT-2 ones
   // (qwen2); false when there is no BOS token.
-  [[nodiscard]] virtual bool adds_bos() const = 0;
+  [[nodiscard]] bool adds_bos() const { return adds_bos_; }
 
   // GGUF's tokenizer.ggml.model for this kind: "llama" (SentencePiece) or "gpt2".
   [[nodiscard]] virtual std::string_view ggml_model() const = 0;
@@ -73,10 +73,14 @@ class Tokenizer {
   [[nodiscard]] const Vocabulary& vocabulary() const { return vocabulary_; }
 
  protected:
-  explicit Tokenizer(Vocabulary vocab) : vocabulary_(std::move(vocab)) {}
+  // `adds_bos_by_default`: the family's convention for prompts when the file does not say.
+  Tokenizer(Vocabulary vocab, bool adds_bos_by_default)
+      : vocabulary_(std::move(vocab)),
+        adds_bos_(vocabulary_.bos_id >= 0 && vocabulary_.add_bos.value_or(adds_bos_by_default)) {}
 
  private:
   Vocabulary vocabulary_;
+  bool adds_bos_;
 };
 
 // SentencePiece-style BPE (score-driven merges) with <0xHH> byte fallback. Throws LoadError for an
