@@ -59,43 +59,44 @@ std::string_view ToString(SessionErrorCode code) {
 
 SessionResolution ResolveSession(const SessionShape& shape, const SessionDefaults& defaults,
                                  const model::Tokenizer* tokenizer) {
+  // The shape's given fields over the defaults: the one overlay rule (WithOverrides).
+  const SessionDefaults given = WithOverrides(defaults, shape);
   SessionSpec spec;
-  spec.period_ms = shape.period_ms.value_or(defaults.period_ms);
+  spec.period_ms = given.period_ms;
   if (!(spec.period_ms > 0.0 && spec.period_ms <= kMaxPeriodMs)) {
     return Bad("period_ms", FormatValue(spec.period_ms), "must be in (0, 3600000]");
   }
-  const double deadline_ms = shape.deadline_ms.value_or(defaults.deadline_ms);
+  const double deadline_ms = given.deadline_ms;
   if (!(deadline_ms >= 0.0 && deadline_ms <= kMaxPeriodMs)) {
     return Bad("deadline_ms", FormatValue(deadline_ms), "must be in [0, 3600000] (0: the period)");
   }
   // The one place where "deadline 0" means the period.
   spec.deadline_ms = deadline_ms > 0.0 ? deadline_ms : spec.period_ms;
 
-  spec.input_tokens_per_frame = shape.tokens_per_frame.value_or(defaults.tokens_per_frame);
+  spec.input_tokens_per_frame = given.tokens_per_frame;
   if (spec.input_tokens_per_frame < 1 || spec.input_tokens_per_frame > kMaxTokensPerFrame) {
     return Bad("tokens_per_frame", std::to_string(spec.input_tokens_per_frame),
                "must be in [1, 65536]");
   }
-  spec.output_tokens_per_frame =
-      shape.output_tokens_per_frame.value_or(defaults.output_tokens_per_frame);
+  spec.output_tokens_per_frame = given.output_tokens_per_frame;
   if (spec.output_tokens_per_frame < 0 || spec.output_tokens_per_frame > kMaxTokensPerFrame) {
     return Bad("output_tokens_per_frame", std::to_string(spec.output_tokens_per_frame),
                "must be in [0, 65536]");
   }
 
   // Full mode keeps everything: window, sinks and positions do not apply to it.
-  if (shape.kv_mode.value_or(defaults.kv_mode) == kv::KvMode::kWindow) {
-    const TokenPos window = shape.window.value_or(defaults.window);
+  if (given.kv_mode == kv::KvMode::kWindow) {
+    const TokenPos window = given.window;
     if (window < 1 || window > kv::kMaxWindowTokens) {
       return Bad("window", std::to_string(window),
                  "must be in [1, " + std::to_string(kv::kMaxWindowTokens) + "]");
     }
-    const TokenPos sinks = shape.sinks.value_or(defaults.sinks);
+    const TokenPos sinks = given.sinks;
     if (sinks < 0 || sinks > kv::kMaxSinkTokens) {
       return Bad("sinks", std::to_string(sinks),
                  "must be in [0, " + std::to_string(kv::kMaxSinkTokens) + "]");
     }
-    spec.policy = kv::KvPolicy::Window(window, sinks, shape.positions.value_or(defaults.positions));
+    spec.policy = kv::KvPolicy::Window(window, sinks, given.positions);
   } else {
     spec.policy = kv::KvPolicy::Full();
   }
