@@ -51,77 +51,94 @@ void Softmax(float* x, int n) noexcept {
 
 }  // namespace reference
 
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+
+namespace {
 #if defined(__AVX512F__)
-
-namespace {
 inline __mmask16 TailMask(int r) { return static_cast<__mmask16>((1u << r) - 1u); }
+
+// The fp32 vector of the build (the one body of Dot and Axpy below serves both widths): 16 lanes,
+// the tail through a lane mask.
+struct Lanes {
+  using Vec = __m512;
+  static constexpr int kWidth = 16;
+  static Vec Zero() noexcept { return _mm512_setzero_ps(); }
+  static Vec Set1(float v) noexcept { return _mm512_set1_ps(v); }
+  static Vec Load(const float* p) noexcept { return _mm512_loadu_ps(p); }
+  static void Store(float* p, Vec v) noexcept { _mm512_storeu_ps(p, v); }
+  static Vec Fma(Vec a, Vec b, Vec c) noexcept { return _mm512_fmadd_ps(a, b, c); }
+  static Vec Add(Vec a, Vec b) noexcept { return _mm512_add_ps(a, b); }
+  static float Sum(Vec v) noexcept { return _mm512_reduce_add_ps(v); }
+  // Lanes [0, count) of p, zeros above; count in [1, kWidth). The load does not fault past them.
+  struct Tail {
+    __mmask16 mask;
+    explicit Tail(int count) noexcept : mask(TailMask(count)) {}
+    [[nodiscard]] Vec Load(const float* p) const noexcept { return _mm512_maskz_loadu_ps(mask, p); }
+    void Store(float* p, Vec v) const noexcept { _mm512_mask_storeu_ps(p, mask, v); }
+  };
+};
+#else
+// 8 lanes; the tail through vmaskmovps (lanes whose mask sign bit is clear are neither read nor
+// written).
+struct Lanes {
+  using Vec = __m256;
+  static constexpr int kWidth = 8;
+  static Vec Zero() noexcept { return _mm256_setzero_ps(); }
+  static Vec Set1(float v) noexcept { return _mm256_set1_ps(v); }
+  static Vec Load(const float* p) noexcept { return _mm256_loadu_ps(p); }
+  static void Store(float* p, Vec v) noexcept { _mm256_storeu_ps(p, v); }
+  static Vec Fma(Vec a, Vec b, Vec c) noexcept { return _mm256_fmadd_ps(a, b, c); }
+  static Vec Add(Vec a, Vec b) noexcept { return _mm256_add_ps(a, b); }
+  static float Sum(Vec v) noexcept {
+    const __m128 lo = _mm256_castps256_ps128(v);
+    const __m128 hi = _mm256_extractf128_ps(v, 1);
+    __m128 s = _mm_add_ps(lo, hi);
+    s = _mm_hadd_ps(s, s);
+    s = _mm_hadd_ps(s, s);
+    return _mm_cvtss_f32(s);
+  }
+  struct Tail {
+    __m256i mask;
+    explicit Tail(int count) noexcept
+        : mask(_mm256_cmpgt_epi32(_mm256_set1_epi32(count),
+                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))) {}
+    [[nodiscard]] Vec Load(const float* p) const noexcept { return _mm256_maskload_ps(p, mask); }
+    void Store(float* p, Vec v) const noexcept { _mm256_maskstore_ps(p, mask, v); }
+  };
+};
+#endif
 }  // namespace
 
+// Two accumulators over pairs of vectors, then one vector at a time, then the masked tail.
 float Dot(const float* a, const float* b, int n) noexcept {
-  __m512 acc0 = _mm512_setzero_ps();
-  __m512 acc1 = _mm512_setzero_ps();
+  using L = Lanes;
+  constexpr int kW = L::kWidth;
+  L::Vec acc0 = L::Zero();
+  L::Vec acc1 = L::Zero();
   int i = 0;
-  for (; i + 32 <= n; i += 32) {
-    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
-    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+  for (; i + 2 * kW <= n; i += 2 * kW) {
+    acc0 = L::Fma(L::Load(a + i), L::Load(b + i), acc0);
+    acc1 = L::Fma(L::Load(a + i + kW), L::Load(b + i + kW), acc1);
   }
-  for (; i + 16 <= n; i += 16) {
-    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
-  }
+  for (; i + kW <= n; i += kW) acc0 = L::Fma(L::Load(a + i), L::Load(b + i), acc0);
   if (i < n) {
-    const __mmask16 m = TailMask(n - i);
-    acc1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc1);
+    const L::Tail tail(n - i);
+    acc1 = L::Fma(tail.Load(a + i), tail.Load(b + i), acc1);
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+  return L::Sum(L::Add(acc0, acc1));
 }
 
 void Axpy(float alpha, const float* x, float* y, int n) noexcept {
-  const __m512 va = _mm512_set1_ps(alpha);
+  using L = Lanes;
+  const L::Vec va = L::Set1(alpha);
   int i = 0;
-  for (; i + 16 <= n; i += 16) {
-    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+  for (; i + L::kWidth <= n; i += L::kWidth) {
+    L::Store(y + i, L::Fma(va, L::Load(x + i), L::Load(y + i)));
   }
   if (i < n) {
-    const __mmask16 m = TailMask(n - i);
-    const __m512 r =
-        _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
-    _mm512_mask_storeu_ps(y + i, m, r);
+    const L::Tail tail(n - i);
+    tail.Store(y + i, L::Fma(va, tail.Load(x + i), tail.Load(y + i)));
   }
-}
-
-#elif defined(__AVX2__) && defined(__FMA__)
-
-namespace {
-inline float HorizontalSum(__m256 v) {
-  const __m128 lo = _mm256_castps256_ps128(v);
-  const __m128 hi = _mm256_extractf128_ps(v, 1);
-  __m128 s = _mm_add_ps(lo, hi);
-  s = _mm_hadd_ps(s, s);
-  s = _mm_hadd_ps(s, s);
-  return _mm_cvtss_f32(s);
-}
-}  // namespace
-
-float Dot(const float* a, const float* b, int n) noexcept {
-  __m256 acc0 = _mm256_setzero_ps();
-  __m256 acc1 = _mm256_setzero_ps();
-  int i = 0;
-  for (; i + 16 <= n; i += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
-  }
-  float s = HorizontalSum(_mm256_add_ps(acc0, acc1));
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
-void Axpy(float alpha, const float* x, float* y, int n) noexcept {
-  const __m256 va = _mm256_set1_ps(alpha);
-  int i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-  }
-  for (; i < n; ++i) y[i] += alpha * x[i];
 }
 
 #else
