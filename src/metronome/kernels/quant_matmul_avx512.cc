@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "metronome/base/check.h"
+#include "metronome/kernels/internal/avx512_acc_tile.h"
 #include "metronome/kernels/internal/avx512_transpose.h"
 #include "metronome/kernels/internal/avx512_unpack.h"
 #include "metronome/kernels/internal/for_count.h"
@@ -271,11 +272,7 @@ void GemmTile(const PanelSub<W::kSub, NT>* panel, int subs, const std::byte* act
 #pragma GCC unroll 8
   for (int i = 0; i < MT; ++i) rows[i] = act + static_cast<std::size_t>(i) * act_row_bytes;
   __m512 acc[MT][NT];
-#pragma GCC unroll 8
-  for (auto& row : acc) {
-#pragma GCC unroll 8
-    for (auto& a : row) a = _mm512_setzero_ps();
-  }
+  ZeroAccumulators(acc);
   for (int s = 0; s < subs; ++s) {
     const auto& p = panel[s];
     __m512i isum[MT][NT];
@@ -318,17 +315,7 @@ void GemmTile(const PanelSub<W::kSub, NT>* panel, int subs, const std::byte* act
       }
     }
   }
-#pragma GCC unroll 8
-  for (int i = 0; i < MT; ++i) {
-#pragma GCC unroll 8
-    for (int g = 0; g < NT; ++g) {
-      const __mmask16 mask = g == NT - 1 ? last : static_cast<__mmask16>(0xFFFF);
-      float* out = y + static_cast<std::ptrdiff_t>(i) * ldy + kLanes * g;
-      __m512 v = acc[i][g];
-      if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, out));
-      _mm512_mask_storeu_ps(out, mask, v);
-    }
-  }
+  StoreAccumulators(acc, y, ldy, accumulate, last);
 }
 
 template <class W, class A, int NT>

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <vector>
 
+#include "metronome/kernels/internal/avx512_acc_tile.h"
 #include "metronome/kernels/internal/avx512_transpose.h"
 #include "metronome/kernels/internal/for_count.h"
 #include "metronome/kernels/quant_matmul.h"
@@ -60,11 +61,6 @@ inline void TransposeUnit(const std::uint16_t* const* rows, int u, int k,
   Transpose16x8(in, out);
 }
 
-inline void StoreRow(float* out, __mmask16 mask, bool accumulate, __m512 v) noexcept {
-  if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, out));
-  _mm512_mask_storeu_ps(out, mask, v);
-}
-
 // Runs `panel_fn.template operator()<NT>(rows, n, j)` for each panel of up to 32 weight rows
 // starting at row j (rows past row_end repeat the last one; n valid).
 template <class F>
@@ -91,11 +87,7 @@ template <class K, int MT, int NT>
 void Tile16(const typename K::Panel* panel, int steps, const typename K::Act* x, std::ptrdiff_t ldx,
             float* y, int ldy, bool accumulate, __mmask16 last) noexcept {
   __m512 acc[MT][NT];
-#pragma GCC unroll 8
-  for (auto& row : acc) {
-#pragma GCC unroll 8
-    for (auto& a : row) a = _mm512_setzero_ps();
-  }
+  ZeroAccumulators(acc);
   for (int p = 0; p < steps; ++p) {
     typename K::Vec w[NT];
 #pragma GCC unroll 8
@@ -107,14 +99,7 @@ void Tile16(const typename K::Panel* panel, int steps, const typename K::Act* x,
       for (int g = 0; g < NT; ++g) acc[i][g] = K::MulAdd(acc[i][g], w[g], xv);
     }
   }
-#pragma GCC unroll 16
-  for (int i = 0; i < MT; ++i) {
-#pragma GCC unroll 8
-    for (int g = 0; g < NT; ++g) {
-      StoreRow(y + static_cast<std::ptrdiff_t>(i) * ldy + kLanes * g,
-               g == NT - 1 ? last : LaneMask(kLanes), accumulate, acc[i][g]);
-    }
-  }
+  StoreAccumulators(acc, y, ldy, accumulate, last);
 }
 
 // ---- BF16: x rounded to bf16 (nearest even) once per call, rows padded with zeros to a
