@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -100,23 +101,39 @@ void RowsUnpacked(const RowsKernelArgs& a, int row_begin, int row_end) {
   }
 }
 
+// What every family policy below names (its weight block, the activation block it is dotted with,
+// the elements of a block) and the unpacking they all share.
+template <typename B, typename A, int kElems>
+struct Family {
+  using Block = B;
+  using Act = A;
+  static constexpr int kBlockElems = kElems;
+  // Block b's quants into u.q and its scale d into u.d.
+  static void UnpackQuantsAndScale(const Block& blk, int b, UnpackedRow& u) noexcept {
+    std::int8_t q[kElems];
+    quant::UnpackQuants(blk, q);
+    std::memcpy(u.q.data() + static_cast<std::ptrdiff_t>(kElems) * b, q, kElems);
+    u.d[static_cast<std::size_t>(b)] = F16ToFloat(blk.d);
+  }
+};
+
+// sum_l q[l] qa[l] over l in [0, len): the integer dot of one (sub-)block.
+inline std::int32_t IntDot(const std::int8_t* q, const std::int8_t* qa, int len) noexcept {
+  std::int32_t isum = 0;
+  for (int l = 0; l < len; ++l) isum += q[l] * qa[l];
+  return isum;
+}
+
 // 32-element types: x = d q (+ m). dot = d_w d_a sum(q qa) (+ m_w d_a sum(qa)).
 template <typename B, bool kHasMin>
-struct Blocks32 {
-  using Block = B;
-  using Act = ActQ8Block32;
-  static constexpr int kBlockElems = kQk32;
-  static void Unpack(const Block& blk, int b, UnpackedRow& u) noexcept {
-    std::int8_t q[kQk32];
-    quant::UnpackQuants(blk, q);
-    std::memcpy(u.q.data() + kQk32 * b, q, kQk32);
-    u.d[static_cast<std::size_t>(b)] = F16ToFloat(blk.d);
+struct Blocks32 : Family<B, ActQ8Block32, kQk32> {
+  static void Unpack(const B& blk, int b, UnpackedRow& u) noexcept {
+    Blocks32::UnpackQuantsAndScale(blk, b, u);
     if constexpr (kHasMin) u.m[static_cast<std::size_t>(b)] = F16ToFloat(blk.m);
   }
-  static void Accumulate(const UnpackedRow& u, int b, const Act& act, float& acc) noexcept {
-    const std::int8_t* q = u.q.data() + kQk32 * b;
-    std::int32_t isum = 0;
-    for (int l = 0; l < kQk32; ++l) isum += q[l] * act.qs[l];
+  static void Accumulate(const UnpackedRow& u, int b, const ActQ8Block32& act,
+                         float& acc) noexcept {
+    const std::int32_t isum = IntDot(u.q.data() + kQk32 * b, act.qs, kQk32);
     const auto bi = static_cast<std::size_t>(b);
     acc += u.d[bi] * act.d * static_cast<float>(isum);
     if constexpr (kHasMin) acc += u.m[bi] * act.d * static_cast<float>(act.sum);
@@ -126,29 +143,22 @@ struct Blocks32 {
 // Q4_K / Q5_K: x = d sc[j] q - dmin mn[j] per sub-block j of 32.
 // dot = d_a (d_w sum_j sc[j] sum(q qa) - dmin_w sum_j mn[j] (bsums[2j] + bsums[2j+1])).
 template <typename B>
-struct KMin {
-  using Block = B;
-  using Act = BlockQ8_K;
-  static constexpr int kBlockElems = kQkK;
-  static void Unpack(const Block& blk, int b, UnpackedRow& u) noexcept {
-    std::int8_t q[kQkK];
+struct KMin : Family<B, BlockQ8_K, kQkK> {
+  static void Unpack(const B& blk, int b, UnpackedRow& u) noexcept {
+    KMin::UnpackQuantsAndScale(blk, b, u);
     std::uint8_t sc[8];
     std::uint8_t mn[8];
-    quant::UnpackQuants(blk, q);
     quant::UnpackKScales(blk.scales, sc, mn);
-    std::memcpy(u.q.data() + kQkK * b, q, kQkK);
     std::memcpy(u.sc.data() + 8 * b, sc, 8);
     std::memcpy(u.mn.data() + 8 * b, mn, 8);
-    u.d[static_cast<std::size_t>(b)] = F16ToFloat(blk.d);
     u.m[static_cast<std::size_t>(b)] = F16ToFloat(blk.dmin);
   }
-  static void Accumulate(const UnpackedRow& u, int b, const Act& act, float& acc) noexcept {
+  static void Accumulate(const UnpackedRow& u, int b, const BlockQ8_K& act, float& acc) noexcept {
     const std::int8_t* q = u.q.data() + kQkK * b;
     std::int32_t sumi = 0;
     std::int32_t summ = 0;
     for (int j = 0; j < 8; ++j) {
-      std::int32_t isum = 0;
-      for (int l = 0; l < 32; ++l) isum += q[32 * j + l] * act.qs[32 * j + l];
+      const std::int32_t isum = IntDot(q + 32 * j, act.qs + 32 * j, 32);
       sumi += u.sc[8 * b + j] * isum;
       summ += u.mn[8 * b + j] * (act.bsums[2 * j] + act.bsums[2 * j + 1]);
     }
@@ -158,23 +168,16 @@ struct KMin {
 };
 
 // Q6_K: x = d sc[k] (q - 32) per sub-block k of 16; dot = d_a d_w sum_k sc[k] sum((q - 32) qa).
-struct Q6K {
-  using Block = quant::BlockQ6_K;
-  using Act = BlockQ8_K;
-  static constexpr int kBlockElems = kQkK;
+struct Q6K : Family<quant::BlockQ6_K, BlockQ8_K, kQkK> {
   static void Unpack(const Block& blk, int b, UnpackedRow& u) noexcept {
-    std::int8_t q[kQkK];
-    quant::UnpackQuants(blk, q);
-    std::memcpy(u.q.data() + kQkK * b, q, kQkK);
+    UnpackQuantsAndScale(blk, b, u);
     std::memcpy(u.sc6.data() + 16 * b, blk.scales, 16);
-    u.d[static_cast<std::size_t>(b)] = F16ToFloat(blk.d);
   }
   static void Accumulate(const UnpackedRow& u, int b, const Act& act, float& acc) noexcept {
     const std::int8_t* q = u.q.data() + kQkK * b;
     std::int32_t sumi = 0;
     for (int k = 0; k < 16; ++k) {
-      std::int32_t isum = 0;
-      for (int l = 0; l < 16; ++l) isum += q[16 * k + l] * act.qs[16 * k + l];
+      const std::int32_t isum = IntDot(q + 16 * k, act.qs + 16 * k, 16);
       sumi += u.sc6[16 * b + k] * isum;
     }
     acc += act.d * u.d[static_cast<std::size_t>(b)] * static_cast<float>(sumi);
