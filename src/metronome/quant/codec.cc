@@ -251,8 +251,8 @@ void QuantizeQ6_K(const float* x, BlockQ6_K* b) {
 // ---- dequantisation (ggml's products, in ggml's order) ----
 
 template <typename Block>
-void DequantizeSymmetric32(const Block* blocks, std::int64_t nb, float* out) {
-  for (std::int64_t i = 0; i < nb; ++i) {
+void DequantizeSymmetric32(const Block* blocks, std::int64_t n, float* out) {
+  for (std::int64_t i = 0; i < n / kQk32; ++i) {
     std::int8_t q[kQk32];
     UnpackQuants(blocks[i], q);
     const float d = F16ToFloat(blocks[i].d);
@@ -260,8 +260,8 @@ void DequantizeSymmetric32(const Block* blocks, std::int64_t nb, float* out) {
   }
 }
 template <typename Block>
-void DequantizeMin32(const Block* blocks, std::int64_t nb, float* out) {
-  for (std::int64_t i = 0; i < nb; ++i) {
+void DequantizeMin32(const Block* blocks, std::int64_t n, float* out) {
+  for (std::int64_t i = 0; i < n / kQk32; ++i) {
     std::int8_t q[kQk32];
     UnpackQuants(blocks[i], q);
     const float d = F16ToFloat(blocks[i].d);
@@ -270,8 +270,8 @@ void DequantizeMin32(const Block* blocks, std::int64_t nb, float* out) {
   }
 }
 template <typename Block>
-void DequantizeKMin(const Block* blocks, std::int64_t nb, float* out) {
-  for (std::int64_t i = 0; i < nb; ++i) {
+void DequantizeKMin(const Block* blocks, std::int64_t n, float* out) {
+  for (std::int64_t i = 0; i < n / kQkK; ++i) {
     std::int8_t q[kQkK];
     std::uint8_t sc[8];
     std::uint8_t mn[8];
@@ -288,8 +288,8 @@ void DequantizeKMin(const Block* blocks, std::int64_t nb, float* out) {
     }
   }
 }
-void DequantizeQ6_K(const BlockQ6_K* blocks, std::int64_t nb, float* out) {
-  for (std::int64_t i = 0; i < nb; ++i) {
+void DequantizeQ6_K(const BlockQ6_K* blocks, std::int64_t n, float* out) {
+  for (std::int64_t i = 0; i < n / kQkK; ++i) {
     std::int8_t q[kQkK];
     UnpackQuants(blocks[i], q);
     const float d = F16ToFloat(blocks[i].d);
@@ -302,88 +302,83 @@ void DequantizeQ6_K(const BlockQ6_K* blocks, std::int64_t nb, float* out) {
   }
 }
 
-template <typename Block, typename Fn>
-void QuantizeBlocks(const float* x, std::int64_t n, void* out, int block_elems, Fn fn) {
-  auto* blocks = static_cast<Block*>(out);
-  for (std::int64_t i = 0; i < n / block_elems; ++i) fn(x + i * block_elems, blocks + i);
+// ---- the unquantised types: fp32 copied, f16 / bf16 converted element by element ----
+
+void CopyF32(const float* from, std::int64_t n, float* to) {
+  std::memcpy(to, from, static_cast<std::size_t>(n) * sizeof(float));
 }
+template <auto kConvert, typename From, typename To>
+void ConvertEach(const From* from, std::int64_t n, To* to) {
+  for (std::int64_t i = 0; i < n; ++i) to[i] = kConvert(from[i]);
+}
+
+// A row of n elements (a whole number of blocks) quantised one block at a time.
+template <typename Block, int kBlockElems, void (*kQuantizeBlock)(const float*, Block*)>
+void QuantizeBlocks(const float* x, std::int64_t n, Block* blocks) {
+  for (std::int64_t i = 0; i < n / kBlockElems; ++i)
+    kQuantizeBlock(x + i * kBlockElems, blocks + i);
+}
+
+// One computable type's row codec: `Stored` is what a row is made of (fp32, f16/bf16 bits or
+// blocks); both functions take the row's element count.
+template <GgmlType kCodecType, typename StoredUnit,
+          void (*kDequantize)(const StoredUnit*, std::int64_t, float*),
+          void (*kQuantize)(const float*, std::int64_t, StoredUnit*)>
+struct RowCodec {
+  static constexpr GgmlType kType = kCodecType;
+  using Stored = StoredUnit;
+  static constexpr auto Dequantize = kDequantize;
+  static constexpr auto Quantize = kQuantize;
+};
+
+// The one map from a computable type to its codec (DequantizeRow and QuantizeRow both read it).
+template <typename... Codec>
+struct RowCodecs {
+  // Calls fn(C{}) for the codec C of `type`; false if `type` has none.
+  template <typename Fn>
+  static bool With(GgmlType type, Fn&& fn) {
+    return ((type == Codec::kType && (fn(Codec{}), true)) || ...);
+  }
+};
+using Codecs = RowCodecs<
+    RowCodec<GgmlType::kF32, float, CopyF32, CopyF32>,
+    RowCodec<GgmlType::kF16, std::uint16_t, ConvertEach<F16ToFloat>, ConvertEach<FloatToF16>>,
+    RowCodec<GgmlType::kBF16, std::uint16_t, ConvertEach<Bf16ToFloat>, ConvertEach<FloatToBf16>>,
+    RowCodec<GgmlType::kQ8_0, BlockQ8_0, DequantizeSymmetric32,
+             QuantizeBlocks<BlockQ8_0, kQk32, QuantizeQ8_0>>,
+    RowCodec<GgmlType::kQ4_0, BlockQ4_0, DequantizeSymmetric32,
+             QuantizeBlocks<BlockQ4_0, kQk32, QuantizeQ4_0>>,
+    RowCodec<GgmlType::kQ5_0, BlockQ5_0, DequantizeSymmetric32,
+             QuantizeBlocks<BlockQ5_0, kQk32, QuantizeQ5_0>>,
+    RowCodec<GgmlType::kQ4_1, BlockQ4_1, DequantizeMin32,
+             QuantizeBlocks<BlockQ4_1, kQk32, QuantizeQ4_1>>,
+    RowCodec<GgmlType::kQ5_1, BlockQ5_1, DequantizeMin32,
+             QuantizeBlocks<BlockQ5_1, kQk32, QuantizeQ5_1>>,
+    RowCodec<GgmlType::kQ4_K, BlockQ4_K, DequantizeKMin,
+             QuantizeBlocks<BlockQ4_K, kQkK, QuantizeQ4_K>>,
+    RowCodec<GgmlType::kQ5_K, BlockQ5_K, DequantizeKMin,
+             QuantizeBlocks<BlockQ5_K, kQkK, QuantizeQ5_K>>,
+    RowCodec<GgmlType::kQ6_K, BlockQ6_K, DequantizeQ6_K,
+             QuantizeBlocks<BlockQ6_K, kQkK, QuantizeQ6_K>>>;
 
 }  // namespace
 
 void DequantizeRow(GgmlType type, const void* blocks, std::int64_t n, float* out) noexcept {
   MTR_DCHECK(Traits(type).computable && n % Traits(type).block_elems == 0,
              "DequantizeRow: type not computable or n not a whole number of blocks");
-  switch (type) {
-    case GgmlType::kF32:
-      std::memcpy(out, blocks, static_cast<std::size_t>(n) * sizeof(float));
-      return;
-    case GgmlType::kF16: {
-      const auto* h = static_cast<const std::uint16_t*>(blocks);
-      for (std::int64_t i = 0; i < n; ++i) out[i] = F16ToFloat(h[i]);
-      return;
-    }
-    case GgmlType::kBF16: {
-      const auto* h = static_cast<const std::uint16_t*>(blocks);
-      for (std::int64_t i = 0; i < n; ++i) out[i] = Bf16ToFloat(h[i]);
-      return;
-    }
-    case GgmlType::kQ8_0:
-      return DequantizeSymmetric32(static_cast<const BlockQ8_0*>(blocks), n / kQk32, out);
-    case GgmlType::kQ4_0:
-      return DequantizeSymmetric32(static_cast<const BlockQ4_0*>(blocks), n / kQk32, out);
-    case GgmlType::kQ5_0:
-      return DequantizeSymmetric32(static_cast<const BlockQ5_0*>(blocks), n / kQk32, out);
-    case GgmlType::kQ4_1:
-      return DequantizeMin32(static_cast<const BlockQ4_1*>(blocks), n / kQk32, out);
-    case GgmlType::kQ5_1:
-      return DequantizeMin32(static_cast<const BlockQ5_1*>(blocks), n / kQk32, out);
-    case GgmlType::kQ4_K:
-      return DequantizeKMin(static_cast<const BlockQ4_K*>(blocks), n / kQkK, out);
-    case GgmlType::kQ5_K:
-      return DequantizeKMin(static_cast<const BlockQ5_K*>(blocks), n / kQkK, out);
-    case GgmlType::kQ6_K:
-      return DequantizeQ6_K(static_cast<const BlockQ6_K*>(blocks), n / kQkK, out);
-    default:
-      MTR_CHECK(false, "DequantizeRow: type is not computable");
-  }
+  const bool computable = Codecs::With(type, [&]<typename C>(C /*codec*/) {
+    C::Dequantize(static_cast<const typename C::Stored*>(blocks), n, out);
+  });
+  MTR_CHECK(computable, "DequantizeRow: type is not computable");
 }
 
 void QuantizeRow(GgmlType type, const float* x, std::int64_t n, void* out) noexcept {
   MTR_DCHECK(Traits(type).computable && n % Traits(type).block_elems == 0,
              "QuantizeRow: type not computable or n not a whole number of blocks");
-  switch (type) {
-    case GgmlType::kF32:
-      std::memcpy(out, x, static_cast<std::size_t>(n) * sizeof(float));
-      return;
-    case GgmlType::kF16: {
-      auto* h = static_cast<std::uint16_t*>(out);
-      for (std::int64_t i = 0; i < n; ++i) h[i] = FloatToF16(x[i]);
-      return;
-    }
-    case GgmlType::kBF16: {
-      auto* h = static_cast<std::uint16_t*>(out);
-      for (std::int64_t i = 0; i < n; ++i) h[i] = FloatToBf16(x[i]);
-      return;
-    }
-    case GgmlType::kQ8_0:
-      return QuantizeBlocks<BlockQ8_0>(x, n, out, kQk32, QuantizeQ8_0);
-    case GgmlType::kQ4_0:
-      return QuantizeBlocks<BlockQ4_0>(x, n, out, kQk32, QuantizeQ4_0);
-    case GgmlType::kQ4_1:
-      return QuantizeBlocks<BlockQ4_1>(x, n, out, kQk32, QuantizeQ4_1);
-    case GgmlType::kQ5_0:
-      return QuantizeBlocks<BlockQ5_0>(x, n, out, kQk32, QuantizeQ5_0);
-    case GgmlType::kQ5_1:
-      return QuantizeBlocks<BlockQ5_1>(x, n, out, kQk32, QuantizeQ5_1);
-    case GgmlType::kQ4_K:
-      return QuantizeBlocks<BlockQ4_K>(x, n, out, kQkK, QuantizeQ4_K);
-    case GgmlType::kQ5_K:
-      return QuantizeBlocks<BlockQ5_K>(x, n, out, kQkK, QuantizeQ5_K);
-    case GgmlType::kQ6_K:
-      return QuantizeBlocks<BlockQ6_K>(x, n, out, kQkK, QuantizeQ6_K);
-    default:
-      MTR_CHECK(false, "QuantizeRow: type is not computable");
-  }
+  const bool computable = Codecs::With(type, [&]<typename C>(C /*codec*/) {
+    C::Quantize(x, n, static_cast<typename C::Stored*>(out));
+  });
+  MTR_CHECK(computable, "QuantizeRow: type is not computable");
 }
 
 namespace {
