@@ -214,9 +214,9 @@ Trace Simulate(const Scenario& s, AdmissionController& c, std::uint64_t seed = 1
     const double spike_ms = SpikeMs(s, spike_rng);
     for (std::int64_t i = 0; i < n; ++i) {
       const bool stalled = overflow && i >= n_fit;
-      const double latency = stalled ? s.stall_latency_ms
-                                     : factor * (s.latency_ms(n) + s.jitter_ms * rng.Uniform()) +
-                                           spike_ms;
+      const double latency =
+          stalled ? s.stall_latency_ms
+                  : factor * (s.latency_ms(n) + s.jitter_ms * rng.Uniform()) + spike_ms;
       const bool missed = latency > deadline_ms;
       c.OnFrame(now_s, latency, deadline_ms, missed);
       ++trace.num_frames;
@@ -266,8 +266,8 @@ std::int64_t StaticCapacity(const Scenario& s, double high_target, double durati
         latencies.push_back(s.latency_ms(n) + s.jitter_ms * rng.Uniform() + spike_ms);
       }
     }
-    const auto rank = static_cast<std::size_t>(
-        std::ceil(0.99 * static_cast<double>(latencies.size())) - 1);
+    const auto rank =
+        static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(latencies.size())) - 1);
     std::nth_element(latencies.begin(), latencies.begin() + static_cast<std::ptrdiff_t>(rank),
                      latencies.end());
     return latencies[rank];
