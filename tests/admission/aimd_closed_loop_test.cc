@@ -650,6 +650,41 @@ TEST(AimdClosedLoopTest, LatencyStepCutsTheLimitBelowTheNewCapacity) {
   EXPECT_GE(st.mean, 0.8 * static_cast<double>(n_true_after));
 }
 
+// The stall rate the controller learns must not hide a rise that tracks the load: the knee plant
+// with the stalls above, and at 300 s every frame 40% slower. The crossing fills most slots of
+// the window with late frames, far above one stall per 100 slots: the cut comes within seconds.
+TEST(AimdClosedLoopTest, LearnedStallRateDoesNotHideALatencyStep) {
+  Scenario s;
+  s.latency_ms = KneeLatencyMs;
+  s.spike_per_tick = 0.005;
+  s.spike_min_ms = 1.0 * kPeriodMs;
+  s.spike_max_ms = 1.6 * kPeriodMs;
+  s.spike_seed = 1;
+  s.step_at_s = 300.0;
+  s.step_factor = 1.4;
+  Scenario after = s;
+  after.latency_ms = [](std::int64_t n) { return 1.4 * KneeLatencyMs(n); };
+  after.jitter_ms = 1.4 * s.jitter_ms;
+  after.step_at_s = -1.0;
+  const std::int64_t n_true_after = StaticCapacity(after, 0.85, 300.0);
+  ASSERT_LT(n_true_after, StaticCapacity(s, 0.85, 300.0));
+  AimdController c(AimdOptions{.initial_limit = 1}, {});
+  const Trace t = Simulate(s, c);
+  const Settling st = Analyze(t, 450.0, static_cast<double>(n_true_after));
+  Report("stalls + latency step", n_true_after, st, t);
+  double first_cut_after_step_s = -1.0;
+  for (const LimitChange& ch : t.changes) {
+    if (ch.t_s >= 300.0 && ch.to < ch.from) {
+      first_cut_after_step_s = ch.t_s;
+      break;
+    }
+  }
+  ASSERT_GE(first_cut_after_step_s, 300.0);
+  EXPECT_LE(first_cut_after_step_s, 305.0);
+  EXPECT_LE(st.max, n_true_after);
+  EXPECT_GE(st.mean, 0.8 * static_cast<double>(n_true_after));
+}
+
 TEST(AimdClosedLoopTest, KvGuardCapsSlowStartAtThePoolsBound) {
   // Window KV: each session holds its 50-block bound; the pool fits 20, the plant 32.
   Scenario s;
