@@ -5,7 +5,8 @@
 // then by a step scaled to the headroom left to the target, never jumping past where a queue model
 // projects the low target when frames cost a sliver of the deadline, and only additively above the
 // limit of the last miss-triggered cut; cut to floor(beta * active) when it
-// exceeds the high target or misses pass a threshold, at most once per cooldown; hold in between
+// exceeds the high target or misses pass a threshold, once confirmed (bursts of late frames
+// unlikely at the measured stall rate), at most once per cooldown; hold in between
 // (the dead band gives a fixed point instead of a sawtooth). Optional KV look-ahead guard: admit
 // only while active < min(limit, N_mem). Thread-safety: not thread-safe; owned by the engine
 // thread.
