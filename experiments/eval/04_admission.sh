@@ -13,14 +13,13 @@ record_seed "sim (all runs)" "$SEED"
 # The pseudo-preset "cpu" is the real engine (drive synthetic:tiny, one thread, the real clock)
 # with heavy frames (CPU_TOKENS_IN in, CPU_TOKENS_OUT out per CPU_PERIOD_MS) so that the deadline
 # binds at a few dozen sessions; the others are simulator presets.
-cpu_args=(drive --model synthetic:tiny --threads 1 --period-ms "$CPU_PERIOD_MS"
-  --tokens-per-frame "$CPU_TOKENS_IN" --output-tokens-per-frame "$CPU_TOKENS_OUT")
+cpu_drive_args
 
 # p99_ok PRESET RUN_S N: N window sessions keep p99 <= 0.85 D with no starved frame (the CPU
 # engine on a pool that never binds).
 p99_ok() {
   if [ "$1" = cpu ]; then
-    engine_window_ok "$2" "${cpu_args[@]}" --seed "$SEED" --window "$CPU_WINDOW" --sinks 4 --positions absolute "$3"
+    cpu_window_ok "$2" "$3"
   else
     meets_deadline "$(summary sim --preset "$1" --sessions "$3" --kv window \
       --admission "static:$3" --duration "$2" --seed "$SEED")"
@@ -98,7 +97,7 @@ for preset in $PRESETS; do
     base=(sim --preset "$preset")
     if [ "$preset" = cpu ]; then
       engine_kv_args "$kv" "$CPU_WINDOW"
-      base=("${cpu_args[@]}" --kv-blocks "$CPU_BLOCKS" "${KV_ARGS[@]}")
+      base=("${CPU_ARGS[@]}" --kv-blocks "$CPU_BLOCKS" "${KV_ARGS[@]}")
     fi
     summary "${base[@]}" --seed "$SEED" --kv "$kv" "${adm[@]}" \
       --arrival "poisson:$rate" --session-duration "exp:$lifetime_s" --duration "$run_s" \

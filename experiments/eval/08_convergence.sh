@@ -5,8 +5,10 @@
 # the run / N_true) and its oscillation there (std / mean, peak-to-trough / mean). Expected: the
 # new AIMD (slow start, headroom-scaled growth, frame-closed windows) reaches 0.9 N_true within
 # 60 s on moshi-7b and within 150 periods on the 1-2 s-period presets, settles in [0.9, 1.0]
-# N_true and oscillates by at most 10%; the old fixed +1 AIMD (one session per 25-period window)
-# takes ~N_true windows; gradient2 is the peer baseline; static:N_true and memory for reference.
+# N_true and oscillates by at most 10%, there and on the real CPU engine (pseudo-preset "cpu",
+# experiment 04's shape, real clock, machine load recorded); the old fixed +1 AIMD (one session
+# per 25-period window) takes ~N_true windows; gradient2 is the peer baseline; static:N_true and
+# memory for reference.
 source "$(dirname "$0")/common.sh"
 eval_init 08_convergence "$@"
 record_seed "sim (all runs)" "$SEED"
@@ -14,6 +16,8 @@ record_seed "sim (all runs)" "$SEED"
 if [ -z "$PRESETS" ]; then
   PRESETS="$("$BIN" sim --list-presets --json | jq -r '.presets[].name' | tr '\n' ' ')"
 fi
+if [ "$CPU" = 1 ] && [[ " $PRESETS " != *" cpu "* ]]; then PRESETS="$PRESETS cpu"; fi
+cpu_drive_args
 
 # The controllers: label and admission flags (N_TRUE is substituted per preset). "aimd-fixed" is
 # the controller before issue 13: no slow start (factor 1), no headroom-scaled growth (gain 0),
@@ -29,13 +33,25 @@ CONTROLLERS=(
 
 # p99_ok PRESET RUN_S N: N window sessions of PRESET keep p99 <= 0.85 D with no starved frame.
 p99_ok() {
-  meets_deadline "$(summary sim --preset "$1" --sessions "$3" --kv window --admission "static:$3" \
-    --duration "$2" --seed "$SEED")"
+  if [ "$1" = cpu ]; then
+    cpu_window_ok "$2" "$3"
+  else
+    meets_deadline "$(summary sim --preset "$1" --sessions "$3" --kv window --admission "static:$3" \
+      --duration "$2" --seed "$SEED")"
+  fi
 }
+
+# ran PRESET CONTROLLER: whether the controller runs on the preset (the CPU engine runs
+# CPU_CONTROLLERS only).
+ran() { [ "$1" != cpu ] || [[ " $CPU_CONTROLLERS " == *" $2 "* ]]; }
 
 : >"$OUT/08_runs.csv"
 for preset in $PRESETS; do
-  read -r period per_frame window < <(preset_shape "$preset")
+  if [ "$preset" = cpu ]; then
+    period=$CPU_PERIOD_MS
+  else
+    read -r period per_frame window < <(preset_shape "$preset")
+  fi
   if [ -s "$OUT/04_ntrue_$preset.txt" ]; then
     n_true=$(cat "$OUT/04_ntrue_$preset.txt")
     progress "$preset: N_true = $n_true (experiment 04's bisection)"
@@ -43,26 +59,42 @@ for preset in $PRESETS; do
     n_true=$(cat "$OUT/08_ntrue_$preset.txt")
     progress "$preset: N_true = $n_true (kept from an earlier run)"
   else
-    probe_s=$(probe_seconds "$period" "$per_frame" "$window" "$MIN_PROBE_S" "$PROBE_FILLS")
+    start=32
+    if [ "$preset" = cpu ]; then
+      probe_s=$CPU_PROBE_S
+      start=$CPU_BISECT_START
+      load_average >"$OUT/08_cpu_load_ntrue.txt"
+    else
+      probe_s=$(probe_seconds "$period" "$per_frame" "$window" "$MIN_PROBE_S" "$PROBE_FILLS")
+    fi
     progress "$preset: N_true by bisection (${probe_s} s per probe)"
-    largest_passing "$preset" 32 1 p99_ok "$preset" "$probe_s"
+    largest_passing "$preset" "$start" 1 p99_ok "$preset" "$probe_s"
     n_true=$LARGEST
     echo "$n_true" >"$OUT/08_ntrue_$preset.txt"
   fi
   crowd=$(awk -v n="$n_true" -v k="$CROWD_MULT" 'BEGIN { printf "%d", k * n + 0.5 }')
-  run_s=$(awk -v p="$period" -v t="$per_frame" -v w="$window" -v k="$RUN_PERIODS" -v f="$RUN_FILLS" \
-    -v m="$MIN_RUN_S" 'BEGIN { r = p * k / 1000; fill = f * w * p / (1000 * t); if (fill > r) r = fill
-      if (r < m) r = m; printf "%d", r }')
+  base=(sim --preset "$preset")
+  if [ "$preset" = cpu ]; then
+    run_s=$CPU_RUN_S
+    engine_kv_args window "$CPU_WINDOW"
+    base=("${CPU_ARGS[@]}" --kv-blocks "$CPU_BLOCKS" "${KV_ARGS[@]}")
+  else
+    run_s=$(awk -v p="$period" -v t="$per_frame" -v w="$window" -v k="$RUN_PERIODS" -v f="$RUN_FILLS" \
+      -v m="$MIN_RUN_S" 'BEGIN { r = p * k / 1000; fill = f * w * p / (1000 * t); if (fill > r) r = fill
+        if (r < m) r = m; printf "%d", r }')
+  fi
   progress "$preset: N_true = $n_true; a crowd of $crowd sessions from t = 0, ${run_s} s runs"
   for c in "${CONTROLLERS[@]}"; do
     ctl="${c%%|*}"
     read -r -a adm <<<"${c#*|}"
     adm=("${adm[@]//N_TRUE/$n_true}")
+    ran "$preset" "$ctl" || continue
     f="$OUT/08_${preset}_$ctl"
     echo "$preset,$n_true,$period,$run_s,$ctl" >>"$OUT/08_runs.csv"
     if have "$f.json" "$f.csv"; then continue; fi
     progress "$preset: $ctl"
-    summary sim --preset "$preset" --seed "$SEED" --kv window "${adm[@]}" \
+    if [ "$preset" = cpu ]; then load_average >"$f.load"; fi
+    summary "${base[@]}" --seed "$SEED" --kv window "${adm[@]}" \
       --sessions "$crowd" --duration "$run_s" \
       --timeseries-out "$f.csv" >"$f.json"
   done
@@ -98,14 +130,20 @@ convergence() {
     mark=""
     if ((col == 2)); then mark=" (active)"; fi
     echo "$preset,$ctl,$n_true,$reach,$ratio,$sd,$ptt" >>"$OUT/08_data.csv"
+    label=$preset
+    if [ "$preset" = cpu ]; then label="cpu (load $(cat "$f.load" 2>/dev/null || echo ?))"; fi
     printf '| %s | %s | %s | %s | %s | %s | %s%s | %.1f%% | %.1f%% | %s | %s | %s | %.2f |\n' \
-      "$preset" "$n_true" "$run_s" "$ctl" "${reach}" "$periods" "$ratio" "$mark" \
+      "$label" "$n_true" "$run_s" "$ctl" "${reach}" "$periods" "$ratio" "$mark" \
       "$(awk -v x="$sd" 'BEGIN { print 100 * x }')" "$(awk -v x="$ptt" 'BEGIN { print 100 * x }')" \
       "$(jget "$j" admitted)" "$(jget "$j" rejected)" \
       "$(pct "$(jget "$j" starved_frames)" "$(jget "$j" frames)")" \
       "$(awk -v a="$(jget "$j" p99_frame_latency_ms)" -v b="$(jget "$j" deadline_ms)" 'BEGIN { print a / b }')"
   done <"$OUT/08_runs.csv"
   echo
+  if grep -q '^cpu,' "$OUT/08_runs.csv"; then
+    echo "cpu: $(run_label cpu), frames of $CPU_TOKENS_IN tokens in + $CPU_TOKENS_OUT out every $CPU_PERIOD_MS ms, window W = $CPU_WINDOW + 4 sinks, a $CPU_BLOCKS-block pool, ${CPU_PROBE_S} s N_true probes (load average $(cat "$OUT/08_cpu_load_ntrue.txt" 2>/dev/null || echo "- (04's N_true)") at the bisection), real clock. The load average beside each run is the machine's 1-minute load when it started (2 cores here: above 2, other processes took the cores the engine shares). Only $CPU_CONTROLLERS run there."
+    echo
+  fi
 } >"$OUT/08_convergence.md"
 
 # One panel per preset: each controller's limit (memory: active sessions) over time, with N_true
@@ -122,6 +160,7 @@ for preset in $presets_run; do
   lines=()
   for c in "${CONTROLLERS[@]}"; do
     ctl="${c%%|*}"
+    ran "$preset" "$ctl" || continue
     col=3
     title="$ctl: limit"
     if [ "$ctl" = memory ]; then col=2; title="memory: active (no limit)"; fi
@@ -131,7 +170,7 @@ for preset in $presets_run; do
   done
   lines+=("$n_true with lines dt 2 lw 1.5 lc rgb '#555555' title 'N_true'"
     "0.9 * $n_true with lines dt 3 lw 1 lc rgb '#999999' title '0.9 N_true'")
-  panels+="$(time_panel "$preset (N_true = $n_true)" "${lines[@]}")"
+  panels+="$(time_panel "$(run_label "$preset") (N_true = $n_true)" "${lines[@]}")"
 done
 multiplot_png "$OUT/08_convergence.png" $((700 * cols + 100)) $((520 * rows + 60)) "$rows" "$cols" 3 \
   "Admission limit from 1, a crowd of ${CROWD_MULT}x N_true, window KV" "$panels"

@@ -110,6 +110,25 @@ engine_window_ok() {
     --kv-blocks $((40 * n + 64)) --duration "$seconds")"
 }
 
+# cpu_drive_args: the pseudo-preset "cpu"'s drive command (the global array CPU_ARGS): the real
+# engine, synthetic:tiny on one thread and the real clock, frames of the experiment's
+# CPU_TOKENS_IN in + CPU_TOKENS_OUT out every CPU_PERIOD_MS.
+cpu_drive_args() {
+  CPU_ARGS=(drive --model synthetic:tiny --threads 1 --period-ms "$CPU_PERIOD_MS"
+    --tokens-per-frame "$CPU_TOKENS_IN" --output-tokens-per-frame "$CPU_TOKENS_OUT")
+}
+
+# cpu_window_ok SECONDS N: N window sessions (W = CPU_WINDOW + 4 sinks) of the pseudo-preset "cpu"
+# meet the deadline for SECONDS (seed SEED) on a pool that never binds: N_true's test there.
+cpu_window_ok() {
+  cpu_drive_args
+  engine_kv_args window "$CPU_WINDOW"
+  engine_window_ok "$1" "${CPU_ARGS[@]}" --seed "$SEED" "${KV_ARGS[@]}" "$2"
+}
+
+# load_average: the 1-minute load average now (what shared the cores with a CPU-engine run).
+load_average() { cut -d' ' -f1 /proc/loadavg; }
+
 # probe_seconds PERIOD_MS TOKENS_PER_FRAME WINDOW MIN_S FILLS: how long an N_true probe runs: 30
 # periods, FILLS window fills, at least MIN_S.
 probe_seconds() {

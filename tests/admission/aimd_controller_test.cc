@@ -15,13 +15,16 @@ SystemState Active(std::int64_t n) {
   return {.active_sessions = n, .free_blocks = 1000, .total_blocks = 1000, .reserved_blocks = 0};
 }
 
-// Runs one full control window starting at `t_s`: `num_frames` frames at `latency_ms`, the first
-// `num_misses` of them missed, `active` sessions throughout. Returns the time the window closed.
+// Runs one full control window starting at `t_s`: `num_frames` frames at `latency_ms`, 10 ms
+// apart, `num_misses` of them missed (spread evenly, so apart in time unless there are many),
+// `active` sessions throughout. Returns the time the window closed.
 double RunWindow(AimdController& c, double t_s, std::int64_t active, double latency_ms,
                  int num_frames = 100, int num_misses = 0, double window_s = 2.0) {
   c.OnTick(t_s, Active(active));
   for (int i = 0; i < num_frames; ++i) {
-    c.OnFrame(t_s + 0.01 * i, latency_ms, kDeadlineMs, i < num_misses);
+    const bool missed = num_misses > 0 && i % (num_frames / num_misses) == 0 &&
+                        i / (num_frames / num_misses) < num_misses;
+    c.OnFrame(t_s + 0.01 * i, latency_ms, kDeadlineMs, missed);
   }
   c.OnTick(t_s + window_s, Active(active));
   return t_s + window_s;
@@ -139,7 +142,8 @@ TEST(AimdControllerTest, CutsToBetaTimesActiveOnHighLatency) {
   const auto changes = c.TakeLimitChanges();
   ASSERT_EQ(changes.size(), 1u);
   EXPECT_EQ(changes[0].reason,
-            "cut: p99/D=0.900 > 0.85 over 100 frames; floor(0.9 * active 20) = 18");
+            "cut: p99/D=0.900 > 0.85 over 100 frames, 5 bursts of late frames in 10 slots of 2 "
+            "deadlines (stall rate 0.000 a slot); floor(0.9 * active 20) = 18");
   EXPECT_TRUE(c.cooling_down());
 }
 
@@ -151,11 +155,44 @@ TEST(AimdControllerTest, CutUsesActiveNotLimit) {
 
 TEST(AimdControllerTest, CutsOnMissRatioEvenWithLowLatencyPercentile) {
   AimdController c(Options(20), {});
-  RunWindow(c, 0.0, 20, 50.0, /*num_frames=*/1000, /*num_misses=*/2);  // 0.2% > 0.1%
+  // 0.3% > 0.1%, three misses 3.3 s apart: three bursts (two could be two stalls).
+  RunWindow(c, 0.0, 20, 50.0, /*num_frames=*/1000, /*num_misses=*/3);
   EXPECT_EQ(c.limit(), 18);
   const auto changes = c.TakeLimitChanges();
   ASSERT_EQ(changes.size(), 1u);
-  EXPECT_EQ(changes[0].reason.rfind("cut: miss ratio 0.0020 > 0.001", 0), 0u) << changes[0].reason;
+  EXPECT_EQ(changes[0].reason.rfind("cut: miss ratio 0.0030 > 0.001", 0), 0u) << changes[0].reason;
+}
+
+// One engine stall: every frame in flight late at once. The window's p99 and miss ratio cross,
+// but it is one burst of late frames: hold, and cut only when later windows confirm it.
+TEST(AimdControllerTest, OneBurstOfLateFramesHoldsAndRepeatedBurstsCut) {
+  AimdController c(Options(20), {});
+  // A 2 s window: 100 frames 10 ms apart, the first `late` of them at 1.5 D (one burst), the rest
+  // at 0.7 D (the dead band: no growth).
+  const auto window = [&](double t_s, int late) {
+    c.OnTick(t_s, Active(20));
+    for (int i = 0; i < 100; ++i) {
+      c.OnFrame(t_s + 0.01 * i, i < late ? 150.0 : 70.0, kDeadlineMs, i < late);
+    }
+    c.OnTick(t_s + 2.0, Active(20));
+  };
+  window(0.0, 20);  // 20% missed, p99 1.5 D, but one burst: hold
+  EXPECT_EQ(c.limit(), 20);
+  double t_s = 2.0;
+  for (int k = 0; k < 9; ++k, t_s += 2.0) window(t_s, 0);  // the stall rate: 1 burst in 100 slots
+  EXPECT_EQ(c.limit(), 20);
+  for (int k = 0; k < 3; ++k, t_s += 2.0) {
+    window(t_s, 20);  // P(>= 3 bursts in 30 slots at 0.01 a slot) = 0.0036: still stalls
+    EXPECT_EQ(c.limit(), 20) << k;
+  }
+  window(t_s, 20);  // P(>= 4 in 40) = 0.0008 < 0.001: confirmed
+  EXPECT_EQ(c.limit(), 18);
+  const auto changes = c.TakeLimitChanges();
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_NE(changes[0].reason.find("4 bursts of late frames in 40 slots of 2 deadlines (stall "
+                                   "rate 0.010 a slot)"),
+            std::string::npos)
+      << changes[0].reason;
 }
 
 TEST(AimdControllerTest, MissRatioAtThresholdDoesNotCut) {

@@ -20,6 +20,17 @@ double Percentile(std::vector<double>& v, double p) {
   return v[static_cast<std::size_t>(rank)];
 }
 
+// P(X >= k) for X ~ Poisson(mean), k >= 0.
+double PoissonTail(double mean, std::int64_t k) {
+  double term = std::exp(-mean);  // P(X = 0)
+  double below = 0.0;
+  for (std::int64_t i = 0; i < k; ++i) {
+    below += term;
+    term *= mean / static_cast<double>(i + 1);
+  }
+  return std::max(0.0, 1.0 - below);
+}
+
 }  // namespace
 
 AimdController::AimdController(const AimdOptions& options, const MemoryOptions& memory)
@@ -40,6 +51,13 @@ void AimdController::OnFrame(double now_s, double latency_ms, double deadline_ms
   window_.OnFrame(now_s);
   const double sample = latency_ms / deadline_ms;
   if (missed) ++num_misses_;
+  deadline_s_ = deadline_ms / 1000.0;
+  if (missed || sample > options_.high_target) {
+    if (num_over_bursts_ == 0 || now_s - burst_start_s_ > kBurstDeadlines * deadline_ms / 1000.0) {
+      ++num_over_bursts_;
+      burst_start_s_ = now_s;
+    }
+  }
   if (std::cmp_less(samples_.size(), options_.max_samples)) {
     samples_.push_back(sample);  // within the reserved capacity: no allocation
     return;
@@ -108,6 +126,7 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
   w.end_s = now_s;
   w.num_frames = closed.num_frames;
   w.num_misses = num_misses_;
+  w.num_over_bursts = num_over_bursts_;
   w.peak_active = closed.peak_active;
   w.num_limit_rejections = closed.num_limit_rejections;
   w.binding = w.peak_active >= limit() - 1 || w.num_limit_rejections > 0;
@@ -119,6 +138,7 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
   growing_ = false;
   samples_.clear();
   num_misses_ = 0;
+  num_over_bursts_ = 0;
 
   if (cooling_) {
     const bool done = options_.cooldown_mode == CooldownMode::kDrain
@@ -131,7 +151,33 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
   if (w.signal > 0.0) floor_signal_ = std::min(floor_signal_, w.signal);
 
   const double p = options_.percentile;
-  if (w.signal > options_.high_target || w.miss_ratio > options_.miss_ratio_threshold) {
+  const bool over_target =
+      w.signal > options_.high_target || w.miss_ratio > options_.miss_ratio_threshold;
+  // A short window's p99 is about its maximum, so one engine stall reads as a crossing. Count the
+  // evidence in bursts of late frames instead of frames, over the consecutive crossing windows,
+  // against the stall rate measured in the windows that did not cut: a rise that tracks the load
+  // fills most slots at once; stalls that come at their usual rate hold the limit.
+  const double slots =
+      deadline_s_ > 0.0 ? closed.duration_s / (kBurstDeadlines * deadline_s_) : 0.0;
+  bool confirmed = false;
+  if (over_target) {
+    crossing_bursts_ += w.num_over_bursts;
+    crossing_slots_ += slots;
+    const double stall_rate =
+        stall_slots_ > 0.0 ? static_cast<double>(stall_bursts_) / stall_slots_ : 0.0;
+    confirmed = crossing_bursts_ >= kMinConfirmBursts &&
+                PoissonTail(stall_rate * crossing_slots_, crossing_bursts_) < kStallFalseCut;
+    if (!confirmed) return;  // hold: not yet told from stalls
+  } else {
+    // The crossing windows before this one were stalls: they count towards the stall rate.
+    stall_bursts_ += crossing_bursts_ + w.num_over_bursts;
+    stall_slots_ += crossing_slots_ + slots;
+  }
+  const std::int64_t evidence_bursts = crossing_bursts_;
+  const double evidence_slots = crossing_slots_;
+  crossing_bursts_ = 0;
+  crossing_slots_ = 0.0;
+  if (confirmed) {
     const auto cut =
         static_cast<std::int64_t>(std::floor(options_.beta * static_cast<double>(active)));
     const std::int64_t to = std::min(limit(), std::max(options_.window.min_limit, cut));
@@ -146,9 +192,12 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
             ? Format("p%g/D=%.3f > %g", p, w.signal, options_.high_target)
             : Format("miss ratio %.4f > %g", w.miss_ratio, options_.miss_ratio_threshold);
     SetLimit(now_s, to,
-             Format("cut: %s over %lld frames; floor(%g * active %lld) = %lld", why.c_str(),
-                    static_cast<long long>(w.num_frames), options_.beta,
-                    static_cast<long long>(active), static_cast<long long>(cut)));
+             Format("cut: %s over %lld frames, %lld bursts of late frames in %.0f slots of %g "
+                    "deadlines (stall rate %.3f a slot); floor(%g * active %lld) = %lld",
+                    why.c_str(), static_cast<long long>(w.num_frames),
+                    static_cast<long long>(evidence_bursts), evidence_slots, kBurstDeadlines,
+                    stall_slots_ > 0.0 ? static_cast<double>(stall_bursts_) / stall_slots_ : 0.0,
+                    options_.beta, static_cast<long long>(active), static_cast<long long>(cut)));
     cooling_ = true;
     last_cut_s_ = now_s;
     return;

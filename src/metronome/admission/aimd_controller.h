@@ -5,7 +5,8 @@
 // then by a step scaled to the headroom left to the target, never jumping past where a queue model
 // projects the low target when frames cost a sliver of the deadline, and only additively above the
 // limit of the last miss-triggered cut; cut to floor(beta * active) when it
-// exceeds the high target or misses pass a threshold, at most once per cooldown; hold in between
+// exceeds the high target or misses pass a threshold, once confirmed (bursts of late frames
+// unlikely at the measured stall rate), at most once per cooldown; hold in between
 // (the dead band gives a fixed point instead of a sawtooth). Optional KV look-ahead guard: admit
 // only while active < min(limit, N_mem). Thread-safety: not thread-safe; owned by the engine
 // thread.
@@ -25,6 +26,8 @@ struct AimdWindow {
   double end_s = 0.0;           // time of the evaluation
   std::int64_t num_frames = 0;  // frames reported in the window (not only the sampled ones)
   std::int64_t num_misses = 0;
+  // Bursts of late frames (over the high target or missed, all within two deadlines of the first).
+  std::int64_t num_over_bursts = 0;
   double signal = 0.0;           // percentile of latency / deadline over the sampled frames
   double miss_ratio = 0.0;       // num_misses / num_frames
   std::int64_t peak_active = 0;  // largest active count seen by Decide/OnTick in the window
@@ -69,6 +72,27 @@ class AimdController final : public WindowedController {
   // What AIMD measures in the current window besides the frame count (window_).
   std::vector<double> samples_;  // latency / deadline; capacity max_samples, reserved once
   std::int64_t num_misses_ = 0;
+  // Bursts of frames over the high target or missed in the window: such a frame more than
+  // kBurstDeadlines deadlines after the current burst's first starts a new one.
+  std::int64_t num_over_bursts_ = 0;
+  double burst_start_s_ = 0.0;
+  double deadline_s_ = 0.0;  // of the last frame
+  // One engine stall (the process preempted, another process on the cores) delays every frame in
+  // flight by about its length and leaves a queue that drains within about one more deadline: its
+  // late frames all arrive within two deadlines, one burst however many sessions run. A latency
+  // rise that tracks the load makes frames late in most periods: a burst in most slots of
+  // kBurstDeadlines deadlines.
+  static constexpr double kBurstDeadlines = 2.0;
+  // A crossing (signal over the high target, or misses over the threshold) cuts once confirmed:
+  // the bursts of the consecutive crossing windows so far are at least kMinConfirmBursts and
+  // unlikely (Poisson tail under kStallFalseCut) at the stall rate, the bursts per slot of the
+  // windows that did not cut. Until then the limit holds.
+  static constexpr std::int64_t kMinConfirmBursts = 3;
+  static constexpr double kStallFalseCut = 1e-3;
+  std::int64_t crossing_bursts_ = 0;  // over the consecutive crossing windows so far
+  double crossing_slots_ = 0.0;
+  std::int64_t stall_bursts_ = 0;  // over the windows that did not cut
+  double stall_slots_ = 0.0;
   std::uint64_t rng_state_ = 0x9e3779b97f4a7c15ULL;  // reservoir sampling; fixed seed: reproducible
 
   bool slow_start_;
