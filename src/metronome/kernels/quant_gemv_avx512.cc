@@ -14,6 +14,7 @@
 
 #include <immintrin.h>
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -193,6 +194,156 @@ void Group32(const GemvActPair* act, int pairs, int blocks, const typename W::Bl
     }
   }
   StoreSums(acc, y, ldy, accumulate);
+}
+
+// ---- 4- and 5-bit 32-element types (Q4_0, Q4_1, Q5_0, Q5_1), four blocks a step: the weights
+// of a quad unpacked once into lo / hi (internal/avx512_unpack.h, UnpackQuad), two vpdpbusd per
+// activation row into one int32 vector that starts from the offset term, one conversion and one
+// FMA by d_w d_a per lane. Offset types: sum (u - o) a = sum u a - o sum a, and -o sum a of block
+// t starts lane 4 t of the dot (exact, in integers). Min types: the m_w d_a sum a terms of 16
+// blocks are one FMA of the gathered mins against the activations' d sum (block lanes).
+constexpr int kQuadBlocks = 4;
+
+template <class W>
+concept QuadDecoder = requires(const typename W::Block* const (&b)[kQuadBlocks]) {
+  { W::UnpackQuad(b) } -> std::same_as<UnpackedQuad>;
+};
+
+struct alignas(64) GemvActQuad {
+  std::int8_t lo[64];  // elements 0-15 of block t at 16 t
+  std::int8_t hi[64];  // elements 16-31 of block t at 16 t
+  std::int32_t c[16];  // lane 4 t: -offset * (sum of block t); the other lanes 0
+  float da[16];        // d of block t in lanes 4 t .. 4 t + 3
+};
+struct alignas(64) GemvActSums {  // min types, per 16 blocks: d * sum of block l in lane l
+  float s[kBlocksPerScaleVector];
+};
+
+// Row r's quads at quads[r * nquads], its sums (min types) at sums[r * groups]; blocks past the
+// row's end are zero (a quad or group that covers them adds nothing).
+template <class W>
+void PrepareActQuads(const RowsKernelArgs& a, int blocks, GemvActQuad* quads,
+                     GemvActSums* sums) noexcept {
+  const int nquads = (blocks + kQuadBlocks - 1) / kQuadBlocks;
+  const int groups = (blocks + kBlocksPerScaleVector - 1) / kBlocksPerScaleVector;
+  const auto offset = static_cast<std::int32_t>(W::kOffset);
+  for (int r = 0; r < a.m; ++r) {
+    const auto* x = reinterpret_cast<const quant::ActQ8Block32*>(
+        a.act + static_cast<std::size_t>(r) * a.act_row_bytes);
+    for (int q = 0; q < nquads; ++q) {
+      GemvActQuad& dst = quads[static_cast<std::ptrdiff_t>(r) * nquads + q];
+      std::memset(&dst, 0, sizeof dst);
+      for (int t = 0; t < kQuadBlocks && kQuadBlocks * q + t < blocks; ++t) {
+        const quant::ActQ8Block32& xb = x[kQuadBlocks * q + t];
+        std::memcpy(dst.lo + 16 * t, xb.qs, 16);
+        std::memcpy(dst.hi + 16 * t, xb.qs + 16, 16);
+        dst.c[4 * t] = -offset * xb.sum;
+        for (int l = 0; l < 4; ++l) dst.da[4 * t + l] = xb.d;
+      }
+    }
+    if constexpr (W::kMin) {
+      for (int g = 0; g < groups; ++g) {
+        GemvActSums& dst = sums[static_cast<std::ptrdiff_t>(r) * groups + g];
+        for (int l = 0; l < kBlocksPerScaleVector; ++l) {
+          const int b = kBlocksPerScaleVector * g + l;
+          dst.s[l] = b < blocks ? x[b].d * static_cast<float>(x[b].sum) : 0.0f;
+        }
+      }
+    }
+  }
+}
+
+template <class W, int MT, int NT>
+void GroupQuad(const GemvActQuad* act, const GemvActSums* sums, int blocks,
+               const typename W::Block* const* wrow, std::size_t row_bytes, float* y, int ldy,
+               bool accumulate) noexcept {
+  using Block = typename W::Block;
+  const int nquads = (blocks + kQuadBlocks - 1) / kQuadBlocks;
+  const int groups = (blocks + kBlocksPerScaleVector - 1) / kBlocksPerScaleVector;
+  __m512 acc[MT][NT];
+  ZeroAccumulators(acc);
+  const std::size_t ahead = row_bytes * static_cast<std::size_t>(NT * kGemvPrefetchRowGroups);
+  // Lane l of a quad's dot is in block l / 4 (vpermps indices, + 4 per quad).
+  const __m512i quad_lanes = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  constexpr int kQuadsPerScaleVector = kBlocksPerScaleVector / kQuadBlocks;
+  for (int g = 0; g < groups; ++g) {
+    const int first_block = kBlocksPerScaleVector * g;
+    __m512 dv[NT];
+#pragma GCC unroll 8
+    for (int j = 0; j < NT; ++j) {
+      const __m512i h = GatherScales<W>(wrow[j] + first_block, blocks - first_block);
+      dv[j] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
+      if constexpr (W::kMin) {
+        const __m512 mv = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16)));
+#pragma GCC unroll 8
+        for (int i = 0; i < MT; ++i) {
+          const GemvActSums& s = sums[static_cast<std::ptrdiff_t>(i) * groups + g];
+          acc[i][j] = _mm512_fmadd_ps(mv, _mm512_load_ps(s.s), acc[i][j]);
+        }
+      }
+    }
+    const int q_begin = kQuadsPerScaleVector * g;
+    const int q_end =
+        nquads - q_begin < kQuadsPerScaleVector ? nquads : q_begin + kQuadsPerScaleVector;
+    for (int q = q_begin; q < q_end; ++q) {
+      const int b0 = kQuadBlocks * q;
+      const __m512i lanes =
+          _mm512_add_epi32(quad_lanes, _mm512_set1_epi32(kQuadBlocks * (q - q_begin)));
+      UnpackedQuad u[NT];
+      __m512 dw[NT];
+#pragma GCC unroll 8
+      for (int j = 0; j < NT; ++j) {
+        const Block* b[kQuadBlocks];
+#pragma GCC unroll 4
+        for (int t = 0; t < kQuadBlocks; ++t)
+          b[t] = wrow[j] + (b0 + t < blocks ? b0 + t : blocks - 1);
+        // A quad is at most 88 bytes: two prefetches per quad reach every line ahead.
+        const char* at = reinterpret_cast<const char*>(b[0]) + ahead;
+        _mm_prefetch(at, _MM_HINT_T0);
+        _mm_prefetch(at + 64, _MM_HINT_T0);
+        u[j] = W::UnpackQuad(b);
+        dw[j] = _mm512_permutexvar_ps(lanes, dv[j]);
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < MT; ++i) {
+        const GemvActQuad& a = act[static_cast<std::ptrdiff_t>(i) * nquads + q];
+        const __m512i lo = _mm512_load_si512(a.lo);
+        const __m512i hi = _mm512_load_si512(a.hi);
+        const __m512i c = _mm512_load_si512(a.c);
+        const __m512 da = _mm512_load_ps(a.da);
+#pragma GCC unroll 8
+        for (int j = 0; j < NT; ++j) {
+          const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(c, u[j].lo, lo), u[j].hi, hi);
+          acc[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(dw[j], da), _mm512_cvtepi32_ps(dot), acc[i][j]);
+        }
+      }
+    }
+  }
+  StoreSums(acc, y, ldy, accumulate);
+}
+
+template <class W>
+void GemvRowsQuad(const RowsKernelArgs& a, int row_begin, int row_end) {
+  if (row_begin >= row_end) return;
+  const int blocks = a.w->cols / kQk32;
+  const int nquads = (blocks + kQuadBlocks - 1) / kQuadBlocks;
+  const int groups = (blocks + kBlocksPerScaleVector - 1) / kBlocksPerScaleVector;
+  thread_local std::vector<GemvActQuad> quads;
+  thread_local std::vector<GemvActSums> sums;
+  const auto rows = static_cast<std::size_t>(a.m);
+  if (quads.size() < rows * static_cast<std::size_t>(nquads)) quads.resize(rows * nquads);
+  if (W::kMin && sums.size() < rows * static_cast<std::size_t>(groups)) sums.resize(rows * groups);
+  PrepareActQuads<W>(a, blocks, quads.data(), sums.data());
+  const quant::WeightMatrix& w = *a.w;
+  const auto row = [&w](int j) { return reinterpret_cast<const typename W::Block*>(w.Row(j)); };
+  ForCount<kGemvMaxRows>(a.m, [&]<int MT>() {
+    ForRowGroups<kWeightRowsFor<MT>>(
+        row_begin, row_end, row,
+        [&]<int NT>(const typename W::Block* const* rows_in_flight, int j) {
+          GroupQuad<W, MT, NT>(quads.data(), sums.data(), blocks, rows_in_flight, w.row_bytes,
+                               a.y + j, a.ldy, a.accumulate);
+        });
+  });
 }
 
 std::vector<GemvActPair>& ActPairScratch() {
@@ -429,6 +580,8 @@ RowsKernel GemvKernel(GgmlType type) noexcept {
   VisitBlockDecoder(type, [&kernel]<class W>() {
     if constexpr (W::kSuperBlock) {
       kernel = GemvRowsK<W>;
+    } else if constexpr (QuadDecoder<W>) {
+      kernel = GemvRowsQuad<W>;
     } else {
       kernel = GemvRows32<W>;
     }
