@@ -289,14 +289,17 @@ void GroupQuad(const GemvActQuad* act, const GemvActSums* sums, int blocks,
       const int b0 = kQuadBlocks * q;
       const __m512i lanes =
           _mm512_add_epi32(quad_lanes, _mm512_set1_epi32(kQuadBlocks * (q - q_begin)));
+      // The quad's blocks, the last one repeated past the row's end (same for every row).
+      int block[kQuadBlocks];
+#pragma GCC unroll 4
+      for (int t = 0; t < kQuadBlocks; ++t) block[t] = b0 + t < blocks ? b0 + t : blocks - 1;
       UnpackedQuad u[NT];
       __m512 dw[NT];
 #pragma GCC unroll 8
       for (int j = 0; j < NT; ++j) {
         const Block* b[kQuadBlocks];
 #pragma GCC unroll 4
-        for (int t = 0; t < kQuadBlocks; ++t)
-          b[t] = wrow[j] + (b0 + t < blocks ? b0 + t : blocks - 1);
+        for (int t = 0; t < kQuadBlocks; ++t) b[t] = wrow[j] + block[t];
         // A quad is at most 88 bytes: two prefetches per quad reach every line ahead.
         const char* at = reinterpret_cast<const char*>(b[0]) + ahead;
         _mm_prefetch(at, _MM_HINT_T0);
