@@ -239,6 +239,19 @@ BENCHMARK(BM_DecodeWeights)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// A kernel call over all of `mat` for m prepared activation rows, y[m, mat.rows].
+kernels::RowsKernelArgs ArgsFor(const quant::WeightMatrix& mat, const std::vector<std::byte>& act,
+                                int m, float* y) {
+  kernels::RowsKernelArgs args;
+  args.act = act.data();
+  args.act_row_bytes = kernels::ActivationRowBytes(mat.type, mat.cols);
+  args.m = m;
+  args.w = &mat;
+  args.y = y;
+  args.ldy = mat.rows;
+  return args;
+}
+
 // The clock of the calling core in GHz: dependent adds retire at one per cycle, so cycles = adds;
 // timed in CPU time of this thread (a loaded machine's preemption does not count). Best of 5.
 double CoreGhz() {
@@ -286,13 +299,7 @@ void BM_GemvResident(benchmark::State& state) {
   std::vector<std::byte> act(kernels::ActivationRowBytes(type, kFfn) * static_cast<std::size_t>(m));
   kernels::PrepareActivations(type, x.data(), m, kFfn, act.data());
   std::vector<float> y(static_cast<std::size_t>(m) * kRows);
-  kernels::RowsKernelArgs args;
-  args.act = act.data();
-  args.act_row_bytes = kernels::ActivationRowBytes(type, kFfn);
-  args.m = m;
-  args.w = &mat;
-  args.y = y.data();
-  args.ldy = kRows;
+  const kernels::RowsKernelArgs args = ArgsFor(mat, act, m, y.data());
   const double ghz = CoreGhz();
   for (auto _ : state) {
     gemv(args, 0, kRows);
@@ -322,13 +329,7 @@ void BM_Prefill(benchmark::State& state) {
   const std::size_t row_bytes = w.bytes / kDim;
   const quant::WeightMatrix wm = quant::MakeWeightMatrix(w.type, kDim, kFfn, w.data.get());
   std::vector<std::byte> act(kernels::ActivationRowBytes(type, kFfn) * static_cast<std::size_t>(m));
-  kernels::RowsKernelArgs args;
-  args.act = act.data();
-  args.act_row_bytes = kernels::ActivationRowBytes(type, kFfn);
-  args.m = m;
-  args.w = &wm;
-  args.y = y.data();
-  args.ldy = kDim;
+  const kernels::RowsKernelArgs args = ArgsFor(wm, act, m, y.data());
   for (auto _ : state) {
     if (dequant) {
 #pragma omp parallel for schedule(static)
@@ -393,13 +394,7 @@ void BM_DecodeKernel(benchmark::State& state) {
       const kernels::RowsKernel rows = kernels::ActiveKernel(mat.type).rows;
       const kernels::RowsKernel fast =
           gemv && mat.type == type ? avx512::GemvKernel(mat.type) : nullptr;
-      kernels::RowsKernelArgs args;
-      args.act = act[mat.cols == kDim ? 0 : 1].data();
-      args.act_row_bytes = kernels::ActivationRowBytes(mat.type, mat.cols);
-      args.m = m;
-      args.w = &mat;
-      args.y = y.data();
-      args.ldy = mat.rows;
+      const kernels::RowsKernelArgs args = ArgsFor(mat, act[mat.cols == kDim ? 0 : 1], m, y.data());
       (fast != nullptr ? fast : rows)(args, 0, mat.rows);
     }
     benchmark::DoNotOptimize(y.data());
