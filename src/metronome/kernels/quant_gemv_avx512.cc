@@ -7,7 +7,8 @@
 // prefetches kGemvPrefetchRowGroups groups of rows ahead (rows are contiguous, so that is the
 // same stream, a few KB ahead), keeps one fp32 accumulator per (activation row, weight row) across
 // the whole row and reduces it once at the end. 32-element types: the fp16 scales of 16 blocks
-// come from one gather + vcvtph2ps, a pair's per-lane scales from one vpermps. K-quants: each
+// come from one gather + vcvtph2ps, a pair's (Q8_0) or a quad's (Q4_0, Q4_1, Q5_0, Q5_1: four
+// blocks from one nibble unpack, GroupQuad) per-lane scales from one vpermps. K-quants: each
 // super-block unpacked once (internal/avx512_unpack.h), 4 vpdpbusd per activation row. F16:
 // vcvtph2ps + fp32 FMA; BF16: vdpbf16ps.
 #include "metronome/kernels/quant_gemv_avx512.h"
