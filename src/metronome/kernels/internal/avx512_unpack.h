@@ -68,13 +68,19 @@ struct UnpackedQuad {
   __m512i hi;
 };
 
+// 16 bytes from each of four places, in order.
+[[maybe_unused]] inline __m512i Load4x16(const void* q0, const void* q1, const void* q2,
+                                         const void* q3) noexcept {
+  __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(static_cast<const __m128i*>(q0)));
+  v = _mm512_inserti32x4(v, _mm_loadu_si128(static_cast<const __m128i*>(q1)), 1);
+  v = _mm512_inserti32x4(v, _mm_loadu_si128(static_cast<const __m128i*>(q2)), 2);
+  return _mm512_inserti32x4(v, _mm_loadu_si128(static_cast<const __m128i*>(q3)), 3);
+}
+
 [[maybe_unused]] inline UnpackedQuad NibblesQuad(const std::uint8_t* q0, const std::uint8_t* q1,
                                                  const std::uint8_t* q2,
                                                  const std::uint8_t* q3) noexcept {
-  __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q0)));
-  v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q1)), 1);
-  v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q2)), 2);
-  v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q3)), 3);
+  const __m512i v = Load4x16(q0, q1, q2, q3);
   const __m512i low4 = _mm512_set1_epi8(15);
   return {_mm512_and_si512(v, low4), _mm512_and_si512(_mm512_srli_epi16(v, 4), low4)};
 }
@@ -121,6 +127,13 @@ struct Q8_0W {
   static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
     const __m512i u = _mm512_xor_si512(LoadPair256(a->qs, b->qs), _mm512_set1_epi8(-128));
     return {u, Halves(Half(a->d), Half(b->d)), _mm512_setzero_ps()};
+  }
+  // Elements 0-15 and 16-31 of four blocks as u = q + 128.
+  static UnpackedQuad UnpackQuad(const Block* const (&b)[4]) noexcept {
+    const __m512i flip = _mm512_set1_epi8(-128);
+    return {_mm512_xor_si512(Load4x16(b[0]->qs, b[1]->qs, b[2]->qs, b[3]->qs), flip),
+            _mm512_xor_si512(Load4x16(b[0]->qs + 16, b[1]->qs + 16, b[2]->qs + 16, b[3]->qs + 16),
+                             flip)};
   }
 };
 struct Q4_0W {
