@@ -10,6 +10,12 @@
 //    K-quants need k % 256 == 0: matrices with k = 576 take llama.cpp's fallback type (Q4_K ->
 //    Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0), only the down projections (k = 1536) are K-quant, as in a
 //    `_K_M` file of this shape. F32 runs through oneDNN (kernels::MatMulTransposedB).
+//  * BM_GemvResident/type/m: one decode kernel (avx512::GemvKernel) on the calling thread over a
+//    192 x 1536 matrix that stays in this core's L2 (0.3-0.6 MB), so memory is not the limit: the
+//    kernel's compute throughput. Counters bytes_per_cycle (weight bytes per cycle of this core,
+//    the clock from a chain of dependent adds, CoreGhz) and GB_per_s (per CPU second). A kernel
+//    is unpack-bound on this machine when bytes_per_cycle x 2 cores x clock is below the read
+//    bandwidth (bandwidth_GBps of BM_DecodeWeights, ~33 GB/s quiet).
 //  * BM_Prefill/type/m/dequant: the down projection (1536 -> 576) for m rows, dequant 0 = the
 //    kernel table's integer kernel (activation preparation included), 1 = W dequantised to fp32
 //    (DequantizeRows) + oneDNN sgemm: the crossover row count behind MatMul's prefill dispatch
@@ -23,6 +29,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <string>
 #include <vector>
@@ -232,6 +239,83 @@ BENCHMARK(BM_DecodeWeights)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// A kernel call over all of `mat` for m prepared activation rows, y[m, mat.rows].
+kernels::RowsKernelArgs ArgsFor(const quant::WeightMatrix& mat, const std::vector<std::byte>& act,
+                                int m, float* y) {
+  kernels::RowsKernelArgs args;
+  args.act = act.data();
+  args.act_row_bytes = kernels::ActivationRowBytes(mat.type, mat.cols);
+  args.m = m;
+  args.w = &mat;
+  args.y = y;
+  args.ldy = mat.rows;
+  return args;
+}
+
+// The clock of the calling core in GHz: dependent adds retire at one per cycle, so cycles = adds;
+// timed in CPU time of this thread (a loaded machine's preemption does not count). Best of 5.
+double CoreGhz() {
+  static const double ghz = [] {
+    const auto cpu_s = [] {
+      timespec t{};
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+      return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+    };
+    constexpr long kAdds = 200'000'000;
+    double best = 0.0;
+    for (int pass = 0; pass < 5; ++pass) {
+      std::uint64_t v = 0;
+      const double t0 = cpu_s();
+      for (long i = 0; i < kAdds; i += 8) {
+        // Eight dependent adds per iteration: the loop's own increment and branch run beside them.
+        asm volatile(
+            "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+            "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0"
+            : "+r"(v));
+      }
+      const double dt = cpu_s() - t0;
+      benchmark::DoNotOptimize(v);
+      best = std::max(best, static_cast<double>(kAdds) / dt * 1e-9);
+    }
+    return best;
+  }();
+  return ghz;
+}
+
+void BM_GemvResident(benchmark::State& state) {
+  const GgmlType type = kTypes[state.range(0)];
+  const int m = static_cast<int>(state.range(1));
+  if (!Supported(type, state)) return;
+  const kernels::RowsKernel gemv = avx512::GemvKernel(type);
+  if (gemv == nullptr) {
+    state.SkipWithError("no gemv kernel for this type");
+    return;
+  }
+  state.SetLabel(std::string(quant::Name(type)));
+  constexpr int kRows = 192;
+  const Matrix w = MakeMatrix(type, kRows, kFfn);
+  const quant::WeightMatrix mat = quant::MakeWeightMatrix(w.type, kRows, kFfn, w.data.get());
+  const std::vector<float> x(static_cast<std::size_t>(m) * kFfn, 0.5f);
+  std::vector<std::byte> act(kernels::ActivationRowBytes(type, kFfn) * static_cast<std::size_t>(m));
+  kernels::PrepareActivations(type, x.data(), m, kFfn, act.data());
+  std::vector<float> y(static_cast<std::size_t>(m) * kRows);
+  const kernels::RowsKernelArgs args = ArgsFor(mat, act, m, y.data());
+  const double ghz = CoreGhz();
+  for (auto _ : state) {
+    gemv(args, 0, kRows);
+    benchmark::DoNotOptimize(y.data());
+  }
+  using C = benchmark::Counter;
+  const auto bytes = static_cast<double>(w.bytes);
+  state.counters["GB_per_s"] = C(bytes * 1e-9, C::kIsIterationInvariantRate);
+  state.counters["bytes_per_cycle"] = C(bytes / (ghz * 1e9), C::kIsIterationInvariantRate);
+  state.counters["core_GHz"] = ghz;
+}
+BENCHMARK(BM_GemvResident)
+    ->ArgsProduct({benchmark::CreateDenseRange(1, 10, 1), {1, 4}})
+    ->ArgNames({"type", "m"})
+    ->Unit(benchmark::kMicrosecond);
+
 void BM_Prefill(benchmark::State& state) {
   const GgmlType type = kTypes[state.range(0)];
   const int m = static_cast<int>(state.range(1));
@@ -245,13 +329,7 @@ void BM_Prefill(benchmark::State& state) {
   const std::size_t row_bytes = w.bytes / kDim;
   const quant::WeightMatrix wm = quant::MakeWeightMatrix(w.type, kDim, kFfn, w.data.get());
   std::vector<std::byte> act(kernels::ActivationRowBytes(type, kFfn) * static_cast<std::size_t>(m));
-  kernels::RowsKernelArgs args;
-  args.act = act.data();
-  args.act_row_bytes = kernels::ActivationRowBytes(type, kFfn);
-  args.m = m;
-  args.w = &wm;
-  args.y = y.data();
-  args.ldy = kDim;
+  const kernels::RowsKernelArgs args = ArgsFor(wm, act, m, y.data());
   for (auto _ : state) {
     if (dequant) {
 #pragma omp parallel for schedule(static)
@@ -316,13 +394,7 @@ void BM_DecodeKernel(benchmark::State& state) {
       const kernels::RowsKernel rows = kernels::ActiveKernel(mat.type).rows;
       const kernels::RowsKernel fast =
           gemv && mat.type == type ? avx512::GemvKernel(mat.type) : nullptr;
-      kernels::RowsKernelArgs args;
-      args.act = act[mat.cols == kDim ? 0 : 1].data();
-      args.act_row_bytes = kernels::ActivationRowBytes(mat.type, mat.cols);
-      args.m = m;
-      args.w = &mat;
-      args.y = y.data();
-      args.ldy = mat.rows;
+      const kernels::RowsKernelArgs args = ArgsFor(mat, act[mat.cols == kDim ? 0 : 1], m, y.data());
       (fast != nullptr ? fast : rows)(args, 0, mat.rows);
     }
     benchmark::DoNotOptimize(y.data());

@@ -7,8 +7,9 @@
 // prefetches kGemvPrefetchRowGroups groups of rows ahead (rows are contiguous, so that is the
 // same stream, a few KB ahead), keeps one fp32 accumulator per (activation row, weight row) across
 // the whole row and reduces it once at the end. 32-element types: the fp16 scales of 16 blocks
-// come from one gather + vcvtph2ps, a pair's per-lane scales from one vpermps. K-quants: each
-// super-block unpacked once (internal/avx512_unpack.h), 4 vpdpbusd per activation row. F16:
+// come from one gather + vcvtph2ps, four blocks are unpacked at once (GroupQuad: one nibble unpack
+// for 128 weights of the 4/5-bit types) and their per-lane scales come from one vpermps. K-quants:
+// each super-block unpacked once (internal/avx512_unpack.h), 4 vpdpbusd per activation row. F16:
 // vcvtph2ps + fp32 FMA; BF16: vdpbf16ps.
 #include "metronome/kernels/quant_gemv_avx512.h"
 
@@ -81,44 +82,6 @@ void ForRowGroups(int row_begin, int row_end, Row&& row, Group&& group) noexcept
   }
 }
 
-// ---- activations: one row's pair of 32-element blocks as the kernel reads it: 64 int8 values,
-// d_a per lane and ca = c d_a (block sum) / 8 per lane (8 int32 lanes of a vpdpbusd per block),
-// so the 8 lanes of a block sum to c d_a sum: c = -offset for offset types, 1 for min types.
-struct alignas(64) GemvActPair {
-  std::int8_t qs[64];
-  float da[16];
-  float ca[16];
-};
-
-void PrepareActPairs(const RowsKernelArgs& a, int blocks, float c, GemvActPair* out) noexcept {
-  const int pairs = (blocks + 1) / 2;
-  for (int r = 0; r < a.m; ++r) {
-    const auto* x = reinterpret_cast<const quant::ActQ8Block32*>(
-        a.act + static_cast<std::size_t>(r) * a.act_row_bytes);
-    for (int p = 0; p < pairs; ++p) {
-      GemvActPair& dst = out[static_cast<std::ptrdiff_t>(r) * pairs + p];
-      for (int h = 0; h < 2; ++h) {
-        const int b = 2 * p + h;
-        float d = 0.0f;
-        float sum = 0.0f;
-        if (b < blocks) {
-          std::memcpy(dst.qs + 32 * h, x[b].qs, 32);
-          d = x[b].d;
-          sum = static_cast<float>(x[b].sum);
-        } else {
-          std::memset(dst.qs + 32 * h, 0, 32);  // odd block count: the second half contributes 0
-        }
-        _mm256_store_ps(dst.da + 8 * h, _mm256_set1_ps(d));
-        _mm256_store_ps(dst.ca + 8 * h, _mm256_set1_ps(c * d * sum * 0.125f));
-      }
-    }
-  }
-}
-
-// ---- weights: a pair of blocks as 64 unsigned bytes u = q + offset (or q, for min types), by
-// the shared unpackers (internal/avx512_unpack.h: Q8_0W ... Q5_1W); their per-lane scales are not
-// used here (the scales come from one gather per 16 blocks, below), so the compiler drops them.
-
 // The fp16 scale d (low half) and, for the min types, m (high half) of 16 consecutive blocks
 // from `first` on (lanes past `valid` are 0): one vpgatherdd over the blocks' first 4 bytes
 // (every block type here starts with d, the _1 types with d then m). A scalar pass through a
@@ -134,60 +97,123 @@ inline __m512i GatherScales(const typename W::Block* first, int valid) noexcept 
   return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mask, offsets, first, 1);
 }
 
-// y[i, j] (+)= row i of the activations . weight row j, for MT activation rows and NT weight rows.
+// ---- 32-element types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1), four blocks a step: the weights
+// of a quad unpacked once into lo / hi (internal/avx512_unpack.h, UnpackQuad), two vpdpbusd per
+// activation row into one int32 vector that starts from the offset term, one conversion and one
+// FMA by d_w d_a per lane. Offset types: sum (u - o) a = sum u a - o sum a, and -o sum a of block
+// t starts lane 4 t of the dot (exact, in integers). Min types: the m_w d_a sum a terms of 16
+// blocks are one FMA of the gathered mins against the activations' d sum (block lanes).
+constexpr int kQuadBlocks = 4;
+
+struct alignas(64) GemvActQuad {
+  std::int8_t lo[64];  // elements 0-15 of block t at 16 t
+  std::int8_t hi[64];  // elements 16-31 of block t at 16 t
+  std::int32_t c[16];  // lane 4 t: -offset * (sum of block t); the other lanes 0
+  float da[16];        // d of block t in lanes 4 t .. 4 t + 3
+};
+struct alignas(64) GemvActSums {  // min types, per 16 blocks: d * sum of block l in lane l
+  float s[kBlocksPerScaleVector];
+};
+
+// Row r's quads at quads[r * nquads], its sums (min types) at sums[r * groups]; blocks past the
+// row's end are zero (a quad or group that covers them adds nothing).
+template <class W>
+void PrepareActQuads(const RowsKernelArgs& a, int blocks, GemvActQuad* quads,
+                     GemvActSums* sums) noexcept {
+  const int nquads = (blocks + kQuadBlocks - 1) / kQuadBlocks;
+  const int groups = (blocks + kBlocksPerScaleVector - 1) / kBlocksPerScaleVector;
+  const auto offset = static_cast<std::int32_t>(W::kOffset);
+  for (int r = 0; r < a.m; ++r) {
+    const auto* x = reinterpret_cast<const quant::ActQ8Block32*>(
+        a.act + static_cast<std::size_t>(r) * a.act_row_bytes);
+    for (int q = 0; q < nquads; ++q) {
+      GemvActQuad& dst = quads[static_cast<std::ptrdiff_t>(r) * nquads + q];
+      std::memset(&dst, 0, sizeof dst);
+      for (int t = 0; t < kQuadBlocks && kQuadBlocks * q + t < blocks; ++t) {
+        const quant::ActQ8Block32& xb = x[kQuadBlocks * q + t];
+        std::memcpy(dst.lo + 16 * t, xb.qs, 16);
+        std::memcpy(dst.hi + 16 * t, xb.qs + 16, 16);
+        dst.c[4 * t] = -offset * xb.sum;
+        for (int l = 0; l < 4; ++l) dst.da[4 * t + l] = xb.d;
+      }
+    }
+    if constexpr (W::kMin) {
+      for (int g = 0; g < groups; ++g) {
+        GemvActSums& dst = sums[static_cast<std::ptrdiff_t>(r) * groups + g];
+        for (int l = 0; l < kBlocksPerScaleVector; ++l) {
+          const int b = kBlocksPerScaleVector * g + l;
+          dst.s[l] = b < blocks ? x[b].d * static_cast<float>(x[b].sum) : 0.0f;
+        }
+      }
+    }
+  }
+}
+
 template <class W, int MT, int NT>
-void Group32(const GemvActPair* act, int pairs, int blocks, const typename W::Block* const* wrow,
-             std::size_t row_bytes, float* y, int ldy, bool accumulate) noexcept {
+void GroupQuad(const GemvActQuad* act, const GemvActSums* sums, int blocks,
+               const typename W::Block* const* wrow, std::size_t row_bytes, float* y, int ldy,
+               bool accumulate) noexcept {
+  using Block = typename W::Block;
+  const int nquads = (blocks + kQuadBlocks - 1) / kQuadBlocks;
+  const int groups = (blocks + kBlocksPerScaleVector - 1) / kBlocksPerScaleVector;
   __m512 acc[MT][NT];
   ZeroAccumulators(acc);
   const std::size_t ahead = row_bytes * static_cast<std::size_t>(NT * kGemvPrefetchRowGroups);
-  // Lanes 0-7 pick scale 0 of a pair, lanes 8-15 scale 1 (vpermps indices, + 2 per pair).
-  const __m512i pair_lanes = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  constexpr int kPairsPerScaleVector = kBlocksPerScaleVector / 2;
-  for (int p0 = 0; p0 < pairs; p0 += kPairsPerScaleVector) {
-    const int first_block = 2 * p0;
+  // Lane l of a quad's dot is in block l / 4 (vpermps indices, + 4 per quad).
+  const __m512i quad_lanes = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  constexpr int kQuadsPerScaleVector = kBlocksPerScaleVector / kQuadBlocks;
+  for (int g = 0; g < groups; ++g) {
+    const int first_block = kBlocksPerScaleVector * g;
     __m512 dv[NT];
-    [[maybe_unused]] __m512 mv[NT];
 #pragma GCC unroll 8
     for (int j = 0; j < NT; ++j) {
       const __m512i h = GatherScales<W>(wrow[j] + first_block, blocks - first_block);
       dv[j] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
-      if constexpr (W::kMin)
-        mv[j] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16)));
+      if constexpr (W::kMin) {
+        const __m512 mv = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16)));
+#pragma GCC unroll 8
+        for (int i = 0; i < MT; ++i) {
+          const GemvActSums& s = sums[static_cast<std::ptrdiff_t>(i) * groups + g];
+          acc[i][j] = _mm512_fmadd_ps(mv, _mm512_load_ps(s.s), acc[i][j]);
+        }
+      }
     }
-    const int p_end = pairs - p0 < kPairsPerScaleVector ? pairs : p0 + kPairsPerScaleVector;
-    for (int p = p0; p < p_end; ++p) {
-      const int b0 = 2 * p;
-      const int b1 = b0 + 1 < blocks ? b0 + 1 : b0;  // odd count: re-read b0; its activation is 0
-      const __m512i lanes = _mm512_add_epi32(pair_lanes, _mm512_set1_epi32(2 * (p - p0)));
-      __m512i u[NT];
+    const int q_begin = kQuadsPerScaleVector * g;
+    const int q_end =
+        nquads - q_begin < kQuadsPerScaleVector ? nquads : q_begin + kQuadsPerScaleVector;
+    for (int q = q_begin; q < q_end; ++q) {
+      const int b0 = kQuadBlocks * q;
+      const __m512i lanes =
+          _mm512_add_epi32(quad_lanes, _mm512_set1_epi32(kQuadBlocks * (q - q_begin)));
+      // The quad's blocks, the last one repeated past the row's end (same for every row).
+      int block[kQuadBlocks];
+#pragma GCC unroll 4
+      for (int t = 0; t < kQuadBlocks; ++t) block[t] = b0 + t < blocks ? b0 + t : blocks - 1;
+      UnpackedQuad u[NT];
       __m512 dw[NT];
-      [[maybe_unused]] __m512 mw[NT];
 #pragma GCC unroll 8
       for (int j = 0; j < NT; ++j) {
-        const char* at = reinterpret_cast<const char*>(wrow[j] + b0);
-        // A pair of blocks is at most 68 bytes: one prefetch per pair reaches every line ahead.
-        _mm_prefetch(at + ahead, _MM_HINT_T0);
-        u[j] = W::Unpack(wrow[j] + b0, wrow[j] + b1).u;
+        const Block* b[kQuadBlocks];
+#pragma GCC unroll 4
+        for (int t = 0; t < kQuadBlocks; ++t) b[t] = wrow[j] + block[t];
+        // A quad is at most 88 bytes: two prefetches per quad reach every line ahead.
+        const char* at = reinterpret_cast<const char*>(b[0]) + ahead;
+        _mm_prefetch(at, _MM_HINT_T0);
+        _mm_prefetch(at + 64, _MM_HINT_T0);
+        u[j] = W::UnpackQuad(b);
         dw[j] = _mm512_permutexvar_ps(lanes, dv[j]);
-        if constexpr (W::kMin) mw[j] = _mm512_permutexvar_ps(lanes, mv[j]);
       }
 #pragma GCC unroll 8
       for (int i = 0; i < MT; ++i) {
-        const GemvActPair& a = act[static_cast<std::ptrdiff_t>(i) * pairs + p];
-        const __m512i q = _mm512_load_si512(a.qs);
+        const GemvActQuad& a = act[static_cast<std::ptrdiff_t>(i) * nquads + q];
+        const __m512i lo = _mm512_load_si512(a.lo);
+        const __m512i hi = _mm512_load_si512(a.hi);
+        const __m512i c = _mm512_load_si512(a.c);
         const __m512 da = _mm512_load_ps(a.da);
-        const __m512 ca = _mm512_load_ps(a.ca);
 #pragma GCC unroll 8
         for (int j = 0; j < NT; ++j) {
-          const __m512 dot =
-              _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u[j], q));
-          if constexpr (W::kMin) {
-            acc[i][j] = _mm512_fmadd_ps(dw[j], _mm512_mul_ps(da, dot), acc[i][j]);
-            acc[i][j] = _mm512_fmadd_ps(mw[j], ca, acc[i][j]);
-          } else {
-            acc[i][j] = _mm512_fmadd_ps(dw[j], _mm512_fmadd_ps(da, dot, ca), acc[i][j]);
-          }
+          const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(c, u[j].lo, lo), u[j].hi, hi);
+          acc[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(dw[j], da), _mm512_cvtepi32_ps(dot), acc[i][j]);
         }
       }
     }
@@ -195,26 +221,26 @@ void Group32(const GemvActPair* act, int pairs, int blocks, const typename W::Bl
   StoreSums(acc, y, ldy, accumulate);
 }
 
-std::vector<GemvActPair>& ActPairScratch() {
-  thread_local std::vector<GemvActPair> act;
-  return act;
-}
-
 template <class W>
-void GemvRows32(const RowsKernelArgs& a, int row_begin, int row_end) {
+void GemvRowsQuad(const RowsKernelArgs& a, int row_begin, int row_end) {
+  if (row_begin >= row_end) return;
   const int blocks = a.w->cols / kQk32;
-  const int pairs = (blocks + 1) / 2;
-  std::vector<GemvActPair>& act_pairs = ActPairScratch();
-  const auto need_act = static_cast<std::size_t>(a.m) * static_cast<std::size_t>(pairs);
-  if (act_pairs.size() < need_act) act_pairs.resize(need_act);
-  PrepareActPairs(a, blocks, W::kMin ? 1.0f : -W::kOffset, act_pairs.data());
-  const GemvActPair* act = act_pairs.data();
+  const int nquads = (blocks + kQuadBlocks - 1) / kQuadBlocks;
+  const int groups = (blocks + kBlocksPerScaleVector - 1) / kBlocksPerScaleVector;
+  thread_local std::vector<GemvActQuad> quads;
+  thread_local std::vector<GemvActSums> sums;
+  const auto rows = static_cast<std::size_t>(a.m);
+  if (quads.size() < rows * static_cast<std::size_t>(nquads)) quads.resize(rows * nquads);
+  if (W::kMin && sums.size() < rows * static_cast<std::size_t>(groups)) sums.resize(rows * groups);
+  PrepareActQuads<W>(a, blocks, quads.data(), sums.data());
   const quant::WeightMatrix& w = *a.w;
   const auto row = [&w](int j) { return reinterpret_cast<const typename W::Block*>(w.Row(j)); };
   ForCount<kGemvMaxRows>(a.m, [&]<int MT>() {
     ForRowGroups<kWeightRowsFor<MT>>(
-        row_begin, row_end, row, [&]<int NT>(const typename W::Block* const* rows, int j) {
-          Group32<W, MT, NT>(act, pairs, blocks, rows, w.row_bytes, a.y + j, a.ldy, a.accumulate);
+        row_begin, row_end, row,
+        [&]<int NT>(const typename W::Block* const* rows_in_flight, int j) {
+          GroupQuad<W, MT, NT>(quads.data(), sums.data(), blocks, rows_in_flight, w.row_bytes,
+                               a.y + j, a.ldy, a.accumulate);
         });
   });
 }
@@ -430,7 +456,7 @@ RowsKernel GemvKernel(GgmlType type) noexcept {
     if constexpr (W::kSuperBlock) {
       kernel = GemvRowsK<W>;
     } else {
-      kernel = GemvRows32<W>;
+      kernel = GemvRowsQuad<W>;
     }
   });
   return kernel;

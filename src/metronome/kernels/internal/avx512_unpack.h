@@ -58,6 +58,58 @@ namespace {  // internal linkage per translation unit, see above
   return static_cast<std::uint64_t>(ha) | static_cast<std::uint64_t>(hb) << 32;
 }
 
+// ---- 4- and 5-bit 32-element types, four blocks at a time (the decode kernels): 128 weights as
+// two 64-byte vectors, lo = elements 0-15 of blocks 0..3 (16 bytes each, in block order), hi =
+// elements 16-31, from one and / shift / and for all four blocks. Lane l of a vpdpbusd over lo or
+// hi is in block l / 4, so both accumulate into one int32 vector. The blocks are given one by one
+// (a row's last quad repeats its last block; the kernel's activations for it are zero).
+struct UnpackedQuad {
+  __m512i lo;
+  __m512i hi;
+};
+
+// 16 bytes from each of four places, in order.
+[[maybe_unused]] inline __m512i Load4x16(const void* q0, const void* q1, const void* q2,
+                                         const void* q3) noexcept {
+  __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(static_cast<const __m128i*>(q0)));
+  v = _mm512_inserti32x4(v, _mm_loadu_si128(static_cast<const __m128i*>(q1)), 1);
+  v = _mm512_inserti32x4(v, _mm_loadu_si128(static_cast<const __m128i*>(q2)), 2);
+  return _mm512_inserti32x4(v, _mm_loadu_si128(static_cast<const __m128i*>(q3)), 3);
+}
+
+[[maybe_unused]] inline UnpackedQuad NibblesQuad(const std::uint8_t* q0, const std::uint8_t* q1,
+                                                 const std::uint8_t* q2,
+                                                 const std::uint8_t* q3) noexcept {
+  const __m512i v = Load4x16(q0, q1, q2, q3);
+  const __m512i low4 = _mm512_set1_epi8(15);
+  return {_mm512_and_si512(v, low4), _mm512_and_si512(_mm512_srli_epi16(v, 4), low4)};
+}
+
+// The fifth bits of four Q5 blocks (qh: bit e of block t's 32-bit word is element e) added to a
+// quad as 16: bits 0-15 of block t mark bytes 16 t .. 16 t + 15 of lo, bits 16-31 those of hi.
+// Built in scalar registers (the vector ports are the kernels' limit).
+template <class Block>
+[[maybe_unused]] inline UnpackedQuad AddHighBitsQuad(UnpackedQuad q,
+                                                     const Block* const (&b)[4]) noexcept {
+  std::uint64_t lo = 0;
+  std::uint64_t hi = 0;
+#pragma GCC unroll 4
+  for (int t = 0; t < 4; ++t) {
+    std::uint32_t h = 0;
+    std::memcpy(&h, b[t]->qh, 4);
+    lo |= static_cast<std::uint64_t>(h & 0xFFFFu) << (16 * t);
+    hi |= static_cast<std::uint64_t>(h >> 16) << (16 * t);
+  }
+  const __m512i sixteen = _mm512_set1_epi8(16);
+  return {_mm512_mask_add_epi8(q.lo, lo, q.lo, sixteen),
+          _mm512_mask_add_epi8(q.hi, hi, q.hi, sixteen)};
+}
+
+template <class Block>
+[[maybe_unused]] inline UnpackedQuad NibblesQuad(const Block* const (&b)[4]) noexcept {
+  return NibblesQuad(b[0]->qs, b[1]->qs, b[2]->qs, b[3]->qs);
+}
+
 // ---- 32-element weight types: unpack two blocks into 64 unsigned bytes, with per-lane scales.
 // dw: d_w per lane; mw (types with a min, kMin): the min m per lane, the coefficient of the
 // activation block sum. Offset types (kOffset) fold -offset into the activations' ActPair::ca.
@@ -76,6 +128,13 @@ struct Q8_0W {
     const __m512i u = _mm512_xor_si512(LoadPair256(a->qs, b->qs), _mm512_set1_epi8(-128));
     return {u, Halves(Half(a->d), Half(b->d)), _mm512_setzero_ps()};
   }
+  // Elements 0-15 and 16-31 of four blocks as u = q + 128.
+  static UnpackedQuad UnpackQuad(const Block* const (&b)[4]) noexcept {
+    const __m512i flip = _mm512_set1_epi8(-128);
+    return {_mm512_xor_si512(Load4x16(b[0]->qs, b[1]->qs, b[2]->qs, b[3]->qs), flip),
+            _mm512_xor_si512(Load4x16(b[0]->qs + 16, b[1]->qs + 16, b[2]->qs + 16, b[3]->qs + 16),
+                             flip)};
+  }
 };
 struct Q4_0W {
   using Block = quant::BlockQ4_0;
@@ -85,6 +144,7 @@ struct Q4_0W {
   static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
     return {Nibbles2(a->qs, b->qs), Halves(Half(a->d), Half(b->d)), _mm512_setzero_ps()};
   }
+  static UnpackedQuad UnpackQuad(const Block* const (&b)[4]) noexcept { return NibblesQuad(b); }
 };
 struct Q4_1W {
   using Block = quant::BlockQ4_1;
@@ -94,6 +154,7 @@ struct Q4_1W {
   static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
     return {Nibbles2(a->qs, b->qs), Halves(Half(a->d), Half(b->d)), Halves(Half(a->m), Half(b->m))};
   }
+  static UnpackedQuad UnpackQuad(const Block* const (&b)[4]) noexcept { return NibblesQuad(b); }
 };
 struct Q5_0W {
   using Block = quant::BlockQ5_0;
@@ -105,6 +166,9 @@ struct Q5_0W {
     const __m512i u = _mm512_mask_add_epi8(lo, HighBits2(a->qh, b->qh), lo, _mm512_set1_epi8(16));
     return {u, Halves(Half(a->d), Half(b->d)), _mm512_setzero_ps()};
   }
+  static UnpackedQuad UnpackQuad(const Block* const (&b)[4]) noexcept {
+    return AddHighBitsQuad(NibblesQuad(b), b);
+  }
 };
 struct Q5_1W {
   using Block = quant::BlockQ5_1;
@@ -115,6 +179,9 @@ struct Q5_1W {
     const __m512i lo = Nibbles2(a->qs, b->qs);
     const __m512i u = _mm512_mask_add_epi8(lo, HighBits2(a->qh, b->qh), lo, _mm512_set1_epi8(16));
     return {u, Halves(Half(a->d), Half(b->d)), Halves(Half(a->m), Half(b->m))};
+  }
+  static UnpackedQuad UnpackQuad(const Block* const (&b)[4]) noexcept {
+    return AddHighBitsQuad(NibblesQuad(b), b);
   }
 };
 
