@@ -49,8 +49,10 @@ struct Scenario {
   // Frame latency at N active sessions before jitter, ms (a pool overflow is handled separately).
   std::function<double(std::int64_t)> latency_ms;
   double period_ms = kPeriodMs;  // one tick per period; the deadline is the period
-  // Latency step: from step_at_s on, every frame's latency is multiplied by step_factor.
+  // Latency step: from step_at_s on (until step_end_s, when that is >= 0), every frame's latency
+  // is multiplied by step_factor.
   double step_at_s = -1.0;
+  double step_end_s = -1.0;
   double step_factor = 1.0;
   Retry retry = Retry::kNone;
   double patience_s = 10.0;        // retrying arrivals give up after this long
@@ -208,7 +210,9 @@ Trace Simulate(const Scenario& s, AdmissionController& c, std::uint64_t seed = 1
       overflow = demand > s.total_blocks;
     }
     trace.num_overflow_ticks += overflow ? 1 : 0;
-    const double factor = s.step_at_s >= 0.0 && now_s >= s.step_at_s ? s.step_factor : 1.0;
+    const bool stepped =
+        s.step_at_s >= 0.0 && now_s >= s.step_at_s && (s.step_end_s < 0.0 || now_s < s.step_end_s);
+    const double factor = stepped ? s.step_factor : 1.0;
     const std::int64_t n_fit =
         s.stall_excess_only && s.projected_blocks > 0 ? s.total_blocks / s.projected_blocks : 0;
     const double spike_ms = SpikeMs(s, spike_rng);
@@ -685,6 +689,41 @@ TEST(AimdClosedLoopTest, LearnedStallRateDoesNotHideALatencyStep) {
   EXPECT_LE(first_cut_after_step_s, 305.0);
   EXPECT_LE(st.max, n_true_after);
   EXPECT_GE(st.mean, 0.8 * static_cast<double>(n_true_after));
+}
+
+// A slow-down that passes (a co-tenant for a minute) while nobody leaves: the cut is right, but
+// the drain the cooldown waits for never comes, since the sessions admitted before it stay. Once a
+// window carrying that load reads under the low target again, the hold ends and the limit climbs
+// back to the plant's N_true (on main before this rule it stayed at the cut for good).
+TEST(AimdClosedLoopTest, TransientSlowdownWithoutDeparturesCutsThenRegrowsToNTrue) {
+  Scenario s;
+  s.latency_ms = KneeLatencyMs;
+  s.min_session_s = 900.0;  // nobody leaves during the run
+  s.max_session_s = 900.0;
+  s.step_at_s = 200.0;
+  s.step_end_s = 260.0;
+  s.step_factor = 1.4;
+  Scenario calm = s;
+  calm.step_at_s = -1.0;
+  const std::int64_t n_true = TrueCapacity(calm, 0.85);
+  AimdController c(AimdOptions{.initial_limit = 1}, {});
+  const Trace t = Simulate(s, c);
+  const Settling st = Analyze(t, 400.0, static_cast<double>(n_true));
+  Report("transient slow-down, no departures", n_true, st, t);
+  std::int64_t cut_to = -1;
+  bool grew_after_cut = false;
+  for (const LimitChange& ch : t.changes) {
+    std::printf("  t=%.1f %lld -> %lld: %s\n", ch.t_s, static_cast<long long>(ch.from),
+                static_cast<long long>(ch.to), ch.reason.c_str());
+    if (ch.t_s >= 200.0 && ch.to < ch.from && cut_to < 0) cut_to = ch.to;
+    if (cut_to >= 0 && ch.to > ch.from) grew_after_cut = true;
+  }
+  ASSERT_GE(cut_to, 0) << "the slow-down must cut";
+  EXPECT_LT(cut_to, n_true);
+  EXPECT_TRUE(grew_after_cut);
+  EXPECT_GT(st.min, cut_to);
+  EXPECT_GE(st.mean, 0.9 * static_cast<double>(n_true));
+  EXPECT_LE(st.max, n_true);
 }
 
 TEST(AimdClosedLoopTest, KvGuardCapsSlowStartAtThePoolsBound) {

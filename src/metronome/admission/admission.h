@@ -69,7 +69,12 @@ enum class CooldownMode : std::uint8_t {
   // After a cut, hold until one full control window has run with active <= limit throughout (the
   // first window that measures the load the cut allows), then act on that window. A cut cannot
   // take effect before admitted sessions end, so a fixed timer either waits too long or lets the
-  // limit collapse while latency is still high from sessions admitted before the cut.
+  // limit collapse while latency is still high from sessions admitted before the cut. The hold also
+  // ends on a window whose signal is back under the low target with no more misses than the
+  // threshold while it still carries the load admitted before the cut (or on three such windows in
+  // the dead band): what caused the crossing has passed (a co-tenant that left, a stall the
+  // confirmation could not tell from load), and with sessions that never end, waiting for the drain
+  // would hold the limit below that load for good. The limit then follows the load it measured.
   kDrain,
   // After a cut, hold for AimdOptions::cooldown_s.
   kFixed,

@@ -133,7 +133,8 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
   if (w.num_frames > 0) {
     w.miss_ratio = static_cast<double>(num_misses_) / static_cast<double>(w.num_frames);
   }
-  if (!samples_.empty()) w.signal = Percentile(samples_, options_.percentile);
+  const bool samples_empty = samples_.empty();
+  if (!samples_empty) w.signal = Percentile(samples_, options_.percentile);
   last_window_ = w;
   growing_ = false;
   samples_.clear();
@@ -141,11 +142,46 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
   num_over_bursts_ = 0;
 
   if (cooling_) {
-    const bool done = options_.cooldown_mode == CooldownMode::kDrain
-                          ? w.peak_active <= limit()
-                          : now_s - last_cut_s_ >= options_.cooldown_s;
-    if (!done) return;  // the window still measured load admitted before the cut: hold
-    cooling_ = false;   // a clean window: act on it below
+    if (options_.cooldown_mode == CooldownMode::kFixed) {
+      if (now_s - last_cut_s_ < options_.cooldown_s) return;
+      cooling_ = false;
+    } else if (w.peak_active <= limit()) {
+      cooling_ = false;  // the first window of the load the cut allows: act on it below
+    } else if (closed.least_active <= limit()) {
+      healthy_while_cooling_ = 0;
+      return;  // sessions are leaving: wait for the first window at or under the limit
+    } else {
+      // The load admitted before the cut stayed the whole window (nobody left). Once it reads
+      // healthy, under the low target at once or at or under the high target kRecoverWindows
+      // windows in a row, the crossing has passed and the cut's limit is stale: it follows the
+      // load just measured (which admits nobody: active is not below it), and the next window
+      // acts as usual.
+      const bool measured = w.num_frames >= options_.window.min_samples && !samples_empty &&
+                            w.miss_ratio <= options_.miss_ratio_threshold;
+      healthy_while_cooling_ =
+          measured && w.signal <= options_.high_target ? healthy_while_cooling_ + 1 : 0;
+      if (!(measured &&
+            (w.signal < options_.low_target || healthy_while_cooling_ >= kRecoverWindows))) {
+        return;  // hold: the load of before the cut, still at a crossing (or not yet confirmed)
+      }
+      std::int64_t to = std::min(closed.least_active, options_.window.max_limit);
+      if (pool_bound_ >= 0) to = std::min(to, std::max(limit(), pool_bound_));
+      // A wall (the last cut came from misses under a low latency) is not seen by the signal:
+      // never past it on the signal's word; the drain decides there.
+      if (miss_ceiling_ >= 0) to = std::min(to, miss_ceiling_);
+      if (to <= limit()) return;
+      SetLimit(now_s, to,
+               Format("recovered: p%g/D=%.3f <= %g over %lld frames with %lld active throughout, "
+                      "the load admitted before the cut, which no session left; the limit "
+                      "follows it",
+                      options_.percentile, w.signal,
+                      w.signal < options_.low_target ? options_.low_target : options_.high_target,
+                      static_cast<long long>(w.num_frames),
+                      static_cast<long long>(closed.least_active)));
+      cooling_ = false;
+      healthy_while_cooling_ = 0;
+      return;
+    }
   }
   if (w.num_frames < options_.window.min_samples) return;  // too little evidence: hold
   if (w.signal > 0.0) floor_signal_ = std::min(floor_signal_, w.signal);

@@ -121,6 +121,12 @@ class AimdController final : public WindowedController {
   std::int64_t miss_ceiling_ = -1;
   bool cooling_ = false;
   double last_cut_s_ = 0.0;
+  // Draining after a cut while nobody leaves: consecutive windows at or under the high target
+  // (signal and misses) it takes to call the crossing passed when the signal stays in the dead
+  // band (under the low target, one is enough). Three: a crossing the confirmation took for load
+  // does not come back within three windows only by chance.
+  static constexpr std::int64_t kRecoverWindows = 3;
+  std::int64_t healthy_while_cooling_ = 0;
   AimdWindow last_window_;
 };
 

@@ -13,6 +13,7 @@ bool ControlWindow::Due(double now_s, std::int64_t active, std::int64_t frames_n
                              now_s - open_s_ >= options_.min_window_s;
   if (now_s >= open_s_ + options_.window_s || enough_frames) return true;
   peak_active_ = std::max(peak_active_, active);
+  least_active_ = std::min(least_active_, active);
   return false;
 }
 
@@ -30,6 +31,7 @@ ClosedWindow ControlWindow::Close(double now_s, std::int64_t active) {
   const ClosedWindow w{.duration_s = now_s - open_s_,
                        .num_frames = num_frames_,
                        .peak_active = std::max(peak_active_, active),
+                       .least_active = std::min(least_active_, active),
                        .num_limit_rejections = num_limit_rejections_};
   last_frames_per_s_ =
       w.num_frames > 0 && w.duration_s > 0 ? static_cast<double>(w.num_frames) / w.duration_s : 0.0;
@@ -37,6 +39,7 @@ ClosedWindow ControlWindow::Close(double now_s, std::int64_t active) {
   open_s_ = now_s;
   num_frames_ = 0;
   peak_active_ = active;
+  least_active_ = active;
   num_limit_rejections_ = 0;
   return w;
 }

@@ -30,6 +30,9 @@ struct ClosedWindow {
   double duration_s = 0.0;  // close time - open time, s
   std::int64_t num_frames = 0;
   std::int64_t peak_active = 0;  // largest active count noted in the window, and at its close
+  // Smallest active count noted in the window (at its open, and at its close): the load it carried
+  // throughout.
+  std::int64_t least_active = 0;
   std::int64_t num_limit_rejections = 0;
 };
 
@@ -48,7 +51,7 @@ class ControlWindow {
   }
   // Whether the window is due to close at now_s: at open + window_s, or once it holds
   // `frames_needed` frames (when window_frames > 0) and has lasted min_window_s. When not due,
-  // `active` counts towards the window's peak.
+  // `active` counts towards the window's peak and least.
   [[nodiscard]] bool Due(double now_s, std::int64_t active, std::int64_t frames_needed);
   // When the window is expected to close: open + window_s, or earlier at the last window's frame
   // rate once `frames_needed` frames are in (never before open + min_window_s); never before now_s.
@@ -77,6 +80,7 @@ class ControlWindow {
   double open_s_ = 0.0;
   std::int64_t num_frames_ = 0;
   std::int64_t peak_active_ = 0;
+  std::int64_t least_active_ = 0;
   std::int64_t num_limit_rejections_ = 0;
   double last_frames_per_s_ = 0.0;
 };
