@@ -10,11 +10,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "metronome/model/gguf.h"
 #include "metronome/model/model.h"
+#include "metronome/model/model_config_json.h"
 
 namespace metronome::model {
 namespace {
@@ -136,6 +138,22 @@ TEST(ModelInfoTest, ExportedGgufKeepsShapesVocabularyAndStoredTypes) {
   const auto tokenizer = LoadTokenizer(file.path());
   ASSERT_NE(tokenizer, nullptr);
   EXPECT_EQ(tokenizer->Encode("hello world", true), m.tokenizer->Encode("hello world", true));
+}
+
+// The plain hyper-parameters go to JSON under their field names with their values; the ones
+// whose spelling is the caller's (rope_dim, rope_style, has_qkv_bias) and the free text stay out.
+TEST(ModelConfigJsonTest, NamesThePlainFields) {
+  const ModelConfig c = MakeSyntheticModel("tiny").config;
+  const nlohmann::json j = c;
+  EXPECT_EQ(j.size(), 11u);
+  EXPECT_EQ(j.at("dim"), c.dim);
+  EXPECT_EQ(j.at("num_kv_heads"), c.num_kv_heads);
+  EXPECT_EQ(j.at("context_length"), c.context_length);
+  EXPECT_EQ(j.at("rms_eps").get<float>(), c.rms_eps);
+  EXPECT_EQ(j.at("rope_theta"), c.rope_theta);
+  EXPECT_EQ(j.at("tied_embeddings"), c.tied_embeddings);
+  EXPECT_FALSE(j.contains("rope_dim"));
+  EXPECT_FALSE(j.contains("name"));
 }
 
 }  // namespace

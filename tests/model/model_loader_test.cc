@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -11,7 +12,10 @@
 #include <vector>
 
 #include "metronome/base/errors.h"
+#include "metronome/base/mapped_file.h"
 #include "metronome/base/thread_pool.h"
+#include "metronome/model/gguf.h"
+#include "metronome/model/internal/gguf_tensors.h"
 #include "metronome/model/model.h"
 #include "support/shared_data.h"
 
@@ -468,6 +472,45 @@ TEST(ExportGgufTest, TiedEmbeddingsRoundTrip) {
   EXPECT_TRUE(r.config.tied_embeddings);
   EXPECT_EQ(r.weights->output.data, r.weights->token_embedding.data);
   ExpectSameWeights(r, tied);
+}
+
+// The exporter writes the loader's one tensor list: same names, shapes and order, each tensor from
+// the part of the weights the list names (the F32 round trip above checks the values).
+TEST(ExportGgufTest, WritesTheRequiredTensorsInTheirOrder) {
+  const Model m = MakeSyntheticModel("tiny", 7);
+  const std::string path = TempPath("tiny_q8.gguf");
+  const std::vector<ExportedTensor> table =
+      ExportGguf(m, path, ExportTypes{GgmlType::kQ8_0, GgmlType::kQ8_0, 7});
+  const std::vector<internal::TensorSpec> specs = internal::RequiredTensors(m.config);
+  const MappedFile file(path);
+  const GgufFile g(file.bytes(), path);
+  ASSERT_EQ(table.size(), specs.size());
+  ASSERT_EQ(g.tensors().size(), specs.size());
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    EXPECT_EQ(table[i].name, specs[i].name);
+    EXPECT_EQ(table[i].shape, specs[i].shape);
+    EXPECT_EQ(g.tensors()[i].name, specs[i].name);
+    EXPECT_EQ(table[i].type == GgmlType::kF32, !specs[i].matrix) << specs[i].name;
+  }
+}
+
+TEST(GgufTensorsTest, ListsEveryPartOnceALayer) {
+  ModelConfig c = MakeSyntheticModel("tiny").config;
+  c.has_qkv_bias = true;
+  c.tied_embeddings = true;
+  const std::vector<internal::TensorSpec> specs = internal::RequiredTensors(c);
+  // token_embd and output_norm (tied: no output), then 12 tensors a layer with the biases.
+  ASSERT_EQ(specs.size(), 2 + 12 * static_cast<std::size_t>(c.num_layers));
+  EXPECT_EQ(specs[0].part, internal::TensorPart::kTokenEmbedding);
+  EXPECT_EQ(specs[1].part, internal::TensorPart::kOutputNorm);
+  for (std::size_t i = 2; i < specs.size(); ++i) {
+    const auto layer = static_cast<int>((i - 2) / 12);
+    EXPECT_EQ(specs[i].layer, layer) << specs[i].name;
+    EXPECT_TRUE(specs[i].name.starts_with("blk." + std::to_string(layer) + ".")) << specs[i].name;
+  }
+  EXPECT_EQ(specs[6].name, "blk.0.attn_q.bias");
+  EXPECT_EQ(specs[6].shape, std::vector<std::uint64_t>{static_cast<std::uint64_t>(c.q_dim())});
+  EXPECT_FALSE(specs[6].matrix);
 }
 
 TEST(ExportGgufTest, RejectsUnsupportedRequests) {

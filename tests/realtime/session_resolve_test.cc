@@ -23,7 +23,9 @@ model::Vocabulary ByteVocabulary() {
 // Encodes one id per byte after BOS = 1: the prompt's length is the text's plus one.
 class ByteTokenizer : public model::Tokenizer {
  public:
-  ByteTokenizer() : Tokenizer(ByteVocabulary(), /*adds_bos_by_default=*/true) {}
+  ByteTokenizer()
+      : Tokenizer(ByteVocabulary(),
+                  {.kind = "sentencepiece", .ggml_model = "llama", .adds_bos_by_default = true}) {}
   [[nodiscard]] std::vector<TokenId> Encode(std::string_view text, bool add_bos) const override {
     std::vector<TokenId> ids;
     if (add_bos) ids.push_back(1);
@@ -33,8 +35,6 @@ class ByteTokenizer : public model::Tokenizer {
   [[nodiscard]] std::string DecodeToken(TokenId /*prev*/, TokenId /*id*/) const override {
     return "";
   }
-  [[nodiscard]] std::string_view kind() const override { return "sentencepiece"; }
-  [[nodiscard]] std::string_view ggml_model() const override { return "llama"; }
 };
 
 SessionDefaults Defaults() {

@@ -950,5 +950,17 @@ TEST(ProtocolErrorCodeTest, NamesAreStableSnakeCaseAndRoundTrip) {
   EXPECT_FALSE(ErrorCodeFromString("").has_value());
 }
 
+// /v1/stats publishes the caps under their field names (here the defaults, but for two); the byte
+// limits max_message_bytes and max_text_bytes stay unpublished.
+TEST(ServerCapsTest, JsonNamesThePublishedCapsWithTheirValues) {
+  ServerCaps caps;
+  caps.vocab_size = 512;
+  caps.allow_full_kv = false;
+  EXPECT_EQ(Json(caps).dump(),
+            R"({"allow_full_kv":false,"max_output_tokens_per_frame":256,"max_period_ms":10000.0,)"
+            R"("max_prompt_tokens":8192,"max_sinks":1024,"max_tokens_per_frame":4096,)"
+            R"("max_window":65536,"min_period_ms":10.0,"vocab_size":512})");
+}
+
 }  // namespace
 }  // namespace metronome::wire

@@ -9,6 +9,7 @@
 #include "metronome/cli/commands.h"
 #include "metronome/cli/common.h"
 #include "metronome/model/gguf.h"
+#include "metronome/model/model_config_json.h"
 #include "metronome/model/model_info.h"
 
 namespace metronome::cli {
@@ -30,20 +31,11 @@ const char* RopeStyleName(model::RopeStyle s) {
 }
 
 nlohmann::json ConfigJson(const model::ModelConfig& c) {
-  return {{"dim", c.dim},
-          {"num_layers", c.num_layers},
-          {"num_heads", c.num_heads},
-          {"num_kv_heads", c.num_kv_heads},
-          {"head_dim", c.head_dim},
-          {"ffn_dim", c.ffn_dim},
-          {"vocab_size", c.vocab_size},
-          {"context_length", c.context_length},
-          {"rms_eps", c.rms_eps},
-          {"rope_theta", c.rope_theta},
-          {"rope_dim", c.rotary_dim()},
-          {"rope_style", RopeStyleName(c.rope_style)},
-          {"qkv_bias", c.has_qkv_bias},
-          {"tied_embeddings", c.tied_embeddings}};
+  nlohmann::json j = c;  // the fields under their own names, then the derived ones
+  j["rope_dim"] = c.rotary_dim();
+  j["rope_style"] = RopeStyleName(c.rope_style);
+  j["qkv_bias"] = c.has_qkv_bias;
+  return j;
 }
 
 void PrintJson(const std::string& spec, const model::ModelInfo& info) {

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "metronome/base/errors.h"
 #include "metronome/cli/commands.h"
@@ -73,21 +74,12 @@ void ListPresets() {
 void ListPresetsJson() {
   nlohmann::json presets = nlohmann::json::array();
   for (const realtime::SimPreset& p : realtime::BuiltinPresets()) {
-    presets.push_back({{"name", p.name},
-                       {"description", p.description},
-                       {"period_ms", p.period_ms},
-                       {"deadline_ms", p.deadline_ms},
-                       {"tokens_per_frame", p.tokens_per_frame},
-                       {"output_tokens_per_frame", p.output_tokens_per_frame},
-                       {"kv_bytes_per_token", p.kv_bytes_per_token},
-                       {"pool_bytes", p.pool_bytes},
-                       {"pool_blocks", p.PoolBlocks()},
-                       {"block_tokens", p.block_tokens},
-                       {"cost", realtime::CostModelToJson(p.cost)},
-                       {"window", p.window_tokens},
-                       {"sinks", p.sinks},
-                       {"aimd_window_s", DefaultAimdWindowS(p.period_ms)},
-                       {"assumed", p.assumed}});
+    nlohmann::json j = p;  // the fields under their own names, then the renamed and derived ones
+    j["window"] = p.window_tokens;
+    j["pool_blocks"] = p.PoolBlocks();
+    j["cost"] = realtime::CostModelToJson(p.cost);
+    j["aimd_window_s"] = DefaultAimdWindowS(p.period_ms);
+    presets.push_back(std::move(j));
   }
   std::printf("%s\n", nlohmann::json{{"presets", presets}}.dump(2).c_str());
 }

@@ -1,5 +1,6 @@
 // Export to GGUF v3 in llama.cpp's `llama` conventions, so that a model we can run (notably a
 // synthetic one) can also be run by llama.cpp, and so that the GGUF loader has a round-trip test.
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -9,6 +10,7 @@
 
 #include "metronome/base/errors.h"
 #include "metronome/model/gguf.h"
+#include "metronome/model/internal/gguf_tensors.h"
 #include "metronome/model/model.h"
 #include "metronome/quant/ggml_type.h"
 
@@ -62,6 +64,57 @@ GgmlType FallbackType(GgmlType t) {
       return GgmlType::kQ5_1;
     default:
       return GgmlType::kQ8_0;
+  }
+}
+
+// The fp32 values of the vector `t` (a norm: the exporter writes no biases).
+const float* NormOf(const ModelWeights& mw, const internal::TensorSpec& t) {
+  const auto layer = [&]() -> const LayerWeights& {
+    return mw.layers[static_cast<std::size_t>(t.layer)];
+  };
+  switch (t.part) {
+    case internal::TensorPart::kOutputNorm:
+      return mw.final_norm;
+    case internal::TensorPart::kAttnNorm:
+      return layer().attn_norm;
+    case internal::TensorPart::kFfnNorm:
+      return layer().ffn_norm;
+    default:
+      throw ConfigError("cannot export tensor '" + t.name + "'");
+  }
+}
+
+// The row-major [out, in] fp32 values of the matrix `t`; the parts of a fused group are row
+// ranges of it.
+std::vector<float> MatrixValues(const ModelWeights& mw, const ModelConfig& c,
+                                const internal::TensorSpec& t) {
+  const auto all = [](const quant::WeightMatrix& m) { return DequantizeRows(m, 0, m.rows); };
+  const auto layer = [&]() -> const LayerWeights& {
+    return mw.layers[static_cast<std::size_t>(t.layer)];
+  };
+  const int q = c.q_dim();
+  const int kv = c.kv_dim();
+  switch (t.part) {
+    case internal::TensorPart::kTokenEmbedding:
+      return all(mw.token_embedding);
+    case internal::TensorPart::kOutput:
+      return all(mw.output);
+    case internal::TensorPart::kAttnQ:
+      return DequantizeRows(layer().wqkv, 0, q);
+    case internal::TensorPart::kAttnK:
+      return DequantizeRows(layer().wqkv, q, kv);
+    case internal::TensorPart::kAttnV:
+      return DequantizeRows(layer().wqkv, q + kv, kv);
+    case internal::TensorPart::kAttnOutput:
+      return all(layer().wo);
+    case internal::TensorPart::kFfnGate:
+      return DequantizeRows(layer().w_gate_up, 0, c.ffn_dim);
+    case internal::TensorPart::kFfnUp:
+      return DequantizeRows(layer().w_gate_up, c.ffn_dim, c.ffn_dim);
+    case internal::TensorPart::kFfnDown:
+      return all(layer().w_down);
+    default:
+      throw ConfigError("cannot export tensor '" + t.name + "'");
   }
 }
 
@@ -141,46 +194,25 @@ std::vector<ExportedTensor> ExportGguf(const Model& model, const std::string& pa
   if (vocab.unk_id >= 0) w.SetUint32("tokenizer.ggml.unknown_token_id", u32(vocab.unk_id));
   if (!vocab.merges.empty()) w.SetStringArray("tokenizer.ggml.merges", vocab.merges);
 
-  const auto dim = static_cast<std::uint64_t>(c.dim);
-  const auto q = static_cast<std::uint64_t>(c.q_dim());
-  const auto kv = static_cast<std::uint64_t>(c.kv_dim());
-  const auto ffn = static_cast<std::uint64_t>(c.ffn_dim);
-  const auto nvocab = static_cast<std::uint64_t>(c.vocab_size);
   // Shapes in ggml order ([in, out]) over our row-major [out, in] storage.
   std::vector<ExportedTensor> table;
-  const auto matrix = [&](const std::string& name, const std::vector<float>& values,
-                          std::uint64_t in, std::uint64_t out) {
-    ExportedTensor e = ChooseTensorType(types, name, in);
-    e.shape = {in, out};
-    e.bytes = quant::TensorBytes(e.type, in * out).value_or(0);
-    w.AddTensor(name, e.shape, e.type, std::span<const float>(values.data(), in * out));
-    table.push_back(std::move(e));
-  };
-  const auto all = [](const quant::WeightMatrix& m) { return DequantizeRows(m, 0, m.rows); };
-  const auto rows = [](const MatrixGroup& g, std::uint64_t begin, std::uint64_t count) {
-    return DequantizeRows(g, static_cast<int>(begin), static_cast<int>(count));
-  };
-  // llama.cpp expects norms in F32 whatever the file type.
-  const auto norm = [&](const std::string& name, const float* p) {
-    w.AddTensor(name, {dim}, GgmlType::kF32, std::span<const float>(p, dim));
-    table.push_back({name, {dim}, GgmlType::kF32, dim * sizeof(float), "norm"});
-  };
   const ModelWeights& mw = *model.weights;
-  matrix("token_embd.weight", all(mw.token_embedding), dim, nvocab);
-  norm("output_norm.weight", mw.final_norm);
-  if (!c.tied_embeddings) matrix("output.weight", all(mw.output), dim, nvocab);
-  for (int l = 0; l < c.num_layers; ++l) {
-    const LayerWeights& lw = mw.layers[static_cast<std::size_t>(l)];
-    const std::string p = "blk." + std::to_string(l) + ".";
-    norm(p + "attn_norm.weight", lw.attn_norm);
-    matrix(p + "attn_q.weight", rows(lw.wqkv, 0, q), dim, q);
-    matrix(p + "attn_k.weight", rows(lw.wqkv, q, kv), dim, kv);
-    matrix(p + "attn_v.weight", rows(lw.wqkv, q + kv, kv), dim, kv);
-    matrix(p + "attn_output.weight", all(lw.wo), q, dim);
-    norm(p + "ffn_norm.weight", lw.ffn_norm);
-    matrix(p + "ffn_gate.weight", rows(lw.w_gate_up, 0, ffn), dim, ffn);
-    matrix(p + "ffn_up.weight", rows(lw.w_gate_up, ffn, ffn), dim, ffn);
-    matrix(p + "ffn_down.weight", all(lw.w_down), ffn, dim);
+  for (const internal::TensorSpec& t : internal::RequiredTensors(c)) {
+    if (!t.matrix) {
+      // llama.cpp expects norms in F32 whatever the file type.
+      const std::uint64_t n = t.shape[0];
+      w.AddTensor(t.name, t.shape, GgmlType::kF32, std::span<const float>(NormOf(mw, t), n));
+      table.push_back({t.name, t.shape, GgmlType::kF32, n * sizeof(float), "norm"});
+      continue;
+    }
+    const std::uint64_t in = t.shape[0];
+    const std::uint64_t out = t.shape[1];
+    ExportedTensor e = ChooseTensorType(types, t.name, in);
+    e.shape = t.shape;
+    e.bytes = quant::TensorBytes(e.type, in * out).value_or(0);
+    const std::vector<float> values = MatrixValues(mw, c, t);
+    w.AddTensor(t.name, e.shape, e.type, std::span<const float>(values.data(), in * out));
+    table.push_back(std::move(e));
   }
   w.Write(path);
   return table;

@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -18,6 +17,7 @@
 #include "metronome/base/errors.h"
 #include "metronome/base/mapped_file.h"
 #include "metronome/model/gguf.h"
+#include "metronome/model/internal/gguf_tensors.h"
 #include "metronome/model/model.h"
 #include "metronome/quant/ggml_type.h"
 #include "metronome/quant/weight_matrix.h"
@@ -122,46 +122,6 @@ ModelConfig ReadConfig(const GgufFile& g) {
     throw LoadError(e.what());  // the message already names the source and the field
   }
   return c;
-}
-
-// A tensor the runtime needs: its llama.cpp name, its ggml shape, and whether it is a weight
-// matrix (kept in its stored type) or a vector (norms, biases: converted to fp32).
-struct TensorSpec {
-  std::string name;
-  std::vector<std::uint64_t> shape;
-  bool matrix = true;
-};
-
-// Every tensor of `c`, in the order the runtime's layout lists them.
-std::vector<TensorSpec> RequiredTensors(const ModelConfig& c) {
-  const auto dim = static_cast<std::uint64_t>(c.dim);
-  const auto q = static_cast<std::uint64_t>(c.q_dim());
-  const auto kv = static_cast<std::uint64_t>(c.kv_dim());
-  const auto ffn = static_cast<std::uint64_t>(c.ffn_dim);
-  const auto vocab = static_cast<std::uint64_t>(c.vocab_size);
-  std::vector<TensorSpec> t;
-  t.push_back({"token_embd.weight", {dim, vocab}, true});
-  t.push_back({"output_norm.weight", {dim}, false});
-  if (!c.tied_embeddings) t.push_back({"output.weight", {dim, vocab}, true});
-  for (int l = 0; l < c.num_layers; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    t.push_back({p + "attn_norm.weight", {dim}, false});
-    // Row-major [out, in] = ggml [in, out].
-    t.push_back({p + "attn_q.weight", {dim, q}, true});
-    t.push_back({p + "attn_k.weight", {dim, kv}, true});
-    t.push_back({p + "attn_v.weight", {dim, kv}, true});
-    if (c.has_qkv_bias) {
-      t.push_back({p + "attn_q.bias", {q}, false});
-      t.push_back({p + "attn_k.bias", {kv}, false});
-      t.push_back({p + "attn_v.bias", {kv}, false});
-    }
-    t.push_back({p + "attn_output.weight", {q, dim}, true});
-    t.push_back({p + "ffn_norm.weight", {dim}, false});
-    t.push_back({p + "ffn_gate.weight", {dim, ffn}, true});
-    t.push_back({p + "ffn_up.weight", {dim, ffn}, true});
-    t.push_back({p + "ffn_down.weight", {ffn, dim}, true});
-  }
-  return t;
 }
 
 // The checks a tensor's type must pass before its bytes are used: a type we compute with, rows
@@ -378,12 +338,6 @@ ModelConfig ReadGgufConfig(const GgufFile& g) { return ReadConfig(g); }
 
 std::unique_ptr<Tokenizer> ReadGgufTokenizer(const GgufFile& g, const ModelConfig& c) {
   return ReadTokenizer(g, c);
-}
-
-void ForEachGgufTensorShape(
-    const ModelConfig& c,
-    const std::function<void(const std::string&, const std::vector<std::uint64_t>&)>& fn) {
-  for (const TensorSpec& t : RequiredTensors(c)) fn(t.name, t.shape);
 }
 
 }  // namespace internal

@@ -22,7 +22,6 @@
 
 #include "metronome/base/errors.h"
 #include "metronome/model/internal/gguf_vocabulary.h"
-#include "metronome/model/internal/vocabulary_check.h"
 #include "metronome/model/tokenizer.h"
 
 namespace metronome::model {
@@ -356,8 +355,6 @@ class Gpt2Tokenizer final : public Tokenizer {
 
   std::vector<TokenId> Encode(std::string_view text, bool add_bos) const override;
   std::string DecodeToken(TokenId prev, TokenId id) const override;
-  std::string_view kind() const override { return "gpt2"; }
-  std::string_view ggml_model() const override { return "gpt2"; }
 
  private:
   struct Merge {
@@ -379,8 +376,10 @@ class Gpt2Tokenizer final : public Tokenizer {
   std::vector<std::pair<std::string, TokenId>> specials_by_byte_[256];
 };
 
-Gpt2Tokenizer::Gpt2Tokenizer(Vocabulary vocab) : Tokenizer(vocab, /*adds_bos_by_default=*/false) {
-  internal::ValidateVocabulary(vocab, "gpt2");
+Gpt2Tokenizer::Gpt2Tokenizer(Vocabulary vocab_in)
+    : Tokenizer(std::move(vocab_in),
+                {.kind = "gpt2", .ggml_model = "gpt2", .adds_bos_by_default = false}) {
+  const Vocabulary& vocab = vocabulary();
   const std::size_t n = vocab.tokens.size();
 
   const ByteTable& bytes = Bytes();

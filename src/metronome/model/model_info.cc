@@ -8,6 +8,7 @@
 #include "metronome/base/mapped_file.h"
 #include "metronome/model/gguf.h"
 #include "metronome/model/internal/gguf_loader.h"
+#include "metronome/model/internal/gguf_tensors.h"
 
 namespace metronome::model {
 namespace {
@@ -66,14 +67,13 @@ ModelInfo DescribeModel(const std::string& spec, const std::string& tokenizer_pa
   info.format = format;
   info.architecture = m.config.architecture == Architecture::kQwen2 ? "qwen2" : "llama";
   info.config = m.config;
-  internal::ForEachGgufTensorShape(
-      m.config, [&](const std::string& name, const std::vector<std::uint64_t>& shape) {
-        std::uint64_t elems = 1;
-        for (const std::uint64_t d : shape) elems *= d;
-        const std::uint64_t bytes = elems * sizeof(float);
-        info.tensors.push_back({name, quant::GgmlType::kF32, shape, bytes});
-        info.tensor_bytes += bytes;
-      });
+  for (const internal::TensorSpec& t : internal::RequiredTensors(m.config)) {
+    std::uint64_t elems = 1;
+    for (const std::uint64_t d : t.shape) elems *= d;
+    const std::uint64_t bytes = elems * sizeof(float);
+    info.tensors.push_back({t.name, quant::GgmlType::kF32, t.shape, bytes});
+    info.tensor_bytes += bytes;
+  }
   DescribeTokenizer(m.tokenizer.get(), &info);
   if (info.vocab_size == 0) info.vocab_size = m.config.vocab_size;
   return info;

@@ -20,7 +20,6 @@
 
 #include "metronome/base/errors.h"
 #include "metronome/model/internal/gguf_vocabulary.h"
-#include "metronome/model/internal/vocabulary_check.h"
 #include "metronome/model/tokenizer.h"
 
 namespace metronome::model {
@@ -74,8 +73,6 @@ class SentencePieceTokenizer final : public Tokenizer {
 
   std::vector<TokenId> Encode(std::string_view text, bool add_bos) const override;
   std::string DecodeToken(TokenId prev, TokenId id) const override;
-  std::string_view kind() const override { return "sentencepiece"; }
-  std::string_view ggml_model() const override { return "llama"; }
 
  private:
   enum class Kind : std::uint8_t { kNormal, kByte, kSpecial };
@@ -87,12 +84,12 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::vector<std::string> decoded_;  // bytes each id stands for in running text
   std::vector<Kind> kinds_;
   TokenId byte_to_id_[256];  // -1 where the vocabulary has no <0xHH> token
-  TokenId unk_id_;
 };
 
-SentencePieceTokenizer::SentencePieceTokenizer(Vocabulary vocab)
-    : Tokenizer(vocab, /*adds_bos_by_default=*/true), unk_id_(vocab.unk_id) {
-  internal::ValidateVocabulary(vocab, "sentencepiece");
+SentencePieceTokenizer::SentencePieceTokenizer(Vocabulary vocab_in)
+    : Tokenizer(std::move(vocab_in),
+                {.kind = "sentencepiece", .ggml_model = "llama", .adds_bos_by_default = true}) {
+  const Vocabulary& vocab = vocabulary();
   const std::size_t n = vocab.tokens.size();
 
   for (TokenId& b : byte_to_id_) b = -1;
@@ -120,7 +117,7 @@ SentencePieceTokenizer::SentencePieceTokenizer(Vocabulary vocab)
     const bool is_byte = byte >= 0 && (type == internal::kTypeByte || vocab.token_types.empty());
     const bool is_special = type == internal::kTypeUnknown || type == internal::kTypeControl ||
                             type == internal::kTypeUnused || id == bos_id() || id == eos_id() ||
-                            id == unk_id_;
+                            id == unk_id();
     if (is_byte) {
       kinds_[i] = Kind::kByte;
       decoded_[i] = std::string(1, static_cast<char>(byte));
@@ -171,8 +168,8 @@ std::vector<TokenId> SentencePieceTokenizer::Encode(std::string_view text, bool 
         const TokenId id = byte_to_id_[static_cast<unsigned char>(view[i + b])];
         // A vocabulary without byte tokens maps unknown bytes to <unk>, or drops them if it has
         // no <unk> either: Encode must not fail on user text.
-        if (id >= 0 || unk_id_ >= 0) {
-          symbols.push_back({i + b, 1, kNone, kNone, id >= 0 ? id : unk_id_, false});
+        if (id >= 0 || unk_id() >= 0) {
+          symbols.push_back({i + b, 1, kNone, kNone, id >= 0 ? id : unk_id(), false});
         }
       }
     }

@@ -16,7 +16,6 @@
 #include "metronome/base/errors.h"
 #include "metronome/base/mapped_file.h"
 #include "metronome/model/internal/gguf_vocabulary.h"
-#include "metronome/model/internal/vocabulary_check.h"
 
 namespace metronome::model {
 namespace {
@@ -63,11 +62,9 @@ constexpr std::string_view kBigrams[] = {
     "om", "ur", "ay", "ap", "pp", "py", "ry", "ly", "wa", "do", "og", "im", "up", "un", "ow",
 };
 
-}  // namespace
-
-namespace internal {
-
-void ValidateVocabulary(const Vocabulary& vocab, const char* kind) {
+// Throws LoadError "<kind> vocabulary: ..." when the vocabulary is empty or too large, scores or
+// token types do not match the token count, or bos/eos/unk/pad ids are outside [-1, size).
+void ValidateVocabulary(const Vocabulary& vocab, std::string_view kind) {
   const std::string prefix = std::string(kind) + " vocabulary: ";
   const std::size_t n = vocab.tokens.size();
   if (n == 0) throw LoadError(prefix + "no tokens");
@@ -94,7 +91,15 @@ void ValidateVocabulary(const Vocabulary& vocab, const char* kind) {
   check_id(vocab.pad_id, "pad_id");
 }
 
-}  // namespace internal
+}  // namespace
+
+Tokenizer::Tokenizer(Vocabulary vocab, const Family& family)
+    : vocabulary_(std::move(vocab)),
+      family_(family),
+      adds_bos_(vocabulary_.bos_id >= 0 &&
+                vocabulary_.add_bos.value_or(family.adds_bos_by_default)) {
+  ValidateVocabulary(vocabulary_, family.kind);
+}
 
 std::string Tokenizer::Decode(std::span<const TokenId> ids) const {
   std::string out;

@@ -61,25 +61,32 @@ class Tokenizer {
                : std::string_view();
   }
   // "sentencepiece" or "gpt2" (the families above).
-  [[nodiscard]] virtual std::string_view kind() const = 0;
+  [[nodiscard]] std::string_view kind() const { return family_.kind; }
   // The model's convention for prompts: GGUF's tokenizer.ggml.add_bos_token when the file says,
   // otherwise true for SentencePiece vocabularies (llama, llama2.c) and false for GPT-2 ones
   // (qwen2); false when there is no BOS token.
   [[nodiscard]] bool adds_bos() const { return adds_bos_; }
 
   // GGUF's tokenizer.ggml.model for this kind: "llama" (SentencePiece) or "gpt2".
-  [[nodiscard]] virtual std::string_view ggml_model() const = 0;
+  [[nodiscard]] std::string_view ggml_model() const { return family_.ggml_model; }
   // The raw vocabulary it was built from (to write it again, e.g. `metronome quantize`).
   [[nodiscard]] const Vocabulary& vocabulary() const { return vocabulary_; }
 
  protected:
-  // `adds_bos_by_default`: the family's convention for prompts when the file does not say.
-  Tokenizer(Vocabulary vocab, bool adds_bos_by_default)
-      : vocabulary_(std::move(vocab)),
-        adds_bos_(vocabulary_.bos_id >= 0 && vocabulary_.add_bos.value_or(adds_bos_by_default)) {}
+  // What is constant for a family: each implementation passes one, a static constant.
+  struct Family {
+    std::string_view kind;        // kind(); also names the family in vocabulary errors
+    std::string_view ggml_model;  // ggml_model()
+    bool adds_bos_by_default;     // the convention for prompts when the file does not say
+  };
+  // Keeps `vocab` (the implementation reads it back through vocabulary()) after checking it:
+  // throws LoadError "<kind> vocabulary: ..." when it is empty or too large, scores or token
+  // types do not match the token count, or a special id is outside [-1, size).
+  Tokenizer(Vocabulary vocab, const Family& family);
 
  private:
   Vocabulary vocabulary_;
+  Family family_;
   bool adds_bos_;
 };
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,12 @@ struct SimPreset {
   // Whole blocks of block_tokens tokens in the pool.
   [[nodiscard]] std::int64_t PoolBlocks() const;
 };
+
+// to_json (and, by the macro, from_json) over the fields `sim --list-presets --json` writes under
+// their own names; it adds window (window_tokens), pool_blocks, cost and what the CLI derives.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(SimPreset, name, description, period_ms, deadline_ms,
+                                   tokens_per_frame, output_tokens_per_frame, kv_bytes_per_token,
+                                   pool_bytes, block_tokens, sinks, assumed)
 
 [[nodiscard]] const std::vector<SimPreset>& BuiltinPresets();
 // Throws ConfigError naming --preset, the bad value and the valid names.

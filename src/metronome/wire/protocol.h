@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
@@ -78,6 +79,12 @@ struct ServerCaps {
   int vocab_size = 0;                  // ids must be in [0, vocab_size); 0: only >= 0 is checked
   std::size_t max_text_bytes = 65536;  // frame text and prompt text, UTF-8 bytes
 };
+// to_json (and, by the macro, from_json) over the caps /v1/stats publishes as "caps", under their
+// own names: what a client may ask for (loadgen draws its random ids from vocab_size). The byte
+// limits max_message_bytes and max_text_bytes have never been published there.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ServerCaps, vocab_size, min_period_ms, max_period_ms,
+                                   max_tokens_per_frame, max_output_tokens_per_frame, max_window,
+                                   max_sinks, allow_full_kv, max_prompt_tokens)
 
 // ---------------------------------------------------------------------------------------------
 // Client messages

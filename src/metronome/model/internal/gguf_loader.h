@@ -3,11 +3,9 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <span>
 #include <string>
-#include <vector>
 
 #include "metronome/model/model.h"
 
@@ -22,12 +20,9 @@ Model LoadGgufModelFromBytes(std::span<const std::uint8_t> bytes, const std::str
                              std::shared_ptr<const void> backing = nullptr);
 
 // The pieces of that loader `metronome info` reuses without loading weights: the configuration
-// from the metadata, the tokenizer (null for a weights-only file), and the llama.cpp name and
-// ggml shape of every tensor a model of configuration `c` has (the loader's own list).
+// from the metadata and the tokenizer (null for a weights-only file). The tensors a configuration
+// has are RequiredTensors (gguf_tensors.h).
 ModelConfig ReadGgufConfig(const GgufFile& g);
 std::unique_ptr<Tokenizer> ReadGgufTokenizer(const GgufFile& g, const ModelConfig& c);
-void ForEachGgufTensorShape(
-    const ModelConfig& c,
-    const std::function<void(const std::string&, const std::vector<std::uint64_t>&)>& fn);
 
 }  // namespace metronome::model::internal

@@ -1,0 +1,50 @@
+// Private to the model library (and its tests): the one list of the tensors a model of a
+// configuration has in a GGUF file (llama.cpp's names, ggml shapes, which part of ModelWeights each
+// one is). The GGUF loader checks a file against it, the exporter writes it, `metronome info`
+// describes it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "metronome/model/model_config.h"
+
+namespace metronome::model::internal {
+
+// Which part of the weights a tensor holds; the blk.* ones belong to TensorSpec::layer.
+enum class TensorPart : std::uint8_t {
+  kTokenEmbedding,
+  kOutputNorm,
+  kOutput,  // only without tied_embeddings
+  kAttnNorm,
+  kAttnQ,
+  kAttnK,
+  kAttnV,
+  kAttnQBias,  // the three biases only with has_qkv_bias
+  kAttnKBias,
+  kAttnVBias,
+  kAttnOutput,
+  kFfnNorm,
+  kFfnGate,
+  kFfnUp,
+  kFfnDown,
+};
+
+// A tensor the runtime needs: its llama.cpp name, its ggml shape ([in, out] for a matrix over our
+// row-major [out, in] storage; [n] for a vector), and whether it is a weight matrix (kept in its
+// stored type) or a vector (norms, biases: fp32 at run time).
+struct TensorSpec {
+  std::string name;
+  std::vector<std::uint64_t> shape;
+  bool matrix = true;
+  TensorPart part = TensorPart::kTokenEmbedding;
+  int layer = -1;  // -1 for the tensors outside the blocks
+};
+
+// Every tensor of `c`, in the order the runtime's layout lists them (and the exporter writes
+// them): token_embd, output_norm, output, then per block attn_norm, attn_q/k/v, their biases,
+// attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down.
+[[nodiscard]] std::vector<TensorSpec> RequiredTensors(const ModelConfig& c);
+
+}  // namespace metronome::model::internal
