@@ -21,6 +21,7 @@
 #include <variant>
 
 #include "metronome/admission/admission.h"
+#include "metronome/base/clock.h"
 #include "metronome/base/errors.h"
 #include "metronome/realtime/workload.h"
 #include "metronome/telemetry/quantile_sketch.h"
@@ -35,9 +36,6 @@ namespace websocket = beast::websocket;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using SteadyTime = std::chrono::steady_clock::time_point;
-using Nanos = std::chrono::nanoseconds;
-
-Nanos FromMs(double ms) { return Nanos(static_cast<std::int64_t>(std::llround(ms * 1e6))); }
 
 double MsBetween(SteadyTime a, SteadyTime b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
