@@ -165,15 +165,12 @@ void LoadGenOptions::Validate() const {
 }
 
 nlohmann::json ReplicaFigures::ToJson() const {
-  return {{"admitted", admitted},
-          {"ended", ended},
-          {"ended_by_server", ended_by_server},
-          {"dropped", dropped},
-          {"frames", frames},
-          {"ok_frames", ok},
-          {"late_frames", late},
-          {"starved_frames", starved},
-          {"short_frames", short_frames}};
+  nlohmann::json j = {{"admitted", admitted},
+                      {"ended", ended},
+                      {"ended_by_server", ended_by_server},
+                      {"dropped", dropped}};
+  AddOutcomesTo(j);
+  return j;
 }
 
 nlohmann::json LoadGenSummary::ToJson() const {
@@ -903,7 +900,7 @@ LoadGenSummary LoadGenerator::Run() {
   st.io.run();
 
   LoadGenSummary s = st.summary;
-  s.SetCounts(st.counts);
+  static_cast<realtime::FrameCounts&>(s) = st.counts;
   s.duration_s = st.Now();
   s.deadline_ms = st.spec.deadline_ms;
   s.p50_frame_latency_ms = st.client_latency.Quantile(0.5);
