@@ -76,9 +76,9 @@ TEST(LoadGeneratorTest, PacedSessionsGetEveryFrameBackOnTime) {
   EXPECT_EQ(s.frames, s.frames_sent);
   EXPECT_EQ(s.lost_frames, 0);
   EXPECT_EQ(s.errors, 0);
-  EXPECT_EQ(s.starved_frames + s.short_frames, 0);
-  EXPECT_EQ(s.ok_frames + s.late_frames, s.frames);
-  EXPECT_GT(s.ok_frames, s.frames * 9 / 10);  // c0 = 1 ms against a 40 ms deadline
+  EXPECT_EQ(s.starved + s.short_frames, 0);
+  EXPECT_EQ(s.ok + s.late, s.frames);
+  EXPECT_GT(s.ok, s.frames * 9 / 10);  // c0 = 1 ms against a 40 ms deadline
   EXPECT_GE(s.p50_frame_latency_ms, s.p50_server_latency_ms);
   EXPECT_LT(s.p50_frame_latency_ms, 40.0);
   EXPECT_EQ(s.deadline_ms, 40.0);
@@ -156,14 +156,14 @@ TEST(LoadGeneratorTest, AFullKvPoolShowsAsStarvedFramesAndMuteAlarmsOnTheClient)
   telemetry::EventLog events(trace);
   const LoadGenSummary s = LoadGenerator(o, &events).Run();
   EXPECT_EQ(s.admitted, 2);
-  EXPECT_GT(s.starved_frames, 10);
+  EXPECT_GT(s.starved, 10);
   EXPECT_EQ(s.mute_alarms, 2);  // one per session (k = 3 consecutive)
   EXPECT_TRUE(std::isfinite(s.first_starved_at_s));
   EXPECT_LT(s.first_starved_at_s, 1.5);
   // Handed back on time: not deadline misses, but each result reaches the client a hop after the
   // deadline.
-  EXPECT_EQ(s.deadline_misses, s.late_frames);
-  EXPECT_GE(s.after_deadline_frames, s.starved_frames / 2);
+  EXPECT_EQ(s.ToJson()["deadline_misses"], s.late);
+  EXPECT_GE(s.after_deadline_frames, s.starved / 2);
   EXPECT_NE(trace.str().find("\"type\":\"alarm\""), std::string::npos);
   // The alarm says why, with the pool's numbers.
   EXPECT_NE(trace.str().find("3 consecutive frames came back with no output: no KV block for the "
@@ -194,7 +194,7 @@ TEST(LoadGeneratorTest, ManyConnectionsAtOnceBeyondTheServersLimit) {
   // ~3 periods), so ask for two thirds: what matters is that every frame sent came back.
   EXPECT_GE(s.frames, s.admitted * 20);
   EXPECT_EQ(s.lost_frames + s.refused_frames + s.errors, 0);
-  EXPECT_EQ(s.starved_frames + s.short_frames, 0);
+  EXPECT_EQ(s.starved + s.short_frames, 0);
   EXPECT_EQ(server.backend.pool().used_blocks, 0);
 }
 
@@ -318,7 +318,7 @@ TEST(LoadGeneratorTest, ADroppedConnectionIsCountedAndTheClientReconnects) {
   EXPECT_EQ(r.ended, s.admitted);  // every session ended one way or another
   EXPECT_EQ(r.dropped, s.sessions_dropped);
   EXPECT_EQ(r.frames, s.frames);
-  EXPECT_EQ(r.ok, s.ok_frames);
+  EXPECT_EQ(r.ok, s.ok);
   EXPECT_GE(s.frames, FakeReplica::kFramesBeforeDrop * s.sessions_dropped);
   const nlohmann::json j = s.ToJson();
   EXPECT_EQ(j["sessions_dropped"], s.sessions_dropped);
@@ -331,6 +331,26 @@ TEST(LoadGeneratorTest, ADroppedConnectionIsCountedAndTheClientReconnects) {
   EXPECT_EQ(once.reconnects, 0);
   EXPECT_EQ(once.replicas.at("fake-a").dropped, 1);
   EXPECT_EQ(once.frames, FakeReplica::kFramesBeforeDrop);
+}
+
+// A replica's figures carry the frame counts under the summary's keys (one spelling of them), and
+// only the counts a client judges per replica (no mute alarms).
+TEST(ReplicaFiguresTest, TheJsonIsTheTextScriptsRead) {
+  ReplicaFigures r;
+  const realtime::FrameOutcome outcomes[] = {
+      realtime::FrameOutcome::kOk, realtime::FrameOutcome::kLate, realtime::FrameOutcome::kStarved,
+      realtime::FrameOutcome::kShort};
+  for (int i = 0; i < 4; ++i) {
+    for (int n = 0; n <= i; ++n) r.Count(outcomes[i]);  // 1 ok, 2 late, 3 starved, 4 short
+  }
+  r.mute_alarms = 5;
+  r.admitted = 6;
+  r.ended = 5;
+  r.ended_by_server = 2;
+  r.dropped = 1;
+  EXPECT_EQ(r.ToJson().dump(),
+            R"({"admitted":6,"dropped":1,"ended":5,"ended_by_server":2,"frames":10,)"
+            R"("late_frames":2,"ok_frames":1,"short_frames":4,"starved_frames":3})");
 }
 
 // An upgrade answered with an HTTP status (HAProxy's 503 when no replica has room) is counted by

@@ -141,7 +141,7 @@ double StaticP99(std::int64_t n, int* runs) {
   const double p99 = Percentile(r.settled_latency_ms, 99.0);
   std::printf("  sweep: static:%lld p99 %.1f ms (%.2f D), active mean %.2f, late %lld\n",
               static_cast<long long>(n), p99, p99 / kPeriodMs, r.summary.active_mean_second_half,
-              static_cast<long long>(r.summary.late_frames));
+              static_cast<long long>(r.summary.late));
   return p99;
 }
 
@@ -231,7 +231,7 @@ Outcome RunOvershoot(admission::CooldownMode mode, double cooldown_s = 4.0) {
   Outcome r = Simulate(kGentleCost, kBoundedBlocks, o, 45.0);
   std::printf("overshoot, cooldown %s %g s: %.0f ms wall, %lld late frames, final limit %lld\n",
               mode == admission::CooldownMode::kDrain ? "drain" : "fixed", cooldown_s, r.wall_ms,
-              static_cast<long long>(r.summary.late_frames),
+              static_cast<long long>(r.summary.late),
               static_cast<long long>(r.summary.limit_final));
   PrintChanges(r);
   return r;
@@ -257,7 +257,7 @@ TEST(AdmissionScenarioTest, AimdOnTheBoundedSystemSettlesWithinTenPercentOfNTrue
   // The plant is the one the comment describes, and memory never binds.
   ASSERT_GE(sweep.n_true, 20);
   ASSERT_LE(sweep.n_true, 40);
-  EXPECT_EQ(r.summary.starved_frames + r.summary.short_frames, 0);
+  EXPECT_EQ(r.summary.starved + r.summary.short_frames, 0);
   EXPECT_LT(r.summary.kv_peak_fraction, 0.5);
   EXPECT_GT(r.summary.rejected, 0) << "the offered load must exceed the limit throughout";
 
@@ -557,9 +557,9 @@ void PrintKvRun(const char* name, const Outcome& r) {
       "%lld, mute alarms %lld, first starved at %.1f s, late %lld, p99 %.1f ms\n",
       name, static_cast<long long>(r.summary.admitted),
       static_cast<long long>(r.summary.active_peak), static_cast<long long>(r.summary.limit_final),
-      r.summary.kv_peak_fraction, static_cast<long long>(r.summary.starved_frames),
+      r.summary.kv_peak_fraction, static_cast<long long>(r.summary.starved),
       static_cast<long long>(r.summary.short_frames), static_cast<long long>(r.summary.mute_alarms),
-      r.summary.first_starved_at_s, static_cast<long long>(r.summary.late_frames),
+      r.summary.first_starved_at_s, static_cast<long long>(r.summary.late),
       r.summary.p99_frame_latency_ms);
 }
 
@@ -593,14 +593,14 @@ TEST(AdmissionScenarioTest, AimdOverAdmitsTheUnboundedSystemIntoStarvation) {
       EXPECT_GT(c.to, c.from) << "no cut before the pool ran dry";
     }
   }
-  EXPECT_GT(r.summary.starved_frames, 0);
+  EXPECT_GT(r.summary.starved, 0);
   EXPECT_GT(r.summary.mute_alarms, 0);
   EXPECT_DOUBLE_EQ(r.summary.kv_peak_fraction, 1.0);
 
   // The KV look-ahead guard, projecting each session over the whole run: no starvation.
   const Outcome& g = UnboundedAimdKvGuard();
   PrintKvRun("full KV, aimd + kv_guard", g);
-  EXPECT_EQ(g.summary.starved_frames, 0);
+  EXPECT_EQ(g.summary.starved, 0);
   EXPECT_EQ(g.summary.short_frames, 0);
   EXPECT_EQ(g.summary.mute_alarms, 0);
   EXPECT_EQ(g.summary.admitted, fit);
@@ -612,7 +612,7 @@ TEST(AdmissionScenarioTest, AimdOverAdmitsTheUnboundedSystemIntoStarvation) {
   // Window KV under the same AIMD and pool: the limit grows just as far and nobody starves.
   const Outcome& w = WindowAimd();
   PrintKvRun("window KV, aimd", w);
-  EXPECT_EQ(w.summary.starved_frames, 0);
+  EXPECT_EQ(w.summary.starved, 0);
   EXPECT_EQ(w.summary.short_frames, 0);
   EXPECT_EQ(w.summary.mute_alarms, 0);
   EXPECT_GE(w.summary.active_peak, 2 * fit);

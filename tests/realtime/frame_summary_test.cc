@@ -37,11 +37,10 @@ TEST(FrameCountsTest, AValueOutsideTheEnumCountsAFrameAndNoOutcome) {
   EXPECT_EQ(c.of(static_cast<FrameOutcome>(9)), 0);
 }
 
-TEST(FrameSummaryTest, SetCountsMapsEveryCounterAndTheLateFramesAreTheDeadlineMisses) {
-  FrameCounts c = CountOneTwoThreeFour();
-  c.mute_alarms = 5;
+TEST(FrameSummaryTest, TheCountsGoUnderTheirKeysAndTheLateFramesAreTheDeadlineMisses) {
   FrameSummary s;
-  s.SetCounts(c);
+  static_cast<FrameCounts&>(s) = CountOneTwoThreeFour();
+  s.mute_alarms = 5;
   const nlohmann::json j = s.ToJson();
   EXPECT_EQ(j["frames"], 10);
   EXPECT_EQ(j["ok_frames"], 1);
@@ -51,6 +50,39 @@ TEST(FrameSummaryTest, SetCountsMapsEveryCounterAndTheLateFramesAreTheDeadlineMi
   EXPECT_EQ(j["short_frames"], 4);
   EXPECT_EQ(j["mute_alarms"], 5);
   EXPECT_TRUE(j["first_starved_at_s"].is_null());
+}
+
+TEST(FrameSummaryTest, TheJsonIsTheTextScriptsRead) {
+  FrameSummary s;
+  static_cast<FrameCounts&>(s) = CountOneTwoThreeFour();
+  s.mute_alarms = 5;
+  s.first_starved_at_s = 1.5;
+  s.admitted = 6;
+  s.rejected = 7;
+  s.abandoned = 8;
+  s.ended_by_error = 9;
+  s.active_peak = 11;
+  s.p50_frame_latency_ms = 12.5;
+  s.deadline_ms = 40.0;
+  s.duration_s = 3.25;
+  s.kv_policy = "window";
+  // Every key and value, as the summary wrote them before FrameSummary held a FrameCounts.
+  EXPECT_EQ(
+      s.ToJson().dump(),
+      R"({"abandoned":8,"active_peak":11,"admitted":6,"deadline_misses":2,"deadline_ms":40.0,)"
+      R"("duration_s":3.25,"ended_by_error":9,"first_starved_at_s":1.5,"frames":10,)"
+      R"("kv_policy":"window","late_frames":2,"mute_alarms":5,"ok_frames":1,)"
+      R"("p50_frame_latency_ms":12.5,"p99_frame_latency_ms":null,"rejected":7,)"
+      R"("short_frames":4,"starved_frames":3})");
+}
+
+TEST(FrameCountsTest, AddOutcomesToWritesTheFramesOfEachOutcomeAndNothingElse) {
+  FrameCounts c = CountOneTwoThreeFour();
+  c.mute_alarms = 5;  // not an outcome: a summary writes it itself
+  nlohmann::json j = {{"kept", 1}};
+  c.AddOutcomesTo(j);
+  EXPECT_EQ(j.dump(), R"({"frames":10,"kept":1,"late_frames":2,"ok_frames":1,"short_frames":4,)"
+                      R"("starved_frames":3})");
 }
 
 }  // namespace

@@ -43,8 +43,8 @@ TEST(WorkloadRunnerTest, FullKvWallMatchesTheOnlineForecast) {
   EXPECT_NEAR(s.t_sat_predicted_s, s.first_starved_at_s, 0.1 * s.first_starved_at_s);
   EXPECT_LT(s.t_sat_forecast_at_s, 10.0 + 1.0) << "made soon after the population was complete";
   EXPECT_EQ(s.mute_alarms, 10);
-  EXPECT_GT(s.starved_frames, 0);
-  EXPECT_EQ(s.deadline_misses, 0) << "the failure is silent to a deadline metric";
+  EXPECT_GT(s.starved, 0);
+  EXPECT_EQ(s.deadline_misses(), 0) << "the failure is silent to a deadline metric";
   EXPECT_DOUBLE_EQ(s.kv_peak_fraction, 1.0);
   EXPECT_EQ(s.admitted, 10);
   EXPECT_EQ(s.rejected, 0);
@@ -74,11 +74,11 @@ TEST(WorkloadRunnerTest, WindowKvSamePopulationNeverStarvesAndForecastIsInfinite
   ManualClock clock;
   WorkloadRunner runner(&backend, &clock, Options(kv::KvPolicy::Window(64, 4), 10, 120.0));
   const RunSummary s = runner.Run();
-  EXPECT_EQ(s.starved_frames + s.short_frames + s.late_frames, 0);
+  EXPECT_EQ(s.starved + s.short_frames + s.late, 0);
   EXPECT_EQ(s.mute_alarms, 0);
   EXPECT_TRUE(std::isnan(s.first_starved_at_s));
   EXPECT_TRUE(std::isnan(s.t_sat_predicted_s)) << "every session sits at its bound";
-  EXPECT_EQ(s.ok_frames, s.frames);
+  EXPECT_EQ(s.ok, s.frames);
   EXPECT_GE(s.frames, 10 * 1499);
   EXPECT_LT(s.kv_peak_fraction, 0.1);
   EXPECT_NEAR(s.active_mean_second_half, 10.0, 1e-9);
@@ -140,7 +140,7 @@ TEST(WorkloadRunnerTest, MemoryAdmissionHoldsWindowSessionsToWhatThePoolFits) {
   WorkloadRunner runner(&backend, &clock, o);
   const RunSummary s = runner.Run();
   EXPECT_EQ(s.admitted, 10);
-  EXPECT_EQ(s.starved_frames, 0);
+  EXPECT_EQ(s.starved, 0);
   EXPECT_EQ(s.limit_final, admission::kNoLimit);
   EXPECT_EQ(s.ToJson()["limit_final"], nullptr);
 }
@@ -173,15 +173,14 @@ TEST(WorkloadRunnerTest, MetricsAreValidPrometheusTextAndEventsAreJsonLines) {
   o.supervisor.admission = "static:4";
   WorkloadRunner runner(&backend, &clock, o, &registry, &events);
   const RunSummary s = runner.Run();
-  ASSERT_GT(s.starved_frames, 0) << "the run must reach the wall to exercise alarms";
+  ASSERT_GT(s.starved, 0) << "the run must reach the wall to exercise alarms";
 
   test_support::Exposition e;
   const std::string text = registry.ExpositionText();
   ASSERT_EQ(test_support::ValidateExposition(text, &e), "") << text;
   EXPECT_EQ(e.Value("metronome_frames_total", {{"outcome", "starved"}}),
-            static_cast<double>(s.starved_frames));
-  EXPECT_EQ(e.Value("metronome_frames_total", {{"outcome", "ok"}}),
-            static_cast<double>(s.ok_frames));
+            static_cast<double>(s.starved));
+  EXPECT_EQ(e.Value("metronome_frames_total", {{"outcome", "ok"}}), static_cast<double>(s.ok));
   EXPECT_EQ(e.Value("metronome_mute_alarms_total"), static_cast<double>(s.mute_alarms));
   EXPECT_EQ(e.Value("metronome_sessions_admitted_total"), 4.0);
   EXPECT_EQ(e.Value("metronome_sessions_rejected_total", {{"reason", "limit"}}),

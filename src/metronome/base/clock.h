@@ -8,11 +8,16 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 
 namespace metronome {
 
 using Nanos = std::chrono::nanoseconds;
+
+// A duration in milliseconds (period_ms, deadline_ms, ...) as Nanos, rounded to the nearest
+// nanosecond: the one conversion every scheduler (the frame loop, the load generator) uses.
+[[nodiscard]] inline Nanos FromMs(double ms) { return Nanos(std::llround(ms * 1e6)); }
 
 class Clock {
  public:

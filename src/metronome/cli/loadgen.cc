@@ -91,21 +91,13 @@ void PrintProgress(const loadgen::LoadGenSample& s) {
 }
 
 void PrintSummary(const loadgen::LoadGenSummary& s) {
-  const auto pct = [&](std::int64_t n) {
-    return s.frames > 0 ? 100.0 * static_cast<double>(n) / static_cast<double>(s.frames) : 0.0;
-  };
-  std::printf(
-      "frames sent %lld, answered %lld = %lld ok + %lld late + %lld starved + %lld short "
-      "(%.2f%% starved or short); lost %lld, refused %lld\n",
-      static_cast<long long>(s.frames_sent), static_cast<long long>(s.frames),
-      static_cast<long long>(s.ok_frames), static_cast<long long>(s.late_frames),
-      static_cast<long long>(s.starved_frames), static_cast<long long>(s.short_frames),
-      pct(s.starved_frames + s.short_frames), static_cast<long long>(s.lost_frames),
-      static_cast<long long>(s.refused_frames));
+  std::printf("frames sent %lld, answered %s; lost %lld, refused %lld\n",
+              static_cast<long long>(s.frames_sent), FrameBreakdown(s).c_str(),
+              static_cast<long long>(s.lost_frames), static_cast<long long>(s.refused_frames));
   std::printf(
       "deadline misses (late frames, client clock): %lld (%.2f%%); results after the "
       "deadline, any outcome: %lld; mute alarms: %lld; first starved frame: %s\n",
-      static_cast<long long>(s.deadline_misses), pct(s.deadline_misses),
+      static_cast<long long>(s.deadline_misses()), PercentOfFrames(s, s.deadline_misses()),
       static_cast<long long>(s.after_deadline_frames), static_cast<long long>(s.mute_alarms),
       std::isfinite(s.first_starved_at_s) ? (FormatValue(s.first_starved_at_s) + " s").c_str()
                                           : "none");

@@ -62,16 +62,9 @@ void PrintProgress(const realtime::RunSample& s) {
 }
 
 void PrintSummary(const realtime::RunSummary& s) {
-  const auto pct = [&](std::int64_t n) {
-    return s.frames > 0 ? 100.0 * static_cast<double>(n) / static_cast<double>(s.frames) : 0.0;
-  };
-  std::printf(
-      "frames: %lld = %lld ok + %lld late + %lld starved + %lld short (%.2f%% starved or short)\n",
-      static_cast<long long>(s.frames), static_cast<long long>(s.ok_frames),
-      static_cast<long long>(s.late_frames), static_cast<long long>(s.starved_frames),
-      static_cast<long long>(s.short_frames), pct(s.starved_frames + s.short_frames));
+  std::printf("frames: %s\n", FrameBreakdown(s).c_str());
   std::printf("deadline misses: %lld (%.2f%%); mute alarms: %lld; first starved frame: %s\n",
-              static_cast<long long>(s.deadline_misses), pct(s.deadline_misses),
+              static_cast<long long>(s.deadline_misses()), PercentOfFrames(s, s.deadline_misses()),
               static_cast<long long>(s.mute_alarms),
               std::isfinite(s.first_starved_at_s) ? Seconds(s.first_starved_at_s).c_str() : "none");
   std::printf("saturation forecast: pool full at %s (forecast made at %s); KV peak %.1f%%\n",
@@ -97,6 +90,22 @@ void PrintSummary(const realtime::RunSummary& s) {
 }
 
 }  // namespace
+
+double PercentOfFrames(const realtime::FrameCounts& c, std::int64_t n) {
+  return c.frames > 0 ? 100.0 * static_cast<double>(n) / static_cast<double>(c.frames) : 0.0;
+}
+
+std::string FrameBreakdown(const realtime::FrameCounts& c) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "%lld = %lld ok + %lld late + %lld starved + %lld short (%.2f%% "
+                "starved or short)",
+                static_cast<long long>(c.frames), static_cast<long long>(c.ok),
+                static_cast<long long>(c.late), static_cast<long long>(c.starved),
+                static_cast<long long>(c.short_frames),
+                PercentOfFrames(c, c.starved + c.short_frames));
+  return buf;
+}
 
 void WorkloadFlags::Register(CLI::App* app) {
   RegisterSessionShape(app);

@@ -134,6 +134,12 @@ struct WorkloadFlags {
   [[nodiscard]] realtime::WorkloadOptions Options(SessionDefaults defaults, int vocab) const;
 };
 
+// The frames of a summary by outcome, as the human summaries (sim, drive, loadgen) print them:
+// "F = O ok + L late + S starved + H short (P% starved or short)".
+[[nodiscard]] std::string FrameBreakdown(const realtime::FrameCounts& c);
+// `n` as a percentage of c.frames (0 when there are none).
+[[nodiscard]] double PercentOfFrames(const realtime::FrameCounts& c, std::int64_t n);
+
 // Runs the workload on `backend` and `clock`, printing `header` first, a progress table every
 // --report-every seconds, a human summary, and (with --summary-json) the summary as the last
 // line. Writes --events-out and --metrics-out. Returns the exit code.

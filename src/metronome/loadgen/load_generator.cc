@@ -21,6 +21,7 @@
 #include <variant>
 
 #include "metronome/admission/admission.h"
+#include "metronome/base/clock.h"
 #include "metronome/base/errors.h"
 #include "metronome/realtime/workload.h"
 #include "metronome/telemetry/quantile_sketch.h"
@@ -35,9 +36,6 @@ namespace websocket = beast::websocket;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using SteadyTime = std::chrono::steady_clock::time_point;
-using Nanos = std::chrono::nanoseconds;
-
-Nanos FromMs(double ms) { return Nanos(static_cast<std::int64_t>(std::llround(ms * 1e6))); }
 
 double MsBetween(SteadyTime a, SteadyTime b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -167,15 +165,12 @@ void LoadGenOptions::Validate() const {
 }
 
 nlohmann::json ReplicaFigures::ToJson() const {
-  return {{"admitted", admitted},
-          {"ended", ended},
-          {"ended_by_server", ended_by_server},
-          {"dropped", dropped},
-          {"frames", frames},
-          {"ok_frames", ok},
-          {"late_frames", late},
-          {"starved_frames", starved},
-          {"short_frames", short_frames}};
+  nlohmann::json j = {{"admitted", admitted},
+                      {"ended", ended},
+                      {"ended_by_server", ended_by_server},
+                      {"dropped", dropped}};
+  AddOutcomesTo(j);
+  return j;
 }
 
 nlohmann::json LoadGenSummary::ToJson() const {
@@ -905,7 +900,7 @@ LoadGenSummary LoadGenerator::Run() {
   st.io.run();
 
   LoadGenSummary s = st.summary;
-  s.SetCounts(st.counts);
+  static_cast<realtime::FrameCounts&>(s) = st.counts;
   s.duration_s = st.Now();
   s.deadline_ms = st.spec.deadline_ms;
   s.p50_frame_latency_ms = st.client_latency.Quantile(0.5);

@@ -2,24 +2,18 @@
 
 namespace metronome::realtime {
 
-void FrameSummary::SetCounts(const FrameCounts& c) {
-  frames = c.frames;
-  ok_frames = c.ok;
-  late_frames = c.late;
-  starved_frames = c.starved;
-  short_frames = c.short_frames;
-  deadline_misses = c.late;
-  mute_alarms = c.mute_alarms;
+void FrameCounts::AddOutcomesTo(nlohmann::json& j) const {
+  j["frames"] = frames;
+  for (int i = 0; i < telemetry::kNumFrameOutcomes; ++i) {
+    const auto outcome = static_cast<FrameOutcome>(i);
+    j[std::string(telemetry::ToString(outcome)) + "_frames"] = of(outcome);
+  }
 }
 
 nlohmann::json FrameSummary::ToJson() const {
   nlohmann::json j;
-  j["frames"] = frames;
-  j["ok_frames"] = ok_frames;
-  j["late_frames"] = late_frames;
-  j["starved_frames"] = starved_frames;
-  j["short_frames"] = short_frames;
-  j["deadline_misses"] = deadline_misses;
+  AddOutcomesTo(j);
+  j["deadline_misses"] = deadline_misses();
   j["mute_alarms"] = mute_alarms;
   j["first_starved_at_s"] = NullIfNan(first_starved_at_s);
   j["admitted"] = admitted;

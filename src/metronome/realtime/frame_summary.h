@@ -40,6 +40,10 @@ struct FrameCounts {
     const auto counter = CounterOf(outcome);
     return counter ? this->*counter : 0;
   }
+  // Adds the counts of frames by outcome under the keys every summary uses: "frames" and
+  // "<outcome>_frames" (ok_frames, late_frames, starved_frames, short_frames). The one spelling of
+  // these keys; experiment scripts read them.
+  void AddOutcomesTo(nlohmann::json& j) const;
 
  private:
   // The counter of each outcome, in one table (FrameOutcome's order); null for a value outside
@@ -55,18 +59,9 @@ struct FrameCounts {
 
 // What a run's summary reports about its frames and sessions, whoever observed them: the engine
 // (sim, drive: RunSummary) or a client over the network (loadgen: LoadGenSummary). The same keys
-// with the same meaning, so experiment scripts read either.
-struct FrameSummary {
-  std::int64_t frames = 0;
-  std::int64_t ok_frames = 0;
-  std::int64_t late_frames = 0;     // every output asked for, but after the deadline
-  std::int64_t starved_frames = 0;  // no outputs although some were asked for
-  std::int64_t short_frames = 0;    // fewer outputs than asked for
-  // Frames whose output missed the deadline: the late ones. Starved and short frames are handed
-  // back on time, which is exactly why a deadline metric alone looks healthy while sessions are
-  // mute; they are counted separately.
-  std::int64_t deadline_misses = 0;
-  std::int64_t mute_alarms = 0;
+// with the same meaning, so experiment scripts read either. The frame counts (FrameCounts: frames
+// by outcome, mute alarms), and:
+struct FrameSummary : FrameCounts {
   double first_starved_at_s = std::numeric_limits<double>::quiet_NaN();
   std::int64_t admitted = 0;
   std::int64_t rejected = 0;   // rejection decisions (a retrying client counts once per try)
@@ -79,8 +74,10 @@ struct FrameSummary {
   double duration_s = 0.0;
   std::string kv_policy;
 
-  // The frame counts (frames ... mute_alarms; deadline_misses are the late frames).
-  void SetCounts(const FrameCounts& c);
+  // Frames whose output missed the deadline: the late ones. Starved and short frames are handed
+  // back on time, which is exactly why a deadline metric alone looks healthy while sessions are
+  // mute; they are counted separately.
+  [[nodiscard]] std::int64_t deadline_misses() const { return late; }
   [[nodiscard]] nlohmann::json ToJson() const;
 };
 

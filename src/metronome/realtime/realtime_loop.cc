@@ -9,10 +9,6 @@
 
 namespace metronome::realtime {
 
-namespace {
-Nanos FromMs(double ms) { return Nanos(std::llround(ms * 1e6)); }
-}  // namespace
-
 double RealtimeLoop::Seconds(Nanos t) const {
   return std::chrono::duration<double>(t - origin_).count();
 }

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "metronome/base/non_copyable.h"
 #include "metronome/base/step_status.h"
 #include "metronome/base/types.h"
 #include "metronome/realtime/frame_summary.h"
@@ -58,14 +59,9 @@ struct SessionEnded {
   [[nodiscard]] bool by_loop() const { return status != StepStatus::kOk; }
 };
 
-class SessionObserver {
+class SessionObserver : NonCopyableNonMovable {
  public:
-  SessionObserver() = default;
   virtual ~SessionObserver() = default;
-  SessionObserver(const SessionObserver&) = delete;
-  SessionObserver& operator=(const SessionObserver&) = delete;
-  SessionObserver(SessionObserver&&) = delete;
-  SessionObserver& operator=(SessionObserver&&) = delete;
 
   virtual void OnFrame(const FrameRecord& frame) = 0;  // every delivered frame, in order
   virtual void OnMuteAlarm(const MuteAlarm& alarm) = 0;

@@ -266,7 +266,7 @@ RunSummary WorkloadRunner::Run() {
 
   RunSummary& s = st.summary;
   const LoopStats& ls = sup.stats();
-  s.SetCounts(ls);
+  static_cast<FrameCounts&>(s) = static_cast<const FrameCounts&>(ls);
   s.first_starved_at_s = ls.first_starved_at_s;
   s.kv_peak_fraction = sup.kv_peak_fraction();
   s.admitted = sup.admitted();

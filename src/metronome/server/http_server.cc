@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "metronome/base/errors.h"
+#include "metronome/base/non_copyable.h"
 #include "metronome/base/thread_annotations.h"
 #include "metronome/server/agent_check.h"
 #include "metronome/server/dashboard_assets.h"
@@ -41,12 +42,9 @@ constexpr std::chrono::milliseconds kStopWait{3000};
 std::string_view View(beast::string_view v) { return {v.data(), v.size()}; }
 
 // A connection the server can close on Stop() or evict when the connection cap is reached.
-class Closable {
+class Closable : NonCopyableNonMovable {
  public:
-  Closable() = default;
   virtual ~Closable() = default;
-  Closable(const Closable&) = delete;
-  Closable& operator=(const Closable&) = delete;
   virtual void Close() = 0;   // at once; any thread
   virtual void GoAway() = 0;  // server shutdown: tell the peer, then close; any thread
   // Holds no session and no request being answered: the first to go when slots run out.
