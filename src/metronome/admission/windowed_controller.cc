@@ -12,8 +12,7 @@ bool ControlWindow::Due(double now_s, std::int64_t active, std::int64_t frames_n
   const bool enough_frames = options_.window_frames > 0 && num_frames_ >= frames_needed &&
                              now_s - open_s_ >= options_.min_window_s;
   if (now_s >= open_s_ + options_.window_s || enough_frames) return true;
-  peak_active_ = std::max(peak_active_, active);
-  least_active_ = std::min(least_active_, active);
+  active_.Note(active);
   return false;
 }
 
@@ -30,16 +29,15 @@ double ControlWindow::NextCloseS(double now_s, std::int64_t frames_needed) const
 ClosedWindow ControlWindow::Close(double now_s, std::int64_t active) {
   const ClosedWindow w{.duration_s = now_s - open_s_,
                        .num_frames = num_frames_,
-                       .peak_active = std::max(peak_active_, active),
-                       .least_active = std::min(least_active_, active),
+                       .peak_active = std::max(active_.peak, active),
+                       .least_active = std::min(active_.least, active),
                        .num_limit_rejections = num_limit_rejections_};
   last_frames_per_s_ =
       w.num_frames > 0 && w.duration_s > 0 ? static_cast<double>(w.num_frames) / w.duration_s : 0.0;
   opened_ = true;
   open_s_ = now_s;
   num_frames_ = 0;
-  peak_active_ = active;
-  least_active_ = active;
+  active_ = {.peak = active, .least = active};
   num_limit_rejections_ = 0;
   return w;
 }

@@ -60,7 +60,7 @@ class ControlWindow {
   ClosedWindow Close(double now_s, std::int64_t active);
 
   void NoteAdmitted(std::int64_t active_before) {
-    peak_active_ = std::max(peak_active_, active_before + 1);
+    active_.peak = std::max(active_.peak, active_before + 1);
   }
   void NoteLimitRejection() { ++num_limit_rejections_; }
 
@@ -79,8 +79,15 @@ class ControlWindow {
   bool opened_ = false;
   double open_s_ = 0.0;
   std::int64_t num_frames_ = 0;
-  std::int64_t peak_active_ = 0;
-  std::int64_t least_active_ = 0;
+  // The active counts noted in the window: the largest and the smallest.
+  struct ActiveRange {
+    std::int64_t peak = 0;
+    std::int64_t least = 0;
+    void Note(std::int64_t active) {
+      peak = std::max(peak, active);
+      least = std::min(least, active);
+    }
+  } active_;
   std::int64_t num_limit_rejections_ = 0;
   double last_frames_per_s_ = 0.0;
 };
