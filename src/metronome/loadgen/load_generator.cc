@@ -633,7 +633,10 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
   void OnError(const nlohmann::json& j) {
     ++st->summary.errors;
     const std::string code = j.value("code", "");
-    st->Trace("error", {{"session", session}, {"code", code}, {"message", j.value("message", "")}});
+    nlohmann::json line = {
+        {"session", session}, {"code", code}, {"message", j.value("message", "")}};
+    if (j.contains("frame") && j["frame"].is_number_integer()) line["frame"] = j["frame"];
+    st->Trace("error", std::move(line));
     if (j.contains("frame") && j["frame"].is_number_integer()) {
       const std::int64_t index = j["frame"];
       const auto it = std::find_if(outstanding.begin(), outstanding.end(),
