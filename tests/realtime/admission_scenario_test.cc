@@ -367,14 +367,17 @@ bool WouldCut(const Outcome& r, const admission::AimdWindow& w, std::int64_t lim
 
 // kDrain: after a cut to L, the controller holds until a window whose peak active count was <= L
 // (one full window that measured only the load the cut allows), and acts on that window at the
-// earliest. Checked against the windows the controller evaluated and, independently, against the
-// sampled active count. Returns how many windows over the high target (or the miss threshold) the
-// cooldown held: each would have cut again had the cooldown been ignored.
+// earliest, unless the load admitted before the cut stays a whole window and reads healthy again
+// (then the limit follows that load: a "recovered" change). Checked against the windows the
+// controller evaluated and, independently, against the sampled active count. Returns how many
+// windows over the high target (or the miss threshold) the cooldown held: each would have cut again
+// had the cooldown been ignored.
 std::int64_t CheckDrainCooldown(const Outcome& r, const char* name) {
   SCOPED_TRACE(name);
   const admission::AimdOptions o;
   std::int64_t held_overloaded = 0;
   std::int64_t cuts = 0;
+  std::int64_t recoveries = 0;
   for (std::size_t i = 0; i < r.changes.size(); ++i) {
     const admission::LimitChange& c = r.changes[i];
     // Every change is made by an evaluated window: its time is a window's end.
@@ -392,6 +395,20 @@ std::int64_t CheckDrainCooldown(const Outcome& r, const char* name) {
     }
     const double next =
         i + 1 < r.changes.size() ? r.changes[i + 1].t_s : std::numeric_limits<double>::infinity();
+    // Or the load admitted before the cut stayed a whole window and read healthy again: the limit
+    // then follows that load (CooldownMode::kDrain), which admits nobody.
+    if (i + 1 < r.changes.size() && r.changes[i + 1].reason.rfind("recovered: ", 0) == 0) {
+      const admission::LimitChange& rc = r.changes[i + 1];
+      ++recoveries;
+      EXPECT_GT(rc.to, c.to) << "recovery at t=" << rc.t_s;
+      for (const admission::AimdWindow& w : r.windows) {
+        if (w.end_s != rc.t_s) continue;
+        EXPECT_LE(w.signal, o.high_target) << "recovery at t=" << rc.t_s;
+        EXPECT_LE(w.miss_ratio, o.miss_ratio_threshold) << "recovery at t=" << rc.t_s;
+        EXPECT_GE(w.peak_active, rc.to) << "recovery at t=" << rc.t_s;
+      }
+      continue;
+    }
     // The first window after the cut that ran entirely at or below the new limit.
     double clean_at = std::numeric_limits<double>::infinity();
     for (const admission::AimdWindow& w : r.windows) {
@@ -416,8 +433,11 @@ std::int64_t CheckDrainCooldown(const Outcome& r, const char* name) {
       EXPECT_GE(next, last_over + o.window.min_window_s) << "cut at t=" << c.t_s;
     }
   }
-  std::printf("%s: %lld cuts, %lld windows over the high target held by the drain cooldown\n", name,
-              static_cast<long long>(cuts), static_cast<long long>(held_overloaded));
+  std::printf(
+      "%s: %lld cuts (%lld followed by a recovery), %lld windows over the high target held by the "
+      "drain cooldown\n",
+      name, static_cast<long long>(cuts), static_cast<long long>(recoveries),
+      static_cast<long long>(held_overloaded));
   EXPECT_GE(cuts, 2) << "the scenario must exercise the cooldown";
   return held_overloaded;
 }
