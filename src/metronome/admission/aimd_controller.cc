@@ -180,6 +180,7 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
                       static_cast<long long>(closed.least_active)));
       cooling_ = false;
       healthy_while_cooling_ = 0;
+      hold_growth_until_departure_ = true;
       return;
     }
   }
@@ -248,6 +249,14 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
     slow_start_ = false;  // close to the target: no longer far below it
   }
   if (!(growth_signal < options_.low_target && w.binding)) return;
+  // After a recovery the limit is the load no session left since the cut: it grows again only
+  // once one has (a window that carried less than the limit). Growth admits for good, a cut sheds
+  // nothing while nobody leaves, so growing on the calm windows between bursts would ratchet the
+  // load up past what the bursts say (the CPU engine near capacity: 66 -> 75 sessions, p99 9.5 D).
+  if (hold_growth_until_departure_) {
+    if (closed.least_active >= limit()) return;
+    hold_growth_until_departure_ = false;
+  }
   // Projected low-target crossing, the lower of two extrapolations of latency in the active count
   // N. Proportional: s(N) ~ N. Saturating: continuous batching keeps latency near its floor until
   // the engine nears saturation, then it climbs steeply, s(N) = floor / (1 - N / N_sat) (a queue

@@ -127,6 +127,9 @@ class AimdController final : public WindowedController {
   // does not come back within three windows only by chance.
   static constexpr std::int64_t kRecoverWindows = 3;
   std::int64_t healthy_while_cooling_ = 0;
+  // Set by a recovery, cleared by the first window in which a session had left (least active under
+  // the limit): no growth in between.
+  bool hold_growth_until_departure_ = false;
   AimdWindow last_window_;
 };
 
