@@ -109,9 +109,9 @@ TEST(EngineServiceTest, FramesFromAClientComeBackInOrderAndBlocksReturnOnEnd) {
   const nlohmann::json live = service.Stats();
   ASSERT_EQ(live["sessions"]["list"].size(), 1U) << live.dump();
   EXPECT_EQ(live["sessions"]["list"][0]["id"], started.id);
-  EXPECT_EQ(live["sessions"]["list"][0]["ok"].get<int>() +
-                live["sessions"]["list"][0]["late"].get<int>(),
-            10);
+  EXPECT_EQ(
+      live["sessions"]["list"][0]["ok"].get<int>() + live["sessions"]["list"][0]["late"].get<int>(),
+      10);
   EXPECT_EQ(live["sessions"]["list"][0]["starved"], 0);
   EXPECT_GT(live["sessions"]["list"][0]["resident_blocks"], 0);
   // The spec left the deadline at 0: the period.
