@@ -22,7 +22,7 @@ skip_run() {
   } >"$OUT/06_quality.md"
   plot "
 set output '$OUT/06_quality.png'
-set terminal pngcairo size $((80 + 520 * nstreams)),650 font 'DejaVu Sans,11' linewidth 1.5
+set terminal pngcairo size 600,650 font 'DejaVu Sans,11' linewidth 1.5
 unset border; unset tics; unset key; unset grid
 set label 1 'experiment 06 skipped: $1' at graph 0.5, graph 0.5 center font ',14'
 plot [0:1][0:1] 1/0 notitle
