@@ -53,7 +53,7 @@ void AimdController::OnFrame(double now_s, double latency_ms, double deadline_ms
   if (missed) ++num_misses_;
   deadline_s_ = deadline_ms / 1000.0;
   if (missed || sample > options_.high_target) {
-    if (num_over_bursts_ == 0 || now_s - burst_start_s_ > kBurstDeadlines * deadline_ms / 1000.0) {
+    if (num_over_bursts_ == 0 || now_s - burst_start_s_ > kBurstDeadlines * deadline_s_) {
       ++num_over_bursts_;
       burst_start_s_ = now_s;
     }
@@ -200,10 +200,8 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
   if (over_target) {
     crossing_bursts_ += w.num_over_bursts;
     crossing_slots_ += slots;
-    const double stall_rate =
-        stall_slots_ > 0.0 ? static_cast<double>(stall_bursts_) / stall_slots_ : 0.0;
     confirmed = crossing_bursts_ >= kMinConfirmBursts &&
-                PoissonTail(stall_rate * crossing_slots_, crossing_bursts_) < kStallFalseCut;
+                PoissonTail(StallRate() * crossing_slots_, crossing_bursts_) < kStallFalseCut;
     if (!confirmed) return;  // hold: not yet told from stalls
   } else {
     // The crossing windows before this one were stalls: they count towards the stall rate.
@@ -233,8 +231,8 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
                     "deadlines (stall rate %.3f a slot); floor(%g * active %lld) = %lld",
                     why.c_str(), static_cast<long long>(w.num_frames),
                     static_cast<long long>(evidence_bursts), evidence_slots, kBurstDeadlines,
-                    stall_slots_ > 0.0 ? static_cast<double>(stall_bursts_) / stall_slots_ : 0.0,
-                    options_.beta, static_cast<long long>(active), static_cast<long long>(cut)));
+                    StallRate(), options_.beta, static_cast<long long>(active),
+                    static_cast<long long>(cut)));
     cooling_ = true;
     last_cut_s_ = now_s;
     return;

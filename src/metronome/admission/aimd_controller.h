@@ -93,6 +93,10 @@ class AimdController final : public WindowedController {
   double crossing_slots_ = 0.0;
   std::int64_t stall_bursts_ = 0;  // over the windows that did not cut
   double stall_slots_ = 0.0;
+  // Bursts per slot over the windows that did not cut (0 before any).
+  [[nodiscard]] double StallRate() const {
+    return stall_slots_ > 0.0 ? static_cast<double>(stall_bursts_) / stall_slots_ : 0.0;
+  }
   std::uint64_t rng_state_ = 0x9e3779b97f4a7c15ULL;  // reservoir sampling; fixed seed: reproducible
 
   bool slow_start_;

@@ -27,10 +27,11 @@ double ControlWindow::NextCloseS(double now_s, std::int64_t frames_needed) const
 }
 
 ClosedWindow ControlWindow::Close(double now_s, std::int64_t active) {
+  active_.Note(active);  // the count at the close belongs to the window too
   const ClosedWindow w{.duration_s = now_s - open_s_,
                        .num_frames = num_frames_,
-                       .peak_active = std::max(active_.peak, active),
-                       .least_active = std::min(active_.least, active),
+                       .peak_active = active_.peak,
+                       .least_active = active_.least,
                        .num_limit_rejections = num_limit_rejections_};
   last_frames_per_s_ =
       w.num_frames > 0 && w.duration_s > 0 ? static_cast<double>(w.num_frames) / w.duration_s : 0.0;

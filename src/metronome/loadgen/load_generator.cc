@@ -633,11 +633,12 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
   void OnError(const nlohmann::json& j) {
     ++st->summary.errors;
     const std::string code = j.value("code", "");
+    const bool about_a_frame = j.contains("frame") && j["frame"].is_number_integer();
     nlohmann::json line = {
         {"session", session}, {"code", code}, {"message", j.value("message", "")}};
-    if (j.contains("frame") && j["frame"].is_number_integer()) line["frame"] = j["frame"];
+    if (about_a_frame) line["frame"] = j["frame"];
     st->Trace("error", std::move(line));
-    if (j.contains("frame") && j["frame"].is_number_integer()) {
+    if (about_a_frame) {
       const std::int64_t index = j["frame"];
       const auto it = std::find_if(outstanding.begin(), outstanding.end(),
                                    [&](const Outstanding& f) { return f.index == index; });
