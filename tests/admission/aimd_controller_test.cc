@@ -52,7 +52,8 @@ TEST(AimdControllerTest, GrowsByStepWhenBindingAndBelowLowTarget) {
   EXPECT_EQ(changes[0].to, 11);
   EXPECT_EQ(changes[0].reason,
             "increase (additive): p99/D=0.500 < 0.65 over 100 frames, binding (peak active 10, "
-            "0 limit rejections); projected low-target crossing 13");
+            "0 limit rejections), 0 of 100 frames of 10s over it; projected low-target crossing "
+            "13");
   EXPECT_TRUE(c.TakeLimitChanges().empty());  // taken once
 }
 
@@ -230,9 +231,40 @@ TEST(AimdControllerTest, DrainCooldownEndsIntoGrowthWhenTheCleanWindowIsFast) {
   t = RunWindow(c, t, 18, 40.0);  // began at the cut with 20 active: not clean, hold
   EXPECT_TRUE(c.cooling_down());
   EXPECT_EQ(c.limit(), 18);
-  RunWindow(c, t, 18, 40.0);
+  t = RunWindow(c, t, 18, 40.0);
   EXPECT_FALSE(c.cooling_down());
+  // Growth needs the growth horizon (10 s) free of the crossing: the window that cut at t = 2
+  // still counts until t = 12.
+  EXPECT_EQ(c.limit(), 18);
+  while (t < 12.0) t = RunWindow(c, t, 18, 40.0);
+  EXPECT_EQ(c.limit(), 18);
+  RunWindow(c, t, 18, 40.0);
   EXPECT_EQ(c.limit(), 19);
+}
+
+TEST(AimdControllerTest, GrowthNeedsTheHorizonsPooledPercentileUnderTheLowTarget) {
+  AimdOptions o = Options(10);
+  o.growth_horizon_s = 6.0;
+  AimdController c(o, {});
+  // A window with 3 of 100 frames over the low target (p99 over it) but under the high target:
+  // neither a cut nor growth.
+  c.OnTick(0.0, Active(10));
+  for (int i = 0; i < 100; ++i) c.OnFrame(0.01 * i, i < 3 ? 70.0 : 30.0, kDeadlineMs, false);
+  c.OnTick(2.0, Active(10));
+  EXPECT_EQ(c.limit(), 10);
+  // Calm windows after it: each alone says grow, but pooled with it the p99 (nearest rank) stays
+  // over the low target while more than frames - ceil(0.99 frames) frames are over it.
+  double t = RunWindow(c, 2.0, 10, 30.0);
+  EXPECT_EQ(c.limit(), 10);  // 3 of 200 over: the 198th value is over
+  t = RunWindow(c, t, 10, 30.0);
+  EXPECT_EQ(c.limit(), 11);  // 3 of 300 over: the 297th value is under
+  // A window of 100 at 70 ms on its own would cut nothing (under 0.85) and hold growth for 6 s.
+  t = RunWindow(c, t, 11, 70.0);
+  EXPECT_EQ(c.limit(), 11);
+  while (t < 14.0) t = RunWindow(c, t, 11, 30.0);
+  EXPECT_EQ(c.limit(), 11);  // the 70 ms window (closed at t = 8) is within 6 s until t = 14
+  RunWindow(c, t, 11, 30.0);
+  EXPECT_EQ(c.limit(), 12);
 }
 
 TEST(AimdControllerTest, FixedCooldownHoldsForCooldownSeconds) {
@@ -356,7 +388,8 @@ TEST(AimdControllerTest, DescribeReportsEveryParameter) {
   EXPECT_EQ(c.Describe(),
             "aimd(window_s=2, percentile=99, low_target=0.65D, high_target=0.85D, "
             "miss_ratio_threshold=0.001, increase_step=1, slow_start_factor=1, "
-            "slow_start_exit=0.8, headroom_gain=0, beta=0.9, cooldown=drain, window_frames=0, "
+            "slow_start_exit=0.8, headroom_gain=0, growth_horizon_s=10, max_utilization=0.9, "
+            "beta=0.9, cooldown=drain, window_frames=0, "
             "min_window_s=0.5, initial_limit=7, predicted_limit=0, min_limit=1, max_limit=1024, "
             "min_samples=20, max_samples=4096, kv_guard=on, full_mode_session_s=120, "
             "headroom_fraction=0.05)");

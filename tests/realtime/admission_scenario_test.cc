@@ -371,8 +371,8 @@ bool WouldCut(const Outcome& r, const admission::AimdWindow& w, std::int64_t lim
 // (then the limit follows that load: a "recovered" change). Checked against the windows the
 // controller evaluated and, independently, against the sampled active count. Returns how many
 // windows over the high target (or the miss threshold) the cooldown held: each would have cut again
-// had the cooldown been ignored.
-std::int64_t CheckDrainCooldown(const Outcome& r, const char* name) {
+// had the cooldown been ignored. The run must cut at least min_cuts times (the rules exercised).
+std::int64_t CheckDrainCooldown(const Outcome& r, const char* name, std::int64_t min_cuts) {
   SCOPED_TRACE(name);
   const admission::AimdOptions o;
   std::int64_t held_overloaded = 0;
@@ -438,15 +438,17 @@ std::int64_t CheckDrainCooldown(const Outcome& r, const char* name) {
       "drain cooldown\n",
       name, static_cast<long long>(cuts), static_cast<long long>(recoveries),
       static_cast<long long>(held_overloaded));
-  EXPECT_GE(cuts, 2) << "the scenario must exercise the cooldown";
+  EXPECT_GE(cuts, min_cuts) << "the scenario must exercise the cooldown";
   return held_overloaded;
 }
 
 TEST(AdmissionScenarioTest, LimitChangesObeyTheDrainCooldown) {
-  CheckDrainCooldown(BoundedAimd(), "bounded aimd");
+  // The bounded system's climb stops at the work-utilization cap, short of the crossing: one cut
+  // there (a stall-free plant's p99 reaching the target later); the overshoots cut more.
+  CheckDrainCooldown(BoundedAimd(), "bounded aimd", 1);
   // The overshoot is where the cooldown earns its keep: windows still over the target while the
   // sessions admitted before the cut drain, each of which would have cut again.
-  const std::int64_t held = CheckDrainCooldown(OvershootDrain(), "overshoot (drain)");
+  const std::int64_t held = CheckDrainCooldown(OvershootDrain(), "overshoot (drain)", 2);
   EXPECT_GE(held, 2);
   // Control: the same run under kFixed, which does not wait for the drain, cuts on a window that
   // still saw more sessions than the limit it cuts; the per-cut check above would flag it.

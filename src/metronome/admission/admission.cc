@@ -134,6 +134,8 @@ void Validate(const AimdOptions& o) {
   CheckRange("aimd.slow_start_factor", o.slow_start_factor, 1.0, 16.0, false, false, "in [1, 16]");
   CheckRange("aimd.slow_start_exit", o.slow_start_exit, 0.0, 1.0, true, false, "in (0, 1]");
   CheckRange("aimd.headroom_gain", o.headroom_gain, 0.0, 1.0, false, false, "in [0, 1]");
+  CheckRange("aimd.growth_horizon_s", o.growth_horizon_s, 0.0, inf, false, true, ">= 0");
+  CheckRange("aimd.max_utilization", o.max_utilization, 0.0, 1.0, true, false, "in (0, 1]");
   if (o.predicted_limit < 0) {
     Bad("aimd.predicted_limit", ">= 0", std::to_string(o.predicted_limit));
   }

@@ -123,6 +123,20 @@ struct AimdOptions {
   // proportion to the active count, which over-estimates it when a frame has a fixed cost, so the
   // projection undershoots), at least increase_step. 0: always increase_step. In [0, 1].
   double headroom_gain = 0.5;
+  // Growth also needs the percentile of every frame of the last growth_horizon_s seconds (the
+  // windows closed in it, pooled) under the low target, not only the last window's: growth admits
+  // for good while a cut sheds nobody until sessions leave, so it rests on more evidence than a
+  // cut. Near capacity a real engine's latency comes in episodes (a stall's backlog amplified by
+  // the queue) with calm windows between them, and one calm window read as room to grow ratcheted
+  // the CPU engine to 1.17 N_true. Cuts still act on one window. 0: the last window alone. >= 0.
+  double growth_horizon_s = 10.0;
+  // Work-utilization cap: growth stops where the engine's work utilization (StepLoad: the share of
+  // real time its steps spend on per-token work, from the engine's own step times, projected to
+  // the limit in proportion to the sessions) would pass this. Above
+  // it a backlog drains at under 1 - max_utilization of real time, so disturbances become episodes
+  // of late frames that the calm windows between them do not show. Not a cut: only growth obeys
+  // it. 1: no cap. In (0, 1].
+  double max_utilization = 0.9;
   double beta = 0.9;  // cut to floor(beta * active); in (0, 1)
   CooldownMode cooldown_mode = CooldownMode::kDrain;
   double cooldown_s = 4.0;  // only for kFixed; >= 0
@@ -208,6 +222,10 @@ class AdmissionController {
   // whether it missed its deadline. Cheap: no allocation.
   virtual void OnFrame(double /*now_s*/, double /*latency_ms*/, double /*deadline_ms*/,
                        bool /*missed*/) noexcept {}
+  // One engine step that ended at now_s: its duration and the tokens it carried (StepLoad reads the
+  // engine's work utilization from them). Cheap: no allocation.
+  virtual void OnStep(double /*now_s*/, double /*step_s*/, std::int64_t /*batch_tokens*/) noexcept {
+  }
   // Called once per engine tick; controllers with control windows close them here (and in Decide).
   virtual void OnTick(double /*now_s*/, const SystemState& /*state*/) {}
 

@@ -51,6 +51,7 @@ void AimdController::OnFrame(double now_s, double latency_ms, double deadline_ms
   window_.OnFrame(now_s);
   const double sample = latency_ms / deadline_ms;
   if (missed) ++num_misses_;
+  if (sample >= options_.low_target) ++num_over_low_;
   deadline_s_ = deadline_ms / 1000.0;
   if (missed || sample > options_.high_target) {
     if (num_over_bursts_ == 0 || now_s - burst_start_s_ > kBurstDeadlines * deadline_s_) {
@@ -129,6 +130,7 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
   w.num_over_bursts = num_over_bursts_;
   w.peak_active = closed.peak_active;
   w.num_limit_rejections = closed.num_limit_rejections;
+  w.utilization = closed.load.utilization;
   w.binding = w.peak_active >= limit() - 1 || w.num_limit_rejections > 0;
   if (w.num_frames > 0) {
     w.miss_ratio = static_cast<double>(num_misses_) / static_cast<double>(w.num_frames);
@@ -139,6 +141,15 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
   growing_ = false;
   samples_.clear();
   num_misses_ = 0;
+  horizon_.push_back({.end_s = now_s, .frames = w.num_frames, .over_low = num_over_low_});
+  horizon_frames_ += w.num_frames;
+  horizon_over_low_ += num_over_low_;
+  num_over_low_ = 0;
+  while (horizon_.size() > 1 && horizon_.front().end_s < now_s - options_.growth_horizon_s) {
+    horizon_frames_ -= horizon_.front().frames;
+    horizon_over_low_ -= horizon_.front().over_low;
+    horizon_.pop_front();
+  }
   num_over_bursts_ = 0;
 
   if (cooling_) {
@@ -243,10 +254,28 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
   // (a congestion signal), act on the signal measured.
   const double kv_growth = 1.0 + kKvLatencyShare * (1.0 / kv_fill_ - 1.0);
   const double growth_signal = w.signal * kv_growth;
-  if (slow_start_ && w.signal >= options_.slow_start_exit * options_.low_target) {
-    slow_start_ = false;  // close to the target: no longer far below it
+  // The engine's work utilization per session, from the load carried the whole window (sessions
+  // admitted during it added less than a window's work, so this errs high: a lower cap); 0 when
+  // the steps do not tell it. Not projected to full KV like the signal: the step-cost fit follows
+  // the KV as the windows fill (its time constant is StepLoad::kFitTauS), and the latency
+  // projection's worst case (a quarter of the cost growing with the KV) held moshi-7b's slow start
+  // back by a third (0.9 N_true after 67 s instead of 49 s) with a cap that never bound.
+  const StepLoadWindow& load = closed.load;
+  const double utilization_per_session =
+      load.valid && closed.least_active > 0
+          ? load.utilization / static_cast<double>(closed.least_active)
+          : 0.0;
+  const bool utilization_capped = options_.max_utilization < 1.0 && utilization_per_session > 0.0;
+  // Sessions at which the utilization reaches max_utilization.
+  const double utilization_bound = utilization_capped
+                                       ? options_.max_utilization / utilization_per_session
+                                       : std::numeric_limits<double>::infinity();
+  if (slow_start_ &&
+      (w.signal >= options_.slow_start_exit * options_.low_target ||
+       static_cast<double>(limit()) >= options_.slow_start_exit * utilization_bound)) {
+    slow_start_ = false;  // close to the target or to the utilization cap: no longer far below
   }
-  if (!(growth_signal < options_.low_target && w.binding)) return;
+  if (!(growth_signal < options_.low_target && w.binding && HorizonUnderLowTarget())) return;
   // After a recovery the limit is the load no session left since the cut: it grows again only
   // once one has (a window that carried less than the limit). Growth admits for good, a cut sheds
   // nothing while nobody leaves, so growing on the calm windows between bursts would ratchet the
@@ -300,6 +329,11 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
     to = std::min(to, std::max(limit() + options_.increase_step,
                                static_cast<std::int64_t>(std::floor(crossing))));
   }
+  // The utilization cap is hard (no least step past it): above it the calm windows between
+  // episodes would let the limit walk on by steps.
+  if (utilization_capped && static_cast<double>(to) > utilization_bound) {
+    to = std::min(to, static_cast<std::int64_t>(std::floor(utilization_bound)));
+  }
   to = std::min(options_.window.max_limit, to);
   if (pool_bound_ >= 0 && to >= pool_bound_) {
     to = std::max(limit(), pool_bound_);
@@ -311,28 +345,43 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
       now_s, to,
       Format(
           "increase (%s): p%g/D=%.3f%s < %g over %lld frames, binding (peak active %lld, "
-          "%lld limit rejections); projected low-target crossing %.0f%s",
+          "%lld limit rejections), %lld of %lld frames of %gs over it; projected low-target "
+          "crossing %.0f%s%s",
           phase, p, w.signal,
           kv_fill_ < 1.0
               ? Format(" (%.3f at full KV: %.0f%% filled)", growth_signal, 100.0 * kv_fill_).c_str()
               : "",
           options_.low_target, static_cast<long long>(w.num_frames),
           static_cast<long long>(w.peak_active), static_cast<long long>(w.num_limit_rejections),
-          crossing,
+          static_cast<long long>(horizon_over_low_), static_cast<long long>(horizon_frames_),
+          options_.growth_horizon_s, crossing,
+          utilization_capped ? Format(", work utilization %.2f (cap %g at %.0f sessions)",
+                                      load.utilization, options_.max_utilization, utilization_bound)
+                                   .c_str()
+                             : "",
           pool_bound_ >= 0
               ? Format(", pool bound %lld", static_cast<long long>(pool_bound_)).c_str()
               : ""));
+}
+
+bool AimdController::HorizonUnderLowTarget() const {
+  const auto frames = static_cast<double>(horizon_frames_);
+  const double rank = std::ceil(options_.percentile / 100.0 * frames);
+  return static_cast<double>(horizon_over_low_) <= frames - rank;
 }
 
 std::string AimdController::Describe() const {
   return Format(
              "aimd(window_s=%g, percentile=%g, low_target=%gD, high_target=%gD, "
              "miss_ratio_threshold=%g, increase_step=%lld, slow_start_factor=%g, "
-             "slow_start_exit=%g, headroom_gain=%g, beta=%g, cooldown=%s, ",
+             "slow_start_exit=%g, headroom_gain=%g, growth_horizon_s=%g, max_utilization=%g, "
+             "beta=%g, "
+             "cooldown=%s, ",
              options_.window.window_s, options_.percentile, options_.low_target,
              options_.high_target, options_.miss_ratio_threshold,
              static_cast<long long>(options_.increase_step), options_.slow_start_factor,
-             options_.slow_start_exit, options_.headroom_gain, options_.beta,
+             options_.slow_start_exit, options_.headroom_gain, options_.growth_horizon_s,
+             options_.max_utilization, options_.beta,
              options_.cooldown_mode == CooldownMode::kDrain
                  ? "drain"
                  : Format("fixed %gs", options_.cooldown_s).c_str()) +

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <string>
 #include <vector>
@@ -32,6 +33,7 @@ struct AimdWindow {
   double miss_ratio = 0.0;       // num_misses / num_frames
   std::int64_t peak_active = 0;  // largest active count seen by Decide/OnTick in the window
   std::int64_t num_limit_rejections = 0;
+  double utilization = 0.0;  // the engine's work utilization (StepLoad; 0: not known)
   bool binding = false;
 };
 
@@ -72,6 +74,20 @@ class AimdController final : public WindowedController {
   // What AIMD measures in the current window besides the frame count (window_).
   std::vector<double> samples_;  // latency / deadline; capacity max_samples, reserved once
   std::int64_t num_misses_ = 0;
+  std::int64_t num_over_low_ = 0;  // frames of the window at or over the low target (all frames)
+  // The windows of the last growth_horizon_s seconds, oldest first (with the last evaluated one):
+  // growth needs their pooled percentile under the low target.
+  struct HorizonWindow {
+    double end_s = 0.0;
+    std::int64_t frames = 0;
+    std::int64_t over_low = 0;
+  };
+  std::deque<HorizonWindow> horizon_;
+  std::int64_t horizon_frames_ = 0;  // sums over horizon_
+  std::int64_t horizon_over_low_ = 0;
+  // Whether the pooled percentile of horizon_ is under the low target (nearest rank: at most
+  // frames - ceil(percentile / 100 x frames) of them at or over it).
+  [[nodiscard]] bool HorizonUnderLowTarget() const;
   // Bursts of frames over the high target or missed in the window: such a frame more than
   // kBurstDeadlines deadlines after the current burst's first starts a new one.
   std::int64_t num_over_bursts_ = 0;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "metronome/admission/admission.h"
+#include "metronome/admission/step_load.h"
 
 namespace metronome::admission {
 
@@ -34,6 +35,7 @@ struct ClosedWindow {
   // throughout.
   std::int64_t least_active = 0;
   std::int64_t num_limit_rejections = 0;
+  StepLoadWindow load;  // the engine's steps in the window (StepLoad): busy time, utilization
 };
 
 // Invariants: the first call that gives a time opens the first window; every Close opens the next
@@ -48,6 +50,10 @@ class ControlWindow {
   void OnFrame(double now_s) noexcept {
     Open(now_s);
     ++num_frames_;
+  }
+  // One engine step (StepLoad::OnStep). No allocation.
+  void OnStep(double now_s, double step_s, std::int64_t batch_tokens) noexcept {
+    steps_.OnStep(now_s, step_s, batch_tokens);
   }
   // Whether the window is due to close at now_s: at open + window_s, or once it holds
   // `frames_needed` frames (when window_frames > 0) and has lasted min_window_s. When not due,
@@ -90,6 +96,7 @@ class ControlWindow {
   } active_;
   std::int64_t num_limit_rejections_ = 0;
   double last_frames_per_s_ = 0.0;
+  StepLoad steps_;
 };
 
 // A controller whose limit moves only when a control window closes. Decide: observe the active
@@ -104,6 +111,9 @@ class WindowedController : public AdmissionController {
   Decision Decide(const SessionRequest& request, const SystemState& state, double now_s) final;
   // Closes and evaluates the window if due; the next window starts at now_s.
   void OnTick(double now_s, const SystemState& state) final;
+  void OnStep(double now_s, double step_s, std::int64_t batch_tokens) noexcept final {
+    window_.OnStep(now_s, step_s, batch_tokens);
+  }
   [[nodiscard]] std::int64_t limit() const final { return limit_; }
   [[nodiscard]] bool reserves_kv() const final { return window_.options().kv_guard; }
   std::vector<LimitChange> TakeLimitChanges() final;

@@ -193,6 +193,12 @@ void AdmissionFlags::Register(CLI::App* app) {
   app->add_option("--aimd-headroom-gain", aimd.headroom_gain,
                   "AIMD: move this fraction of the way to the projected low-target crossing per "
                   "window (0: a fixed --aimd-step)");
+  app->add_option("--aimd-growth-horizon-s", aimd.growth_horizon_s,
+                  "AIMD grows only while the percentile of every frame of this many seconds is "
+                  "under the low target (0: the last window alone)");
+  app->add_option("--aimd-max-utilization", aimd.max_utilization,
+                  "AIMD grows only while the engine's work utilization (per-token step time / "
+                  "wall time, projected to the new limit) stays under this; 1: no cap");
   app->add_option("--aimd-predicted-limit", aimd.predicted_limit,
                   "AIMD: N* predicted by a calibrated cost model; seeds the limit (0: none)");
   app->add_option("--aimd-beta", aimd.beta, "AIMD cut: limit = floor(beta x active)");
@@ -236,7 +242,8 @@ void WorkloadFlags::RegisterOutputs(CLI::App* app, bool with_metrics_out) {
                     "Write the Prometheus text exposition of the run's metrics at the end");
     app->add_option("--timeseries-out", timeseries_out,
                     "Write a CSV row per sample (active, limit, KV used, forecast, cumulative "
-                    "frames by outcome, the interval's p50/p99 latency and tokens per frame)");
+                    "frames by outcome, the interval's p50/p99 latency and tokens per frame, the "
+                    "engine's busy fraction and work utilization)");
   }
   app->add_flag("--summary-json", summary_json,
                 "Print the run summary as one JSON object on the last line");
@@ -386,7 +393,7 @@ int RunWorkload(realtime::Backend* backend, Clock* clock, const WorkloadFlags& f
     }
     timeseries << "t_s,active,limit,kv_used_fraction,t_sat_s,frames,ok,late,starved,short,"
                   "mute_alarms,admitted,rejected,interval_frames,interval_p50_ms,"
-                  "interval_p99_ms,interval_tokens_per_frame\n";
+                  "interval_p99_ms,interval_tokens_per_frame,busy_fraction,work_utilization\n";
   }
   const auto csv_number = [](double v) { return std::isfinite(v) ? FormatValue(v) : ""; };
   std::function<void(const realtime::RunSample&)> progress;
@@ -409,7 +416,8 @@ int RunWorkload(realtime::Backend* backend, Clock* clock, const WorkloadFlags& f
                << s.mute_alarms << ',' << s.admitted << ',' << s.rejected << ','
                << s.interval_frames << ',' << csv_number(s.interval_p50_latency_ms) << ','
                << csv_number(s.interval_p99_latency_ms) << ','
-               << csv_number(s.interval_tokens_per_frame) << '\n';
+               << csv_number(s.interval_tokens_per_frame) << ',' << FormatValue(s.busy_fraction)
+               << ',' << csv_number(s.work_utilization) << '\n';
   };
   const realtime::RunSummary summary = runner.Run();
   PrintSummary(summary);

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
 
+#include "metronome/admission/step_load.h"
 #include "metronome/base/errors.h"
 #include "metronome/realtime/reporter.h"
 #include "metronome/telemetry/quantile_sketch.h"
@@ -69,6 +71,10 @@ struct Supervisor::State final : SessionObserver {
   std::unique_ptr<admission::AdmissionController> controller;
   kv::OccupancyForecast forecast;
   Reporter reporter;
+  // The engine's steps between samples: the work utilization and busy fraction each sample reports
+  // (the same reading AIMD's growth cap takes per control window).
+  admission::StepLoad step_load;
+  double last_sample_s = 0.0;
 
   // Every live session's projection: what admission reserved for it, and whether that is a hard
   // bound (window KV) or only an estimate (full KV).
@@ -161,6 +167,10 @@ void Supervisor::State::Sample(double now) {
                                            : 0.0;
   s.t_sat_s = t_sat.value_or(std::numeric_limits<double>::infinity());
   s.forecast_warning = warning;
+  const admission::StepLoadWindow load = step_load.Close(now - last_sample_s);
+  last_sample_s = now;
+  s.busy_fraction = load.busy_fraction;
+  s.work_utilization = load.valid ? load.utilization : std::numeric_limits<double>::quiet_NaN();
 
   reporter.Sample(pool, active, t_sat.value_or(-1.0));
 }
@@ -193,6 +203,9 @@ Supervisor::Supervisor(Backend* backend, Clock* clock, const SupervisorOptions& 
   State& st = *state_;
   st.loop.on_iteration = [&st](double seconds, int batch_tokens) {
     st.system_cache.reset();
+    const double now_s = st.loop.Now();
+    st.controller->OnStep(now_s, seconds, batch_tokens);
+    st.step_load.OnStep(now_s, seconds, batch_tokens);
     st.reporter.Iteration(seconds, batch_tokens);
   };
 }

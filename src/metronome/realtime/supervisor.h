@@ -73,6 +73,11 @@ struct SupervisorSample {
   // Forecast time until the pool is full, s from t_s; +inf when it never fills at this rate.
   double t_sat_s = std::numeric_limits<double>::infinity();
   bool forecast_warning = false;
+  // The engine's steps since the previous sample (admission::StepLoad): the share of the time
+  // spent stepping, and the share spent on per-token work (the queue's load; NaN while the step
+  // sizes have not varied enough to tell it from the fixed cost of a step).
+  double busy_fraction = 0.0;
+  double work_utilization = std::numeric_limits<double>::quiet_NaN();
 };
 
 // Blocks a session with `spec` holds at most: its window bound, or in full mode its size after

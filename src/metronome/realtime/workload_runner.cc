@@ -199,6 +199,8 @@ void WorkloadRunner::State::RecordSample() {
   s.limit = p.limit;
   s.kv_used_fraction = p.kv_used_fraction;
   s.t_sat_s = p.t_sat_s;
+  s.busy_fraction = p.busy_fraction;
+  s.work_utilization = p.work_utilization;
   static_cast<FrameCounts&>(s) = static_cast<const FrameCounts&>(supervisor.stats());
   s.admitted = supervisor.admitted();
   s.rejected = supervisor.rejected();

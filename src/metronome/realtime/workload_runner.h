@@ -60,6 +60,8 @@ struct RunSample : FrameCounts {
   double interval_p50_latency_ms = std::numeric_limits<double>::quiet_NaN();
   double interval_p99_latency_ms = std::numeric_limits<double>::quiet_NaN();
   double interval_tokens_per_frame = std::numeric_limits<double>::quiet_NaN();
+  double busy_fraction = 0.0;  // SupervisorSample's
+  double work_utilization = std::numeric_limits<double>::quiet_NaN();
 };
 
 // One admitted session's life.

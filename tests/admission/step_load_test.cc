@@ -1,0 +1,122 @@
+// StepLoad: the fit of step time = fixed + per-token x tokens, and a window's work utilization.
+#include "metronome/admission/step_load.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "metronome/admission/windowed_controller.h"
+
+namespace metronome::admission {
+namespace {
+
+// Steps of an engine whose step costs fixed_s + per_token_s x tokens, batch sizes cycling through
+// `sizes`, back to back from t0_s; returns the time after the last one.
+double RunSteps(StepLoad& load, double t0_s, int count, double fixed_s, double per_token_s,
+                std::initializer_list<std::int64_t> sizes, double gap_s = 0.0) {
+  double t = t0_s;
+  int i = 0;
+  while (i < count) {
+    for (const std::int64_t tokens : sizes) {
+      if (i++ == count) break;
+      const double step_s = fixed_s + per_token_s * static_cast<double>(tokens);
+      t += step_s;
+      load.OnStep(t, step_s, tokens);
+      t += gap_s;
+    }
+  }
+  return t;
+}
+
+TEST(StepLoadTest, RecoversTheStepCostAndTheUtilization) {
+  StepLoad load;
+  // 2 ms fixed + 10 us per token, batches of 10..400 tokens, 1 ms idle after each step.
+  const double end_s = RunSteps(load, 0.0, 400, 2e-3, 1e-5, {10, 100, 400, 50, 200}, 1e-3);
+  const StepLoadWindow w = load.Close(end_s);
+  ASSERT_TRUE(w.valid);
+  EXPECT_EQ(w.steps, 400);
+  EXPECT_NEAR(w.fixed_s, 2e-3, 1e-9);
+  EXPECT_NEAR(w.per_token_s, 1e-5, 1e-12);
+  // 80 rounds of 760 tokens at 10 us = 0.608 s of per-token work; each round lasts 5 x 3 ms of
+  // fixed cost and idle plus that work.
+  const double token_s = 80 * 760 * 1e-5;
+  EXPECT_NEAR(w.utilization, token_s / end_s, 1e-9);
+  EXPECT_NEAR(w.busy_fraction, (token_s + 400 * 2e-3) / end_s, 1e-9);
+  // The next window starts from zero but keeps the fit.
+  const StepLoadWindow idle = load.Close(1.0);
+  EXPECT_FALSE(idle.valid);  // no steps: nothing to say of this window
+  EXPECT_DOUBLE_EQ(idle.utilization, 0.0);
+  EXPECT_EQ(idle.steps, 0);
+  EXPECT_DOUBLE_EQ(idle.busy_fraction, 0.0);
+}
+
+TEST(StepLoadTest, OneBatchSizeCannotTellFixedFromPerTokenCost) {
+  StepLoad load;
+  const double end_s = RunSteps(load, 0.0, 100, 2e-3, 1e-5, {64});
+  const StepLoadWindow w = load.Close(end_s);
+  EXPECT_FALSE(w.valid);
+  EXPECT_DOUBLE_EQ(w.utilization, 0.0);
+  EXPECT_NEAR(w.busy_fraction, 1.0, 1e-9);  // back to back: busy throughout
+}
+
+TEST(StepLoadTest, CoefficientsAreNeverNegative) {
+  {
+    // Steps get cheaper with more tokens (noise, a cache effect): all fixed cost, no token work.
+    // All at one time, so every step weighs the same in the fit.
+    StepLoad load;
+    const double t = 1.0;
+    for (int i = 0; i < 50; ++i) {
+      load.OnStep(t, i % 2 == 0 ? 4e-3 : 3e-3, i % 2 == 0 ? 10 : 100);
+    }
+    const StepLoadWindow w = load.Close(t);
+    ASSERT_TRUE(w.valid);
+    EXPECT_DOUBLE_EQ(w.per_token_s, 0.0);
+    EXPECT_NEAR(w.fixed_s, 3.5e-3, 1e-12);
+    EXPECT_DOUBLE_EQ(w.utilization, 0.0);
+  }
+  {
+    // A line that would cross zero above 0 tokens: no fixed part, the line through the origin.
+    StepLoad load;
+    const double t = 1.0;
+    for (int i = 0; i < 50; ++i) {
+      load.OnStep(t, i % 2 == 0 ? 1e-3 : 5e-3, i % 2 == 0 ? 100 : 300);
+    }
+    const StepLoadWindow w = load.Close(t);
+    ASSERT_TRUE(w.valid);
+    EXPECT_DOUBLE_EQ(w.fixed_s, 0.0);
+    EXPECT_GT(w.per_token_s, 0.0);
+    EXPECT_NEAR(w.per_token_s, (25 * 1e-3 + 25 * 5e-3) / (25 * 100.0 + 25 * 300.0), 1e-12);
+    EXPECT_LE(w.utilization, w.busy_fraction);
+  }
+}
+
+TEST(StepLoadTest, TheFitFollowsAChangedEngineWithinAFewTimeConstants) {
+  StepLoad load;
+  double t = RunSteps(load, 0.0, 2000, 1e-3, 1e-5, {10, 200, 50});
+  // The engine gets 3x slower per token (a co-tenant halves its cache, say): after 5 time
+  // constants the old steps weigh e^-5 of the new.
+  while (t < 6 * StepLoad::kFitTauS) t = RunSteps(load, t, 300, 1e-3, 3e-5, {10, 200, 50});
+  const StepLoadWindow w = load.Close(1.0);
+  ASSERT_TRUE(w.valid);
+  EXPECT_NEAR(w.per_token_s, 3e-5, 0.2e-5);
+}
+
+TEST(StepLoadTest, ControlWindowReportsTheStepsOfItsWindow) {
+  ControlWindow window({.window_s = 1.0, .window_frames = 0});
+  EXPECT_FALSE(window.Due(0.0, 1, 0));
+  double t = 0.0;
+  for (int i = 0; i < 100; ++i) {
+    const std::int64_t tokens = i % 2 == 0 ? 20 : 80;
+    const double step_s = 1e-3 + 1e-5 * static_cast<double>(tokens);
+    t += 0.01;
+    window.OnStep(t, step_s, tokens);
+  }
+  const ClosedWindow c = window.Close(1.0, 1);
+  ASSERT_TRUE(c.load.valid);
+  EXPECT_EQ(c.load.steps, 100);
+  EXPECT_NEAR(c.load.utilization, 100 * 50 * 1e-5, 1e-9);  // 50 tokens a step on average, over 1 s
+}
+
+}  // namespace
+}  // namespace metronome::admission
