@@ -326,7 +326,11 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
   // Near saturation no multiplicative or headroom jump past the projection; the least step
   // stays, so the limit still walks into the dead band where the two projections disagree.
   if (saturating) {
-    to = std::min(to, std::max(limit() + options_.increase_step,
+    // Past the projection only by the least step, and only once the growth horizon has passed at
+    // the current limit: there latency comes in episodes that a few calm windows do not rule out
+    // (the CPU engine walked +1 a window from 48 to 76 sessions between its episodes).
+    const bool paced = now_s - last_increase_s_ >= options_.growth_horizon_s;
+    to = std::min(to, std::max(paced ? limit() + options_.increase_step : limit(),
                                static_cast<std::int64_t>(std::floor(crossing))));
   }
   // The utilization cap is hard (no least step past it): above it the calm windows between
@@ -341,6 +345,7 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
   }
   if (to <= limit()) return;
   growing_ = true;
+  last_increase_s_ = now_s;
   SetLimit(
       now_s, to,
       Format(

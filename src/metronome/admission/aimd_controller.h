@@ -116,8 +116,9 @@ class AimdController final : public WindowedController {
   std::uint64_t rng_state_ = 0x9e3779b97f4a7c15ULL;  // reservoir sampling; fixed seed: reproducible
 
   bool slow_start_;
-  bool seeded_ = false;           // the first Decide seeds the limit (predicted N*, pool bound)
-  bool growing_ = false;          // the last evaluated window raised the limit
+  bool seeded_ = false;   // the first Decide seeds the limit (predicted N*, pool bound)
+  bool growing_ = false;  // the last evaluated window raised the limit
+  double last_increase_s_ = -std::numeric_limits<double>::infinity();  // its time
   std::int64_t pool_bound_ = -1;  // KV guard's SessionsThatFit at the last Decide; -1: unknown
   // used / (used + promised) KV blocks at the last Decide (1: no pool, or all promises kept), not
   // below kMinKvFill; growth projects the signal to full KV with it.
