@@ -322,7 +322,8 @@ TEST(EngineMetricsTest, ExposesEveryEngineMetricAsValidText) {
         "metronome_session_resident_blocks", "metronome_kv_blocks_freed_by_window_total",
         "metronome_admission_limit", "metronome_admission_headroom", "metronome_sessions_active",
         "metronome_sessions_admitted_total", "metronome_sessions_rejected_total",
-        "metronome_saturation_forecast_seconds"}) {
+        "metronome_saturation_forecast_seconds", "metronome_engine_busy_fraction",
+        "metronome_engine_work_utilization"}) {
     EXPECT_TRUE(e.types.contains(name)) << name;
   }
 

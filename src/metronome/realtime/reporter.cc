@@ -124,8 +124,11 @@ void Reporter::ForecastWarning(double now_s, double t_sat_s, double occupancy,
   }
 }
 
-void Reporter::Sample(const kv::PoolStats& pool, std::int64_t active, double t_sat_s) {
+void Reporter::Sample(const kv::PoolStats& pool, std::int64_t active, double t_sat_s,
+                      double busy_fraction, double work_utilization) {
   if (metrics_) {
+    metrics_->engine_busy_fraction.Set(busy_fraction);
+    metrics_->engine_work_utilization.Set(work_utilization);
     metrics_->kv_blocks_used.Set(static_cast<double>(pool.used_blocks));
     metrics_->kv_blocks_free.Set(static_cast<double>(pool.free_blocks));
     metrics_->kv_blocks_freed_by_window.Inc(

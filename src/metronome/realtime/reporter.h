@@ -39,7 +39,10 @@ class Reporter {
   void ForecastWarning(double now_s, double t_sat_s, double occupancy, std::int64_t active);
   // A sample of the pool: gauges, and the blocks freed by windows since the previous sample.
   // t_sat_s < 0: no forecast.
-  void Sample(const kv::PoolStats& pool, std::int64_t active, double t_sat_s);
+  // A sample: the pool, the active count, the forecast (< 0: none) and the engine's busy fraction
+  // and work utilization over the interval (NaN: unknown).
+  void Sample(const kv::PoolStats& pool, std::int64_t active, double t_sat_s, double busy_fraction,
+              double work_utilization);
   void Iteration(double seconds, int batch_tokens);
 
  private:

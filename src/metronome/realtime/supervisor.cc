@@ -172,7 +172,7 @@ void Supervisor::State::Sample(double now) {
   s.busy_fraction = load.busy_fraction;
   s.work_utilization = load.valid ? load.utilization : std::numeric_limits<double>::quiet_NaN();
 
-  reporter.Sample(pool, active, t_sat.value_or(-1.0));
+  reporter.Sample(pool, active, t_sat.value_or(-1.0), s.busy_fraction, s.work_utilization);
 }
 
 void Supervisor::State::OnFrame(const FrameRecord& r) {

@@ -76,13 +76,21 @@ EngineMetrics::EngineMetrics(MetricsRegistry& registry)
           "sessions_rejected_total", "Sessions refused admission, by reason.", {"reason"})),
       saturation_forecast_seconds(registry.AddGauge(
           "saturation_forecast_seconds",
-          "Forecast time until the KV pool runs out at current rates (s); +Inf when never.")) {
+          "Forecast time until the KV pool runs out at current rates (s); +Inf when never.")),
+      engine_busy_fraction(registry.AddGauge(
+          "engine_busy_fraction",
+          "Share of the last sample interval the engine spent stepping (fraction of wall time).")),
+      engine_work_utilization(registry.AddGauge(
+          "engine_work_utilization",
+          "Share of the last sample interval spent on per-token work, from a fitted step cost "
+          "(fraction of wall time); NaN until the step sizes tell it.")) {
   for (int i = 0; i < kNumFrameOutcomes; ++i) {
     // Created up front so every outcome is exposed (as 0) before it first happens.
     frames_by_outcome[i] =
         &frames_by_outcome_family.WithLabels({ToString(static_cast<FrameOutcome>(i))});
   }
   saturation_forecast_seconds.Set(std::numeric_limits<double>::infinity());
+  engine_work_utilization.Set(std::numeric_limits<double>::quiet_NaN());
   SetAdmissionCapacity(-1, 0);
 }
 

@@ -59,6 +59,11 @@ enum class EndReason : std::uint8_t {
 //   sessions_rejected_total{reason}  counter  sessions refused, by reason (small fixed vocabulary)
 //   saturation_forecast_seconds  gauge      s until the KV pool is forecast to run out; +Inf when
 //                                           it never does at the current rates
+//   engine_busy_fraction         gauge      share of the last sample interval the engine spent
+//                                           stepping, >= 0 (admission::StepLoad)
+//   engine_work_utilization      gauge      share of it spent on per-token work (the queue's
+//                                           load, what AIMD's growth cap reads); NaN while the
+//                                           step sizes have not told it from the fixed cost
 struct EngineMetrics {
   // Registers every metric above; throws ConfigError if any of the names is already registered.
   explicit EngineMetrics(MetricsRegistry& registry);
@@ -95,6 +100,8 @@ struct EngineMetrics {
   Counter& sessions_admitted;
   Family<Counter>& sessions_rejected_by_reason;
   Gauge& saturation_forecast_seconds;
+  Gauge& engine_busy_fraction;
+  Gauge& engine_work_utilization;
 };
 
 }  // namespace metronome::telemetry
