@@ -216,8 +216,11 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
     if (!confirmed) return;  // hold: not yet told from stalls
   } else {
     // The crossing windows before this one were stalls: they count towards the stall rate.
-    stall_bursts_ += crossing_bursts_ + w.num_over_bursts;
-    stall_slots_ += crossing_slots_ + slots;
+    const double added_slots = crossing_slots_ + slots;
+    const double decay = std::exp(-added_slots * kBurstDeadlines * deadline_s_ / kStallRateTauS);
+    stall_bursts_ =
+        stall_bursts_ * decay + static_cast<double>(crossing_bursts_ + w.num_over_bursts);
+    stall_slots_ = stall_slots_ * decay + added_slots;
   }
   const std::int64_t evidence_bursts = crossing_bursts_;
   const double evidence_slots = crossing_slots_;

@@ -107,11 +107,15 @@ class AimdController final : public WindowedController {
   static constexpr double kStallFalseCut = 1e-3;
   std::int64_t crossing_bursts_ = 0;  // over the consecutive crossing windows so far
   double crossing_slots_ = 0.0;
-  std::int64_t stall_bursts_ = 0;  // over the windows that did not cut
+  // Over the windows that did not cut, each weighing exp(-age / kStallRateTauS): a machine that
+  // grows quieter (a co-tenant left) lowers the rate within minutes, and the bursts of episodes
+  // the confirmation held do not raise it for good.
+  static constexpr double kStallRateTauS = 300.0;
+  double stall_bursts_ = 0.0;
   double stall_slots_ = 0.0;
   // Bursts per slot over the windows that did not cut (0 before any).
   [[nodiscard]] double StallRate() const {
-    return stall_slots_ > 0.0 ? static_cast<double>(stall_bursts_) / stall_slots_ : 0.0;
+    return stall_slots_ > 0.0 ? stall_bursts_ / stall_slots_ : 0.0;
   }
   std::uint64_t rng_state_ = 0x9e3779b97f4a7c15ULL;  // reservoir sampling; fixed seed: reproducible
 
