@@ -64,6 +64,10 @@ void BenchFlags::Register(CLI::App* sub) {
 // Per-step figures of one decode measurement.
 struct DecodeRun {
   std::vector<double> step_ms, step_gflops, gemm_ms, attn_ms, attn_kv_bytes;
+  // Jobs the default thread pool ran over the measured steps: split across threads, or inline
+  // (one chunk, or nested). Times BM_PoolJobHot (bench/thread_pool_benchmark) = its overhead.
+  std::int64_t pool_jobs_parallel = 0;
+  std::int64_t pool_jobs_inline = 0;
 };
 
 double Median(std::vector<double> v) {
@@ -136,7 +140,14 @@ int RunBench(const BenchFlags& f) {
   for (auto& t : next) t = tok(rng);
   // Returns 0 and fills *run, or the exit status of a failed step.
   const auto decode = [&](DecodeRun* run) -> int {
+    const base::ThreadPool& pool = base::DefaultThreadPool();
+    std::int64_t parallel_before = 0;
+    std::int64_t inline_before = 0;
     for (int k = 0; k < f.warmup + f.steps; ++k) {
+      if (k == f.warmup) {
+        parallel_before = pool.jobs_run_parallel();
+        inline_before = pool.jobs_run_inline();
+      }
       std::vector<engine::StepItem> items;
       items.reserve(static_cast<std::size_t>(f.sessions));
       for (int s = 0; s < f.sessions; ++s) {
@@ -168,6 +179,8 @@ int RunBench(const BenchFlags& f) {
                                      static_cast<double>(eng.kv_layout().bytes_per_token()));
       }
     }
+    run->pool_jobs_parallel = pool.jobs_run_parallel() - parallel_before;
+    run->pool_jobs_inline = pool.jobs_run_inline() - inline_before;
     return 0;
   };
   DecodeRun quiet;
@@ -207,6 +220,9 @@ int RunBench(const BenchFlags& f) {
   std::printf("attention KV read per step %s, %.1f GB/s\n", HumanBytes(attn_kv_bytes).c_str(),
               attn_ms > 0.0 ? attn_kv_bytes / (attn_ms * 1e6) : 0.0);
   std::printf("achieved GFLOP/s %.1f\n", med_gflops);
+  std::printf("thread pool jobs per step: %.1f parallel, %.1f inline\n",
+              static_cast<double>(quiet.pool_jobs_parallel) / f.steps,
+              static_cast<double>(quiet.pool_jobs_inline) / f.steps);
   std::printf("fp32 GEMM peak GFLOP/s %.1f (in-run sgemm %dx%dx%d)\n", peak, f.peak_n, f.peak_n,
               f.peak_n);
   std::printf("peak fraction %.2f\n", med_gflops / peak);
