@@ -60,35 +60,31 @@ TEST(StepLoadTest, OneBatchSizeCannotTellFixedFromPerTokenCost) {
   EXPECT_NEAR(w.busy_fraction, 1.0, 1e-9);  // back to back: busy throughout
 }
 
+// 50 steps at one time (so every step weighs the same in the fit), alternating between
+// (tokens_a, seconds_a) and (tokens_b, seconds_b), closed as a 1 s window.
+StepLoadWindow Alternating(std::int64_t tokens_a, double seconds_a, std::int64_t tokens_b,
+                           double seconds_b) {
+  StepLoad load;
+  for (int i = 0; i < 50; ++i) {
+    const bool a = i % 2 == 0;
+    load.OnStep(1.0, a ? seconds_a : seconds_b, a ? tokens_a : tokens_b);
+  }
+  return load.Close(1.0);
+}
+
 TEST(StepLoadTest, CoefficientsAreNeverNegative) {
-  {
-    // Steps get cheaper with more tokens (noise, a cache effect): all fixed cost, no token work.
-    // All at one time, so every step weighs the same in the fit.
-    StepLoad load;
-    const double t = 1.0;
-    for (int i = 0; i < 50; ++i) {
-      load.OnStep(t, i % 2 == 0 ? 4e-3 : 3e-3, i % 2 == 0 ? 10 : 100);
-    }
-    const StepLoadWindow w = load.Close(t);
-    ASSERT_TRUE(w.valid);
-    EXPECT_DOUBLE_EQ(w.per_token_s, 0.0);
-    EXPECT_NEAR(w.fixed_s, 3.5e-3, 1e-12);
-    EXPECT_DOUBLE_EQ(w.utilization, 0.0);
-  }
-  {
-    // A line that would cross zero above 0 tokens: no fixed part, the line through the origin.
-    StepLoad load;
-    const double t = 1.0;
-    for (int i = 0; i < 50; ++i) {
-      load.OnStep(t, i % 2 == 0 ? 1e-3 : 5e-3, i % 2 == 0 ? 100 : 300);
-    }
-    const StepLoadWindow w = load.Close(t);
-    ASSERT_TRUE(w.valid);
-    EXPECT_DOUBLE_EQ(w.fixed_s, 0.0);
-    EXPECT_GT(w.per_token_s, 0.0);
-    EXPECT_NEAR(w.per_token_s, (25 * 1e-3 + 25 * 5e-3) / (25 * 100.0 + 25 * 300.0), 1e-12);
-    EXPECT_LE(w.utilization, w.busy_fraction);
-  }
+  // Steps get cheaper with more tokens (noise, a cache effect): all fixed cost, no token work.
+  const StepLoadWindow fixed_only = Alternating(10, 4e-3, 100, 3e-3);
+  ASSERT_TRUE(fixed_only.valid);
+  EXPECT_DOUBLE_EQ(fixed_only.per_token_s, 0.0);
+  EXPECT_NEAR(fixed_only.fixed_s, 3.5e-3, 1e-12);
+  EXPECT_DOUBLE_EQ(fixed_only.utilization, 0.0);
+  // A line that would cross zero above 0 tokens: no fixed part, all of the time per-token work.
+  const StepLoadWindow tokens_only = Alternating(100, 1e-3, 300, 5e-3);
+  ASSERT_TRUE(tokens_only.valid);
+  EXPECT_DOUBLE_EQ(tokens_only.fixed_s, 0.0);
+  EXPECT_NEAR(tokens_only.per_token_s, (25 * 1e-3 + 25 * 5e-3) / (25 * 100.0 + 25 * 300.0), 1e-12);
+  EXPECT_NEAR(tokens_only.utilization, tokens_only.busy_fraction, 1e-12);
 }
 
 TEST(StepLoadTest, TheFitFollowsAChangedEngineWithinAFewTimeConstants) {
