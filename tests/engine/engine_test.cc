@@ -150,6 +150,85 @@ TEST(EngineTest, BatchedSessionsMatchSessionsRunAlone) {
   EXPECT_GT(steps, 5);
 }
 
+// With bf16 KV and enough decoding sessions per pool thread, a decode query is one attention unit
+// over all its kv heads (the bf16 kernel walks their blocks together); with fewer sessions per
+// thread, one unit per kv head. The same steps (full, window + sinks and rolling sessions
+// decoding, another session prefilling in the same steps) run with 2 pool threads (whole-session
+// units: 10 >= 2 x 2) and with 8 (10 < 2 x 8: per-head units, 16 of them, so no key slices) must
+// give the same logits.
+TEST(EngineTest, Bf16DecodeWithWholeSessionUnitsEqualsPerHeadUnits) {
+  const int vocab = Tiny().config.vocab_size;
+  const std::vector<kv::KvPolicy> policies = {
+      kv::KvPolicy::Full(),
+      kv::KvPolicy::Window(37, 3),
+      kv::KvPolicy::Window(50, 4, kv::PositionMode::kRolling),
+      kv::KvPolicy::Full(),
+      kv::KvPolicy::Window(9, 0),
+      kv::KvPolicy::Window(130, 2, kv::PositionMode::kRolling)};
+  const int prompt = 150;
+  const int decode = 6;
+  const int extra_chunk = 20;
+  std::vector<std::vector<TokenId>> toks;
+  for (std::size_t i = 0; i < policies.size(); ++i) {
+    toks.push_back(RandomTokens(prompt + decode, 300 + static_cast<unsigned>(i), vocab));
+  }
+  const auto extra_toks = RandomTokens(decode * extra_chunk, 399, vocab);
+  // Logits of every decoding session at every decode step, [step][session].
+  const auto run = [&](int threads) {
+    EngineOptions eo;
+    eo.kv_dtype = kv::KvDtype::kBF16;
+    eo.kv_blocks = 1024;
+    eo.block_tokens = 16;
+    eo.poison_freed_blocks = true;
+    eo.num_threads = threads;
+    Engine eng(Tiny(), eo);
+    std::vector<SessionId> ids;
+    for (const auto& p : policies) ids.push_back(eng.OpenSession({p, 0}));
+    std::vector<StepItemResult> results;
+    for (std::size_t i = 0; i < policies.size(); ++i) {
+      eng.Step(
+          std::vector<StepItem>{
+              {ids[i], std::span<const TokenId>(toks[i]).first(static_cast<std::size_t>(prompt)),
+               LogitsMode::kNone}},
+          &results);
+      EXPECT_EQ(results[0].status, StepStatus::kOk);
+    }
+    const SessionId extra = eng.OpenSession({kv::KvPolicy::Full(), 0});
+    std::vector<std::vector<std::vector<float>>> logits;
+    for (int k = 0; k < decode; ++k) {
+      std::vector<StepItem> items;
+      for (std::size_t i = 0; i < policies.size(); ++i) {
+        items.push_back(
+            {ids[i],
+             std::span<const TokenId>(toks[i]).subspan(static_cast<std::size_t>(prompt + k), 1),
+             LogitsMode::kLast});
+      }
+      items.push_back({extra,
+                       std::span<const TokenId>(extra_toks)
+                           .subspan(static_cast<std::size_t>(k * extra_chunk),
+                                    static_cast<std::size_t>(extra_chunk)),
+                       LogitsMode::kNone});
+      eng.Step(items, &results);
+      logits.emplace_back();
+      for (std::size_t i = 0; i < policies.size(); ++i) {
+        EXPECT_EQ(results[i].status, StepStatus::kOk);
+        const auto lg = eng.logits(results[i].first_logits_row);
+        logits.back().emplace_back(lg.begin(), lg.end());
+      }
+    }
+    return logits;
+  };
+  const auto whole = run(2);
+  const auto per_head = run(8);
+  for (int k = 0; k < decode; ++k) {
+    for (std::size_t i = 0; i < policies.size(); ++i) {
+      const auto ks = static_cast<std::size_t>(k);
+      ASSERT_LT(MaxDiff(whole[ks][i], per_head[ks][i]), 1e-5)
+          << policies[i].ToString() << " decode step " << k;
+    }
+  }
+}
+
 // bf16 KV is an approximation: logits stay close to the fp32 ones and the greedy choice agrees
 // almost everywhere (synthetic weights give near-ties, so not everywhere).
 TEST(EngineTest, Bf16KvTracksF32) {

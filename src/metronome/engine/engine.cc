@@ -91,12 +91,14 @@ struct Engine::Batch {
     std::size_t result_index = 0;
     LogitsMode logits = LogitsMode::kNone;
   };
-  // One unit of attention work: queries [begin, begin + n) of an item's chunk, one KV head; or,
-  // when `slice` >= 0, the single query `begin` over its visible keys [key_begin, key_end), into
-  // slot `slice` of the slice buffers (merged after the parallel loop).
+  // One unit of attention work: queries [begin, begin + n) of an item's chunk, KV heads
+  // [kv_head, kv_head + kv_heads); or, when `slice` >= 0, the single query `begin` of one KV head
+  // over its visible keys [key_begin, key_end), into slot `slice` of the slice buffers (merged
+  // after the parallel loop).
   struct AttnWork {
     int item;
     int kv_head;
+    int kv_heads;
     int begin;
     int n;
     int slice = -1;
@@ -330,35 +332,50 @@ void Engine::Forward(Batch& b) {
   });
 
   // Attention work: (item, kv head, query sub-range) units, so one long prefill chunk still
-  // spreads over all threads and many short decode items are balanced dynamically.
+  // spreads over all threads and many short decode items are balanced dynamically. A decode item
+  // (one query) is one unit over all its kv heads when the step has enough units without cutting
+  // it per head: the kernel then reads each block's K/V rows of every kv head as one contiguous
+  // run (a block stores [token][kv_dim]) and prefetches whole blocks ahead, where per-head units
+  // read a third of every row (at 3 kv heads) and leave the rest to a later unit.
   constexpr int kQueriesPerWork = 16;
+  const int num_kv = c.num_kv_heads;
+  const auto target_units =
+      static_cast<std::int64_t>(kAttentionUnitsPerThread) * pool.num_threads();
   std::vector<Batch::AttnWork>& work = b.attn_work;
   work.clear();
   std::int64_t max_visible = 1;
   double attn_flops_per_layer = 0.0;
-  const kernels::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim};
-  for (int i = 0; i < static_cast<int>(b.items.size()); ++i) {
-    const Batch::Item& bi = b.items[static_cast<std::size_t>(i)];
+  std::int64_t units_with_whole_decodes = 0;
+  const kernels::AttentionShape shape{c.num_heads, num_kv, c.head_dim};
+  for (const Batch::Item& bi : b.items) {
     const kv::KvPolicy& policy = bi.kv->policy();
     for (int t = 0; t < bi.n; ++t) {
       const std::int64_t v = policy.VisibleKeys(bi.pos0 + t);
       max_visible = std::max(max_visible, v);
       attn_flops_per_layer += 4.0 * static_cast<double>(v) * qd;
     }
-    for (int h = 0; h < c.num_kv_heads; ++h) {
+    units_with_whole_decodes +=
+        bi.n == 1 ? 1 : std::int64_t{num_kv} * ((bi.n + kQueriesPerWork - 1) / kQueriesPerWork);
+  }
+  const bool whole_decodes = num_kv > 1 && units_with_whole_decodes >= target_units;
+  for (int i = 0; i < static_cast<int>(b.items.size()); ++i) {
+    const Batch::Item& bi = b.items[static_cast<std::size_t>(i)];
+    if (whole_decodes && bi.n == 1) {
+      work.push_back({i, 0, num_kv, 0, 1});
+      continue;
+    }
+    for (int h = 0; h < num_kv; ++h) {
       for (int s = 0; s < bi.n; s += kQueriesPerWork) {
-        work.push_back({i, h, s, std::min(kQueriesPerWork, bi.n - s)});
+        work.push_back({i, h, 1, s, std::min(kQueriesPerWork, bi.n - s)});
       }
     }
   }
   // Too few units to keep every thread busy to the end (one long session, a few kv heads):
   // single-query units are split over their keys (flash-decoding) into slices of at least
   // kMinKeysPerSlice keys, a multiple of 16 (the bf16 kernel's chunk), merged after the loop.
-  const int num_kv = c.num_kv_heads;
+  // (Then no unit has several kv heads: whole_decodes needs at least target_units units.)
   std::vector<Batch::SplitQuery>& splits = b.split_queries;
   splits.clear();
-  const auto target_units =
-      static_cast<std::int64_t>(kAttentionUnitsPerThread) * pool.num_threads();
   const auto base_units = static_cast<std::int64_t>(work.size());
   int num_slices = 0;
   if (base_units < target_units) {
@@ -366,7 +383,7 @@ void Engine::Forward(Batch& b) {
     const std::size_t units = work.size();
     for (std::size_t u = 0; u < units; ++u) {
       const Batch::AttnWork aw = work[u];
-      if (aw.n != 1) continue;
+      if (aw.n != 1 || aw.kv_heads != 1) continue;
       const Batch::Item& bi = b.items[static_cast<std::size_t>(aw.item)];
       const std::int64_t visible = bi.kv->policy().VisibleKeys(bi.pos0 + aw.begin);
       const std::int64_t count = std::min(wanted, visible / kMinKeysPerSlice);
@@ -444,10 +461,11 @@ void Engine::Forward(Batch& b) {
                                            &sink_angles);
               continue;
             }
-            kernels::PagedAttention(
-                shape, bi.kv->View(), bi.kv->policy(), rope_, l, aw.kv_head, bi.pos0 + aw.begin,
-                aw.n, &b.qkv[sz(row, qkvd)], &b.att[sz(row, qd)], static_cast<std::size_t>(qkvd),
-                static_cast<std::size_t>(qd), scratch, kernels::AttentionImpl::kAuto, &sink_angles);
+            kernels::PagedAttentionHeads(
+                shape, bi.kv->View(), bi.kv->policy(), rope_, l, aw.kv_head, aw.kv_heads,
+                bi.pos0 + aw.begin, aw.n, &b.qkv[sz(row, qkvd)], &b.att[sz(row, qd)],
+                static_cast<std::size_t>(qkvd), static_cast<std::size_t>(qd), scratch,
+                kernels::AttentionImpl::kAuto, &sink_angles);
           }
         });
 
