@@ -69,6 +69,23 @@ TEST(EngineTest, ChunkedPrefillEqualsTokenByToken) {
   }
 }
 
+// The FFN runs over blocks of at most 256 rows; a block of 128 rows or more writes its hidden rows
+// over its gate|up rows (in passes of doubling row ranges), a smaller one into a region of its own.
+// Prompts of 300 tokens in one chunk (a block of 256 with passes up to [128, 256), then one of 44),
+// in chunks of 150 and of 128 (the smallest block with passes) give the logits of token-by-token
+// decoding.
+TEST(EngineTest, PrefillStepsWithHiddenOverGateUpEqualTokenByToken) {
+  const auto toks = RandomTokens(300, 5, Tiny().config.vocab_size);
+  const auto pol = kv::KvPolicy::Window(200, 4, kv::PositionMode::kRolling);
+  const auto one = AloneLogits(pol, toks, 1);
+  for (const int chunk : {300, 150, 128}) {
+    const auto chunked = AloneLogits(pol, toks, chunk);
+    for (std::size_t i = 0; i < toks.size(); ++i) {
+      ASSERT_LT(MaxDiff(one[i], chunked[i]), 1e-4) << "chunk " << chunk << " pos " << i;
+    }
+  }
+}
+
 // One session decoding alone has fewer attention units (2 kv heads) than the engine wants per
 // pool thread, so on a machine with 2 or more CPUs its decode steps past 128 visible keys run
 // split over key slices (flash-decoding) and merged; prefill chunks are never split. Both must
