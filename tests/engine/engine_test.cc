@@ -200,6 +200,7 @@ TEST(EngineTest, Bf16DecodeWithWholeSessionUnitsEqualsPerHeadUnits) {
     eo.num_threads = threads;
     Engine eng(Tiny(), eo);
     std::vector<SessionId> ids;
+    ids.reserve(policies.size());
     for (const auto& p : policies) ids.push_back(eng.OpenSession({p, 0}));
     std::vector<StepItemResult> results;
     for (std::size_t i = 0; i < policies.size(); ++i) {
@@ -215,16 +216,17 @@ TEST(EngineTest, Bf16DecodeWithWholeSessionUnitsEqualsPerHeadUnits) {
     for (int k = 0; k < decode; ++k) {
       std::vector<StepItem> items;
       for (std::size_t i = 0; i < policies.size(); ++i) {
-        items.push_back(
-            {ids[i],
-             std::span<const TokenId>(toks[i]).subspan(static_cast<std::size_t>(prompt + k), 1),
-             LogitsMode::kLast});
+        items.push_back({ids[i],
+                         std::span<const TokenId>(toks[i]).subspan(
+                             static_cast<std::size_t>(prompt) + static_cast<std::size_t>(k), 1),
+                         LogitsMode::kLast});
       }
-      items.push_back({extra,
-                       std::span<const TokenId>(extra_toks)
-                           .subspan(static_cast<std::size_t>(k * extra_chunk),
-                                    static_cast<std::size_t>(extra_chunk)),
-                       LogitsMode::kNone});
+      items.push_back(
+          {extra,
+           std::span<const TokenId>(extra_toks)
+               .subspan(static_cast<std::size_t>(k) * static_cast<std::size_t>(extra_chunk),
+                        static_cast<std::size_t>(extra_chunk)),
+           LogitsMode::kNone});
       eng.Step(items, &results);
       logits.emplace_back();
       for (std::size_t i = 0; i < policies.size(); ++i) {

@@ -608,8 +608,8 @@ TEST_P(AttentionHeadsTest, HeadsTogetherEqualOneCallPerHead) {
       const TokenPos p = rs.pos0 + i;
       if (!c.policy.RollingGap(p)) continue;
       rs.rope.Angles(c.policy.sinks + c.policy.window - 1 - p,
-                     &cos_rows[static_cast<std::size_t>(i * pairs)],
-                     &sin_rows[static_cast<std::size_t>(i * pairs)]);
+                     &cos_rows[static_cast<std::size_t>(i) * static_cast<std::size_t>(pairs)],
+                     &sin_rows[static_cast<std::size_t>(i) * static_cast<std::size_t>(pairs)]);
     }
     const RopeAngleRows angles{cos_rows.data(), sin_rows.data(), static_cast<std::size_t>(pairs)};
     const int kvh = c.dims.kv_heads;
