@@ -308,7 +308,8 @@ void Engine::Forward(Batch& b) {
   // (the largest activations of a prefill step) are bounded; a block of at least
   // kHiddenOverGateUpMinRows rows writes its hidden rows over its gate|up rows (in passes, below),
   // a smaller one (decode steps) into a region of its own, in one parallel pass. Each block of a
-  // quantised prefill dequantises the FFN's weight tiles again: ~5% of a tile's sgemm at 256 rows.
+  // quantised prefill dequantises the FFN's weight tiles again (measured: 32 x 512 prefill of a
+  // Q8_0 file, 2048-row steps, no slower than with one block: 513 vs 497 tok/s, medians of 6).
   constexpr int kFfnRowsPerBlock = 256;
   constexpr int kHiddenOverGateUpMinRows = 128;
   const auto ffn_floats = [&](int rows) {
