@@ -8,6 +8,8 @@
 //    window W=512, per KV element type and attention implementation (`impl`, see
 //    kAttentionBenchImpls; the label names it); counter keys_per_query shows the O(W) bound, and
 //    ns_per_key the per-key cost.
+//  * BM_PagedAttentionDecodeStep: one decode step's attention at smol-135m's shape (sessions x
+//    context x 30 layers, bf16, one thread), one call per kv head vs all kv heads together.
 // Run: build/release/bench/kernels_benchmark --benchmark_repetitions=5
 //        --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
