@@ -351,9 +351,10 @@ void Engine::Forward(Batch& b) {
   // Attention work: (item, kv head, query sub-range) units, so one long prefill chunk still
   // spreads over all threads and many short decode items are balanced dynamically. A decode item
   // (one query) is one unit over all its kv heads when the step has enough units without cutting
-  // it per head: the kernel then reads each block's K/V rows of every kv head as one contiguous
-  // run (a block stores [token][kv_dim]) and prefetches whole blocks ahead, where per-head units
-  // read a third of every row (at 3 kv heads) and leave the rest to a later unit.
+  // it per head: the kernel then uses each block's K/V rows of every kv head (adjacent: a block
+  // stores [token][kv_dim]) while they are in L1 and prefetches the next block's as it goes, where
+  // per-head units read a third of every row (at 3 kv heads) and leave the rest to a later unit
+  // (measured at 32 x 512, load 4: attention 39.6 -> 23.9 ms per step, medians of 6 pairs).
   constexpr int kQueriesPerWork = 16;
   const int num_kv = c.num_kv_heads;
   const auto target_units =

@@ -74,10 +74,10 @@ void PagedAttention(const AttentionShape& shape, const kv::PagedKvView& kv,
                     const RopeAngleRows* sink_angles = nullptr) noexcept;
 
 // PagedAttention for kv heads [kv_head, kv_head + kv_heads) in one call: the outputs of one
-// PagedAttention per kv head (up to fp32 summation order). With the AVX512_BF16 kernel, heads
-// whose groups fit one register tile walk the blocks together: a block's rows of adjacent kv heads
-// are contiguous ([token][kv_dim]), so they are read once, as one run, and prefetched a few blocks
-// ahead (the blocks of a session are scattered over the pool, which hardware prefetchers cannot
+// PagedAttention per kv head, bit for bit. With the AVX512_BF16 kernel, heads whose groups fit one
+// register tile walk the blocks together: a block's rows of adjacent kv heads are contiguous
+// ([token][kv_dim]), so they are used while in L1, and the next block's rows are prefetched as the
+// walk goes (a session's blocks are scattered over the pool, which hardware prefetchers cannot
 // follow). That is what a decode query wants; the other implementations loop over the heads.
 void PagedAttentionHeads(const AttentionShape& shape, const kv::PagedKvView& kv,
                          const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
