@@ -8,11 +8,14 @@
 //    window W=512, per KV element type and attention implementation (`impl`, see
 //    kAttentionBenchImpls; the label names it); counter keys_per_query shows the O(W) bound, and
 //    ns_per_key the per-key cost.
+//  * BM_PagedAttentionDecodeStep: one decode step's attention at smol-135m's shape (sessions x
+//    context x 30 layers, bf16, one thread), one call per kv head vs all kv heads together.
 // Run: build/release/bench/kernels_benchmark --benchmark_repetitions=5
 //        --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -141,6 +144,83 @@ BENCHMARK(BM_PagedAttention)
     ->ArgsProduct({{512, 4096, 8192}, {0, 1}, {0, 1, 2, 3, 4}})
     ->ArgNames({"context", "window", "impl"})
     ->Unit(benchmark::kMicrosecond);
+
+// One decode step's attention on one thread, shaped as the engine's at smol-135m: `sessions`
+// sessions of `context` tokens in one bf16 pool of 30-layer blocks (so one layer's rows of a
+// session's consecutive blocks are a block, 360 KiB, apart: what the hardware prefetcher cannot
+// follow), one query per session and layer; `together` 0: one PagedAttention call per kv head (3
+// units per session), 1: one PagedAttentionHeads call per session (what the engine runs when a
+// step has enough decoding sessions). Counter kv_GB/s: the K/V bytes the queries see per second.
+void BM_PagedAttentionDecodeStep(benchmark::State& state) {
+  const int sessions = static_cast<int>(state.range(0));
+  const TokenPos context = state.range(1);
+  const bool together = state.range(2) != 0;
+  const kernels::AttentionShape shape{9, 3, 64};
+  const int layers = 30;
+  const int block_tokens = 16;
+  const kv::KvPolicy policy = kv::KvPolicy::Full();
+  const auto blocks_per_session = static_cast<int>((context + 1 + block_tokens - 1) / block_tokens);
+  kv::BlockPool pool({layers, shape.num_kv_heads, shape.head_dim, block_tokens, kv::KvDtype::kBF16},
+                     {.num_blocks = sessions * blocks_per_session});
+  std::vector<std::unique_ptr<kv::SessionKv>> kvs;
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> k(static_cast<std::size_t>(shape.num_kv_heads * shape.head_dim));
+  std::vector<float> v(k.size());
+  for (int s = 0; s < sessions; ++s) {
+    kvs.push_back(std::make_unique<kv::SessionKv>(&pool, policy, context + 1));
+    kv::SessionKv& session = *kvs.back();
+    (void)session.Reserve(static_cast<int>(context));
+    for (TokenPos j = 0; j < context; ++j) {
+      for (int l = 0; l < layers; ++l) {
+        for (std::size_t i = 0; i < k.size(); ++i) {
+          k[i] = d(rng);
+          v[i] = d(rng);
+        }
+        session.WriteKv(l, j, k.data(), v.data());
+      }
+    }
+    session.Commit(static_cast<int>(context));
+    (void)session.Reserve(1);
+    std::fill(k.begin(), k.end(), 0.0f);
+    for (int l = 0; l < layers; ++l) session.WriteKv(l, context, k.data(), k.data());
+  }
+  std::vector<float> q(static_cast<std::size_t>(sessions * shape.q_dim()));
+  for (float& x : q) x = d(rng);
+  std::vector<float> out(q.size());
+  std::vector<float> scratch(kernels::AttentionScratchFloats(shape, context + 1));
+  const kernels::Rope rope(64, 64, 10000.0, metronome::model::RopeStyle::kInterleaved);
+  const auto row = static_cast<std::size_t>(shape.q_dim());
+  for (auto _ : state) {
+    for (int l = 0; l < layers; ++l) {
+      for (int s = 0; s < sessions; ++s) {
+        const kv::SessionKv& session = *kvs[static_cast<std::size_t>(s)];
+        const float* qs = q.data() + static_cast<std::size_t>(s) * row;
+        float* os = out.data() + static_cast<std::size_t>(s) * row;
+        if (together) {
+          kernels::PagedAttentionHeads(shape, session.View(), policy, rope, l, 0,
+                                       shape.num_kv_heads, context, 1, qs, os, row, row,
+                                       scratch.data());
+        } else {
+          for (int g = 0; g < shape.num_kv_heads; ++g) {
+            kernels::PagedAttention(shape, session.View(), policy, rope, l, g, context, 1, qs, os,
+                                    row, row, scratch.data());
+          }
+        }
+      }
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double kv_bytes = static_cast<double>(sessions) * layers *
+                          static_cast<double>(context + 1) * 2.0 * shape.num_kv_heads *
+                          shape.head_dim * 2.0;
+  state.counters["kv_GB/s"] =
+      benchmark::Counter(kv_bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_PagedAttentionDecodeStep)
+    ->ArgsProduct({{1, 32}, {512}, {0, 1}})
+    ->ArgNames({"sessions", "context", "together"})
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

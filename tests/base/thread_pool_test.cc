@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -54,6 +55,34 @@ TEST(ThreadPool, EveryItemExactlyOnceUnderRandomSizesAndThreadCounts) {
     }
     if (threads > 1) {
       EXPECT_GT(pool.jobs_run_parallel(), 0) << "threads=" << threads;
+    }
+  }
+}
+
+// Back-to-back small jobs of different sizes: a worker still leaving the previous job (every
+// chunk claimed, its snapshot of the counter stale) must not claim a chunk of the next one while
+// the caller is publishing it. It once could: the bound check read the new job's chunk count
+// against the old job's counter, the claim succeeded, a bogus chunk ran and counted towards the
+// new job, whose caller then waited forever (done > total).
+TEST(ThreadPool, BackToBackJobsNeverRunAStaleChunk) {
+  ThreadPoolOptions o;
+  o.num_threads = 2;
+  ThreadPool pool(o);
+  std::mt19937 rng(7);
+  for (int rep = 0; rep < 200000; ++rep) {
+    const std::int64_t n = std::uniform_int_distribution<std::int64_t>(2, 9)(rng);
+    std::array<std::atomic<int>, 9> hits{};
+    std::atomic<int> bad{0};
+    pool.ParallelFor(n, 1, [&](std::int64_t b, std::int64_t e) {
+      if (b < 0 || e > n || b >= e) {
+        bad.fetch_add(1);
+        return;
+      }
+      for (std::int64_t i = b; i < e; ++i) hits[static_cast<std::size_t>(i)].fetch_add(1);
+    });
+    ASSERT_EQ(bad.load(), 0) << "job " << rep;
+    for (std::int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(hits[static_cast<std::size_t>(i)].load(), 1) << "job " << rep << " item " << i;
     }
   }
 }

@@ -69,6 +69,23 @@ TEST(EngineTest, ChunkedPrefillEqualsTokenByToken) {
   }
 }
 
+// The FFN runs over blocks of at most 256 rows; a block of 128 rows or more writes its hidden rows
+// over its gate|up rows (in passes of doubling row ranges), a smaller one into a region of its own.
+// Prompts of 300 tokens in one chunk (a block of 256 with passes up to [128, 256), then one of 44),
+// in chunks of 150 and of 128 (the smallest block with passes) give the logits of token-by-token
+// decoding.
+TEST(EngineTest, PrefillStepsWithHiddenOverGateUpEqualTokenByToken) {
+  const auto toks = RandomTokens(300, 5, Tiny().config.vocab_size);
+  const auto pol = kv::KvPolicy::Window(200, 4, kv::PositionMode::kRolling);
+  const auto one = AloneLogits(pol, toks, 1);
+  for (const int chunk : {300, 150, 128}) {
+    const auto chunked = AloneLogits(pol, toks, chunk);
+    for (std::size_t i = 0; i < toks.size(); ++i) {
+      ASSERT_LT(MaxDiff(one[i], chunked[i]), 1e-4) << "chunk " << chunk << " pos " << i;
+    }
+  }
+}
+
 // One session decoding alone has fewer attention units (2 kv heads) than the engine wants per
 // pool thread, so on a machine with 2 or more CPUs its decode steps past 128 visible keys run
 // split over key slices (flash-decoding) and merged; prefill chunks are never split. Both must
@@ -148,6 +165,87 @@ TEST(EngineTest, BatchedSessionsMatchSessionsRunAlone) {
     }
   }
   EXPECT_GT(steps, 5);
+}
+
+// With bf16 KV and enough decoding sessions per pool thread, a decode query is one attention unit
+// over all its kv heads (the bf16 kernel walks their blocks together); with fewer sessions per
+// thread, one unit per kv head. The same steps (full, window + sinks and rolling sessions
+// decoding, another session prefilling in the same steps) run with 2 pool threads (whole-session
+// units: 10 >= 2 x 2) and with 8 (10 < 2 x 8: per-head units, 16 of them, so no key slices) must
+// give the same logits.
+TEST(EngineTest, Bf16DecodeWithWholeSessionUnitsEqualsPerHeadUnits) {
+  const int vocab = Tiny().config.vocab_size;
+  const std::vector<kv::KvPolicy> policies = {
+      kv::KvPolicy::Full(),
+      kv::KvPolicy::Window(37, 3),
+      kv::KvPolicy::Window(50, 4, kv::PositionMode::kRolling),
+      kv::KvPolicy::Full(),
+      kv::KvPolicy::Window(9, 0),
+      kv::KvPolicy::Window(130, 2, kv::PositionMode::kRolling)};
+  const int prompt = 150;
+  const int decode = 6;
+  const int extra_chunk = 20;
+  std::vector<std::vector<TokenId>> toks;
+  for (std::size_t i = 0; i < policies.size(); ++i) {
+    toks.push_back(RandomTokens(prompt + decode, 300 + static_cast<unsigned>(i), vocab));
+  }
+  const auto extra_toks = RandomTokens(decode * extra_chunk, 399, vocab);
+  // Logits of every decoding session at every decode step, [step][session].
+  const auto run = [&](int threads) {
+    EngineOptions eo;
+    eo.kv_dtype = kv::KvDtype::kBF16;
+    eo.kv_blocks = 1024;
+    eo.block_tokens = 16;
+    eo.poison_freed_blocks = true;
+    eo.num_threads = threads;
+    Engine eng(Tiny(), eo);
+    std::vector<SessionId> ids;
+    ids.reserve(policies.size());
+    for (const auto& p : policies) ids.push_back(eng.OpenSession({p, 0}));
+    std::vector<StepItemResult> results;
+    for (std::size_t i = 0; i < policies.size(); ++i) {
+      eng.Step(
+          std::vector<StepItem>{
+              {ids[i], std::span<const TokenId>(toks[i]).first(static_cast<std::size_t>(prompt)),
+               LogitsMode::kNone}},
+          &results);
+      EXPECT_EQ(results[0].status, StepStatus::kOk);
+    }
+    const SessionId extra = eng.OpenSession({kv::KvPolicy::Full(), 0});
+    std::vector<std::vector<std::vector<float>>> logits;
+    for (int k = 0; k < decode; ++k) {
+      std::vector<StepItem> items;
+      for (std::size_t i = 0; i < policies.size(); ++i) {
+        items.push_back({ids[i],
+                         std::span<const TokenId>(toks[i]).subspan(
+                             static_cast<std::size_t>(prompt) + static_cast<std::size_t>(k), 1),
+                         LogitsMode::kLast});
+      }
+      items.push_back(
+          {extra,
+           std::span<const TokenId>(extra_toks)
+               .subspan(static_cast<std::size_t>(k) * static_cast<std::size_t>(extra_chunk),
+                        static_cast<std::size_t>(extra_chunk)),
+           LogitsMode::kNone});
+      eng.Step(items, &results);
+      logits.emplace_back();
+      for (std::size_t i = 0; i < policies.size(); ++i) {
+        EXPECT_EQ(results[i].status, StepStatus::kOk);
+        const auto lg = eng.logits(results[i].first_logits_row);
+        logits.back().emplace_back(lg.begin(), lg.end());
+      }
+    }
+    return logits;
+  };
+  const auto whole = run(2);
+  const auto per_head = run(8);
+  for (int k = 0; k < decode; ++k) {
+    for (std::size_t i = 0; i < policies.size(); ++i) {
+      const auto ks = static_cast<std::size_t>(k);
+      ASSERT_LT(MaxDiff(whole[ks][i], per_head[ks][i]), 1e-5)
+          << policies[i].ToString() << " decode step " << k;
+    }
+  }
 }
 
 // bf16 KV is an approximation: logits stay close to the fp32 ones and the greedy choice agrees

@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "metronome/base/half.h"
@@ -275,7 +277,10 @@ struct ImplComparison {
 // Streams c.chunks through a bf16 session and compares `impl` with kPortable after each chunk,
 // for every query of the chunk, every layer and kv head. `u_q` overrides the implementation's q
 // roundoff in the bound (to show a bound is tight enough to tell the implementations apart).
-ImplComparison CompareImpl(const ImplCase& c, AttentionImpl impl, double u_q) {
+// `heads_together`: `impl` runs as one PagedAttentionHeads call over all kv heads (what the engine
+// does for a decode query) instead of one PagedAttention call per kv head.
+ImplComparison CompareImpl(const ImplCase& c, AttentionImpl impl, double u_q,
+                           bool heads_together = false) {
   const Dims& d = c.dims;
   kv::BlockPool pool({d.layers, d.kv_heads, d.hd, c.block_tokens, kv::KvDtype::kBF16},
                      {.num_blocks = 512, .poison_on_free = true});
@@ -319,10 +324,16 @@ ImplComparison CompareImpl(const ImplCase& c, AttentionImpl impl, double u_q) {
       std::vector<float> want(ql.size());
       std::fill(got.begin(), got.end(), -7.0f);
       std::fill(want.begin(), want.end(), 7.0f);
+      const auto stride = static_cast<std::size_t>(d.q_dim());
+      if (heads_together) {
+        PagedAttentionHeads(shape, session.View(), c.policy, rope, l, 0, d.kv_heads, pos0, n,
+                            ql.data(), got.data(), stride, stride, scratch.data(), impl);
+      }
       for (int g = 0; g < d.kv_heads; ++g) {
-        const auto stride = static_cast<std::size_t>(d.q_dim());
-        PagedAttention(shape, session.View(), c.policy, rope, l, g, pos0, n, ql.data(), got.data(),
-                       stride, stride, scratch.data(), impl);
+        if (!heads_together) {
+          PagedAttention(shape, session.View(), c.policy, rope, l, g, pos0, n, ql.data(),
+                         got.data(), stride, stride, scratch.data(), impl);
+        }
         PagedAttention(shape, session.View(), c.policy, rope, l, g, pos0, n, ql.data(), want.data(),
                        stride, stride, scratch.data(), AttentionImpl::kPortable);
       }
@@ -360,9 +371,12 @@ TEST_P(AttentionImplTest, EveryImplementationMatchesPortableOnBf16Kv) {
        {AttentionImpl::kAvx512, AttentionImpl::kAvx512Bf16, AttentionImpl::kAvx512Bf16RoundedQ}) {
     if (!AttentionImplAvailable(impl, shape, kv::KvDtype::kBF16)) continue;
     ++ran;
-    const ImplComparison r = CompareImpl(c, impl, RoundoffOfQ(impl));
-    EXPECT_TRUE(r.within) << c.name << " " << ToString(impl) << ": max error " << r.max_err
-                          << ", bound up to " << r.max_bound;
+    for (const bool together : {false, true}) {
+      const ImplComparison r = CompareImpl(c, impl, RoundoffOfQ(impl), together);
+      EXPECT_TRUE(r.within) << c.name << " " << ToString(impl)
+                            << (together ? " (kv heads together)" : "") << ": max error "
+                            << r.max_err << ", bound up to " << r.max_bound;
+    }
   }
   if (ran == 0) GTEST_SKIP() << "no SIMD attention for head dim " << c.dims.hd << " on this CPU";
 }
@@ -494,6 +508,33 @@ struct RandomSession {
     return out;
   }
 
+  // Outputs of `impl` for every query, `layer`, kv heads [kv_head, kv_head + kv_heads) in one
+  // PagedAttentionHeads call (the other columns keep their fill).
+  std::vector<float> AttendHeads(AttentionImpl impl, int layer, int kv_head, int kv_heads,
+                                 const RopeAngleRows* sink_angles) const {
+    const AttentionShape shape{dims.heads, dims.kv_heads, dims.hd};
+    std::vector<float> out(q.size(), -7.0f);
+    std::vector<float> scratch(AttentionScratchFloats(shape, pos0 + n + 1));
+    const auto stride = static_cast<std::size_t>(dims.q_dim());
+    PagedAttentionHeads(shape, session.View(), session.policy(), rope, layer, kv_head, kv_heads,
+                        pos0, n, q.data(), out.data(), stride, stride, scratch.data(), impl,
+                        sink_angles);
+    return out;
+  }
+  // The same with one PagedAttention call per kv head.
+  std::vector<float> AttendEachHead(AttentionImpl impl, int layer, int kv_head, int kv_heads,
+                                    const RopeAngleRows* sink_angles) const {
+    const AttentionShape shape{dims.heads, dims.kv_heads, dims.hd};
+    std::vector<float> out(q.size(), -7.0f);
+    std::vector<float> scratch(AttentionScratchFloats(shape, pos0 + n + 1));
+    const auto stride = static_cast<std::size_t>(dims.q_dim());
+    for (int g = kv_head; g < kv_head + kv_heads; ++g) {
+      PagedAttention(shape, session.View(), session.policy(), rope, layer, g, pos0, n, q.data(),
+                     out.data(), stride, stride, scratch.data(), impl, sink_angles);
+    }
+    return out;
+  }
+
   Dims dims;
   kv::BlockPool pool;
   kv::SessionKv session;
@@ -536,6 +577,86 @@ TEST(PagedAttentionTest, PreparedSinkAnglesGiveTheSameOutput) {
     }
   }
 }
+
+// PagedAttentionHeads over a range of kv heads equals one PagedAttention call per kv head, bit for
+// bit (the kv heads walking the blocks together do the same arithmetic in the same order; only the
+// order of memory reads changes), and writes no column outside those heads' groups: for every
+// implementation and dtype, ranges of kv heads that are all, a prefix, a middle or one head, groups
+// that fit one register tile and groups that do not (the kernel's fallback), blocks of 16, 7 and
+// 64 tokens (more rows than a walk prefetches), window + sinks with rolling positions (the sinks'
+// query rotated for every head), layers past the first, and chunks of one and of several queries.
+struct HeadsCase {
+  const char* name;
+  KvPolicy policy;
+  int block_tokens;
+  Dims dims;
+  TokenPos length;
+  int queries;
+};
+
+class AttentionHeadsTest : public ::testing::TestWithParam<HeadsCase> {};
+
+TEST_P(AttentionHeadsTest, HeadsTogetherEqualOneCallPerHead) {
+  const HeadsCase& c = GetParam();
+  const AttentionShape shape{c.dims.heads, c.dims.kv_heads, c.dims.hd};
+  for (const kv::KvDtype dtype : {kv::KvDtype::kF32, kv::KvDtype::kBF16}) {
+    const RandomSession rs(c.dims, c.block_tokens, c.policy, dtype, c.length, c.queries, 17);
+    const int pairs = rs.rope.num_pairs();
+    std::vector<float> cos_rows(static_cast<std::size_t>(rs.n * pairs), 0.0f);
+    std::vector<float> sin_rows(cos_rows.size(), 0.0f);
+    for (int i = 0; i < rs.n; ++i) {
+      const TokenPos p = rs.pos0 + i;
+      if (!c.policy.RollingGap(p)) continue;
+      rs.rope.Angles(c.policy.sinks + c.policy.window - 1 - p,
+                     &cos_rows[static_cast<std::size_t>(i) * static_cast<std::size_t>(pairs)],
+                     &sin_rows[static_cast<std::size_t>(i) * static_cast<std::size_t>(pairs)]);
+    }
+    const RopeAngleRows angles{cos_rows.data(), sin_rows.data(), static_cast<std::size_t>(pairs)};
+    const int kvh = c.dims.kv_heads;
+    const std::vector<std::pair<int, int>> ranges = {
+        {0, kvh}, {0, std::max(1, kvh - 1)}, {kvh / 2, kvh - kvh / 2}, {kvh - 1, 1}};
+    for (const AttentionImpl impl :
+         {AttentionImpl::kPortable, AttentionImpl::kAvx512, AttentionImpl::kAvx512Bf16,
+          AttentionImpl::kAvx512Bf16RoundedQ}) {
+      if (!AttentionImplAvailable(impl, shape, dtype)) continue;
+      for (const auto& [first, count] : ranges) {
+        for (int layer = 0; layer < c.dims.layers; ++layer) {
+          const std::vector<float> together = rs.AttendHeads(impl, layer, first, count, &angles);
+          EXPECT_EQ(together, rs.AttendEachHead(impl, layer, first, count, &angles))
+              << c.name << " " << ToString(impl) << " " << kv::ToString(dtype) << " kv heads ["
+              << first << ", " << first + count << ") layer " << layer;
+          // Columns of other kv heads keep their fill; those of these heads were all written.
+          const int group = shape.group();
+          for (std::size_t i = 0; i < together.size(); ++i) {
+            const auto head =
+                static_cast<int>(i % static_cast<std::size_t>(c.dims.q_dim())) / c.dims.hd / group;
+            const bool inside = head >= first && head < first + count;
+            ASSERT_EQ(together[i] == -7.0f, !inside)
+                << c.name << " " << ToString(impl) << " output " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    ShapesAndPolicies, AttentionHeadsTest,
+    ::testing::Values(
+        // smol-135m's shape, decode queries at 512 and at an odd length mid-block.
+        HeadsCase{"hd64_gqa3_full_b16", KvPolicy::Full(), 16, Dims{9, 3, 64, 2}, 513, 1},
+        HeadsCase{"hd64_gqa3_full_b16_odd", KvPolicy::Full(), 16, Dims{9, 3, 64, 1}, 77, 1},
+        HeadsCase{"hd64_gqa3_w100_s4_roll_b16", KvPolicy::Window(100, 4, PositionMode::kRolling),
+                  16, Dims{9, 3, 64, 2}, 301, 1},
+        HeadsCase{"hd64_gqa2_w37_s3_roll_b7_chunk", KvPolicy::Window(37, 3, PositionMode::kRolling),
+                  7, Dims{8, 4, 64, 1}, 120, 5},
+        HeadsCase{"hd32_mha_full_b64", KvPolicy::Full(), 64, Dims{4, 4, 32, 1}, 200, 1},
+        HeadsCase{"hd128_gqa2_w50_s2_b16", KvPolicy::Window(50, 2), 16, Dims{6, 3, 128, 1}, 130, 3},
+        // Groups larger than a register tile (5 at head dim 64, 3 at 128): one head at a time.
+        HeadsCase{"hd64_gqa5_full_b16", KvPolicy::Full(), 16, Dims{10, 2, 64, 1}, 90, 1},
+        HeadsCase{"hd128_gqa3_full_b5", KvPolicy::Full(), 5, Dims{6, 2, 128, 1}, 41, 2},
+        HeadsCase{"hd8_portable_full_b3", KvPolicy::Full(), 3, Dims{4, 2, 8, 1}, 41, 1}),
+    [](const ::testing::TestParamInfo<HeadsCase>& i) { return std::string(i.param.name); });
 
 // Flash-decoding: one query's visible keys cut into slices of `slice_keys` (the last may be
 // shorter), each attended alone, then merged, equal the unsplit kernel and the portable reference

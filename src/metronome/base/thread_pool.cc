@@ -178,7 +178,9 @@ void ThreadPool::RunChunks(std::uint32_t epoch, int slot) noexcept {
     // sees a newer epoch or an exhausted counter claims nothing.
     if ((cur & ~std::uint64_t{0xffffffff}) != tag) return;
     const auto chunk = static_cast<std::uint32_t>(cur & 0xffffffffu);
-    if (chunk >= num_chunks_.load(std::memory_order_relaxed)) return;
+    // Acquire: pairs with Run's release of a new count, so a claim after it sees the closed
+    // counter (see Run).
+    if (chunk >= num_chunks_.load(std::memory_order_acquire)) return;
     if (!next_.compare_exchange_weak(cur, cur + 1, std::memory_order_acq_rel,
                                      std::memory_order_acquire)) {
       continue;
@@ -229,14 +231,21 @@ void ThreadPool::Run(std::int64_t n, std::int64_t min_items_per_chunk, ChunkFn f
   }
   parallel_jobs_.fetch_add(1, std::memory_order_relaxed);
   const std::int64_t chunk = (n + want_chunks - 1) / want_chunks;
+  const std::uint32_t epoch = epoch_.load(std::memory_order_relaxed) + 1;
+  // Close the counter before the job changes: a worker still leaving the previous job holds a
+  // snapshot of it (that epoch, every chunk claimed). Left as it was while num_chunks_ grew, the
+  // worker's bound check would pass against the new count and its claim succeed on the unchanged
+  // counter: a stray chunk run with the new job's fn and counted towards it (done_ then overshot
+  // total and the caller waited forever; ThreadPool.BackToBackJobsNeverRunAStaleChunk). At the
+  // new epoch the claim fails; a worker that reads the new count (acquire) also sees this store.
+  next_.store((static_cast<std::uint64_t>(epoch) << 32) | 0xffffffffu, std::memory_order_relaxed);
   fn_ = fn;
   ctx_ = ctx;
   n_ = n;
   chunk_ = chunk;
   const auto total = static_cast<std::uint32_t>((n + chunk - 1) / chunk);
-  num_chunks_.store(total, std::memory_order_relaxed);
+  num_chunks_.store(total, std::memory_order_release);
   done_.store(0, std::memory_order_relaxed);
-  const std::uint32_t epoch = epoch_.load(std::memory_order_relaxed) + 1;
   next_.store(static_cast<std::uint64_t>(epoch) << 32, std::memory_order_release);
   epoch_.store(epoch, std::memory_order_seq_cst);
   const int sleeping = sleeping_workers_.load(std::memory_order_seq_cst);

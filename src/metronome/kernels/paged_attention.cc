@@ -15,8 +15,10 @@
 namespace metronome::kernels {
 
 std::size_t AttentionScratchFloats(const AttentionShape& shape, std::int64_t max_visible) {
+  // Scores of one query's group, plus the query rotated for rolling sinks: of one group, or of
+  // every head when PagedAttentionHeads walks several kv heads together.
   const auto g = static_cast<std::size_t>(shape.group());
-  return g * static_cast<std::size_t>(max_visible) + g * static_cast<std::size_t>(shape.head_dim);
+  return g * static_cast<std::size_t>(max_visible) + static_cast<std::size_t>(shape.q_dim());
 }
 
 const char* ToString(AttentionImpl impl) {
@@ -105,13 +107,16 @@ AttentionImpl ResolveAttentionImpl(const AttentionShape& shape, kv::KvDtype dtyp
 
 namespace {
 
-// Runs `impl` (kAuto resolved, checked available) for queries pos0 .. pos0 + n - 1, or for the
-// single query pos0 restricted to `slice`.
+// Runs `impl` (kAuto resolved, checked available) for queries pos0 .. pos0 + n - 1 and kv heads
+// [kv_head, kv_head + kv_heads), or for the single query pos0 and kv head restricted to `slice`.
 void Dispatch(AttentionImpl impl, const AttentionShape& shape, const kv::PagedKvView& kv,
-              const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head, TokenPos pos0,
-              int n, const float* q, float* out, std::size_t q_stride, std::size_t out_stride,
-              float* scratch, const RopeAngleRows* sink_angles,
+              const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head, int kv_heads,
+              TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
+              std::size_t out_stride, float* scratch, const RopeAngleRows* sink_angles,
               const AttentionKeySlice* slice) noexcept {
+  MTR_DCHECK(kv_heads >= 1 && kv_head + kv_heads <= shape.num_kv_heads &&
+                 (slice == nullptr || kv_heads == 1),
+             "kv heads outside the shape");
   if (impl == AttentionImpl::kAuto) {
     impl = ResolveAttentionImpl(shape, kv.dtype);
   } else {
@@ -123,27 +128,30 @@ void Dispatch(AttentionImpl impl, const AttentionShape& shape, const kv::PagedKv
     case AttentionImpl::kAvx512Bf16:
     case AttentionImpl::kAvx512Bf16RoundedQ:
       (void)internal::PagedAttentionBf16Dot(impl == AttentionImpl::kAvx512Bf16, shape, kv, policy,
-                                            rope, layer, kv_head, pos0, n, q, out, q_stride,
-                                            out_stride, scratch, sink_angles, slice);
+                                            rope, layer, kv_head, kv_heads, pos0, n, q, out,
+                                            q_stride, out_stride, scratch, sink_angles, slice);
       return;
     case AttentionImpl::kAvx512:
-      if (bf16) {
-        return RunAvx512<std::uint16_t>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
-                                        q_stride, out_stride, scratch, sink_angles, slice);
-      }
-      return RunAvx512<float>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out, q_stride,
-                              out_stride, scratch, sink_angles, slice);
     case AttentionImpl::kAuto:
     case AttentionImpl::kPortable:
       break;
   }
-  if (bf16) {
-    AttendQueries<GenericOps, std::uint16_t>(shape, kv, policy, rope, layer, kv_head, pos0, n, q,
-                                             out, q_stride, out_stride, scratch, sink_angles,
-                                             slice);
-  } else {
-    AttendQueries<GenericOps, float>(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out,
-                                     q_stride, out_stride, scratch, sink_angles, slice);
+  for (int g = kv_head; g < kv_head + kv_heads; ++g) {
+    if (impl == AttentionImpl::kAvx512) {
+      if (bf16) {
+        RunAvx512<std::uint16_t>(shape, kv, policy, rope, layer, g, pos0, n, q, out, q_stride,
+                                 out_stride, scratch, sink_angles, slice);
+      } else {
+        RunAvx512<float>(shape, kv, policy, rope, layer, g, pos0, n, q, out, q_stride, out_stride,
+                         scratch, sink_angles, slice);
+      }
+    } else if (bf16) {
+      AttendQueries<GenericOps, std::uint16_t>(shape, kv, policy, rope, layer, g, pos0, n, q, out,
+                                               q_stride, out_stride, scratch, sink_angles, slice);
+    } else {
+      AttendQueries<GenericOps, float>(shape, kv, policy, rope, layer, g, pos0, n, q, out, q_stride,
+                                       out_stride, scratch, sink_angles, slice);
+    }
   }
 }
 
@@ -154,8 +162,19 @@ void PagedAttention(const AttentionShape& shape, const kv::PagedKvView& kv,
                     TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
                     std::size_t out_stride, float* scratch, AttentionImpl impl,
                     const RopeAngleRows* sink_angles) noexcept {
-  Dispatch(impl, shape, kv, policy, rope, layer, kv_head, pos0, n, q, out, q_stride, out_stride,
+  Dispatch(impl, shape, kv, policy, rope, layer, kv_head, 1, pos0, n, q, out, q_stride, out_stride,
            scratch, sink_angles, nullptr);
+}
+
+void PagedAttentionHeads(const AttentionShape& shape, const kv::PagedKvView& kv,
+                         const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
+                         int kv_heads, TokenPos pos0, int n, const float* q, float* out,
+                         std::size_t q_stride, std::size_t out_stride, float* scratch,
+                         AttentionImpl impl, const RopeAngleRows* sink_angles) noexcept {
+  MTR_CHECK(kv_heads >= 1 && kv_head >= 0 && kv_head + kv_heads <= shape.num_kv_heads,
+            "attention kv heads outside the shape");
+  Dispatch(impl, shape, kv, policy, rope, layer, kv_head, kv_heads, pos0, n, q, out, q_stride,
+           out_stride, scratch, sink_angles, nullptr);
 }
 
 void PagedAttentionSlice(const AttentionShape& shape, const kv::PagedKvView& kv,
@@ -166,7 +185,7 @@ void PagedAttentionSlice(const AttentionShape& shape, const kv::PagedKvView& kv,
   MTR_CHECK(0 <= slice.key_begin && slice.key_begin < slice.key_end &&
                 slice.key_end <= policy.VisibleKeys(p),
             "attention key slice outside the query's visible keys");
-  Dispatch(impl, shape, kv, policy, rope, layer, kv_head, p, 1, q_row, slice.out, 0, 0, scratch,
+  Dispatch(impl, shape, kv, policy, rope, layer, kv_head, 1, p, 1, q_row, slice.out, 0, 0, scratch,
            sink_angles, &slice);
 }
 

@@ -52,7 +52,8 @@ enum class AttentionImpl : std::uint8_t {
 [[nodiscard]] AttentionImpl ResolveAttentionImpl(const AttentionShape& shape,
                                                  kv::KvDtype dtype) noexcept;
 
-// Floats of scratch PagedAttention needs when no query sees more than `max_visible` keys.
+// Floats of scratch PagedAttention (and PagedAttentionHeads over any kv heads) needs when no query
+// sees more than `max_visible` keys.
 [[nodiscard]] std::size_t AttentionScratchFloats(const AttentionShape& shape,
                                                  std::int64_t max_visible);
 
@@ -71,6 +72,19 @@ void PagedAttention(const AttentionShape& shape, const kv::PagedKvView& kv,
                     std::size_t out_stride, float* scratch,
                     AttentionImpl impl = AttentionImpl::kAuto,
                     const RopeAngleRows* sink_angles = nullptr) noexcept;
+
+// PagedAttention for kv heads [kv_head, kv_head + kv_heads) in one call: the outputs of one
+// PagedAttention per kv head, bit for bit. With the AVX512_BF16 kernel, heads whose groups fit one
+// register tile walk the blocks together: a block's rows of adjacent kv heads are contiguous
+// ([token][kv_dim]), so they are used while in L1, and the next block's rows are prefetched as the
+// walk goes (a session's blocks are scattered over the pool, which hardware prefetchers cannot
+// follow). That is what a decode query wants; the other implementations loop over the heads.
+void PagedAttentionHeads(const AttentionShape& shape, const kv::PagedKvView& kv,
+                         const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
+                         int kv_heads, TokenPos pos0, int n, const float* q, float* out,
+                         std::size_t q_stride, std::size_t out_stride, float* scratch,
+                         AttentionImpl impl = AttentionImpl::kAuto,
+                         const RopeAngleRows* sink_angles = nullptr) noexcept;
 
 // Flash-decoding: the visible keys of one query split into slices attended independently (on
 // different threads), then merged exactly. A slice is the visible-key indices [key_begin, key_end)

@@ -267,13 +267,15 @@ void AttendQueries(const AttentionShape& shape, const kv::PagedKvView& kv,
 
 namespace internal {
 // The AVX512_BF16 kernel for bf16 KV (paged_attention_bf16.cc). `split_q`: q enters vdpbf16ps as
-// two bf16 terms (hi + lo, ~16 mantissa bits) instead of one rounded bf16 (8 bits). Returns false,
+// two bf16 terms (hi + lo, ~16 mantissa bits) instead of one rounded bf16 (8 bits). kv heads
+// [kv_head, kv_head + kv_heads); a key slice (`slice` not null) has kv_heads == 1. Returns false,
 // doing nothing, when this build has no such kernel or head_dim has no instantiation; callers
 // check CpuHasAvx512Bf16() first.
 bool PagedAttentionBf16Dot(bool split_q, const AttentionShape& shape, const kv::PagedKvView& kv,
                            const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
-                           TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
-                           std::size_t out_stride, float* scratch, const RopeAngleRows* sink_angles,
+                           int kv_heads, TokenPos pos0, int n, const float* q, float* out,
+                           std::size_t q_stride, std::size_t out_stride, float* scratch,
+                           const RopeAngleRows* sink_angles,
                            const AttentionKeySlice* slice) noexcept;
 // Whether PagedAttentionBf16Dot has an instantiation for head_dim in this build.
 bool Bf16DotHeadDim(int head_dim) noexcept;
