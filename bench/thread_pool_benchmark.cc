@@ -45,7 +45,8 @@ void BM_PoolJobAfterIdle(benchmark::State& state) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
 }
-BENCHMARK(BM_PoolJobAfterIdle)->Arg(2)->UseManualTime();
+// A fixed count: each iteration sleeps 300 us, which the time target would multiply.
+BENCHMARK(BM_PoolJobAfterIdle)->Arg(2)->UseManualTime()->Iterations(5000);
 
 void BM_PoolJobInline(benchmark::State& state) {
   ThreadPool pool({.num_threads = 1});
