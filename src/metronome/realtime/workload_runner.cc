@@ -194,13 +194,7 @@ void WorkloadRunner::State::RecordSample() {
     forecast_due_s = std::numeric_limits<double>::infinity();
   }
   RunSample s;
-  s.t_s = p.t_s;
-  s.active = p.active;
-  s.limit = p.limit;
-  s.kv_used_fraction = p.kv_used_fraction;
-  s.t_sat_s = p.t_sat_s;
-  s.busy_fraction = p.busy_fraction;
-  s.work_utilization = p.work_utilization;
+  static_cast<SupervisorSample&>(s) = p;
   static_cast<FrameCounts&>(s) = static_cast<const FrameCounts&>(supervisor.stats());
   s.admitted = supervisor.admitted();
   s.rejected = supervisor.rejected();

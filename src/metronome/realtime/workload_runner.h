@@ -42,15 +42,10 @@ struct WorkloadOptions {
   void Validate() const;  // ConfigError naming the field and value
 };
 
-// The state of the run at one sample (every sample_interval_s).
-// Cumulative frame counts (FrameCounts) since the start of the run, and:
-struct RunSample : FrameCounts {
-  double t_s = 0.0;
-  std::int64_t active = 0;
-  std::int64_t limit = admission::kNoLimit;
-  double kv_used_fraction = 0.0;
-  // Forecast time until the pool is full, s from t_s; +inf when occupancy is not growing.
-  double t_sat_s = std::numeric_limits<double>::infinity();
+// The state of the run at one sample (every sample_interval_s): the supervisor's sample (the pool,
+// the limit, the forecast, the engine's busy fraction and work utilization), the cumulative frame
+// counts (FrameCounts) since the start of the run, and:
+struct RunSample : FrameCounts, SupervisorSample {
   std::int64_t admitted = 0;
   std::int64_t rejected = 0;
   // Frames delivered since the previous sample: their count, latency percentiles (ms; NaN when
@@ -60,8 +55,6 @@ struct RunSample : FrameCounts {
   double interval_p50_latency_ms = std::numeric_limits<double>::quiet_NaN();
   double interval_p99_latency_ms = std::numeric_limits<double>::quiet_NaN();
   double interval_tokens_per_frame = std::numeric_limits<double>::quiet_NaN();
-  double busy_fraction = 0.0;  // SupervisorSample's
-  double work_utilization = std::numeric_limits<double>::quiet_NaN();
 };
 
 // One admitted session's life.
