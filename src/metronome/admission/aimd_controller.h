@@ -7,9 +7,11 @@
 // limit of the last miss-triggered cut; cut to floor(beta * active) when it
 // exceeds the high target or misses pass a threshold, once confirmed (bursts of late frames
 // unlikely at the measured stall rate), at most once per cooldown; hold in between
-// (the dead band gives a fixed point instead of a sawtooth). Optional KV look-ahead guard: admit
-// only while active < min(limit, N_mem). Thread-safety: not thread-safe; owned by the engine
-// thread.
+// (the dead band gives a fixed point instead of a sawtooth). Growth also needs the pooled
+// percentile of the last growth_horizon_s under the low target, and stops where the engine's
+// work utilization (StepLoad, from OnStep) would pass max_utilization. Optional KV look-ahead
+// guard: admit only while active < min(limit, N_mem). Thread-safety: not thread-safe; owned by the
+// engine thread.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +42,9 @@ struct AimdWindow {
 // Invariants: min_limit <= limit() <= max_limit; the sample buffer never holds more than
 // max_samples entries; limit changes happen only when a window is evaluated, at most one per
 // window, besides the seed at the first Decide; with the KV guard, growth never takes the limit
-// above the pool's bound for the session's window; slow start, once ended, never resumes.
+// above the pool's bound for the session's window; growth never takes it past the window's
+// work-utilization bound (max_utilization / utilization per session) when that is known; slow
+// start, once ended, never resumes.
 class AimdController final : public WindowedController {
  public:
   // Both option structs must pass Validate (MTR_CHECK otherwise; MakeController validates first).
