@@ -5,8 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <random>
 
 #include "metronome/base/errors.h"
@@ -260,6 +262,150 @@ TEST(RealtimeLoopTest, ExternalFrameOutputsAreTheGreedyContinuationOfTheSubmitte
   ASSERT_EQ(loop.SubmitFrame(id, context), RealtimeLoop::SubmitResult::kOk);
   loop.RunUntil(1.0);
   EXPECT_EQ(got, expected);
+}
+
+// Records every step's items (session, tokens, whether a token was asked for) on top of a cost
+// model: what the loop handed the backend.
+class RecordingBackend final : public Backend {
+ public:
+  struct Item {
+    BackendSessionId session = 0;
+    std::vector<TokenId> tokens;
+    bool want_next_token = false;
+  };
+  RecordingBackend(const CostModel& cost, std::int64_t blocks) : inner_(cost, blocks, 16) {}
+  BackendSessionId Open(const kv::KvPolicy& policy, TokenPos max_context) override {
+    return inner_.Open(policy, max_context);
+  }
+  void Close(BackendSessionId id) override { inner_.Close(id); }
+  double Step(std::span<const BackendItem> items, std::vector<BackendItemResult>* out) override {
+    std::vector<Item>& step = steps.emplace_back();
+    for (const BackendItem& it : items) {
+      step.push_back({it.session, {it.tokens.begin(), it.tokens.end()}, it.want_next_token});
+    }
+    return inner_.Step(items, out);
+  }
+  [[nodiscard]] kv::PoolStats pool() const override { return inner_.pool(); }
+  [[nodiscard]] std::int64_t resident_blocks(BackendSessionId id) const override {
+    return inner_.resident_blocks(id);
+  }
+  [[nodiscard]] int vocab_size() const override { return inner_.vocab_size(); }
+  [[nodiscard]] int block_tokens() const override { return inner_.block_tokens(); }
+
+  // Every token each session was fed, in order, over all steps.
+  [[nodiscard]] std::map<BackendSessionId, std::vector<TokenId>> FedTokens() const {
+    std::map<BackendSessionId, std::vector<TokenId>> fed;
+    for (const auto& step : steps) {
+      for (const Item& it : step) {
+        fed[it.session].insert(fed[it.session].end(), it.tokens.begin(), it.tokens.end());
+      }
+    }
+    return fed;
+  }
+
+  std::vector<std::vector<Item>> steps;
+
+ private:
+  CostModelBackend inner_;
+};
+
+// A step budget changes how work is cut into steps, never what a session is fed: random shapes
+// (prompts longer than the budget, inputs of 1 to 40 tokens, 0 to 3 outputs) fed through budgets
+// of 1 to 64 tokens give every session the same token stream and every frame the same outputs as
+// the unbudgeted loop, every step carries at most the budget, and an input cut into pieces asks
+// for a token only after its last piece.
+TEST(RealtimeLoopTest, AStepBudgetSplitsInputsWithoutChangingWhatSessionsAreFed) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 12; ++trial) {
+    std::vector<SessionSpec> specs;
+    for (int i = 0; i < 6; ++i) {
+      SessionSpec s = Spec(kv::KvPolicy::Window(48, 4), 1 + static_cast<int>(rng() % 40),
+                           static_cast<int>(rng() % 4));
+      s.period_ms = 40.0 + static_cast<double>(rng() % 60);
+      s.deadline_ms = s.period_ms;
+      s.phase_ms = static_cast<double>(rng() % 30);
+      s.prompt.resize(rng() % 100);
+      for (TokenId& t : s.prompt) t = static_cast<TokenId>(rng() % 1000);
+      specs.push_back(s);
+    }
+    const int budget = 1 + static_cast<int>(rng() % 64);
+    const auto run = [&](int max_step_tokens, RecordingBackend* backend) {
+      ManualClock clock;
+      RealtimeLoop loop(
+          backend, &clock,
+          {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = max_step_tokens});
+      std::map<std::pair<RealtimeSessionId, std::int64_t>, std::vector<TokenId>> outputs;
+      Observer obs(loop);
+      obs.frame = [&](const FrameRecord& r) { outputs[{r.session, r.index}] = r.tokens; };
+      for (const SessionSpec& s : specs) loop.AddSession(s);
+      loop.RunUntil(2.0);
+      EXPECT_EQ(loop.stats().starved + loop.stats().short_frames, 0);
+      return outputs;
+    };
+    RecordingBackend whole({.c0_s = 1e-4, .c1_s_per_token = 1e-5}, 4096);
+    RecordingBackend split({.c0_s = 1e-4, .c1_s_per_token = 1e-5}, 4096);
+    const auto whole_outputs = run(0, &whole);
+    const auto split_outputs = run(budget, &split);
+    SCOPED_TRACE("trial " + std::to_string(trial) + ", budget " + std::to_string(budget));
+    // The budgeted run may finish fewer frames by t = 2 s (more steps): compare what both did.
+    ASSERT_GE(split_outputs.size(), whole_outputs.size() / 2);
+    for (const auto& [frame, tokens] : split_outputs) {
+      const auto it = whole_outputs.find(frame);
+      if (it != whole_outputs.end()) {
+        EXPECT_EQ(tokens, it->second);
+      }
+    }
+    const auto whole_fed = whole.FedTokens();
+    for (const auto& [session, fed] : split.FedTokens()) {
+      const std::vector<TokenId>& reference = whole_fed.at(session);
+      const std::size_t n = std::min(fed.size(), reference.size());
+      EXPECT_TRUE(
+          std::equal(fed.begin(), fed.begin() + static_cast<std::ptrdiff_t>(n), reference.begin()))
+          << "session " << session;
+    }
+    bool split_any = false;
+    for (const auto& step : split.steps) {
+      std::size_t tokens = 0;
+      for (const auto& item : step) tokens += item.tokens.size();
+      EXPECT_LE(tokens, static_cast<std::size_t>(budget));
+      EXPECT_GE(tokens, 1U);
+    }
+    // An input cut into pieces: every piece but the last asks for no token.
+    for (std::size_t k = 0; k + 1 < split.steps.size(); ++k) {
+      for (const auto& item : split.steps[k]) {
+        if (!item.want_next_token && item.tokens.size() > 0) split_any = true;
+      }
+    }
+    EXPECT_TRUE(split_any || budget >= 40) << "some input must have been cut at this budget";
+  }
+}
+
+// Over the budget the step takes frames earliest-deadline-first: of two sessions whose frames
+// arrive together, the one due sooner is served first whatever its id.
+TEST(RealtimeLoopTest, OverTheBudgetTheEarliestDeadlineGoesFirst) {
+  RecordingBackend backend({.c0_s = 1e-3}, 1024);
+  ManualClock clock;
+  RealtimeLoop loop(&backend, &clock,
+                    {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = 8});
+  SessionSpec relaxed = Spec(kv::KvPolicy::Window(64, 4), 8, 1);
+  relaxed.deadline_ms = 80.0;
+  SessionSpec urgent = relaxed;
+  urgent.deadline_ms = 20.0;
+  loop.AddSession(relaxed);  // id 1: served in id order without a budget
+  loop.AddSession(urgent);
+  loop.RunUntil(0.01);
+  ASSERT_GE(backend.steps.size(), 2U);
+  ASSERT_EQ(backend.steps[0].size(), 1U) << "8 tokens: one frame's input fills the budget";
+  EXPECT_EQ(backend.steps[0][0].session, 2U) << "the urgent session's input goes first";
+  EXPECT_EQ(backend.steps[1][0].session, 1U);
+}
+
+TEST(RealtimeLoopTest, ANegativeStepBudgetIsRefused) {
+  CostModelBackend backend({}, 10, 16);
+  ManualClock clock;
+  EXPECT_THROW(RealtimeLoop(&backend, &clock,
+                            {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = -1}),
+               ConfigError);
 }
 
 // A full-KV session at its context limit ends with an explicit error, never silently; the others

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "metronome/base/errors.h"
+#include "metronome/serving/engine_backend.h"
 #include "metronome/telemetry/event_log.h"
 #include "metronome/telemetry/metrics.h"
 
@@ -230,6 +231,11 @@ void AdmissionFlags::Register(CLI::App* app) {
                   "memory/KV guard: fraction of the pool never promised, in [0, 1)");
   app->add_option("--mute-after", mute_after,
                   "k: consecutive starved frames that raise a session's mute alarm");
+  app->add_option("--max-step-tokens", max_step_tokens,
+                  "Tokens one engine step may carry; over it frames go earliest-deadline-first and "
+                  "an input that does not fit is split over steps (0: no limit; default: " +
+                      std::to_string(serving::kEngineStepTokens) +
+                      " on the engine (serve, drive), none in sim)");
   app->add_option("--forecast-horizon-s", forecast_horizon_s,
                   "Warn when the pool is forecast to fill within this many seconds");
 }
@@ -255,6 +261,7 @@ void WorkloadFlags::RegisterOutputs(CLI::App* app, bool with_metrics_out) {
 AdmissionFlags ServingAdmissionFlags() {
   AdmissionFlags f;
   f.admission = "aimd";
+  f.max_step_tokens = serving::kEngineStepTokens;
   return f;
 }
 
@@ -278,6 +285,7 @@ realtime::SupervisorOptions AdmissionFlags::Supervisor(double period_ms) const {
     throw ConfigError("--mute-after = " + std::to_string(mute_after) + " must be >= 1");
   }
   o.loop.mute_after_starved = mute_after;
+  o.loop.max_step_tokens = max_step_tokens;
   o.forecast.horizon_s = forecast_horizon_s;
   return o;
 }
@@ -300,6 +308,7 @@ std::string WithFlagNames(const std::string& message) {
       {"patience_s", "--patience-s"},
       {"max_sessions", "--max-sessions"},
       {"mute_after_starved", "--mute-after"},
+      {"max_step_tokens", "--max-step-tokens"},
       {"url", "--url"},
       {"auth_token", "--auth-token"},
       {"payload", "--payload"},

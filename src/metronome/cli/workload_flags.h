@@ -59,6 +59,7 @@ struct AdmissionFlags {
   std::string aimd_cooldown = "drain";
   admission::MemoryOptions memory;
   int mute_after = 3;
+  int max_step_tokens = 0;  // LoopOptions::max_step_tokens
   double forecast_horizon_s = 300.0;
 
   // --aimd-initial, once Register added it: given on the command line means a warm start (no
@@ -78,8 +79,9 @@ struct AdmissionFlags {
 
 // The admission a serving engine starts with (serve, drive): `aimd` (with the KV look-ahead guard,
 // on by default), so the limit is anchored to the deadline and never promises more sessions than
-// the pool holds. sim keeps AdmissionFlags' own default (`memory`), which its experiments and
-// presets are stated in.
+// the pool holds; and the engine's step budget (serving::kEngineStepTokens). sim keeps
+// AdmissionFlags' own defaults (`memory`, no step budget: its cost models are linear in the step's
+// tokens), which its experiments and presets are stated in.
 [[nodiscard]] AdmissionFlags ServingAdmissionFlags();
 
 // A session's KV as the command line spells it (--kv, --window, --sinks, --positions): sim, drive

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -63,6 +65,10 @@ void LoopOptions::Validate() const {
   if (mute_after_starved < 1) {
     throw ConfigError("mute_after_starved = " + std::to_string(mute_after_starved) +
                       " must be >= 1");
+  }
+  if (max_step_tokens < 0) {
+    throw ConfigError("max_step_tokens = " + std::to_string(max_step_tokens) +
+                      " must be >= 0 (0: no limit)");
   }
   pacing.Validate();
 }
@@ -275,10 +281,11 @@ bool RealtimeLoop::RunIteration() {
   ReleaseArrivals(now);
   DeliverExpired();
 
-  // Plan: one item per session with an arrived, unfinished frame.
-  items_.clear();
-  item_ready_index_.clear();
+  // Plan: one candidate per session with an arrived, unfinished frame: the rest of its input
+  // (prompt, the previous frame's last output, the frame's tokens) or its next decode token.
+  candidates_.clear();
   const int vocab = backend_->vocab_size();
+  std::int64_t ready_tokens = 0;
   for (std::size_t k = 0; k < ready_.size(); ++k) {
     const RealtimeSessionId id = ready_[k].first;
     Session& s = *ready_[k].second;
@@ -286,6 +293,8 @@ bool RealtimeLoop::RunIteration() {
     Frame& f = s.frames.front();
     s.chunk.clear();
     if (!f.input_fed) {
+      // Rebuilt the same way every iteration until the whole input is fed (prompt_fed and
+      // pending_output change only then), so a budget-split input continues where it stopped.
       if (!s.prompt_fed) s.chunk = s.spec.prompt;
       if (s.pending_output >= 0) s.chunk.push_back(s.pending_output);
       if (s.spec.external_frames) {
@@ -301,8 +310,32 @@ bool RealtimeLoop::RunIteration() {
     } else {
       s.chunk.push_back(f.outputs.back());
     }
-    items_.push_back({s.backend_id, s.chunk, s.spec.output_tokens_per_frame > 0});
-    item_ready_index_.push_back(k);
+    const int tokens = static_cast<int>(s.chunk.size()) - f.input_offset;
+    candidates_.push_back({.deadline = f.deadline, .ready_index = k, .tokens = tokens});
+    ready_tokens += tokens;
+  }
+  // Over the budget: earliest deadline first (then session id), the last item split to fit.
+  const int budget = options_.max_step_tokens;
+  if (budget > 0 && ready_tokens > budget) {
+    std::sort(candidates_.begin(), candidates_.end(), [](const Planned& a, const Planned& b) {
+      return a.deadline != b.deadline ? a.deadline < b.deadline : a.ready_index < b.ready_index;
+    });
+  }
+  items_.clear();
+  planned_.clear();
+  std::int64_t budget_left = budget > 0 ? budget : std::numeric_limits<std::int64_t>::max();
+  for (Planned c : candidates_) {
+    if (budget_left <= 0) break;
+    Session& s = *ready_[c.ready_index].second;
+    const Frame& f = s.frames.front();
+    const int take = static_cast<int>(std::min<std::int64_t>(c.tokens, budget_left));
+    c.completes_input = take == c.tokens;
+    const int offset = f.input_fed ? 0 : f.input_offset;
+    items_.push_back({s.backend_id, std::span<const TokenId>(s.chunk).subspan(offset, take),
+                      c.completes_input && s.spec.output_tokens_per_frame > 0});
+    c.tokens = take;
+    planned_.push_back(c);
+    budget_left -= take;
   }
   if (items_.empty()) {
     CompactReady();
@@ -319,7 +352,7 @@ bool RealtimeLoop::RunIteration() {
   bool progressed = false;
   int batch_tokens = 0;
   for (std::size_t i = 0; i < items_.size(); ++i) {
-    auto& entry = ready_[item_ready_index_[i]];
+    auto& entry = ready_[planned_[i].ready_index];
     const RealtimeSessionId id = entry.first;
     Session& s = *entry.second;
     Frame& f = s.frames.front();
@@ -347,8 +380,13 @@ bool RealtimeLoop::RunIteration() {
     progressed = true;
     batch_tokens += static_cast<int>(items_[i].tokens.size());
     f.blocked = false;
+    if (!planned_[i].completes_input) {
+      f.input_offset += planned_[i].tokens;  // the rest of the input follows in later steps
+      continue;
+    }
     if (!f.input_fed) {
       f.input_fed = true;
+      f.input_offset = 0;
       if (!s.prompt_fed) {
         // The prompt is in the KV now: drop the session's copies (up to max_prompt_tokens ids
         // each, for the rest of its life otherwise). The step is over, so no item points at them.

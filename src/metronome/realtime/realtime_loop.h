@@ -77,6 +77,15 @@ struct FramePacing {
 struct LoopOptions {
   int mute_after_starved = 3;  // k: consecutive starved frames that raise a mute alarm
   FramePacing pacing;          // external frames only
+  // Tokens one step may carry (0: no limit). When the ready work holds more, the step takes the
+  // frames earliest-deadline-first (a frame's next item: its input, or one decode token), and the
+  // input that does not fit is split: the step carries as much of it as the budget leaves and the
+  // rest follows in the next steps (chunked prefill; the frame's output is sampled after its last
+  // piece). Why: an engine whose cost per token grows with the step (activations that leave the
+  // cache, every session's KV touched every step) is slower in a backlog than in steady state, so
+  // a transient backlog need not drain (measured on the CPU engine: docs/realtime.md). The budget
+  // keeps a backlog's steps the size of steady-state ones, and EDF serves the oldest frames first.
+  int max_step_tokens = 0;
 
   void Validate() const;
 };
@@ -166,6 +175,7 @@ class RealtimeLoop {
     Nanos arrival{0};
     Nanos deadline{0};
     bool input_fed = false;
+    int input_offset = 0;        // tokens of the frame's input already fed (chunked by the budget)
     bool blocked = false;        // the last attempt found the pool exhausted
     std::vector<TokenId> input;  // external frames: the client's tokens
     std::vector<TokenId> outputs;
@@ -223,7 +233,15 @@ class RealtimeLoop {
   RealtimeSessionId next_id_ = 1;
   LoopStats stats_;
   std::vector<BackendItem> items_;
-  std::vector<std::size_t> item_ready_index_;  // items_[i] is the frame of ready_[index]
+  // The step's plan: items_[i] is the frame of ready_[planned_[i].ready_index].
+  struct Planned {
+    Nanos deadline{0};
+    std::size_t ready_index = 0;
+    int tokens = 0;               // tokens the frame's next item holds (before the budget)
+    bool completes_input = true;  // the item is the whole rest of the frame's input (or a decode)
+  };
+  std::vector<Planned> candidates_;
+  std::vector<Planned> planned_;
   std::vector<BackendItemResult> results_;
 };
 

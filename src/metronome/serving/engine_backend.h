@@ -22,6 +22,15 @@ using realtime::BackendItem;
 using realtime::BackendItemResult;
 using realtime::BackendSessionId;
 
+// The step budget (realtime::LoopOptions::max_step_tokens) serving the engine defaults to. The CPU
+// engine's cost per token grows with the step: synthetic:tiny on one thread, 80 sessions of 64 + 4
+// tokens per 40 ms, costs 5.3-5.5 us a token in steps of 10-300 tokens and 6.8-7.2 us in the
+// 300-3000-token steps of a backlog, so without a budget a transient backlog ran at 0.9-0.98 busy
+// and, in one of two runs, never drained (p50 1.06 s, 91% of frames late); with 256 the same runs
+// held 5.3-5.5 us a token (docs/realtime.md, "Step budget"). Steps of 256 tokens still amortise a
+// weight-bound model's fixed step cost (smol-135m Q8_0: ~7 ms a step against ~0.8 ms a token).
+inline constexpr int kEngineStepTokens = 256;
+
 // The real model runtime on its engine (borrowed), greedy or sampled next tokens.
 class EngineBackend final : public realtime::Backend {
  public:
