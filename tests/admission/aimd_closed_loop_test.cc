@@ -138,14 +138,16 @@ double SpikeMs(const Scenario& s, Rng& spike_rng) {
 }
 
 // The engine steps of a tick with n sessions (Scenario::work_per_session), ending by now_s.
-void ReportSteps(const Scenario& s, std::int64_t n, double now_s, AdmissionController& c) {
+void ReportSteps(const Scenario& s, std::int64_t n, double now_s, AdmissionController& c,
+                 StepCostFit& fit) {
   if (n == 0) return;
   const double tokens = s.tokens_per_session_tick * static_cast<double>(n);
   const double per_token_s = s.work_per_session * s.period_ms / 1000.0 / s.tokens_per_session_tick;
   for (const double share : {0.1, 0.2, 0.3, 0.4}) {
     const auto step_tokens = static_cast<std::int64_t>(std::llround(share * tokens));
-    c.OnStep(now_s, s.step_fixed_ms / 1000.0 + per_token_s * static_cast<double>(step_tokens),
-             step_tokens);
+    const double step_s = s.step_fixed_ms / 1000.0 + per_token_s * static_cast<double>(step_tokens);
+    fit.OnStep(now_s, step_s, step_tokens);
+    c.OnStep(step_s, step_tokens, fit.Estimate());
   }
 }
 
@@ -169,6 +171,7 @@ Trace Simulate(const Scenario& s, AdmissionController& c, std::uint64_t seed = 1
   trace.tick_s = tick_s;
   double next_arrival_s = 0.0;
   double backlog_ms = 0.0;
+  StepCostFit step_cost;  // the engine's, as the Supervisor keeps it
   const auto num_ticks = static_cast<std::int64_t>(s.duration_s / tick_s);
   auto state_at = [&](double now_s) {
     SystemState st{.active_sessions = static_cast<std::int64_t>(sessions.size())};
@@ -190,7 +193,7 @@ Trace Simulate(const Scenario& s, AdmissionController& c, std::uint64_t seed = 1
     const double now_s = static_cast<double>(k) * tick_s;
     // The engine's steps of the tick that just ended, before any decision now.
     if (s.work_per_session > 0.0) {
-      ReportSteps(s, static_cast<std::int64_t>(sessions.size()), now_s, c);
+      ReportSteps(s, static_cast<std::int64_t>(sessions.size()), now_s, c, step_cost);
     }
     // Sessions end only when their time is up.
     const auto before = static_cast<std::int64_t>(sessions.size());

@@ -1,4 +1,5 @@
-// StepLoad: the fit of step time = fixed + per-token x tokens, and a window's work utilization.
+// StepCostFit (step time = fixed + per-token x tokens) and StepLoad (a window's work utilization
+// read against it).
 #include "metronome/admission/step_load.h"
 
 #include <gtest/gtest.h>
@@ -13,7 +14,18 @@ namespace {
 
 // Steps of an engine whose step costs fixed_s + per_token_s x tokens, batch sizes cycling through
 // `sizes`, back to back from t0_s; returns the time after the last one.
-double RunSteps(StepLoad& load, double t0_s, int count, double fixed_s, double per_token_s,
+// Every step goes to the fit and to the window, as the Supervisor hands them on.
+struct Engine {
+  StepCostFit fit;
+  StepLoad load;
+  void OnStep(double now_s, double step_s, std::int64_t tokens) {
+    fit.OnStep(now_s, step_s, tokens);
+    load.OnStep(step_s, tokens);
+  }
+  StepLoadWindow Close(double duration_s) { return load.Close(duration_s, fit.Estimate()); }
+};
+
+double RunSteps(Engine& load, double t0_s, int count, double fixed_s, double per_token_s,
                 std::initializer_list<std::int64_t> sizes, double gap_s = 0.0) {
   double t = t0_s;
   int i = 0;
@@ -30,7 +42,7 @@ double RunSteps(StepLoad& load, double t0_s, int count, double fixed_s, double p
 }
 
 TEST(StepLoadTest, RecoversTheStepCostAndTheUtilization) {
-  StepLoad load;
+  Engine load;
   // 2 ms fixed + 10 us per token, batches of 10..400 tokens, 1 ms idle after each step.
   const double end_s = RunSteps(load, 0.0, 400, 2e-3, 1e-5, {10, 100, 400, 50, 200}, 1e-3);
   const StepLoadWindow w = load.Close(end_s);
@@ -52,7 +64,7 @@ TEST(StepLoadTest, RecoversTheStepCostAndTheUtilization) {
 }
 
 TEST(StepLoadTest, OneBatchSizeCannotTellFixedFromPerTokenCost) {
-  StepLoad load;
+  Engine load;
   const double end_s = RunSteps(load, 0.0, 100, 2e-3, 1e-5, {64});
   const StepLoadWindow w = load.Close(end_s);
   EXPECT_FALSE(w.valid);
@@ -64,7 +76,7 @@ TEST(StepLoadTest, OneBatchSizeCannotTellFixedFromPerTokenCost) {
 // (tokens_a, seconds_a) and (tokens_b, seconds_b), closed as a 1 s window.
 StepLoadWindow Alternating(std::int64_t tokens_a, double seconds_a, std::int64_t tokens_b,
                            double seconds_b) {
-  StepLoad load;
+  Engine load;
   for (int i = 0; i < 50; ++i) {
     const bool a = i % 2 == 0;
     load.OnStep(1.0, a ? seconds_a : seconds_b, a ? tokens_a : tokens_b);
@@ -88,11 +100,11 @@ TEST(StepLoadTest, CoefficientsAreNeverNegative) {
 }
 
 TEST(StepLoadTest, TheFitFollowsAChangedEngineWithinAFewTimeConstants) {
-  StepLoad load;
+  Engine load;
   double t = RunSteps(load, 0.0, 2000, 1e-3, 1e-5, {10, 200, 50});
   // The engine gets 3x slower per token (a co-tenant halves its cache, say): after 5 time
   // constants the old steps weigh e^-5 of the new.
-  while (t < 6 * StepLoad::kFitTauS) t = RunSteps(load, t, 300, 1e-3, 3e-5, {10, 200, 50});
+  while (t < 6 * StepCostFit::kFitTauS) t = RunSteps(load, t, 300, 1e-3, 3e-5, {10, 200, 50});
   const StepLoadWindow w = load.Close(1.0);
   ASSERT_TRUE(w.valid);
   EXPECT_NEAR(w.per_token_s, 3e-5, 0.2e-5);
@@ -100,13 +112,15 @@ TEST(StepLoadTest, TheFitFollowsAChangedEngineWithinAFewTimeConstants) {
 
 TEST(StepLoadTest, ControlWindowReportsTheStepsOfItsWindow) {
   ControlWindow window({.window_s = 1.0, .window_frames = 0});
+  StepCostFit fit;
   EXPECT_FALSE(window.Due(0.0, 1, 0));
   double t = 0.0;
   for (int i = 0; i < 100; ++i) {
     const std::int64_t tokens = i % 2 == 0 ? 20 : 80;
     const double step_s = 1e-3 + 1e-5 * static_cast<double>(tokens);
     t += 0.01;
-    window.OnStep(t, step_s, tokens);
+    fit.OnStep(t, step_s, tokens);
+    window.OnStep(step_s, tokens, fit.Estimate());
   }
   const ClosedWindow c = window.Close(1.0, 1);
   ASSERT_TRUE(c.load.valid);

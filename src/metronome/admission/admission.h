@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "metronome/admission/step_load.h"
+
 namespace metronome::admission {
 
 // What a new session asks for.
@@ -222,10 +224,11 @@ class AdmissionController {
   // whether it missed its deadline. Cheap: no allocation.
   virtual void OnFrame(double /*now_s*/, double /*latency_ms*/, double /*deadline_ms*/,
                        bool /*missed*/) noexcept {}
-  // One engine step that ended at now_s: its duration and the tokens it carried (StepLoad reads the
-  // engine's work utilization from them). Cheap: no allocation.
-  virtual void OnStep(double /*now_s*/, double /*step_s*/, std::int64_t /*batch_tokens*/) noexcept {
-  }
+  // One engine step: its duration and the tokens it carried, and the engine's step cost as the
+  // caller's one StepCostFit estimates it after that step (the controller's windows read their
+  // work utilization against it). Cheap: no allocation.
+  virtual void OnStep(double /*step_s*/, std::int64_t /*batch_tokens*/,
+                      const StepCost& /*cost*/) noexcept {}
   // Called once per engine tick; controllers with control windows close them here (and in Decide).
   virtual void OnTick(double /*now_s*/, const SystemState& /*state*/) {}
 

@@ -260,7 +260,7 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
   // The engine's work utilization per session, from the load carried the whole window (sessions
   // admitted during it added less than a window's work, so this errs high: a lower cap); 0 when
   // the steps do not tell it. Not projected to full KV like the signal: the step-cost fit follows
-  // the KV as the windows fill (its time constant is StepLoad::kFitTauS), and the latency
+  // the KV as the windows fill (its time constant is StepCostFit::kFitTauS), and the latency
   // projection's worst case (a quarter of the cost growing with the KV) held moshi-7b's slow start
   // back by a third (0.9 N_true after 67 s instead of 49 s) with a cap that never bound.
   const StepLoadWindow& load = closed.load;

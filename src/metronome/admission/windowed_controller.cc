@@ -33,7 +33,7 @@ ClosedWindow ControlWindow::Close(double now_s, std::int64_t active) {
                        .peak_active = active_.peak,
                        .least_active = active_.least,
                        .num_limit_rejections = num_limit_rejections_,
-                       .load = steps_.Close(now_s - open_s_)};
+                       .load = steps_.Close(now_s - open_s_, cost_)};
   last_frames_per_s_ =
       w.num_frames > 0 && w.duration_s > 0 ? static_cast<double>(w.num_frames) / w.duration_s : 0.0;
   opened_ = true;

@@ -51,9 +51,11 @@ class ControlWindow {
     Open(now_s);
     ++num_frames_;
   }
-  // One engine step (StepLoad::OnStep). No allocation.
-  void OnStep(double now_s, double step_s, std::int64_t batch_tokens) noexcept {
-    steps_.OnStep(now_s, step_s, batch_tokens);
+  // One engine step (StepLoad::OnStep) and the fit's estimate after it, which the window's close
+  // reads. No allocation.
+  void OnStep(double step_s, std::int64_t batch_tokens, const StepCost& cost) noexcept {
+    steps_.OnStep(step_s, batch_tokens);
+    cost_ = cost;
   }
   // Whether the window is due to close at now_s: at open + window_s, or once it holds
   // `frames_needed` frames (when window_frames > 0) and has lasted min_window_s. When not due,
@@ -97,6 +99,7 @@ class ControlWindow {
   std::int64_t num_limit_rejections_ = 0;
   double last_frames_per_s_ = 0.0;
   StepLoad steps_;
+  StepCost cost_;  // the latest estimate of the engine's step cost
 };
 
 // A controller whose limit moves only when a control window closes. Decide: observe the active
@@ -111,8 +114,8 @@ class WindowedController : public AdmissionController {
   Decision Decide(const SessionRequest& request, const SystemState& state, double now_s) final;
   // Closes and evaluates the window if due; the next window starts at now_s.
   void OnTick(double now_s, const SystemState& state) final;
-  void OnStep(double now_s, double step_s, std::int64_t batch_tokens) noexcept final {
-    window_.OnStep(now_s, step_s, batch_tokens);
+  void OnStep(double step_s, std::int64_t batch_tokens, const StepCost& cost) noexcept final {
+    window_.OnStep(step_s, batch_tokens, cost);
   }
   [[nodiscard]] std::int64_t limit() const final { return limit_; }
   [[nodiscard]] bool reserves_kv() const final { return window_.options().kv_guard; }

@@ -71,9 +71,10 @@ struct Supervisor::State final : SessionObserver {
   std::unique_ptr<admission::AdmissionController> controller;
   kv::OccupancyForecast forecast;
   Reporter reporter;
-  // The engine's steps between samples: the work utilization and busy fraction each sample reports
-  // (the same reading AIMD's growth cap takes per control window).
-  admission::StepLoad step_load;
+  // The engine's step cost, fitted once for every reader: the controller's control windows (AIMD's
+  // growth cap) and the samples' windows (the work utilization and busy fraction they report).
+  admission::StepCostFit step_cost;
+  admission::StepLoad sample_load;  // the steps since the previous sample
   double last_sample_s = 0.0;
 
   // Every live session's projection: what admission reserved for it, and whether that is a hard
@@ -167,7 +168,8 @@ void Supervisor::State::Sample(double now) {
                                            : 0.0;
   s.t_sat_s = t_sat.value_or(std::numeric_limits<double>::infinity());
   s.forecast_warning = warning;
-  const admission::StepLoadWindow load = step_load.Close(now - last_sample_s);
+  const admission::StepLoadWindow load =
+      sample_load.Close(now - last_sample_s, step_cost.Estimate());
   last_sample_s = now;
   s.busy_fraction = load.busy_fraction;
   s.work_utilization = load.valid ? load.utilization : std::numeric_limits<double>::quiet_NaN();
@@ -204,8 +206,9 @@ Supervisor::Supervisor(Backend* backend, Clock* clock, const SupervisorOptions& 
   st.loop.on_iteration = [&st](double seconds, int batch_tokens) {
     st.system_cache.reset();
     const double now_s = st.loop.Now();
-    st.controller->OnStep(now_s, seconds, batch_tokens);
-    st.step_load.OnStep(now_s, seconds, batch_tokens);
+    st.step_cost.OnStep(now_s, seconds, batch_tokens);
+    st.controller->OnStep(seconds, batch_tokens, st.step_cost.Estimate());
+    st.sample_load.OnStep(seconds, batch_tokens);
     st.reporter.Iteration(seconds, batch_tokens);
   };
 }
