@@ -89,7 +89,7 @@ for preset in $PRESETS; do
   if [ "$preset" = cpu ]; then
     run_s=$CPU_RUN_S
     engine_kv_args window "$CPU_WINDOW"
-    base=("${CPU_ARGS[@]}" --kv-blocks "$CPU_BLOCKS" "${KV_ARGS[@]}")
+    base=("${CPU_ARGS[@]}" --kv-blocks "$CPU_RUN_BLOCKS" "${KV_ARGS[@]}")
   else
     run_s=$(awk -v p="$period" -v t="$per_frame" -v w="$window" -v k="$RUN_PERIODS" -v f="$RUN_FILLS" \
       -v m="$MIN_RUN_S" 'BEGIN { r = p * k / 1000; fill = f * w * p / (1000 * t); if (fill > r) r = fill
@@ -153,7 +153,7 @@ convergence() {
   done <"$OUT/08_runs.csv"
   echo
   if grep -q '^cpu,' "$OUT/08_runs.csv"; then
-    echo "cpu: $(run_label cpu), frames of $CPU_TOKENS_IN tokens in + $CPU_TOKENS_OUT out every $CPU_PERIOD_MS ms, window W = $CPU_WINDOW + 4 sinks, a $CPU_BLOCKS-block pool, ${CPU_PROBE_S} s N_true probes confirmed by a ${CPU_CONFIRM_S} s one (load average $(cat "$OUT/08_cpu_load_ntrue.txt" 2>/dev/null || echo "- (04's N_true)") at the bisection), real clock. The load average beside each run is the machine's 1-minute load when it started (2 cores here: above 2, other processes took the cores the engine shares). Only $CPU_CONTROLLERS run there."
+    echo "cpu: $(run_label cpu), frames of $CPU_TOKENS_IN tokens in + $CPU_TOKENS_OUT out every $CPU_PERIOD_MS ms, window W = $CPU_WINDOW + 4 sinks, a $CPU_RUN_BLOCKS-block pool (it holds the crowd: the KV guard never binds, so aimd+guard is aimd), ${CPU_PROBE_S} s N_true probes confirmed by a ${CPU_CONFIRM_S} s one (load average $(cat "$OUT/08_cpu_load_ntrue.txt" 2>/dev/null || echo "- (04's N_true)") at the bisection), real clock. The load average beside each run is the machine's 1-minute load when it started (2 cores here: above 2, other processes took the cores the engine shares). Only $CPU_CONTROLLERS run there."
     echo
   fi
 } >"$OUT/08_convergence.md"
