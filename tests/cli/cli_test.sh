@@ -270,7 +270,7 @@ check "serve exits 0 on SIGTERM" test $? -eq 0
 # rejected 6 for the whole run (48 rejections in 15 s at d16289c).
 serve_start "$bin" "$tmp/serve_defaults" --model synthetic:tiny --port 0 --threads 1
 check "serve defaults: the pool line names its blocks and sessions at the default window" \
-  grep -Eq '^pool [0-9.]+ [KMG]iB = [0-9]+ blocks = [0-9]+ sessions at the default window \(4096 tokens \+ 4 sinks\).*; 16-token blocks, --model synthetic:tiny, threads 1 ' \
+  grep -Eq '^pool [0-9.]+ [KMG]iB = [0-9]+ blocks = [0-9]+ sessions at the default window \(4096 tokens \+ 4 sinks\).*; 16-token blocks, --model synthetic:tiny, threads 1 .*; steps of at most 256 tokens$' \
   "$tmp/serve_defaults.out"
 check "serve defaults: a start-up calibration predicts N*" grep -Eq '^aimd seed: N\* [0-9]+ predicted' \
   "$tmp/serve_defaults.out"

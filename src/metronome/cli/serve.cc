@@ -266,12 +266,16 @@ int RunServe(const ServeFlags& f) {
                       : " (" + FormatValue(f.kv_pool_fraction) +
                             " of the memory available after the weights)";
   }
-  // One line: the pool's size, what it holds, and the engine it belongs to.
-  std::printf("pool %s = %lld blocks = %lld sessions %s%s; %lld-token blocks, --model %s, %s\n",
+  // One line: the pool's size, what it holds, and the engine it belongs to and how it steps.
+  const int step_tokens = sup.loop.max_step_tokens;
+  const std::string steps = step_tokens > 0
+                                ? "steps of at most " + std::to_string(step_tokens) + " tokens"
+                                : "no step budget";
+  std::printf("pool %s = %lld blocks = %lld sessions %s%s; %lld-token blocks, --model %s, %s; %s\n",
               HumanBytes(static_cast<double>(pool.num_blocks * pool.bytes_per_block)).c_str(),
               static_cast<long long>(pool.num_blocks), static_cast<long long>(pool_sessions),
               per_what.c_str(), why.c_str(), static_cast<long long>(pool.block_tokens),
-              f.model.model.c_str(), f.engine.ThreadsLine().c_str());
+              f.model.model.c_str(), f.engine.ThreadsLine().c_str(), steps.c_str());
   if (sup.admission == "aimd")
     SeedAimdLimit(&eng, reference, f.admission.aimd_initial_given(), &sup.aimd);
 
