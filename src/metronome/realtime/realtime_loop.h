@@ -82,9 +82,10 @@ struct LoopOptions {
   // input that does not fit is split: the step carries as much of it as the budget leaves and the
   // rest follows in the next steps (chunked prefill; the frame's output is sampled after its last
   // piece). Why: an engine whose cost per token grows with the step (activations that leave the
-  // cache, every session's KV touched every step) is slower in a backlog than in steady state, so
-  // a transient backlog need not drain (measured on the CPU engine: docs/realtime.md). The budget
-  // keeps a backlog's steps the size of steady-state ones, and EDF serves the oldest frames first.
+  // cache) is slower in a backlog, where every session's work lands in one step, than in steady
+  // state, so a transient backlog need not drain. The budget keeps a backlog's steps the size of
+  // steady-state ones, and EDF serves the oldest frames first. It removes the step-size part of
+  // the CPU engine's backlog penalty, not all of it (measured: docs/realtime.md, "Step budget").
   int max_step_tokens = 0;
 
   void Validate() const;
