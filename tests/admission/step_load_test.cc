@@ -48,8 +48,8 @@ TEST(StepLoadTest, RecoversTheStepCostAndTheUtilization) {
   const StepLoadWindow w = load.Close(end_s);
   ASSERT_TRUE(w.valid);
   EXPECT_EQ(w.steps, 400);
-  EXPECT_NEAR(w.fixed_s, 2e-3, 1e-9);
-  EXPECT_NEAR(w.per_token_s, 1e-5, 1e-12);
+  EXPECT_NEAR(w.cost.fixed_s, 2e-3, 1e-9);
+  EXPECT_NEAR(w.cost.per_token_s, 1e-5, 1e-12);
   // 80 rounds of 760 tokens at 10 us = 0.608 s of per-token work; each round lasts 5 x 3 ms of
   // fixed cost and idle plus that work.
   const double token_s = 80 * 760 * 1e-5;
@@ -88,14 +88,15 @@ TEST(StepLoadTest, CoefficientsAreNeverNegative) {
   // Steps get cheaper with more tokens (noise, a cache effect): all fixed cost, no token work.
   const StepLoadWindow fixed_only = Alternating(10, 4e-3, 100, 3e-3);
   ASSERT_TRUE(fixed_only.valid);
-  EXPECT_DOUBLE_EQ(fixed_only.per_token_s, 0.0);
-  EXPECT_NEAR(fixed_only.fixed_s, 3.5e-3, 1e-12);
+  EXPECT_DOUBLE_EQ(fixed_only.cost.per_token_s, 0.0);
+  EXPECT_NEAR(fixed_only.cost.fixed_s, 3.5e-3, 1e-12);
   EXPECT_DOUBLE_EQ(fixed_only.utilization, 0.0);
   // A line that would cross zero above 0 tokens: no fixed part, all of the time per-token work.
   const StepLoadWindow tokens_only = Alternating(100, 1e-3, 300, 5e-3);
   ASSERT_TRUE(tokens_only.valid);
-  EXPECT_DOUBLE_EQ(tokens_only.fixed_s, 0.0);
-  EXPECT_NEAR(tokens_only.per_token_s, (25 * 1e-3 + 25 * 5e-3) / (25 * 100.0 + 25 * 300.0), 1e-12);
+  EXPECT_DOUBLE_EQ(tokens_only.cost.fixed_s, 0.0);
+  EXPECT_NEAR(tokens_only.cost.per_token_s, (25 * 1e-3 + 25 * 5e-3) / (25 * 100.0 + 25 * 300.0),
+              1e-12);
   EXPECT_NEAR(tokens_only.utilization, tokens_only.busy_fraction, 1e-12);
 }
 
@@ -107,7 +108,7 @@ TEST(StepLoadTest, TheFitFollowsAChangedEngineWithinAFewTimeConstants) {
   while (t < 6 * StepCostFit::kFitTauS) t = RunSteps(load, t, 300, 1e-3, 3e-5, {10, 200, 50});
   const StepLoadWindow w = load.Close(1.0);
   ASSERT_TRUE(w.valid);
-  EXPECT_NEAR(w.per_token_s, 3e-5, 0.2e-5);
+  EXPECT_NEAR(w.cost.per_token_s, 3e-5, 0.2e-5);
 }
 
 TEST(StepLoadTest, ControlWindowReportsTheStepsOfItsWindow) {

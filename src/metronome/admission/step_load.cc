@@ -59,10 +59,9 @@ StepLoadWindow StepLoad::Close(double duration_s, const StepCost& cost) noexcept
   StepLoadWindow r;
   r.steps = window_steps_;
   if (duration_s > 0) r.busy_fraction = window_busy_s_ / duration_s;
+  r.cost = cost;
   if (cost.valid && r.steps > 0) {
     r.valid = true;
-    r.fixed_s = cost.fixed_s;
-    r.per_token_s = cost.per_token_s;
     // Per-token work is part of the busy time: the fit (over a longer span than the window) may
     // attribute more to this window's tokens than its steps took.
     if (duration_s > 0) {

@@ -56,10 +56,9 @@ struct StepLoadWindow {
   bool valid = false;
   std::int64_t steps = 0;    // steps in the window
   double busy_fraction = 0;  // sum of the window's step times / its duration, >= 0
-  // per_token_s x the window's batch tokens / its duration, in [0, busy_fraction].
+  // cost.per_token_s x the window's batch tokens / its duration, in [0, busy_fraction].
   double utilization = 0;
-  double fixed_s = 0;      // the fit's, when valid
-  double per_token_s = 0;  // the fit's, when valid
+  StepCost cost;  // the fit's estimate the window was read against
 };
 
 // A window's sums of the engine's steps. Invariants: utilization <= busy_fraction; the sums

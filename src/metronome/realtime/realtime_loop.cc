@@ -330,8 +330,8 @@ bool RealtimeLoop::RunIteration() {
     const Frame& f = s.frames.front();
     const int take = static_cast<int>(std::min<std::int64_t>(c.tokens, budget_left));
     c.completes_input = take == c.tokens;
-    const int offset = f.input_fed ? 0 : f.input_offset;
-    items_.push_back({s.backend_id, std::span<const TokenId>(s.chunk).subspan(offset, take),
+    // input_offset is 0 once the input is fed: a decode item is the chunk's one token.
+    items_.push_back({s.backend_id, std::span<const TokenId>(s.chunk).subspan(f.input_offset, take),
                       c.completes_input && s.spec.output_tokens_per_frame > 0});
     c.tokens = take;
     planned_.push_back(c);

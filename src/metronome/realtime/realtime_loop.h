@@ -238,7 +238,8 @@ class RealtimeLoop {
   struct Planned {
     Nanos deadline{0};
     std::size_t ready_index = 0;
-    int tokens = 0;               // tokens the frame's next item holds (before the budget)
+    int tokens =
+        0;  // the frame's next item: all its tokens in candidates_, this step's in planned_
     bool completes_input = true;  // the item is the whole rest of the frame's input (or a decode)
   };
   std::vector<Planned> candidates_;
