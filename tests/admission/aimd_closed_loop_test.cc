@@ -97,12 +97,26 @@ struct Scenario {
   double work_per_session = 0.0;
   double tokens_per_session_tick = 16.0;
   double step_fixed_ms = 0.5;
+  // Speed phases (a machine whose cores are shared): from slow_first_s on, for slow_for_s out of
+  // every slow_every_s, each session's work is slow_factor times work_per_session.
+  double slow_factor = 1.0;
+  double slow_first_s = 0.0;
+  double slow_every_s = 0.0;
+  double slow_for_s = 0.0;
 };
 
+// A session's share of the engine's time at now_s (Scenario::work_per_session, speed phases).
+double WorkPerSession(const Scenario& s, double now_s) {
+  if (s.slow_every_s <= 0.0 || now_s < s.slow_first_s) return s.work_per_session;
+  const double into = std::fmod(now_s - s.slow_first_s, s.slow_every_s);
+  return into < s.slow_for_s ? s.slow_factor * s.work_per_session : s.work_per_session;
+}
+
 // The backlog a tick's frames wait for, ms, after this tick's stall (Scenario::work_per_session).
-double NextBacklogMs(const Scenario& s, std::int64_t n, double spike_ms, double backlog_ms) {
+double NextBacklogMs(const Scenario& s, double now_s, std::int64_t n, double spike_ms,
+                     double backlog_ms) {
   if (s.work_per_session <= 0.0) return 0.0;
-  const double u = s.work_per_session * static_cast<double>(n);
+  const double u = WorkPerSession(s, now_s) * static_cast<double>(n);
   return std::max(0.0, backlog_ms - s.period_ms * (1.0 - u)) + spike_ms;
 }
 
@@ -142,7 +156,8 @@ void ReportSteps(const Scenario& s, std::int64_t n, double now_s, AdmissionContr
                  StepCostFit& fit) {
   if (n == 0) return;
   const double tokens = s.tokens_per_session_tick * static_cast<double>(n);
-  const double per_token_s = s.work_per_session * s.period_ms / 1000.0 / s.tokens_per_session_tick;
+  const double per_token_s =
+      WorkPerSession(s, now_s) * s.period_ms / 1000.0 / s.tokens_per_session_tick;
   for (const double share : {0.1, 0.2, 0.3, 0.4}) {
     const auto step_tokens = static_cast<std::int64_t>(std::llround(share * tokens));
     const double step_s = s.step_fixed_ms / 1000.0 + per_token_s * static_cast<double>(step_tokens);
@@ -256,7 +271,7 @@ Trace Simulate(const Scenario& s, AdmissionController& c, std::uint64_t seed = 1
     const double spike_ms = SpikeMs(s, spike_rng);
     double wait_ms = spike_ms;  // what every frame of this tick waits for besides the plant
     if (s.work_per_session > 0.0) {
-      backlog_ms = NextBacklogMs(s, n, spike_ms, backlog_ms);
+      backlog_ms = NextBacklogMs(s, now_s, n, spike_ms, backlog_ms);
       wait_ms = backlog_ms;
     }
     for (std::int64_t i = 0; i < n; ++i) {
@@ -310,7 +325,8 @@ std::int64_t StaticCapacity(const Scenario& s, double high_target, double durati
     double backlog_ms = 0.0;
     for (std::int64_t k = 0; k < num_ticks; ++k) {
       const double spike_ms = SpikeMs(s, spike_rng);
-      backlog_ms = NextBacklogMs(s, n, spike_ms, backlog_ms);
+      backlog_ms =
+          NextBacklogMs(s, static_cast<double>(k) * s.period_ms / 1000.0, n, spike_ms, backlog_ms);
       const double wait_ms = s.work_per_session > 0.0 ? backlog_ms : spike_ms;
       for (std::int64_t i = 0; i < n; ++i) {
         latencies.push_back(s.latency_ms(n) + s.jitter_ms * rng.Uniform() + wait_ms);
@@ -714,6 +730,37 @@ TEST(AimdClosedLoopTest, WorkUtilizationCapsGrowthBeforeEpisodesTakeOver) {
     capped_growth_logged |= ch.reason.find("work utilization") != std::string::npos;
   }
   EXPECT_TRUE(capped_growth_logged);
+}
+
+// The episodic engine on a machine that is 30% slower for 5 s out of every 40 (from 10 s on):
+// sessions admitted at the fast speed stay through the slow phases, whose backlog (u = 1.3 N / 80)
+// sets N_true. Read at the current speed the cap admits 72 between the phases; read at the
+// slowest speed of the last minutes it stops at 0.9 x 80 / 1.3 = 55 once a slow phase has been
+// seen (the first comes during slow start).
+TEST(AimdClosedLoopTest, UtilizationCapHoldsAtTheSlowestRecentSpeed) {
+  Scenario s = EpisodicQueueScenario();
+  s.slow_factor = 1.3;
+  s.slow_first_s = 10.0;
+  s.slow_every_s = 40.0;
+  s.slow_for_s = 5.0;
+  const std::int64_t n_true = StaticCapacity(s, 0.85, 300.0);
+  ASSERT_GT(n_true, 40);
+  ASSERT_LT(n_true, 72);
+  AimdController c(AimdOptions{.initial_limit = 1}, {});
+  const Trace t = Simulate(s, c);
+  const Settling st = Analyze(t, 200.0, static_cast<double>(n_true));
+  Report("speed phases, utilization cap", n_true, st, t);
+  const double reach_s = FirstReachS(t, 0.9 * static_cast<double>(n_true));
+  std::printf("[speed phases, utilization cap] 0.9 N_true first reached after %.1f s\n", reach_s);
+  EXPECT_LE(t.peak_active, n_true);
+  EXPECT_GE(st.mean, 0.9 * static_cast<double>(n_true));
+  ASSERT_GE(reach_s, 0.0);
+  EXPECT_LE(reach_s, 60.0);
+  bool slowest_logged = false;
+  for (const LimitChange& ch : t.changes) {
+    slowest_logged |= ch.reason.find("at the slowest recent speed") != std::string::npos;
+  }
+  EXPECT_TRUE(slowest_logged);
 }
 
 TEST(AimdClosedLoopTest, NoGrowthWhileTheLimitDoesNotBind) {

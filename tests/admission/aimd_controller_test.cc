@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 namespace metronome::admission {
 namespace {
@@ -265,6 +266,49 @@ TEST(AimdControllerTest, GrowthNeedsTheHorizonsPooledPercentileUnderTheLowTarget
   EXPECT_EQ(c.limit(), 11);  // the 70 ms window (closed at t = 8) is within 6 s until t = 14
   RunWindow(c, t, 11, 30.0);
   EXPECT_EQ(c.limit(), 12);
+}
+
+// A window begun with no session (the first) tells no per-session load, and steps of one size
+// (a start-up burst at the step budget) no step cost: an engine already busier than the cap
+// does not grow on it; a less busy one doubles (slow start), the load not stopping it.
+TEST(AimdControllerTest, AnEngineBusierThanTheCapDoesNotGrowOnAnUnknownStepCost) {
+  for (const double busy : {0.99, 0.5}) {
+    AimdOptions o;
+    o.initial_limit = 70;
+    o.window.window_frames = 0;
+    AimdController c(o, {});
+    // 2 s of steps of one size (no fit: StepCost{} is "unknown"), busy for `busy` of it.
+    for (int i = 0; i < 200; ++i) c.OnStep(busy * 0.01, 256, StepCost{});
+    RunWindow(c, 0.0, /*active=*/70, /*latency_ms=*/10.0);
+    EXPECT_EQ(c.limit(), busy > o.max_utilization ? 70 : 140) << "busy " << busy;
+  }
+}
+
+// A calibrated prediction seeds the limit with no slow start; calm windows take it past the
+// prediction only by the least step once per growth horizon (drive's default on the CPU engine:
+// seeded 74, N_true 83, the first 0.5 s window doubled it to 148: 99% of frames late after).
+TEST(AimdControllerTest, GrowthPastAPredictedLimitIsPaced) {
+  AimdOptions o;
+  o.initial_limit = 1;
+  o.predicted_limit = 70;
+  o.window.window_frames = 0;
+  AimdController c(o, {});
+  ASSERT_TRUE(c.Decide({.period_ms = 40.0, .deadline_ms = 100.0}, Active(0), 0.0).admit);
+  ASSERT_EQ(c.limit(), 70);
+  double t = 0.0;
+  std::vector<std::int64_t> limits;
+  while (t < 30.0) {
+    t = RunWindow(c, t, /*active=*/c.limit(), /*latency_ms=*/10.0);
+    limits.push_back(c.limit());
+  }
+  // Windows of 2 s: +1 at 10 s, 20 s and 30 s (the horizon since the seed, then each increase).
+  EXPECT_EQ(limits, (std::vector<std::int64_t>{70, 70, 70, 70, 71, 71, 71, 71, 71, 72, 72, 72, 72,
+                                               72, 73}));
+  const auto changes = c.TakeLimitChanges();
+  ASSERT_GE(changes.size(), 2u);
+  EXPECT_EQ(changes[0].reason, "seed: the cost model's predicted N* 70");
+  EXPECT_EQ(changes[1].reason.rfind("increase (paced above the predicted N*)", 0), 0u)
+      << changes[1].reason;
 }
 
 TEST(AimdControllerTest, FixedCooldownHoldsForCooldownSeconds) {

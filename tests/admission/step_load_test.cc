@@ -111,6 +111,49 @@ TEST(StepLoadTest, TheFitFollowsAChangedEngineWithinAFewTimeConstants) {
   EXPECT_NEAR(w.cost.per_token_s, 3e-5, 0.2e-5);
 }
 
+// Runs steps until the clock passes until_s; returns the time after the last one.
+double RunStepsUntil(Engine& load, double t, double until_s, double per_token_s) {
+  while (t < until_s) t = RunSteps(load, t, 30, 1e-3, per_token_s, {10, 200, 50});
+  return t;
+}
+
+TEST(StepLoadTest, TheSlowestRecentSpeedOutlivesASlowPhase) {
+  Engine load;
+  // A fast start: before the fit has seen kFitTauS of steps nothing is the slowest but now.
+  double t = RunStepsUntil(load, 0.0, 0.5 * StepCostFit::kFitTauS, 1e-5);
+  StepCost c = load.fit.Estimate();
+  ASSERT_TRUE(c.valid);
+  EXPECT_DOUBLE_EQ(c.slowest_per_token_s, c.per_token_s);
+  t = RunStepsUntil(load, t, 30.0, 1e-5);
+  c = load.fit.Estimate();
+  EXPECT_NEAR(c.slowest_per_token_s, 1e-5, 1e-9);
+  // A slow phase of 4 s, 30% dearer per token: the short fit reads most of it (1 - e^-2 = 86%
+  // of the step), the long one a third.
+  t = RunStepsUntil(load, t, 34.0, 1.3e-5);
+  c = load.fit.Estimate();
+  EXPECT_GT(c.slowest_per_token_s, 1.25e-5);
+  EXPECT_LE(c.slowest_per_token_s, 1.3e-5 + 1e-9);
+  EXPECT_LT(c.per_token_s, 1.15e-5);
+  // Fast again for a minute: the long fit is back at the fast speed, the slowest still near the
+  // slow phase's (e^(-60/300) of the difference is left).
+  t = RunStepsUntil(load, t, 94.0, 1e-5);
+  c = load.fit.Estimate();
+  EXPECT_NEAR(c.per_token_s, 1e-5, 0.02e-5);
+  EXPECT_GT(c.slowest_per_token_s, 1e-5 + 0.75 * 0.25e-5);
+  // The window's utilization at the slowest speed scales its utilization by that ratio.
+  load.Close(1.0);
+  const double t0 = t;
+  t = RunSteps(load, t, 300, 1e-3, 1e-5, {10, 200, 50});
+  const StepLoadWindow w = load.Close(t - t0);
+  ASSERT_TRUE(w.valid);
+  EXPECT_NEAR(w.utilization_at_slowest,
+              w.utilization * w.cost.slowest_per_token_s / w.cost.per_token_s, 1e-12);
+  // Quiet for good: forgotten within a few kSlowestTauS.
+  t = RunStepsUntil(load, t, 94.0 + 5 * StepCostFit::kSlowestTauS, 1e-5);
+  c = load.fit.Estimate();
+  EXPECT_NEAR(c.slowest_per_token_s, 1e-5, 0.02e-5);
+}
+
 TEST(StepLoadTest, ControlWindowReportsTheStepsOfItsWindow) {
   ControlWindow window({.window_s = 1.0, .window_frames = 0});
   StepCostFit fit;

@@ -134,7 +134,8 @@ struct AimdOptions {
   double growth_horizon_s = 10.0;
   // Work-utilization cap: growth stops where the engine's work utilization (StepLoad: the share of
   // real time its steps spend on per-token work, from the engine's own step times, projected to
-  // the limit in proportion to the sessions) would pass this. Above
+  // the limit in proportion to the sessions, at the slowest per-token cost of the last minutes:
+  // StepCost::slowest_per_token_s) would pass this. Above
   // it a backlog drains at under 1 - max_utilization of real time, so disturbances become episodes
   // of late frames that the calm windows between them do not show. Not a cut: only growth obeys
   // it. 1: no cap. In (0, 1].
@@ -147,7 +148,8 @@ struct AimdOptions {
   std::int64_t initial_limit = 4;
   // N* predicted before the first frame by a calibrated cost model (0: none). When set, the first
   // decision seeds the limit with it (capped by the KV guard's bound when the guard is on) instead
-  // of initial_limit; the limit log says which. >= 0.
+  // of initial_limit, with no slow start, and growth past it is paced: the least step, at most
+  // once per growth_horizon_s. The limit log says which. >= 0.
   std::int64_t predicted_limit = 0;
   // Frame latencies kept per window (reservoir sampling beyond it, so the percentile is exact up to
   // this many frames and an unbiased estimate above). 8 bytes each, allocated once.

@@ -94,6 +94,12 @@ void AimdController::Seed(double now_s) {
     to = options_.predicted_limit;
     why = Format("seed: the cost model's predicted N* %lld",
                  static_cast<long long>(options_.predicted_limit));
+    // The prediction is where the low target is expected: no doubling from it, and past it only
+    // paced steps (below). Measured cause: drive's start-up calibration seeded 74 on the CPU engine
+    // (N_true 83); the first 0.5 s window read p99 0.10 D (a fast phase, windows 70% filled) and
+    // slow start admitted 148: 99% of frames late for the rest of the run.
+    slow_start_ = false;
+    last_increase_s_ = now_s;
   } else {
     why = Format("seed: initial limit %lld (no calibrated cost model)",
                  static_cast<long long>(limit()));
@@ -257,22 +263,32 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
   // (a congestion signal), act on the signal measured.
   const double kv_growth = 1.0 + kKvLatencyShare * (1.0 / kv_fill_ - 1.0);
   const double growth_signal = w.signal * kv_growth;
-  // The engine's work utilization per session, from the load carried the whole window (sessions
-  // admitted during it added less than a window's work, so this errs high: a lower cap); 0 when
-  // the steps do not tell it. Not projected to full KV like the signal: the step-cost fit follows
-  // the KV as the windows fill (its time constant is StepCostFit::kFitTauS), and the latency
-  // projection's worst case (a quarter of the cost growing with the KV) held moshi-7b's slow start
-  // back by a third (0.9 N_true after 67 s instead of 49 s) with a cap that never bound.
+  // The utilization cap: the sessions at which the engine's work utilization would reach
+  // max_utilization, in proportion to the sessions the window carried throughout (sessions
+  // admitted during it added less than a window's work, so this errs low). Not projected to full
+  // KV like the signal: the step-cost fit follows the KV as the windows fill (its time constant is
+  // StepCostFit::kFitTauS), and the latency projection's worst case (a quarter of the cost growing
+  // with the KV) held moshi-7b's slow start back by a third (0.9 N_true after 67 s instead of
+  // 49 s) with a cap that never bound. The utilization is read at the slowest per-token cost of
+  // the recent past (StepCost::slowest_per_token_s: a session admitted while the machine runs fast
+  // stays when it slows down), and while the step cost is not known it is the busy fraction
+  // (StepLoadWindow::UtilizationBound). A window that started empty tells no per-session share:
+  // then only an engine already at the cap stops growth. Measured cause of both: drive's default
+  // seeded 73 sessions at once on the CPU engine (N_true 83); every step of that start-up burst
+  // carried the step budget, so the fit was unknown, the window began at 0 sessions, and its calm
+  // latency (p99 0.11 D at busy 0.99) doubled the limit to 146: 99% of frames late after.
   const StepLoadWindow& load = closed.load;
-  const double utilization_per_session =
-      load.valid && closed.least_active > 0
-          ? load.utilization / static_cast<double>(closed.least_active)
-          : 0.0;
-  const bool utilization_capped = options_.max_utilization < 1.0 && utilization_per_session > 0.0;
-  // Sessions at which the utilization reaches max_utilization.
-  const double utilization_bound = utilization_capped
-                                       ? options_.max_utilization / utilization_per_session
-                                       : std::numeric_limits<double>::infinity();
+  const double window_utilization = load.UtilizationBound();
+  double utilization_bound = std::numeric_limits<double>::infinity();
+  if (options_.max_utilization < 1.0 && window_utilization > 0.0) {
+    if (closed.least_active > 0) {
+      utilization_bound =
+          options_.max_utilization * static_cast<double>(closed.least_active) / window_utilization;
+    } else if (window_utilization >= options_.max_utilization) {
+      utilization_bound = static_cast<double>(w.peak_active);
+    }
+  }
+  const bool utilization_capped = std::isfinite(utilization_bound);
   if (slow_start_ &&
       (w.signal >= options_.slow_start_exit * options_.low_target ||
        static_cast<double>(limit()) >= options_.slow_start_exit * utilization_bound)) {
@@ -326,13 +342,19 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
     to = std::max(miss_ceiling_, limit() + options_.increase_step);
     if (limit() >= miss_ceiling_) phase = "additive above the last miss cut";
   }
+  // Past a calibrated prediction only by the least step, once per growth horizon: the prediction
+  // rests on the engine's measured cost, a few calm windows on one phase of a shared machine.
+  const bool paced = now_s - last_increase_s_ >= options_.growth_horizon_s;
+  if (options_.predicted_limit > 0 && to > options_.predicted_limit) {
+    to = std::max(options_.predicted_limit, paced ? limit() + options_.increase_step : limit());
+    if (limit() >= options_.predicted_limit) phase = "paced above the predicted N*";
+  }
   // Near saturation no multiplicative or headroom jump past the projection; the least step
   // stays, so the limit still walks into the dead band where the two projections disagree.
   if (saturating) {
     // Past the projection only by the least step, and only once the growth horizon has passed at
     // the current limit: there latency comes in episodes that a few calm windows do not rule out
     // (the CPU engine walked +1 a window from 48 to 76 sessions between its episodes).
-    const bool paced = now_s - last_increase_s_ >= options_.growth_horizon_s;
     to = std::min(to, std::max(paced ? limit() + options_.increase_step : limit(),
                                static_cast<std::int64_t>(std::floor(crossing))));
   }
@@ -363,10 +385,17 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
           static_cast<long long>(w.peak_active), static_cast<long long>(w.num_limit_rejections),
           static_cast<long long>(horizon_over_low_), static_cast<long long>(horizon_frames_),
           options_.growth_horizon_s, crossing,
-          utilization_capped ? Format(", work utilization %.2f (cap %g at %.0f sessions)",
-                                      load.utilization, options_.max_utilization, utilization_bound)
-                                   .c_str()
-                             : "",
+          !utilization_capped ? ""
+          : load.valid
+              ? Format(", work utilization %.2f, %.2f at the slowest recent speed (cap %g at %.0f "
+                       "sessions)",
+                       load.utilization, load.utilization_at_slowest, options_.max_utilization,
+                       utilization_bound)
+                    .c_str()
+              : Format(", busy fraction %.2f, all of it counted as work: the step cost is not "
+                       "known yet (cap %g at %.0f sessions)",
+                       load.busy_fraction, options_.max_utilization, utilization_bound)
+                    .c_str(),
           pool_bound_ >= 0
               ? Format(", pool bound %lld", static_cast<long long>(pool_bound_)).c_str()
               : ""));

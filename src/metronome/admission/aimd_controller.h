@@ -9,7 +9,8 @@
 // unlikely at the measured stall rate), at most once per cooldown; hold in between
 // (the dead band gives a fixed point instead of a sawtooth). Growth also needs the pooled
 // percentile of the last growth_horizon_s under the low target, and stops where the engine's
-// work utilization (StepLoad, from OnStep) would pass max_utilization. Optional KV look-ahead
+// work utilization (StepLoad, from OnStep) at its slowest recent speed would pass
+// max_utilization. Optional KV look-ahead
 // guard: admit only while active < min(limit, N_mem). Thread-safety: not thread-safe; owned by the
 // engine thread.
 #pragma once
@@ -43,7 +44,8 @@ struct AimdWindow {
 // max_samples entries; limit changes happen only when a window is evaluated, at most one per
 // window, besides the seed at the first Decide; with the KV guard, growth never takes the limit
 // above the pool's bound for the session's window; growth never takes it past the window's
-// work-utilization bound (max_utilization / utilization per session) when that is known; slow
+// work-utilization bound (max_utilization / utilization at the slowest recent speed per session)
+// when that is known; slow
 // start, once ended, never resumes.
 class AimdController final : public WindowedController {
  public:

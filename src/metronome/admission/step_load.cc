@@ -5,35 +5,51 @@
 
 namespace metronome::admission {
 
+void StepCostFit::Regression::Add(double decay, double x, double y) noexcept {
+  w = w * decay + 1.0;
+  sx = sx * decay + x;
+  sy = sy * decay + y;
+  sxx = sxx * decay + x * x;
+  sxy = sxy * decay + x * y;
+}
+
 void StepCostFit::OnStep(double now_s, double step_s, std::int64_t batch_tokens) noexcept {
   if (batch_tokens <= 0) return;
   step_s = std::max(0.0, step_s);
   const auto x = static_cast<double>(batch_tokens);
-  if (any_ && now_s > last_s_) {
-    const double decay = std::exp(-(now_s - last_s_) / kFitTauS);
-    w_ *= decay;
-    sx_ *= decay;
-    sy_ *= decay;
-    sxx_ *= decay;
-    sxy_ *= decay;
-  }
+  const double dt = any_ && now_s > last_s_ ? now_s - last_s_ : 0.0;
+  if (!any_) first_s_ = now_s;
   any_ = true;
   last_s_ = std::max(last_s_, now_s);
-  w_ += 1.0;
-  sx_ += x;
-  sy_ += step_s;
-  sxx_ += x * x;
-  sxy_ += x * step_s;
+  fit_.Add(std::exp(-dt / kFitTauS), x, step_s);
+  speed_.Add(std::exp(-dt / kSpeedTauS), x, step_s);
+  const StepCost now = fit_.Line();
+  const StepCost phase = speed_.Line();
+  if (!now.valid) return;
+  // Forget towards the long fit's cost; then the phase's reading, once speed_ rests on enough.
+  if (slowest_per_token_s_ > now.per_token_s) {
+    slowest_per_token_s_ =
+        now.per_token_s + (slowest_per_token_s_ - now.per_token_s) * std::exp(-dt / kSlowestTauS);
+  }
+  if (phase.valid && last_s_ - first_s_ >= kFitTauS) {
+    slowest_per_token_s_ = std::max(slowest_per_token_s_, phase.per_token_s);
+  }
 }
 
 StepCost StepCostFit::Estimate() const noexcept {
+  StepCost c = fit_.Line();
+  if (c.valid) c.slowest_per_token_s = std::max(c.per_token_s, slowest_per_token_s_);
+  return c;
+}
+
+StepCost StepCostFit::Regression::Line() const noexcept {
   StepCost c;
-  if (!(w_ > 0 && sx_ > 0)) return c;
-  const double mean_x = sx_ / w_;
-  const double var_x = std::max(0.0, sxx_ / w_ - mean_x * mean_x);
+  if (!(w > 0 && sx > 0)) return c;
+  const double mean_x = sx / w;
+  const double var_x = std::max(0.0, sxx / w - mean_x * mean_x);
   if (var_x < kMinBatchCv * kMinBatchCv * mean_x * mean_x) return c;
-  const double mean_y = sy_ / w_;
-  const double cov_xy = sxy_ / w_ - mean_x * mean_y;
+  const double mean_y = sy / w;
+  const double cov_xy = sxy / w - mean_x * mean_y;
   double per_token = cov_xy / var_x;
   double fixed = mean_y - per_token * mean_x;
   if (per_token < 0) {  // steps no dearer with more tokens: all fixed cost
@@ -41,7 +57,7 @@ StepCost StepCostFit::Estimate() const noexcept {
     fixed = mean_y;
   } else if (fixed < 0) {  // no fixed part: all of the time is per-token work
     fixed = 0;
-    per_token = sy_ / sx_;
+    per_token = sy / sx;
   }
   c.valid = true;
   c.fixed_s = fixed;
@@ -66,6 +82,10 @@ StepLoadWindow StepLoad::Close(double duration_s, const StepCost& cost) noexcept
     // attribute more to this window's tokens than its steps took.
     if (duration_s > 0) {
       r.utilization = std::min(cost.per_token_s * window_tokens_ / duration_s, r.busy_fraction);
+      r.utilization_at_slowest =
+          cost.per_token_s > 0
+              ? r.utilization * std::max(1.0, cost.slowest_per_token_s / cost.per_token_s)
+              : 0.0;
     }
   }
   window_steps_ = 0;

@@ -24,18 +24,33 @@ struct StepCost {
   bool valid = false;
   double fixed_s = 0;      // fitted fixed cost of a step, s, >= 0
   double per_token_s = 0;  // fitted cost of one batch token, s, >= 0
+  // The dearest per-token cost of the recent past (>= per_token_s): the highest reading of a
+  // short fit (time constant StepCostFit::kSpeedTauS), forgotten towards per_token_s with time
+  // constant StepCostFit::kSlowestTauS. The speed a machine whose cores are shared falls back to.
+  // Measured cause: synthetic:tiny on one thread of this 2-core VM, 60 sessions (busy 0.55, no
+  // backlog), ran its steps at 5.2-5.5 us a token and, in phases of 4-6 s every 10-50 s, at
+  // 6.6-6.8 (+25%); isolated calibrate steps of one shape took 1.24 or 1.56 ms from run to run.
+  // Sessions admitted in a fast phase are not shed in a slow one.
+  double slowest_per_token_s = 0;
 };
 
 // The fit itself, one per engine: every reader of the engine's load (the admission controller's
 // control windows, the supervisor's samples) closes its windows against the same fit.
 // Invariants: the estimate's coefficients are never negative (a negative per-token cost makes every
-// step fixed cost, a negative fixed cost makes it all per-token work: per_token_s = time / tokens).
+// step fixed cost, a negative fixed cost makes it all per-token work: per_token_s = time / tokens);
+// slowest_per_token_s >= per_token_s.
 class StepCostFit {
  public:
   static constexpr double kFitTauS = 10.0;  // time constant of the fit's forgetting, s
   // Least spread of batch tokens (standard deviation / mean, over the fit's weighted steps) that
   // tells the fixed part from the per-token part.
   static constexpr double kMinBatchCv = 0.05;
+  // The short fit that reads the machine's speed phase by phase, s: a phase of 4 s moves it 86% of
+  // the way (the 10 s fit: 33%).
+  static constexpr double kSpeedTauS = 2.0;
+  // Forgetting of the slowest per-token cost, s: minutes, so that a slow phase a minute ago still
+  // counts while a machine that has grown quieter is believed within a few minutes.
+  static constexpr double kSlowestTauS = 300.0;
 
   // One engine step that ended at now_s, took step_s seconds (>= 0) and carried batch_tokens
   // tokens; steps with none are idle bookkeeping and do not enter the fit. No allocation.
@@ -43,9 +58,20 @@ class StepCostFit {
   [[nodiscard]] StepCost Estimate() const noexcept;
 
  private:
-  // Exponentially weighted sums (weight exp(-(last_s - t) / kFitTauS)), x = tokens, y = step
-  // seconds, as of the last step's time.
-  double w_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
+  // An exponentially forgotten least-squares line step_s = fixed_s + per_token_s x tokens:
+  // weighted sums (weight exp(-(last step's time - t) / tau)), x = tokens, y = step seconds.
+  struct Regression {
+    double w = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    void Add(double decay, double x, double y) noexcept;
+    [[nodiscard]] StepCost Line() const noexcept;  // slowest_per_token_s left 0
+  };
+
+  Regression fit_;    // kFitTauS
+  Regression speed_;  // kSpeedTauS
+  // The slowest reading of speed_, as of last_s_; it enters once speed_ has seen kFitTauS of
+  // steps (before that a starting load's few steps).
+  double slowest_per_token_s_ = 0;
+  double first_s_ = 0;
   double last_s_ = 0;
   bool any_ = false;
 };
@@ -58,6 +84,18 @@ struct StepLoadWindow {
   double busy_fraction = 0;  // sum of the window's step times / its duration, >= 0
   // cost.per_token_s x the window's batch tokens / its duration, in [0, busy_fraction].
   double utilization = 0;
+  // The same tokens at cost.slowest_per_token_s: the utilization this window's load would be at
+  // the slowest recent speed, >= utilization (a projection: it may pass 1).
+  double utilization_at_slowest = 0;
+
+  // What growth may assume of the window's work utilization at the slowest recent speed:
+  // utilization_at_slowest when the fit is valid; without a fit, the busy fraction (all of the
+  // busy time counted as per-token work: an upper bound; a start-up burst whose steps all carry
+  // the step budget leaves the fit unknown for its length); 0 when the window had no steps.
+  [[nodiscard]] double UtilizationBound() const noexcept {
+    if (valid) return utilization_at_slowest;
+    return steps > 0 ? busy_fraction : 0.0;
+  }
   StepCost cost;  // the fit's estimate the window was read against
 };
 
