@@ -265,30 +265,25 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
   const double growth_signal = w.signal * kv_growth;
   // The utilization cap: the sessions at which the engine's work utilization would reach
   // max_utilization, in proportion to the sessions the window carried throughout (sessions
-  // admitted during it added less than a window's work, so this errs low). Not projected to full
-  // KV like the signal: the step-cost fit follows the KV as the windows fill (its time constant is
-  // StepCostFit::kFitTauS), and the latency projection's worst case (a quarter of the cost growing
-  // with the KV) held moshi-7b's slow start back by a third (0.9 N_true after 67 s instead of
-  // 49 s) with a cap that never bound. The utilization is read at the slowest per-token cost of
-  // the recent past (StepCost::slowest_per_token_s: a session admitted while the machine runs fast
-  // stays when it slows down), and while the step cost is not known it is the busy fraction
-  // (StepLoadWindow::UtilizationBound). A window that started empty tells no per-session share:
-  // then only an engine already at the cap stops growth. Measured cause of both: drive's default
-  // seeded 73 sessions at once on the CPU engine (N_true 83); every step of that start-up burst
-  // carried the step budget, so the fit was unknown, the window began at 0 sessions, and its calm
-  // latency (p99 0.11 D at busy 0.99) doubled the limit to 146: 99% of frames late after.
+  // admitted during it added less than a window's work, so this errs low); none while the steps
+  // do not tell the step cost. Not projected to full KV like the signal: the step-cost fit follows
+  // the KV as the windows fill (its time constant is StepCostFit::kFitTauS), and the latency
+  // projection's worst case (a quarter of the cost growing with the KV) held moshi-7b's slow start
+  // back by a third (0.9 N_true after 67 s instead of 49 s) with a cap that never bound. Read at
+  // the slowest per-token cost of the recent past (StepCost::slowest_per_token_s): a session
+  // admitted while a shared machine runs fast stays when it slows down. (Not the busy fraction
+  // when the fit is unknown: moshi-7b's steps are mostly fixed cost, busy 0.81 at 8 sessions of
+  // its 239, and that stand-in held the +1 law at 8.)
   const StepLoadWindow& load = closed.load;
-  const double window_utilization = load.UtilizationBound();
-  double utilization_bound = std::numeric_limits<double>::infinity();
-  if (options_.max_utilization < 1.0 && window_utilization > 0.0) {
-    if (closed.least_active > 0) {
-      utilization_bound =
-          options_.max_utilization * static_cast<double>(closed.least_active) / window_utilization;
-    } else if (window_utilization >= options_.max_utilization) {
-      utilization_bound = static_cast<double>(w.peak_active);
-    }
-  }
-  const bool utilization_capped = std::isfinite(utilization_bound);
+  const double utilization_per_session =
+      load.valid && closed.least_active > 0
+          ? load.utilization_at_slowest / static_cast<double>(closed.least_active)
+          : 0.0;
+  const bool utilization_capped = options_.max_utilization < 1.0 && utilization_per_session > 0.0;
+  // Sessions at which the utilization reaches max_utilization.
+  const double utilization_bound = utilization_capped
+                                       ? options_.max_utilization / utilization_per_session
+                                       : std::numeric_limits<double>::infinity();
   if (slow_start_ &&
       (w.signal >= options_.slow_start_exit * options_.low_target ||
        static_cast<double>(limit()) >= options_.slow_start_exit * utilization_bound)) {
@@ -385,17 +380,13 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
           static_cast<long long>(w.peak_active), static_cast<long long>(w.num_limit_rejections),
           static_cast<long long>(horizon_over_low_), static_cast<long long>(horizon_frames_),
           options_.growth_horizon_s, crossing,
-          !utilization_capped ? ""
-          : load.valid
+          utilization_capped
               ? Format(", work utilization %.2f, %.2f at the slowest recent speed (cap %g at %.0f "
                        "sessions)",
                        load.utilization, load.utilization_at_slowest, options_.max_utilization,
                        utilization_bound)
                     .c_str()
-              : Format(", busy fraction %.2f, all of it counted as work: the step cost is not "
-                       "known yet (cap %g at %.0f sessions)",
-                       load.busy_fraction, options_.max_utilization, utilization_bound)
-                    .c_str(),
+              : "",
           pool_bound_ >= 0
               ? Format(", pool bound %lld", static_cast<long long>(pool_bound_)).c_str()
               : ""));

@@ -88,14 +88,6 @@ struct StepLoadWindow {
   // the slowest recent speed, >= utilization (a projection: it may pass 1).
   double utilization_at_slowest = 0;
 
-  // What growth may assume of the window's work utilization at the slowest recent speed:
-  // utilization_at_slowest when the fit is valid; without a fit, the busy fraction (all of the
-  // busy time counted as per-token work: an upper bound; a start-up burst whose steps all carry
-  // the step budget leaves the fit unknown for its length); 0 when the window had no steps.
-  [[nodiscard]] double UtilizationBound() const noexcept {
-    if (valid) return utilization_at_slowest;
-    return steps > 0 ? busy_fraction : 0.0;
-  }
   StepCost cost;  // the fit's estimate the window was read against
 };
 

@@ -199,9 +199,11 @@ void AdmissionFlags::Register(CLI::App* app) {
                   "under the low target (0: the last window alone)");
   app->add_option("--aimd-max-utilization", aimd.max_utilization,
                   "AIMD grows only while the engine's work utilization (per-token step time / "
-                  "wall time, projected to the new limit) stays under this; 1: no cap");
+                  "wall time, at the slowest per-token cost of the last minutes, projected to the "
+                  "new limit) stays under this; 1: no cap");
   app->add_option("--aimd-predicted-limit", aimd.predicted_limit,
-                  "AIMD: N* predicted by a calibrated cost model; seeds the limit (0: none)");
+                  "AIMD: N* predicted by a calibrated cost model; seeds the limit with no slow "
+                  "start, growth past it by one step per growth horizon (0: none)");
   app->add_option("--aimd-beta", aimd.beta, "AIMD cut: limit = floor(beta x active)");
   app->add_option("--aimd-cooldown", aimd_cooldown,
                   "After a cut: drain (hold until a full window ran at or under the limit) | "
