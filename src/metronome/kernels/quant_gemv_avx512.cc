@@ -189,6 +189,7 @@ void GroupQuad(const GemvActQuad* act, const GemvActSums* sums, int blocks,
       int block[kQuadBlocks];
 #pragma GCC unroll 4
       for (int t = 0; t < kQuadBlocks; ++t) block[t] = b0 + t < blocks ? b0 + t : blocks - 1;
+      const bool consecutive = b0 + kQuadBlocks <= blocks;
       UnpackedQuad u[NT];
       __m512 dw[NT];
 #pragma GCC unroll 8
@@ -200,7 +201,11 @@ void GroupQuad(const GemvActQuad* act, const GemvActSums* sums, int blocks,
         const char* at = reinterpret_cast<const char*>(b[0]) + ahead;
         _mm_prefetch(at, _MM_HINT_T0);
         _mm_prefetch(at + 64, _MM_HINT_T0);
-        u[j] = W::UnpackQuad(b);
+        if constexpr (requires { W::UnpackConsecutiveQuad(b[0]); }) {
+          u[j] = consecutive ? W::UnpackConsecutiveQuad(b[0]) : W::UnpackQuad(b);
+        } else {
+          u[j] = W::UnpackQuad(b);
+        }
         dw[j] = _mm512_permutexvar_ps(lanes, dv[j]);
       }
 #pragma GCC unroll 8

@@ -77,12 +77,16 @@ struct UnpackedQuad {
   return _mm512_inserti32x4(v, _mm_loadu_si128(static_cast<const __m128i*>(q3)), 3);
 }
 
+// The low and high nibbles of 64 packed bytes (16 of each of four blocks).
+[[maybe_unused]] inline UnpackedQuad NibblesOf(__m512i v) noexcept {
+  const __m512i low4 = _mm512_set1_epi8(15);
+  return {_mm512_and_si512(v, low4), _mm512_and_si512(_mm512_srli_epi16(v, 4), low4)};
+}
+
 [[maybe_unused]] inline UnpackedQuad NibblesQuad(const std::uint8_t* q0, const std::uint8_t* q1,
                                                  const std::uint8_t* q2,
                                                  const std::uint8_t* q3) noexcept {
-  const __m512i v = Load4x16(q0, q1, q2, q3);
-  const __m512i low4 = _mm512_set1_epi8(15);
-  return {_mm512_and_si512(v, low4), _mm512_and_si512(_mm512_srli_epi16(v, 4), low4)};
+  return NibblesOf(Load4x16(q0, q1, q2, q3));
 }
 
 // The fifth bits of four Q5 blocks (qh: bit e of block t's 32-bit word is element e) added to a
@@ -135,6 +139,25 @@ struct Q8_0W {
             _mm512_xor_si512(Load4x16(b[0]->qs + 16, b[1]->qs + 16, b[2]->qs + 16, b[3]->qs + 16),
                              flip)};
   }
+  // The same for four consecutive blocks (the 136 bytes from `first`): four 64-byte loads inside
+  // them and two 16-bit permutes (block t's qs start at byte 34 t + 2, an even offset, so word
+  // lanes can gather them) instead of eight 16-byte loads and six inserts.
+  static UnpackedQuad UnpackConsecutiveQuad(const Block* first) noexcept {
+    static_assert(sizeof(Block) == 34, "the word indices below assume 17 words a block");
+    // Word e of lo is word 17 t + 1 + w of the first 128 bytes, of hi word 17 t + 5 + w of the
+    // 128 bytes from byte 8 (t = e / 8, w = e % 8: elements 2w, 2w + 1 of block t, and 16 on).
+    const __m512i lo_words =
+        _mm512_set_epi16(59, 58, 57, 56, 55, 54, 53, 52, 42, 41, 40, 39, 38, 37, 36, 35, 25, 24, 23,
+                         22, 21, 20, 19, 18, 8, 7, 6, 5, 4, 3, 2, 1);
+    const __m512i hi_words = _mm512_add_epi16(lo_words, _mm512_set1_epi16(4));
+    const auto* p = reinterpret_cast<const char*>(first);
+    const __m512i flip = _mm512_set1_epi8(-128);
+    const __m512i lo =
+        _mm512_permutex2var_epi16(_mm512_loadu_si512(p), lo_words, _mm512_loadu_si512(p + 64));
+    const __m512i hi =
+        _mm512_permutex2var_epi16(_mm512_loadu_si512(p + 8), hi_words, _mm512_loadu_si512(p + 72));
+    return {_mm512_xor_si512(lo, flip), _mm512_xor_si512(hi, flip)};
+  }
 };
 struct Q4_0W {
   using Block = quant::BlockQ4_0;
@@ -145,6 +168,19 @@ struct Q4_0W {
     return {Nibbles2(a->qs, b->qs), Halves(Half(a->d), Half(b->d)), _mm512_setzero_ps()};
   }
   static UnpackedQuad UnpackQuad(const Block* const (&b)[4]) noexcept { return NibblesQuad(b); }
+  // Four consecutive blocks (the 72 bytes from `first`): two 64-byte loads inside them and one
+  // 16-bit permute (block t's qs are words 9 t + 1 .. 9 t + 8) instead of four 16-byte loads and
+  // three inserts.
+  static UnpackedQuad UnpackConsecutiveQuad(const Block* first) noexcept {
+    static_assert(sizeof(Block) == 18, "the word indices below assume 9 words a block");
+    // Words 0-31 of the first 64 bytes, then (index 32 + k - 4) word k of the 64 from byte 8.
+    const __m512i words =
+        _mm512_set_epi16(63, 62, 61, 60, 31, 30, 29, 28, 26, 25, 24, 23, 22, 21, 20, 19, 17, 16, 15,
+                         14, 13, 12, 11, 10, 8, 7, 6, 5, 4, 3, 2, 1);
+    const auto* p = reinterpret_cast<const char*>(first);
+    return NibblesOf(
+        _mm512_permutex2var_epi16(_mm512_loadu_si512(p), words, _mm512_loadu_si512(p + 8)));
+  }
 };
 struct Q4_1W {
   using Block = quant::BlockQ4_1;
