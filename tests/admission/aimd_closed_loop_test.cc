@@ -389,6 +389,13 @@ void Report(const char* name, std::int64_t n_true, const Settling& st, const Tra
           static_cast<double>(std::max<std::int64_t>(1, t.num_frames)));
 }
 
+// Whether some limit change's reason holds `text`.
+bool SomeReasonHas(const Trace& t, const char* text) {
+  return std::any_of(t.changes.begin(), t.changes.end(), [text](const LimitChange& ch) {
+    return ch.reason.find(text) != std::string::npos;
+  });
+}
+
 TEST(AimdClosedLoopTest, ColdStartSettlesNearTrueCapacityOfAKneePlant) {
   Scenario s;
   s.latency_ms = KneeLatencyMs;
@@ -725,18 +732,15 @@ TEST(AimdClosedLoopTest, WorkUtilizationCapsGrowthBeforeEpisodesTakeOver) {
   EXPECT_LE(static_cast<double>(st.max - st.min), 0.1 * static_cast<double>(n_true));
   ASSERT_GE(reach_s, 0.0);
   EXPECT_LE(reach_s, 60.0);
-  bool capped_growth_logged = false;
-  for (const LimitChange& ch : tc.changes) {
-    capped_growth_logged |= ch.reason.find("work utilization") != std::string::npos;
-  }
-  EXPECT_TRUE(capped_growth_logged);
+  EXPECT_TRUE(SomeReasonHas(tc, "work utilization"));
 }
 
 // The episodic engine on a machine that is 30% slower for 5 s out of every 40 (from 10 s on):
 // sessions admitted at the fast speed stay through the slow phases, whose backlog (u = 1.3 N / 80)
-// sets N_true. Read at the current speed the cap admits 72 between the phases; read at the
-// slowest speed of the last minutes it stops at 0.9 x 80 / 1.3 = 55 once a slow phase has been
-// seen (the first comes during slow start).
+// sets N_true (61). Read at the current speed the cap admits 72 between the phases (33% of frames
+// late); read at the slowest speed of the last minutes it stops near 0.9 x 80 / 1.3 = 55 once a
+// slow phase has been seen (the first comes during slow start; 58 here: the 2 s fit reads most of
+// a 5 s phase, not all of it).
 TEST(AimdClosedLoopTest, UtilizationCapHoldsAtTheSlowestRecentSpeed) {
   Scenario s = EpisodicQueueScenario();
   s.slow_factor = 1.3;
@@ -748,19 +752,13 @@ TEST(AimdClosedLoopTest, UtilizationCapHoldsAtTheSlowestRecentSpeed) {
   ASSERT_LT(n_true, 72);
   AimdController c(AimdOptions{.initial_limit = 1}, {});
   const Trace t = Simulate(s, c);
-  const Settling st = Analyze(t, 200.0, static_cast<double>(n_true));
-  Report("speed phases, utilization cap", n_true, st, t);
-  const double reach_s = FirstReachS(t, 0.9 * static_cast<double>(n_true));
-  std::printf("[speed phases, utilization cap] 0.9 N_true first reached after %.1f s\n", reach_s);
+  const auto target = static_cast<double>(n_true);
+  Report("speed phases, utilization cap", n_true, Analyze(t, 200.0, target), t);
   EXPECT_LE(t.peak_active, n_true);
-  EXPECT_GE(st.mean, 0.9 * static_cast<double>(n_true));
-  ASSERT_GE(reach_s, 0.0);
-  EXPECT_LE(reach_s, 60.0);
-  bool slowest_logged = false;
-  for (const LimitChange& ch : t.changes) {
-    slowest_logged |= ch.reason.find("at the slowest recent speed") != std::string::npos;
-  }
-  EXPECT_TRUE(slowest_logged);
+  EXPECT_GE(Analyze(t, 200.0, target).mean, 0.9 * target);
+  EXPECT_GE(FirstReachS(t, 0.9 * target), 0.0);
+  EXPECT_LE(FirstReachS(t, 0.9 * target), 60.0);
+  EXPECT_TRUE(SomeReasonHas(t, "at the slowest recent speed"));
 }
 
 TEST(AimdClosedLoopTest, NoGrowthWhileTheLimitDoesNotBind) {
