@@ -10,9 +10,8 @@
 // (the dead band gives a fixed point instead of a sawtooth). Growth also needs the pooled
 // percentile of the last growth_horizon_s under the low target, and stops where the engine's
 // work utilization (StepLoad, from OnStep) at its slowest recent speed would pass
-// max_utilization. Optional KV look-ahead
-// guard: admit only while active < min(limit, N_mem). Thread-safety: not thread-safe; owned by the
-// engine thread.
+// max_utilization. Optional KV look-ahead guard: admit only while active < min(limit, N_mem).
+// Thread-safety: not thread-safe; owned by the engine thread.
 #pragma once
 
 #include <cstdint>
@@ -45,8 +44,7 @@ struct AimdWindow {
 // window, besides the seed at the first Decide; with the KV guard, growth never takes the limit
 // above the pool's bound for the session's window; growth never takes it past the window's
 // work-utilization bound (max_utilization / utilization at the slowest recent speed per session)
-// when that is known; slow
-// start, once ended, never resumes.
+// when that is known; slow start, once ended, never resumes.
 class AimdController final : public WindowedController {
  public:
   // Both option structs must pass Validate (MTR_CHECK otherwise; MakeController validates first).

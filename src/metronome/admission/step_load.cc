@@ -23,23 +23,19 @@ void StepCostFit::OnStep(double now_s, double step_s, std::int64_t batch_tokens)
   last_s_ = std::max(last_s_, now_s);
   fit_.Add(std::exp(-dt / kFitTauS), x, step_s);
   speed_.Add(std::exp(-dt / kSpeedTauS), x, step_s);
-  const StepCost now = fit_.Line();
-  const StepCost phase = speed_.Line();
-  if (!now.valid) return;
+  estimate_ = fit_.Line();
+  if (!estimate_.valid) return;
   // Forget towards the long fit's cost; then the phase's reading, once speed_ rests on enough.
-  if (slowest_per_token_s_ > now.per_token_s) {
+  const double per_token_s = estimate_.per_token_s;
+  if (slowest_per_token_s_ > per_token_s) {
     slowest_per_token_s_ =
-        now.per_token_s + (slowest_per_token_s_ - now.per_token_s) * std::exp(-dt / kSlowestTauS);
+        per_token_s + (slowest_per_token_s_ - per_token_s) * std::exp(-dt / kSlowestTauS);
   }
-  if (phase.valid && last_s_ - first_s_ >= kFitTauS) {
-    slowest_per_token_s_ = std::max(slowest_per_token_s_, phase.per_token_s);
+  if (last_s_ - first_s_ >= kFitTauS) {
+    const StepCost phase = speed_.Line();
+    if (phase.valid) slowest_per_token_s_ = std::max(slowest_per_token_s_, phase.per_token_s);
   }
-}
-
-StepCost StepCostFit::Estimate() const noexcept {
-  StepCost c = fit_.Line();
-  if (c.valid) c.slowest_per_token_s = std::max(c.per_token_s, slowest_per_token_s_);
-  return c;
+  estimate_.slowest_per_token_s = std::max(per_token_s, slowest_per_token_s_);
 }
 
 StepCost StepCostFit::Regression::Line() const noexcept {

@@ -55,7 +55,8 @@ class StepCostFit {
   // One engine step that ended at now_s, took step_s seconds (>= 0) and carried batch_tokens
   // tokens; steps with none are idle bookkeeping and do not enter the fit. No allocation.
   void OnStep(double now_s, double step_s, std::int64_t batch_tokens) noexcept;
-  [[nodiscard]] StepCost Estimate() const noexcept;
+  // The fit as of the last step (computed there: every reader asks after each step).
+  [[nodiscard]] StepCost Estimate() const noexcept { return estimate_; }
 
  private:
   // An exponentially forgotten least-squares line step_s = fixed_s + per_token_s x tokens:
@@ -71,6 +72,7 @@ class StepCostFit {
   // The slowest reading of speed_, as of last_s_; it enters once speed_ has seen kFitTauS of
   // steps (before that a starting load's few steps).
   double slowest_per_token_s_ = 0;
+  StepCost estimate_;  // fit_'s line and the slowest reading, as of the last step
   double first_s_ = 0;
   double last_s_ = 0;
   bool any_ = false;
