@@ -202,7 +202,17 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
     }
   }
   if (w.num_frames < options_.window.min_samples) return;  // too little evidence: hold
-  if (w.signal > 0.0) floor_signal_ = std::min(floor_signal_, w.signal);
+  // Growth looks ahead to the load already admitted: windows still filling make every frame
+  // cheaper than it will be, so the signal is projected to full KV, as if the KV-dependent share of
+  // latency (kKvLatencyShare) grew in proportion to the KV held. Cuts, and the end of slow start
+  // (a congestion signal), act on the signal measured.
+  const double kv_growth = 1.0 + kKvLatencyShare * (1.0 / kv_fill_ - 1.0);
+  const double growth_signal = w.signal * kv_growth;
+  // The queue model's floor is compared with the signal at the same (full) KV: a floor read at an
+  // emptier KV than the signal made the windows' filling read as queueing (qwen3-omni-30b-a3b:
+  // 0.030 D at 1 session and 4% filled, 0.046 D at 45 sessions and 13%: "busy 0.35", projected
+  // again to full KV, held slow start to +1 a window from 10 sessions on; 0.9 N_true after 225 s).
+  if (w.signal > 0.0) floor_signal_ = std::min(floor_signal_, growth_signal);
 
   const double p = options_.percentile;
   const bool over_target =
@@ -257,12 +267,6 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
     last_cut_s_ = now_s;
     return;
   }
-  // Growth looks ahead to the load already admitted: windows still filling make every frame
-  // cheaper than it will be, so the signal is projected to full KV, as if the KV-dependent share of
-  // latency (kKvLatencyShare) grew in proportion to the KV held. Cuts, and the end of slow start
-  // (a congestion signal), act on the signal measured.
-  const double kv_growth = 1.0 + kKvLatencyShare * (1.0 / kv_fill_ - 1.0);
-  const double growth_signal = w.signal * kv_growth;
   // The utilization cap: the sessions at which the engine's work utilization would reach
   // max_utilization, in proportion to the sessions the window carried throughout (sessions
   // admitted during it added less than a window's work, so this errs low); none while the steps
@@ -301,17 +305,18 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
   // Projected low-target crossing, the lower of two extrapolations of latency in the active count
   // N. Proportional: s(N) ~ N. Saturating: continuous batching keeps latency near its floor until
   // the engine nears saturation, then it climbs steeply, s(N) = floor / (1 - N / N_sat) (a queue
-  // whose busy fraction is N / N_sat), so this window's busy fraction is 1 - floor / s, projected
-  // to full KV like the signal, and the crossing is N_sat (1 - floor / low_target). The floor is
-  // the lowest signal seen: under-estimating the zero-load latency only lowers the projection (a
-  // safe error); latency the queue does not amplify (jitter) raises it. The proportional one alone
+  // whose busy fraction is N / N_sat), so this window's busy fraction is 1 - floor / s at the
+  // window's KV, projected to full KV like the signal (the work grows with it), and the crossing is
+  // N_sat (1 - floor / low_target) with both at full KV. The floor is the lowest signal seen, at
+  // full KV: under-estimating the zero-load latency only lowers the projection (a safe error);
+  // latency the queue does not amplify (jitter) raises it. The proportional one alone
   // saw 0.14 D at 1024 sessions of qwen25-omni-7b W=1024 (N_true 1135) and let slow
   // start double to 1317.
   const double n = static_cast<double>(w.peak_active);
   double crossing = growth_signal > 0.0 ? n * options_.low_target / growth_signal
                                         : static_cast<double>(options_.window.max_limit);
   bool saturating = false;  // the saturating projection is the lower: it caps growth
-  const double busy = floor_signal_ < w.signal ? 1.0 - floor_signal_ / w.signal : 0.0;
+  const double busy = floor_signal_ < growth_signal ? 1.0 - floor_signal_ / growth_signal : 0.0;
   if (busy > 0.0 && floor_signal_ < kQueueModelFloor * options_.low_target) {
     const double projected = n * (1.0 - floor_signal_ / options_.low_target) / (busy * kv_growth);
     if (projected < crossing) {

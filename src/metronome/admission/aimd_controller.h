@@ -135,14 +135,15 @@ class AimdController final : public WindowedController {
   // window): the four presets' cost models put it at 0.05-0.2 at N_true, so 0.25 errs safe.
   static constexpr double kKvLatencyShare = 0.25;
   double kv_fill_ = 1.0;
-  // Growth also obeys the saturating (queue) projection when the latency floor is under
-  // kQueueModelFloor x the low target: a frame then costs a sliver of its deadline at low load,
-  // so latency can reach the target only by queueing (qwen25-omni-7b: 0.02, the 1 s presets
+  // Growth also obeys the saturating (queue) projection when the latency floor (at full KV) is
+  // under kQueueModelFloor x the low target: a frame then costs a sliver of its deadline at low
+  // load, so latency can reach the target only by queueing (qwen25-omni-7b: 0.02, the 1 s presets
   // 0.03-0.05). With a larger floor (moshi-7b: 0.16) latency grows with the batch's cost, which
   // the queue model built on the floor reads as saturation far too early (it held moshi's slow
   // start to +1 a window).
   static constexpr double kQueueModelFloor = 0.1;
-  // Lowest signal of any evaluated window (the latency floor of the hyperbolic projection).
+  // Lowest signal of any evaluated window projected to full KV (the latency floor of the hyperbolic
+  // projection).
   double floor_signal_ = std::numeric_limits<double>::infinity();
 
   // The limit set by the last cut that misses triggered while the signal was under the high
