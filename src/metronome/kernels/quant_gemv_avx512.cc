@@ -2,15 +2,15 @@
 // AVX-512 flags of kernels/CMakeLists.txt and entered only after CpuHasAvx512Vnni().
 //
 // At m = 1..4 a product is a stream over W: the arithmetic per weight byte is small, so what
-// decides the speed is how many cache lines are in flight. Each thread therefore walks
-// up to kGemvWeightRows weight rows at once (separate streams for the line-fill buffers),
-// prefetches kGemvPrefetchRowGroups groups of rows ahead (rows are contiguous, so that is the
-// same stream, a few KB ahead), keeps one fp32 accumulator per (activation row, weight row) across
-// the whole row and reduces it once at the end. 32-element types: the fp16 scales of 16 blocks
-// come from one gather + vcvtph2ps, four blocks are unpacked at once (GroupQuad: one nibble unpack
-// for 128 weights of the 4/5-bit types) and their per-lane scales come from one vpermps. K-quants:
-// each super-block unpacked once (internal/avx512_unpack.h), 4 vpdpbusd per activation row. F16:
-// vcvtph2ps + fp32 FMA; BF16: vdpbf16ps.
+// decides the speed is how well the stream is fed. Each thread walks one weight row at a time
+// (Q8_0, F16, BF16: one sequential stream) or up to kGemvWeightRows at once (the types whose
+// decode is heavier: independent chains), prefetches a few KB ahead (PrefetchAheadBytes), keeps one
+// fp32 accumulator per (activation row, weight row) across the whole row and reduces it once at the
+// end. 32-element types: the fp16 scales of 16 blocks come from one gather + vcvtph2ps, four blocks
+// are unpacked at once (GroupQuad: one nibble unpack for 128 weights of the 4/5-bit types) and
+// their per-lane scales come from one vpermps. K-quants: each super-block unpacked once
+// (internal/avx512_unpack.h), 4 vpdpbusd per activation row. F16: vcvtph2ps + fp32 FMA; BF16:
+// vdpbf16ps.
 #include "metronome/kernels/quant_gemv_avx512.h"
 
 #include <immintrin.h>
@@ -33,13 +33,27 @@ namespace {
 using quant::GgmlType;
 using quant::kQk32;
 
-// Weight rows in flight per thread: 4 while the MT x NT accumulators, NT unpacked blocks and NT
-// scales fit the 32 vector registers (MT <= 2), 2 for MT = 3, 4.
+// Weight rows in flight per thread. The types whose decode costs many instructions per byte (the
+// 4/5-bit nibbles, the K-quants): 4 while the MT x NT accumulators, NT unpacked blocks and NT
+// scales fit the 32 vector registers (MT <= 2), 2 for MT = 3, 4; the rows' independent chains
+// keep the core busy. Q8_0, F16 and BF16 (a few instructions per byte) stream one row at a time:
+// one sequential stream is what the hardware prefetcher follows best, and four rows interleaved
+// a row apart held them to 13 (Q8_0), 22 (BF16) and 19 (F16) GB/s on one core, against 21, 28
+// and 29 GB/s one row at a time (bench/quant_benchmark BM_DecodeKernel, m = 1, alternated runs;
+// docs/performance.md). The nibble types lose 10-30% one row at a time.
 constexpr int kGemvWeightRows = 4;
-template <int MT>
-constexpr int kWeightRowsFor = MT <= 2 ? kGemvWeightRows : 2;
-// Row groups prefetched ahead of the one being read (each group is kGemvWeightRows rows).
+template <class W, int MT>
+constexpr int kWeightRowsFor = std::is_same_v<W, Q8_0W> ? 1 : (MT <= 2 ? kGemvWeightRows : 2);
+// Software prefetch distance: two groups of rows ahead of the group being read (rows are
+// contiguous, so that is the same stream a few KB on); one row at a time, 8 KB ahead (Q8_0: 21 GB/s
+// against 19-20 at two rows ahead, 22 at 16 KB).
 constexpr int kGemvPrefetchRowGroups = 2;
+constexpr std::size_t kOneRowPrefetchBytes = 8192;
+template <int NT>
+constexpr std::size_t PrefetchAheadBytes(std::size_t row_bytes) noexcept {
+  return NT == 1 ? kOneRowPrefetchBytes
+                 : row_bytes * static_cast<std::size_t>(NT * kGemvPrefetchRowGroups);
+}
 constexpr int kBlocksPerScaleVector = 16;  // fp16 scales widened per vcvtph2ps
 
 // The (activation row, weight row) accumulators of a group: zeroed, and reduced once each into
@@ -158,7 +172,7 @@ void GroupQuad(const GemvActQuad* act, const GemvActSums* sums, int blocks,
   const int groups = (blocks + kBlocksPerScaleVector - 1) / kBlocksPerScaleVector;
   __m512 acc[MT][NT];
   ZeroAccumulators(acc);
-  const std::size_t ahead = row_bytes * static_cast<std::size_t>(NT * kGemvPrefetchRowGroups);
+  const std::size_t ahead = PrefetchAheadBytes<NT>(row_bytes);
   // Lane l of a quad's dot is in block l / 4 (vpermps indices, + 4 per quad).
   const __m512i quad_lanes = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   constexpr int kQuadsPerScaleVector = kBlocksPerScaleVector / kQuadBlocks;
@@ -197,10 +211,11 @@ void GroupQuad(const GemvActQuad* act, const GemvActSums* sums, int blocks,
         const Block* b[kQuadBlocks];
 #pragma GCC unroll 4
         for (int t = 0; t < kQuadBlocks; ++t) b[t] = wrow[j] + block[t];
-        // A quad is at most 88 bytes: two prefetches per quad reach every line ahead.
+        // One prefetch per line of a quad's bytes (Q8_0: 136, the others at most 88).
         const char* at = reinterpret_cast<const char*>(b[0]) + ahead;
-        _mm_prefetch(at, _MM_HINT_T0);
-        _mm_prefetch(at + 64, _MM_HINT_T0);
+#pragma GCC unroll 4
+        for (std::size_t line = 0; line < kQuadBlocks * sizeof(Block); line += 64)
+          _mm_prefetch(at + line, _MM_HINT_T0);
         if constexpr (requires { W::UnpackConsecutiveQuad(b[0]); }) {
           u[j] = consecutive ? W::UnpackConsecutiveQuad(b[0]) : W::UnpackQuad(b);
         } else {
@@ -241,7 +256,7 @@ void GemvRowsQuad(const RowsKernelArgs& a, int row_begin, int row_end) {
   const quant::WeightMatrix& w = *a.w;
   const auto row = [&w](int j) { return reinterpret_cast<const typename W::Block*>(w.Row(j)); };
   ForCount<kGemvMaxRows>(a.m, [&]<int MT>() {
-    ForRowGroups<kWeightRowsFor<MT>>(
+    ForRowGroups<kWeightRowsFor<W, MT>>(
         row_begin, row_end, row,
         [&]<int NT>(const typename W::Block* const* rows_in_flight, int j) {
           GroupQuad<W, MT, NT>(quads.data(), sums.data(), blocks, rows_in_flight, w.row_bytes,
@@ -283,7 +298,7 @@ void GroupK(const RowsKernelArgs& a, const GemvActK* bsum, int supers,
     x[i] = reinterpret_cast<const quant::BlockQ8_K*>(a.act +
                                                      static_cast<std::size_t>(i) * a.act_row_bytes);
   }
-  const std::size_t ahead = a.w->row_bytes * static_cast<std::size_t>(NT * kGemvPrefetchRowGroups);
+  const std::size_t ahead = PrefetchAheadBytes<NT>(a.w->row_bytes);
   UnpackedSuper us[NT];
   for (int sb = 0; sb < supers; ++sb) {
 #pragma GCC unroll 8
@@ -330,10 +345,10 @@ void GemvRowsK(const RowsKernelArgs& a, int row_begin, int row_end) {
   const quant::WeightMatrix& w = *a.w;
   const auto row = [&w](int j) { return reinterpret_cast<const typename W::Block*>(w.Row(j)); };
   ForCount<kGemvMaxRows>(a.m, [&]<int MT>() {
-    ForRowGroups<kWeightRowsFor<MT>>(row_begin, row_end, row,
-                                     [&]<int NT>(const typename W::Block* const* rows, int j) {
-                                       GroupK<W, MT, NT>(a, bsum.data(), supers, rows, a.y + j);
-                                     });
+    ForRowGroups<kWeightRowsFor<W, MT>>(row_begin, row_end, row,
+                                        [&]<int NT>(const typename W::Block* const* rows, int j) {
+                                          GroupK<W, MT, NT>(a, bsum.data(), supers, rows, a.y + j);
+                                        });
   });
 }
 
@@ -376,6 +391,12 @@ struct GemvBf16 {
   }
 };
 
+// Weight rows in flight: one (kWeightRowsFor above), except F16 for more than one activation row:
+// its step is two dependent FMAs per accumulator, and MT accumulators alone left the FMA latency
+// exposed (F16 at m = 4: 18-19 GB/s with 4 rows, 13-14 with 1).
+template <class H, int MT>
+constexpr int kHalfWeightRowsFor = std::is_same_v<H, GemvF16>&& MT > 1 ? kGemvWeightRows : 1;
+
 // y[i, j] (+)= x_i . w_j for MT activation rows (ldx elements apart) and NT weight rows.
 template <class H, int MT, int NT>
 void GroupHalf(const typename H::Act* x, std::ptrdiff_t ldx, int k,
@@ -383,7 +404,7 @@ void GroupHalf(const typename H::Act* x, std::ptrdiff_t ldx, int k,
                bool accumulate) noexcept {
   __m512 acc[MT][NT];
   ZeroAccumulators(acc);
-  const std::size_t ahead = row_bytes * static_cast<std::size_t>(NT * kGemvPrefetchRowGroups);
+  const std::size_t ahead = PrefetchAheadBytes<NT>(row_bytes);
   for (int s = 0; s < k; s += kHalfStep) {
     const __mmask32 mask = HalfMask(k - s);
 #pragma GCC unroll 8
@@ -444,7 +465,7 @@ void GemvHalf(const RowsKernelArgs& a, int row_begin, int row_end) {
   const quant::WeightMatrix& w = *a.w;
   const auto row = [&w](int j) { return reinterpret_cast<const std::uint16_t*>(w.Row(j)); };
   ForCount<kGemvMaxRows>(a.m, [&]<int MT>() {
-    ForRowGroups<kGemvWeightRows>(
+    ForRowGroups<kHalfWeightRowsFor<H, MT>>(
         row_begin, row_end, row, [&]<int NT>(const std::uint16_t* const* rows, int j) {
           GroupHalf<H, MT, NT>(x, ldx, k, rows, w.row_bytes, a.y + j, a.ldy, a.accumulate);
         });
