@@ -261,13 +261,11 @@ Trace Simulate(const Scenario& s, AdmissionController& c, std::uint64_t seed = 1
     asking = std::move(later);
     const SystemState st = state_at(now_s);
     const std::int64_t n = st.active_sessions;
-    // Demand beyond the pool: the KV of a full-mode session cannot grow, so every frame stalls.
-    bool overflow = false;
-    if (s.total_blocks > 0) {
-      std::int64_t demand = 0;
-      for (const Session& x : sessions) demand += BlocksAt(s, now_s - x.start_s);
-      overflow = demand > s.total_blocks;
-    }
+    // The blocks the sessions hold. Demand beyond the pool: the KV of a full-mode session cannot
+    // grow, so every frame stalls.
+    std::int64_t demand = 0;
+    for (const Session& x : sessions) demand += BlocksAt(s, now_s - x.start_s);
+    const bool overflow = s.total_blocks > 0 && demand > s.total_blocks;
     trace.num_overflow_ticks += overflow ? 1 : 0;
     const bool stepped =
         s.step_at_s >= 0.0 && now_s >= s.step_at_s && (s.step_end_s < 0.0 || now_s < s.step_end_s);
@@ -280,13 +278,10 @@ Trace Simulate(const Scenario& s, AdmissionController& c, std::uint64_t seed = 1
       backlog_ms = NextBacklogMs(s, now_s, n, spike_ms, backlog_ms);
       wait_ms = backlog_ms;
     }
-    double kv_ms = 0.0;  // Scenario::window_fills: the sessions' mean fill's share
-    if (s.window_fills && n > 0) {
-      std::int64_t held = 0;
-      for (const Session& x : sessions) held += BlocksAt(s, now_s - x.start_s);
-      kv_ms =
-          s.kv_latency_ms * static_cast<double>(held) / static_cast<double>(n * s.projected_blocks);
-    }
+    // Scenario::window_fills: the sessions' mean fill's share.
+    const double kv_ms = s.window_fills && n > 0 ? s.kv_latency_ms * static_cast<double>(demand) /
+                                                       static_cast<double>(n * s.projected_blocks)
+                                                 : 0.0;
     for (std::int64_t i = 0; i < n; ++i) {
       const bool stalled = overflow && i >= n_fit;
       const double latency =

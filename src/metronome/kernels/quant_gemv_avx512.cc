@@ -395,7 +395,7 @@ struct GemvBf16 {
 // its step is two dependent FMAs per accumulator, and MT accumulators alone left the FMA latency
 // exposed (F16 at m = 4: 18-19 GB/s with 4 rows, 13-14 with 1).
 template <class H, int MT>
-constexpr int kHalfWeightRowsFor = std::is_same_v<H, GemvF16>&& MT > 1 ? kGemvWeightRows : 1;
+constexpr int kHalfWeightRowsFor = (std::is_same_v<H, GemvF16> && MT > 1) ? kGemvWeightRows : 1;
 
 // y[i, j] (+)= x_i . w_j for MT activation rows (ldx elements apart) and NT weight rows.
 template <class H, int MT, int NT>
