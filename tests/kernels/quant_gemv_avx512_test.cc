@@ -112,12 +112,13 @@ TEST_P(GemvKernelTest, EqualsScalarKernelForEveryDecodeRowCount) {
   const RowsKernel gemv = GemvKernel(t);
   ASSERT_NE(gemv, nullptr) << quant::Name(t);
   std::mt19937 rng(11);
-  // k: odd and even block counts, block counts that end inside a quad of 4 (3, 7, 18, 19) and
-  // one block into a 16-block scale group (17); n: tails of 1..3 rows after the groups of 4;
-  // ranges from 0 and from inside the matrix.
+  // k: odd and even block counts, block counts that end inside a quad of 4 (3, 7, 18, 19), one
+  // block into a 16-block scale group (17) and a group of whole quads only (20: scales from the
+  // quads' own lines, no gather); n: tails of 1..3 rows after the groups of 4; ranges from 0 and
+  // from inside the matrix.
   for (const Case c :
        {Case{1, 32, 0, 1}, Case{7, 224, 0, 7}, Case{37, 608, 3, 36}, Case{130, 1536, 5, 130},
-        Case{6, 96, 1, 6}, Case{9, 544, 0, 9}, Case{5, 576, 2, 5}}) {
+        Case{6, 96, 1, 6}, Case{9, 544, 0, 9}, Case{5, 576, 2, 5}, Case{11, 640, 0, 11}}) {
     const int k = ColsFor(t, c.k);
     for (int m = 1; m <= kGemvMaxRows; ++m) {
       const Product p = MakeProduct(t, m, c.n, k, rng);

@@ -176,11 +176,21 @@ void GroupQuad(const GemvActQuad* act, const GemvActSums* sums, int blocks,
   // Lane l of a quad's dot is in block l / 4 (vpermps indices, + 4 per quad).
   const __m512i quad_lanes = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   constexpr int kQuadsPerScaleVector = kBlocksPerScaleVector / kQuadBlocks;
+  // Types whose consecutive quads carry their own scales (ConsecutiveQuadScales: a permute of the
+  // lines the unpack loads) gather only for a group with a partial quad, or for the mins: a
+  // 16-lane gather costs this core about as much as the rest of four quads (BM_GemvResident m = 1:
+  // Q8_0 20 -> 45 GB/s, Q4_0 16 -> 42 without it).
+  constexpr bool kQuadScales = !W::kMin && requires(const Block* first) {
+    W::ConsecutiveQuadScales(first);
+  };
   for (int g = 0; g < groups; ++g) {
     const int first_block = kBlocksPerScaleVector * g;
+    const bool gather = !kQuadScales || (g == groups - 1 && blocks % kQuadBlocks != 0);
     __m512 dv[NT];
 #pragma GCC unroll 8
     for (int j = 0; j < NT; ++j) {
+      dv[j] = _mm512_setzero_ps();
+      if (!gather) continue;
       const __m512i h = GatherScales<W>(wrow[j] + first_block, blocks - first_block);
       dv[j] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
       if constexpr (W::kMin) {
@@ -221,7 +231,12 @@ void GroupQuad(const GemvActQuad* act, const GemvActSums* sums, int blocks,
         } else {
           u[j] = W::UnpackQuad(b);
         }
-        dw[j] = _mm512_permutexvar_ps(lanes, dv[j]);
+        if constexpr (kQuadScales) {
+          dw[j] =
+              consecutive ? W::ConsecutiveQuadScales(b[0]) : _mm512_permutexvar_ps(lanes, dv[j]);
+        } else {
+          dw[j] = _mm512_permutexvar_ps(lanes, dv[j]);
+        }
       }
 #pragma GCC unroll 8
       for (int i = 0; i < MT; ++i) {

@@ -158,6 +158,16 @@ struct Q8_0W {
         _mm512_permutex2var_epi16(_mm512_loadu_si512(p + 8), hi_words, _mm512_loadu_si512(p + 72));
     return {_mm512_xor_si512(lo, flip), _mm512_xor_si512(hi, flip)};
   }
+  // d of block t of the same 136 bytes in lanes 4 t .. 4 t + 3 (words 17 t: 0, 17 of the first
+  // 64 bytes, 34, 51 of the next; the loads are UnpackConsecutiveQuad's), so a kernel walking
+  // consecutive quads needs no gather of the scales.
+  static __m512 ConsecutiveQuadScales(const Block* first) noexcept {
+    const __m512i words = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 51, 51,
+                                           51, 51, 34, 34, 34, 34, 17, 17, 17, 17, 0, 0, 0, 0);
+    const auto* p = reinterpret_cast<const char*>(first);
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(
+        _mm512_permutex2var_epi16(_mm512_loadu_si512(p), words, _mm512_loadu_si512(p + 64))));
+  }
 };
 struct Q4_0W {
   using Block = quant::BlockQ4_0;
@@ -180,6 +190,13 @@ struct Q4_0W {
     const auto* p = reinterpret_cast<const char*>(first);
     return NibblesOf(
         _mm512_permutex2var_epi16(_mm512_loadu_si512(p), words, _mm512_loadu_si512(p + 8)));
+  }
+  // d of block t of the same 72 bytes (word 9 t of the first 64) in lanes 4 t .. 4 t + 3.
+  static __m512 ConsecutiveQuadScales(const Block* first) noexcept {
+    const __m512i words = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 27, 27,
+                                           27, 27, 18, 18, 18, 18, 9, 9, 9, 9, 0, 0, 0, 0);
+    return _mm512_cvtph_ps(
+        _mm512_castsi512_si256(_mm512_permutexvar_epi16(words, _mm512_loadu_si512(first))));
   }
 };
 struct Q4_1W {
