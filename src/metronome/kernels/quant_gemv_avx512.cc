@@ -6,11 +6,12 @@
 // (Q8_0, F16, BF16: one sequential stream) or up to kGemvWeightRows at once (the types whose
 // decode is heavier: independent chains), prefetches a few KB ahead (PrefetchAheadBytes), keeps one
 // fp32 accumulator per (activation row, weight row) across the whole row and reduces it once at the
-// end. 32-element types: the fp16 scales of 16 blocks come from one gather + vcvtph2ps, four blocks
-// are unpacked at once (GroupQuad: one nibble unpack for 128 weights of the 4/5-bit types) and
-// their per-lane scales come from one vpermps. K-quants: each super-block unpacked once
-// (internal/avx512_unpack.h), 4 vpdpbusd per activation row. F16: vcvtph2ps + fp32 FMA; BF16:
-// vdpbf16ps.
+// end. 32-element types: four consecutive blocks are unpacked at once (GroupQuad: one nibble unpack
+// for 128 weights of the 4/5-bit types) from two 64-byte loads, their quants, fp16 scales (and
+// mins, Q5 high bits) picked out by 16-bit permutes (internal/avx512_unpack.h, ConsecutiveRun); a
+// row's last, partial quad takes its scales from a gather of 16 blocks. K-quants: each super-block
+// unpacked once (internal/avx512_unpack.h), 4 vpdpbusd per activation row. F16: vcvtph2ps + fp32
+// FMA; BF16: vdpbf16ps.
 #include "metronome/kernels/quant_gemv_avx512.h"
 
 #include <immintrin.h>
@@ -115,8 +116,9 @@ inline __m512i GatherScales(const typename W::Block* first, int valid) noexcept 
 // of a quad unpacked once into lo / hi (internal/avx512_unpack.h, UnpackQuad), two vpdpbusd per
 // activation row into one int32 vector that starts from the offset term, one conversion and one
 // FMA by d_w d_a per lane. Offset types: sum (u - o) a = sum u a - o sum a, and -o sum a of block
-// t starts lane 4 t of the dot (exact, in integers). Min types: the m_w d_a sum a terms of 16
-// blocks are one FMA of the gathered mins against the activations' d sum (block lanes).
+// t starts lane 4 t of the dot (exact, in integers). Min types: the m_w d_a sum a terms are one FMA
+// per quad of the quad's mins against the activations' d sum (lane 4 t), or, in a group with a
+// partial quad, one FMA of the 16 gathered mins against the group's sums (block lanes).
 constexpr int kQuadBlocks = 4;
 
 struct alignas(64) GemvActQuad {
@@ -124,6 +126,7 @@ struct alignas(64) GemvActQuad {
   std::int8_t hi[64];  // elements 16-31 of block t at 16 t
   std::int32_t c[16];  // lane 4 t: -offset * (sum of block t); the other lanes 0
   float da[16];        // d of block t in lanes 4 t .. 4 t + 3
+  float sa[16];        // min types: d * (sum of block t) in lane 4 t; the other lanes 0
 };
 struct alignas(64) GemvActSums {  // min types, per 16 blocks: d * sum of block l in lane l
   float s[kBlocksPerScaleVector];
@@ -149,6 +152,7 @@ void PrepareActQuads(const RowsKernelArgs& a, int blocks, GemvActQuad* quads,
         std::memcpy(dst.hi + 16 * t, xb.qs + 16, 16);
         dst.c[4 * t] = -offset * xb.sum;
         for (int l = 0; l < 4; ++l) dst.da[4 * t + l] = xb.d;
+        if constexpr (W::kMin) dst.sa[4 * t] = xb.d * static_cast<float>(xb.sum);
       }
     }
     if constexpr (W::kMin) {
@@ -176,13 +180,13 @@ void GroupQuad(const GemvActQuad* act, const GemvActSums* sums, int blocks,
   // Lane l of a quad's dot is in block l / 4 (vpermps indices, + 4 per quad).
   const __m512i quad_lanes = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   constexpr int kQuadsPerScaleVector = kBlocksPerScaleVector / kQuadBlocks;
-  // Types whose consecutive quads carry their own scales (ConsecutiveQuadScales: a permute of the
-  // lines the unpack loads) gather only for a group with a partial quad, or for the mins: a
-  // 16-lane gather costs this core about as much as the rest of four quads (BM_GemvResident m = 1:
-  // Q8_0 20 -> 45 GB/s, Q4_0 16 -> 42 without it).
-  constexpr bool kQuadScales = !W::kMin && requires(const Block* first) {
-    W::ConsecutiveQuadScales(first);
-  };
+  // Types whose consecutive quads carry their own scales and mins (ConsecutiveQuadScales /
+  // ConsecutiveQuadMins: permutes of the lines the unpack loads) gather only for a group with a
+  // partial quad: a 16-lane gather costs this core about as much as the rest of four quads
+  // (BM_GemvResident m = 1: Q8_0 20 -> 45 GB/s, Q4_0 16 -> 42 without it). A gathered group adds
+  // its mins once for its 16 blocks, the others per quad.
+  constexpr bool kQuadScales = requires(const Block* first) { W::ConsecutiveQuadScales(first); }
+  &&(!W::kMin || requires(const Block* first) { W::ConsecutiveQuadMins(first); });
   for (int g = 0; g < groups; ++g) {
     const int first_block = kBlocksPerScaleVector * g;
     const bool gather = !kQuadScales || (g == groups - 1 && blocks % kQuadBlocks != 0);
@@ -216,6 +220,7 @@ void GroupQuad(const GemvActQuad* act, const GemvActSums* sums, int blocks,
       const bool consecutive = b0 + kQuadBlocks <= blocks;
       UnpackedQuad u[NT];
       __m512 dw[NT];
+      __m512 mw[NT];  // min types, a group not gathered: m of block t in lanes 4 t ..
 #pragma GCC unroll 8
       for (int j = 0; j < NT; ++j) {
         const Block* b[kQuadBlocks];
@@ -234,6 +239,8 @@ void GroupQuad(const GemvActQuad* act, const GemvActSums* sums, int blocks,
         if constexpr (kQuadScales) {
           dw[j] =
               consecutive ? W::ConsecutiveQuadScales(b[0]) : _mm512_permutexvar_ps(lanes, dv[j]);
+          if constexpr (W::kMin)
+            mw[j] = gather ? _mm512_setzero_ps() : W::ConsecutiveQuadMins(b[0]);
         } else {
           dw[j] = _mm512_permutexvar_ps(lanes, dv[j]);
         }
@@ -249,6 +256,9 @@ void GroupQuad(const GemvActQuad* act, const GemvActSums* sums, int blocks,
         for (int j = 0; j < NT; ++j) {
           const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(c, u[j].lo, lo), u[j].hi, hi);
           acc[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(dw[j], da), _mm512_cvtepi32_ps(dot), acc[i][j]);
+          if constexpr (kQuadScales && W::kMin) {
+            if (!gather) acc[i][j] = _mm512_fmadd_ps(mw[j], _mm512_load_ps(a.sa), acc[i][j]);
+          }
         }
       }
     }

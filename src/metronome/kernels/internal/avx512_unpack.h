@@ -12,6 +12,7 @@
 
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -114,6 +115,91 @@ template <class Block>
   return NibblesQuad(b[0]->qs, b[1]->qs, b[2]->qs, b[3]->qs);
 }
 
+// ---- Four consecutive 32-element blocks of at most 128 bytes (a "run", as a row stores them)
+// from two 64-byte loads, at byte 0 (a) and at byte 4 S - 64 (b; S = the block's bytes, so b ends
+// where the run does), and 16-bit permutes (vpermt2w) of those two loads: the quants, the fp16
+// scales and the Q5 high bits of all four blocks without a load per block or a gather. Every
+// field of these blocks starts at an even byte, so word lanes reach it.
+struct alignas(64) RunWords {
+  std::int16_t index[32];
+};
+// vpermt2w's index of word g of the run (bytes 2 g, 2 g + 1): a's word g while g < 32, else b's.
+constexpr std::int16_t RunWordIndex(int g, int b_offset) {
+  return static_cast<std::int16_t>(g < 32 ? g : 32 + g - b_offset / 2);
+}
+template <int kBlockBytes>
+constexpr int RunBOffset() {
+  static_assert(kBlockBytes % 2 == 0 && 4 * kBlockBytes > 64 && 4 * kBlockBytes <= 128,
+                "a run is two overlapping 64-byte loads");
+  return 4 * kBlockBytes - 64;
+}
+// Words 8 t + w: quants bytes 2 w, 2 w + 1 of block t (its 16 bytes at kQsOffset).
+template <int kBlockBytes, int kQsOffset>
+constexpr RunWords QuantWords() {
+  RunWords r{};
+  for (int e = 0; e < 32; ++e) {
+    r.index[e] =
+        RunWordIndex((kBlockBytes * (e / 8) + kQsOffset) / 2 + e % 8, RunBOffset<kBlockBytes>());
+  }
+  return r;
+}
+// Words 4 t .. 4 t + 3: the fp16 at kFieldOffset of block t (words 16-31: word 0, unused).
+template <int kBlockBytes, int kFieldOffset>
+constexpr RunWords FieldWords() {
+  RunWords r{};
+  for (int e = 0; e < 16; ++e) {
+    r.index[e] =
+        RunWordIndex((kBlockBytes * (e / 4) + kFieldOffset) / 2, RunBOffset<kBlockBytes>());
+  }
+  return r;
+}
+// Words t and 4 + t: the low and the high 16 bits of block t's qh (at kQhOffset).
+template <int kBlockBytes, int kQhOffset>
+constexpr RunWords HighBitWords() {
+  RunWords r{};
+  for (int e = 0; e < 8; ++e) {
+    r.index[e] =
+        RunWordIndex((kBlockBytes * (e % 4) + kQhOffset) / 2 + e / 4, RunBOffset<kBlockBytes>());
+  }
+  return r;
+}
+
+template <class Block>
+struct ConsecutiveRun {
+  static constexpr int kBytes = static_cast<int>(sizeof(Block));
+  __m512i a;
+  __m512i b;
+  explicit ConsecutiveRun(const Block* first) noexcept
+      : a(_mm512_loadu_si512(first)),
+        b(_mm512_loadu_si512(reinterpret_cast<const char*>(first) + RunBOffset<kBytes>())) {}
+  [[nodiscard]] __m512i Words(const RunWords& w) const noexcept {
+    return _mm512_permutex2var_epi16(a, _mm512_load_si512(w.index), b);
+  }
+  // The quants as nibbles (lo: elements 0-15 of each block, hi: 16-31).
+  template <int kQsOffset>
+  [[nodiscard]] UnpackedQuad Nibbles() const noexcept {
+    static constexpr RunWords kWords = QuantWords<kBytes, kQsOffset>();
+    return NibblesOf(Words(kWords));
+  }
+  // The fp16 field at kFieldOffset of block t in fp32 lanes 4 t .. 4 t + 3.
+  template <int kFieldOffset>
+  [[nodiscard]] __m512 Field() const noexcept {
+    static constexpr RunWords kWords = FieldWords<kBytes, kFieldOffset>();
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(Words(kWords)));
+  }
+  // The fifth bits (qh at kQhOffset) added to a quad as 16, as AddHighBitsQuad.
+  template <int kQhOffset>
+  [[nodiscard]] UnpackedQuad AddHighBits(UnpackedQuad q) const noexcept {
+    static constexpr RunWords kWords = HighBitWords<kBytes, kQhOffset>();
+    const __m128i bits = _mm512_castsi512_si128(Words(kWords));
+    const auto lo = static_cast<__mmask64>(_mm_cvtsi128_si64(bits));
+    const auto hi = static_cast<__mmask64>(_mm_extract_epi64(bits, 1));
+    const __m512i sixteen = _mm512_set1_epi8(16);
+    return {_mm512_mask_add_epi8(q.lo, lo, q.lo, sixteen),
+            _mm512_mask_add_epi8(q.hi, hi, q.hi, sixteen)};
+  }
+};
+
 // ---- 32-element weight types: unpack two blocks into 64 unsigned bytes, with per-lane scales.
 // dw: d_w per lane; mw (types with a min, kMin): the min m per lane, the coefficient of the
 // activation block sum. Offset types (kOffset) fold -offset into the activations' ActPair::ca.
@@ -178,25 +264,13 @@ struct Q4_0W {
     return {Nibbles2(a->qs, b->qs), Halves(Half(a->d), Half(b->d)), _mm512_setzero_ps()};
   }
   static UnpackedQuad UnpackQuad(const Block* const (&b)[4]) noexcept { return NibblesQuad(b); }
-  // Four consecutive blocks (the 72 bytes from `first`): two 64-byte loads inside them and one
-  // 16-bit permute (block t's qs are words 9 t + 1 .. 9 t + 8) instead of four 16-byte loads and
-  // three inserts.
+  // Four consecutive blocks (the 72 bytes from `first`, ConsecutiveRun): quants and scales
+  // from two loads and two permutes, no load per block.
   static UnpackedQuad UnpackConsecutiveQuad(const Block* first) noexcept {
-    static_assert(sizeof(Block) == 18, "the word indices below assume 9 words a block");
-    // Words 0-31 of the first 64 bytes, then (index 32 + k - 4) word k of the 64 from byte 8.
-    const __m512i words =
-        _mm512_set_epi16(63, 62, 61, 60, 31, 30, 29, 28, 26, 25, 24, 23, 22, 21, 20, 19, 17, 16, 15,
-                         14, 13, 12, 11, 10, 8, 7, 6, 5, 4, 3, 2, 1);
-    const auto* p = reinterpret_cast<const char*>(first);
-    return NibblesOf(
-        _mm512_permutex2var_epi16(_mm512_loadu_si512(p), words, _mm512_loadu_si512(p + 8)));
+    return ConsecutiveRun<Block>(first).Nibbles<offsetof(Block, qs)>();
   }
-  // d of block t of the same 72 bytes (word 9 t of the first 64) in lanes 4 t .. 4 t + 3.
   static __m512 ConsecutiveQuadScales(const Block* first) noexcept {
-    const __m512i words = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 27, 27,
-                                           27, 27, 18, 18, 18, 18, 9, 9, 9, 9, 0, 0, 0, 0);
-    return _mm512_cvtph_ps(
-        _mm512_castsi512_si256(_mm512_permutexvar_epi16(words, _mm512_loadu_si512(first))));
+    return ConsecutiveRun<Block>(first).Field<offsetof(Block, d)>();
   }
 };
 struct Q4_1W {
@@ -208,6 +282,15 @@ struct Q4_1W {
     return {Nibbles2(a->qs, b->qs), Halves(Half(a->d), Half(b->d)), Halves(Half(a->m), Half(b->m))};
   }
   static UnpackedQuad UnpackQuad(const Block* const (&b)[4]) noexcept { return NibblesQuad(b); }
+  static UnpackedQuad UnpackConsecutiveQuad(const Block* first) noexcept {
+    return ConsecutiveRun<Block>(first).Nibbles<offsetof(Block, qs)>();
+  }
+  static __m512 ConsecutiveQuadScales(const Block* first) noexcept {
+    return ConsecutiveRun<Block>(first).Field<offsetof(Block, d)>();
+  }
+  static __m512 ConsecutiveQuadMins(const Block* first) noexcept {
+    return ConsecutiveRun<Block>(first).Field<offsetof(Block, m)>();
+  }
 };
 struct Q5_0W {
   using Block = quant::BlockQ5_0;
@@ -222,6 +305,13 @@ struct Q5_0W {
   static UnpackedQuad UnpackQuad(const Block* const (&b)[4]) noexcept {
     return AddHighBitsQuad(NibblesQuad(b), b);
   }
+  static UnpackedQuad UnpackConsecutiveQuad(const Block* first) noexcept {
+    const ConsecutiveRun<Block> run(first);
+    return run.AddHighBits<offsetof(Block, qh)>(run.Nibbles<offsetof(Block, qs)>());
+  }
+  static __m512 ConsecutiveQuadScales(const Block* first) noexcept {
+    return ConsecutiveRun<Block>(first).Field<offsetof(Block, d)>();
+  }
 };
 struct Q5_1W {
   using Block = quant::BlockQ5_1;
@@ -235,6 +325,16 @@ struct Q5_1W {
   }
   static UnpackedQuad UnpackQuad(const Block* const (&b)[4]) noexcept {
     return AddHighBitsQuad(NibblesQuad(b), b);
+  }
+  static UnpackedQuad UnpackConsecutiveQuad(const Block* first) noexcept {
+    const ConsecutiveRun<Block> run(first);
+    return run.AddHighBits<offsetof(Block, qh)>(run.Nibbles<offsetof(Block, qs)>());
+  }
+  static __m512 ConsecutiveQuadScales(const Block* first) noexcept {
+    return ConsecutiveRun<Block>(first).Field<offsetof(Block, d)>();
+  }
+  static __m512 ConsecutiveQuadMins(const Block* first) noexcept {
+    return ConsecutiveRun<Block>(first).Field<offsetof(Block, m)>();
   }
 };
 
