@@ -10,8 +10,8 @@
 // for 128 weights of the 4/5-bit types) from two 64-byte loads, their quants, fp16 scales (and
 // mins, Q5 high bits) picked out by 16-bit permutes (internal/avx512_unpack.h, ConsecutiveRun); a
 // row's last, partial quad takes its scales from a gather of 16 blocks. K-quants: each super-block
-// unpacked once (internal/avx512_unpack.h), 4 vpdpbusd per activation row. F16: vcvtph2ps + fp32
-// FMA; BF16: vdpbf16ps.
+// unpacked once into registers, 4 vpdpbusd and integer sub-block scales per activation row. F16:
+// vcvtph2ps + fp32 FMA; BF16: vdpbf16ps.
 #include "metronome/kernels/quant_gemv_avx512.h"
 
 #include <immintrin.h>
@@ -291,10 +291,13 @@ void GemvRowsQuad(const RowsKernelArgs& a, int row_begin, int row_end) {
 }
 
 // ---- K-quants (Q4_K, Q5_K, Q6_K) on BlockQ8_K activations: each weight super-block unpacked
-// once per call by the shared unpacker (UnpackedSuper: four 64-byte chunks, the scale of every
-// int32 lane, the coefficient of every bsum with the offset / min folded in), then per
-// activation row: 4 vpdpbusd, the lane scales in fp32 and the bsum term, one FMA by d_a into the
-// (activation row, weight row) accumulator. Exact integer dots, as the rows kernel.
+// once per call into registers (SuperRegs: four 64-byte chunks, the integer sub-block scale of
+// every int32 lane, d, the coefficient of every bsum with the offset / min folded in), then per
+// activation row: 4 vpdpbusd, each scaled in int32 (vpmulld) and summed, one conversion, d_w and
+// the bsum term, one FMA by d_a into the (activation row, weight row) accumulator. Exact integer
+// dots, as the rows kernel. Against UnpackedSuper through memory with fp32 lane scales
+// (BM_GemvResident m = 1, three rounds): Q6_K 31-33 -> 41-42 GB/s, Q4_K 16-17 -> 18, Q5_K equal;
+// the same registers with fp32 lane scales were slower than either (Q4_K 13-14).
 struct GemvActK {  // one activation row's super-block: the 16 bsums as fp32
   alignas(64) float bsum[16];
 };
@@ -324,7 +327,6 @@ void GroupK(const RowsKernelArgs& a, const GemvActK* bsum, int supers,
                                                      static_cast<std::size_t>(i) * a.act_row_bytes);
   }
   const std::size_t ahead = PrefetchAheadBytes<NT>(a.w->row_bytes);
-  UnpackedSuper us[NT];
   for (int sb = 0; sb < supers; ++sb) {
 #pragma GCC unroll 8
     for (int j = 0; j < NT; ++j) {
@@ -332,27 +334,28 @@ void GroupK(const RowsKernelArgs& a, const GemvActK* bsum, int supers,
 #pragma GCC unroll 4
       for (std::size_t line = 0; line < sizeof(Block); line += 64)
         _mm_prefetch(at + line, _MM_HINT_T0);
-      W::Unpack(wrow[j][sb], &us[j]);
-    }
+      // One weight super-block in registers at a time (NT of them would not fit beside the
+      // accumulators); its activation chunks are L1 loads.
+      SuperRegs w;
+      W::UnpackRegs(wrow[j][sb], &w);
+      const __m512 dw = _mm512_set1_ps(w.d);
 #pragma GCC unroll 8
-    for (int i = 0; i < MT; ++i) {
-      const quant::BlockQ8_K& xa = x[i][sb];
-      const __m512 bs = _mm512_load_ps(bsum[static_cast<std::ptrdiff_t>(i) * supers + sb].bsum);
-      const __m512 da = _mm512_set1_ps(xa.d);
-      __m512i q[4];
+      for (int i = 0; i < MT; ++i) {
+        const quant::BlockQ8_K& xa = x[i][sb];
+        // sum over the chunks of scale x dot, exact in int32; d_w once, in fp32.
+        __m512i dot = _mm512_mullo_epi32(
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.u[0], _mm512_loadu_si512(xa.qs)),
+            w.scale[0]);
 #pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) q[c] = _mm512_loadu_si512(xa.qs + 64 * c);
-#pragma GCC unroll 8
-      for (int j = 0; j < NT; ++j) {
-        __m512 t = _mm512_mul_ps(_mm512_load_ps(us[j].wm), bs);
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; ++c) {
-          const __m512i u = _mm512_load_si512(us[j].u[c]);
-          const __m512 dot =
-              _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, q[c]));
-          t = _mm512_fmadd_ps(_mm512_load_ps(us[j].ws[c]), dot, t);
+        for (int c = 1; c < 4; ++c) {
+          dot = _mm512_add_epi32(
+              dot, _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w.u[c],
+                                                          _mm512_loadu_si512(xa.qs + 64 * c)),
+                                      w.scale[c]));
         }
-        acc[i][j] = _mm512_fmadd_ps(da, t, acc[i][j]);
+        const __m512 bs = _mm512_load_ps(bsum[static_cast<std::ptrdiff_t>(i) * supers + sb].bsum);
+        const __m512 t = _mm512_fmadd_ps(dw, _mm512_cvtepi32_ps(dot), _mm512_mul_ps(w.wm, bs));
+        acc[i][j] = _mm512_fmadd_ps(_mm512_set1_ps(xa.d), t, acc[i][j]);
       }
     }
   }

@@ -368,6 +368,35 @@ struct alignas(64) UnpackedSuper {
   _mm512_store_ps(out->wm, _mm512_permutexvar_ps(mins, f));
 }
 
+// The same super-block held in registers for the decode kernels: the four chunks, the integer
+// scale of every int32 lane of each chunk's vpdpbusd (exact: sum over a chunk of scale x dot stays
+// far inside int32), the super-block's d (applied once, in fp32) and the bsum coefficients as
+// UnpackedSuper::wm.
+struct SuperRegs {
+  __m512i u[4];
+  __m512i scale[4];
+  __m512 wm;
+  float d;
+};
+
+// Q4_K / Q5_K: lane l of chunk c is in sub-block 2 c + l / 8; wm lane g = -dmin mn[g / 2].
+[[maybe_unused]] inline void ScalesK4Int(const std::uint8_t (&scales)[quant::kKScaleBytes], float d,
+                                         float dmin, SuperRegs* out) noexcept {
+  const quant::KScaleWords w = quant::UnpackKScaleWords(scales);
+  const __m512i v = _mm512_cvtepu8_epi32(
+      _mm_set_epi64x(static_cast<std::int64_t>(w.mn), static_cast<std::int64_t>(w.sc)));
+  const __m512i half = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    out->scale[c] = _mm512_permutexvar_epi32(_mm512_add_epi32(half, _mm512_set1_epi32(2 * c)), v);
+  }
+  const __m512i mins =
+      _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+  out->wm =
+      _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(mins, v)), _mm512_set1_ps(-dmin));
+  out->d = d;
+}
+
 // qs[32 c .. 32 c + 32): low nibbles are elements [64 c, 64 c + 32), high nibbles the next 32.
 [[maybe_unused]] inline __m512i NibblesK(const std::uint8_t* qs32) noexcept {
   __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs32)));
@@ -383,10 +412,16 @@ struct Q4_KW {
   static constexpr int kSubBlock = 32;
   static constexpr bool kMin = true;
   static constexpr float kOffset = 0.0f;
+  static __m512i Chunk(const Block& b, int c) noexcept { return NibblesK(b.qs + 32 * c); }
   static void Unpack(const Block& b, UnpackedSuper* out) noexcept {
 #pragma GCC unroll 8
-    for (int c = 0; c < 4; ++c) _mm512_store_si512(out->u[c], NibblesK(b.qs + 32 * c));
+    for (int c = 0; c < 4; ++c) _mm512_store_si512(out->u[c], Chunk(b, c));
     ScalesK4(b.scales, Half(b.d), Half(b.dmin), out);
+  }
+  static void UnpackRegs(const Block& b, SuperRegs* out) noexcept {
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) out->u[c] = Chunk(b, c);
+    ScalesK4Int(b.scales, Half(b.d), Half(b.dmin), out);
   }
 };
 
@@ -396,20 +431,26 @@ struct Q5_KW {
   static constexpr int kSubBlock = 32;
   static constexpr bool kMin = true;
   static constexpr float kOffset = 0.0f;
-  static void Unpack(const Block& b, UnpackedSuper* out) noexcept {
+  static __m512i Chunk(const Block& b, int c) noexcept {
     const __m512i qh =
         _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)));
+    // Element 64 c + l takes bit 2 c of qh[l]; element 64 c + 32 + l bit 2 c + 1.
+    const __m512i bit = _mm512_mask_blend_epi8(0xFFFFFFFF00000000ull,
+                                               _mm512_set1_epi8(static_cast<char>(1 << (2 * c))),
+                                               _mm512_set1_epi8(static_cast<char>(2 << (2 * c))));
+    const __mmask64 high = _mm512_test_epi8_mask(qh, bit);
+    const __m512i lo = NibblesK(b.qs + 32 * c);
+    return _mm512_mask_add_epi8(lo, high, lo, _mm512_set1_epi8(16));
+  }
+  static void Unpack(const Block& b, UnpackedSuper* out) noexcept {
 #pragma GCC unroll 8
-    for (int c = 0; c < 4; ++c) {
-      // Element 64 c + l takes bit 2 c of qh[l]; element 64 c + 32 + l bit 2 c + 1.
-      const __m512i bit = _mm512_mask_blend_epi8(0xFFFFFFFF00000000ull,
-                                                 _mm512_set1_epi8(static_cast<char>(1 << (2 * c))),
-                                                 _mm512_set1_epi8(static_cast<char>(2 << (2 * c))));
-      const __mmask64 high = _mm512_test_epi8_mask(qh, bit);
-      const __m512i lo = NibblesK(b.qs + 32 * c);
-      _mm512_store_si512(out->u[c], _mm512_mask_add_epi8(lo, high, lo, _mm512_set1_epi8(16)));
-    }
+    for (int c = 0; c < 4; ++c) _mm512_store_si512(out->u[c], Chunk(b, c));
     ScalesK4(b.scales, Half(b.d), Half(b.dmin), out);
+  }
+  static void UnpackRegs(const Block& b, SuperRegs* out) noexcept {
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) out->u[c] = Chunk(b, c);
+    ScalesK4Int(b.scales, Half(b.d), Half(b.dmin), out);
   }
 };
 
@@ -420,6 +461,38 @@ struct Q6_KW {  // bytes q + 32; wm = -32 * scale
   static constexpr bool kMin = false;
   static constexpr float kOffset = 32.0f;
   static void Unpack(const Block& b, UnpackedSuper* out) noexcept {
+    __m512i u[4];
+    Chunks(b, u);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) _mm512_store_si512(out->u[c], u[c]);
+    const __m512 s = _mm512_mul_ps(_mm512_set1_ps(Half(b.d)), _mm512_cvtepi32_ps(IntScales(b)));
+#pragma GCC unroll 8
+    for (int c = 0; c < 4; ++c)
+      _mm512_store_ps(out->ws[c], _mm512_permutexvar_ps(LaneScales(c), s));
+    _mm512_store_ps(out->wm, _mm512_mul_ps(s, _mm512_set1_ps(-32.0f)));
+  }
+  static void UnpackRegs(const Block& b, SuperRegs* out) noexcept {
+    Chunks(b, out->u);
+    const __m512i is = IntScales(b);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) out->scale[c] = _mm512_permutexvar_epi32(LaneScales(c), is);
+    out->d = Half(b.d);
+    out->wm = _mm512_mul_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(-32.0f * out->d));
+  }
+
+ private:
+  // The 16 signed scales (sub-blocks of 16 elements) as int32.
+  static __m512i IntScales(const Block& b) noexcept {
+    return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+  }
+  // Lane l of chunk c is in sub-block 4 c + l / 4.
+  static __m512i LaneScales(int c) noexcept {
+    return _mm512_add_epi32(
+        _mm512_set1_epi32(4 * c),
+        _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                          2));
+  }
+  static void Chunks(const Block& b, __m512i (&u)[4]) noexcept {
     const __m512i low4 = _mm512_set1_epi8(15);
     const __m512i low2 = _mm512_set1_epi8(3);
     for (int h = 0; h < 2; ++h) {
@@ -430,22 +503,9 @@ struct Q6_KW {  // bytes q + 32; wm = -32 * scale
       qh = _mm512_mask_srli_epi16(qh, 0xFFFF0000u, qh, 2);  // bytes 32-63 take bits 2-3
       const __m512i hi0 = _mm512_slli_epi16(_mm512_and_si512(qh, low2), 4);
       const __m512i hi1 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 4), low2), 4);
-      _mm512_store_si512(out->u[2 * h], _mm512_or_si512(_mm512_and_si512(ql, low4), hi0));
-      _mm512_store_si512(out->u[2 * h + 1],
-                         _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4), hi1));
+      u[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, low4), hi0);
+      u[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4), hi1);
     }
-    const __m512 s = _mm512_mul_ps(_mm512_set1_ps(Half(b.d)),
-                                   _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
-                                       reinterpret_cast<const __m128i*>(b.scales)))));
-#pragma GCC unroll 8
-    for (int c = 0; c < 4; ++c) {
-      const __m512i idx = _mm512_add_epi32(
-          _mm512_set1_epi32(4 * c),
-          _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                            2));
-      _mm512_store_ps(out->ws[c], _mm512_permutexvar_ps(idx, s));
-    }
-    _mm512_store_ps(out->wm, _mm512_mul_ps(s, _mm512_set1_ps(-32.0f)));
   }
 };
 
