@@ -348,14 +348,37 @@ struct alignas(64) UnpackedSuper {
   float wm[16];
 };
 
+// quant::UnpackKScaleWords's reading of the 12 packed 6-bit scale bytes, its SWAR steps done on
+// the three words as vector lanes: bytes 0-7 sc[j], bytes 8-15 mn[j]. The scalar words' round
+// trip into a vector register (two vmovq and an unpack after a dozen integer operations) was half
+// of the K-quant decode kernels' time (BM_GemvResident m = 1, Q4_K and Q5_K: 15-16 -> ~31 GB/s
+// without it). The kernel tests compare every K-quant kernel with the scalar one, which reads the
+// scales through quant::UnpackKScaleWords.
+[[maybe_unused]] inline __m128i KScaleBytes(
+    const std::uint8_t (&scales)[quant::kKScaleBytes]) noexcept {
+  std::uint32_t s2 = 0;
+  std::memcpy(&s2, scales + 8, sizeof s2);
+  // Lanes (32-bit): s0 = bytes 0-3, s1 = bytes 4-7, s2 = bytes 8-11.
+  const __m128i v = _mm_insert_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales)),
+                                     static_cast<int>(s2), 2);
+  // Lane 0: sc[4..7] = low nibbles of s2 | bits 6-7 of s0 as bits 4-5; lane 1: mn[4..7] = high
+  // nibbles of s2 | bits 6-7 of s1.
+  const __m128i nibbles = _mm_and_si128(
+      _mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 2, 2)), _mm_setr_epi32(0, 4, 0, 0)),
+      _mm_set1_epi8(0x0F));
+  const __m128i high =
+      _mm_or_si128(nibbles, _mm_and_si128(_mm_srli_epi32(v, 2), _mm_set1_epi8(0x30)));
+  // Lane 0: sc[0..3] = low 6 bits of s0; lane 1: mn[0..3] of s1.
+  const __m128i low = _mm_and_si128(v, _mm_set1_epi8(0x3F));
+  return _mm_unpacklo_epi32(low, high);  // sc[0..3], sc[4..7], mn[0..3], mn[4..7]
+}
+
 // Scales of the 8 sub-blocks of 32 (lane l of chunk c is in sub-block 2 c + l / 8) and mins per
 // bsum group g (sub-block g / 2), from quant::UnpackKScaleWords (the one reading of the packed
 // 6-bit layout) widened in one vector: lanes 0-7 d sc[j], lanes 8-15 -dmin mn[j].
 [[maybe_unused]] inline void ScalesK4(const std::uint8_t (&scales)[quant::kKScaleBytes], float d,
                                       float dmin, UnpackedSuper* out) noexcept {
-  const quant::KScaleWords w = quant::UnpackKScaleWords(scales);
-  const __m128i bytes =
-      _mm_set_epi64x(static_cast<std::int64_t>(w.mn), static_cast<std::int64_t>(w.sc));
+  const __m128i bytes = KScaleBytes(scales);
   const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes)), Halves(d, -dmin));
   const __m512i half = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
 #pragma GCC unroll 8
@@ -382,9 +405,7 @@ struct SuperRegs {
 // Q4_K / Q5_K: lane l of chunk c is in sub-block 2 c + l / 8; wm lane g = -dmin mn[g / 2].
 [[maybe_unused]] inline void ScalesK4Int(const std::uint8_t (&scales)[quant::kKScaleBytes], float d,
                                          float dmin, SuperRegs* out) noexcept {
-  const quant::KScaleWords w = quant::UnpackKScaleWords(scales);
-  const __m512i v = _mm512_cvtepu8_epi32(
-      _mm_set_epi64x(static_cast<std::int64_t>(w.mn), static_cast<std::int64_t>(w.sc)));
+  const __m512i v = _mm512_cvtepu8_epi32(KScaleBytes(scales));
   const __m512i half = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
 #pragma GCC unroll 4
   for (int c = 0; c < 4; ++c) {
