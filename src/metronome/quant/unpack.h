@@ -19,7 +19,9 @@ namespace metronome::quant {
 // little-endian words s0 = bytes 0-3, s1 = 4-7, s2 = 8-11 (quant/blocks.h): sc[0..3] = low 6 bits
 // of s0, mn[0..3] of s1; sc[4..7] = low nibbles of s2 | bits 6-7 of s0 as bits 4-5, mn[4..7] =
 // high nibbles of s2 | bits 6-7 of s1. A dozen integer operations a super-block instead of eight
-// branches; the vector kernels widen the words to lanes (kernels/internal/avx512_unpack.h).
+// branches. The AVX-512 kernels run these same steps on the three words as vector lanes
+// (kernels/internal/avx512_unpack.h, KScaleBytes: the scalar round trip cost half their time); the
+// kernel tests hold the two together (every K-quant kernel against the scalar one, built on this).
 struct KScaleWords {
   std::uint64_t sc;
   std::uint64_t mn;
