@@ -133,35 +133,30 @@ constexpr int RunBOffset() {
                 "a run is two overlapping 64-byte loads");
   return 4 * kBlockBytes - 64;
 }
+// The index table whose first `count` words are the run's words word_of(0 .. count - 1).
+template <int kBlockBytes, class WordOf>
+constexpr RunWords MakeRunWords(int count, WordOf word_of) {
+  RunWords r{};
+  for (int e = 0; e < count; ++e) r.index[e] = RunWordIndex(word_of(e), RunBOffset<kBlockBytes>());
+  return r;
+}
 // Words 8 t + w: quants bytes 2 w, 2 w + 1 of block t (its 16 bytes at kQsOffset).
 template <int kBlockBytes, int kQsOffset>
 constexpr RunWords QuantWords() {
-  RunWords r{};
-  for (int e = 0; e < 32; ++e) {
-    r.index[e] =
-        RunWordIndex((kBlockBytes * (e / 8) + kQsOffset) / 2 + e % 8, RunBOffset<kBlockBytes>());
-  }
-  return r;
+  return MakeRunWords<kBlockBytes>(
+      32, [](int e) { return (kBlockBytes * (e / 8) + kQsOffset) / 2 + e % 8; });
 }
 // Words 4 t .. 4 t + 3: the fp16 at kFieldOffset of block t (words 16-31: word 0, unused).
 template <int kBlockBytes, int kFieldOffset>
 constexpr RunWords FieldWords() {
-  RunWords r{};
-  for (int e = 0; e < 16; ++e) {
-    r.index[e] =
-        RunWordIndex((kBlockBytes * (e / 4) + kFieldOffset) / 2, RunBOffset<kBlockBytes>());
-  }
-  return r;
+  return MakeRunWords<kBlockBytes>(
+      16, [](int e) { return (kBlockBytes * (e / 4) + kFieldOffset) / 2; });
 }
 // Words t and 4 + t: the low and the high 16 bits of block t's qh (at kQhOffset).
 template <int kBlockBytes, int kQhOffset>
 constexpr RunWords HighBitWords() {
-  RunWords r{};
-  for (int e = 0; e < 8; ++e) {
-    r.index[e] =
-        RunWordIndex((kBlockBytes * (e % 4) + kQhOffset) / 2 + e / 4, RunBOffset<kBlockBytes>());
-  }
-  return r;
+  return MakeRunWords<kBlockBytes>(
+      8, [](int e) { return (kBlockBytes * (e % 4) + kQhOffset) / 2 + e / 4; });
 }
 
 template <class Block>
@@ -198,6 +193,26 @@ struct ConsecutiveRun {
     return {_mm512_mask_add_epi8(q.lo, lo, q.lo, sixteen),
             _mm512_mask_add_epi8(q.hi, hi, q.hi, sixteen)};
   }
+};
+
+// The consecutive-run decoders of a 4/5-bit 32-element block type, read from its layout: the
+// quants (plus the fifth bits where the block has qh), the scales, and the mins where it has m.
+template <class Block>
+struct NibbleRunDecoders {
+  static UnpackedQuad UnpackConsecutiveQuad(const Block* first) noexcept {
+    const ConsecutiveRun<Block> run(first);
+    const UnpackedQuad q = run.template Nibbles<offsetof(Block, qs)>();
+    if constexpr (requires { &Block::qh; }) {
+      return run.template AddHighBits<offsetof(Block, qh)>(q);
+    } else {
+      return q;
+    }
+  }
+  static __m512 ConsecutiveQuadScales(const Block* first) noexcept {
+    return ConsecutiveRun<Block>(first).template Field<offsetof(Block, d)>();
+  }
+  static __m512 ConsecutiveQuadMins(const Block* first) noexcept requires requires { &Block::m; }
+  { return ConsecutiveRun<Block>(first).template Field<offsetof(Block, m)>(); }
 };
 
 // ---- 32-element weight types: unpack two blocks into 64 unsigned bytes, with per-lane scales.
@@ -255,7 +270,7 @@ struct Q8_0W {
         _mm512_permutex2var_epi16(_mm512_loadu_si512(p), words, _mm512_loadu_si512(p + 64))));
   }
 };
-struct Q4_0W {
+struct Q4_0W : NibbleRunDecoders<quant::BlockQ4_0> {
   using Block = quant::BlockQ4_0;
   static constexpr bool kSuperBlock = false;
   static constexpr bool kMin = false;
@@ -264,16 +279,8 @@ struct Q4_0W {
     return {Nibbles2(a->qs, b->qs), Halves(Half(a->d), Half(b->d)), _mm512_setzero_ps()};
   }
   static UnpackedQuad UnpackQuad(const Block* const (&b)[4]) noexcept { return NibblesQuad(b); }
-  // Four consecutive blocks (the 72 bytes from `first`, ConsecutiveRun): quants and scales
-  // from two loads and two permutes, no load per block.
-  static UnpackedQuad UnpackConsecutiveQuad(const Block* first) noexcept {
-    return ConsecutiveRun<Block>(first).Nibbles<offsetof(Block, qs)>();
-  }
-  static __m512 ConsecutiveQuadScales(const Block* first) noexcept {
-    return ConsecutiveRun<Block>(first).Field<offsetof(Block, d)>();
-  }
 };
-struct Q4_1W {
+struct Q4_1W : NibbleRunDecoders<quant::BlockQ4_1> {
   using Block = quant::BlockQ4_1;
   static constexpr bool kSuperBlock = false;
   static constexpr bool kMin = true;
@@ -282,17 +289,8 @@ struct Q4_1W {
     return {Nibbles2(a->qs, b->qs), Halves(Half(a->d), Half(b->d)), Halves(Half(a->m), Half(b->m))};
   }
   static UnpackedQuad UnpackQuad(const Block* const (&b)[4]) noexcept { return NibblesQuad(b); }
-  static UnpackedQuad UnpackConsecutiveQuad(const Block* first) noexcept {
-    return ConsecutiveRun<Block>(first).Nibbles<offsetof(Block, qs)>();
-  }
-  static __m512 ConsecutiveQuadScales(const Block* first) noexcept {
-    return ConsecutiveRun<Block>(first).Field<offsetof(Block, d)>();
-  }
-  static __m512 ConsecutiveQuadMins(const Block* first) noexcept {
-    return ConsecutiveRun<Block>(first).Field<offsetof(Block, m)>();
-  }
 };
-struct Q5_0W {
+struct Q5_0W : NibbleRunDecoders<quant::BlockQ5_0> {
   using Block = quant::BlockQ5_0;
   static constexpr bool kSuperBlock = false;
   static constexpr bool kMin = false;
@@ -305,15 +303,8 @@ struct Q5_0W {
   static UnpackedQuad UnpackQuad(const Block* const (&b)[4]) noexcept {
     return AddHighBitsQuad(NibblesQuad(b), b);
   }
-  static UnpackedQuad UnpackConsecutiveQuad(const Block* first) noexcept {
-    const ConsecutiveRun<Block> run(first);
-    return run.AddHighBits<offsetof(Block, qh)>(run.Nibbles<offsetof(Block, qs)>());
-  }
-  static __m512 ConsecutiveQuadScales(const Block* first) noexcept {
-    return ConsecutiveRun<Block>(first).Field<offsetof(Block, d)>();
-  }
 };
-struct Q5_1W {
+struct Q5_1W : NibbleRunDecoders<quant::BlockQ5_1> {
   using Block = quant::BlockQ5_1;
   static constexpr bool kSuperBlock = false;
   static constexpr bool kMin = true;
@@ -325,16 +316,6 @@ struct Q5_1W {
   }
   static UnpackedQuad UnpackQuad(const Block* const (&b)[4]) noexcept {
     return AddHighBitsQuad(NibblesQuad(b), b);
-  }
-  static UnpackedQuad UnpackConsecutiveQuad(const Block* first) noexcept {
-    const ConsecutiveRun<Block> run(first);
-    return run.AddHighBits<offsetof(Block, qh)>(run.Nibbles<offsetof(Block, qs)>());
-  }
-  static __m512 ConsecutiveQuadScales(const Block* first) noexcept {
-    return ConsecutiveRun<Block>(first).Field<offsetof(Block, d)>();
-  }
-  static __m512 ConsecutiveQuadMins(const Block* first) noexcept {
-    return ConsecutiveRun<Block>(first).Field<offsetof(Block, m)>();
   }
 };
 
