@@ -59,6 +59,82 @@ TEST(ThreadPool, EveryItemExactlyOnceUnderRandomSizesAndThreadCounts) {
   }
 }
 
+// The claim order that keeps each thread's reads one sequential stream: the chunks are cut into
+// one contiguous segment per slot (segment s = chunks [total s / T, total (s + 1) / T)); a slot
+// runs its own segment's chunks as an ascending prefix of it, and what it takes from another
+// segment comes from that segment's back, descending. Random sizes, and a slow first chunk on
+// each slot in half the jobs so that the others steal.
+TEST(ThreadPool, OwnSegmentInOrderStolenChunksFromTheBack) {
+  std::mt19937 rng(777);
+  for (const int threads : {2, 3, 4}) {
+    ThreadPoolOptions o;
+    o.num_threads = threads;
+    ThreadPool pool(o);
+    int jobs_with_steals = 0;
+    for (int rep = 0; rep < 60; ++rep) {
+      const std::int64_t n = std::uniform_int_distribution<std::int64_t>(8, 2000)(rng);
+      const bool stall = rep % 2 == 1;
+      const std::int64_t stalled_slot = rep % threads;
+      // Per slot, the chunks' begins in the order the slot ran them (a slot runs one at a time).
+      std::vector<std::vector<std::int64_t>> begins(static_cast<std::size_t>(threads));
+      std::vector<std::int64_t> chunk_sizes;
+      std::atomic<std::int64_t> max_chunk{0};
+      pool.ParallelForSlot(n, 1, [&](int slot, std::int64_t b, std::int64_t e) {
+        auto& mine = begins[static_cast<std::size_t>(slot)];
+        if (stall && slot == stalled_slot && mine.empty()) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+        mine.push_back(b);
+        std::int64_t m = max_chunk.load();
+        while (e - b > m && !max_chunk.compare_exchange_weak(m, e - b)) {
+        }
+      });
+      const std::int64_t chunk = max_chunk.load();
+      ASSERT_GT(chunk, 0);
+      const std::int64_t total = (n + chunk - 1) / chunk;
+      const auto segment_of = [&](std::int64_t c) {
+        for (int s = 0; s < threads; ++s) {
+          if (c < total * (s + 1) / threads) return s;
+        }
+        return threads;
+      };
+      bool stole = false;
+      for (int slot = 0; slot < threads; ++slot) {
+        const auto& mine = begins[static_cast<std::size_t>(slot)];
+        std::int64_t expect_own = total * slot / threads;  // next chunk of its own segment
+        std::vector<std::int64_t> next_stolen(static_cast<std::size_t>(threads), -1);
+        bool left_own = false;
+        for (const std::int64_t b : mine) {
+          ASSERT_EQ(b % chunk, 0) << "n=" << n;
+          const std::int64_t c = b / chunk;
+          const int seg = segment_of(c);
+          if (seg == slot) {
+            ASSERT_FALSE(left_own) << "slot " << slot << " ran its own chunk " << c
+                                   << " after stealing (n=" << n << ", threads=" << threads << ")";
+            ASSERT_EQ(c, expect_own) << "slot " << slot << " out of order (n=" << n << ")";
+            ++expect_own;
+          } else {
+            left_own = true;
+            stole = true;
+            auto& want = next_stolen[static_cast<std::size_t>(seg)];
+            if (want >= 0) {
+              ASSERT_LT(c, want) << "slot " << slot << " stole chunk " << c << " of segment " << seg
+                                 << " not from the back (n=" << n << ")";
+            } else {
+              // The first chunk taken from a segment is at or below its last one.
+              ASSERT_LT(c, total * (seg + 1) / threads);
+            }
+            want = c;
+          }
+        }
+      }
+      if (stole) ++jobs_with_steals;
+    }
+    // The stalled slot's segment was taken over in the jobs with a stall: the stealing path ran.
+    EXPECT_GT(jobs_with_steals, 0) << "threads=" << threads;
+  }
+}
+
 // Back-to-back small jobs of different sizes: a worker still leaving the previous job (every
 // chunk claimed, its snapshot of the counter stale) must not claim a chunk of the next one while
 // the caller is publishing it. It once could: the bound check read the new job's chunk count

@@ -157,6 +157,9 @@ ThreadPool::ThreadPool(const ThreadPoolOptions& options) {
   MTR_CHECK(options.spin_us >= 0.0, "ThreadPoolOptions::spin_us must be >= 0");
   num_threads_ = options.num_threads > 0 ? options.num_threads : DetectedCpuCount();
   spin_ns_ = static_cast<std::int64_t>(options.spin_us * 1e3);
+  // Chunk indices live in 16-bit fields of a segment word (at most kChunksPerThread per thread).
+  MTR_CHECK(num_threads_ <= 4096, "ThreadPoolOptions::num_threads must be <= 4096");
+  segments_ = std::make_unique<Segment[]>(static_cast<std::size_t>(num_threads_));
   workers_.reserve(static_cast<std::size_t>(num_threads_ - 1));
   for (int slot = 1; slot < num_threads_; ++slot) {
     workers_.emplace_back([this, slot] { WorkerLoop(slot); });
@@ -170,32 +173,54 @@ ThreadPool::~ThreadPool() {
   for (std::thread& t : workers_) t.join();
 }
 
-void ThreadPool::RunChunks(std::uint32_t epoch, int slot) noexcept {
-  const std::uint64_t tag = static_cast<std::uint64_t>(epoch) << 32;
-  std::uint64_t cur = next_.load(std::memory_order_acquire);
+namespace {
+constexpr std::uint64_t kEpochMask = ~std::uint64_t{0xffffffff};
+constexpr std::uint32_t kFieldBits = 16;  // front and back: chunk indices < 2^16
+constexpr std::uint64_t kFieldMask = (std::uint64_t{1} << kFieldBits) - 1;
+
+// Claims one chunk of `segment` for job `tag` (epoch << 32): from the front (the owner, keeping
+// its stream in order) or from the back (a thief). -1 when the segment belongs to another job or
+// has nothing left.
+std::int64_t ClaimChunk(std::atomic<std::uint64_t>& segment, std::uint64_t tag,
+                        bool from_front) noexcept {
+  std::uint64_t cur = segment.load(std::memory_order_acquire);
   for (;;) {
     // A claim is valid only for this epoch's job and while chunks are left; a late worker that
-    // sees a newer epoch or an exhausted counter claims nothing.
-    if ((cur & ~std::uint64_t{0xffffffff}) != tag) return;
-    const auto chunk = static_cast<std::uint32_t>(cur & 0xffffffffu);
-    // Acquire: pairs with Run's release of a new count, so a claim after it sees the closed
-    // counter (see Run).
-    if (chunk >= num_chunks_.load(std::memory_order_acquire)) return;
-    if (!next_.compare_exchange_weak(cur, cur + 1, std::memory_order_acq_rel,
-                                     std::memory_order_acquire)) {
-      continue;
+    // sees a newer epoch or an exhausted segment claims nothing.
+    if ((cur & kEpochMask) != tag) return -1;
+    const std::uint64_t front = (cur >> kFieldBits) & kFieldMask;
+    const std::uint64_t back = cur & kFieldMask;
+    if (front >= back) return -1;
+    const std::uint64_t next = from_front ? cur + (std::uint64_t{1} << kFieldBits) : cur - 1;
+    if (segment.compare_exchange_weak(cur, next, std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+      return static_cast<std::int64_t>(from_front ? front : back - 1);
     }
-    // Read the job before reporting the chunk done: after the last report the caller may start
-    // the next job and overwrite it.
-    const std::uint32_t total = num_chunks_.load(std::memory_order_relaxed);
-    const std::int64_t begin = static_cast<std::int64_t>(chunk) * chunk_;
-    const std::int64_t end = std::min(n_, begin + chunk_);
-    fn_(ctx_, slot, begin, end);
-    const std::uint32_t finished = done_.fetch_add(1, std::memory_order_seq_cst) + 1;
-    if (finished == total && caller_sleeping_.load(std::memory_order_seq_cst) != 0) {
-      FutexWake(&done_, 1);
+  }
+}
+}  // namespace
+
+void ThreadPool::RunChunks(std::uint32_t epoch, int slot) noexcept {
+  const std::uint64_t tag = static_cast<std::uint64_t>(epoch) << 32;
+  // Own segment first, front to back; then the others' from their backs, nearest slot first.
+  for (int k = 0; k < num_threads_; ++k) {
+    const int victim = (slot + k) % num_threads_;
+    std::atomic<std::uint64_t>& segment = segments_[static_cast<std::size_t>(victim)].word;
+    for (;;) {
+      const std::int64_t chunk = ClaimChunk(segment, tag, /*from_front=*/k == 0);
+      if (chunk < 0) break;
+      // Read the job before reporting the chunk done: after the last report the caller may start
+      // the next job and overwrite it. The successful claim (acquire) saw Run's release of the
+      // segment, stored after the job's fields.
+      const std::uint32_t total = num_chunks_.load(std::memory_order_relaxed);
+      const std::int64_t begin = chunk * chunk_;
+      const std::int64_t end = std::min(n_, begin + chunk_);
+      fn_(ctx_, slot, begin, end);
+      const std::uint32_t finished = done_.fetch_add(1, std::memory_order_seq_cst) + 1;
+      if (finished == total && caller_sleeping_.load(std::memory_order_seq_cst) != 0) {
+        FutexWake(&done_, 1);
+      }
     }
-    cur = next_.load(std::memory_order_acquire);
   }
 }
 
@@ -232,21 +257,26 @@ void ThreadPool::Run(std::int64_t n, std::int64_t min_items_per_chunk, ChunkFn f
   parallel_jobs_.fetch_add(1, std::memory_order_relaxed);
   const std::int64_t chunk = (n + want_chunks - 1) / want_chunks;
   const std::uint32_t epoch = epoch_.load(std::memory_order_relaxed) + 1;
-  // Close the counter before the job changes: a worker still leaving the previous job holds a
-  // snapshot of it (that epoch, every chunk claimed). Left as it was while num_chunks_ grew, the
-  // worker's bound check would pass against the new count and its claim succeed on the unchanged
-  // counter: a stray chunk run with the new job's fn and counted towards it (done_ then overshot
-  // total and the caller waited forever; ThreadPool.BackToBackJobsNeverRunAStaleChunk). At the
-  // new epoch the claim fails; a worker that reads the new count (acquire) also sees this store.
-  next_.store((static_cast<std::uint64_t>(epoch) << 32) | 0xffffffffu, std::memory_order_relaxed);
+  const std::uint64_t tag = static_cast<std::uint64_t>(epoch) << 32;
+  // Every segment of the previous job is exhausted (it finished) and tagged with its epoch, so a
+  // worker still leaving it claims nothing whatever it reads: an old word has no chunk left, a new
+  // one another epoch than the worker's. The job's fields are written before the segments are
+  // published (release), and read by a thread only after a successful claim (acquire).
   fn_ = fn;
   ctx_ = ctx;
   n_ = n;
   chunk_ = chunk;
   const auto total = static_cast<std::uint32_t>((n + chunk - 1) / chunk);
-  num_chunks_.store(total, std::memory_order_release);
+  num_chunks_.store(total, std::memory_order_relaxed);
   done_.store(0, std::memory_order_relaxed);
-  next_.store(static_cast<std::uint64_t>(epoch) << 32, std::memory_order_release);
+  for (int s = 0; s < num_threads_; ++s) {
+    const std::uint64_t front = std::uint64_t{total} * static_cast<std::uint64_t>(s) /
+                                static_cast<std::uint64_t>(num_threads_);
+    const std::uint64_t back = std::uint64_t{total} * static_cast<std::uint64_t>(s + 1) /
+                               static_cast<std::uint64_t>(num_threads_);
+    segments_[static_cast<std::size_t>(s)].word.store(tag | (front << kFieldBits) | back,
+                                                      std::memory_order_release);
+  }
   epoch_.store(epoch, std::memory_order_seq_cst);
   const int sleeping = sleeping_workers_.load(std::memory_order_seq_cst);
   if (sleeping > 0) {

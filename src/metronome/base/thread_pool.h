@@ -101,24 +101,33 @@ class ThreadPool {
 
   void Run(std::int64_t n, std::int64_t min_items_per_chunk, ChunkFn fn, void* ctx) noexcept;
   void WorkerLoop(int slot) noexcept;
-  // Claims and runs chunks of job `epoch` until none is left; returns how many it ran.
+  // Claims and runs chunks of job `epoch` until none is left: its own segment's, then the others'.
   void RunChunks(std::uint32_t epoch, int slot) noexcept;
 
   int num_threads_ = 1;
   std::int64_t spin_ns_ = 0;
 
-  // The current job. Written by the caller before it publishes the job's epoch in `next_`, read
-  // only by threads holding a claimed chunk of that epoch (the job cannot finish, so the caller
-  // cannot overwrite them, until that chunk is done). num_chunks_ is also read before a claim,
-  // hence atomic.
+  // The current job. Written by the caller before it publishes the job's segments, read only by
+  // threads holding a claimed chunk of that epoch (the job cannot finish, so the caller cannot
+  // overwrite them, until that chunk is done).
   ChunkFn fn_ = nullptr;
   void* ctx_ = nullptr;
   std::int64_t n_ = 0;
   std::int64_t chunk_ = 1;
-  std::atomic<std::uint32_t> num_chunks_{0};
+  std::atomic<std::uint32_t> num_chunks_{0};  // relaxed: ordered by the segments' release
+
+  // The job's chunks are cut into one contiguous segment per slot. A thread claims its own
+  // segment's chunks from the front, in order, so the memory it reads is one sequential stream
+  // (what the hardware prefetcher follows; a stream restarted at every chunk cost ~15% of decode
+  // bandwidth with two threads). A thread whose segment is exhausted takes chunks from the back of
+  // the others' segments, so a descheduled thread delays at most the chunk it is running.
+  // Word layout: (epoch << 32) | (front << 16) | back, chunks [front, back) unclaimed.
+  struct alignas(64) Segment {
+    std::atomic<std::uint64_t> word{0};
+  };
+  std::unique_ptr<Segment[]> segments_;  // num_threads_ of them
 
   // Cache-line separated hot words.
-  alignas(64) std::atomic<std::uint64_t> next_{0};   // (epoch << 32) | next chunk to claim
   alignas(64) std::atomic<std::uint32_t> epoch_{0};  // futex word the workers sleep on
   alignas(64) std::atomic<std::uint32_t> done_{0};   // chunks finished in the current job (futex)
   alignas(64) std::atomic<int> sleeping_workers_{0};
