@@ -354,24 +354,6 @@ struct alignas(64) UnpackedSuper {
   return _mm_unpacklo_epi32(low, high);  // sc[0..3], sc[4..7], mn[0..3], mn[4..7]
 }
 
-// Scales of the 8 sub-blocks of 32 (lane l of chunk c is in sub-block 2 c + l / 8) and mins per
-// bsum group g (sub-block g / 2), from quant::UnpackKScaleWords (the one reading of the packed
-// 6-bit layout) widened in one vector: lanes 0-7 d sc[j], lanes 8-15 -dmin mn[j].
-[[maybe_unused]] inline void ScalesK4(const std::uint8_t (&scales)[quant::kKScaleBytes], float d,
-                                      float dmin, UnpackedSuper* out) noexcept {
-  const __m128i bytes = KScaleBytes(scales);
-  const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes)), Halves(d, -dmin));
-  const __m512i half = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-#pragma GCC unroll 8
-  for (int c = 0; c < 4; ++c) {
-    _mm512_store_ps(out->ws[c],
-                    _mm512_permutexvar_ps(_mm512_add_epi32(half, _mm512_set1_epi32(2 * c)), f));
-  }
-  const __m512i mins =
-      _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-  _mm512_store_ps(out->wm, _mm512_permutexvar_ps(mins, f));
-}
-
 // The same super-block held in registers for the decode kernels: the four chunks, the integer
 // scale of every int32 lane of each chunk's vpdpbusd (exact: sum over a chunk of scale x dot stays
 // far inside int32), the super-block's d (applied once, in fp32) and the bsum coefficients as
@@ -381,6 +363,25 @@ struct SuperRegs {
   __m512i scale[4];
   __m512 wm;
   float d;
+};
+
+// The memory form (UnpackedSuper, for the GEMM-form kernels and dequantisation) of a K-quant W,
+// derived from its register form: ws = scale x d lane by lane, the same values, so the lane spread
+// of the scales is written once per type (in UnpackRegs).
+template <class W>
+struct SuperMemoryForm {
+  template <class Block>
+  static void Unpack(const Block& b, UnpackedSuper* out) noexcept {
+    SuperRegs r;
+    W::UnpackRegs(b, &r);
+    const __m512 d = _mm512_set1_ps(r.d);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      _mm512_store_si512(out->u[c], r.u[c]);
+      _mm512_store_ps(out->ws[c], _mm512_mul_ps(_mm512_cvtepi32_ps(r.scale[c]), d));
+    }
+    _mm512_store_ps(out->wm, r.wm);
+  }
 };
 
 // Q4_K / Q5_K: lane l of chunk c is in sub-block 2 c + l / 8; wm lane g = -dmin mn[g / 2].
@@ -408,18 +409,13 @@ struct SuperRegs {
 
 // kSubBlock: the elements one scale covers; kOffset / kMin as for the 32-element types (the
 // GEMM form removes an offset in integers; wm holds the same term as a bsum coefficient).
-struct Q4_KW {
+struct Q4_KW : SuperMemoryForm<Q4_KW> {
   using Block = quant::BlockQ4_K;
   static constexpr bool kSuperBlock = true;
   static constexpr int kSubBlock = 32;
   static constexpr bool kMin = true;
   static constexpr float kOffset = 0.0f;
   static __m512i Chunk(const Block& b, int c) noexcept { return NibblesK(b.qs + 32 * c); }
-  static void Unpack(const Block& b, UnpackedSuper* out) noexcept {
-#pragma GCC unroll 8
-    for (int c = 0; c < 4; ++c) _mm512_store_si512(out->u[c], Chunk(b, c));
-    ScalesK4(b.scales, Half(b.d), Half(b.dmin), out);
-  }
   static void UnpackRegs(const Block& b, SuperRegs* out) noexcept {
 #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) out->u[c] = Chunk(b, c);
@@ -427,7 +423,7 @@ struct Q4_KW {
   }
 };
 
-struct Q5_KW {
+struct Q5_KW : SuperMemoryForm<Q5_KW> {
   using Block = quant::BlockQ5_K;
   static constexpr bool kSuperBlock = true;
   static constexpr int kSubBlock = 32;
@@ -444,11 +440,6 @@ struct Q5_KW {
     const __m512i lo = NibblesK(b.qs + 32 * c);
     return _mm512_mask_add_epi8(lo, high, lo, _mm512_set1_epi8(16));
   }
-  static void Unpack(const Block& b, UnpackedSuper* out) noexcept {
-#pragma GCC unroll 8
-    for (int c = 0; c < 4; ++c) _mm512_store_si512(out->u[c], Chunk(b, c));
-    ScalesK4(b.scales, Half(b.d), Half(b.dmin), out);
-  }
   static void UnpackRegs(const Block& b, SuperRegs* out) noexcept {
 #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) out->u[c] = Chunk(b, c);
@@ -456,23 +447,12 @@ struct Q5_KW {
   }
 };
 
-struct Q6_KW {  // bytes q + 32; wm = -32 * scale
+struct Q6_KW : SuperMemoryForm<Q6_KW> {  // bytes q + 32; wm = -32 * scale
   using Block = quant::BlockQ6_K;
   static constexpr bool kSuperBlock = true;
   static constexpr int kSubBlock = 16;
   static constexpr bool kMin = false;
   static constexpr float kOffset = 32.0f;
-  static void Unpack(const Block& b, UnpackedSuper* out) noexcept {
-    __m512i u[4];
-    Chunks(b, u);
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) _mm512_store_si512(out->u[c], u[c]);
-    const __m512 s = _mm512_mul_ps(_mm512_set1_ps(Half(b.d)), _mm512_cvtepi32_ps(IntScales(b)));
-#pragma GCC unroll 8
-    for (int c = 0; c < 4; ++c)
-      _mm512_store_ps(out->ws[c], _mm512_permutexvar_ps(LaneScales(c), s));
-    _mm512_store_ps(out->wm, _mm512_mul_ps(s, _mm512_set1_ps(-32.0f)));
-  }
   static void UnpackRegs(const Block& b, SuperRegs* out) noexcept {
     Chunks(b, out->u);
     const __m512i is = IntScales(b);
