@@ -48,7 +48,7 @@ cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$jobs"
 ctest --preset asan -j "$jobs"
 
-echo "== ThreadSanitizer (server, realtime and loadgen tests; the preset builds only those)"
+echo "== ThreadSanitizer (thread pool, server, realtime and loadgen tests; the preset builds only those)"
 cmake --preset tsan >/dev/null
 cmake --build --preset tsan -j "$jobs"
 ctest --preset tsan -j "$jobs"
