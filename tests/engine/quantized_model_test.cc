@@ -13,6 +13,7 @@
 
 #include "metronome/engine/engine.h"
 #include "metronome/engine/feed.h"
+#include "metronome/kernels/quant_matmul.h"
 #include "metronome/kernels/vector_ops.h"
 #include "metronome/model/model.h"
 #include "support/shared_data.h"
@@ -131,6 +132,18 @@ void CheckQuantized(const model::Model& f32, const std::string& label, bool chec
       if (b.same_greedy) {
         EXPECT_EQ(greedy, seq) << label << " " << b.type;
       }
+    }
+    // The same file with its matrices in the layout this CPU's kernels prefer (what every command
+    // runs): the same integer products, so the logits agree to fp32 summation order.
+    model::Model qx = model::LoadGgufModel(path);
+    const int relaid = qx.weights->ApplyRowLayouts(kernels::PreferredRowLayout);
+    const Errors ex = Compare(AllLogits(q, seq), AllLogits(qx, seq));
+    std::printf(
+        "[quantized] %-12s %-7s %d matrices relaid: max_rel %.2e against the file's layout\n",
+        label.c_str(), b.type, relaid, ex.max_rel);
+    EXPECT_LE(ex.max_rel, 1e-4) << label << " " << b.type << " relaid";
+    if (check_top1) {  // decode (one row a step: the m = 1 kernels) picks the same tokens
+      EXPECT_EQ(GreedySequence(qx, {1}, 24), greedy) << label << " " << b.type << " relaid";
     }
     std::filesystem::remove(path);
   }

@@ -21,6 +21,7 @@
 #include "metronome/model/internal/gguf_loader.h"
 #include "metronome/model/model.h"
 #include "metronome/quant/codec.h"
+#include "metronome/quant/row_layout.h"
 
 namespace metronome::model {
 namespace {
@@ -831,6 +832,63 @@ TEST(GgufLoaderTest, MisalignedBackingIsCopiedNotViewed) {
   EXPECT_FALSE(vb.data >= slo && vb.data < slo + shifted->size()) << "misaligned: a copy";
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(vb.data) % 2, 0u);
   EXPECT_EQ(DequantizeRows(va, 0, va.rows), DequantizeRows(vb, 0, vb.rows));
+}
+
+// ApplyRowLayouts: the matrices a choice names are reordered (views into the file copied out, the
+// file's pages handed to the release hook; arena copies in place), tied matrices stay one, every
+// weight reads back the same, and the bytes are the same.
+TEST(GgufLoaderTest, RowLayoutsKeepEveryWeight) {
+  TinySpec spec;
+  spec.dim = 64;
+  spec.heads = 4;
+  spec.kv_heads = 2;
+  spec.ffn = 128;
+  spec.vocab = 48;
+  spec.tied = true;
+  spec.matrix_type = GgmlType::kQ8_0;
+  const auto bytes = BuildTiny(spec).writer.Serialize();
+  auto aligned = std::make_shared<std::vector<std::uint8_t>>(bytes);
+  auto shifted = std::make_shared<std::vector<std::uint8_t>>(bytes.size() + 1);
+  std::memcpy(shifted->data() + 1, bytes.data(), bytes.size());
+  const std::span<const std::uint8_t> odd(shifted->data() + 1, bytes.size());
+  const auto interleave = [](const quant::WeightMatrix& w) {
+    return quant::CanInterleave(w.type, w.rows, w.cols) ? quant::RowLayout::kInterleaved16
+                                                        : quant::RowLayout::kRowMajor;
+  };
+  const Model ref = internal::LoadGgufModelFromBytes(*aligned, "ref.gguf", aligned);
+  for (const bool view : {true, false}) {
+    Model m = view ? internal::LoadGgufModelFromBytes(*aligned, "a.gguf", aligned)
+                   : internal::LoadGgufModelFromBytes(odd, "b.gguf", shifted);
+    std::size_t released = 0;
+    m.weights->SetPageRelease([&](const std::byte*, std::size_t n) { released += n; });
+    const std::byte* down_before = m.weights->layers[0].w_down.data;
+    // token_embedding (= output), q, k, v, o, gate, up, down.
+    EXPECT_EQ(m.weights->ApplyRowLayouts(interleave), 8) << "view " << view;
+    EXPECT_EQ(m.weights->ApplyRowLayouts(interleave), 0) << "already in that layout";
+    const quant::WeightMatrix& down = m.weights->layers[0].w_down;
+    EXPECT_EQ(down.layout, quant::RowLayout::kInterleaved16);
+    EXPECT_EQ(down.data == down_before, !view) << "arena copies are reordered in place";
+    EXPECT_EQ(m.weights->output.data, m.weights->token_embedding.data);
+    EXPECT_EQ(m.weights->output.layout, quant::RowLayout::kInterleaved16);
+    std::size_t matrix_bytes = m.weights->token_embedding.Bytes() + down.Bytes();
+    for (const auto& part : m.weights->layers[0].wqkv) matrix_bytes += part.Bytes();
+    for (const auto& part : m.weights->layers[0].w_gate_up) matrix_bytes += part.Bytes();
+    matrix_bytes += m.weights->layers[0].wo.Bytes();
+    EXPECT_EQ(released, view ? matrix_bytes : 0u);
+    EXPECT_EQ(m.weights->WeightBytes(), ref.weights->WeightBytes());
+    EXPECT_NE(m.weights->Summary().find("8 in 16-row interleaved layout"), std::string::npos)
+        << m.weights->Summary();
+    const LayerWeights& a = m.weights->layers[0];
+    const LayerWeights& r = ref.weights->layers[0];
+    EXPECT_EQ(DequantizeRows(a.w_down, 0, a.w_down.rows),
+              DequantizeRows(r.w_down, 0, r.w_down.rows));
+    EXPECT_EQ(DequantizeRows(a.wqkv, 0, GroupRows(a.wqkv)),
+              DequantizeRows(r.wqkv, 0, GroupRows(r.wqkv)));
+    EXPECT_EQ(DequantizeRows(a.w_gate_up, 0, GroupRows(a.w_gate_up)),
+              DequantizeRows(r.w_gate_up, 0, GroupRows(r.w_gate_up)));
+    EXPECT_EQ(DequantizeRows(m.weights->output, 0, spec.vocab),
+              DequantizeRows(ref.weights->output, 0, spec.vocab));
+  }
 }
 
 TEST(GgufLoaderTest, DequantisesQ8AndF16Tensors) {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "metronome/base/errors.h"
@@ -64,6 +65,17 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     data_ = static_cast<const std::uint8_t*>(mapped);
   }
   ::close(fd);
+}
+
+void MappedFile::ReleasePages(const void* begin, std::size_t bytes) const noexcept {
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto first = reinterpret_cast<std::uintptr_t>(begin);
+  const auto lo = reinterpret_cast<std::uintptr_t>(data_);
+  if (data_ == nullptr || first < lo || first + bytes > lo + size_) return;
+  const std::uintptr_t from = (first + page - 1) / page * page;
+  const std::uintptr_t to = (first + bytes) / page * page;
+  // Advice only: on failure the pages stay resident, which costs memory, not correctness.
+  if (from < to) (void)::madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
 }
 
 MappedFile::~MappedFile() {

@@ -20,6 +20,10 @@ class MappedFile {
 
   [[nodiscard]] std::span<const std::uint8_t> bytes() const { return {data_, size_}; }
   [[nodiscard]] const std::string& path() const { return path_; }
+  // Drops the whole pages inside [begin, begin + bytes) (a range of bytes()) from this process's
+  // resident memory, for data that has been copied out and will not be read here again; a later
+  // read maps them in again from the file. Pages the range covers only in part stay.
+  void ReleasePages(const void* begin, std::size_t bytes) const noexcept;
 
  private:
   std::string path_;

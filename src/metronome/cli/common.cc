@@ -12,6 +12,7 @@
 #include "metronome/base/number_list.h"
 #include "metronome/base/process_memory.h"
 #include "metronome/base/thread_pool.h"
+#include "metronome/kernels/quant_matmul.h"
 #include "metronome/kv/block_pool.h"
 
 namespace metronome::cli {
@@ -26,6 +27,8 @@ void ModelFlags::Register(CLI::App* app, bool required) {
 
 model::Model ModelFlags::Load() const {
   model::Model m = model::LoadModel(model, tokenizer);
+  // Every command computes with the weights in the layout this CPU's kernels read fastest.
+  (void)m.weights->ApplyRowLayouts(kernels::PreferredRowLayout);
   // On stderr, so that a command's stdout (generated text, JSON) stays what it was.
   std::fprintf(stderr, "weights: %s\n", m.weights->Summary().c_str());
   return m;

@@ -14,6 +14,7 @@
 #include "metronome/kernels/quant_matmul.h"
 #include "metronome/kernels/vector_ops.h"
 #include "metronome/quant/codec.h"
+#include "metronome/quant/row_layout.h"
 
 namespace metronome::engine {
 
@@ -335,9 +336,8 @@ void Engine::Forward(Batch& b) {
   // The embedding row (dequantised from its stored type) plus ~pairs (twice that with rolling
   // positions) sin/cos evaluations in double per row.
   for_rows(T, dim + 32 * pairs, [&](int t) {
-    quant::DequantizeRow(w.token_embedding.type,
-                         w.token_embedding.Row(b.tokens[static_cast<std::size_t>(t)]), dim,
-                         &b.x[sz(t, dim)]);
+    quant::DequantizeMatrixRow(w.token_embedding, b.tokens[static_cast<std::size_t>(t)],
+                               &b.x[sz(t, dim)]);
     const TokenPos pos = b.positions[static_cast<std::size_t>(t)];
     rope_.Angles(pos, &b.rope_cos[sz(t, pairs)], &b.rope_sin[sz(t, pairs)]);
     const kv::KvPolicy& policy =

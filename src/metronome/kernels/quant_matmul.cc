@@ -13,9 +13,11 @@
 #include "metronome/kernels/cpu_features.h"
 #include "metronome/kernels/gemm.h"
 #include "metronome/kernels/quant_gemv_avx512.h"
+#include "metronome/kernels/quant_interleaved_avx512.h"
 #include "metronome/kernels/quant_matmul_avx512.h"
 #include "metronome/quant/blocks.h"
 #include "metronome/quant/codec.h"
+#include "metronome/quant/row_layout.h"
 #include "metronome/quant/unpack.h"
 
 namespace metronome::kernels {
@@ -88,8 +90,10 @@ void RowsUnpacked(const RowsKernelArgs& a, int row_begin, int row_end) {
   u.sc.resize(static_cast<std::size_t>(nb) * 8);
   u.mn.resize(static_cast<std::size_t>(nb) * 8);
   u.sc6.resize(static_cast<std::size_t>(nb) * 16);
+  thread_local std::vector<std::byte> canonical;  // row r of an interleaved matrix
   for (int r = row_begin; r < row_end; ++r) {
-    const auto* blocks = reinterpret_cast<const typename T::Block*>(w.Row(r));
+    const auto* blocks =
+        reinterpret_cast<const typename T::Block*>(quant::CanonicalRow(w, r, canonical));
     for (int b = 0; b < nb; ++b) T::Unpack(blocks[b], b, u);
     for (int i = 0; i < a.m; ++i) {
       const auto* act = reinterpret_cast<const typename T::Act*>(
@@ -241,6 +245,27 @@ const KernelTable& ActiveTable() {
   return table;
 }
 
+// The kernel MatMul runs for `w`: its type's active kernel, or for an interleaved matrix the
+// interleaved kernel (the scalar one, which reads rows through quant::CanonicalRow, on a CPU
+// without it).
+const QuantKernel& KernelFor(const quant::WeightMatrix& w) noexcept {
+  if (w.layout == quant::RowLayout::kRowMajor) return ActiveKernel(w.type);
+  static const auto table = [] {
+    KernelTable t = ScalarTable();
+    if (CpuHasAvx512Vnni()) {
+      for (std::size_t i = 0; i < t.size(); ++i) {
+        if (const RowsKernel k = avx512::InterleavedKernel(static_cast<GgmlType>(i))) {
+          t[i] = {k, "avx512-vnni-x16", k};
+        }
+      }
+    }
+    return t;
+  }();
+  const QuantKernel& k = table[Index(w.type) < kTableSize ? Index(w.type) : 0];
+  MTR_CHECK(k.rows != nullptr, "no kernel for this weight type");
+  return k;
+}
+
 // ---- the one parallel split over output rows ----
 
 constexpr int kRowTile = 32;  // output rows per work item (one 32-row panel of the batched kernels)
@@ -284,12 +309,14 @@ void ParallelOverRowTiles(std::span<const PartWork> parts, int tiles, double mac
 
 void DequantizeTile(const quant::WeightMatrix& w, int begin, int count, float* out) noexcept {
   static const bool avx512 = CpuHasAvx512Vnni();
+  thread_local std::vector<std::byte> canonical;  // a row of an interleaved matrix
   for (int i = 0; i < count; ++i) {
     float* o = out + static_cast<std::size_t>(i) * static_cast<std::size_t>(w.cols);
+    const std::byte* row = quant::CanonicalRow(w, begin + i, canonical);
     if (avx512) {
-      avx512::DequantizeRows(w.type, w.Row(begin + i), 1, w.cols, o);
+      avx512::DequantizeRows(w.type, row, 1, w.cols, o);
     } else {
-      quant::DequantizeRow(w.type, w.Row(begin + i), w.cols, o);
+      quant::DequantizeRow(w.type, row, w.cols, o);
     }
   }
 }
@@ -429,6 +456,13 @@ const QuantKernel& ActiveKernel(GgmlType type) noexcept {
   return k;
 }
 
+quant::RowLayout PreferredRowLayout(const quant::WeightMatrix& w) noexcept {
+  const bool packed = w.row_bytes == quant::RowBytes(w.type, w.cols);
+  return packed && CpuHasAvx512Vnni() && quant::CanInterleave(w.type, w.rows, w.cols)
+             ? quant::RowLayout::kInterleaved16
+             : quant::RowLayout::kRowMajor;
+}
+
 void MatMul(const float* x, int m, std::span<const quant::WeightMatrix> parts, float* y,
             bool accumulate) noexcept {
   int ldy = 0;
@@ -465,8 +499,8 @@ void MatMul(const float* x, int m, std::span<const quant::WeightMatrix> parts, f
       args.accumulate = accumulate;
       work[num_work++] = {&kDequantGemm, args, w.rows, tiles};
     } else {
-      work[num_work++] = {&ActiveKernel(w.type),
-                          MakeArgs(x, m, w, y_part, ldy, accumulate, prepared), w.rows, tiles};
+      work[num_work++] = {&KernelFor(w), MakeArgs(x, m, w, y_part, ldy, accumulate, prepared),
+                          w.rows, tiles};
     }
     tiles += (w.rows + kRowTile - 1) / kRowTile;
     macs += static_cast<double>(m) * w.rows * w.cols;

@@ -345,7 +345,10 @@ std::unique_ptr<Tokenizer> ReadGgufTokenizer(const GgufFile& g, const ModelConfi
 Model LoadGgufModel(const std::string& path) {
   auto file = std::make_shared<const MappedFile>(path);
   const std::span<const std::uint8_t> bytes = file->bytes();
-  return internal::LoadGgufModelFromBytes(bytes, path, std::move(file));
+  Model m = internal::LoadGgufModelFromBytes(bytes, path, file);
+  m.weights->SetPageRelease(
+      [file](const std::byte* begin, std::size_t n) { file->ReleasePages(begin, n); });
+  return m;
 }
 
 }  // namespace metronome::model

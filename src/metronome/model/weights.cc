@@ -11,6 +11,7 @@
 
 #include "metronome/base/check.h"
 #include "metronome/quant/codec.h"
+#include "metronome/quant/row_layout.h"
 
 namespace metronome::model {
 namespace {
@@ -19,13 +20,13 @@ constexpr std::size_t kAlignBytes = 64;  // one cache line, one AVX-512 vector
 
 std::size_t RoundUp(std::size_t n) { return (n + kAlignBytes - 1) / kAlignBytes * kAlignBytes; }
 
-template <typename Fn>
-void ForEachMatrix(const ModelWeights& w, Fn fn) {
+template <typename Weights, typename Fn>
+void ForEachMatrix(Weights& w, Fn fn) {
   fn(w.token_embedding);
-  for (const LayerWeights& l : w.layers) {
-    for (const auto& part : l.wqkv) fn(part);
+  for (auto& l : w.layers) {
+    for (auto& part : l.wqkv) fn(part);
     fn(l.wo);
-    for (const auto& part : l.w_gate_up) fn(part);
+    for (auto& part : l.w_gate_up) fn(part);
     fn(l.w_down);
   }
   fn(w.output);
@@ -38,7 +39,7 @@ std::vector<float> DequantizeRows(const quant::WeightMatrix& w, int row_begin, i
   const auto cols = static_cast<std::size_t>(w.cols);
   std::vector<float> out(static_cast<std::size_t>(count) * cols);
   for (int r = 0; r < count; ++r) {
-    quant::DequantizeRow(w.type, w.Row(row_begin + r), w.cols, out.data() + r * cols);
+    quant::DequantizeMatrixRow(w, row_begin + r, out.data() + r * cols);
   }
   return out;
 }
@@ -129,6 +130,41 @@ ModelWeights::ModelWeights(const ModelConfig& c) {
   }
 }
 
+int ModelWeights::ApplyRowLayouts(const RowLayoutChoice& preferred) {
+  std::map<const std::byte*, quant::WeightMatrix> done;  // old data -> relaid (tied matrices)
+  int relaid = 0;
+  const std::byte* arena = arena_.get();
+  ForEachMatrix(*this, [&](quant::WeightMatrix& m) {
+    if (m.data == nullptr) return;
+    if (const auto it = done.find(m.data); it != done.end()) {
+      m = it->second;
+      return;
+    }
+    const std::byte* old = m.data;
+    if (preferred(m) != quant::RowLayout::kInterleaved16 ||
+        m.layout == quant::RowLayout::kInterleaved16) {
+      return;
+    }
+    const bool in_arena =
+        arena != nullptr && old >= arena && old + m.Bytes() <= arena + arena_bytes_;
+    std::byte* dst = nullptr;
+    if (in_arena) {
+      // The arena is this object's own writable allocation; the view only holds it as const.
+      dst = arena_.get() + (old - arena);
+    } else {
+      void* mem = std::aligned_alloc(kAlignBytes, RoundUp(m.Bytes()));
+      if (mem == nullptr) throw std::bad_alloc();
+      relaid_.emplace_back(static_cast<std::byte*>(mem));
+      dst = relaid_.back().get();
+    }
+    m = quant::InterleaveRows(m, dst);
+    if (!in_arena && release_pages_) release_pages_(old, m.Bytes());
+    done.emplace(old, m);
+    ++relaid;
+  });
+  return relaid;
+}
+
 std::size_t ModelWeights::WeightBytes() const {
   std::set<const std::byte*> seen;
   std::size_t bytes = vector_floats_ * sizeof(float);
@@ -141,8 +177,11 @@ std::size_t ModelWeights::WeightBytes() const {
 std::string ModelWeights::Summary() const {
   std::set<const std::byte*> seen;
   std::map<std::string, int> per_type;
+  int interleaved = 0;
   ForEachMatrix(*this, [&](const quant::WeightMatrix& m) {
-    if (m.data != nullptr && seen.insert(m.data).second) ++per_type[std::string(Name(m.type))];
+    if (m.data == nullptr || !seen.insert(m.data).second) return;
+    ++per_type[std::string(Name(m.type))];
+    interleaved += m.layout == quant::RowLayout::kInterleaved16 ? 1 : 0;
   });
   char mib[32];
   std::snprintf(mib, sizeof(mib), "%.1f MiB", static_cast<double>(WeightBytes()) / (1 << 20));
@@ -152,6 +191,7 @@ std::string ModelWeights::Summary() const {
     s += (first ? " " : ", ") + name + " x " + std::to_string(count);
     first = false;
   }
+  if (interleaved > 0) s += "; " + std::to_string(interleaved) + " in 16-row interleaved layout";
   return s + ")";
 }
 

@@ -1,6 +1,8 @@
 // The model's parameters in the runtime's layout. Every weight matrix is a quant::WeightMatrix in
 // the type it is stored in (row-major [out, in]): for GGUF files a view into the memory-mapped
 // file wherever the tensor's bytes are aligned for its type, otherwise a copy in the one arena.
+// ApplyRowLayouts may then reorder a matrix's bytes into the layout the CPU's kernels read
+// fastest (quant/row_layout.h); its type and size stay.
 // Norms and biases are fp32 in the arena (converted at load). llama2.c checkpoints and synthetic
 // models are fp32 in the arena.
 //
@@ -14,6 +16,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -69,6 +72,17 @@ class ModelWeights {
   void KeepAlive(std::shared_ptr<const void> backing) { backing_ = std::move(backing); }
   // Loaders report the fp32 floats of the norms and biases they placed (for WeightBytes).
   void AddVectorFloats(std::size_t n) { vector_floats_ += n; }
+  // How to drop from resident memory the backing's pages of a matrix that has been copied out of
+  // it (MappedFile::ReleasePages); unset, they stay.
+  using PageRelease = std::function<void(const std::byte* begin, std::size_t bytes)>;
+  void SetPageRelease(PageRelease release) { release_pages_ = std::move(release); }
+
+  // Gives every matrix the row layout `preferred` names for it (kernels::PreferredRowLayout: the
+  // one the kernels of this CPU read fastest): in place when the matrix is in the arena, otherwise
+  // into storage of its own, the file pages it came from released. Same bytes, so WeightBytes is
+  // unchanged. Returns the number of matrices relaid out. Call before the weights are shared.
+  using RowLayoutChoice = std::function<quant::RowLayout(const quant::WeightMatrix&)>;
+  int ApplyRowLayouts(const RowLayoutChoice& preferred);
 
   // Bytes of every weight the model computes with (matrices in their stored type, counted once
   // when aliased, plus the fp32 norms and biases): what a forward pass reads.
@@ -84,6 +98,8 @@ class ModelWeights {
   std::size_t arena_bytes_ = 0;
   std::size_t vector_floats_ = 0;  // norms and biases
   std::shared_ptr<const void> backing_;
+  PageRelease release_pages_;
+  std::vector<std::unique_ptr<std::byte, FreeDeleter>> relaid_;  // matrices relaid out of backing_
 };
 
 }  // namespace metronome::model

@@ -1,0 +1,154 @@
+// The interleaved-layout kernels of quant_interleaved_avx512.h. Compiled with the AVX-512 flags of
+// kernels/CMakeLists.txt.
+//
+// One 16-row group at a time, the activation rows in register tiles of up to kTileRows. Per block
+// and activation row: the block's 8 weight vectors (each 4 quants of the 16 rows) against the
+// activation's 8 four-byte words broadcast, 8 vpdpbusd into an int32 vector that starts at
+// -offset * (the activation block's sum), in two chains of 4 (the vpdpbusd latency); then one
+// conversion and one FMA by d_w (the group's 16 scales of the block, one 32-byte load) times d_a.
+// The 16 lanes are the group's 16 output rows: no reduction, one store per activation row.
+// Weight bytes are read once per tile; at m <= kTileRows (decode) that is once, as a stream with a
+// software prefetch kPrefetchAheadBytes ahead; larger m re-read the group (at most 16 rows of
+// bytes: L1/L2) once per tile.
+#include "metronome/kernels/quant_interleaved_avx512.h"
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "metronome/kernels/internal/for_count.h"
+#include "metronome/quant/blocks.h"
+#include "metronome/quant/row_layout.h"
+#include "metronome/quant/weight_matrix.h"
+
+namespace metronome::kernels::avx512 {
+namespace {
+
+using quant::ActQ8Block32;
+using quant::GgmlType;
+using quant::kInterleaveRows;
+using quant::kQk32;
+
+constexpr int kTileRows = 4;    // activation rows per register tile
+constexpr int kWords = 8;       // four-byte activation words of a 32-element block
+constexpr int kLineBytes = 64;  // one vector, one cache line
+constexpr int kPairScaleBytes = 64;
+// Software prefetch distance in the group stream (one thread's own contiguous rows). 4 KB: the
+// distance at which a one-core stream of this layout ran fastest in the prototype (2-8 KB level
+// within noise; docs/performance.md).
+constexpr std::size_t kPrefetchAheadBytes = 4096;
+
+// Q8_0: 8 vectors of unsigned q + 128 per block.
+struct Q8_0I {
+  static constexpr int kVectorLoads = 8;
+  static constexpr std::int32_t kOffset = 128;
+  static void Load(const std::byte* q, __m512i (&v)[kWords]) noexcept {
+#pragma GCC unroll 8
+    for (int k = 0; k < kWords; ++k) v[k] = _mm512_loadu_si512(q + kLineBytes * k);
+  }
+};
+// Q4_0: 4 vectors of nibbles per block; vector j's low nibbles are word j, its high nibbles word
+// 4 + j.
+struct Q4_0I {
+  static constexpr int kVectorLoads = 4;
+  static constexpr std::int32_t kOffset = 8;
+  static void Load(const std::byte* q, __m512i (&v)[kWords]) noexcept {
+    const __m512i low = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 4
+    for (int j = 0; j < kWords / 2; ++j) {
+      const __m512i x = _mm512_loadu_si512(q + kLineBytes * j);
+      v[j] = _mm512_and_si512(x, low);
+      v[j + kWords / 2] = _mm512_and_si512(_mm512_srli_epi16(x, 4), low);
+    }
+  }
+};
+
+template <class T>
+constexpr std::size_t kBlockQuantBytes =
+    static_cast<std::size_t>(T::kVectorLoads) * kLineBytes;  // 16 rows' quants of one block
+
+inline __m512i Broadcast(const std::int8_t* word) noexcept {
+  std::int32_t v = 0;
+  std::memcpy(&v, word, sizeof v);
+  return _mm512_set1_epi32(v);
+}
+
+// acc[i] += d_w d_a[i] (dot of block `b` for the 16 rows), for the tile's activation rows.
+template <class T, int MT>
+inline void Block(const __m512i (&w)[kWords], __m512 dw, const ActQ8Block32* const (&act)[MT],
+                  int b, __m512 (&acc)[MT]) noexcept {
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) {
+    const ActQ8Block32& a = act[i][b];
+    __m512i even = _mm512_set1_epi32(-T::kOffset * a.sum);
+    __m512i odd = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int k = 0; k < kWords; k += 2) {
+      even = _mm512_dpbusd_epi32(even, w[k], Broadcast(a.qs + 4 * k));
+      odd = _mm512_dpbusd_epi32(odd, w[k + 1], Broadcast(a.qs + 4 * k + 4));
+    }
+    const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(a.d));
+    acc[i] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(_mm512_add_epi32(even, odd)), acc[i]);
+  }
+}
+
+// Activation rows [r, r + MT) against one group (its first output row `row`).
+template <class T, int MT>
+void GroupTile(const RowsKernelArgs& a, int r, const std::byte* group, int blocks, int row) {
+  const ActQ8Block32* act[MT];
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) {
+    act[i] = reinterpret_cast<const ActQ8Block32*>(a.act + static_cast<std::size_t>(r + i) *
+                                                               a.act_row_bytes);
+  }
+  __m512 acc[MT];
+#pragma GCC unroll 8
+  for (auto& v : acc) v = _mm512_setzero_ps();
+  constexpr std::size_t kPairBytes = kPairScaleBytes + 2 * kBlockQuantBytes<T>;
+  const std::byte* p = group;
+  for (int b = 0; b < blocks; b += 2, p += kPairBytes) {
+#pragma GCC unroll 32
+    for (std::size_t line = 0; line < kPairBytes; line += kLineBytes) {
+      _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchAheadBytes + line, _MM_HINT_T0);
+    }
+    __m512i w[kWords];
+    T::Load(p + kPairScaleBytes, w);
+    Block<T, MT>(w, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), act,
+                 b, acc);
+    T::Load(p + kPairScaleBytes + kBlockQuantBytes<T>, w);
+    Block<T, MT>(w, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32))),
+                 act, b + 1, acc);
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) {
+    float* y = a.y + static_cast<std::ptrdiff_t>(r + i) * a.ldy + row;
+    _mm512_storeu_ps(y, a.accumulate ? _mm512_add_ps(_mm512_loadu_ps(y), acc[i]) : acc[i]);
+  }
+}
+
+template <class T>
+void Rows(const RowsKernelArgs& a, int row_begin, int row_end) {
+  const quant::WeightMatrix& w = *a.w;
+  const int blocks = w.cols / kQk32;
+  for (int row = row_begin; row < row_end; row += kInterleaveRows) {
+    const std::byte* group = w.Row(row);
+    ForRowTiles<kTileRows>(a.m, [&]<int MT>(int r) { GroupTile<T, MT>(a, r, group, blocks, row); });
+  }
+}
+
+}  // namespace
+
+RowsKernel InterleavedKernel(GgmlType type) noexcept {
+  switch (type) {
+    case GgmlType::kQ8_0:
+      return Rows<Q8_0I>;
+    case GgmlType::kQ4_0:
+      return Rows<Q4_0I>;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace metronome::kernels::avx512

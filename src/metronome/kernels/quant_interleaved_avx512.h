@@ -1,0 +1,17 @@
+// AVX-512 VNNI kernels for weights in the 16-row interleaved layout (quant/row_layout.h): Q8_0 and
+// Q4_0, every activation row count below the prefill path's (kDequantGemmMinRows). Callable only
+// after CpuHasAvx512Vnni() (cpu_features.h). They compute the same integer block dots and the same
+// scale algebra as the row-major kernels (d_w d_a per block, offsets folded in as -offset * sum of
+// the activation block), so they agree with the scalar kernel within fp32 rounding.
+#pragma once
+
+#include "metronome/kernels/quant_matmul.h"
+#include "metronome/quant/ggml_type.h"
+
+namespace metronome::kernels::avx512 {
+
+// The kernel for an interleaved matrix of `type`, or nullptr for a type with no interleaved form.
+// Rows kernels: [row_begin, row_end) must be whole 16-row groups (MatMul's row tiles are).
+[[nodiscard]] RowsKernel InterleavedKernel(quant::GgmlType type) noexcept;
+
+}  // namespace metronome::kernels::avx512

@@ -1,0 +1,187 @@
+// Weights in the 16-row interleaved layout (quant/row_layout.h) against the scalar reference on the
+// same weights row-major: the interleaved kernels at every activation row count below the prefill
+// path (register tiles of 4 and their remainders), MatMul over interleaved and row-major parts,
+// the prefill path, and the scalar kernel reading interleaved rows. The integer block dots are
+// exact; only fp32 rounding of scale products and sums may differ (the bound of
+// quant_gemv_avx512_test.cc). A wrong lane, scale, offset or tile index is off by O(result).
+#include "metronome/kernels/quant_interleaved_avx512.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "metronome/kernels/cpu_features.h"
+#include "metronome/kernels/quant_matmul.h"
+#include "metronome/quant/codec.h"
+#include "metronome/quant/row_layout.h"
+
+namespace metronome::kernels::avx512 {
+namespace {
+
+using quant::GgmlType;
+
+struct Product {
+  std::vector<float> wf;  // [n, k] before quantisation
+  std::vector<float> x;   // [m, k]
+  std::vector<std::byte> w;
+  std::vector<std::byte> wx;  // the interleaved copy
+  quant::WeightMatrix row_major;
+  quant::WeightMatrix interleaved;  // where the type and shape have the layout
+  std::vector<std::byte> act;
+};
+
+Product MakeProduct(GgmlType t, int m, int n, int k, std::mt19937& rng) {
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  Product p;
+  p.wf.resize(static_cast<std::size_t>(n) * k);
+  p.x.resize(static_cast<std::size_t>(m) * k);
+  for (float& v : p.wf) v = g(rng);
+  for (float& v : p.x) v = g(rng);
+  const std::size_t row_bytes = quant::RowBytes(t, k);
+  p.w.resize(row_bytes * static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    quant::QuantizeRow(t, p.wf.data() + static_cast<std::size_t>(r) * k, k,
+                       p.w.data() + static_cast<std::size_t>(r) * row_bytes);
+  }
+  p.row_major = quant::MakeWeightMatrix(t, n, k, p.w.data());
+  if (quant::CanInterleave(t, n, k)) {
+    p.wx.resize(p.w.size());
+    p.interleaved = quant::InterleaveRows(p.row_major, p.wx.data());
+  }
+  p.act.resize(ActivationRowBytes(t, k) * static_cast<std::size_t>(m));
+  PrepareActivations(t, p.x.data(), m, k, p.act.data());
+  return p;
+}
+
+double Tolerance(const Product& p, int row, int k) {
+  double xabs = 0.0;
+  for (int i = 0; i < k; ++i) xabs += std::fabs(p.x[static_cast<std::size_t>(row) * k + i]);
+  double wmax = 0.0;
+  for (const float v : p.wf) wmax = std::max(wmax, static_cast<double>(std::fabs(v)));
+  return 1e-5 * xabs * wmax;
+}
+
+void RunKernel(RowsKernel kernel, const Product& p, const quant::WeightMatrix& w, int m, float* y,
+               int ldy, bool accumulate, int row_begin, int row_end) {
+  RowsKernelArgs args;
+  args.act = p.act.data();
+  args.act_row_bytes = ActivationRowBytes(w.type, w.cols);
+  args.m = m;
+  args.w = &w;
+  args.y = y;
+  args.ldy = ldy;
+  args.accumulate = accumulate;
+  kernel(args, row_begin, row_end);
+}
+
+class InterleavedKernelTest : public ::testing::TestWithParam<GgmlType> {
+ protected:
+  void SetUp() override {
+    if (!CpuHasAvx512Vnni()) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/VNNI";
+  }
+};
+
+struct Case {
+  int n;
+  int k;
+  int row_begin;
+  int row_end;
+};
+
+TEST_P(InterleavedKernelTest, EqualsScalarKernelForEveryRowCount) {
+  const GgmlType t = GetParam();
+  const RowsKernel kernel = InterleavedKernel(t);
+  ASSERT_NE(kernel, nullptr);
+  std::mt19937 rng(17);
+  // One pair of blocks, pairs that fill and straddle the prefetch distance, ranges of groups that
+  // do not start at 0.
+  for (const Case c :
+       {Case{16, 64, 0, 16}, Case{48, 576, 16, 48}, Case{64, 1536, 0, 64}, Case{32, 128, 16, 32}}) {
+    for (const int m : {1, 2, 3, 4, 5, 7, 9, 32, 127}) {
+      const Product p = MakeProduct(t, m, c.n, c.k, rng);
+      const int ldy = c.n + 3;  // columns past n must stay untouched
+      std::vector<float> want(static_cast<std::size_t>(m) * ldy, -7.0f);
+      std::vector<float> got(want.size(), -7.0f);
+      for (int accumulate = 0; accumulate < 2; ++accumulate) {  // y += again: both sides double
+        RunKernel(ScalarKernel(t).rows, p, p.row_major, m, want.data(), ldy, accumulate == 1,
+                  c.row_begin, c.row_end);
+        RunKernel(kernel, p, p.interleaved, m, got.data(), ldy, accumulate == 1, c.row_begin,
+                  c.row_end);
+        for (int i = 0; i < m; ++i) {
+          const double tol = (accumulate + 1) * Tolerance(p, i, c.k);
+          for (int j = 0; j < ldy; ++j) {
+            const std::size_t at = static_cast<std::size_t>(i) * ldy + j;
+            if (j < c.row_begin || j >= c.row_end) {
+              ASSERT_EQ(got[at], -7.0f) << "column " << j << " outside the range was written";
+              continue;
+            }
+            ASSERT_NEAR(got[at], want[at], tol)
+                << quant::Name(t) << " m=" << m << " n=" << c.n << " k=" << c.k << " row " << j
+                << " accumulate=" << accumulate;
+          }
+        }
+      }
+    }
+  }
+}
+
+// MatMul of a group with an interleaved part and a row-major part (m at decode, batched and
+// prefill counts) equals the same product with both parts row-major; the scalar kernel reads the
+// interleaved matrix's rows exactly.
+TEST_P(InterleavedKernelTest, MatMulReadsEitherLayoutAlike) {
+  const GgmlType t = GetParam();
+  std::mt19937 rng(29);
+  constexpr int kCols = 576;
+  for (const int m : {1, 4, 6, 32, kDequantGemmMinRows + 2}) {
+    const Product a = MakeProduct(t, m, 1008, kCols, rng);  // the pool splits it
+    const Product b = MakeProduct(GgmlType::kQ4_1, m, 77, kCols, rng);
+    const quant::WeightMatrix mixed[] = {a.interleaved, b.row_major};
+    const quant::WeightMatrix plain[] = {a.row_major, b.row_major};
+    const int ldy = a.row_major.rows + b.row_major.rows;
+    std::vector<float> got(static_cast<std::size_t>(m) * ldy);
+    std::vector<float> want(got.size());
+    MatMul(a.x.data(), m, mixed, got.data(), false);
+    MatMul(a.x.data(), m, plain, want.data(), false);
+    for (int i = 0; i < m; ++i) {
+      const double tol = Tolerance(a, i, kCols) + Tolerance(b, i, kCols);
+      for (int j = 0; j < ldy; ++j) {
+        const std::size_t at = static_cast<std::size_t>(i) * ldy + j;
+        ASSERT_NEAR(got[at], want[at], tol) << quant::Name(t) << " m=" << m << " column " << j;
+      }
+    }
+    if (m > 4) continue;
+    std::vector<float> scalar_x(static_cast<std::size_t>(m) * a.row_major.rows);
+    std::vector<float> scalar_r(scalar_x.size());
+    MatMulRowsScalar(a.x.data(), m, a.interleaved, scalar_x.data(), false, 0, a.row_major.rows);
+    MatMulRowsScalar(a.x.data(), m, a.row_major, scalar_r.data(), false, 0, a.row_major.rows);
+    EXPECT_EQ(scalar_x, scalar_r) << quant::Name(t) << " m=" << m;
+  }
+}
+
+TEST_P(InterleavedKernelTest, PreferredOnlyWhereTheKernelsReadIt) {
+  const GgmlType t = GetParam();
+  std::vector<std::byte> bytes(quant::RowBytes(t, 128) * 48);
+  EXPECT_EQ(PreferredRowLayout(quant::MakeWeightMatrix(t, 48, 128, bytes.data())),
+            quant::RowLayout::kInterleaved16);
+  EXPECT_EQ(PreferredRowLayout(quant::MakeWeightMatrix(t, 40, 128, bytes.data())),
+            quant::RowLayout::kRowMajor);  // not whole 16-row groups
+  quant::WeightMatrix strided = quant::MakeWeightMatrix(t, 16, 64, bytes.data());
+  strided.row_bytes *= 2;  // rows of a wider matrix
+  EXPECT_EQ(PreferredRowLayout(strided), quant::RowLayout::kRowMajor);
+  EXPECT_EQ(PreferredRowLayout(quant::MakeWeightMatrix(GgmlType::kQ4_K, 16, 256, bytes.data())),
+            quant::RowLayout::kRowMajor);
+}
+
+INSTANTIATE_TEST_SUITE_P(InterleavedTypes, InterleavedKernelTest,
+                         ::testing::Values(GgmlType::kQ8_0, GgmlType::kQ4_0),
+                         [](const ::testing::TestParamInfo<GgmlType>& param_info) {
+                           return std::string(quant::Name(param_info.param));
+                         });
+
+}  // namespace
+}  // namespace metronome::kernels::avx512
