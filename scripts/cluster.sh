@@ -154,6 +154,12 @@ agent_in_charge() {  # every live replica's session limit is the one its agent r
     [[ "$(server_field "${names[$i]}" status)" == UP ]] || return 1
   done
 }
+# Before a scenario: every replica UP under its agent's limit and no session of the last scenario
+# still open. Without it a scenario that starts while a replica's agent or connections lag (a
+# loaded machine) places its clients unevenly: the kill scenario once found 0 of 10 sessions on
+# its victim.
+quiet_and_up() { agent_in_charge && sessions_on_replicas 0; }
+settle() { wait_until 20 quiet_and_up || echo "  (replicas not all UP and idle after 20 s)"; }
 # status_is NAME STATUS: HAProxy's status column starts with STATUS ("DRAIN (agent)", "DOWN 1/2"
 # on the way back up, ...).
 status_is() { [[ "$(server_field "$1" status)" == "$2"* ]]; }
@@ -236,6 +242,7 @@ scenario_kill() {
   local r="${names[$victim]}"
   echo
   echo "== kill: $clients sessions, kill -9 of $r once all are placed, restarted 1 s after HAProxy marks it DOWN; 12 s"
+  settle
   loadgen_run kill --sessions "$clients" --duration 12 --events-out "$out/kill.events" &
   local loadgen_pid=$!
   wait_until 20 sessions_on_replicas "$clients" || echo "  (not every session placed in 20 s)"
@@ -314,6 +321,7 @@ scenario_drain() {
   local r="${names[$victim]}"
   echo
   echo "== drain: arrivals 2/s, 4 s sessions, SIGTERM to $r as it takes a new one (after 2 s); 10 s"
+  settle
   loadgen_run drain --arrival poisson:2 --session-duration fixed:4 --duration 10 --seed 7 &
   local loadgen_pid=$!
   sleep 2
