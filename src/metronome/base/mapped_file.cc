@@ -75,7 +75,10 @@ void MappedFile::ReleasePages(const void* begin, std::size_t bytes) const noexce
   const std::uintptr_t from = (first + page - 1) / page * page;
   const std::uintptr_t to = (first + bytes) / page * page;
   // Advice only: on failure the pages stay resident, which costs memory, not correctness.
-  if (from < to) (void)::madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
+  if (from >= to) return;
+  // The mapping is this object's; the span only exposes it as const (as munmap below).
+  auto* first_page = const_cast<std::uint8_t*>(data_) + (from - lo);
+  (void)::madvise(first_page, to - from, MADV_DONTNEED);
 }
 
 MappedFile::~MappedFile() {

@@ -35,10 +35,10 @@ constexpr int kTileRows = 4;    // activation rows per register tile
 constexpr int kWords = 8;       // four-byte activation words of a 32-element block
 constexpr int kLineBytes = 64;  // one vector, one cache line
 constexpr int kPairScaleBytes = 64;
-// Software prefetch distance in the group stream (one thread's own contiguous rows). 4 KB: the
-// distance at which a one-core stream of this layout ran fastest in the prototype (2-8 KB level
-// within noise; docs/performance.md).
-constexpr std::size_t kPrefetchAheadBytes = 4096;
+// Software prefetch distance in the group stream (one thread's own contiguous rows). bench-decode
+// at one session, three alternated rounds: 8 KB ran Q4_0 at 493-601 tok/s against 496-547 at 4 KB
+// and 407-523 at 1 KB; Q8_0 level from 1 to 8 KB (docs/performance.md, "Interleaved rows").
+constexpr std::size_t kPrefetchAheadBytes = 8192;
 
 // Q8_0: 8 vectors of unsigned q + 128 per block.
 struct Q8_0I {

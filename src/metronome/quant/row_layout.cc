@@ -13,7 +13,6 @@ namespace {
 constexpr int kScaleBytes = 2;                      // one fp16 d
 constexpr int kLaneBytes = 4;                       // bytes of one row in a 64-byte vector
 constexpr int kPairScaleBytes = 64;                 // the 2 x 16 scales of a block pair
-constexpr std::uint8_t kQ8Offset = 0x80;            // Q8_0 quants stored as q + 128
 constexpr int kQ8Vectors = kQk32 / kLaneBytes;      // 8 vectors of a Q8_0 block
 constexpr int kQ4Vectors = kQk32 / 2 / kLaneBytes;  // 4 vectors of a Q4_0 block
 
@@ -36,13 +35,17 @@ Place PlaceOf(GgmlType type, int b, int r) noexcept {
 }
 
 // Copies a block's quant bytes between the file form (vector k's 4 bytes at 4 k) and the group
-// (vector k's lane at 64 k); Q8_0 quants gain or lose their offset of 128 either way.
+// (vector k's lane at 64 k), a 4-byte word at a time; Q8_0 quants gain or lose their offset of 128
+// either way (the prefill path reads every row back through here).
 void CopyQuantLanes(GgmlType type, const std::byte* src, std::size_t src_stride, std::byte* dst,
                     std::size_t dst_stride) noexcept {
   const std::size_t vectors = type == GgmlType::kQ8_0 ? kQ8Vectors : kQ4Vectors;
-  const std::byte flip = type == GgmlType::kQ8_0 ? std::byte{kQ8Offset} : std::byte{0};
+  const std::uint32_t flip = type == GgmlType::kQ8_0 ? 0x80808080u : 0u;
   for (std::size_t k = 0; k < vectors; ++k) {
-    for (int e = 0; e < kLaneBytes; ++e) dst[k * dst_stride + e] = src[k * src_stride + e] ^ flip;
+    std::uint32_t word = 0;
+    std::memcpy(&word, src + k * src_stride, kLaneBytes);
+    word ^= flip;
+    std::memcpy(dst + k * dst_stride, &word, kLaneBytes);
   }
 }
 
