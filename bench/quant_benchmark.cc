@@ -16,6 +16,8 @@
 //    the clock from a chain of dependent adds, CoreGhz) and GB_per_s (per CPU second). A kernel
 //    is unpack-bound on this machine when bytes_per_cycle x 2 cores x clock is below the read
 //    bandwidth (bandwidth_GBps of BM_DecodeWeights, ~33 GB/s quiet).
+//  * BM_RowLayout/q4_0/m/interleaved: Q8_0 (q4_0 0) or Q4_0 (1) in the files' row-major layout
+//    against the 16-row interleaved layout (quant/row_layout.h), one thread, CPU time.
 //  * BM_Prefill/type/m/dequant: the down projection (1536 -> 576) for m rows, dequant 0 = the
 //    kernel table's integer kernel (activation preparation included), 1 = W dequantised to fp32
 //    (DequantizeRows) + oneDNN sgemm: the crossover row count behind MatMul's prefill dispatch
@@ -39,10 +41,12 @@
 #include "metronome/kernels/gemm.h"
 #include "metronome/kernels/memory_bandwidth.h"
 #include "metronome/kernels/quant_gemv_avx512.h"
+#include "metronome/kernels/quant_interleaved_avx512.h"
 #include "metronome/kernels/quant_matmul.h"
 #include "metronome/kernels/quant_matmul_avx512.h"
 #include "metronome/quant/blocks.h"
 #include "metronome/quant/ggml_type.h"
+#include "metronome/quant/row_layout.h"
 #include "metronome/quant/weight_matrix.h"
 
 namespace {
@@ -405,6 +409,55 @@ void BM_DecodeKernel(benchmark::State& state) {
 BENCHMARK(BM_DecodeKernel)
     ->ArgsProduct({{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {1, 4}, {0, 1}})
     ->ArgNames({"type", "m", "gemv"})
+    ->Unit(benchmark::kMillisecond);
+
+// The same stream in the two row layouts of a Q8_0 / Q4_0 matrix (quant/row_layout.h): every
+// projection of the smol-135m shape for m rows on the calling thread alone (CPU time, like
+// BM_DecodeKernel), interleaved 0 = the files' row-major layout through the kernel table (the gemv
+// kernel at m <= 4), 1 = the 16-row interleaved copies through avx512::InterleavedKernel. Counter
+// GB_per_s (weight bytes per CPU second of this thread).
+void BM_RowLayout(benchmark::State& state) {
+  const GgmlType type = state.range(0) == 0 ? GgmlType::kQ8_0 : GgmlType::kQ4_0;
+  const int m = static_cast<int>(state.range(1));
+  const bool interleaved = state.range(2) != 0;
+  if (!Supported(type, state)) return;
+  state.SetLabel(std::string(quant::Name(type)) + (interleaved ? " interleaved" : " row-major"));
+  const ModelWeights& w = Weights(type);
+  std::vector<float> y(static_cast<std::size_t>(m) * kVocab);
+  std::vector<std::vector<std::byte>> act(2);
+  for (const int k : {kDim, kFfn}) {
+    const std::vector<float> x(static_cast<std::size_t>(m) * k, 0.5f);
+    auto& a = act[k == kDim ? 0 : 1];
+    a.resize(kernels::ActivationRowBytes(type, k) * static_cast<std::size_t>(m));
+    kernels::PrepareActivations(type, x.data(), m, k, a.data());
+  }
+  std::vector<Bytes> copies;
+  std::vector<quant::WeightMatrix> mats;
+  for (const Matrix& mat : w.matrices) {
+    quant::WeightMatrix wm = quant::MakeWeightMatrix(mat.type, mat.n, mat.k, mat.data.get());
+    if (interleaved) {
+      copies.push_back(AllocBytes(mat.bytes));
+      wm = quant::InterleaveRows(wm, reinterpret_cast<std::byte*>(copies.back().get()));
+    }
+    mats.push_back(wm);
+  }
+  for (auto _ : state) {
+    for (const quant::WeightMatrix& mat : mats) {
+      const kernels::QuantKernel& table = kernels::ActiveKernel(mat.type);
+      const kernels::RowsKernel kernel =
+          interleaved
+              ? avx512::InterleavedKernel(mat.type)
+              : (m <= kernels::kGemvMaxRows && table.gemv != nullptr ? table.gemv : table.rows);
+      kernel(ArgsFor(mat, act[mat.cols == kDim ? 0 : 1], m, y.data()), 0, mat.rows);
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GB_per_s"] = benchmark::Counter(static_cast<double>(w.bytes) * 1e-9,
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_RowLayout)
+    ->ArgsProduct({{0, 1}, {1, 4, 32}, {0, 1}})
+    ->ArgNames({"q4_0", "m", "interleaved"})
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace
