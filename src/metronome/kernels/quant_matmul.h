@@ -49,9 +49,9 @@ inline constexpr int kGemvMaxRows = 4;
 
 // The row layout MatMul reads `w` fastest in on this CPU: kInterleaved16 (quant/row_layout.h) for
 // a packed Q8_0 / Q4_0 matrix of whole 16-row groups where AVX-512 VNNI runs (the interleaved
-// kernels stream it at up to twice the GB/s: docs/performance.md, "Interleaved rows"), otherwise
-// kRowMajor. Loaders' callers relayout with it (model::ModelWeights::ApplyRowLayouts). MatMul
-// computes the same products in either layout.
+// kernels stream it at 2-3.4x the GB/s on one core: docs/performance.md, "Interleaved rows"),
+// otherwise kRowMajor. Loaders' callers relayout with it (model::ModelWeights::ApplyRowLayouts).
+// MatMul computes the same products in either layout.
 [[nodiscard]] quant::RowLayout PreferredRowLayout(const quant::WeightMatrix& w) noexcept;
 
 // y[m, w.rows] = x[m, w.cols] W^T (accumulate = false) or += (accumulate = true), any computable
