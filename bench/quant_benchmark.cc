@@ -363,6 +363,19 @@ BENCHMARK(BM_Prefill)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
+// The prepared activations of m rows of 0.5 for the projections' two input widths of a `type` set:
+// [0] for k = kDim, [1] for k = kFfn (each in its matrices' type: TypeFor).
+std::vector<std::vector<std::byte>> ProjectionActivations(GgmlType type, int m) {
+  std::vector<std::vector<std::byte>> act(2);
+  for (const int k : {kDim, kFfn}) {
+    const std::vector<float> x(static_cast<std::size_t>(m) * k, 0.5f);
+    auto& a = act[k == kDim ? 0 : 1];
+    a.resize(kernels::ActivationRowBytes(TypeFor(type, k), k) * static_cast<std::size_t>(m));
+    kernels::PrepareActivations(TypeFor(type, k), x.data(), m, k, a.data());
+  }
+  return act;
+}
+
 // The decode kernels of one type on the calling thread alone, the general rows kernel (gemv 0)
 // against the m <= kGemvMaxRows kernel (gemv 1: avx512::GemvKernel, installed or not), over every
 // projection of the smol-135m shape. CPU time, one thread: a kernel-against-kernel ratio that a
@@ -380,13 +393,7 @@ void BM_DecodeKernel(benchmark::State& state) {
   state.SetLabel(std::string(quant::Name(type)) + (gemv ? " gemv" : " rows"));
   const ModelWeights& w = Weights(type);
   std::vector<float> y(static_cast<std::size_t>(m) * kVocab);
-  std::vector<std::vector<std::byte>> act(2);
-  for (const int k : {kDim, kFfn}) {
-    const std::vector<float> x(static_cast<std::size_t>(m) * k, 0.5f);
-    auto& a = act[k == kDim ? 0 : 1];
-    a.resize(kernels::ActivationRowBytes(TypeFor(type, k), k) * static_cast<std::size_t>(m));
-    kernels::PrepareActivations(TypeFor(type, k), x.data(), m, k, a.data());
-  }
+  const std::vector<std::vector<std::byte>> act = ProjectionActivations(type, m);
   std::vector<quant::WeightMatrix> mats;
   for (const Matrix& mat : w.matrices) {
     mats.push_back(quant::MakeWeightMatrix(mat.type, mat.n, mat.k, mat.data.get()));
@@ -424,13 +431,7 @@ void BM_RowLayout(benchmark::State& state) {
   state.SetLabel(std::string(quant::Name(type)) + (interleaved ? " interleaved" : " row-major"));
   const ModelWeights& w = Weights(type);
   std::vector<float> y(static_cast<std::size_t>(m) * kVocab);
-  std::vector<std::vector<std::byte>> act(2);
-  for (const int k : {kDim, kFfn}) {
-    const std::vector<float> x(static_cast<std::size_t>(m) * k, 0.5f);
-    auto& a = act[k == kDim ? 0 : 1];
-    a.resize(kernels::ActivationRowBytes(type, k) * static_cast<std::size_t>(m));
-    kernels::PrepareActivations(type, x.data(), m, k, a.data());
-  }
+  const std::vector<std::vector<std::byte>> act = ProjectionActivations(type, m);
   std::vector<Bytes> copies;
   std::vector<quant::WeightMatrix> mats;
   for (const Matrix& mat : w.matrices) {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/quant_product.h"
 #include "metronome/kernels/cpu_features.h"
 #include "metronome/kernels/quant_matmul.h"
 #include "metronome/quant/codec.h"
@@ -24,6 +25,11 @@
 
 namespace metronome::kernels::avx512 {
 namespace {
+
+using test_support::MakeProduct;
+using test_support::Product;
+using test_support::RunKernel;
+using test_support::Tolerance;
 
 using quant::GgmlType;
 
@@ -47,57 +53,6 @@ struct Case {
   int row_begin;
   int row_end;
 };
-
-struct Product {
-  std::vector<float> wf;  // fp32 weights before quantisation [n, k]
-  std::vector<float> x;   // [m, k]
-  std::vector<std::uint8_t> w;
-  quant::WeightMatrix mat;
-  std::vector<std::byte> act;
-};
-
-Product MakeProduct(GgmlType t, int m, int n, int k, std::mt19937& rng) {
-  std::normal_distribution<float> g(0.0f, 1.0f);
-  Product p;
-  p.wf.resize(static_cast<std::size_t>(n) * k);
-  p.x.resize(static_cast<std::size_t>(m) * k);
-  for (float& v : p.wf) v = g(rng);
-  for (float& v : p.x) v = g(rng);
-  const std::size_t row_bytes = quant::RowBytes(t, k);
-  p.w.resize(row_bytes * static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    quant::QuantizeRow(t, p.wf.data() + static_cast<std::size_t>(r) * k, k,
-                       p.w.data() + static_cast<std::size_t>(r) * row_bytes);
-  }
-  p.mat = quant::MakeWeightMatrix(t, n, k, p.w.data());
-  p.act.resize(ActivationRowBytes(t, k) * static_cast<std::size_t>(m));
-  PrepareActivations(t, p.x.data(), m, k, p.act.data());
-  return p;
-}
-
-// BF16: both sides multiply bf16-rounded activations, but in a different order of pairs; the
-// scalar reference uses the fp32 x, so the bound is the activation rounding (2^-8 relative per
-// product, as quant_matmul_avx512_test.cc's BF16 bound).
-double Tolerance(const Product& p, int row, int k) {
-  double xabs = 0.0;
-  for (int i = 0; i < k; ++i) xabs += std::fabs(p.x[static_cast<std::size_t>(row) * k + i]);
-  double wmax = 0.0;
-  for (const float v : p.wf) wmax = std::max(wmax, static_cast<double>(std::fabs(v)));
-  return (p.mat.type == GgmlType::kBF16 ? 4e-3 : 1e-5) * xabs * wmax;
-}
-
-void RunKernel(RowsKernel kernel, const Product& p, GgmlType t, int m, float* y, int ldy,
-               bool accumulate, int row_begin, int row_end) {
-  RowsKernelArgs args;
-  args.act = p.act.data();
-  args.act_row_bytes = ActivationRowBytes(t, p.mat.cols);
-  args.m = m;
-  args.w = &p.mat;
-  args.y = y;
-  args.ldy = ldy;
-  args.accumulate = accumulate;
-  kernel(args, row_begin, row_end);
-}
 
 class GemvKernelTest : public ::testing::TestWithParam<GgmlType> {
  protected:
@@ -125,12 +80,13 @@ TEST_P(GemvKernelTest, EqualsScalarKernelForEveryDecodeRowCount) {
       const int ldy = c.n + 3;  // columns past n must stay untouched
       std::vector<float> want(static_cast<std::size_t>(m) * ldy, -7.0f);
       std::vector<float> got(want.size(), -7.0f);
-      RunKernel(ScalarKernel(t).rows, p, t, m, want.data(), ldy, false, c.row_begin, c.row_end);
-      RunKernel(gemv, p, t, m, got.data(), ldy, false, c.row_begin, c.row_end);
+      RunKernel(ScalarKernel(t).rows, p, p.mat, m, want.data(), ldy, false, c.row_begin, c.row_end);
+      RunKernel(gemv, p, p.mat, m, got.data(), ldy, false, c.row_begin, c.row_end);
       for (int accumulate = 0; accumulate < 2; ++accumulate) {
         if (accumulate == 1) {  // y += again: both sides double
-          RunKernel(ScalarKernel(t).rows, p, t, m, want.data(), ldy, true, c.row_begin, c.row_end);
-          RunKernel(gemv, p, t, m, got.data(), ldy, true, c.row_begin, c.row_end);
+          RunKernel(ScalarKernel(t).rows, p, p.mat, m, want.data(), ldy, true, c.row_begin,
+                    c.row_end);
+          RunKernel(gemv, p, p.mat, m, got.data(), ldy, true, c.row_begin, c.row_end);
         }
         for (int i = 0; i < m; ++i) {
           const double tol = (accumulate + 1) * Tolerance(p, i, k);

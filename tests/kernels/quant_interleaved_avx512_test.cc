@@ -8,75 +8,38 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/quant_product.h"
 #include "metronome/kernels/cpu_features.h"
 #include "metronome/kernels/quant_matmul.h"
-#include "metronome/quant/codec.h"
 #include "metronome/quant/row_layout.h"
 
 namespace metronome::kernels::avx512 {
 namespace {
 
+using test_support::RunKernel;
+using test_support::Tolerance;
+
 using quant::GgmlType;
 
-struct Product {
-  std::vector<float> wf;  // [n, k] before quantisation
-  std::vector<float> x;   // [m, k]
-  std::vector<std::byte> w;
-  std::vector<std::byte> wx;  // the interleaved copy
-  quant::WeightMatrix row_major;
-  quant::WeightMatrix interleaved;  // where the type and shape have the layout
-  std::vector<std::byte> act;
+// A product whose weights are also held in the interleaved layout, where the type and shape have
+// it.
+struct Product : test_support::Product {
+  std::vector<std::byte> wx;
+  quant::WeightMatrix interleaved;
 };
 
 Product MakeProduct(GgmlType t, int m, int n, int k, std::mt19937& rng) {
-  std::normal_distribution<float> g(0.0f, 1.0f);
-  Product p;
-  p.wf.resize(static_cast<std::size_t>(n) * k);
-  p.x.resize(static_cast<std::size_t>(m) * k);
-  for (float& v : p.wf) v = g(rng);
-  for (float& v : p.x) v = g(rng);
-  const std::size_t row_bytes = quant::RowBytes(t, k);
-  p.w.resize(row_bytes * static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    quant::QuantizeRow(t, p.wf.data() + static_cast<std::size_t>(r) * k, k,
-                       p.w.data() + static_cast<std::size_t>(r) * row_bytes);
-  }
-  p.row_major = quant::MakeWeightMatrix(t, n, k, p.w.data());
+  Product p{test_support::MakeProduct(t, m, n, k, rng), {}, {}};
   if (quant::CanInterleave(t, n, k)) {
-    p.wx.resize(p.w.size());
-    p.interleaved = quant::InterleaveRows(p.row_major, p.wx.data());
+    p.wx.resize(p.mat.Bytes());
+    p.interleaved = quant::InterleaveRows(p.mat, p.wx.data());
   }
-  p.act.resize(ActivationRowBytes(t, k) * static_cast<std::size_t>(m));
-  PrepareActivations(t, p.x.data(), m, k, p.act.data());
   return p;
-}
-
-double Tolerance(const Product& p, int row, int k) {
-  double xabs = 0.0;
-  for (int i = 0; i < k; ++i) xabs += std::fabs(p.x[static_cast<std::size_t>(row) * k + i]);
-  double wmax = 0.0;
-  for (const float v : p.wf) wmax = std::max(wmax, static_cast<double>(std::fabs(v)));
-  return 1e-5 * xabs * wmax;
-}
-
-void RunKernel(RowsKernel kernel, const Product& p, const quant::WeightMatrix& w, int m, float* y,
-               int ldy, bool accumulate, int row_begin, int row_end) {
-  RowsKernelArgs args;
-  args.act = p.act.data();
-  args.act_row_bytes = ActivationRowBytes(w.type, w.cols);
-  args.m = m;
-  args.w = &w;
-  args.y = y;
-  args.ldy = ldy;
-  args.accumulate = accumulate;
-  kernel(args, row_begin, row_end);
 }
 
 class InterleavedKernelTest : public ::testing::TestWithParam<GgmlType> {
@@ -108,8 +71,8 @@ TEST_P(InterleavedKernelTest, EqualsScalarKernelForEveryRowCount) {
       std::vector<float> want(static_cast<std::size_t>(m) * ldy, -7.0f);
       std::vector<float> got(want.size(), -7.0f);
       for (int accumulate = 0; accumulate < 2; ++accumulate) {  // y += again: both sides double
-        RunKernel(ScalarKernel(t).rows, p, p.row_major, m, want.data(), ldy, accumulate == 1,
-                  c.row_begin, c.row_end);
+        RunKernel(ScalarKernel(t).rows, p, p.mat, m, want.data(), ldy, accumulate == 1, c.row_begin,
+                  c.row_end);
         RunKernel(kernel, p, p.interleaved, m, got.data(), ldy, accumulate == 1, c.row_begin,
                   c.row_end);
         for (int i = 0; i < m; ++i) {
@@ -140,9 +103,9 @@ TEST_P(InterleavedKernelTest, MatMulReadsEitherLayoutAlike) {
   for (const int m : {1, 4, 6, 32, kDequantGemmMinRows + 2}) {
     const Product a = MakeProduct(t, m, 1008, kCols, rng);  // the pool splits it
     const Product b = MakeProduct(GgmlType::kQ4_1, m, 77, kCols, rng);
-    const quant::WeightMatrix mixed[] = {a.interleaved, b.row_major};
-    const quant::WeightMatrix plain[] = {a.row_major, b.row_major};
-    const int ldy = a.row_major.rows + b.row_major.rows;
+    const quant::WeightMatrix mixed[] = {a.interleaved, b.mat};
+    const quant::WeightMatrix plain[] = {a.mat, b.mat};
+    const int ldy = a.mat.rows + b.mat.rows;
     std::vector<float> got(static_cast<std::size_t>(m) * ldy);
     std::vector<float> want(got.size());
     MatMul(a.x.data(), m, mixed, got.data(), false);
@@ -155,10 +118,10 @@ TEST_P(InterleavedKernelTest, MatMulReadsEitherLayoutAlike) {
       }
     }
     if (m > 4) continue;
-    std::vector<float> scalar_x(static_cast<std::size_t>(m) * a.row_major.rows);
+    std::vector<float> scalar_x(static_cast<std::size_t>(m) * a.mat.rows);
     std::vector<float> scalar_r(scalar_x.size());
-    MatMulRowsScalar(a.x.data(), m, a.interleaved, scalar_x.data(), false, 0, a.row_major.rows);
-    MatMulRowsScalar(a.x.data(), m, a.row_major, scalar_r.data(), false, 0, a.row_major.rows);
+    MatMulRowsScalar(a.x.data(), m, a.interleaved, scalar_x.data(), false, 0, a.mat.rows);
+    MatMulRowsScalar(a.x.data(), m, a.mat, scalar_r.data(), false, 0, a.mat.rows);
     EXPECT_EQ(scalar_x, scalar_r) << quant::Name(t) << " m=" << m;
   }
 }

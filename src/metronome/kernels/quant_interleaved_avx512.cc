@@ -34,7 +34,6 @@ using quant::kQk32;
 constexpr int kTileRows = 4;    // activation rows per register tile
 constexpr int kWords = 8;       // four-byte activation words of a 32-element block
 constexpr int kLineBytes = 64;  // one vector, one cache line
-constexpr int kPairScaleBytes = 64;
 // Software prefetch distance in the group stream (one thread's own contiguous rows). bench-decode
 // at one session, three alternated rounds: 8 KB ran Q4_0 at 493-601 tok/s against 496-547 at 4 KB
 // and 407-523 at 1 KB; Q8_0 level from 1 to 8 KB (docs/performance.md, "Interleaved rows").
@@ -42,8 +41,8 @@ constexpr std::size_t kPrefetchAheadBytes = 8192;
 
 // Q8_0: 8 vectors of unsigned q + 128 per block.
 struct Q8_0I {
-  static constexpr int kVectorLoads = 8;
-  static constexpr std::int32_t kOffset = 128;
+  using Block = quant::BlockQ8_0;
+  static constexpr std::int32_t kOffset = quant::kInterleavedQ8_0Bias;
   static void Load(const std::byte* q, __m512i (&v)[kWords]) noexcept {
 #pragma GCC unroll 8
     for (int k = 0; k < kWords; ++k) v[k] = _mm512_loadu_si512(q + kLineBytes * k);
@@ -52,8 +51,8 @@ struct Q8_0I {
 // Q4_0: 4 vectors of nibbles per block; vector j's low nibbles are word j, its high nibbles word
 // 4 + j.
 struct Q4_0I {
-  static constexpr int kVectorLoads = 4;
-  static constexpr std::int32_t kOffset = 8;
+  using Block = quant::BlockQ4_0;
+  static constexpr std::int32_t kOffset = 8;  // the type's own: a nibble u stands for u - 8
   static void Load(const std::byte* q, __m512i (&v)[kWords]) noexcept {
     const __m512i low = _mm512_set1_epi8(0x0F);
 #pragma GCC unroll 4
@@ -66,8 +65,9 @@ struct Q4_0I {
 };
 
 template <class T>
-constexpr std::size_t kBlockQuantBytes =
-    static_cast<std::size_t>(T::kVectorLoads) * kLineBytes;  // 16 rows' quants of one block
+constexpr std::size_t kBlockQuantBytes = quant::kInterleavedQuantBytes<typename T::Block>;
+static_assert(kBlockQuantBytes<Q8_0I> == kWords * kLineBytes, "Q8_0: a vector per word");
+static_assert(kBlockQuantBytes<Q4_0I> == kWords / 2 * kLineBytes, "Q4_0: a vector per 2 words");
 
 inline __m512i Broadcast(const std::int8_t* word) noexcept {
   std::int32_t v = 0;
@@ -106,7 +106,7 @@ void GroupTile(const RowsKernelArgs& a, int r, const std::byte* group, int block
   __m512 acc[MT];
 #pragma GCC unroll 8
   for (auto& v : acc) v = _mm512_setzero_ps();
-  constexpr std::size_t kPairBytes = kPairScaleBytes + 2 * kBlockQuantBytes<T>;
+  constexpr std::size_t kPairBytes = quant::kInterleavedScaleLineBytes + 2 * kBlockQuantBytes<T>;
   const std::byte* p = group;
   for (int b = 0; b < blocks; b += 2, p += kPairBytes) {
 #pragma GCC unroll 32
@@ -114,11 +114,13 @@ void GroupTile(const RowsKernelArgs& a, int r, const std::byte* group, int block
       _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchAheadBytes + line, _MM_HINT_T0);
     }
     __m512i w[kWords];
-    T::Load(p + kPairScaleBytes, w);
+    T::Load(p + quant::kInterleavedScaleLineBytes, w);
     Block<T, MT>(w, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), act,
                  b, acc);
-    T::Load(p + kPairScaleBytes + kBlockQuantBytes<T>, w);
-    Block<T, MT>(w, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32))),
+    T::Load(p + quant::kInterleavedScaleLineBytes + kBlockQuantBytes<T>, w);
+    Block<T, MT>(w,
+                 _mm512_cvtph_ps(_mm256_loadu_si256(
+                     reinterpret_cast<const __m256i*>(p + quant::kInterleavedScaleLineBytes / 2))),
                  act, b + 1, acc);
   }
 #pragma GCC unroll 8

@@ -141,10 +141,10 @@ int ModelWeights::ApplyRowLayouts(const RowLayoutChoice& preferred) {
       return;
     }
     const std::byte* old = m.data;
-    if (preferred(m) != quant::RowLayout::kInterleaved16 ||
-        m.layout == quant::RowLayout::kInterleaved16) {
-      return;
-    }
+    const quant::RowLayout want = preferred(m);
+    if (want == m.layout) return;
+    MTR_CHECK(want == quant::RowLayout::kInterleaved16,
+              "ApplyRowLayouts: only row-major matrices are relaid out");
     const bool in_arena =
         arena != nullptr && old >= arena && old + m.Bytes() <= arena + arena_bytes_;
     std::byte* dst = nullptr;

@@ -80,7 +80,9 @@ class ModelWeights {
   // Gives every matrix the row layout `preferred` names for it (kernels::PreferredRowLayout: the
   // one the kernels of this CPU read fastest): in place when the matrix is in the arena, otherwise
   // into storage of its own, the file pages it came from released. Same bytes, so WeightBytes is
-  // unchanged. Returns the number of matrices relaid out. Call before the weights are shared.
+  // unchanged. Only row-major -> interleaved is a relayout (a choice of row-major for an
+  // interleaved matrix is a programming error). Returns the number of matrices relaid out. Call
+  // before the weights are shared.
   using RowLayoutChoice = std::function<quant::RowLayout(const quant::WeightMatrix&)>;
   int ApplyRowLayouts(const RowLayoutChoice& preferred);
 

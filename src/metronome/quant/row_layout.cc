@@ -10,15 +10,14 @@
 namespace metronome::quant {
 namespace {
 
-constexpr int kScaleBytes = 2;                      // one fp16 d
-constexpr int kLaneBytes = 4;                       // bytes of one row in a 64-byte vector
-constexpr int kPairScaleBytes = 64;                 // the 2 x 16 scales of a block pair
-constexpr int kQ8Vectors = kQk32 / kLaneBytes;      // 8 vectors of a Q8_0 block
-constexpr int kQ4Vectors = kQk32 / 2 / kLaneBytes;  // 4 vectors of a Q4_0 block
+constexpr int kScaleBytes = 2;  // one fp16 d
+constexpr int kLaneBytes = 4;   // bytes of one row in a 64-byte vector
+constexpr std::size_t kVectorBytes = 64;
 
-// Bytes of one block's quants for 16 rows: 16 x (block bytes - the scale).
+// Bytes of one block's quants for the 16 rows.
 std::size_t QuantBytes(GgmlType type) noexcept {
-  return static_cast<std::size_t>(kInterleaveRows) * (Traits(type).block_bytes - kScaleBytes);
+  return type == GgmlType::kQ8_0 ? kInterleavedQuantBytes<BlockQ8_0>
+                                 : kInterleavedQuantBytes<BlockQ4_0>;
 }
 
 // Where block b of row r (0..15) of a group lives: its scale and its 4-byte lanes.
@@ -28,10 +27,12 @@ struct Place {
 };
 Place PlaceOf(GgmlType type, int b, int r) noexcept {
   const std::size_t quant_bytes = QuantBytes(type);
-  const std::size_t pair = static_cast<std::size_t>(b / 2) * (kPairScaleBytes + 2 * quant_bytes);
+  const std::size_t pair =
+      static_cast<std::size_t>(b / 2) * (kInterleavedScaleLineBytes + 2 * quant_bytes);
   const auto half = static_cast<std::size_t>(b % 2);
   return {pair + half * kInterleaveRows * kScaleBytes + static_cast<std::size_t>(r) * kScaleBytes,
-          pair + kPairScaleBytes + half * quant_bytes + static_cast<std::size_t>(r) * kLaneBytes};
+          pair + kInterleavedScaleLineBytes + half * quant_bytes +
+              static_cast<std::size_t>(r) * kLaneBytes};
 }
 
 // Copies a block's quant bytes between the file form (vector k's 4 bytes at 4 k) and the group
@@ -39,8 +40,8 @@ Place PlaceOf(GgmlType type, int b, int r) noexcept {
 // either way (the prefill path reads every row back through here).
 void CopyQuantLanes(GgmlType type, const std::byte* src, std::size_t src_stride, std::byte* dst,
                     std::size_t dst_stride) noexcept {
-  const std::size_t vectors = type == GgmlType::kQ8_0 ? kQ8Vectors : kQ4Vectors;
-  const std::uint32_t flip = type == GgmlType::kQ8_0 ? 0x80808080u : 0u;
+  const std::size_t vectors = QuantBytes(type) / kVectorBytes;
+  const std::uint32_t flip = type == GgmlType::kQ8_0 ? kInterleavedQ8_0Bias * 0x01010101u : 0u;
   for (std::size_t k = 0; k < vectors; ++k) {
     std::uint32_t word = 0;
     std::memcpy(&word, src + k * src_stride, kLaneBytes);
@@ -51,12 +52,12 @@ void CopyQuantLanes(GgmlType type, const std::byte* src, std::size_t src_stride,
 
 void BlockToGroup(GgmlType type, const std::byte* block, std::byte* group, Place at) noexcept {
   std::memcpy(group + at.scale, block, kScaleBytes);
-  CopyQuantLanes(type, block + kScaleBytes, kLaneBytes, group + at.lanes, 64);
+  CopyQuantLanes(type, block + kScaleBytes, kLaneBytes, group + at.lanes, kVectorBytes);
 }
 
 void BlockFromGroup(GgmlType type, const std::byte* group, std::byte* block, Place at) noexcept {
   std::memcpy(block, group + at.scale, kScaleBytes);
-  CopyQuantLanes(type, group + at.lanes, 64, block + kScaleBytes, kLaneBytes);
+  CopyQuantLanes(type, group + at.lanes, kVectorBytes, block + kScaleBytes, kLaneBytes);
 }
 
 }  // namespace

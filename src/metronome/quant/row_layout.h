@@ -24,14 +24,23 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
+#include "metronome/quant/blocks.h"
 #include "metronome/quant/ggml_type.h"
 #include "metronome/quant/weight_matrix.h"
 
 namespace metronome::quant {
 
 inline constexpr int kInterleaveRows = 16;
+// The sizes above, for the code that writes the layout and the kernels that read it: the line of a
+// block pair's 2 x 16 fp16 scales, one block's quants for the 16 rows (Q8_0 512 bytes, Q4_0 256),
+// and the bias of stored Q8_0 quants (q + 128: unsigned bytes for vpdpbusd).
+inline constexpr std::size_t kInterleavedScaleLineBytes = 64;
+template <class Block>
+inline constexpr std::size_t kInterleavedQuantBytes = kInterleaveRows * sizeof(Block{}.qs);
+inline constexpr std::uint8_t kInterleavedQ8_0Bias = 0x80;
 
 // Whether a packed matrix of this type and shape has an interleaved form.
 [[nodiscard]] bool CanInterleave(GgmlType type, int rows, int cols) noexcept;
