@@ -141,7 +141,8 @@ TEST_P(InterleavedKernelTest, PreferredOnlyWhereTheKernelsReadIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(InterleavedTypes, InterleavedKernelTest,
-                         ::testing::Values(GgmlType::kQ8_0, GgmlType::kQ4_0),
+                         ::testing::Values(GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
+                                           GgmlType::kQ5_0, GgmlType::kQ5_1),
                          [](const ::testing::TestParamInfo<GgmlType>& param_info) {
                            return std::string(quant::Name(param_info.param));
                          });

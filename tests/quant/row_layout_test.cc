@@ -28,25 +28,62 @@ std::vector<std::byte> RandomRows(GgmlType type, int rows, int cols, std::mt1993
   return bytes;
 }
 
-TEST(RowLayoutTest, OnlyWholeGroupsOfQ8_0AndQ4_0WithEvenBlockCounts) {
-  EXPECT_TRUE(CanInterleave(GgmlType::kQ8_0, 16, 64));
-  EXPECT_TRUE(CanInterleave(GgmlType::kQ4_0, 48, 576));
-  EXPECT_FALSE(CanInterleave(GgmlType::kQ8_0, 24, 64));  // not whole groups of 16 rows
-  EXPECT_FALSE(CanInterleave(GgmlType::kQ8_0, 16, 96));  // 3 blocks: no whole pairs
-  EXPECT_FALSE(CanInterleave(GgmlType::kQ8_0, 0, 64));
-  for (const GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ4_1,
-                           GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+constexpr GgmlType kInterleavedTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
+                                          GgmlType::kQ5_0, GgmlType::kQ5_1};
+
+TEST(RowLayoutTest, OnlyWholeGroupsOf32ElementTypesWithEvenBlockCounts) {
+  for (const GgmlType t : kInterleavedTypes) {
+    EXPECT_TRUE(CanInterleave(t, 16, 64)) << Name(t);
+    EXPECT_TRUE(CanInterleave(t, 48, 576)) << Name(t);
+    EXPECT_FALSE(CanInterleave(t, 24, 64)) << Name(t);  // not whole groups of 16 rows
+    EXPECT_FALSE(CanInterleave(t, 16, 96)) << Name(t);  // 3 blocks: no whole pairs
+    EXPECT_FALSE(CanInterleave(t, 0, 64)) << Name(t);
+  }
+  for (const GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ4_K,
+                           GgmlType::kQ5_K, GgmlType::kQ6_K}) {
     EXPECT_FALSE(CanInterleave(t, 16, 512)) << Name(t);
   }
 }
 
-// Block 3 (the second of pair 1) of row 5 in group 1: its scale and one quant lane where the
-// header says, Q8_0 quants offset by 128.
+// The fifth bits' order the header documents: element 4j + t at bit 8t + 4 + j, element
+// 16 + 4j + t at bit 8t + j; and back.
+TEST(RowLayoutTest, FifthBitsWhereTheLayoutSays) {
+  for (int i = 0; i < 32; ++i) {
+    const int j = (i % 16) / 4;
+    const int t = i % 4;
+    const int at = 8 * t + (i < 16 ? 4 : 0) + j;
+    EXPECT_EQ(InterleaveFifthBits(1u << i), 1u << at) << "element " << i;
+    EXPECT_EQ(DeinterleaveFifthBits(1u << at), 1u << i) << "element " << i;
+  }
+  std::mt19937 rng(11);
+  for (int n = 0; n < 1000; ++n) {
+    const auto v = static_cast<std::uint32_t>(rng());
+    EXPECT_EQ(DeinterleaveFifthBits(InterleaveFifthBits(v)), v);
+  }
+}
+
+// Block 3 (the second of pair 1) of row 5 in group 1: its d, m, fifth bits and quant lanes where
+// the header says (Q8_0 quants offset by 128).
 TEST(RowLayoutTest, BytesWhereTheLayoutSays) {
+  struct Want {
+    GgmlType type;
+    int scale_lines;
+    int fifth_bit_vectors;
+    int quant_vectors;
+    std::size_t m, qh, qs;  // field offsets in the file's block (0: none)
+  };
   std::mt19937 rng(3);
   constexpr int kRows = 32;
   constexpr int kCols = 128;  // 4 blocks: 2 pairs
-  for (const GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+  for (const Want w :
+       {Want{GgmlType::kQ8_0, 1, 0, 8, 0, 0, 2}, Want{GgmlType::kQ4_0, 1, 0, 4, 0, 0, 2},
+        Want{GgmlType::kQ4_1, 2, 0, 4, 2, 0, 4}, Want{GgmlType::kQ5_0, 1, 1, 4, 0, 2, 6},
+        Want{GgmlType::kQ5_1, 2, 1, 4, 2, 4, 8}}) {
+    const GgmlType t = w.type;
+    const InterleavedGeometry geo = InterleavedGeometryOf(t);
+    EXPECT_EQ(geo.scale_lines, w.scale_lines) << Name(t);
+    EXPECT_EQ(geo.fifth_bit_vectors, w.fifth_bit_vectors) << Name(t);
+    EXPECT_EQ(geo.quant_vectors, w.quant_vectors) << Name(t);
     const std::vector<std::byte> file = RandomRows(t, kRows, kCols, rng);
     const WeightMatrix src = MakeWeightMatrix(t, kRows, kCols, file.data());
     std::vector<std::byte> out(src.Bytes());
@@ -54,16 +91,27 @@ TEST(RowLayoutTest, BytesWhereTheLayoutSays) {
     EXPECT_EQ(x.layout, RowLayout::kInterleaved16);
     EXPECT_EQ(x.Bytes(), src.Bytes());
     const std::size_t block_bytes = Traits(t).block_bytes;
-    const std::size_t quant_bytes = 16 * (block_bytes - 2);
-    const std::byte* row = src.Row(16 + 5);
-    const std::byte* group = x.Row(16);
-    const std::byte* pair = group + 64 + 2 * quant_bytes;  // pair 1
-    EXPECT_EQ(std::memcmp(pair + 32 + 2 * 5, row + 3 * block_bytes, 2), 0) << Name(t);
-    const std::byte* lanes = pair + 64 + quant_bytes + 4 * 5;  // block 3, row 5, vector 0
-    for (int v = 0; v < 2; ++v) {
+    const std::size_t vectors_bytes =
+        64 * static_cast<std::size_t>(w.fifth_bit_vectors + w.quant_vectors);
+    const std::byte* block = src.Row(16 + 5) + 3 * block_bytes;
+    const std::byte* pair = x.Row(16) + 64 * w.scale_lines + 2 * vectors_bytes;  // pair 1
+    EXPECT_EQ(std::memcmp(pair + 32 + 2 * 5, block, 2), 0) << Name(t) << " d";
+    if (w.m != 0) {
+      EXPECT_EQ(std::memcmp(pair + 64 + 32 + 2 * 5, block + w.m, 2), 0) << Name(t) << " m";
+    }
+    const std::byte* lanes = pair + 64 * w.scale_lines + vectors_bytes + 4 * 5;  // block 3, row 5
+    if (w.qh != 0) {
+      std::uint32_t qh = 0;
+      std::uint32_t lane = 0;
+      std::memcpy(&qh, block + w.qh, 4);
+      std::memcpy(&lane, lanes, 4);
+      EXPECT_EQ(lane, InterleaveFifthBits(qh)) << Name(t);
+      lanes += 64;
+    }
+    for (int v = 0; v < w.quant_vectors; ++v) {
       for (int e = 0; e < 4; ++e) {
         const auto stored = std::to_integer<std::uint8_t>(lanes[64 * v + e]);
-        const auto quant = std::to_integer<std::uint8_t>(row[3 * block_bytes + 2 + 4 * v + e]);
+        const auto quant = std::to_integer<std::uint8_t>(block[w.qs + 4 * v + e]);
         EXPECT_EQ(stored, t == GgmlType::kQ8_0 ? static_cast<std::uint8_t>(quant ^ 0x80u) : quant)
             << Name(t) << " vector " << v << " byte " << e;
       }
@@ -73,7 +121,7 @@ TEST(RowLayoutTest, BytesWhereTheLayoutSays) {
 
 TEST(RowLayoutTest, CanonicalRowsRoundTripInPlaceOrNot) {
   std::mt19937 rng(5);
-  for (const GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+  for (const GgmlType t : kInterleavedTypes) {
     for (const int cols : {64, 576, 1536}) {
       constexpr int kRows = 48;
       const std::vector<std::byte> file = RandomRows(t, kRows, cols, rng);

@@ -2,10 +2,11 @@
 // kernels/CMakeLists.txt.
 //
 // One 16-row group at a time, the activation rows in register tiles of up to kTileRows. Per block
-// and activation row: the block's 8 weight vectors (each 4 quants of the 16 rows) against the
-// activation's 8 four-byte words broadcast, 8 vpdpbusd into an int32 vector that starts at
-// -offset * (the activation block's sum), in two chains of 4 (the vpdpbusd latency); then one
-// conversion and one FMA by d_w (the group's 16 scales of the block, one 32-byte load) times d_a.
+// and activation row: the block's 8 weight vectors (each 4 quants of the 16 rows; nibbles and
+// fifth bits put together first) against the activation's 8 four-byte words broadcast, 8 vpdpbusd
+// into an int32 vector that starts at -offset * (the activation block's sum), in two chains of 4
+// (the vpdpbusd latency); then one conversion and one FMA by d_w (the group's 16 scales of the
+// block, one 32-byte load) times d_a, and for Q4_1 / Q5_1 one more FMA of m_w by d_a * sum.
 // The 16 lanes are the group's 16 output rows: no reduction, one store per activation row.
 // Weight bytes are read once per tile; at m <= kTileRows (decode) that is once, as a stream with a
 // software prefetch kPrefetchAheadBytes ahead; larger m re-read the group (at most 16 rows of
@@ -39,35 +40,81 @@ constexpr int kLineBytes = 64;  // one vector, one cache line
 // and 407-523 at 1 KB; Q8_0 level from 1 to 8 KB (docs/performance.md, "Interleaved rows").
 constexpr std::size_t kPrefetchAheadBytes = 8192;
 
-// Q8_0: 8 vectors of unsigned q + 128 per block.
+// Per type: how a block's vectors become the 8 weight vectors of its 8 four-byte activation
+// words (vector k: 4 unsigned quants of each of the 16 rows, elements 4k .. 4k + 3), the offset
+// the quants carry (a quant u stands for u - kOffset), and whether the type adds a min m per block.
+// Q8_0: 8 vectors of q + 128.
 struct Q8_0I {
-  using Block = quant::BlockQ8_0;
+  static constexpr GgmlType kType = GgmlType::kQ8_0;
   static constexpr std::int32_t kOffset = quant::kInterleavedQ8_0Bias;
+  static constexpr bool kHasMin = false;
   static void Load(const std::byte* q, __m512i (&v)[kWords]) noexcept {
 #pragma GCC unroll 8
     for (int k = 0; k < kWords; ++k) v[k] = _mm512_loadu_si512(q + kLineBytes * k);
   }
 };
-// Q4_0: 4 vectors of nibbles per block; vector j's low nibbles are word j, its high nibbles word
+// Q4_0 / Q4_1: 4 vectors of nibbles; vector j's low nibbles are word j, its high nibbles word
 // 4 + j.
-struct Q4_0I {
-  using Block = quant::BlockQ4_0;
-  static constexpr std::int32_t kOffset = 8;  // the type's own: a nibble u stands for u - 8
-  static void Load(const std::byte* q, __m512i (&v)[kWords]) noexcept {
-    const __m512i low = _mm512_set1_epi8(0x0F);
+inline void LoadNibbles(const std::byte* q, __m512i (&v)[kWords]) noexcept {
+  const __m512i low = _mm512_set1_epi8(0x0F);
 #pragma GCC unroll 4
-    for (int j = 0; j < kWords / 2; ++j) {
-      const __m512i x = _mm512_loadu_si512(q + kLineBytes * j);
-      v[j] = _mm512_and_si512(x, low);
-      v[j + kWords / 2] = _mm512_and_si512(_mm512_srli_epi16(x, 4), low);
-    }
+  for (int j = 0; j < kWords / 2; ++j) {
+    const __m512i x = _mm512_loadu_si512(q + kLineBytes * j);
+    v[j] = _mm512_and_si512(x, low);
+    v[j + kWords / 2] = _mm512_and_si512(_mm512_srli_epi16(x, 4), low);
+  }
+}
+// Q5_0 / Q5_1: the fifth-bit vector, then 4 vectors of nibbles. After a shift right by j, bit 4
+// of each byte of the fifth-bit vector is the fifth bit of quant vector j's low nibble and bit 0
+// that of its high nibble (quant/row_layout.h); the shift spills the next byte's bits into bits
+// 5..7 only, which the mask 0x11 clears.
+inline void LoadNibblesWithFifthBits(const std::byte* q, __m512i (&v)[kWords]) noexcept {
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  const __m512i bits = _mm512_set1_epi8(0x11);
+  constexpr int kSelect = 0xE4;  // ternary logic: c ? a : b, bit by bit
+  const __m512i fifth = _mm512_loadu_si512(q);
+#pragma GCC unroll 4
+  for (int j = 0; j < kWords / 2; ++j) {
+    const __m512i x = _mm512_loadu_si512(q + kLineBytes * (j + 1));
+    const __m512i h = _mm512_and_si512(_mm512_srli_epi16(fifth, static_cast<unsigned>(j)), bits);
+    v[j] = _mm512_ternarylogic_epi32(x, h, low, kSelect);
+    v[j + kWords / 2] =
+        _mm512_ternarylogic_epi32(_mm512_srli_epi16(x, 4), _mm512_slli_epi16(h, 4), low, kSelect);
+  }
+}
+struct Q4_0I {
+  static constexpr GgmlType kType = GgmlType::kQ4_0;
+  static constexpr std::int32_t kOffset = 8;
+  static constexpr bool kHasMin = false;
+  static void Load(const std::byte* q, __m512i (&v)[kWords]) noexcept { LoadNibbles(q, v); }
+};
+struct Q4_1I {
+  static constexpr GgmlType kType = GgmlType::kQ4_1;
+  static constexpr std::int32_t kOffset = 0;
+  static constexpr bool kHasMin = true;
+  static void Load(const std::byte* q, __m512i (&v)[kWords]) noexcept { LoadNibbles(q, v); }
+};
+struct Q5_0I {
+  static constexpr GgmlType kType = GgmlType::kQ5_0;
+  static constexpr std::int32_t kOffset = 16;
+  static constexpr bool kHasMin = false;
+  static void Load(const std::byte* q, __m512i (&v)[kWords]) noexcept {
+    LoadNibblesWithFifthBits(q, v);
+  }
+};
+struct Q5_1I {
+  static constexpr GgmlType kType = GgmlType::kQ5_1;
+  static constexpr std::int32_t kOffset = 0;
+  static constexpr bool kHasMin = true;
+  static void Load(const std::byte* q, __m512i (&v)[kWords]) noexcept {
+    LoadNibblesWithFifthBits(q, v);
   }
 };
 
 template <class T>
-constexpr std::size_t kBlockQuantBytes = quant::kInterleavedQuantBytes<typename T::Block>;
-static_assert(kBlockQuantBytes<Q8_0I> == kWords * kLineBytes, "Q8_0: a vector per word");
-static_assert(kBlockQuantBytes<Q4_0I> == kWords / 2 * kLineBytes, "Q4_0: a vector per 2 words");
+constexpr quant::InterleavedGeometry kGeometry = quant::InterleavedGeometryOf(T::kType);
+static_assert(kGeometry<Q8_0I>.quant_vectors == kWords, "Q8_0: a vector per word");
+static_assert(kGeometry<Q5_1I>.quant_vectors == kWords / 2, "nibbles: a vector per 2 words");
 
 inline __m512i Broadcast(const std::int8_t* word) noexcept {
   std::int32_t v = 0;
@@ -75,10 +122,17 @@ inline __m512i Broadcast(const std::int8_t* word) noexcept {
   return _mm512_set1_epi32(v);
 }
 
-// acc[i] += d_w d_a[i] (dot of block `b` for the 16 rows), for the tile's activation rows.
+// The 16 rows' fp16 values of one scale line's half (block 2p + half of the pair at `pair`).
+inline __m512 LoadHalves(const std::byte* line, int half) noexcept {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(
+      reinterpret_cast<const __m256i*>(line + half * quant::kInterleavedLineBytes / 2)));
+}
+
+// acc[i] += d_w d_a[i] (dot of block `b` for the 16 rows) (+ m_w d_a[i] sum_a[i] with a min), for
+// the tile's activation rows.
 template <class T, int MT>
-inline void Block(const __m512i (&w)[kWords], __m512 dw, const ActQ8Block32* const (&act)[MT],
-                  int b, __m512 (&acc)[MT]) noexcept {
+inline void Block(const __m512i (&w)[kWords], __m512 dw, __m512 mw,
+                  const ActQ8Block32* const (&act)[MT], int b, __m512 (&acc)[MT]) noexcept {
 #pragma GCC unroll 8
   for (int i = 0; i < MT; ++i) {
     const ActQ8Block32& a = act[i][b];
@@ -91,6 +145,9 @@ inline void Block(const __m512i (&w)[kWords], __m512 dw, const ActQ8Block32* con
     }
     const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(a.d));
     acc[i] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(_mm512_add_epi32(even, odd)), acc[i]);
+    if constexpr (T::kHasMin) {
+      acc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.d * static_cast<float>(a.sum)), acc[i]);
+    }
   }
 }
 
@@ -106,22 +163,23 @@ void GroupTile(const RowsKernelArgs& a, int r, const std::byte* group, int block
   __m512 acc[MT];
 #pragma GCC unroll 8
   for (auto& v : acc) v = _mm512_setzero_ps();
-  constexpr std::size_t kPairBytes = quant::kInterleavedScaleLineBytes + 2 * kBlockQuantBytes<T>;
+  constexpr quant::InterleavedGeometry kGeo = kGeometry<T>;
+  constexpr std::size_t kBlocksAt = kGeo.scale_lines * quant::kInterleavedLineBytes;
+  constexpr std::size_t kPairBytes = kGeo.PairBytes();
   const std::byte* p = group;
   for (int b = 0; b < blocks; b += 2, p += kPairBytes) {
 #pragma GCC unroll 32
     for (std::size_t line = 0; line < kPairBytes; line += kLineBytes) {
       _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchAheadBytes + line, _MM_HINT_T0);
     }
-    __m512i w[kWords];
-    T::Load(p + quant::kInterleavedScaleLineBytes, w);
-    Block<T, MT>(w, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), act,
-                 b, acc);
-    T::Load(p + quant::kInterleavedScaleLineBytes + kBlockQuantBytes<T>, w);
-    Block<T, MT>(w,
-                 _mm512_cvtph_ps(_mm256_loadu_si256(
-                     reinterpret_cast<const __m256i*>(p + quant::kInterleavedScaleLineBytes / 2))),
-                 act, b + 1, acc);
+    const std::byte* m_line = p + quant::kInterleavedLineBytes;  // types with a min
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; ++half) {
+      __m512i w[kWords];
+      T::Load(p + kBlocksAt + half * kGeo.BlockBytes(), w);
+      const __m512 mw = T::kHasMin ? LoadHalves(m_line, half) : _mm512_setzero_ps();
+      Block<T, MT>(w, LoadHalves(p, half), mw, act, b + half, acc);
+    }
   }
 #pragma GCC unroll 8
   for (int i = 0; i < MT; ++i) {
@@ -148,6 +206,12 @@ RowsKernel InterleavedKernel(GgmlType type) noexcept {
       return Rows<Q8_0I>;
     case GgmlType::kQ4_0:
       return Rows<Q4_0I>;
+    case GgmlType::kQ4_1:
+      return Rows<Q4_1I>;
+    case GgmlType::kQ5_0:
+      return Rows<Q5_0I>;
+    case GgmlType::kQ5_1:
+      return Rows<Q5_1I>;
     default:
       return nullptr;
   }

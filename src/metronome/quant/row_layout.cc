@@ -1,5 +1,6 @@
 #include "metronome/quant/row_layout.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -10,67 +11,133 @@
 namespace metronome::quant {
 namespace {
 
-constexpr int kScaleBytes = 2;  // one fp16 d
-constexpr int kLaneBytes = 4;   // bytes of one row in a 64-byte vector
-constexpr std::size_t kVectorBytes = 64;
+constexpr int kHalfBytes = 2;  // one fp16 d or m
+constexpr int kLaneBytes = 4;  // bytes of one row in a 64-byte vector
+constexpr std::size_t kNoField = ~std::size_t{0};
 
-// Bytes of one block's quants for the 16 rows.
-std::size_t QuantBytes(GgmlType type) noexcept {
-  return type == GgmlType::kQ8_0 ? kInterleavedQuantBytes<BlockQ8_0>
-                                 : kInterleavedQuantBytes<BlockQ4_0>;
+// Every group keeps the bytes it would hold row-major.
+static_assert(InterleavedGeometryOf(GgmlType::kQ8_0).PairBytes() == 2 * 16 * sizeof(BlockQ8_0));
+static_assert(InterleavedGeometryOf(GgmlType::kQ4_0).PairBytes() == 2 * 16 * sizeof(BlockQ4_0));
+static_assert(InterleavedGeometryOf(GgmlType::kQ4_1).PairBytes() == 2 * 16 * sizeof(BlockQ4_1));
+static_assert(InterleavedGeometryOf(GgmlType::kQ5_0).PairBytes() == 2 * 16 * sizeof(BlockQ5_0));
+static_assert(InterleavedGeometryOf(GgmlType::kQ5_1).PairBytes() == 2 * 16 * sizeof(BlockQ5_1));
+
+// Where a block's fields are in the file's block (ggml's layouts, blocks.h).
+struct Fields {
+  std::size_t m = kNoField;   // fp16 min
+  std::size_t qh = kNoField;  // 4 bytes of fifth bits
+  std::size_t qs = 0;         // the quants
+};
+Fields FieldsOf(GgmlType type) noexcept {
+  switch (type) {
+    case GgmlType::kQ8_0:
+      return {kNoField, kNoField, offsetof(BlockQ8_0, qs)};
+    case GgmlType::kQ4_0:
+      return {kNoField, kNoField, offsetof(BlockQ4_0, qs)};
+    case GgmlType::kQ4_1:
+      return {offsetof(BlockQ4_1, m), kNoField, offsetof(BlockQ4_1, qs)};
+    case GgmlType::kQ5_0:
+      return {kNoField, offsetof(BlockQ5_0, qh), offsetof(BlockQ5_0, qs)};
+    default:  // Q5_1; CanInterleave admits no other type
+      return {offsetof(BlockQ5_1, m), offsetof(BlockQ5_1, qh), offsetof(BlockQ5_1, qs)};
+  }
 }
 
-// Where block b of row r (0..15) of a group lives: its scale and its 4-byte lanes.
+// Where block b of row r (0..15) of a group lives.
 struct Place {
-  std::size_t scale;  // byte offset of d in the group
-  std::size_t lanes;  // byte offset of lane r of the block's first vector
+  std::size_t d;      // byte offset of d in the group
+  std::size_t m;      // of m (types with a min)
+  std::size_t fifth;  // of lane r of the fifth-bit vector (Q5_0 / Q5_1)
+  std::size_t quant;  // of lane r of the block's first quant vector
 };
-Place PlaceOf(GgmlType type, int b, int r) noexcept {
-  const std::size_t quant_bytes = QuantBytes(type);
-  const std::size_t pair =
-      static_cast<std::size_t>(b / 2) * (kInterleavedScaleLineBytes + 2 * quant_bytes);
+Place PlaceOf(const InterleavedGeometry& geo, int b, int r) noexcept {
+  const std::size_t pair = static_cast<std::size_t>(b / 2) * geo.PairBytes();
   const auto half = static_cast<std::size_t>(b % 2);
-  return {pair + half * kInterleaveRows * kScaleBytes + static_cast<std::size_t>(r) * kScaleBytes,
-          pair + kInterleavedScaleLineBytes + half * quant_bytes +
-              static_cast<std::size_t>(r) * kLaneBytes};
+  const std::size_t scale =
+      pair + half * kInterleaveRows * kHalfBytes + static_cast<std::size_t>(r) * kHalfBytes;
+  const std::size_t block = pair +
+                            static_cast<std::size_t>(geo.scale_lines) * kInterleavedLineBytes +
+                            half * geo.BlockBytes() + static_cast<std::size_t>(r) * kLaneBytes;
+  return {scale, scale + kInterleavedLineBytes, block,
+          block + static_cast<std::size_t>(geo.fifth_bit_vectors) * kInterleavedLineBytes};
 }
 
 // Copies a block's quant bytes between the file form (vector k's 4 bytes at 4 k) and the group
 // (vector k's lane at 64 k), a 4-byte word at a time; Q8_0 quants gain or lose their offset of 128
 // either way (the prefill path reads every row back through here).
-void CopyQuantLanes(GgmlType type, const std::byte* src, std::size_t src_stride, std::byte* dst,
-                    std::size_t dst_stride) noexcept {
-  const std::size_t vectors = QuantBytes(type) / kVectorBytes;
+void CopyQuantLanes(GgmlType type, int vectors, const std::byte* src, std::size_t src_stride,
+                    std::byte* dst, std::size_t dst_stride) noexcept {
   const std::uint32_t flip = type == GgmlType::kQ8_0 ? kInterleavedQ8_0Bias * 0x01010101u : 0u;
-  for (std::size_t k = 0; k < vectors; ++k) {
+  for (int k = 0; k < vectors; ++k) {
     std::uint32_t word = 0;
-    std::memcpy(&word, src + k * src_stride, kLaneBytes);
+    const auto at = static_cast<std::size_t>(k);
+    std::memcpy(&word, src + at * src_stride, kLaneBytes);
     word ^= flip;
-    std::memcpy(dst + k * dst_stride, &word, kLaneBytes);
+    std::memcpy(dst + at * dst_stride, &word, kLaneBytes);
   }
 }
 
-void BlockToGroup(GgmlType type, const std::byte* block, std::byte* group, Place at) noexcept {
-  std::memcpy(group + at.scale, block, kScaleBytes);
-  CopyQuantLanes(type, block + kScaleBytes, kLaneBytes, group + at.lanes, kVectorBytes);
+std::uint32_t LoadWord(const std::byte* p) noexcept {
+  std::uint32_t v = 0;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+void StoreWord(std::byte* p, std::uint32_t v) noexcept { std::memcpy(p, &v, sizeof v); }
+
+void BlockToGroup(GgmlType type, const std::byte* block, std::byte* group, int b, int r) noexcept {
+  const InterleavedGeometry geo = InterleavedGeometryOf(type);
+  const Fields f = FieldsOf(type);
+  const Place at = PlaceOf(geo, b, r);
+  std::memcpy(group + at.d, block, kHalfBytes);
+  if (f.m != kNoField) std::memcpy(group + at.m, block + f.m, kHalfBytes);
+  if (f.qh != kNoField) StoreWord(group + at.fifth, InterleaveFifthBits(LoadWord(block + f.qh)));
+  CopyQuantLanes(type, geo.quant_vectors, block + f.qs, kLaneBytes, group + at.quant,
+                 kInterleavedLineBytes);
 }
 
-void BlockFromGroup(GgmlType type, const std::byte* group, std::byte* block, Place at) noexcept {
-  std::memcpy(block, group + at.scale, kScaleBytes);
-  CopyQuantLanes(type, group + at.lanes, kVectorBytes, block + kScaleBytes, kLaneBytes);
+void BlockFromGroup(GgmlType type, const std::byte* group, std::byte* block, int b,
+                    int r) noexcept {
+  const InterleavedGeometry geo = InterleavedGeometryOf(type);
+  const Fields f = FieldsOf(type);
+  const Place at = PlaceOf(geo, b, r);
+  std::memcpy(block, group + at.d, kHalfBytes);
+  if (f.m != kNoField) std::memcpy(block + f.m, group + at.m, kHalfBytes);
+  if (f.qh != kNoField) StoreWord(block + f.qh, DeinterleaveFifthBits(LoadWord(group + at.fifth)));
+  CopyQuantLanes(type, geo.quant_vectors, group + at.quant, kInterleavedLineBytes, block + f.qs,
+                 kLaneBytes);
+}
+
+// Bit position in the fifth-bit lane of element i's bit (row_layout.h).
+constexpr int FifthBitPosition(int i) noexcept {
+  const int low = i < kQk32 / 2 ? 1 : 0;  // a low nibble: elements 0..15
+  const int e = i % (kQk32 / 2);
+  return 8 * (e % 4) + 4 * low + e / 4;
 }
 
 }  // namespace
 
+std::uint32_t InterleaveFifthBits(std::uint32_t qh) noexcept {
+  std::uint32_t lane = 0;
+  for (int i = 0; i < kQk32; ++i) lane |= ((qh >> i) & 1u) << FifthBitPosition(i);
+  return lane;
+}
+
+std::uint32_t DeinterleaveFifthBits(std::uint32_t lane) noexcept {
+  std::uint32_t qh = 0;
+  for (int i = 0; i < kQk32; ++i) qh |= ((lane >> FifthBitPosition(i)) & 1u) << i;
+  return qh;
+}
+
 bool CanInterleave(GgmlType type, int rows, int cols) noexcept {
-  if (type != GgmlType::kQ8_0 && type != GgmlType::kQ4_0) return false;
+  if (InterleavedGeometryOf(type).quant_vectors == 0) return false;
   return rows > 0 && rows % kInterleaveRows == 0 && cols > 0 && cols % (2 * kQk32) == 0;
 }
 
 WeightMatrix InterleaveRows(const WeightMatrix& src, std::byte* dst) {
   MTR_CHECK(src.layout == RowLayout::kRowMajor && CanInterleave(src.type, src.rows, src.cols) &&
                 src.row_bytes == RowBytes(src.type, src.cols),
-            "InterleaveRows: not a packed row-major Q8_0/Q4_0 matrix of whole 16-row groups");
+            "InterleaveRows: not a packed row-major matrix of whole 16-row groups of a type with "
+            "an interleaved form");
   const std::size_t block_bytes = Traits(src.type).block_bytes;
   const int blocks = src.cols / kQk32;
   const std::size_t group_bytes = kInterleaveRows * src.row_bytes;
@@ -80,8 +147,7 @@ WeightMatrix InterleaveRows(const WeightMatrix& src, std::byte* dst) {
     std::byte* group = dst + g * group_bytes;
     for (int r = 0; r < kInterleaveRows; ++r) {
       for (int b = 0; b < blocks; ++b) {
-        BlockToGroup(src.type, file.data() + r * src.row_bytes + b * block_bytes, group,
-                     PlaceOf(src.type, b, r));
+        BlockToGroup(src.type, file.data() + r * src.row_bytes + b * block_bytes, group, b, r);
       }
     }
   }
@@ -97,8 +163,7 @@ const std::byte* CanonicalRow(const WeightMatrix& w, int r, std::vector<std::byt
   scratch.resize(w.row_bytes);
   const std::byte* group = w.Row(r - r % kInterleaveRows);
   for (int b = 0; b < w.cols / kQk32; ++b) {
-    BlockFromGroup(w.type, group, scratch.data() + b * block_bytes,
-                   PlaceOf(w.type, b, r % kInterleaveRows));
+    BlockFromGroup(w.type, group, scratch.data() + b * block_bytes, b, r % kInterleaveRows);
   }
   return scratch.data();
 }

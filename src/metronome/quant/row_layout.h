@@ -1,24 +1,28 @@
 // The 16-row interleaved layout of a weight matrix (RowLayout::kInterleaved16) and the way back.
 //
 // Why: at one to a few activation rows a product is a stream over W, and how fast it runs is how
-// few instructions the kernel spends per byte it streams. Row-major Q8_0 / Q4_0 blocks are 34 /
-// 18 bytes: a kernel must gather quants and fp16 scales out of unaligned lines with permutes and
+// few instructions the kernel spends per byte it streams. Row-major 32-element blocks are 18 to 34
+// bytes: a kernel must gather quants and fp16 scales out of unaligned lines with permutes and
 // reduce a vector per row. Interleaved, one aligned 64-byte load holds 4 quants of each of 16 rows,
 // a vpdpbusd against 4 activation bytes broadcast adds them for the 16 rows at once, and one
 // 32-byte load holds a block's 16 scales: the output is 16 rows in the lanes of one vector.
 // Measured on one core of the development machine (docs/performance.md, "Interleaved rows"):
 // the same bytes stream at 2-2.5x the GB/s at one activation row, 3x at four.
 //
-// Layout (types Q8_0 and Q4_0; rows a multiple of 16; an even number of blocks per row). Group g,
-// rows [16 g, 16 g + 16), occupies the bytes [16 g row_bytes, 16 (g + 1) row_bytes) it would hold
-// row-major. Inside it, block pairs p (blocks 2p and 2p + 1 of every row of the group) follow each
-// other, each 2 x 16 blocks' bytes:
-//   bytes [0, 32)    fp16 d of block 2p of row r at byte 2 r; [32, 64) the same for block 2p + 1
-//   then block 2p's quants, then block 2p + 1's, as 64-byte vectors whose 32-bit lane r holds 4
-//   bytes of row r:
-//     Q8_0  8 vectors; vector k: elements 4k .. 4k + 3 as unsigned bytes q + 128
-//     Q4_0  4 vectors; vector v: the block's qs bytes 4v .. 4v + 3 as stored (low nibbles:
-//           elements 4v .. 4v + 3, high nibbles: elements 16 + 4v .. 16 + 4v + 3)
+// Layout (the 32-element types Q8_0, Q4_0, Q4_1, Q5_0, Q5_1; rows a multiple of 16; an even number
+// of blocks per row). Group g, rows [16 g, 16 g + 16), occupies the bytes [16 g row_bytes,
+// 16 (g + 1) row_bytes) it would hold row-major. Inside it, block pairs p (blocks 2p and 2p + 1 of
+// every row of the group) follow each other, each 2 x 16 blocks' bytes (InterleavedGeometry):
+//   scale lines, 64 bytes each: the fp16 d of block 2p of row r at byte 2 r, the same for block
+//     2p + 1 at 32 + 2 r; for Q4_1 / Q5_1 a second line holds the fp16 m the same way
+//   then block 2p's vectors, then block 2p + 1's, 64 bytes each, 32-bit lane r holding row r's:
+//     Q5_0 / Q5_1  first one fifth-bit vector: the block's qh permuted (InterleaveFifthBits) so
+//                  that bit 4 + j of byte t is the fifth bit of element 4j + t and bit j that of
+//                  element 16 + 4j + t (j, t < 4): the bits of quant vector j's low and high
+//                  nibbles, one shift and mask away from where the quants need them
+//     Q8_0  8 quant vectors; vector k: elements 4k .. 4k + 3 as unsigned bytes q + 128
+//     Q4_0, Q4_1, Q5_0, Q5_1  4 quant vectors; vector v: the block's qs bytes 4v .. 4v + 3 as
+//           stored (low nibbles: elements 4v .. 4v + 3, high nibbles: elements 16 + 4v .. + 3)
 // With 64-byte aligned data every load of a kernel is a whole cache line. The layout is this
 // program's own (built at load, never written to a file).
 #pragma once
@@ -34,13 +38,46 @@
 namespace metronome::quant {
 
 inline constexpr int kInterleaveRows = 16;
-// The sizes above, for the code that writes the layout and the kernels that read it: the line of a
-// block pair's 2 x 16 fp16 scales, one block's quants for the 16 rows (Q8_0 512 bytes, Q4_0 256),
-// and the bias of stored Q8_0 quants (q + 128: unsigned bytes for vpdpbusd).
-inline constexpr std::size_t kInterleavedScaleLineBytes = 64;
-template <class Block>
-inline constexpr std::size_t kInterleavedQuantBytes = kInterleaveRows * sizeof(Block{}.qs);
+inline constexpr std::size_t kInterleavedLineBytes = 64;  // one scale line or vector
+// The bias of stored Q8_0 quants (q + 128: unsigned bytes for vpdpbusd).
 inline constexpr std::uint8_t kInterleavedQ8_0Bias = 0x80;
+
+// The sizes above for one type, for the code that writes the layout and the kernels that read it.
+struct InterleavedGeometry {
+  int scale_lines = 0;        // per block pair: d, then m for the types with a min
+  int fifth_bit_vectors = 0;  // per block: 1 for Q5_0 / Q5_1
+  int quant_vectors = 0;      // per block: 8 for Q8_0, 4 for the nibble types
+
+  [[nodiscard]] constexpr std::size_t BlockBytes() const noexcept {
+    return static_cast<std::size_t>(fifth_bit_vectors + quant_vectors) * kInterleavedLineBytes;
+  }
+  [[nodiscard]] constexpr std::size_t PairBytes() const noexcept {
+    return static_cast<std::size_t>(scale_lines) * kInterleavedLineBytes + 2 * BlockBytes();
+  }
+};
+
+// The geometry of `type`'s interleaved form; all zero for a type without one.
+[[nodiscard]] constexpr InterleavedGeometry InterleavedGeometryOf(GgmlType type) noexcept {
+  switch (type) {
+    case GgmlType::kQ8_0:
+      return {1, 0, 8};
+    case GgmlType::kQ4_0:
+      return {1, 0, 4};
+    case GgmlType::kQ4_1:
+      return {2, 0, 4};
+    case GgmlType::kQ5_0:
+      return {1, 1, 4};
+    case GgmlType::kQ5_1:
+      return {2, 1, 4};
+    default:
+      return {};
+  }
+}
+
+// A block's 32 fifth bits (qh read as a little-endian uint32, bit i for element i) in the order of
+// the fifth-bit vector's lane, and back.
+[[nodiscard]] std::uint32_t InterleaveFifthBits(std::uint32_t qh) noexcept;
+[[nodiscard]] std::uint32_t DeinterleaveFifthBits(std::uint32_t lane) noexcept;
 
 // Whether a packed matrix of this type and shape has an interleaved form.
 [[nodiscard]] bool CanInterleave(GgmlType type, int rows, int cols) noexcept;
