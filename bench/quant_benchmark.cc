@@ -9,7 +9,8 @@
 //    the weight kernels put on a decode step.
 //    K-quants need k % 256 == 0: matrices with k = 576 take llama.cpp's fallback type (Q4_K ->
 //    Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0), only the down projections (k = 1536) are K-quant, as in a
-//    `_K_M` file of this shape. F32 runs through oneDNN (kernels::MatMulTransposedB).
+//    `_K_M` file of this shape. F32 runs through oneDNN (kernels::MatMulTransposedB). Matrices
+//    are in the layout the engine gives them at load (kernels::PreferredRowLayout).
 //  * BM_GemvResident/type/m: one decode kernel (avx512::GemvKernel) on the calling thread over a
 //    192 x 1536 matrix that stays in this core's L2 (0.3-0.6 MB), so memory is not the limit: the
 //    kernel's compute throughput. Counters bytes_per_cycle (weight bytes per cycle of this core,
@@ -135,20 +136,30 @@ struct Matrix {
   int k;
   std::size_t bytes;
   Bytes data;
+  quant::WeightMatrix view;  // over data, in the file's layout or the one the engine prefers
 };
 
-Matrix MakeMatrix(GgmlType wanted, int n, int k) {
-  Matrix mat{TypeFor(wanted, k), n, k, 0, nullptr};
+enum class Layout { kFile, kPreferred };
+
+// A matrix of synthetic blocks; kPreferred relays it out as every command does at load
+// (kernels::PreferredRowLayout, in place).
+Matrix MakeMatrix(GgmlType wanted, int n, int k, Layout layout = Layout::kFile) {
+  Matrix mat{TypeFor(wanted, k), n, k, 0, nullptr, {}};
   mat.bytes = *quant::TensorBytes(mat.type, static_cast<std::uint64_t>(n) * k);
   mat.data = AllocBytes(mat.bytes);
   Fill(mat.type, mat.data.get(), mat.bytes);
+  mat.view = quant::MakeWeightMatrix(mat.type, n, k, mat.data.get());
+  if (layout == Layout::kPreferred &&
+      kernels::PreferredRowLayout(mat.view) == quant::RowLayout::kInterleaved16) {
+    mat.view = quant::InterleaveRows(mat.view, reinterpret_cast<std::byte*>(mat.data.get()));
+  }
   return mat;
 }
 
 // y[m, n] = x W^T through the engine's entry point (activation preparation, the kernel table, the
 // one parallel split).
 void MatMul(const Matrix& w, const std::vector<float>& x, int m, float* y) {
-  kernels::MatMul(x.data(), m, quant::MakeWeightMatrix(w.type, w.n, w.k, w.data.get()), y, false);
+  kernels::MatMul(x.data(), m, w.view, y, false);
 }
 
 constexpr int kDim = 576;
@@ -173,12 +184,12 @@ const ModelWeights& Weights(GgmlType type) {
   w.bytes = 0;
   w.params = 0.0;
   for (int l = 0; l < kLayers; ++l) {
-    w.matrices.push_back(MakeMatrix(type, kQkv, kDim));
-    w.matrices.push_back(MakeMatrix(type, kDim, kDim));
-    w.matrices.push_back(MakeMatrix(type, 2 * kFfn, kDim));
-    w.matrices.push_back(MakeMatrix(type, kDim, kFfn));
+    w.matrices.push_back(MakeMatrix(type, kQkv, kDim, Layout::kPreferred));
+    w.matrices.push_back(MakeMatrix(type, kDim, kDim, Layout::kPreferred));
+    w.matrices.push_back(MakeMatrix(type, 2 * kFfn, kDim, Layout::kPreferred));
+    w.matrices.push_back(MakeMatrix(type, kDim, kFfn, Layout::kPreferred));
   }
-  w.matrices.push_back(MakeMatrix(type, kVocab, kDim));
+  w.matrices.push_back(MakeMatrix(type, kVocab, kDim, Layout::kPreferred));
   for (const Matrix& mat : w.matrices) {
     w.bytes += mat.bytes;
     w.params += static_cast<double>(mat.n) * mat.k;
@@ -212,10 +223,17 @@ void BM_DecodeWeights(benchmark::State& state) {
   const GgmlType type = kTypes[state.range(0)];
   const int m = static_cast<int>(state.range(1));
   if (!Supported(type, state)) return;
-  state.SetLabel(std::string(quant::Name(type)) + " " + PathName(type, m));
   const double bw = BandwidthGBps();
   const double peak = PeakGflops();
   const ModelWeights& w = Weights(type);
+  int interleaved = 0;  // matrices the interleaved kernel reads (at m below the prefill path)
+  for (const Matrix& mat : w.matrices) {
+    interleaved += mat.view.layout == quant::RowLayout::kInterleaved16 ? 1 : 0;
+  }
+  state.SetLabel(std::string(quant::Name(type)) + " " + PathName(type, m) +
+                 (interleaved > 0 ? ", " + std::to_string(interleaved) + " of " +
+                                        std::to_string(w.matrices.size()) + " interleaved"
+                                  : ""));
   const std::vector<float> x576(static_cast<std::size_t>(m) * kDim, 0.5f);
   const std::vector<float> x1536(static_cast<std::size_t>(m) * kFfn, 0.5f);
   std::vector<float> y(static_cast<std::size_t>(m) * kVocab);
