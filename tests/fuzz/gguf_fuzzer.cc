@@ -1,4 +1,5 @@
-// libFuzzer target for the GGUF parser, dequantisation and model loader. Any input must either
+// libFuzzer target for the GGUF parser, dequantisation, model loader and the load-time row
+// relayout (quant/row_layout.h). Any input must either
 // load or fail with LoadError/ConfigError; crashes, sanitizer reports, hangs and out-of-memory
 // are bugs. Seeds: tests/fuzz/corpus/gguf (written by gguf_test's DISABLED_WriteFuzzSeeds).
 #include <algorithm>
@@ -10,6 +11,8 @@
 #include "metronome/base/errors.h"
 #include "metronome/model/gguf.h"
 #include "metronome/model/internal/gguf_loader.h"
+#include "metronome/quant/codec.h"
+#include "metronome/quant/row_layout.h"
 
 namespace {
 
@@ -38,6 +41,23 @@ void FuzzParser(std::span<const std::uint8_t> bytes) {
   }
 }
 
+// The relayout every command applies at load (kernels::PreferredRowLayout's rule without the CPU
+// check), then the rows read back through it: the first and last row of the embedding.
+void FuzzRowLayouts(metronome::model::ModelWeights& weights) {
+  namespace quant = metronome::quant;
+  (void)weights.ApplyRowLayouts([](const quant::WeightMatrix& w) {
+    const bool packed = w.row_bytes == quant::RowBytes(w.type, w.cols);
+    return packed && quant::CanInterleave(w.type, w.rows, w.cols) ? quant::RowLayout::kInterleaved16
+                                                                  : quant::RowLayout::kRowMajor;
+  });
+  (void)weights.Summary();
+  const quant::WeightMatrix& e = weights.token_embedding;
+  if (e.data == nullptr || e.rows <= 0) return;
+  std::vector<float> row(static_cast<std::size_t>(e.cols));
+  quant::DequantizeMatrixRow(e, 0, row.data());
+  quant::DequantizeMatrixRow(e, e.rows - 1, row.data());
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -51,6 +71,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (model.tokenizer != nullptr) {
       (void)model.tokenizer->Encode("Hello, world! 123", true);
     }
+    if (model.weights != nullptr) FuzzRowLayouts(*model.weights);
   } catch (const metronome::LoadError&) {
   } catch (const metronome::ConfigError&) {
   }

@@ -63,8 +63,16 @@ TEST_P(InterleavedKernelTest, EqualsScalarKernelForEveryRowCount) {
   std::mt19937 rng(17);
   // One pair of blocks, pairs that fill and straddle the prefetch distance, ranges of groups that
   // do not start at 0.
-  for (const Case c :
-       {Case{16, 64, 0, 16}, Case{48, 576, 16, 48}, Case{64, 1536, 0, 64}, Case{32, 128, 16, 32}}) {
+  // K-quants: one super-block, an odd count (groups not on 64-byte lines), the smol down width.
+  const bool super = quant::Traits(t).block_elems == quant::kQkK;
+  const std::vector<Case> cases =
+      super ? std::vector<Case>{{16, 256, 0, 16},
+                                {48, 768, 16, 48},
+                                {64, 1536, 0, 64},
+                                {32, 512, 16, 32}}
+            : std::vector<Case>{
+                  {16, 64, 0, 16}, {48, 576, 16, 48}, {64, 1536, 0, 64}, {32, 128, 16, 32}};
+  for (const Case c : cases) {
     for (const int m : {1, 2, 3, 4, 5, 7, 9, 32, 127}) {
       const Product p = MakeProduct(t, m, c.n, c.k, rng);
       const int ldy = c.n + 3;  // columns past n must stay untouched
@@ -99,7 +107,7 @@ TEST_P(InterleavedKernelTest, EqualsScalarKernelForEveryRowCount) {
 TEST_P(InterleavedKernelTest, MatMulReadsEitherLayoutAlike) {
   const GgmlType t = GetParam();
   std::mt19937 rng(29);
-  constexpr int kCols = 576;
+  const int kCols = quant::Traits(t).block_elems == quant::kQkK ? 768 : 576;
   for (const int m : {1, 4, 6, 32, kDequantGemmMinRows + 2}) {
     const Product a = MakeProduct(t, m, 1008, kCols, rng);  // the pool splits it
     const Product b = MakeProduct(GgmlType::kQ4_1, m, 77, kCols, rng);
@@ -128,12 +136,13 @@ TEST_P(InterleavedKernelTest, MatMulReadsEitherLayoutAlike) {
 
 TEST_P(InterleavedKernelTest, PreferredOnlyWhereTheKernelsReadIt) {
   const GgmlType t = GetParam();
-  std::vector<std::byte> bytes(quant::RowBytes(t, 128) * 48);
-  EXPECT_EQ(PreferredRowLayout(quant::MakeWeightMatrix(t, 48, 128, bytes.data())),
+  const int cols = 2 * static_cast<int>(quant::Traits(t).block_elems);
+  std::vector<std::byte> bytes(quant::RowBytes(t, 2 * cols) * 48);
+  EXPECT_EQ(PreferredRowLayout(quant::MakeWeightMatrix(t, 48, 2 * cols, bytes.data())),
             quant::RowLayout::kInterleaved16);
-  EXPECT_EQ(PreferredRowLayout(quant::MakeWeightMatrix(t, 40, 128, bytes.data())),
+  EXPECT_EQ(PreferredRowLayout(quant::MakeWeightMatrix(t, 40, 2 * cols, bytes.data())),
             quant::RowLayout::kRowMajor);  // not whole 16-row groups
-  quant::WeightMatrix strided = quant::MakeWeightMatrix(t, 16, 64, bytes.data());
+  quant::WeightMatrix strided = quant::MakeWeightMatrix(t, 16, cols, bytes.data());
   strided.row_bytes *= 2;  // rows of a wider matrix
   EXPECT_EQ(PreferredRowLayout(strided), quant::RowLayout::kRowMajor);
   EXPECT_EQ(PreferredRowLayout(quant::MakeWeightMatrix(GgmlType::kQ4_K, 16, 256, bytes.data())),
@@ -142,7 +151,7 @@ TEST_P(InterleavedKernelTest, PreferredOnlyWhereTheKernelsReadIt) {
 
 INSTANTIATE_TEST_SUITE_P(InterleavedTypes, InterleavedKernelTest,
                          ::testing::Values(GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
-                                           GgmlType::kQ5_0, GgmlType::kQ5_1),
+                                           GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ6_K),
                          [](const ::testing::TestParamInfo<GgmlType>& param_info) {
                            return std::string(quant::Name(param_info.param));
                          });

@@ -39,10 +39,39 @@ TEST(RowLayoutTest, OnlyWholeGroupsOf32ElementTypesWithEvenBlockCounts) {
     EXPECT_FALSE(CanInterleave(t, 16, 96)) << Name(t);  // 3 blocks: no whole pairs
     EXPECT_FALSE(CanInterleave(t, 0, 64)) << Name(t);
   }
-  for (const GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ4_K,
-                           GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+  EXPECT_TRUE(CanInterleave(GgmlType::kQ6_K, 16, 256));  // any number of super-blocks
+  EXPECT_TRUE(CanInterleave(GgmlType::kQ6_K, 32, 768));
+  EXPECT_FALSE(CanInterleave(GgmlType::kQ6_K, 24, 256));
+  EXPECT_FALSE(CanInterleave(GgmlType::kQ6_K, 16, 64));
+  for (const GgmlType t :
+       {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ4_K, GgmlType::kQ5_K}) {
     EXPECT_FALSE(CanInterleave(t, 16, 512)) << Name(t);
   }
+}
+
+// Q6_K: super-block 1 of row 5 in group 1 of a 3-super-block matrix: scales, ql and qh lanes in
+// its body, d in the group's tail, where the header says.
+TEST(RowLayoutTest, Q6KBytesWhereTheLayoutSays) {
+  std::mt19937 rng(4);
+  constexpr int kRows = 32;
+  constexpr int kCols = 768;
+  const std::vector<std::byte> file = RandomRows(GgmlType::kQ6_K, kRows, kCols, rng);
+  const WeightMatrix src = MakeWeightMatrix(GgmlType::kQ6_K, kRows, kCols, file.data());
+  std::vector<std::byte> out(src.Bytes());
+  const WeightMatrix x = InterleaveRows(src, out.data());
+  const auto* block = reinterpret_cast<const BlockQ6_K*>(src.Row(16 + 5)) + 1;
+  const std::byte* body = x.Row(16) + 3328;  // super-block 1
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(std::to_integer<std::int8_t>(body[16 * j + 5]), block->scales[j]) << "scale " << j;
+  }
+  for (int v = 0; v < 32; ++v) {
+    EXPECT_EQ(std::memcmp(body + 256 + 64 * v + 4 * 5, block->ql + 4 * v, 4), 0) << "ql " << v;
+  }
+  for (int u = 0; u < 16; ++u) {
+    EXPECT_EQ(std::memcmp(body + 256 + 2048 + 64 * u + 4 * 5, block->qh + 4 * u, 4), 0)
+        << "qh " << u;
+  }
+  EXPECT_EQ(std::memcmp(x.Row(16) + 3 * 3328 + 32 * 1 + 2 * 5, &block->d, 2), 0) << "d";
 }
 
 // The fifth bits' order the header documents: element 4j + t at bit 8t + 4 + j, element
@@ -121,8 +150,11 @@ TEST(RowLayoutTest, BytesWhereTheLayoutSays) {
 
 TEST(RowLayoutTest, CanonicalRowsRoundTripInPlaceOrNot) {
   std::mt19937 rng(5);
-  for (const GgmlType t : kInterleavedTypes) {
-    for (const int cols : {64, 576, 1536}) {
+  for (const GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
+                           GgmlType::kQ5_1, GgmlType::kQ6_K}) {
+    const bool super = t == GgmlType::kQ6_K;
+    for (const int cols :
+         super ? std::vector<int>{256, 768, 1536} : std::vector<int>{64, 576, 1536}) {
       constexpr int kRows = 48;
       const std::vector<std::byte> file = RandomRows(t, kRows, cols, rng);
       const WeightMatrix src = MakeWeightMatrix(t, kRows, cols, file.data());

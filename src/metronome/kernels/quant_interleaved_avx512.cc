@@ -198,6 +198,114 @@ void Rows(const RowsKernelArgs& a, int row_begin, int row_end) {
   }
 }
 
+// ---- Q6_K: per super-block (256 elements), for each half h and each half of its 32-byte groups,
+// four quads k at once: quant vector for word w = 32 h + 8 k + l (l < 8, 4 elements each) is the
+// nibble of ql vector 16 h + 8 (k % 2) + l (low for k < 2, high after) with qh vector 8 h + l's
+// bits 2k, 2k + 1 at bits 4, 5 (ggml's Q6_K, quant/blocks.h). Four words of a quad make sub-block
+// j = 8 h + 2 k + (l / 4): its int32 dot starts at -32 x the activation's bsum j, and is scaled
+// by the 16 rows' int8 scale j (one 16-byte load, sign-extended) with vpmulld into the super-
+// block's int32 sum; one conversion and FMA by d_w d_a per super-block. Exact integer dots.
+constexpr int kQ6KTileRows = 2;  // 8 dot chains + the sums beside the 4 weight vectors
+constexpr int kQ6KOffset = 32;
+
+template <int MT>
+void GroupTileQ6K(const RowsKernelArgs& a, int r, const std::byte* group, int supers, int row) {
+  const quant::BlockQ8_K* act[MT];
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) {
+    act[i] = reinterpret_cast<const quant::BlockQ8_K*>(a.act + static_cast<std::size_t>(r + i) *
+                                                                   a.act_row_bytes);
+  }
+  __m512 acc[MT];
+#pragma GCC unroll 8
+  for (auto& v : acc) v = _mm512_setzero_ps();
+  constexpr std::size_t kQlAt = quant::kQ6KScaleBytes;
+  constexpr std::size_t kQhAt = kQlAt + kInterleaveRows * (quant::kQkK / 2);
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  const __m512i two_bits = _mm512_set1_epi8(0x30);
+  constexpr int kOrMasked = 0xF8;  // ternary logic: a | (b & c)
+  const std::byte* tail = group + static_cast<std::size_t>(supers) * quant::kQ6KBodyBytes;
+  for (int sb = 0; sb < supers; ++sb) {
+    const std::byte* body = group + static_cast<std::size_t>(sb) * quant::kQ6KBodyBytes;
+#pragma GCC unroll 64
+    for (std::size_t line = 0; line < quant::kQ6KBodyBytes; line += kLineBytes) {
+      _mm_prefetch(reinterpret_cast<const char*>(body) + kPrefetchAheadBytes + line, _MM_HINT_T0);
+    }
+    __m512i sum[MT];
+#pragma GCC unroll 8
+    for (auto& v : sum) v = _mm512_setzero_si512();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 2
+      for (int half = 0; half < 2; ++half) {
+        __m512i dot[MT][4];
+#pragma GCC unroll 8
+        for (int i = 0; i < MT; ++i) {
+#pragma GCC unroll 4
+          for (int k = 0; k < 4; ++k) {
+            dot[i][k] = _mm512_set1_epi32(-kQ6KOffset * act[i][sb].bsums[8 * h + 2 * k + half]);
+          }
+        }
+#pragma GCC unroll 4
+        for (int l = 4 * half; l < 4 * half + 4; ++l) {
+          const __m512i qh = _mm512_loadu_si512(body + kQhAt + kLineBytes * (8 * h + l));
+          const __m512i v0 = _mm512_loadu_si512(body + kQlAt + kLineBytes * (16 * h + l));
+          const __m512i v1 = _mm512_loadu_si512(body + kQlAt + kLineBytes * (16 * h + 8 + l));
+          __m512i w[4];
+          w[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(v0, low), _mm512_slli_epi16(qh, 4),
+                                           two_bits, kOrMasked);
+          w[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(v1, low), _mm512_slli_epi16(qh, 2),
+                                           two_bits, kOrMasked);
+          w[2] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(v0, 4), low), qh,
+                                           two_bits, kOrMasked);
+          w[3] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(v1, 4), low),
+                                           _mm512_srli_epi16(qh, 2), two_bits, kOrMasked);
+#pragma GCC unroll 8
+          for (int i = 0; i < MT; ++i) {
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; ++k) {
+              dot[i][k] = _mm512_dpbusd_epi32(dot[i][k], w[k],
+                                              Broadcast(act[i][sb].qs + 128 * h + 32 * k + 4 * l));
+            }
+          }
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+          const int j = 8 * h + 2 * k + half;
+          const __m512i scale = _mm512_cvtepi8_epi32(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(body + kInterleaveRows * j)));
+#pragma GCC unroll 8
+          for (int i = 0; i < MT; ++i) {
+            sum[i] = _mm512_add_epi32(sum[i], _mm512_mullo_epi32(dot[i][k], scale));
+          }
+        }
+      }
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+        tail + static_cast<std::size_t>(sb) * quant::kQ6KTailBytesPerSuper)));
+#pragma GCC unroll 8
+    for (int i = 0; i < MT; ++i) {
+      acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(act[i][sb].d)),
+                               _mm512_cvtepi32_ps(sum[i]), acc[i]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) {
+    float* y = a.y + static_cast<std::ptrdiff_t>(r + i) * a.ldy + row;
+    _mm512_storeu_ps(y, a.accumulate ? _mm512_add_ps(_mm512_loadu_ps(y), acc[i]) : acc[i]);
+  }
+}
+
+void RowsQ6K(const RowsKernelArgs& a, int row_begin, int row_end) {
+  const quant::WeightMatrix& w = *a.w;
+  const int supers = w.cols / quant::kQkK;
+  for (int row = row_begin; row < row_end; row += kInterleaveRows) {
+    const std::byte* group = w.Row(row);
+    ForRowTiles<kQ6KTileRows>(a.m,
+                              [&]<int MT>(int r) { GroupTileQ6K<MT>(a, r, group, supers, row); });
+  }
+}
+
 }  // namespace
 
 RowsKernel InterleavedKernel(GgmlType type) noexcept {
@@ -212,6 +320,8 @@ RowsKernel InterleavedKernel(GgmlType type) noexcept {
       return Rows<Q5_0I>;
     case GgmlType::kQ5_1:
       return Rows<Q5_1I>;
+    case GgmlType::kQ6_K:
+      return RowsQ6K;
     default:
       return nullptr;
   }

@@ -107,6 +107,61 @@ void BlockFromGroup(GgmlType type, const std::byte* group, std::byte* block, int
                  kLaneBytes);
 }
 
+// Q6_K: super-block s of row r (0..15) between the file's block and the group (row_layout.h).
+static_assert(kQ6KBodyBytes + kQ6KTailBytesPerSuper == kInterleaveRows * sizeof(BlockQ6_K));
+void SuperQ6KToGroup(const std::byte* block, std::byte* group, int supers, int s, int r) noexcept {
+  std::byte* body = group + static_cast<std::size_t>(s) * kQ6KBodyBytes;
+  const auto row = static_cast<std::size_t>(r);
+  for (std::size_t j = 0; j < kQkK / 16; ++j) {
+    body[kInterleaveRows * j + row] = block[offsetof(BlockQ6_K, scales) + j];
+  }
+  constexpr std::size_t kQlAt = kQ6KScaleBytes;
+  constexpr std::size_t kQhAt = kQlAt + kInterleaveRows * (kQkK / 2);
+  CopyQuantLanes(GgmlType::kQ6_K, kQkK / 2 / kLaneBytes, block + offsetof(BlockQ6_K, ql),
+                 kLaneBytes, body + kQlAt + row * kLaneBytes, kInterleavedLineBytes);
+  CopyQuantLanes(GgmlType::kQ6_K, kQkK / 4 / kLaneBytes, block + offsetof(BlockQ6_K, qh),
+                 kLaneBytes, body + kQhAt + row * kLaneBytes, kInterleavedLineBytes);
+  std::memcpy(group + static_cast<std::size_t>(supers) * kQ6KBodyBytes +
+                  static_cast<std::size_t>(s) * kQ6KTailBytesPerSuper + row * kHalfBytes,
+              block + offsetof(BlockQ6_K, d), kHalfBytes);
+}
+void SuperQ6KFromGroup(const std::byte* group, std::byte* block, int supers, int s,
+                       int r) noexcept {
+  const std::byte* body = group + static_cast<std::size_t>(s) * kQ6KBodyBytes;
+  const auto row = static_cast<std::size_t>(r);
+  for (std::size_t j = 0; j < kQkK / 16; ++j) {
+    block[offsetof(BlockQ6_K, scales) + j] = body[kInterleaveRows * j + row];
+  }
+  constexpr std::size_t kQlAt = kQ6KScaleBytes;
+  constexpr std::size_t kQhAt = kQlAt + kInterleaveRows * (kQkK / 2);
+  CopyQuantLanes(GgmlType::kQ6_K, kQkK / 2 / kLaneBytes, body + kQlAt + row * kLaneBytes,
+                 kInterleavedLineBytes, block + offsetof(BlockQ6_K, ql), kLaneBytes);
+  CopyQuantLanes(GgmlType::kQ6_K, kQkK / 4 / kLaneBytes, body + kQhAt + row * kLaneBytes,
+                 kInterleavedLineBytes, block + offsetof(BlockQ6_K, qh), kLaneBytes);
+  std::memcpy(block + offsetof(BlockQ6_K, d),
+              group + static_cast<std::size_t>(supers) * kQ6KBodyBytes +
+                  static_cast<std::size_t>(s) * kQ6KTailBytesPerSuper + row * kHalfBytes,
+              kHalfBytes);
+}
+
+// Block b of row r between the file's block and the group, whatever the type.
+void ToGroup(GgmlType type, int blocks, const std::byte* block, std::byte* group, int b,
+             int r) noexcept {
+  if (type == GgmlType::kQ6_K) {
+    SuperQ6KToGroup(block, group, blocks, b, r);
+  } else {
+    BlockToGroup(type, block, group, b, r);
+  }
+}
+void FromGroup(GgmlType type, int blocks, const std::byte* group, std::byte* block, int b,
+               int r) noexcept {
+  if (type == GgmlType::kQ6_K) {
+    SuperQ6KFromGroup(group, block, blocks, b, r);
+  } else {
+    BlockFromGroup(type, group, block, b, r);
+  }
+}
+
 // Bit position in the fifth-bit lane of element i's bit (row_layout.h).
 constexpr int FifthBitPosition(int i) noexcept {
   const int low = i < kQk32 / 2 ? 1 : 0;  // a low nibble: elements 0..15
@@ -129,8 +184,9 @@ std::uint32_t DeinterleaveFifthBits(std::uint32_t lane) noexcept {
 }
 
 bool CanInterleave(GgmlType type, int rows, int cols) noexcept {
-  if (InterleavedGeometryOf(type).quant_vectors == 0) return false;
-  return rows > 0 && rows % kInterleaveRows == 0 && cols > 0 && cols % (2 * kQk32) == 0;
+  if (rows <= 0 || rows % kInterleaveRows != 0 || cols <= 0) return false;
+  if (type == GgmlType::kQ6_K) return cols % kQkK == 0;
+  return InterleavedGeometryOf(type).quant_vectors > 0 && cols % (2 * kQk32) == 0;
 }
 
 WeightMatrix InterleaveRows(const WeightMatrix& src, std::byte* dst) {
@@ -139,7 +195,7 @@ WeightMatrix InterleaveRows(const WeightMatrix& src, std::byte* dst) {
             "InterleaveRows: not a packed row-major matrix of whole 16-row groups of a type with "
             "an interleaved form");
   const std::size_t block_bytes = Traits(src.type).block_bytes;
-  const int blocks = src.cols / kQk32;
+  const int blocks = src.cols / static_cast<int>(Traits(src.type).block_elems);
   const std::size_t group_bytes = kInterleaveRows * src.row_bytes;
   std::vector<std::byte> file(group_bytes);  // the group's rows as read (dst may be src.data)
   for (int g = 0; g < src.rows / kInterleaveRows; ++g) {
@@ -147,7 +203,7 @@ WeightMatrix InterleaveRows(const WeightMatrix& src, std::byte* dst) {
     std::byte* group = dst + g * group_bytes;
     for (int r = 0; r < kInterleaveRows; ++r) {
       for (int b = 0; b < blocks; ++b) {
-        BlockToGroup(src.type, file.data() + r * src.row_bytes + b * block_bytes, group, b, r);
+        ToGroup(src.type, blocks, file.data() + r * src.row_bytes + b * block_bytes, group, b, r);
       }
     }
   }
@@ -162,8 +218,9 @@ const std::byte* CanonicalRow(const WeightMatrix& w, int r, std::vector<std::byt
   const std::size_t block_bytes = Traits(w.type).block_bytes;
   scratch.resize(w.row_bytes);
   const std::byte* group = w.Row(r - r % kInterleaveRows);
-  for (int b = 0; b < w.cols / kQk32; ++b) {
-    BlockFromGroup(w.type, group, scratch.data() + b * block_bytes, b, r % kInterleaveRows);
+  const int blocks = w.cols / static_cast<int>(Traits(w.type).block_elems);
+  for (int b = 0; b < blocks; ++b) {
+    FromGroup(w.type, blocks, group, scratch.data() + b * block_bytes, b, r % kInterleaveRows);
   }
   return scratch.data();
 }

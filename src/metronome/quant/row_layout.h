@@ -9,8 +9,8 @@
 // Measured on one core of the development machine (docs/performance.md, "Interleaved rows"):
 // the same bytes stream at 2-2.5x the GB/s at one activation row, 3x at four.
 //
-// Layout (the 32-element types Q8_0, Q4_0, Q4_1, Q5_0, Q5_1; rows a multiple of 16; an even number
-// of blocks per row). Group g, rows [16 g, 16 g + 16), occupies the bytes [16 g row_bytes,
+// Layout of the 32-element types Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (rows a multiple of 16; an even
+// number of blocks per row). Group g, rows [16 g, 16 g + 16), occupies the bytes [16 g row_bytes,
 // 16 (g + 1) row_bytes) it would hold row-major. Inside it, block pairs p (blocks 2p and 2p + 1 of
 // every row of the group) follow each other, each 2 x 16 blocks' bytes (InterleavedGeometry):
 //   scale lines, 64 bytes each: the fp16 d of block 2p of row r at byte 2 r, the same for block
@@ -23,8 +23,15 @@
 //     Q8_0  8 quant vectors; vector k: elements 4k .. 4k + 3 as unsigned bytes q + 128
 //     Q4_0, Q4_1, Q5_0, Q5_1  4 quant vectors; vector v: the block's qs bytes 4v .. 4v + 3 as
 //           stored (low nibbles: elements 4v .. 4v + 3, high nibbles: elements 16 + 4v .. + 3)
-// With 64-byte aligned data every load of a kernel is a whole cache line. The layout is this
-// program's own (built at load, never written to a file).
+// Q6_K (rows a multiple of 16; any number of 256-element super-blocks S per row): the group holds
+// S super-block bodies of kQ6KBodyBytes, then a tail of S x 32 bytes with the fp16 d of super-block
+// s of row r at 32 s + 2 r. Body of super-block s, from s x kQ6KBodyBytes on:
+//   bytes [0, 256)      the int8 sub-block scales: scale j of row r at byte 16 j + r (one 16-byte
+//                       load, sign-extended, gives sub-block j's 16 row scales)
+//   then 32 ql vectors, lane r = ql[4v .. 4v + 3] of row r; then 16 qh vectors, lane r =
+//   qh[4u .. 4u + 3] of row r; both as stored
+// With 64-byte aligned data every load of a kernel is a whole cache line (Q6_K: in every group
+// when S is even). The layout is this program's own (built at load, never written to a file).
 #pragma once
 
 #include <cstddef>
@@ -73,6 +80,12 @@ struct InterleavedGeometry {
       return {};
   }
 }
+
+// Q6_K's sizes in the layout above.
+inline constexpr std::size_t kQ6KScaleBytes = kInterleaveRows * (kQkK / 16);
+inline constexpr std::size_t kQ6KBodyBytes =
+    kQ6KScaleBytes + kInterleaveRows * (kQkK / 2) + kInterleaveRows * (kQkK / 4);
+inline constexpr std::size_t kQ6KTailBytesPerSuper = kInterleaveRows * 2;
 
 // A block's 32 fifth bits (qh read as a little-endian uint32, bit i for element i) in the order of
 // the fifth-bit vector's lane, and back.
