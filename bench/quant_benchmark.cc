@@ -17,8 +17,9 @@
 //    the clock from a chain of dependent adds, CoreGhz) and GB_per_s (per CPU second). A kernel
 //    is unpack-bound on this machine when bytes_per_cycle x 2 cores x clock is below the read
 //    bandwidth (bandwidth_GBps of BM_DecodeWeights, ~33 GB/s quiet).
-//  * BM_RowLayout/q4_0/m/interleaved: Q8_0 (q4_0 0) or Q4_0 (1) in the files' row-major layout
-//    against the 16-row interleaved layout (quant/row_layout.h), one thread, CPU time.
+//  * BM_RowLayout/type/m/interleaved: the matrices of a type with an interleaved form (Q8_0, Q4_0,
+//    Q4_1, Q5_0, Q5_1, Q6_K) in the files' row-major layout against the 16-row interleaved layout
+//    (quant/row_layout.h), one thread, CPU time.
 //  * BM_Prefill/type/m/dequant: the down projection (1536 -> 576) for m rows, dequant 0 = the
 //    kernel table's integer kernel (activation preparation included), 1 = W dequantised to fp32
 //    (DequantizeRows) + oneDNN sgemm: the crossover row count behind MatMul's prefill dispatch
@@ -175,21 +176,23 @@ struct ModelWeights {
   double params = 0.0;
 };
 
-// One model in memory at a time (an f32 copy is 540 MB).
-const ModelWeights& Weights(GgmlType type) {
+// One model in memory at a time (an f32 copy is 540 MB), in the layout asked for.
+const ModelWeights& Weights(GgmlType type, Layout layout = Layout::kPreferred) {
   static ModelWeights w;
-  if (w.type == type && !w.matrices.empty()) return w;
+  static Layout held = Layout::kFile;
+  if (w.type == type && held == layout && !w.matrices.empty()) return w;
   w.matrices.clear();
   w.type = type;
+  held = layout;
   w.bytes = 0;
   w.params = 0.0;
   for (int l = 0; l < kLayers; ++l) {
-    w.matrices.push_back(MakeMatrix(type, kQkv, kDim, Layout::kPreferred));
-    w.matrices.push_back(MakeMatrix(type, kDim, kDim, Layout::kPreferred));
-    w.matrices.push_back(MakeMatrix(type, 2 * kFfn, kDim, Layout::kPreferred));
-    w.matrices.push_back(MakeMatrix(type, kDim, kFfn, Layout::kPreferred));
+    w.matrices.push_back(MakeMatrix(type, kQkv, kDim, layout));
+    w.matrices.push_back(MakeMatrix(type, kDim, kDim, layout));
+    w.matrices.push_back(MakeMatrix(type, 2 * kFfn, kDim, layout));
+    w.matrices.push_back(MakeMatrix(type, kDim, kFfn, layout));
   }
-  w.matrices.push_back(MakeMatrix(type, kVocab, kDim, Layout::kPreferred));
+  w.matrices.push_back(MakeMatrix(type, kVocab, kDim, layout));
   for (const Matrix& mat : w.matrices) {
     w.bytes += mat.bytes;
     w.params += static_cast<double>(mat.n) * mat.k;
@@ -409,13 +412,11 @@ void BM_DecodeKernel(benchmark::State& state) {
     return;
   }
   state.SetLabel(std::string(quant::Name(type)) + (gemv ? " gemv" : " rows"));
-  const ModelWeights& w = Weights(type);
+  const ModelWeights& w = Weights(type, Layout::kFile);  // the row-major kernels' layout
   std::vector<float> y(static_cast<std::size_t>(m) * kVocab);
   const std::vector<std::vector<std::byte>> act = ProjectionActivations(type, m);
   std::vector<quant::WeightMatrix> mats;
-  for (const Matrix& mat : w.matrices) {
-    mats.push_back(quant::MakeWeightMatrix(mat.type, mat.n, mat.k, mat.data.get()));
-  }
+  for (const Matrix& mat : w.matrices) mats.push_back(mat.view);
   for (auto _ : state) {
     for (const quant::WeightMatrix& mat : mats) {
       // Only the benchmarked type's matrices switch kernels (a K-quant set's k = 576 fallback
@@ -436,29 +437,33 @@ BENCHMARK(BM_DecodeKernel)
     ->ArgNames({"type", "m", "gemv"})
     ->Unit(benchmark::kMillisecond);
 
-// The same stream in the two row layouts of a Q8_0 / Q4_0 matrix (quant/row_layout.h): every
-// projection of the smol-135m shape for m rows on the calling thread alone (CPU time, like
-// BM_DecodeKernel), interleaved 0 = the files' row-major layout through the kernel table (the gemv
-// kernel at m <= 4), 1 = the 16-row interleaved copies through avx512::InterleavedKernel. Counter
-// GB_per_s (weight bytes per CPU second of this thread).
+// The same stream in the two row layouts of the matrices of one type that has an interleaved form
+// (quant/row_layout.h): those projections of the smol-135m shape (all of them; for Q6_K the down
+// projections) for m rows on the calling thread alone (CPU time, like BM_GemvResident),
+// interleaved 0 = the files' row-major layout through the kernel table (the gemv kernel at
+// m <= 4), 1 = the 16-row interleaved copies through avx512::InterleavedKernel. Counter GB_per_s
+// (weight bytes per CPU second of this thread).
 void BM_RowLayout(benchmark::State& state) {
-  const GgmlType type = state.range(0) == 0 ? GgmlType::kQ8_0 : GgmlType::kQ4_0;
+  const GgmlType type = kTypes[state.range(0)];
   const int m = static_cast<int>(state.range(1));
   const bool interleaved = state.range(2) != 0;
   if (!Supported(type, state)) return;
   state.SetLabel(std::string(quant::Name(type)) + (interleaved ? " interleaved" : " row-major"));
-  const ModelWeights& w = Weights(type);
+  const ModelWeights& w = Weights(type, Layout::kFile);
   std::vector<float> y(static_cast<std::size_t>(m) * kVocab);
   const std::vector<std::vector<std::byte>> act = ProjectionActivations(type, m);
   std::vector<Bytes> copies;
   std::vector<quant::WeightMatrix> mats;
+  std::size_t bytes = 0;
   for (const Matrix& mat : w.matrices) {
-    quant::WeightMatrix wm = quant::MakeWeightMatrix(mat.type, mat.n, mat.k, mat.data.get());
+    if (mat.type != type) continue;
+    quant::WeightMatrix wm = mat.view;
     if (interleaved) {
       copies.push_back(AllocBytes(mat.bytes));
       wm = quant::InterleaveRows(wm, reinterpret_cast<std::byte*>(copies.back().get()));
     }
     mats.push_back(wm);
+    bytes += mat.bytes;
   }
   for (auto _ : state) {
     for (const quant::WeightMatrix& mat : mats) {
@@ -471,12 +476,12 @@ void BM_RowLayout(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(y.data());
   }
-  state.counters["GB_per_s"] = benchmark::Counter(static_cast<double>(w.bytes) * 1e-9,
+  state.counters["GB_per_s"] = benchmark::Counter(static_cast<double>(bytes) * 1e-9,
                                                   benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_RowLayout)
-    ->ArgsProduct({{0, 1}, {1, 4, 32}, {0, 1}})
-    ->ArgNames({"q4_0", "m", "interleaved"})
+    ->ArgsProduct({{3, 4, 5, 6, 7, 10}, {1, 4, 32}, {0, 1}})
+    ->ArgNames({"type", "m", "interleaved"})
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

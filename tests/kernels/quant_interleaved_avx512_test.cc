@@ -145,13 +145,14 @@ TEST_P(InterleavedKernelTest, PreferredOnlyWhereTheKernelsReadIt) {
   quant::WeightMatrix strided = quant::MakeWeightMatrix(t, 16, cols, bytes.data());
   strided.row_bytes *= 2;  // rows of a wider matrix
   EXPECT_EQ(PreferredRowLayout(strided), quant::RowLayout::kRowMajor);
-  EXPECT_EQ(PreferredRowLayout(quant::MakeWeightMatrix(GgmlType::kQ4_K, 16, 256, bytes.data())),
+  EXPECT_EQ(PreferredRowLayout(quant::MakeWeightMatrix(GgmlType::kF16, 16, 32, bytes.data())),
             quant::RowLayout::kRowMajor);
 }
 
 INSTANTIATE_TEST_SUITE_P(InterleavedTypes, InterleavedKernelTest,
                          ::testing::Values(GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
-                                           GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ6_K),
+                                           GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ4_K,
+                                           GgmlType::kQ5_K, GgmlType::kQ6_K),
                          [](const ::testing::TestParamInfo<GgmlType>& param_info) {
                            return std::string(quant::Name(param_info.param));
                          });

@@ -39,12 +39,13 @@ TEST(RowLayoutTest, OnlyWholeGroupsOf32ElementTypesWithEvenBlockCounts) {
     EXPECT_FALSE(CanInterleave(t, 16, 96)) << Name(t);  // 3 blocks: no whole pairs
     EXPECT_FALSE(CanInterleave(t, 0, 64)) << Name(t);
   }
-  EXPECT_TRUE(CanInterleave(GgmlType::kQ6_K, 16, 256));  // any number of super-blocks
-  EXPECT_TRUE(CanInterleave(GgmlType::kQ6_K, 32, 768));
-  EXPECT_FALSE(CanInterleave(GgmlType::kQ6_K, 24, 256));
-  EXPECT_FALSE(CanInterleave(GgmlType::kQ6_K, 16, 64));
-  for (const GgmlType t :
-       {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ4_K, GgmlType::kQ5_K}) {
+  for (const GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    EXPECT_TRUE(CanInterleave(t, 16, 256)) << Name(t);  // any number of super-blocks
+    EXPECT_TRUE(CanInterleave(t, 32, 768)) << Name(t);
+    EXPECT_FALSE(CanInterleave(t, 24, 256)) << Name(t);
+    EXPECT_FALSE(CanInterleave(t, 16, 64)) << Name(t);
+  }
+  for (const GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16}) {
     EXPECT_FALSE(CanInterleave(t, 16, 512)) << Name(t);
   }
 }
@@ -72,6 +73,41 @@ TEST(RowLayoutTest, Q6KBytesWhereTheLayoutSays) {
         << "qh " << u;
   }
   EXPECT_EQ(std::memcmp(x.Row(16) + 3 * 3328 + 32 * 1 + 2 * 5, &block->d, 2), 0) << "d";
+}
+
+// Q4_K / Q5_K: super-block 1 of row 5 in group 1 of a 3-super-block matrix: d, dmin, scale, qh and
+// qs lanes where the header says.
+TEST(RowLayoutTest, Q4KQ5KBytesWhereTheLayoutSays) {
+  std::mt19937 rng(6);
+  constexpr int kRows = 32;
+  constexpr int kCols = 768;
+  for (const GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ5_K}) {
+    const bool q5 = t == GgmlType::kQ5_K;
+    const std::size_t block_bytes = q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
+    const std::vector<std::byte> file = RandomRows(t, kRows, kCols, rng);
+    const WeightMatrix src = MakeWeightMatrix(t, kRows, kCols, file.data());
+    std::vector<std::byte> out(src.Bytes());
+    const WeightMatrix x = InterleaveRows(src, out.data());
+    const std::byte* block = src.Row(16 + 5) + block_bytes;  // super-block 1 of row 5
+    const std::byte* body = x.Row(16) + 16 * block_bytes;    // super-block 1 of the group
+    EXPECT_EQ(std::memcmp(body + 2 * 5, block, 2), 0) << Name(t) << " d";
+    EXPECT_EQ(std::memcmp(body + 32 + 2 * 5, block + 2, 2), 0) << Name(t) << " dmin";
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(std::memcmp(body + 64 + 64 * k + 4 * 5, block + 4 + 4 * k, 4), 0)
+          << Name(t) << " scales " << k;
+    }
+    const std::size_t qs_at = 64 + 3 * 64 + (q5 ? 8 * 64 : 0);
+    if (q5) {
+      for (int u = 0; u < 8; ++u) {
+        EXPECT_EQ(std::memcmp(body + 256 + 64 * u + 4 * 5, block + 16 + 4 * u, 4), 0) << "qh " << u;
+      }
+    }
+    const std::byte* qs = block + (q5 ? 48 : 16);
+    for (int v = 0; v < 32; ++v) {
+      EXPECT_EQ(std::memcmp(body + qs_at + 64 * v + 4 * 5, qs + 4 * v, 4), 0)
+          << Name(t) << " qs " << v;
+    }
+  }
 }
 
 // The fifth bits' order the header documents: element 4j + t at bit 8t + 4 + j, element
@@ -151,8 +187,8 @@ TEST(RowLayoutTest, BytesWhereTheLayoutSays) {
 TEST(RowLayoutTest, CanonicalRowsRoundTripInPlaceOrNot) {
   std::mt19937 rng(5);
   for (const GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
-                           GgmlType::kQ5_1, GgmlType::kQ6_K}) {
-    const bool super = t == GgmlType::kQ6_K;
+                           GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    const bool super = Traits(t).block_elems == kQkK;
     for (const int cols :
          super ? std::vector<int>{256, 768, 1536} : std::vector<int>{64, 576, 1536}) {
       constexpr int kRows = 48;

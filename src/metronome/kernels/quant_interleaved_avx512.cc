@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "metronome/kernels/internal/for_count.h"
 #include "metronome/quant/blocks.h"
@@ -306,6 +307,175 @@ void RowsQ6K(const RowsKernelArgs& a, int row_begin, int row_end) {
   }
 }
 
+// ---- Q4_K / Q5_K: per super-block the 16 rows' 6-bit scales and mins unpacked from the three
+// scale vectors into bytes (lane r: sc[0..3], sc[4..7], mn[0..3], mn[4..7] of row r); per
+// 64-element group g the 8 qs vectors give sub-block 2g (low nibbles) and 2g + 1 (high nibbles),
+// Q5_K's fifth bits (bit 2g / 2g + 1 of qh vector l's bytes) shifted to bit 4 and merged in one
+// ternary-logic op. Each sub-block's int32 dot (two chains) is scaled by its 16 row scales
+// (vpmulld) into the super-block's sum; the min term sum_j mn_j bsum32_j comes from two vpmaddwd
+// per 4 sub-blocks on the mins as 16-bit pairs. One FMA pair by d_a (d_w x sum - dmin_w x mins) per
+// super-block.
+constexpr int kKTileRows = 2;
+
+// Byte b (0..3) of each 32-bit lane, zero-extended.
+inline __m512i LaneByte(__m512i v, int b) noexcept {
+  const __m512i byte = _mm512_set1_epi32(0xFF);
+  switch (b) {
+    case 0:
+      return _mm512_and_si512(v, byte);
+    case 1:
+      return _mm512_and_si512(_mm512_srli_epi32(v, 8), byte);
+    case 2:
+      return _mm512_and_si512(_mm512_srli_epi32(v, 16), byte);
+    default:
+      return _mm512_srli_epi32(v, 24);
+  }
+}
+
+// Bit `from` of every byte moved to bit 4 (the other bits of the result are junk: callers mask).
+inline __m512i BitToFour(__m512i v, int from) noexcept {
+  switch (from) {
+    case 0:
+      return _mm512_slli_epi16(v, 4);
+    case 1:
+      return _mm512_slli_epi16(v, 3);
+    case 2:
+      return _mm512_slli_epi16(v, 2);
+    case 3:
+      return _mm512_slli_epi16(v, 1);
+    case 4:
+      return v;
+    case 5:
+      return _mm512_srli_epi16(v, 1);
+    case 6:
+      return _mm512_srli_epi16(v, 2);
+    default:
+      return _mm512_srli_epi16(v, 3);
+  }
+}
+
+template <bool kHighBits, int MT>
+void GroupTileK(const RowsKernelArgs& a, int r, const std::byte* group, int supers, int row) {
+  using Block = std::conditional_t<kHighBits, quant::BlockQ5_K, quant::BlockQ4_K>;
+  constexpr std::size_t kBodyBytes = kInterleaveRows * sizeof(Block);
+  constexpr std::size_t kScalesAt = kLineBytes;
+  constexpr std::size_t kQhAt = kScalesAt + quant::kKScaleVectors * kLineBytes;
+  constexpr std::size_t kQsAt = kQhAt + (kHighBits ? quant::kQ5KHighBitVectors * kLineBytes : 0);
+  const quant::BlockQ8_K* act[MT];
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) {
+    act[i] = reinterpret_cast<const quant::BlockQ8_K*>(a.act + static_cast<std::size_t>(r + i) *
+                                                                   a.act_row_bytes);
+  }
+  __m512 acc[MT];
+#pragma GCC unroll 8
+  for (auto& v : acc) v = _mm512_setzero_ps();
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  const __m512i six = _mm512_set1_epi8(0x3F);
+  const __m512i bits45 = _mm512_set1_epi8(0x30);
+  const __m512i bit4 = _mm512_set1_epi8(0x10);
+  const __m512i low_words = _mm512_set1_epi32(0x00FF00FF);
+  constexpr int kOrMasked = 0xF8;  // ternary logic: a | (b & c)
+  for (int sb = 0; sb < supers; ++sb) {
+    const std::byte* body = group + static_cast<std::size_t>(sb) * kBodyBytes;
+#pragma GCC unroll 64
+    for (std::size_t line = 0; line < kBodyBytes; line += kLineBytes) {
+      _mm_prefetch(reinterpret_cast<const char*>(body) + kPrefetchAheadBytes + line, _MM_HINT_T0);
+    }
+    // The scales and mins (quant/blocks.h): j < 4 the low 6 bits of bytes j, j + 4; j >= 4 a
+    // nibble of byte j + 4 with the top 2 bits of byte j - 4 (scale) or j (min) above it.
+    const __m512i v0 = _mm512_loadu_si512(body + kScalesAt);
+    const __m512i v1 = _mm512_loadu_si512(body + kScalesAt + kLineBytes);
+    const __m512i v2 = _mm512_loadu_si512(body + kScalesAt + 2 * kLineBytes);
+    const __m512i sc[2] = {_mm512_and_si512(v0, six),
+                           _mm512_ternarylogic_epi32(_mm512_and_si512(v2, low),
+                                                     _mm512_srli_epi16(v0, 2), bits45, kOrMasked)};
+    const __m512i mn[2] = {
+        _mm512_and_si512(v1, six),
+        _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(v2, 4), low),
+                                  _mm512_srli_epi16(v1, 2), bits45, kOrMasked)};
+    __m512i sum[MT];
+    __m512i mins[MT];
+#pragma GCC unroll 8
+    for (int i = 0; i < MT; ++i) {
+      sum[i] = _mm512_setzero_si512();
+      // sum_j mn_j bsum32_j: the mins as 16-bit pairs (bytes 0, 2 and 1, 3 of each lane) against
+      // the matching activation sums packed in pairs.
+      const std::int16_t* bs = act[i][sb].bsums;
+      const auto pair = [bs](int j0, int j1) {
+        const auto s0 = static_cast<std::uint16_t>(bs[2 * j0] + bs[2 * j0 + 1]);
+        const auto s1 = static_cast<std::uint16_t>(bs[2 * j1] + bs[2 * j1 + 1]);
+        return _mm512_set1_epi32(
+            static_cast<std::int32_t>(s0 | static_cast<std::uint32_t>(s1) << 16));
+      };
+      __m512i m = _mm512_madd_epi16(_mm512_and_si512(mn[0], low_words), pair(0, 2));
+      m = _mm512_add_epi32(m, _mm512_madd_epi16(_mm512_srli_epi16(mn[0], 8), pair(1, 3)));
+      m = _mm512_add_epi32(m, _mm512_madd_epi16(_mm512_and_si512(mn[1], low_words), pair(4, 6)));
+      mins[i] = _mm512_add_epi32(m, _mm512_madd_epi16(_mm512_srli_epi16(mn[1], 8), pair(5, 7)));
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      __m512i dot[MT][2][2];  // [row][low / high nibbles][even / odd l]
+#pragma GCC unroll 8
+      for (int i = 0; i < MT; ++i) {
+        dot[i][0][0] = dot[i][0][1] = dot[i][1][0] = dot[i][1][1] = _mm512_setzero_si512();
+      }
+#pragma GCC unroll 8
+      for (int l = 0; l < 8; ++l) {
+        const __m512i x = _mm512_loadu_si512(body + kQsAt + kLineBytes * (8 * g + l));
+        __m512i lo = _mm512_and_si512(x, low);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), low);
+        if constexpr (kHighBits) {
+          const __m512i qh = _mm512_loadu_si512(body + kQhAt + kLineBytes * l);
+          lo = _mm512_ternarylogic_epi32(lo, BitToFour(qh, 2 * g), bit4, kOrMasked);
+          hi = _mm512_ternarylogic_epi32(hi, BitToFour(qh, 2 * g + 1), bit4, kOrMasked);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < MT; ++i) {
+          const std::int8_t* q = act[i][sb].qs + 64 * g + 4 * l;
+          dot[i][0][l % 2] = _mm512_dpbusd_epi32(dot[i][0][l % 2], lo, Broadcast(q));
+          dot[i][1][l % 2] = _mm512_dpbusd_epi32(dot[i][1][l % 2], hi, Broadcast(q + 32));
+        }
+      }
+      // Sub-blocks 2g and 2g + 1: scale bytes (2g) % 4 and (2g + 1) % 4 of sc[g / 2].
+      const __m512i sc_lo = LaneByte(sc[g / 2], (2 * g) % 4);
+      const __m512i sc_hi = LaneByte(sc[g / 2], (2 * g + 1) % 4);
+#pragma GCC unroll 8
+      for (int i = 0; i < MT; ++i) {
+        sum[i] = _mm512_add_epi32(
+            sum[i], _mm512_mullo_epi32(_mm512_add_epi32(dot[i][0][0], dot[i][0][1]), sc_lo));
+        sum[i] = _mm512_add_epi32(
+            sum[i], _mm512_mullo_epi32(_mm512_add_epi32(dot[i][1][0], dot[i][1][1]), sc_hi));
+      }
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(body)));
+    const __m512 mw = _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(body + kInterleaveRows * 2)));
+#pragma GCC unroll 8
+    for (int i = 0; i < MT; ++i) {
+      const __m512 t = _mm512_fmsub_ps(dw, _mm512_cvtepi32_ps(sum[i]),
+                                       _mm512_mul_ps(mw, _mm512_cvtepi32_ps(mins[i])));
+      acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(act[i][sb].d), t, acc[i]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) {
+    float* y = a.y + static_cast<std::ptrdiff_t>(r + i) * a.ldy + row;
+    _mm512_storeu_ps(y, a.accumulate ? _mm512_add_ps(_mm512_loadu_ps(y), acc[i]) : acc[i]);
+  }
+}
+
+template <bool kHighBits>
+void RowsK(const RowsKernelArgs& a, int row_begin, int row_end) {
+  const quant::WeightMatrix& w = *a.w;
+  const int supers = w.cols / quant::kQkK;
+  for (int row = row_begin; row < row_end; row += kInterleaveRows) {
+    const std::byte* group = w.Row(row);
+    ForRowTiles<kKTileRows>(
+        a.m, [&]<int MT>(int r) { GroupTileK<kHighBits, MT>(a, r, group, supers, row); });
+  }
+}
+
 }  // namespace
 
 RowsKernel InterleavedKernel(GgmlType type) noexcept {
@@ -320,6 +490,10 @@ RowsKernel InterleavedKernel(GgmlType type) noexcept {
       return Rows<Q5_0I>;
     case GgmlType::kQ5_1:
       return Rows<Q5_1I>;
+    case GgmlType::kQ4_K:
+      return RowsK<false>;
+    case GgmlType::kQ5_K:
+      return RowsK<true>;
     case GgmlType::kQ6_K:
       return RowsQ6K;
     default:

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "metronome/base/check.h"
 #include "metronome/quant/blocks.h"
@@ -144,11 +145,74 @@ void SuperQ6KFromGroup(const std::byte* group, std::byte* block, int supers, int
               kHalfBytes);
 }
 
+// Q4_K / Q5_K: super-block s of row r (0..15) between the file's block and the group.
+template <class Block>
+constexpr bool kHasHighBits = std::is_same_v<Block, BlockQ5_K>;
+template <class Block>
+constexpr std::size_t kKBodyBytes = kInterleaveRows * sizeof(Block);
+static_assert(kKBodyBytes<BlockQ4_K> ==
+              kInterleavedLineBytes * (1 + kKScaleVectors + kKQuantVectors));
+static_assert(kKBodyBytes<BlockQ5_K> ==
+              kInterleavedLineBytes * (1 + kKScaleVectors + kQ5KHighBitVectors + kKQuantVectors));
+
+// Byte offsets in a super-block body of the three lane regions and row r's lane in them.
+struct KPlace {
+  std::size_t scales, qh, qs;
+};
+template <class Block>
+KPlace KPlaceOf(int r) noexcept {
+  const auto lane = static_cast<std::size_t>(r) * kLaneBytes;
+  constexpr std::size_t kScalesAt = kInterleavedLineBytes;
+  constexpr std::size_t kQhAt = kScalesAt + kKScaleVectors * kInterleavedLineBytes;
+  constexpr std::size_t kQsAt =
+      kQhAt + (kHasHighBits<Block> ? kQ5KHighBitVectors * kInterleavedLineBytes : 0);
+  return {kScalesAt + lane, kQhAt + lane, kQsAt + lane};
+}
+
+template <class Block>
+void SuperKToGroup(const std::byte* block, std::byte* group, int s, int r) noexcept {
+  std::byte* body = group + static_cast<std::size_t>(s) * kKBodyBytes<Block>;
+  const auto row = static_cast<std::size_t>(r);
+  const KPlace at = KPlaceOf<Block>(r);
+  std::memcpy(body + row * kHalfBytes, block + offsetof(Block, d), kHalfBytes);
+  std::memcpy(body + kInterleaveRows * kHalfBytes + row * kHalfBytes, block + offsetof(Block, dmin),
+              kHalfBytes);
+  CopyQuantLanes(GgmlType::kQ4_K, kKScaleVectors, block + offsetof(Block, scales), kLaneBytes,
+                 body + at.scales, kInterleavedLineBytes);
+  if constexpr (kHasHighBits<Block>) {
+    CopyQuantLanes(GgmlType::kQ5_K, kQ5KHighBitVectors, block + offsetof(Block, qh), kLaneBytes,
+                   body + at.qh, kInterleavedLineBytes);
+  }
+  CopyQuantLanes(GgmlType::kQ4_K, kKQuantVectors, block + offsetof(Block, qs), kLaneBytes,
+                 body + at.qs, kInterleavedLineBytes);
+}
+template <class Block>
+void SuperKFromGroup(const std::byte* group, std::byte* block, int s, int r) noexcept {
+  const std::byte* body = group + static_cast<std::size_t>(s) * kKBodyBytes<Block>;
+  const auto row = static_cast<std::size_t>(r);
+  const KPlace at = KPlaceOf<Block>(r);
+  std::memcpy(block + offsetof(Block, d), body + row * kHalfBytes, kHalfBytes);
+  std::memcpy(block + offsetof(Block, dmin), body + kInterleaveRows * kHalfBytes + row * kHalfBytes,
+              kHalfBytes);
+  CopyQuantLanes(GgmlType::kQ4_K, kKScaleVectors, body + at.scales, kInterleavedLineBytes,
+                 block + offsetof(Block, scales), kLaneBytes);
+  if constexpr (kHasHighBits<Block>) {
+    CopyQuantLanes(GgmlType::kQ5_K, kQ5KHighBitVectors, body + at.qh, kInterleavedLineBytes,
+                   block + offsetof(Block, qh), kLaneBytes);
+  }
+  CopyQuantLanes(GgmlType::kQ4_K, kKQuantVectors, body + at.qs, kInterleavedLineBytes,
+                 block + offsetof(Block, qs), kLaneBytes);
+}
+
 // Block b of row r between the file's block and the group, whatever the type.
 void ToGroup(GgmlType type, int blocks, const std::byte* block, std::byte* group, int b,
              int r) noexcept {
   if (type == GgmlType::kQ6_K) {
     SuperQ6KToGroup(block, group, blocks, b, r);
+  } else if (type == GgmlType::kQ4_K) {
+    SuperKToGroup<BlockQ4_K>(block, group, b, r);
+  } else if (type == GgmlType::kQ5_K) {
+    SuperKToGroup<BlockQ5_K>(block, group, b, r);
   } else {
     BlockToGroup(type, block, group, b, r);
   }
@@ -157,6 +221,10 @@ void FromGroup(GgmlType type, int blocks, const std::byte* group, std::byte* blo
                int r) noexcept {
   if (type == GgmlType::kQ6_K) {
     SuperQ6KFromGroup(group, block, blocks, b, r);
+  } else if (type == GgmlType::kQ4_K) {
+    SuperKFromGroup<BlockQ4_K>(group, block, b, r);
+  } else if (type == GgmlType::kQ5_K) {
+    SuperKFromGroup<BlockQ5_K>(group, block, b, r);
   } else {
     BlockFromGroup(type, group, block, b, r);
   }
@@ -185,7 +253,9 @@ std::uint32_t DeinterleaveFifthBits(std::uint32_t lane) noexcept {
 
 bool CanInterleave(GgmlType type, int rows, int cols) noexcept {
   if (rows <= 0 || rows % kInterleaveRows != 0 || cols <= 0) return false;
-  if (type == GgmlType::kQ6_K) return cols % kQkK == 0;
+  if (type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K) {
+    return cols % kQkK == 0;
+  }
   return InterleavedGeometryOf(type).quant_vectors > 0 && cols % (2 * kQk32) == 0;
 }
 

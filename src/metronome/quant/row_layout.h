@@ -30,6 +30,12 @@
 //                       load, sign-extended, gives sub-block j's 16 row scales)
 //   then 32 ql vectors, lane r = ql[4v .. 4v + 3] of row r; then 16 qh vectors, lane r =
 //   qh[4u .. 4u + 3] of row r; both as stored
+// Q4_K / Q5_K (rows a multiple of 16; any number of super-blocks): super-block s of the group
+// occupies bytes [s x 16 x block_bytes, (s + 1) x 16 x block_bytes), in order:
+//   one line: the fp16 d of row r at 2 r, the fp16 dmin at 32 + 2 r
+//   3 scale vectors, lane r = scales[4k .. 4k + 3] of row r (the 12 packed 6-bit scales and mins)
+//   Q5_K only: 8 qh vectors, lane r = qh[4u .. 4u + 3] of row r
+//   32 qs vectors, lane r = qs[4v .. 4v + 3] of row r
 // With 64-byte aligned data every load of a kernel is a whole cache line (Q6_K: in every group
 // when S is even). The layout is this program's own (built at load, never written to a file).
 #pragma once
@@ -86,6 +92,11 @@ inline constexpr std::size_t kQ6KScaleBytes = kInterleaveRows * (kQkK / 16);
 inline constexpr std::size_t kQ6KBodyBytes =
     kQ6KScaleBytes + kInterleaveRows * (kQkK / 2) + kInterleaveRows * (kQkK / 4);
 inline constexpr std::size_t kQ6KTailBytesPerSuper = kInterleaveRows * 2;
+
+// Q4_K / Q5_K: vectors of one super-block's 16 rows in the layout above.
+inline constexpr int kKScaleVectors = kKScaleBytes / 4;
+inline constexpr int kQ5KHighBitVectors = kQkK / 8 / 4;
+inline constexpr int kKQuantVectors = kQkK / 2 / 4;
 
 // A block's 32 fifth bits (qh read as a little-endian uint32, bit i for element i) in the order of
 // the fifth-bit vector's lane, and back.
