@@ -18,8 +18,8 @@
 //    is unpack-bound on this machine when bytes_per_cycle x 2 cores x clock is below the read
 //    bandwidth (bandwidth_GBps of BM_DecodeWeights, ~33 GB/s quiet).
 //  * BM_RowLayout/type/m/interleaved: the matrices of a type with an interleaved form (Q8_0, Q4_0,
-//    Q4_1, Q5_0, Q5_1, Q6_K) in the files' row-major layout against the 16-row interleaved layout
-//    (quant/row_layout.h), one thread, CPU time.
+//    Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) in the files' row-major layout against the 16-row
+//    interleaved layout (quant/row_layout.h), one thread, CPU time.
 //  * BM_Prefill/type/m/dequant: the down projection (1536 -> 576) for m rows, dequant 0 = the
 //    kernel table's integer kernel (activation preparation included), 1 = W dequantised to fp32
 //    (DequantizeRows) + oneDNN sgemm: the crossover row count behind MatMul's prefill dispatch
@@ -438,8 +438,8 @@ BENCHMARK(BM_DecodeKernel)
     ->Unit(benchmark::kMillisecond);
 
 // The same stream in the two row layouts of the matrices of one type that has an interleaved form
-// (quant/row_layout.h): those projections of the smol-135m shape (all of them; for Q6_K the down
-// projections) for m rows on the calling thread alone (CPU time, like BM_GemvResident),
+// (quant/row_layout.h): those projections of the smol-135m shape (all of them; for the K-quants the
+// down projections) for m rows on the calling thread alone (CPU time, like BM_GemvResident),
 // interleaved 0 = the files' row-major layout through the kernel table (the gemv kernel at
 // m <= 4), 1 = the 16-row interleaved copies through avx512::InterleavedKernel. Counter GB_per_s
 // (weight bytes per CPU second of this thread).
@@ -480,7 +480,7 @@ void BM_RowLayout(benchmark::State& state) {
                                                   benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_RowLayout)
-    ->ArgsProduct({{3, 4, 5, 6, 7, 10}, {1, 4, 32}, {0, 1}})
+    ->ArgsProduct({{3, 4, 5, 6, 7, 8, 9, 10}, {1, 4, 32}, {0, 1}})
     ->ArgNames({"type", "m", "interleaved"})
     ->Unit(benchmark::kMillisecond);
 

@@ -48,9 +48,12 @@ inline constexpr int kDequantGemmMinRows = 128;
 inline constexpr int kGemvMaxRows = 4;
 
 // The row layout MatMul reads `w` fastest in on this CPU: kInterleaved16 (quant/row_layout.h) for
-// a packed Q8_0 / Q4_0 matrix of whole 16-row groups where AVX-512 VNNI runs (the interleaved
-// kernels stream it at 2-3.4x the GB/s on one core: docs/performance.md, "Interleaved rows"),
-// otherwise kRowMajor. Loaders' callers relayout with it (model::ModelWeights::ApplyRowLayouts).
+// a packed matrix of whole 16-row groups of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K or Q5_K where
+// AVX-512 VNNI runs, otherwise kRowMajor (docs/performance.md, "Interleaved rows", one core:
+// the 32-element types 1.4-3.4x the GB/s of the row-major kernels at 1, 4 and 32 activation rows;
+// Q4_K / Q5_K 2.0-2.4x at 1 row, 1.4-1.6x at 4, 0.93-0.99x at 32). Q6_K has an interleaved form
+// too but stays row-major: its row-major kernel already reads at the engine's roofline at one
+// session, and the interleaved one ran 0.87x at 32 rows. Loaders' callers relayout with it (model::ModelWeights::ApplyRowLayouts).
 // MatMul computes the same products in either layout.
 [[nodiscard]] quant::RowLayout PreferredRowLayout(const quant::WeightMatrix& w) noexcept;
 
