@@ -3,11 +3,12 @@
 // Why: at one to a few activation rows a product is a stream over W, and how fast it runs is how
 // few instructions the kernel spends per byte it streams. Row-major 32-element blocks are 18 to 34
 // bytes: a kernel must gather quants and fp16 scales out of unaligned lines with permutes and
-// reduce a vector per row. Interleaved, one aligned 64-byte load holds 4 quants of each of 16 rows,
-// a vpdpbusd against 4 activation bytes broadcast adds them for the 16 rows at once, and one
-// 32-byte load holds a block's 16 scales: the output is 16 rows in the lanes of one vector.
-// Measured on one core of the development machine (docs/performance.md, "Interleaved rows"):
-// the same bytes stream at 2-2.5x the GB/s at one activation row, 3x at four.
+// reduce a vector per row; K-quant super-blocks pack their sub-block scales per row. Interleaved,
+// one aligned 64-byte load holds 4 quants of each of 16 rows, a vpdpbusd against 4 activation
+// bytes broadcast adds them for the 16 rows at once, and the 16 rows' scales of a block sit
+// together: the output is 16 rows in the lanes of one vector. Measured on one core of the
+// development machine (docs/performance.md, "Interleaved rows"): the same bytes stream at 1.4-2.4x
+// the GB/s at one activation row, 1.2-3.4x at four.
 //
 // Layout of the 32-element types Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (rows a multiple of 16; an even
 // number of blocks per row). Group g, rows [16 g, 16 g + 16), occupies the bytes [16 g row_bytes,
