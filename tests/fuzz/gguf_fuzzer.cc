@@ -41,8 +41,9 @@ void FuzzParser(std::span<const std::uint8_t> bytes) {
   }
 }
 
-// The relayout every command applies at load (kernels::PreferredRowLayout's rule without the CPU
-// check), then the rows read back through it: the first and last row of the embedding.
+// The load-time relayout (ModelWeights::ApplyRowLayouts) for every matrix that has an interleaved
+// form (a superset of kernels::PreferredRowLayout's choice, without its CPU check), then rows read
+// back through it: the first and last row of the embedding.
 void FuzzRowLayouts(metronome::model::ModelWeights& weights) {
   namespace quant = metronome::quant;
   (void)weights.ApplyRowLayouts([](const quant::WeightMatrix& w) {
