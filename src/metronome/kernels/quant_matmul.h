@@ -53,8 +53,8 @@ inline constexpr int kGemvMaxRows = 4;
 // the 32-element types 1.4-3.4x the GB/s of the row-major kernels at 1, 4 and 32 activation rows;
 // Q4_K / Q5_K 2.0-2.4x at 1 row, 1.4-1.6x at 4, 0.93-0.99x at 32). Q6_K has an interleaved form
 // too but stays row-major: its row-major kernel already reads at the engine's roofline at one
-// session, and the interleaved one ran 0.87x at 32 rows. Loaders' callers relayout with it (model::ModelWeights::ApplyRowLayouts).
-// MatMul computes the same products in either layout.
+// session, and the interleaved one ran 0.87x at 32 rows. Loaders' callers relayout with it
+// (model::ModelWeights::ApplyRowLayouts). MatMul computes the same products in either layout.
 [[nodiscard]] quant::RowLayout PreferredRowLayout(const quant::WeightMatrix& w) noexcept;
 
 // y[m, w.rows] = x[m, w.cols] W^T (accumulate = false) or += (accumulate = true), any computable
