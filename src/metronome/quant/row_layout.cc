@@ -85,67 +85,75 @@ std::uint32_t LoadWord(const std::byte* p) noexcept {
 }
 void StoreWord(std::byte* p, std::uint32_t v) noexcept { std::memcpy(p, &v, sizeof v); }
 
-void BlockToGroup(GgmlType type, const std::byte* block, std::byte* group, int b, int r) noexcept {
+// One mapping between a block of the file and its places in a group, in either direction: kToGroup
+// writes the group from the block (InterleaveRows), kFromGroup the block from the group
+// (CanonicalRow). Each field's place is written once, in the Move functions below.
+enum class Way { kToGroup, kFromGroup };
+template <Way W>
+using FileBytes = std::conditional_t<W == Way::kToGroup, const std::byte*, std::byte*>;
+template <Way W>
+using GroupBytes = std::conditional_t<W == Way::kToGroup, std::byte*, const std::byte*>;
+
+template <Way W>
+void MoveBytes(FileBytes<W> file, GroupBytes<W> group, std::size_t n) noexcept {
+  if constexpr (W == Way::kToGroup) {
+    std::memcpy(group, file, n);
+  } else {
+    std::memcpy(file, group, n);
+  }
+}
+// `vectors` 4-byte words: consecutive in the file, a lane of consecutive vectors in the group.
+template <Way W>
+void MoveLanes(GgmlType type, int vectors, FileBytes<W> file, GroupBytes<W> group) noexcept {
+  if constexpr (W == Way::kToGroup) {
+    CopyQuantLanes(type, vectors, file, kLaneBytes, group, kInterleavedLineBytes);
+  } else {
+    CopyQuantLanes(type, vectors, group, kInterleavedLineBytes, file, kLaneBytes);
+  }
+}
+template <Way W>
+void MoveFifthBits(FileBytes<W> file, GroupBytes<W> group) noexcept {
+  if constexpr (W == Way::kToGroup) {
+    StoreWord(group, InterleaveFifthBits(LoadWord(file)));
+  } else {
+    StoreWord(file, DeinterleaveFifthBits(LoadWord(group)));
+  }
+}
+
+// The 32-element types: block b of row r (0..15).
+template <Way W>
+void MoveBlock(GgmlType type, FileBytes<W> block, GroupBytes<W> group, int b, int r) noexcept {
   const InterleavedGeometry geo = InterleavedGeometryOf(type);
   const Fields f = FieldsOf(type);
   const Place at = PlaceOf(geo, b, r);
-  std::memcpy(group + at.d, block, kHalfBytes);
-  if (f.m != kNoField) std::memcpy(group + at.m, block + f.m, kHalfBytes);
-  if (f.qh != kNoField) StoreWord(group + at.fifth, InterleaveFifthBits(LoadWord(block + f.qh)));
-  CopyQuantLanes(type, geo.quant_vectors, block + f.qs, kLaneBytes, group + at.quant,
-                 kInterleavedLineBytes);
+  MoveBytes<W>(block, group + at.d, kHalfBytes);
+  if (f.m != kNoField) MoveBytes<W>(block + f.m, group + at.m, kHalfBytes);
+  if (f.qh != kNoField) MoveFifthBits<W>(block + f.qh, group + at.fifth);
+  MoveLanes<W>(type, geo.quant_vectors, block + f.qs, group + at.quant);
 }
 
-void BlockFromGroup(GgmlType type, const std::byte* group, std::byte* block, int b,
-                    int r) noexcept {
-  const InterleavedGeometry geo = InterleavedGeometryOf(type);
-  const Fields f = FieldsOf(type);
-  const Place at = PlaceOf(geo, b, r);
-  std::memcpy(block, group + at.d, kHalfBytes);
-  if (f.m != kNoField) std::memcpy(block + f.m, group + at.m, kHalfBytes);
-  if (f.qh != kNoField) StoreWord(block + f.qh, DeinterleaveFifthBits(LoadWord(group + at.fifth)));
-  CopyQuantLanes(type, geo.quant_vectors, group + at.quant, kInterleavedLineBytes, block + f.qs,
-                 kLaneBytes);
-}
-
-// Q6_K: super-block s of row r (0..15) between the file's block and the group (row_layout.h).
+// Q6_K: super-block s of row r (0..15) (row_layout.h).
 static_assert(kQ6KBodyBytes + kQ6KTailBytesPerSuper == kInterleaveRows * sizeof(BlockQ6_K));
-void SuperQ6KToGroup(const std::byte* block, std::byte* group, int supers, int s, int r) noexcept {
-  std::byte* body = group + static_cast<std::size_t>(s) * kQ6KBodyBytes;
+template <Way W>
+void MoveSuperQ6K(FileBytes<W> block, GroupBytes<W> group, int supers, int s, int r) noexcept {
+  const GroupBytes<W> body = group + static_cast<std::size_t>(s) * kQ6KBodyBytes;
   const auto row = static_cast<std::size_t>(r);
   for (std::size_t j = 0; j < kQkK / 16; ++j) {
-    body[kInterleaveRows * j + row] = block[offsetof(BlockQ6_K, scales) + j];
+    MoveBytes<W>(block + offsetof(BlockQ6_K, scales) + j, body + kInterleaveRows * j + row, 1);
   }
   constexpr std::size_t kQlAt = kQ6KScaleBytes;
   constexpr std::size_t kQhAt = kQlAt + kInterleaveRows * (kQkK / 2);
-  CopyQuantLanes(GgmlType::kQ6_K, kQkK / 2 / kLaneBytes, block + offsetof(BlockQ6_K, ql),
-                 kLaneBytes, body + kQlAt + row * kLaneBytes, kInterleavedLineBytes);
-  CopyQuantLanes(GgmlType::kQ6_K, kQkK / 4 / kLaneBytes, block + offsetof(BlockQ6_K, qh),
-                 kLaneBytes, body + kQhAt + row * kLaneBytes, kInterleavedLineBytes);
-  std::memcpy(group + static_cast<std::size_t>(supers) * kQ6KBodyBytes +
-                  static_cast<std::size_t>(s) * kQ6KTailBytesPerSuper + row * kHalfBytes,
-              block + offsetof(BlockQ6_K, d), kHalfBytes);
-}
-void SuperQ6KFromGroup(const std::byte* group, std::byte* block, int supers, int s,
-                       int r) noexcept {
-  const std::byte* body = group + static_cast<std::size_t>(s) * kQ6KBodyBytes;
-  const auto row = static_cast<std::size_t>(r);
-  for (std::size_t j = 0; j < kQkK / 16; ++j) {
-    block[offsetof(BlockQ6_K, scales) + j] = body[kInterleaveRows * j + row];
-  }
-  constexpr std::size_t kQlAt = kQ6KScaleBytes;
-  constexpr std::size_t kQhAt = kQlAt + kInterleaveRows * (kQkK / 2);
-  CopyQuantLanes(GgmlType::kQ6_K, kQkK / 2 / kLaneBytes, body + kQlAt + row * kLaneBytes,
-                 kInterleavedLineBytes, block + offsetof(BlockQ6_K, ql), kLaneBytes);
-  CopyQuantLanes(GgmlType::kQ6_K, kQkK / 4 / kLaneBytes, body + kQhAt + row * kLaneBytes,
-                 kInterleavedLineBytes, block + offsetof(BlockQ6_K, qh), kLaneBytes);
-  std::memcpy(block + offsetof(BlockQ6_K, d),
-              group + static_cast<std::size_t>(supers) * kQ6KBodyBytes +
-                  static_cast<std::size_t>(s) * kQ6KTailBytesPerSuper + row * kHalfBytes,
-              kHalfBytes);
+  MoveLanes<W>(GgmlType::kQ6_K, kQkK / 2 / kLaneBytes, block + offsetof(BlockQ6_K, ql),
+               body + kQlAt + row * kLaneBytes);
+  MoveLanes<W>(GgmlType::kQ6_K, kQkK / 4 / kLaneBytes, block + offsetof(BlockQ6_K, qh),
+               body + kQhAt + row * kLaneBytes);
+  MoveBytes<W>(block + offsetof(BlockQ6_K, d),
+               group + static_cast<std::size_t>(supers) * kQ6KBodyBytes +
+                   static_cast<std::size_t>(s) * kQ6KTailBytesPerSuper + row * kHalfBytes,
+               kHalfBytes);
 }
 
-// Q4_K / Q5_K: super-block s of row r (0..15) between the file's block and the group.
+// Q4_K / Q5_K: super-block s of row r (0..15).
 template <class Block>
 constexpr bool kHasHighBits = std::is_same_v<Block, BlockQ5_K>;
 template <class Block>
@@ -155,78 +163,44 @@ static_assert(kKBodyBytes<BlockQ4_K> ==
 static_assert(kKBodyBytes<BlockQ5_K> ==
               kInterleavedLineBytes * (1 + kKScaleVectors + kQ5KHighBitVectors + kKQuantVectors));
 
-// Byte offsets in a super-block body of the three lane regions and row r's lane in them.
-struct KPlace {
-  std::size_t scales, qh, qs;
-};
-template <class Block>
-KPlace KPlaceOf(int r) noexcept {
-  const auto lane = static_cast<std::size_t>(r) * kLaneBytes;
+template <Way W, class Block>
+void MoveSuperK(FileBytes<W> block, GroupBytes<W> group, int s, int r) noexcept {
+  const GroupBytes<W> body = group + static_cast<std::size_t>(s) * kKBodyBytes<Block>;
+  const auto row = static_cast<std::size_t>(r);
+  const std::size_t lane = row * kLaneBytes;
   constexpr std::size_t kScalesAt = kInterleavedLineBytes;
   constexpr std::size_t kQhAt = kScalesAt + kKScaleVectors * kInterleavedLineBytes;
   constexpr std::size_t kQsAt =
       kQhAt + (kHasHighBits<Block> ? kQ5KHighBitVectors * kInterleavedLineBytes : 0);
-  return {kScalesAt + lane, kQhAt + lane, kQsAt + lane};
+  MoveBytes<W>(block + offsetof(Block, d), body + row * kHalfBytes, kHalfBytes);
+  MoveBytes<W>(block + offsetof(Block, dmin),
+               body + kInterleaveRows * kHalfBytes + row * kHalfBytes, kHalfBytes);
+  MoveLanes<W>(GgmlType::kQ4_K, kKScaleVectors, block + offsetof(Block, scales),
+               body + kScalesAt + lane);
+  if constexpr (kHasHighBits<Block>) {
+    MoveLanes<W>(GgmlType::kQ5_K, kQ5KHighBitVectors, block + offsetof(Block, qh),
+                 body + kQhAt + lane);
+  }
+  MoveLanes<W>(GgmlType::kQ4_K, kKQuantVectors, block + offsetof(Block, qs), body + kQsAt + lane);
 }
 
-template <class Block>
-void SuperKToGroup(const std::byte* block, std::byte* group, int s, int r) noexcept {
-  std::byte* body = group + static_cast<std::size_t>(s) * kKBodyBytes<Block>;
-  const auto row = static_cast<std::size_t>(r);
-  const KPlace at = KPlaceOf<Block>(r);
-  std::memcpy(body + row * kHalfBytes, block + offsetof(Block, d), kHalfBytes);
-  std::memcpy(body + kInterleaveRows * kHalfBytes + row * kHalfBytes, block + offsetof(Block, dmin),
-              kHalfBytes);
-  CopyQuantLanes(GgmlType::kQ4_K, kKScaleVectors, block + offsetof(Block, scales), kLaneBytes,
-                 body + at.scales, kInterleavedLineBytes);
-  if constexpr (kHasHighBits<Block>) {
-    CopyQuantLanes(GgmlType::kQ5_K, kQ5KHighBitVectors, block + offsetof(Block, qh), kLaneBytes,
-                   body + at.qh, kInterleavedLineBytes);
-  }
-  CopyQuantLanes(GgmlType::kQ4_K, kKQuantVectors, block + offsetof(Block, qs), kLaneBytes,
-                 body + at.qs, kInterleavedLineBytes);
-}
-template <class Block>
-void SuperKFromGroup(const std::byte* group, std::byte* block, int s, int r) noexcept {
-  const std::byte* body = group + static_cast<std::size_t>(s) * kKBodyBytes<Block>;
-  const auto row = static_cast<std::size_t>(r);
-  const KPlace at = KPlaceOf<Block>(r);
-  std::memcpy(block + offsetof(Block, d), body + row * kHalfBytes, kHalfBytes);
-  std::memcpy(block + offsetof(Block, dmin), body + kInterleaveRows * kHalfBytes + row * kHalfBytes,
-              kHalfBytes);
-  CopyQuantLanes(GgmlType::kQ4_K, kKScaleVectors, body + at.scales, kInterleavedLineBytes,
-                 block + offsetof(Block, scales), kLaneBytes);
-  if constexpr (kHasHighBits<Block>) {
-    CopyQuantLanes(GgmlType::kQ5_K, kQ5KHighBitVectors, body + at.qh, kInterleavedLineBytes,
-                   block + offsetof(Block, qh), kLaneBytes);
-  }
-  CopyQuantLanes(GgmlType::kQ4_K, kKQuantVectors, body + at.qs, kInterleavedLineBytes,
-                 block + offsetof(Block, qs), kLaneBytes);
-}
-
-// Block b of row r between the file's block and the group, whatever the type.
-void ToGroup(GgmlType type, int blocks, const std::byte* block, std::byte* group, int b,
-             int r) noexcept {
-  if (type == GgmlType::kQ6_K) {
-    SuperQ6KToGroup(block, group, blocks, b, r);
-  } else if (type == GgmlType::kQ4_K) {
-    SuperKToGroup<BlockQ4_K>(block, group, b, r);
-  } else if (type == GgmlType::kQ5_K) {
-    SuperKToGroup<BlockQ5_K>(block, group, b, r);
-  } else {
-    BlockToGroup(type, block, group, b, r);
-  }
-}
-void FromGroup(GgmlType type, int blocks, const std::byte* group, std::byte* block, int b,
-               int r) noexcept {
-  if (type == GgmlType::kQ6_K) {
-    SuperQ6KFromGroup(group, block, blocks, b, r);
-  } else if (type == GgmlType::kQ4_K) {
-    SuperKFromGroup<BlockQ4_K>(group, block, b, r);
-  } else if (type == GgmlType::kQ5_K) {
-    SuperKFromGroup<BlockQ5_K>(group, block, b, r);
-  } else {
-    BlockFromGroup(type, group, block, b, r);
+// Block b (of `blocks` per row) of row r, whatever the type.
+template <Way W>
+void Move(GgmlType type, int blocks, FileBytes<W> block, GroupBytes<W> group, int b,
+          int r) noexcept {
+  switch (type) {
+    case GgmlType::kQ6_K:
+      MoveSuperQ6K<W>(block, group, blocks, b, r);
+      break;
+    case GgmlType::kQ4_K:
+      MoveSuperK<W, BlockQ4_K>(block, group, b, r);
+      break;
+    case GgmlType::kQ5_K:
+      MoveSuperK<W, BlockQ5_K>(block, group, b, r);
+      break;
+    default:
+      MoveBlock<W>(type, block, group, b, r);
+      break;
   }
 }
 
@@ -273,7 +247,8 @@ WeightMatrix InterleaveRows(const WeightMatrix& src, std::byte* dst) {
     std::byte* group = dst + g * group_bytes;
     for (int r = 0; r < kInterleaveRows; ++r) {
       for (int b = 0; b < blocks; ++b) {
-        ToGroup(src.type, blocks, file.data() + r * src.row_bytes + b * block_bytes, group, b, r);
+        Move<Way::kToGroup>(src.type, blocks, file.data() + r * src.row_bytes + b * block_bytes,
+                            group, b, r);
       }
     }
   }
@@ -290,7 +265,8 @@ const std::byte* CanonicalRow(const WeightMatrix& w, int r, std::vector<std::byt
   const std::byte* group = w.Row(r - r % kInterleaveRows);
   const int blocks = w.cols / static_cast<int>(Traits(w.type).block_elems);
   for (int b = 0; b < blocks; ++b) {
-    FromGroup(w.type, blocks, group, scratch.data() + b * block_bytes, b, r % kInterleaveRows);
+    Move<Way::kFromGroup>(w.type, blocks, scratch.data() + b * block_bytes, group, b,
+                          r % kInterleaveRows);
   }
   return scratch.data();
 }
