@@ -40,6 +40,36 @@ constexpr int kLineBytes = 64;  // one vector, one cache line
 // at one session, three alternated rounds: 8 KB ran Q4_0 at 493-601 tok/s against 496-547 at 4 KB
 // and 407-523 at 1 KB; Q8_0 level from 1 to 8 KB (docs/performance.md, "Interleaved rows").
 constexpr std::size_t kPrefetchAheadBytes = 8192;
+constexpr int kOrMasked = 0xF8;  // ternary logic: a | (b & c)
+
+// Software prefetch of the kBytes from p on, kPrefetchAheadBytes ahead, one per line.
+template <std::size_t kBytes>
+inline void PrefetchAhead(const std::byte* p) noexcept {
+#pragma GCC unroll 64
+  for (std::size_t line = 0; line < kBytes; line += kLineBytes) {
+    _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchAheadBytes + line, _MM_HINT_T0);
+  }
+}
+
+// A register tile's activation rows [r, r + MT), each a row of `Act` blocks.
+template <class Act, int MT>
+inline void TileActivations(const RowsKernelArgs& a, int r, const Act* (&act)[MT]) noexcept {
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) {
+    act[i] =
+        reinterpret_cast<const Act*>(a.act + static_cast<std::size_t>(r + i) * a.act_row_bytes);
+  }
+}
+
+// y[r + i, row .. row + 16) = (or +=) the tile's outputs acc[i], the group's 16 rows in lanes.
+template <int MT>
+inline void StoreTile(const RowsKernelArgs& a, int r, int row, const __m512 (&acc)[MT]) noexcept {
+#pragma GCC unroll 8
+  for (int i = 0; i < MT; ++i) {
+    float* y = a.y + static_cast<std::ptrdiff_t>(r + i) * a.ldy + row;
+    _mm512_storeu_ps(y, a.accumulate ? _mm512_add_ps(_mm512_loadu_ps(y), acc[i]) : acc[i]);
+  }
+}
 
 // Per type: how a block's vectors become the 8 weight vectors of its 8 four-byte activation
 // words (vector k: 4 unsigned quants of each of the 16 rows, elements 4k .. 4k + 3), the offset
@@ -156,11 +186,7 @@ inline void Block(const __m512i (&w)[kWords], __m512 dw, __m512 mw,
 template <class T, int MT>
 void GroupTile(const RowsKernelArgs& a, int r, const std::byte* group, int blocks, int row) {
   const ActQ8Block32* act[MT];
-#pragma GCC unroll 8
-  for (int i = 0; i < MT; ++i) {
-    act[i] = reinterpret_cast<const ActQ8Block32*>(a.act + static_cast<std::size_t>(r + i) *
-                                                               a.act_row_bytes);
-  }
+  TileActivations(a, r, act);
   __m512 acc[MT];
 #pragma GCC unroll 8
   for (auto& v : acc) v = _mm512_setzero_ps();
@@ -169,10 +195,7 @@ void GroupTile(const RowsKernelArgs& a, int r, const std::byte* group, int block
   constexpr std::size_t kPairBytes = kGeo.PairBytes();
   const std::byte* p = group;
   for (int b = 0; b < blocks; b += 2, p += kPairBytes) {
-#pragma GCC unroll 32
-    for (std::size_t line = 0; line < kPairBytes; line += kLineBytes) {
-      _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchAheadBytes + line, _MM_HINT_T0);
-    }
+    PrefetchAhead<kPairBytes>(p);
     const std::byte* m_line = p + quant::kInterleavedLineBytes;  // types with a min
 #pragma GCC unroll 2
     for (int half = 0; half < 2; ++half) {
@@ -182,11 +205,7 @@ void GroupTile(const RowsKernelArgs& a, int r, const std::byte* group, int block
       Block<T, MT>(w, LoadHalves(p, half), mw, act, b + half, acc);
     }
   }
-#pragma GCC unroll 8
-  for (int i = 0; i < MT; ++i) {
-    float* y = a.y + static_cast<std::ptrdiff_t>(r + i) * a.ldy + row;
-    _mm512_storeu_ps(y, a.accumulate ? _mm512_add_ps(_mm512_loadu_ps(y), acc[i]) : acc[i]);
-  }
+  StoreTile(a, r, row, acc);
 }
 
 template <class T>
@@ -207,6 +226,23 @@ constexpr int kSmallTileRows = 2;
 constexpr int kLargeTileRows = 4;
 constexpr int kSmallTileMaxRows = 4;
 
+// The K-quant kernels' loop: every 16-row group of [row_begin, row_end), every register tile of
+// activation rows; tile.template operator()<MT>(r, group, supers, row) computes one.
+template <class Tile>
+void ForSuperGroupTiles(const RowsKernelArgs& a, int row_begin, int row_end, Tile&& tile) {
+  const quant::WeightMatrix& w = *a.w;
+  const int supers = w.cols / quant::kQkK;
+  for (int row = row_begin; row < row_end; row += kInterleaveRows) {
+    const std::byte* group = w.Row(row);
+    const auto one = [&]<int MT>(int r) { tile.template operator()<MT>(r, group, supers, row); };
+    if (a.m <= kSmallTileMaxRows) {
+      ForRowTiles<kSmallTileRows>(a.m, one);
+    } else {
+      ForRowTiles<kLargeTileRows>(a.m, one);
+    }
+  }
+}
+
 // ---- Q6_K: per super-block (256 elements), for each half h and each half of its 32-byte groups,
 // four quads k at once: quant vector for word w = 32 h + 8 k + l (l < 8, 4 elements each) is the
 // nibble of ql vector 16 h + 8 (k % 2) + l (low for k < 2, high after) with qh vector 8 h + l's
@@ -219,11 +255,7 @@ constexpr int kQ6KOffset = 32;
 template <int MT>
 void GroupTileQ6K(const RowsKernelArgs& a, int r, const std::byte* group, int supers, int row) {
   const quant::BlockQ8_K* act[MT];
-#pragma GCC unroll 8
-  for (int i = 0; i < MT; ++i) {
-    act[i] = reinterpret_cast<const quant::BlockQ8_K*>(a.act + static_cast<std::size_t>(r + i) *
-                                                                   a.act_row_bytes);
-  }
+  TileActivations(a, r, act);
   __m512 acc[MT];
 #pragma GCC unroll 8
   for (auto& v : acc) v = _mm512_setzero_ps();
@@ -231,14 +263,10 @@ void GroupTileQ6K(const RowsKernelArgs& a, int r, const std::byte* group, int su
   constexpr std::size_t kQhAt = kQlAt + kInterleaveRows * (quant::kQkK / 2);
   const __m512i low = _mm512_set1_epi8(0x0F);
   const __m512i two_bits = _mm512_set1_epi8(0x30);
-  constexpr int kOrMasked = 0xF8;  // ternary logic: a | (b & c)
   const std::byte* tail = group + static_cast<std::size_t>(supers) * quant::kQ6KBodyBytes;
   for (int sb = 0; sb < supers; ++sb) {
     const std::byte* body = group + static_cast<std::size_t>(sb) * quant::kQ6KBodyBytes;
-#pragma GCC unroll 64
-    for (std::size_t line = 0; line < quant::kQ6KBodyBytes; line += kLineBytes) {
-      _mm_prefetch(reinterpret_cast<const char*>(body) + kPrefetchAheadBytes + line, _MM_HINT_T0);
-    }
+    PrefetchAhead<quant::kQ6KBodyBytes>(body);
     __m512i sum[MT];
 #pragma GCC unroll 8
     for (auto& v : sum) v = _mm512_setzero_si512();
@@ -297,25 +325,14 @@ void GroupTileQ6K(const RowsKernelArgs& a, int r, const std::byte* group, int su
                                _mm512_cvtepi32_ps(sum[i]), acc[i]);
     }
   }
-#pragma GCC unroll 8
-  for (int i = 0; i < MT; ++i) {
-    float* y = a.y + static_cast<std::ptrdiff_t>(r + i) * a.ldy + row;
-    _mm512_storeu_ps(y, a.accumulate ? _mm512_add_ps(_mm512_loadu_ps(y), acc[i]) : acc[i]);
-  }
+  StoreTile(a, r, row, acc);
 }
 
 void RowsQ6K(const RowsKernelArgs& a, int row_begin, int row_end) {
-  const quant::WeightMatrix& w = *a.w;
-  const int supers = w.cols / quant::kQkK;
-  for (int row = row_begin; row < row_end; row += kInterleaveRows) {
-    const std::byte* group = w.Row(row);
-    const auto tile = [&]<int MT>(int r) { GroupTileQ6K<MT>(a, r, group, supers, row); };
-    if (a.m <= kSmallTileMaxRows) {
-      ForRowTiles<kSmallTileRows>(a.m, tile);
-    } else {
-      ForRowTiles<kLargeTileRows>(a.m, tile);
-    }
-  }
+  ForSuperGroupTiles(a, row_begin, row_end,
+                     [&a]<int MT>(int r, const std::byte* group, int supers, int row) {
+                       GroupTileQ6K<MT>(a, r, group, supers, row);
+                     });
 }
 
 // ---- Q4_K / Q5_K: per super-block the 16 rows' 6-bit scales and mins unpacked from the three
@@ -372,11 +389,7 @@ void GroupTileK(const RowsKernelArgs& a, int r, const std::byte* group, int supe
   constexpr std::size_t kQhAt = kScalesAt + quant::kKScaleVectors * kLineBytes;
   constexpr std::size_t kQsAt = kQhAt + (kHighBits ? quant::kQ5KHighBitVectors * kLineBytes : 0);
   const quant::BlockQ8_K* act[MT];
-#pragma GCC unroll 8
-  for (int i = 0; i < MT; ++i) {
-    act[i] = reinterpret_cast<const quant::BlockQ8_K*>(a.act + static_cast<std::size_t>(r + i) *
-                                                                   a.act_row_bytes);
-  }
+  TileActivations(a, r, act);
   __m512 acc[MT];
 #pragma GCC unroll 8
   for (auto& v : acc) v = _mm512_setzero_ps();
@@ -385,13 +398,9 @@ void GroupTileK(const RowsKernelArgs& a, int r, const std::byte* group, int supe
   const __m512i bits45 = _mm512_set1_epi8(0x30);
   const __m512i bit4 = _mm512_set1_epi8(0x10);
   const __m512i low_words = _mm512_set1_epi32(0x00FF00FF);
-  constexpr int kOrMasked = 0xF8;  // ternary logic: a | (b & c)
   for (int sb = 0; sb < supers; ++sb) {
     const std::byte* body = group + static_cast<std::size_t>(sb) * kBodyBytes;
-#pragma GCC unroll 64
-    for (std::size_t line = 0; line < kBodyBytes; line += kLineBytes) {
-      _mm_prefetch(reinterpret_cast<const char*>(body) + kPrefetchAheadBytes + line, _MM_HINT_T0);
-    }
+    PrefetchAhead<kBodyBytes>(body);
     // The scales and mins (quant/blocks.h): j < 4 the low 6 bits of bytes j, j + 4; j >= 4 a
     // nibble of byte j + 4 with the top 2 bits of byte j - 4 (scale) or j (min) above it.
     const __m512i v0 = _mm512_loadu_si512(body + kScalesAt);
@@ -468,26 +477,15 @@ void GroupTileK(const RowsKernelArgs& a, int r, const std::byte* group, int supe
       acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(act[i][sb].d), t, acc[i]);
     }
   }
-#pragma GCC unroll 8
-  for (int i = 0; i < MT; ++i) {
-    float* y = a.y + static_cast<std::ptrdiff_t>(r + i) * a.ldy + row;
-    _mm512_storeu_ps(y, a.accumulate ? _mm512_add_ps(_mm512_loadu_ps(y), acc[i]) : acc[i]);
-  }
+  StoreTile(a, r, row, acc);
 }
 
 template <bool kHighBits>
 void RowsK(const RowsKernelArgs& a, int row_begin, int row_end) {
-  const quant::WeightMatrix& w = *a.w;
-  const int supers = w.cols / quant::kQkK;
-  for (int row = row_begin; row < row_end; row += kInterleaveRows) {
-    const std::byte* group = w.Row(row);
-    const auto tile = [&]<int MT>(int r) { GroupTileK<kHighBits, MT>(a, r, group, supers, row); };
-    if (a.m <= kSmallTileMaxRows) {
-      ForRowTiles<kSmallTileRows>(a.m, tile);
-    } else {
-      ForRowTiles<kLargeTileRows>(a.m, tile);
-    }
-  }
+  ForSuperGroupTiles(a, row_begin, row_end,
+                     [&a]<int MT>(int r, const std::byte* group, int supers, int row) {
+                       GroupTileK<kHighBits, MT>(a, r, group, supers, row);
+                     });
 }
 
 }  // namespace
