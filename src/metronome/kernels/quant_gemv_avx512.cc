@@ -413,7 +413,7 @@ struct GemvBf16 {
   // Activations rounded to bf16, each row padded with zeros to whole steps (PrepareBf16Act).
   using Act = std::uint16_t;
   static constexpr int kActPerStep = kHalfStep;
-  // One vdpbf16ps a step, into the first accumulator (the second stays 0).
+  // One vdpbf16ps a step, into the first accumulator (the second is left as it is).
   static void Step(__m512& acc, __m512& /*unused*/, const std::uint16_t* w, const std::uint16_t* x,
                    __mmask32 mask) noexcept {
     const __m512i wv = _mm512_maskz_loadu_epi16(mask, w);
@@ -438,9 +438,8 @@ void GroupHalf(const typename H::Act* x, std::ptrdiff_t ldx, int k,
   // latency (twice MT x NT registers beside the weights would spill).
   constexpr bool kSecondChain = MT * NT == 1;
   __m512 acc[MT][NT];
-  __m512 acc_hi[MT][NT];
+  __m512 second = _mm512_setzero_ps();  // the one pair's second chain (kSecondChain)
   ZeroAccumulators(acc);
-  ZeroAccumulators(acc_hi);
   const std::size_t ahead = PrefetchAheadBytes<NT>(row_bytes);
   for (int s = 0; s < k; s += kHalfStep) {
     const __mmask32 mask = HalfMask(k - s);
@@ -453,16 +452,11 @@ void GroupHalf(const typename H::Act* x, std::ptrdiff_t ldx, int k,
     for (int i = 0; i < MT; ++i) {
 #pragma GCC unroll 8
       for (int j = 0; j < NT; ++j) {
-        H::Step(acc[i][j], kSecondChain ? acc_hi[i][j] : acc[i][j], wrow[j] + s, x + i * ldx + s,
-                mask);
+        H::Step(acc[i][j], kSecondChain ? second : acc[i][j], wrow[j] + s, x + i * ldx + s, mask);
       }
     }
   }
-#pragma GCC unroll 8
-  for (int i = 0; i < MT; ++i) {
-#pragma GCC unroll 8
-    for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_add_ps(acc[i][j], acc_hi[i][j]);
-  }
+  if constexpr (kSecondChain) acc[0][0] = _mm512_add_ps(acc[0][0], second);
   StoreSums(acc, y, ldy, accumulate);
 }
 
