@@ -11,12 +11,14 @@
 //    Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0), only the down projections (k = 1536) are K-quant, as in a
 //    `_K_M` file of this shape. F32 runs through oneDNN (kernels::MatMulTransposedB). Matrices
 //    are in the layout the engine gives them at load (kernels::PreferredRowLayout).
-//  * BM_GemvResident/type/m: one decode kernel (avx512::GemvKernel) on the calling thread over a
-//    192 x 1536 matrix that stays in this core's L2 (0.3-0.6 MB), so memory is not the limit: the
-//    kernel's compute throughput. Counters bytes_per_cycle (weight bytes per cycle of this core,
-//    the clock from a chain of dependent adds, CoreGhz) and GB_per_s (per CPU second). A kernel
-//    is unpack-bound on this machine when bytes_per_cycle x 2 cores x clock is below the read
-//    bandwidth (bandwidth_GBps of BM_DecodeWeights, ~33 GB/s quiet).
+//  * BM_GemvResident/type/m/interleaved: one decode kernel on the calling thread over a 192 x 1536
+//    matrix that stays in this core's L2 (0.3-0.6 MB), so memory is not the limit: the kernel's
+//    compute throughput. interleaved 0: the row-major gemv kernel (avx512::GemvKernel); 1: the
+//    16-row interleaved kernel (avx512::InterleavedKernel, what the engine runs for the types
+//    kernels::PreferredRowLayout interleaves). Counters bytes_per_cycle (weight bytes per cycle of
+//    this core, the clock from a chain of dependent adds, CoreGhz) and GB_per_s (per CPU second). A
+//    kernel is unpack-bound on this machine when bytes_per_cycle x 2 cores x clock is below the
+//    read bandwidth (bandwidth_GBps of BM_DecodeWeights, ~33 GB/s quiet).
 //  * BM_RowLayout/type/m/interleaved: the matrices of a type with an interleaved form (Q8_0, Q4_0,
 //    Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) in the files' row-major layout against the 16-row
 //    interleaved layout (quant/row_layout.h), one thread, CPU time.
@@ -310,16 +312,20 @@ double CoreGhz() {
 void BM_GemvResident(benchmark::State& state) {
   const GgmlType type = kTypes[state.range(0)];
   const int m = static_cast<int>(state.range(1));
+  const bool interleaved = state.range(2) != 0;
   if (!Supported(type, state)) return;
-  const kernels::RowsKernel gemv = avx512::GemvKernel(type);
+  const kernels::RowsKernel gemv =
+      interleaved ? avx512::InterleavedKernel(type) : avx512::GemvKernel(type);
   if (gemv == nullptr) {
-    state.SkipWithError("no gemv kernel for this type");
+    state.SkipWithError(interleaved ? "no interleaved kernel for this type"
+                                    : "no gemv kernel for this type");
     return;
   }
-  state.SetLabel(std::string(quant::Name(type)));
+  state.SetLabel(std::string(quant::Name(type)) + (interleaved ? " interleaved" : " row-major"));
   constexpr int kRows = 192;
   const Matrix w = MakeMatrix(type, kRows, kFfn);
-  const quant::WeightMatrix mat = quant::MakeWeightMatrix(w.type, kRows, kFfn, w.data.get());
+  quant::WeightMatrix mat = quant::MakeWeightMatrix(w.type, kRows, kFfn, w.data.get());
+  if (interleaved) mat = quant::InterleaveRows(mat, reinterpret_cast<std::byte*>(w.data.get()));
   const std::vector<float> x(static_cast<std::size_t>(m) * kFfn, 0.5f);
   std::vector<std::byte> act(kernels::ActivationRowBytes(type, kFfn) * static_cast<std::size_t>(m));
   kernels::PrepareActivations(type, x.data(), m, kFfn, act.data());
@@ -337,8 +343,8 @@ void BM_GemvResident(benchmark::State& state) {
   state.counters["core_GHz"] = ghz;
 }
 BENCHMARK(BM_GemvResident)
-    ->ArgsProduct({benchmark::CreateDenseRange(1, 10, 1), {1, 4}})
-    ->ArgNames({"type", "m"})
+    ->ArgsProduct({benchmark::CreateDenseRange(1, 10, 1), {1, 4}, {0, 1}})
+    ->ArgNames({"type", "m", "interleaved"})
     ->Unit(benchmark::kMicrosecond);
 
 void BM_Prefill(benchmark::State& state) {

@@ -113,6 +113,9 @@ out="$("$bin" bench-decode --model synthetic:tiny --sessions 4 --context 32 --st
 check "bench-decode reports a peak fraction" grep -Eq "^peak fraction [0-9.]+$" <<<"$out"
 check "bench-decode reports tokens/s" grep -q "decode tokens/s" <<<"$out"
 check "bench-decode reports the read bandwidth" grep -Eq "^read bandwidth GB/s [0-9.]+ " <<<"$out"
+check "bench-decode splits the gemm time over the five products" grep -Eq \
+  "^gemm by product, us per step \(weight GB/s\): qkv [0-9.]+ \([0-9.]+\), attn_out [0-9.]+ \([0-9.]+\), gate_up [0-9.]+ \([0-9.]+\), down [0-9.]+ \([0-9.]+\), logits [0-9.]+ \([0-9.]+\)$" \
+  <<<"$out"
 check "bench-decode prints the thread count and the detected CPUs" \
   grep -Eq "threads=[0-9]+ \(detected CPUs [0-9]+\)" <<<"$out"
 out="$("$bin" bench-decode --model synthetic:tiny --sessions 2 --context 16 --steps 3 \

@@ -372,6 +372,44 @@ TEST(EngineTest, ThousandWindowedSessionsInOnePool) {
 namespace metronome::engine {
 namespace {
 
+// The step's gemm time is split over the products that make it (each timed once, into exactly
+// one product), and the products' weight bytes are every matrix a step streams: with the norms'
+// floats and the (untied) embedding table they are the model's WeightBytes.
+TEST(EngineTest, ProductTimesAddUpToGemmTimeAndProductBytesToWeightBytes) {
+  const model::Model& m = Tiny();
+  EngineOptions eo;
+  eo.kv_blocks = 64;
+  Engine eng(m, eo);
+  const SessionId sid = eng.OpenSession({});
+  const std::vector<TokenId> ids = {1, 2, 3};
+  std::vector<StepItemResult> results;
+  eng.Step(std::vector<StepItem>{{sid, ids, LogitsMode::kLast}}, &results);
+  const StepStats& st = eng.last_step();
+  double sum = 0.0;
+  for (int p = 0; p < kNumProducts; ++p) {
+    const double s = st.product_seconds[static_cast<std::size_t>(p)];
+    EXPECT_GT(s, 0.0) << Name(static_cast<Product>(p));
+    sum += s;
+  }
+  EXPECT_NEAR(sum, st.gemm_seconds, 1e-12 + 1e-9 * st.gemm_seconds);
+  EXPECT_LE(st.gemm_seconds, st.seconds);
+
+  double bytes = 0.0;
+  for (int p = 0; p < kNumProducts; ++p) {
+    bytes += ProductWeightBytes(*m.weights, static_cast<Product>(p));
+  }
+  const model::ModelConfig& c = m.config;
+  const double norm_bytes =
+      static_cast<double>((2 * c.num_layers + 1) * c.dim) * sizeof(float) +
+      (c.has_qkv_bias ? static_cast<double>(c.num_layers * c.qkv_dim()) * sizeof(float) : 0.0);
+  // An untied embedding table is in WeightBytes but no product streams it (a step looks up rows).
+  ASSERT_FALSE(c.tied_embeddings);
+  const double table_bytes = static_cast<double>(m.weights->token_embedding.Bytes());
+  EXPECT_DOUBLE_EQ(bytes + norm_bytes + table_bytes, static_cast<double>(m.weights->WeightBytes()));
+  EXPECT_EQ(Name(Product::kQkv), "qkv");
+  EXPECT_EQ(Name(Product::kLogits), "logits");
+}
+
 TEST(EngineWarmUpTest, LeavesThePoolAsItWasAndFitsSmallPools) {
   const model::Model m = model::MakeSyntheticModel("tiny", 3);
   EngineOptions eo;

@@ -4,6 +4,7 @@
 // on the machine, and the ratio to the quiet figure is printed (how the engine holds up when it
 // does not own the cores).
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -64,6 +65,7 @@ void BenchFlags::Register(CLI::App* sub) {
 // Per-step figures of one decode measurement.
 struct DecodeRun {
   std::vector<double> step_ms, step_gflops, gemm_ms, attn_ms, attn_kv_bytes;
+  std::array<std::vector<double>, engine::kNumProducts> product_ms;  // gemm_ms by product
   // Jobs the default thread pool ran over the measured steps: split across threads, or inline
   // (one chunk, or nested). Times BM_PoolJobHot (bench/thread_pool_benchmark) = its overhead.
   std::int64_t pool_jobs_parallel = 0;
@@ -170,6 +172,9 @@ int RunBench(const BenchFlags& f) {
         run->step_gflops.push_back(eng.last_step().flops / eng.last_step().seconds / 1e9);
         run->gemm_ms.push_back(eng.last_step().gemm_seconds * 1e3);
         run->attn_ms.push_back(eng.last_step().attention_seconds * 1e3);
+        for (std::size_t p = 0; p < run->product_ms.size(); ++p) {
+          run->product_ms[p].push_back(eng.last_step().product_seconds[p] * 1e3);
+        }
         // K and V of the keys each session's query saw, all layers: what attention streamed.
         double kv_bytes = 0.0;
         for (const engine::SessionId id : ids) {
@@ -214,6 +219,18 @@ int RunBench(const BenchFlags& f) {
               f.sessions * 1e3 / mean_ms, mean_ms);
   std::printf("step breakdown ms: gemm %.2f attention %.2f other %.2f\n", Median(quiet.gemm_ms),
               Median(quiet.attn_ms), med_ms - Median(quiet.gemm_ms) - Median(quiet.attn_ms));
+  // Which product falls short of the read bandwidth: each one's weight bytes per step over its
+  // median time (the small per-layer products pay the thread team's hand-off and a stream start
+  // per call; the logits product is one long stream).
+  std::printf("gemm by product, us per step (weight GB/s):");
+  for (int p = 0; p < engine::kNumProducts; ++p) {
+    const auto product = static_cast<engine::Product>(p);
+    const double ms = Median(quiet.product_ms[static_cast<std::size_t>(p)]);
+    const double bytes = engine::ProductWeightBytes(*m.weights, product);
+    std::printf("%s %s %.1f (%.1f)", p == 0 ? "" : ",", std::string(engine::Name(product)).c_str(),
+                ms * 1e3, ms > 0.0 ? bytes / (ms * 1e6) : 0.0);
+  }
+  std::printf("\n");
   // Attention is bound by the K/V it streams: the bytes every session's query sees, per step.
   const double attn_kv_bytes = Median(quiet.attn_kv_bytes);
   const double attn_ms = Median(quiet.attn_ms);
@@ -226,12 +243,16 @@ int RunBench(const BenchFlags& f) {
   std::printf("fp32 GEMM peak GFLOP/s %.1f (in-run sgemm %dx%dx%d)\n", peak, f.peak_n, f.peak_n,
               f.peak_n);
   std::printf("peak fraction %.2f\n", med_gflops / peak);
-  // The roofline denominator: a decode step reads every weight byte once, so tok/s is at most
+  // The roofline denominator: a decode step reads every weight matrix once, so tok/s is at most
   // sessions * bandwidth / weight bytes per step.
   std::printf("read bandwidth GB/s %.1f (in-run 1 GiB streaming read)\n", bandwidth);
-  // Weight bytes per step over the step's gemm time: the rate the weight kernels stream W at, and
+  // The matrices' bytes a step streams (every product's; not an untied embedding table, of which a
+  // step looks up rows) over the step's gemm time: the rate the weight kernels stream W at, and
   // its fraction of the read bandwidth (1.0 = at the roofline).
-  const double weight_bytes = static_cast<double>(m.weights->WeightBytes());
+  double weight_bytes = 0.0;
+  for (int p = 0; p < engine::kNumProducts; ++p) {
+    weight_bytes += engine::ProductWeightBytes(*m.weights, static_cast<engine::Product>(p));
+  }
   const double gemm_gbps = weight_bytes / (Median(quiet.gemm_ms) * 1e-3) / 1e9;
   std::printf("weights MB per step %.1f, gemm reads GB/s %.1f, roofline fraction %.2f\n",
               weight_bytes / 1e6, gemm_gbps, gemm_gbps / bandwidth);

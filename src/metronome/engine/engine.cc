@@ -45,6 +45,21 @@ void Timed(double* acc, Fn&& fn) {
   *acc += std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// Runs one weight product, its wall time added to the step's gemm time and to its product's.
+template <typename Fn>
+void TimedProduct(StepStats* stats, Product product, Fn&& fn) {
+  double seconds = 0.0;
+  Timed(&seconds, std::forward<Fn>(fn));
+  stats->gemm_seconds += seconds;
+  stats->product_seconds[static_cast<std::size_t>(product)] += seconds;
+}
+
+double GroupBytes(const model::MatrixGroup& group) noexcept {
+  double bytes = 0.0;
+  for (const quant::WeightMatrix& part : group) bytes += static_cast<double>(part.Bytes());
+  return bytes;
+}
+
 kv::BlockPoolOptions PoolOptionsFor(const kv::KvLayout& layout, const EngineOptions& o) {
   kv::BlockPoolOptions p;
   p.num_blocks = o.kv_blocks > 0 ? static_cast<int>(o.kv_blocks)
@@ -76,6 +91,46 @@ void EnsureSize(std::vector<float>& v, std::size_t n) {
 }
 
 }  // namespace
+
+std::string_view Name(Product product) noexcept {
+  switch (product) {
+    case Product::kQkv:
+      return "qkv";
+    case Product::kAttentionOut:
+      return "attn_out";
+    case Product::kGateUp:
+      return "gate_up";
+    case Product::kDown:
+      return "down";
+    case Product::kLogits:
+      return "logits";
+  }
+  return "?";
+}
+
+double ProductWeightBytes(const model::ModelWeights& weights, Product product) noexcept {
+  if (product == Product::kLogits) return static_cast<double>(weights.output.Bytes());
+  double bytes = 0.0;
+  for (const model::LayerWeights& lw : weights.layers) {
+    switch (product) {
+      case Product::kQkv:
+        bytes += GroupBytes(lw.wqkv);
+        break;
+      case Product::kAttentionOut:
+        bytes += static_cast<double>(lw.wo.Bytes());
+        break;
+      case Product::kGateUp:
+        bytes += GroupBytes(lw.w_gate_up);
+        break;
+      case Product::kDown:
+        bytes += static_cast<double>(lw.w_down.Bytes());
+        break;
+      case Product::kLogits:
+        break;
+    }
+  }
+  return bytes;
+}
 
 kv::KvLayout KvLayoutFor(const model::ModelConfig& c, const EngineOptions& o) {
   o.Validate();
@@ -440,7 +495,8 @@ void Engine::Forward(Batch& b) {
     for_rows(T, dim, [&](int t) {
       kernels::RmsNorm(&b.x[sz(t, dim)], lw.attn_norm, c.rms_eps, &b.xb[sz(t, dim)], dim);
     });
-    Timed(&last_step_.gemm_seconds, [&] { kernels::MatMul(b.xb.data(), T, lw.wqkv, qkv, false); });
+    TimedProduct(&last_step_, Product::kQkv,
+                 [&] { kernels::MatMul(b.xb.data(), T, lw.wqkv, qkv, false); });
 
     // Bias, RoPE (q and k at absolute positions), then K/V into the session's blocks.
     for_rows(T, qkvd, [&](int t) {
@@ -494,7 +550,8 @@ void Engine::Forward(Batch& b) {
 
     last_step_.attention_seconds += std::chrono::duration<double>(Clock::now() - t_attn).count();
 
-    Timed(&last_step_.gemm_seconds, [&] { kernels::MatMul(att, T, lw.wo, b.x.data(), true); });
+    TimedProduct(&last_step_, Product::kAttentionOut,
+                 [&] { kernels::MatMul(att, T, lw.wo, b.x.data(), true); });
 
     for_rows(T, dim, [&](int t) {
       kernels::RmsNorm(&b.x[sz(t, dim)], lw.ffn_norm, c.rms_eps, &b.xb[sz(t, dim)], dim);
@@ -503,8 +560,9 @@ void Engine::Forward(Batch& b) {
       const int rows = std::min(kFfnRowsPerBlock, T - r0);
       const bool over = rows >= kHiddenOverGateUpMinRows;
       float* const hidden = over ? gate_up : gate_up + sz(rows, 2 * ffn);
-      Timed(&last_step_.gemm_seconds,
-            [&] { kernels::MatMul(&b.xb[sz(r0, dim)], rows, lw.w_gate_up, gate_up, false); });
+      TimedProduct(&last_step_, Product::kGateUp, [&] {
+        kernels::MatMul(&b.xb[sz(r0, dim)], rows, lw.w_gate_up, gate_up, false);
+      });
       const auto swiglu = [&](int t) {  // row t of the block
         const float* gu = gate_up + sz(t, 2 * ffn);
         kernels::SwiGlu(gu, gu + ffn, hidden + sz(t, ffn), ffn);  // elementwise: in place is fine
@@ -522,8 +580,8 @@ void Engine::Forward(Batch& b) {
       } else {
         for_rows(rows, 2 * ffn, swiglu);
       }
-      Timed(&last_step_.gemm_seconds,
-            [&] { kernels::MatMul(hidden, rows, lw.w_down, &b.x[sz(r0, dim)], true); });
+      TimedProduct(&last_step_, Product::kDown,
+                   [&] { kernels::MatMul(hidden, rows, lw.w_down, &b.x[sz(r0, dim)], true); });
     }
   }
 
@@ -536,8 +594,8 @@ void Engine::Forward(Batch& b) {
       kernels::RmsNorm(&b.x[sz(b.logit_rows[static_cast<std::size_t>(r)], dim)], w.final_norm,
                        c.rms_eps, &b.final_rows[sz(r, dim)], dim);
     });
-    Timed(&last_step_.gemm_seconds,
-          [&] { kernels::MatMul(b.final_rows.data(), R, w.output, logits_.data(), false); });
+    TimedProduct(&last_step_, Product::kLogits,
+                 [&] { kernels::MatMul(b.final_rows.data(), R, w.output, logits_.data(), false); });
   }
 
   const double proj_flops_per_token =

@@ -10,10 +10,12 @@
 // Thread-safety: an Engine is driven by one thread. Step() uses all configured threads inside.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -72,6 +74,16 @@ struct StepItemResult {
   int num_logits_rows = 0;
 };
 
+// The weight products of a forward step, in the order a layer runs them (then the logits).
+enum class Product : int { kQkv, kAttentionOut, kGateUp, kDown, kLogits };
+inline constexpr int kNumProducts = 5;
+// "qkv", "attn_out", "gate_up", "down", "logits".
+[[nodiscard]] std::string_view Name(Product product) noexcept;
+// Weight bytes one step reads for `product`: its matrices over all layers (what a decode step
+// streams for it; the numerator of its read rate).
+[[nodiscard]] double ProductWeightBytes(const model::ModelWeights& weights,
+                                        Product product) noexcept;
+
 struct StepStats {
   int num_tokens = 0;    // tokens forwarded
   int num_sessions = 0;  // sessions that took part
@@ -81,6 +93,8 @@ struct StepStats {
   // and the paged kernel), everything else (norms, RoPE, SwiGLU, planning).
   double gemm_seconds = 0.0;
   double attention_seconds = 0.0;
+  // gemm_seconds by product (indexed by Product), summed over the layers; they add up to it.
+  std::array<double, kNumProducts> product_seconds{};
 };
 
 class Engine {
