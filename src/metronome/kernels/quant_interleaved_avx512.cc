@@ -247,9 +247,11 @@ void ForSuperGroupTiles(const RowsKernelArgs& a, int row_begin, int row_end, Til
 // four quads k at once: quant vector for word w = 32 h + 8 k + l (l < 8, 4 elements each) is the
 // nibble of ql vector 16 h + 8 (k % 2) + l (low for k < 2, high after) with qh vector 8 h + l's
 // bits 2k, 2k + 1 at bits 4, 5 (ggml's Q6_K, quant/blocks.h). Four words of a quad make sub-block
-// j = 8 h + 2 k + (l / 4): its int32 dot starts at -32 x the activation's bsum j, and is scaled
-// by the 16 rows' int8 scale j (one 16-byte load, sign-extended) with vpmulld into the super-
-// block's int32 sum; one conversion and FMA by d_w d_a per super-block. Exact integer dots.
+// j = 8 h + 2 k + (l / 4): its int32 dot starts at -32 x the activation's bsum j (exact), is
+// converted to fp32 and added to the super-block's fp32 sum times the 16 rows' int8 scale j (one
+// 16-byte load, sign-extended and converted once for the tile's rows): one FMA per dot, not a
+// vpmulld, which bound this kernel at 32 rows (BM_RowLayout Q6_K m = 32: 3.9-4.1 GB/s with
+// vpmulld, 4.8-4.9 in fp32, row-major 4.1-4.5). One FMA by d_w d_a per super-block.
 constexpr int kQ6KOffset = 32;
 
 template <int MT>
@@ -267,9 +269,9 @@ void GroupTileQ6K(const RowsKernelArgs& a, int r, const std::byte* group, int su
   for (int sb = 0; sb < supers; ++sb) {
     const std::byte* body = group + static_cast<std::size_t>(sb) * quant::kQ6KBodyBytes;
     PrefetchAhead<quant::kQ6KBodyBytes>(body);
-    __m512i sum[MT];
+    __m512 sum[MT];
 #pragma GCC unroll 8
-    for (auto& v : sum) v = _mm512_setzero_si512();
+    for (auto& v : sum) v = _mm512_setzero_ps();
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
 #pragma GCC unroll 2
@@ -308,11 +310,11 @@ void GroupTileQ6K(const RowsKernelArgs& a, int r, const std::byte* group, int su
 #pragma GCC unroll 4
         for (int k = 0; k < 4; ++k) {
           const int j = 8 * h + 2 * k + half;
-          const __m512i scale = _mm512_cvtepi8_epi32(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(body + kInterleaveRows * j)));
+          const __m512 scale = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(body + kInterleaveRows * j))));
 #pragma GCC unroll 8
           for (int i = 0; i < MT; ++i) {
-            sum[i] = _mm512_add_epi32(sum[i], _mm512_mullo_epi32(dot[i][k], scale));
+            sum[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[i][k]), scale, sum[i]);
           }
         }
       }
@@ -321,8 +323,7 @@ void GroupTileQ6K(const RowsKernelArgs& a, int r, const std::byte* group, int su
         tail + static_cast<std::size_t>(sb) * quant::kQ6KTailBytesPerSuper)));
 #pragma GCC unroll 8
     for (int i = 0; i < MT; ++i) {
-      acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(act[i][sb].d)),
-                               _mm512_cvtepi32_ps(sum[i]), acc[i]);
+      acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(act[i][sb].d)), sum[i], acc[i]);
     }
   }
   StoreTile(a, r, row, acc);
@@ -339,10 +340,11 @@ void RowsQ6K(const RowsKernelArgs& a, int row_begin, int row_end) {
 // scale vectors into bytes (lane r: sc[0..3], sc[4..7], mn[0..3], mn[4..7] of row r); per
 // 64-element group g the 8 qs vectors give sub-block 2g (low nibbles) and 2g + 1 (high nibbles),
 // Q5_K's fifth bits (bit 2g / 2g + 1 of qh vector l's bytes) shifted to bit 4 and merged in one
-// ternary-logic op. Each sub-block's int32 dot (two chains) is scaled by its 16 row scales
-// (vpmulld) into the super-block's sum; the min term sum_j mn_j bsum32_j comes from two vpmaddwd
-// per 4 sub-blocks on the mins as 16-bit pairs. One FMA pair by d_a (d_w x sum - dmin_w x mins) per
-// super-block.
+// ternary-logic op. Each sub-block's int32 dot (two chains, exact) is converted to fp32 and
+// accumulated into the super-block's fp32 sum times its 16 row scales (converted once per tile,
+// one FMA per dot; with vpmulld into an int32 sum Q4_K m = 32 ran 3.5 GB/s, in fp32 4.1-4.2); the
+// min term sum_j mn_j bsum32_j comes from two vpmaddwd per 4 sub-blocks on the mins as 16-bit
+// pairs. One FMA pair by d_a (d_w x sum - dmin_w x mins) per super-block.
 
 // Byte b (0..3) of each 32-bit lane, zero-extended.
 inline __m512i LaneByte(__m512i v, int b) noexcept {
@@ -413,11 +415,11 @@ void GroupTileK(const RowsKernelArgs& a, int r, const std::byte* group, int supe
         _mm512_and_si512(v1, six),
         _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(v2, 4), low),
                                   _mm512_srli_epi16(v1, 2), bits45, kOrMasked)};
-    __m512i sum[MT];
+    __m512 sum[MT];
     __m512i mins[MT];
 #pragma GCC unroll 8
     for (int i = 0; i < MT; ++i) {
-      sum[i] = _mm512_setzero_si512();
+      sum[i] = _mm512_setzero_ps();
       // sum_j mn_j bsum32_j: the mins as 16-bit pairs (bytes 0, 2 and 1, 3 of each lane) against
       // the matching activation sums packed in pairs.
       const std::int16_t* bs = act[i][sb].bsums;
@@ -457,14 +459,14 @@ void GroupTileK(const RowsKernelArgs& a, int r, const std::byte* group, int supe
         }
       }
       // Sub-blocks 2g and 2g + 1: scale bytes (2g) % 4 and (2g + 1) % 4 of sc[g / 2].
-      const __m512i sc_lo = LaneByte(sc[g / 2], (2 * g) % 4);
-      const __m512i sc_hi = LaneByte(sc[g / 2], (2 * g + 1) % 4);
+      const __m512 sc_lo = _mm512_cvtepi32_ps(LaneByte(sc[g / 2], (2 * g) % 4));
+      const __m512 sc_hi = _mm512_cvtepi32_ps(LaneByte(sc[g / 2], (2 * g + 1) % 4));
 #pragma GCC unroll 8
       for (int i = 0; i < MT; ++i) {
-        sum[i] = _mm512_add_epi32(
-            sum[i], _mm512_mullo_epi32(_mm512_add_epi32(dot[i][0][0], dot[i][0][1]), sc_lo));
-        sum[i] = _mm512_add_epi32(
-            sum[i], _mm512_mullo_epi32(_mm512_add_epi32(dot[i][1][0], dot[i][1][1]), sc_hi));
+        sum[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(dot[i][0][0], dot[i][0][1])),
+                                 sc_lo, sum[i]);
+        sum[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(dot[i][1][0], dot[i][1][1])),
+                                 sc_hi, sum[i]);
       }
     }
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(body)));
@@ -472,8 +474,7 @@ void GroupTileK(const RowsKernelArgs& a, int r, const std::byte* group, int supe
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(body + kInterleaveRows * 2)));
 #pragma GCC unroll 8
     for (int i = 0; i < MT; ++i) {
-      const __m512 t = _mm512_fmsub_ps(dw, _mm512_cvtepi32_ps(sum[i]),
-                                       _mm512_mul_ps(mw, _mm512_cvtepi32_ps(mins[i])));
+      const __m512 t = _mm512_fmsub_ps(dw, sum[i], _mm512_mul_ps(mw, _mm512_cvtepi32_ps(mins[i])));
       acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(act[i][sb].d), t, acc[i]);
     }
   }
