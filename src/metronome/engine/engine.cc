@@ -1,9 +1,11 @@
 #include "metronome/engine/engine.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <string>
 
 #include "metronome/base/check.h"
@@ -54,10 +56,22 @@ void TimedProduct(StepStats* stats, Product product, Fn&& fn) {
   stats->product_seconds[static_cast<std::size_t>(product)] += seconds;
 }
 
-double GroupBytes(const model::MatrixGroup& group) noexcept {
-  double bytes = 0.0;
-  for (const quant::WeightMatrix& part : group) bytes += static_cast<double>(part.Bytes());
-  return bytes;
+// The matrices one layer's `product` multiplies by (none for the logits, which are not per layer).
+std::span<const quant::WeightMatrix> LayerMatrices(const model::LayerWeights& lw,
+                                                   Product product) noexcept {
+  switch (product) {
+    case Product::kQkv:
+      return lw.wqkv;
+    case Product::kAttentionOut:
+      return {&lw.wo, 1};
+    case Product::kGateUp:
+      return lw.w_gate_up;
+    case Product::kDown:
+      return {&lw.w_down, 1};
+    case Product::kLogits:
+      break;
+  }
+  return {};
 }
 
 kv::BlockPoolOptions PoolOptionsFor(const kv::KvLayout& layout, const EngineOptions& o) {
@@ -93,40 +107,18 @@ void EnsureSize(std::vector<float>& v, std::size_t n) {
 }  // namespace
 
 std::string_view Name(Product product) noexcept {
-  switch (product) {
-    case Product::kQkv:
-      return "qkv";
-    case Product::kAttentionOut:
-      return "attn_out";
-    case Product::kGateUp:
-      return "gate_up";
-    case Product::kDown:
-      return "down";
-    case Product::kLogits:
-      return "logits";
-  }
-  return "?";
+  constexpr std::array<std::string_view, kNumProducts> kNames = {"qkv", "attn_out", "gate_up",
+                                                                 "down", "logits"};
+  const auto i = static_cast<std::size_t>(product);
+  return i < kNames.size() ? kNames[i] : "?";
 }
 
 double ProductWeightBytes(const model::ModelWeights& weights, Product product) noexcept {
   if (product == Product::kLogits) return static_cast<double>(weights.output.Bytes());
   double bytes = 0.0;
   for (const model::LayerWeights& lw : weights.layers) {
-    switch (product) {
-      case Product::kQkv:
-        bytes += GroupBytes(lw.wqkv);
-        break;
-      case Product::kAttentionOut:
-        bytes += static_cast<double>(lw.wo.Bytes());
-        break;
-      case Product::kGateUp:
-        bytes += GroupBytes(lw.w_gate_up);
-        break;
-      case Product::kDown:
-        bytes += static_cast<double>(lw.w_down.Bytes());
-        break;
-      case Product::kLogits:
-        break;
+    for (const quant::WeightMatrix& m : LayerMatrices(lw, product)) {
+      bytes += static_cast<double>(m.Bytes());
     }
   }
   return bytes;
