@@ -138,9 +138,8 @@ TEST_P(InterleavedKernelTest, PreferredOnlyWhereTheKernelsReadIt) {
   const GgmlType t = GetParam();
   const int cols = 2 * static_cast<int>(quant::Traits(t).block_elems);
   std::vector<std::byte> bytes(quant::RowBytes(t, 2 * cols) * 48);
-  // Q6_K's interleaved form is measured, not preferred (quant_matmul.h).
   EXPECT_EQ(PreferredRowLayout(quant::MakeWeightMatrix(t, 48, 2 * cols, bytes.data())),
-            t == GgmlType::kQ6_K ? quant::RowLayout::kRowMajor : quant::RowLayout::kInterleaved16);
+            quant::RowLayout::kInterleaved16);
   EXPECT_EQ(PreferredRowLayout(quant::MakeWeightMatrix(t, 40, 2 * cols, bytes.data())),
             quant::RowLayout::kRowMajor);  // not whole 16-row groups
   quant::WeightMatrix strided = quant::MakeWeightMatrix(t, 16, cols, bytes.data());

@@ -65,12 +65,17 @@ TEST(RowLayoutTest, Q6KBytesWhereTheLayoutSays) {
   for (int j = 0; j < 16; ++j) {
     EXPECT_EQ(std::to_integer<std::int8_t>(body[16 * j + 5]), block->scales[j]) << "scale " << j;
   }
-  for (int v = 0; v < 32; ++v) {
-    EXPECT_EQ(std::memcmp(body + 256 + 64 * v + 4 * 5, block->ql + 4 * v, 4), 0) << "ql " << v;
-  }
-  for (int u = 0; u < 16; ++u) {
-    EXPECT_EQ(std::memcmp(body + 256 + 2048 + 64 * u + 4 * 5, block->qh + 4 * u, 4), 0)
-        << "qh " << u;
+  // Triples of lines in reading order: triple 8 h + l = qh vector 8 h + l, ql vectors 16 h + l
+  // and 16 h + 8 + l.
+  for (int h = 0; h < 2; ++h) {
+    for (int l = 0; l < 8; ++l) {
+      const std::byte* triple = body + 256 + 3 * 64 * (8 * h + l) + 4 * 5;
+      EXPECT_EQ(std::memcmp(triple, block->qh + 4 * (8 * h + l), 4), 0) << "qh " << 8 * h + l;
+      EXPECT_EQ(std::memcmp(triple + 64, block->ql + 4 * (16 * h + l), 4), 0)
+          << "ql " << 16 * h + l;
+      EXPECT_EQ(std::memcmp(triple + 128, block->ql + 4 * (16 * h + 8 + l), 4), 0)
+          << "ql " << 16 * h + 8 + l;
+    }
   }
   EXPECT_EQ(std::memcmp(x.Row(16) + 3 * 3328 + 32 * 1 + 2 * 5, &block->d, 2), 0) << "d";
 }

@@ -261,14 +261,14 @@ void GroupTileQ6K(const RowsKernelArgs& a, int r, const std::byte* group, int su
   __m512 acc[MT];
 #pragma GCC unroll 8
   for (auto& v : acc) v = _mm512_setzero_ps();
-  constexpr std::size_t kQlAt = quant::kQ6KScaleBytes;
-  constexpr std::size_t kQhAt = kQlAt + kInterleaveRows * (quant::kQkK / 2);
+  const auto line_at = [](const std::byte* body, int index) {
+    return body + quant::kQ6KScaleBytes + static_cast<std::size_t>(index) * kLineBytes;
+  };
   const __m512i low = _mm512_set1_epi8(0x0F);
   const __m512i two_bits = _mm512_set1_epi8(0x30);
   const std::byte* tail = group + static_cast<std::size_t>(supers) * quant::kQ6KBodyBytes;
   for (int sb = 0; sb < supers; ++sb) {
     const std::byte* body = group + static_cast<std::size_t>(sb) * quant::kQ6KBodyBytes;
-    PrefetchAhead<quant::kQ6KBodyBytes>(body);
     __m512 sum[MT];
 #pragma GCC unroll 8
     for (auto& v : sum) v = _mm512_setzero_ps();
@@ -286,9 +286,12 @@ void GroupTileQ6K(const RowsKernelArgs& a, int r, const std::byte* group, int su
         }
 #pragma GCC unroll 4
         for (int l = 4 * half; l < 4 * half + 4; ++l) {
-          const __m512i qh = _mm512_loadu_si512(body + kQhAt + kLineBytes * (8 * h + l));
-          const __m512i v0 = _mm512_loadu_si512(body + kQlAt + kLineBytes * (16 * h + l));
-          const __m512i v1 = _mm512_loadu_si512(body + kQlAt + kLineBytes * (16 * h + 8 + l));
+          const std::byte* qh_line = line_at(body, quant::Q6KQhLine(8 * h + l));
+          const std::byte* v0_line = line_at(body, quant::Q6KQlLine(16 * h + l));
+          const std::byte* v1_line = line_at(body, quant::Q6KQlLine(16 * h + 8 + l));
+          const __m512i qh = _mm512_loadu_si512(qh_line);
+          const __m512i v0 = _mm512_loadu_si512(v0_line);
+          const __m512i v1 = _mm512_loadu_si512(v1_line);
           __m512i w[4];
           w[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(v0, low), _mm512_slli_epi16(qh, 4),
                                            two_bits, kOrMasked);

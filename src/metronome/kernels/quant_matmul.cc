@@ -458,8 +458,7 @@ const QuantKernel& ActiveKernel(GgmlType type) noexcept {
 
 quant::RowLayout PreferredRowLayout(const quant::WeightMatrix& w) noexcept {
   const bool packed = w.row_bytes == quant::RowBytes(w.type, w.cols);
-  return packed && w.type != GgmlType::kQ6_K && CpuHasAvx512Vnni() &&
-                 quant::CanInterleave(w.type, w.rows, w.cols)
+  return packed && CpuHasAvx512Vnni() && quant::CanInterleave(w.type, w.rows, w.cols)
              ? quant::RowLayout::kInterleaved16
              : quant::RowLayout::kRowMajor;
 }

@@ -48,14 +48,13 @@ inline constexpr int kDequantGemmMinRows = 128;
 inline constexpr int kGemvMaxRows = 4;
 
 // The row layout MatMul reads `w` fastest in on this CPU: kInterleaved16 (quant/row_layout.h) for
-// a packed matrix of whole 16-row groups of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K or Q5_K where
+// a packed matrix of whole 16-row groups of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K where
 // AVX-512 VNNI runs, otherwise kRowMajor (docs/performance.md, "Interleaved rows", one core:
 // the 32-element types 1.4-3.4x the GB/s of the row-major kernels at 1, 4 and 32 activation rows;
-// Q4_K / Q5_K 2.1-2.5x at 1 row, 1.7-2.0x at 4, 1.03-1.19x at 32). Q6_K has an interleaved form
-// too (1.3-1.45x at 1 row, 1.3-1.6x at 4, 1.15x at 32 on one core) but stays row-major: in the
-// engine at one session, two threads streaming from memory, its interleaved down projections
-// read ~10% slower than the row-major ones (docs/performance.md, "Where a step's gemm time
-// goes"). Loaders' callers relayout with it
+// Q4_K / Q5_K 2.1-2.5x at 1 row, 1.7-2.0x at 4, 1.03-1.19x at 32; Q6_K 1.3-1.45x at 1 row,
+// 1.3-1.6x at 4, 1.15x at 32, and, in the engine at one session streaming from memory, its down
+// projections 1.4-1.7x the row-major GB/s since its body is laid out in reading order:
+// docs/performance.md, "Q6_K in reading order"). Loaders' callers relayout with it
 // (model::ModelWeights::ApplyRowLayouts). MatMul computes the same products in either layout.
 [[nodiscard]] quant::RowLayout PreferredRowLayout(const quant::WeightMatrix& w) noexcept;
 

@@ -141,12 +141,20 @@ void MoveSuperQ6K(FileBytes<W> block, GroupBytes<W> group, int supers, int s, in
   for (std::size_t j = 0; j < kQkK / 16; ++j) {
     MoveBytes<W>(block + offsetof(BlockQ6_K, scales) + j, body + kInterleaveRows * j + row, 1);
   }
-  constexpr std::size_t kQlAt = kQ6KScaleBytes;
-  constexpr std::size_t kQhAt = kQlAt + kInterleaveRows * (kQkK / 2);
-  MoveLanes<W>(GgmlType::kQ6_K, kQkK / 2 / kLaneBytes, block + offsetof(BlockQ6_K, ql),
-               body + kQlAt + row * kLaneBytes);
-  MoveLanes<W>(GgmlType::kQ6_K, kQkK / 4 / kLaneBytes, block + offsetof(BlockQ6_K, qh),
-               body + kQhAt + row * kLaneBytes);
+  const auto line = [&](int index) {
+    return body + kQ6KScaleBytes + static_cast<std::size_t>(index) * kInterleavedLineBytes +
+           row * kLaneBytes;
+  };
+  for (int v = 0; v < kQ6KQlVectors; ++v) {
+    MoveLanes<W>(GgmlType::kQ6_K, 1,
+                 block + offsetof(BlockQ6_K, ql) + static_cast<std::size_t>(v) * kLaneBytes,
+                 line(Q6KQlLine(v)));
+  }
+  for (int u = 0; u < kQ6KQhVectors; ++u) {
+    MoveLanes<W>(GgmlType::kQ6_K, 1,
+                 block + offsetof(BlockQ6_K, qh) + static_cast<std::size_t>(u) * kLaneBytes,
+                 line(Q6KQhLine(u)));
+  }
   MoveBytes<W>(block + offsetof(BlockQ6_K, d),
                group + static_cast<std::size_t>(supers) * kQ6KBodyBytes +
                    static_cast<std::size_t>(s) * kQ6KTailBytesPerSuper + row * kHalfBytes,

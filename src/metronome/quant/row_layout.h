@@ -29,8 +29,11 @@
 // s of row r at 32 s + 2 r. Body of super-block s, from s x kQ6KBodyBytes on:
 //   bytes [0, 256)      the int8 sub-block scales: scale j of row r at byte 16 j + r (one 16-byte
 //                       load, sign-extended, gives sub-block j's 16 row scales)
-//   then 32 ql vectors, lane r = ql[4v .. 4v + 3] of row r; then 16 qh vectors, lane r =
-//   qh[4u .. 4u + 3] of row r; both as stored
+//   then 16 triples of lines in the order the kernel reads them (one sequential stream, which the
+//   hardware prefetchers follow; ggml's order, ql then qh, is read as three interleaved
+//   sequences): triple t = 8 h + l (h < 2, l < 8) holds qh vector t, ql vector 16 h + l and ql
+//   vector 16 h + 8 + l (Q6KQhLine, Q6KQlLine), where ql vector v has lane r = ql[4v .. 4v + 3] of
+//   row r and qh vector u lane r = qh[4u .. 4u + 3] of row r, both as stored
 // Q4_K / Q5_K (rows a multiple of 16; any number of super-blocks): super-block s of the group
 // occupies bytes [s x 16 x block_bytes, (s + 1) x 16 x block_bytes), in order:
 //   one line: the fp16 d of row r at 2 r, the fp16 dmin at 32 + 2 r
@@ -93,6 +96,16 @@ inline constexpr std::size_t kQ6KScaleBytes = kInterleaveRows * (kQkK / 16);
 inline constexpr std::size_t kQ6KBodyBytes =
     kQ6KScaleBytes + kInterleaveRows * (kQkK / 2) + kInterleaveRows * (kQkK / 4);
 inline constexpr std::size_t kQ6KTailBytesPerSuper = kInterleaveRows * 2;
+inline constexpr int kQ6KQlVectors = kQkK / 2 / 4;
+inline constexpr int kQ6KQhVectors = kQkK / 4 / 4;
+// Line index, from the end of the scales (kQ6KScaleBytes), of qh vector u and ql vector v of a
+// Q6_K body (the triples above).
+constexpr int Q6KQhLine(int u) noexcept { return 3 * u; }
+constexpr int Q6KQlLine(int v) noexcept {
+  const int h = v / 16;
+  const int l = v % 8;
+  return 3 * (8 * h + l) + 1 + (v % 16) / 8;
+}
 
 // Q4_K / Q5_K: vectors of one super-block's 16 rows in the layout above.
 inline constexpr int kKScaleVectors = kKScaleBytes / 4;
