@@ -1,5 +1,6 @@
 #include "metronome/quant/row_layout.h"
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -134,6 +135,19 @@ void MoveBlock(GgmlType type, FileBytes<W> block, GroupBytes<W> group, int b, in
 
 // Q6_K: super-block s of row r (0..15) (row_layout.h).
 static_assert(kQ6KBodyBytes + kQ6KTailBytesPerSuper == kInterleaveRows * sizeof(BlockQ6_K));
+// The ql and qh vectors fill the body's lines after the scales exactly once.
+consteval bool Q6KLinesArePermutation() {
+  constexpr int kLines = kQ6KQlVectors + kQ6KQhVectors;
+  static_assert(kQ6KScaleBytes + kLines * kInterleavedLineBytes == kQ6KBodyBytes);
+  std::array<int, kLines> uses{};
+  for (int v = 0; v < kQ6KQlVectors; ++v) ++uses.at(static_cast<std::size_t>(Q6KQlLine(v)));
+  for (int u = 0; u < kQ6KQhVectors; ++u) ++uses.at(static_cast<std::size_t>(Q6KQhLine(u)));
+  for (const int n : uses) {
+    if (n != 1) return false;
+  }
+  return true;
+}
+static_assert(Q6KLinesArePermutation());
 template <Way W>
 void MoveSuperQ6K(FileBytes<W> block, GroupBytes<W> group, int supers, int s, int r) noexcept {
   const GroupBytes<W> body = group + static_cast<std::size_t>(s) * kQ6KBodyBytes;
