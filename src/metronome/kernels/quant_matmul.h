@@ -53,9 +53,10 @@ inline constexpr int kGemvMaxRows = 4;
 // the 32-element types 1.4-3.4x the GB/s of the row-major kernels at 1, 4 and 32 activation rows;
 // Q4_K / Q5_K 2.1-2.5x at 1 row, 1.7-2.0x at 4, 1.03-1.19x at 32; Q6_K 1.3-1.45x at 1 row,
 // 1.3-1.6x at 4, 1.15x at 32, and, in the engine at one session streaming from memory, its down
-// projections 1.4-1.7x the row-major GB/s since its body is laid out in reading order:
-// docs/performance.md, "Q6_K in reading order"). Loaders' callers relayout with it
-// (model::ModelWeights::ApplyRowLayouts). MatMul computes the same products in either layout.
+// projections ~1.6x the row-major GB/s, median of 12 alternated pairs, since its body is laid
+// out in reading order: docs/performance.md, "Q6_K in reading order"). Loaders' callers relayout
+// with it (model::ModelWeights::ApplyRowLayouts). MatMul computes the same products in either
+// layout.
 [[nodiscard]] quant::RowLayout PreferredRowLayout(const quant::WeightMatrix& w) noexcept;
 
 // y[m, w.rows] = x[m, w.cols] W^T (accumulate = false) or += (accumulate = true), any computable
