@@ -261,9 +261,6 @@ void GroupTileQ6K(const RowsKernelArgs& a, int r, const std::byte* group, int su
   __m512 acc[MT];
 #pragma GCC unroll 8
   for (auto& v : acc) v = _mm512_setzero_ps();
-  const auto line_at = [](const std::byte* body, int index) {
-    return body + quant::kQ6KScaleBytes + static_cast<std::size_t>(index) * kLineBytes;
-  };
   const __m512i low = _mm512_set1_epi8(0x0F);
   const __m512i two_bits = _mm512_set1_epi8(0x30);
   const std::byte* tail = group + static_cast<std::size_t>(supers) * quant::kQ6KBodyBytes;
@@ -286,12 +283,9 @@ void GroupTileQ6K(const RowsKernelArgs& a, int r, const std::byte* group, int su
         }
 #pragma GCC unroll 4
         for (int l = 4 * half; l < 4 * half + 4; ++l) {
-          const std::byte* qh_line = line_at(body, quant::Q6KQhLine(8 * h + l));
-          const std::byte* v0_line = line_at(body, quant::Q6KQlLine(16 * h + l));
-          const std::byte* v1_line = line_at(body, quant::Q6KQlLine(16 * h + 8 + l));
-          const __m512i qh = _mm512_loadu_si512(qh_line);
-          const __m512i v0 = _mm512_loadu_si512(v0_line);
-          const __m512i v1 = _mm512_loadu_si512(v1_line);
+          const __m512i qh = _mm512_loadu_si512(body + quant::Q6KQhOffset(8 * h + l));
+          const __m512i v0 = _mm512_loadu_si512(body + quant::Q6KQlOffset(16 * h + l));
+          const __m512i v1 = _mm512_loadu_si512(body + quant::Q6KQlOffset(16 * h + 8 + l));
           __m512i w[4];
           w[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(v0, low), _mm512_slli_epi16(qh, 4),
                                            two_bits, kOrMasked);

@@ -140,8 +140,11 @@ consteval bool Q6KLinesArePermutation() {
   constexpr int kLines = kQ6KQlVectors + kQ6KQhVectors;
   static_assert(kQ6KScaleBytes + kLines * kInterleavedLineBytes == kQ6KBodyBytes);
   std::array<int, kLines> uses{};
-  for (int v = 0; v < kQ6KQlVectors; ++v) ++uses.at(static_cast<std::size_t>(Q6KQlLine(v)));
-  for (int u = 0; u < kQ6KQhVectors; ++u) ++uses.at(static_cast<std::size_t>(Q6KQhLine(u)));
+  const auto use = [&uses](std::size_t offset) {
+    ++uses.at((offset - kQ6KScaleBytes) / kInterleavedLineBytes);
+  };
+  for (int v = 0; v < kQ6KQlVectors; ++v) use(Q6KQlOffset(v));
+  for (int u = 0; u < kQ6KQhVectors; ++u) use(Q6KQhOffset(u));
   for (const int n : uses) {
     if (n != 1) return false;
   }
@@ -155,19 +158,15 @@ void MoveSuperQ6K(FileBytes<W> block, GroupBytes<W> group, int supers, int s, in
   for (std::size_t j = 0; j < kQkK / 16; ++j) {
     MoveBytes<W>(block + offsetof(BlockQ6_K, scales) + j, body + kInterleaveRows * j + row, 1);
   }
-  const auto line = [&](int index) {
-    return body + kQ6KScaleBytes + static_cast<std::size_t>(index) * kInterleavedLineBytes +
-           row * kLaneBytes;
-  };
   for (int v = 0; v < kQ6KQlVectors; ++v) {
     MoveLanes<W>(GgmlType::kQ6_K, 1,
                  block + offsetof(BlockQ6_K, ql) + static_cast<std::size_t>(v) * kLaneBytes,
-                 line(Q6KQlLine(v)));
+                 body + Q6KQlOffset(v) + row * kLaneBytes);
   }
   for (int u = 0; u < kQ6KQhVectors; ++u) {
     MoveLanes<W>(GgmlType::kQ6_K, 1,
                  block + offsetof(BlockQ6_K, qh) + static_cast<std::size_t>(u) * kLaneBytes,
-                 line(Q6KQhLine(u)));
+                 body + Q6KQhOffset(u) + row * kLaneBytes);
   }
   MoveBytes<W>(block + offsetof(BlockQ6_K, d),
                group + static_cast<std::size_t>(supers) * kQ6KBodyBytes +

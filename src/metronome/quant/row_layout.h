@@ -32,8 +32,8 @@
 //   then 16 triples of lines in the order the kernel reads them (one sequential stream, which the
 //   hardware prefetchers follow; ggml's order, ql then qh, is read as three interleaved
 //   sequences): triple t = 8 h + l (h < 2, l < 8) holds qh vector t, ql vector 16 h + l and ql
-//   vector 16 h + 8 + l (Q6KQhLine, Q6KQlLine), where ql vector v has lane r = ql[4v .. 4v + 3] of
-//   row r and qh vector u lane r = qh[4u .. 4u + 3] of row r, both as stored
+//   vector 16 h + 8 + l (Q6KQhOffset, Q6KQlOffset), where ql vector v has lane r = ql[4v .. 4v + 3]
+//   of row r and qh vector u lane r = qh[4u .. 4u + 3] of row r, both as stored
 // Q4_K / Q5_K (rows a multiple of 16; any number of super-blocks): super-block s of the group
 // occupies bytes [s x 16 x block_bytes, (s + 1) x 16 x block_bytes), in order:
 //   one line: the fp16 d of row r at 2 r, the fp16 dmin at 32 + 2 r
@@ -98,13 +98,17 @@ inline constexpr std::size_t kQ6KBodyBytes =
 inline constexpr std::size_t kQ6KTailBytesPerSuper = kInterleaveRows * 2;
 inline constexpr int kQ6KQlVectors = kQkK / 2 / 4;
 inline constexpr int kQ6KQhVectors = kQkK / 4 / 4;
-// Line index, from the end of the scales (kQ6KScaleBytes), of qh vector u and ql vector v of a
-// Q6_K body (the triples above).
-constexpr int Q6KQhLine(int u) noexcept { return 3 * u; }
-constexpr int Q6KQlLine(int v) noexcept {
+// Byte offset in a Q6_K body of qh vector u and of ql vector v (the triples above: line 3 t of
+// the lines after the scales holds qh vector t, lines 3 t + 1 and 3 t + 2 ql vectors 16 h + l and
+// 16 h + 8 + l, t = 8 h + l); row r's lane is r x 4 bytes further.
+constexpr std::size_t Q6KLineOffset(int line) noexcept {
+  return kQ6KScaleBytes + static_cast<std::size_t>(line) * kInterleavedLineBytes;
+}
+constexpr std::size_t Q6KQhOffset(int u) noexcept { return Q6KLineOffset(3 * u); }
+constexpr std::size_t Q6KQlOffset(int v) noexcept {
   const int h = v / 16;
   const int l = v % 8;
-  return 3 * (8 * h + l) + 1 + (v % 16) / 8;
+  return Q6KLineOffset(3 * (8 * h + l) + 1 + (v % 16) / 8);
 }
 
 // Q4_K / Q5_K: vectors of one super-block's 16 rows in the layout above.
