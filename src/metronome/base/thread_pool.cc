@@ -234,8 +234,12 @@ void ThreadPool::WorkerLoop(int slot) noexcept {
       while (epoch_.load(std::memory_order_seq_cst) == seen) FutexWait(&epoch_, seen);
       sleeping_workers_.fetch_sub(1, std::memory_order_relaxed);
     }
-    if (stop_.load(std::memory_order_acquire)) return;
+    // The epoch first, then stop_: the destructor stores stop_ before it bumps the epoch, so a
+    // worker that reads the bumped epoch also reads stop_. (Read the other way round, a worker
+    // woken by a job could miss stop_, then take the destructor's epoch as seen and sleep through
+    // it: the join hung, ThreadPool.BackToBackJobsNeverRunAStaleChunk once in a fresh-clone CI.)
     seen = epoch_.load(std::memory_order_acquire);
+    if (stop_.load(std::memory_order_acquire)) return;
     RunChunks(seen, slot);
   }
 }
