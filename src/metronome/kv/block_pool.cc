@@ -9,6 +9,7 @@
 
 #include "metronome/base/check.h"
 #include "metronome/base/errors.h"
+#include "metronome/base/streamed_memory.h"
 
 namespace metronome::kv {
 
@@ -45,8 +46,8 @@ BlockPool::BlockPool(const KvLayout& layout, const BlockPoolOptions& options)
                       " must be >= 1 (the pool's size holds no whole block)");
   }
   const std::size_t bytes = layout.bytes_per_block() * static_cast<std::size_t>(options.num_blocks);
-  const std::size_t aligned = (bytes + 63) / 64 * 64;
-  void* mem = std::aligned_alloc(64, aligned);
+  // Attention streams the pool's blocks every step: huge pages where the pool spans any.
+  void* mem = base::AllocateStreamed(bytes);
   if (mem == nullptr) {
     throw ConfigError("kv pool: cannot allocate " + std::to_string(bytes >> 20) + " MiB");
   }

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "metronome/base/check.h"
+#include "metronome/base/streamed_memory.h"
 #include "metronome/quant/codec.h"
 #include "metronome/quant/row_layout.h"
 
@@ -71,7 +72,7 @@ void ModelWeights::FreeDeleter::operator()(std::byte* p) const { std::free(p); }
 std::byte* ModelWeights::AllocateArena(std::size_t bytes) {
   MTR_CHECK(arena_ == nullptr, "ModelWeights::AllocateArena called twice");
   const std::size_t size = RoundUp(bytes == 0 ? 1 : bytes);
-  void* mem = std::aligned_alloc(kAlignBytes, size);
+  void* mem = base::AllocateStreamed(size);
   if (mem == nullptr) throw std::bad_alloc();
   std::memset(mem, 0, size);
   arena_.reset(static_cast<std::byte*>(mem));
@@ -131,9 +132,28 @@ ModelWeights::ModelWeights(const ModelConfig& c) {
 }
 
 int ModelWeights::ApplyRowLayouts(const RowLayoutChoice& preferred) {
+  const std::byte* arena = arena_.get();
+  const auto in_arena = [&](const quant::WeightMatrix& m) {
+    return arena != nullptr && m.data >= arena && m.data + m.Bytes() <= arena + arena_bytes_;
+  };
+  // Two passes: the first sizes one buffer for every matrix relaid out of the backing (streamed
+  // memory: huge pages, base/streamed_memory.h), the second relays (tied matrices once).
+  std::size_t relaid_bytes = 0;
+  std::set<const std::byte*> sized;
+  ForEachMatrix(*this, [&](const quant::WeightMatrix& m) {
+    if (m.data == nullptr || preferred(m) == m.layout || in_arena(m)) return;
+    if (sized.insert(m.data).second) relaid_bytes += RoundUp(m.Bytes());
+  });
+  std::byte* cursor = nullptr;
+  if (relaid_bytes > 0) {
+    void* mem = base::AllocateStreamed(relaid_bytes);
+    if (mem == nullptr) throw std::bad_alloc();
+    relaid_.emplace_back(static_cast<std::byte*>(mem));
+    cursor = relaid_.back().get();
+  }
+
   std::map<const std::byte*, quant::WeightMatrix> done;  // old data -> relaid (tied matrices)
   int relaid = 0;
-  const std::byte* arena = arena_.get();
   ForEachMatrix(*this, [&](quant::WeightMatrix& m) {
     if (m.data == nullptr) return;
     if (const auto it = done.find(m.data); it != done.end()) {
@@ -145,20 +165,17 @@ int ModelWeights::ApplyRowLayouts(const RowLayoutChoice& preferred) {
     if (want == m.layout) return;
     MTR_CHECK(want == quant::RowLayout::kInterleaved16,
               "ApplyRowLayouts: only row-major matrices are relaid out");
-    const bool in_arena =
-        arena != nullptr && old >= arena && old + m.Bytes() <= arena + arena_bytes_;
+    const bool from_arena = in_arena(m);
     std::byte* dst = nullptr;
-    if (in_arena) {
+    if (from_arena) {
       // The arena is this object's own writable allocation; the view only holds it as const.
       dst = arena_.get() + (old - arena);
     } else {
-      void* mem = std::aligned_alloc(kAlignBytes, RoundUp(m.Bytes()));
-      if (mem == nullptr) throw std::bad_alloc();
-      relaid_.emplace_back(static_cast<std::byte*>(mem));
-      dst = relaid_.back().get();
+      dst = cursor;
+      cursor += RoundUp(m.Bytes());
     }
     m = quant::InterleaveRows(m, dst);
-    if (!in_arena && release_pages_) release_pages_(old, m.Bytes());
+    if (!from_arena && release_pages_) release_pages_(old, m.Bytes());
     done.emplace(old, m);
     ++relaid;
   });

@@ -66,7 +66,8 @@ class ModelWeights {
   // The fp32 data of a matrix in this model's arena (for loaders writing fp32 weights).
   [[nodiscard]] float* MutableFloats(const quant::WeightMatrix& w);
 
-  // Zeroed, 64-byte-aligned storage of `bytes`; called at most once.
+  // Zeroed, 64-byte-aligned storage of `bytes` (in huge pages where it spans any:
+  // base/streamed_memory.h); called at most once.
   [[nodiscard]] std::byte* AllocateArena(std::size_t bytes);
   // Keeps `backing` (the mapped file the views point into) alive as long as the weights.
   void KeepAlive(std::shared_ptr<const void> backing) { backing_ = std::move(backing); }
@@ -81,8 +82,9 @@ class ModelWeights {
   // one the kernels of this CPU read fastest): in place when the matrix is in the arena, otherwise
   // into storage of its own, the file pages it came from released. Same bytes, so WeightBytes is
   // unchanged. Only row-major -> interleaved is a relayout (a choice of row-major for an
-  // interleaved matrix is a programming error). Returns the number of matrices relaid out. Call
-  // before the weights are shared.
+  // interleaved matrix is a programming error). Matrices relaid out of the backing share one
+  // buffer of streamed memory (huge pages) per call. Returns the number of matrices relaid out.
+  // Call before the weights are shared.
   using RowLayoutChoice = std::function<quant::RowLayout(const quant::WeightMatrix&)>;
   int ApplyRowLayouts(const RowLayoutChoice& preferred);
 
@@ -101,7 +103,8 @@ class ModelWeights {
   std::size_t vector_floats_ = 0;  // norms and biases
   std::shared_ptr<const void> backing_;
   PageRelease release_pages_;
-  std::vector<std::unique_ptr<std::byte, FreeDeleter>> relaid_;  // matrices relaid out of backing_
+  // The matrices relaid out of backing_: one buffer per ApplyRowLayouts call that moved any.
+  std::vector<std::unique_ptr<std::byte, FreeDeleter>> relaid_;
 };
 
 }  // namespace metronome::model

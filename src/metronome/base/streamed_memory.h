@@ -1,0 +1,32 @@
+// Memory for the large, long-lived buffers every step streams through: the relaid weights, an fp32
+// model's arena, the KV pool. At a few hundred MB per step a 4 KiB page is a TLB miss and a
+// hardware-prefetch restart every 4 KiB (the L2 stream prefetcher does not cross a page); backed by
+// transparent huge pages the same stream has a miss per 2 MiB. Measured: bench-decode, smol-135m
+// Q8_0, one session, the relaid weights in huge pages against 4 KiB ones, alternated rounds
+// (docs/performance.md, "Weights in huge pages").
+//
+// A buffer of at least one huge page is aligned to the huge page size and advised to the kernel
+// as huge-page memory (madvise MADV_HUGEPAGE: honoured when transparent huge pages are "always" or
+// "madvise", the Linux default; ignored with "never", or where the call does not exist); smaller
+// ones are only cache-line aligned. Either way the memory is from std::aligned_alloc: free it with
+// std::free. A buffer of a huge page or more wastes less than one huge page at its end.
+#pragma once
+
+#include <cstddef>
+
+namespace metronome::base {
+
+// The kernel's transparent huge page size in bytes (/sys/kernel/mm/transparent_hugepage/
+// hpage_pmd_size), read once; 0 where transparent huge pages are not available.
+[[nodiscard]] std::size_t TransparentHugePageBytes();
+
+// The size AllocateStreamed(bytes) allocates: bytes rounded up to 64, or to a whole number of huge
+// pages when huge pages apply (TransparentHugePageBytes() in [4 KiB, 32 MiB] and bytes at least
+// one). Pure given huge_page_bytes; for callers that report what they hold, and for tests.
+[[nodiscard]] std::size_t StreamedAllocationBytes(std::size_t bytes, std::size_t huge_page_bytes);
+
+// Uninitialised memory of at least `bytes` (StreamedAllocationBytes of them) for a streamed
+// buffer, nullptr when the allocation fails. Free with std::free.
+[[nodiscard]] void* AllocateStreamed(std::size_t bytes);
+
+}  // namespace metronome::base
