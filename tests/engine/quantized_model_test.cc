@@ -109,7 +109,7 @@ constexpr TypeBound kBounds[] = {
     {"q4_0", 0.4, 0.6, false},
 };
 
-// Every matrix of `relaid` (the same file after ApplyRowLayouts) multiplies like its counterpart in
+// Every matrix of `relaid` (the same file after PlaceForKernels) multiplies like its counterpart in
 // `file`, at a decode row count and a batched one, within fp32 summation order (measured: at most
 // 6e-7 of the largest output; a wrong lane, scale or min is off by O(1)).
 void ExpectSameProducts(const model::Model& file, const model::Model& relaid,
@@ -187,7 +187,7 @@ void CheckQuantized(const model::Model& f32, const std::string& label, bool chec
     // or kernel is off by the logits' own size). The 32-element types' kernels sum as the
     // row-major ones do: their logits agree exactly (0 measured).
     model::Model qx = model::LoadGgufModel(path);
-    const int relaid = qx.weights->ApplyRowLayouts(kernels::PreferredRowLayout);
+    const int relaid = qx.weights->PlaceForKernels(kernels::PreferredRowLayout);
     ExpectSameProducts(q, qx, label + " " + b.type);
     const Errors ex = Compare(AllLogits(q, seq), AllLogits(qx, seq));
     std::printf(

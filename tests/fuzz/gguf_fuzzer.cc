@@ -41,12 +41,12 @@ void FuzzParser(std::span<const std::uint8_t> bytes) {
   }
 }
 
-// The load-time relayout (ModelWeights::ApplyRowLayouts) for every matrix that has an interleaved
+// The load-time relayout (ModelWeights::PlaceForKernels) for every matrix that has an interleaved
 // form (a superset of kernels::PreferredRowLayout's choice, without its CPU check), then rows read
 // back through it: the first and last row of the embedding.
 void FuzzRowLayouts(metronome::model::ModelWeights& weights) {
   namespace quant = metronome::quant;
-  (void)weights.ApplyRowLayouts([](const quant::WeightMatrix& w) {
+  (void)weights.PlaceForKernels([](const quant::WeightMatrix& w) {
     const bool packed = w.row_bytes == quant::RowBytes(w.type, w.cols);
     return packed && quant::CanInterleave(w.type, w.rows, w.cols) ? quant::RowLayout::kInterleaved16
                                                                   : quant::RowLayout::kRowMajor;

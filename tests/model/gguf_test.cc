@@ -834,7 +834,7 @@ TEST(GgufLoaderTest, MisalignedBackingIsCopiedNotViewed) {
   EXPECT_EQ(DequantizeRows(va, 0, va.rows), DequantizeRows(vb, 0, vb.rows));
 }
 
-// ApplyRowLayouts: the matrices a choice names are reordered (views into the file copied out, the
+// PlaceForKernels: the matrices a choice names are reordered (views into the file copied out, the
 // file's pages handed to the release hook; arena copies in place), tied matrices stay one, every
 // weight reads back the same, and the bytes are the same.
 TEST(GgufLoaderTest, RowLayoutsKeepEveryWeight) {
@@ -863,8 +863,8 @@ TEST(GgufLoaderTest, RowLayoutsKeepEveryWeight) {
     m.weights->SetPageRelease([&](const std::byte*, std::size_t n) { released += n; });
     const std::byte* down_before = m.weights->layers[0].w_down.data;
     // token_embedding (= output), q, k, v, o, gate, up, down.
-    EXPECT_EQ(m.weights->ApplyRowLayouts(interleave), 8) << "view " << view;
-    EXPECT_EQ(m.weights->ApplyRowLayouts(interleave), 0) << "already in that layout";
+    EXPECT_EQ(m.weights->PlaceForKernels(interleave), 8) << "view " << view;
+    EXPECT_EQ(m.weights->PlaceForKernels(interleave), 0) << "already in that layout";
     const quant::WeightMatrix& down = m.weights->layers[0].w_down;
     EXPECT_EQ(down.layout, quant::RowLayout::kInterleaved16);
     EXPECT_EQ(down.data == down_before, !view) << "arena copies are reordered in place";
@@ -888,6 +888,58 @@ TEST(GgufLoaderTest, RowLayoutsKeepEveryWeight) {
               DequantizeRows(r.w_gate_up, 0, GroupRows(r.w_gate_up)));
     EXPECT_EQ(DequantizeRows(m.weights->output, 0, spec.vocab),
               DequantizeRows(ref.weights->output, 0, spec.vocab));
+  }
+}
+
+// PlaceForKernels with nothing to relay (every choice row-major, an F16 and a Q8_0 file): every
+// matrix still leaves the file for streamed memory (the file's pages handed to the release hook,
+// the data no longer in the file's bytes), in the same layout, reading back the same; a second
+// call moves nothing.
+TEST(GgufLoaderTest, PlacingCopiesViewsOutOfTheFile) {
+  for (const GgmlType type : {GgmlType::kF16, GgmlType::kQ8_0}) {
+    TinySpec spec;
+    spec.dim = 64;
+    spec.heads = 4;
+    spec.kv_heads = 2;
+    spec.ffn = 128;
+    spec.vocab = 48;
+    spec.tied = false;
+    spec.matrix_type = type;
+    auto bytes = std::make_shared<std::vector<std::uint8_t>>(BuildTiny(spec).writer.Serialize());
+    const auto* lo = reinterpret_cast<const std::byte*>(bytes->data());
+    const auto in_file = [&](const quant::WeightMatrix& w) {
+      return w.data >= lo && w.data < lo + bytes->size();
+    };
+    const Model ref = internal::LoadGgufModelFromBytes(*bytes, "ref.gguf", bytes);
+    Model m = internal::LoadGgufModelFromBytes(*bytes, "a.gguf", bytes);
+    ASSERT_TRUE(in_file(m.weights->layers[0].w_down)) << "a view before placing";
+    std::size_t released = 0;
+    m.weights->SetPageRelease([&](const std::byte*, std::size_t n) { released += n; });
+    const auto row_major = [](const quant::WeightMatrix&) { return quant::RowLayout::kRowMajor; };
+    EXPECT_EQ(m.weights->PlaceForKernels(row_major), 0) << Name(type);
+    const LayerWeights& a = m.weights->layers[0];
+    const LayerWeights& r = ref.weights->layers[0];
+    std::size_t matrix_bytes = m.weights->token_embedding.Bytes() + m.weights->output.Bytes() +
+                               a.w_down.Bytes() + a.wo.Bytes();
+    for (const auto& part : a.wqkv) matrix_bytes += part.Bytes();
+    for (const auto& part : a.w_gate_up) matrix_bytes += part.Bytes();
+    EXPECT_EQ(released, matrix_bytes) << Name(type);
+    EXPECT_FALSE(in_file(a.w_down)) << Name(type);
+    EXPECT_FALSE(in_file(m.weights->output)) << Name(type);
+    EXPECT_EQ(a.w_down.layout, quant::RowLayout::kRowMajor);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a.w_down.data) % 64, 0u);
+    EXPECT_EQ(m.weights->WeightBytes(), ref.weights->WeightBytes());
+    EXPECT_EQ(DequantizeRows(a.w_down, 0, a.w_down.rows),
+              DequantizeRows(r.w_down, 0, r.w_down.rows));
+    EXPECT_EQ(DequantizeRows(a.wqkv, 0, GroupRows(a.wqkv)),
+              DequantizeRows(r.wqkv, 0, GroupRows(r.wqkv)));
+    EXPECT_EQ(DequantizeRows(m.weights->output, 0, spec.vocab),
+              DequantizeRows(ref.weights->output, 0, spec.vocab));
+    const std::byte* placed = a.w_down.data;
+    released = 0;
+    EXPECT_EQ(m.weights->PlaceForKernels(row_major), 0);
+    EXPECT_EQ(released, 0u) << "nothing left in the file";
+    EXPECT_EQ(a.w_down.data, placed);
   }
 }
 

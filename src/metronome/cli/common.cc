@@ -28,7 +28,7 @@ void ModelFlags::Register(CLI::App* app, bool required) {
 model::Model ModelFlags::Load() const {
   model::Model m = model::LoadModel(model, tokenizer);
   // Every command computes with the weights in the layout this CPU's kernels read fastest.
-  (void)m.weights->ApplyRowLayouts(kernels::PreferredRowLayout);
+  (void)m.weights->PlaceForKernels(kernels::PreferredRowLayout);
   // On stderr, so that a command's stdout (generated text, JSON) stays what it was.
   std::fprintf(stderr, "weights: %s\n", m.weights->Summary().c_str());
   return m;

@@ -55,7 +55,7 @@ inline constexpr int kGemvMaxRows = 4;
 // 1.3-1.6x at 4, 1.15x at 32, and, in the engine at one session streaming from memory, its down
 // projections ~1.6x the row-major GB/s, median of 12 alternated pairs, since its body is laid
 // out in reading order: docs/performance.md, "Q6_K in reading order"). Loaders' callers relayout
-// with it (model::ModelWeights::ApplyRowLayouts). MatMul computes the same products in either
+// with it (model::ModelWeights::PlaceForKernels). MatMul computes the same products in either
 // layout.
 [[nodiscard]] quant::RowLayout PreferredRowLayout(const quant::WeightMatrix& w) noexcept;
 

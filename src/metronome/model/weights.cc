@@ -131,28 +131,38 @@ ModelWeights::ModelWeights(const ModelConfig& c) {
   }
 }
 
-int ModelWeights::ApplyRowLayouts(const RowLayoutChoice& preferred) {
-  const std::byte* arena = arena_.get();
-  const auto in_arena = [&](const quant::WeightMatrix& m) {
-    return arena != nullptr && m.data >= arena && m.data + m.Bytes() <= arena + arena_bytes_;
+int ModelWeights::PlaceForKernels(const RowLayoutChoice& preferred) {
+  // Whether `m` is in memory of this object's own (the arena, an earlier call's buffer): writable,
+  // and already streamed memory.
+  const auto owned = [&](const quant::WeightMatrix& m) -> std::byte* {
+    const auto inside = [&](std::byte* begin, std::size_t bytes) {
+      return begin != nullptr && m.data >= begin && m.data + m.Bytes() <= begin + bytes;
+    };
+    // The buffers are this object's own writable allocations; the views only hold them as const.
+    if (inside(arena_.get(), arena_bytes_)) return arena_.get() + (m.data - arena_.get());
+    for (const Buffer& b : placed_) {
+      if (inside(b.data.get(), b.bytes)) return b.data.get() + (m.data - b.data.get());
+    }
+    return nullptr;
   };
-  // Two passes: the first sizes one buffer for every matrix relaid out of the backing (streamed
-  // memory: huge pages, base/streamed_memory.h), the second relays (tied matrices once).
-  std::size_t relaid_bytes = 0;
+  // Two passes: the first sizes one buffer for every matrix still viewed in the backing (tied
+  // matrices once), the second copies or reorders each into it.
+  std::size_t backing_bytes = 0;
   std::set<const std::byte*> sized;
   ForEachMatrix(*this, [&](const quant::WeightMatrix& m) {
-    if (m.data == nullptr || preferred(m) == m.layout || in_arena(m)) return;
-    if (sized.insert(m.data).second) relaid_bytes += RoundUp(m.Bytes());
+    if (m.data == nullptr || owned(m) != nullptr) return;
+    if (sized.insert(m.data).second) backing_bytes += RoundUp(m.Bytes());
   });
   std::byte* cursor = nullptr;
-  if (relaid_bytes > 0) {
-    void* mem = base::AllocateStreamed(relaid_bytes);
+  if (backing_bytes > 0) {
+    void* mem = base::AllocateStreamed(backing_bytes);
     if (mem == nullptr) throw std::bad_alloc();
-    relaid_.emplace_back(static_cast<std::byte*>(mem));
-    cursor = relaid_.back().get();
+    placed_.push_back(
+        {std::unique_ptr<std::byte, FreeDeleter>(static_cast<std::byte*>(mem)), backing_bytes});
+    cursor = placed_.back().data.get();
   }
 
-  std::map<const std::byte*, quant::WeightMatrix> done;  // old data -> relaid (tied matrices)
+  std::map<const std::byte*, quant::WeightMatrix> done;  // old data -> placed (tied matrices)
   int relaid = 0;
   ForEachMatrix(*this, [&](quant::WeightMatrix& m) {
     if (m.data == nullptr) return;
@@ -162,22 +172,23 @@ int ModelWeights::ApplyRowLayouts(const RowLayoutChoice& preferred) {
     }
     const std::byte* old = m.data;
     const quant::RowLayout want = preferred(m);
-    if (want == m.layout) return;
-    MTR_CHECK(want == quant::RowLayout::kInterleaved16,
-              "ApplyRowLayouts: only row-major matrices are relaid out");
-    const bool from_arena = in_arena(m);
-    std::byte* dst = nullptr;
-    if (from_arena) {
-      // The arena is this object's own writable allocation; the view only holds it as const.
-      dst = arena_.get() + (old - arena);
-    } else {
+    MTR_CHECK(want == m.layout || want == quant::RowLayout::kInterleaved16,
+              "PlaceForKernels: only row-major matrices are relaid out");
+    std::byte* dst = owned(m);
+    const bool from_backing = dst == nullptr;
+    if (from_backing) {
       dst = cursor;
       cursor += RoundUp(m.Bytes());
     }
-    m = quant::InterleaveRows(m, dst);
-    if (!from_arena && release_pages_) release_pages_(old, m.Bytes());
+    if (want != m.layout) {
+      m = quant::InterleaveRows(m, dst);  // in place when dst == old
+      ++relaid;
+    } else if (from_backing) {
+      std::memcpy(dst, old, m.Bytes());
+      m.data = dst;
+    }
+    if (from_backing && release_pages_) release_pages_(old, m.Bytes());
     done.emplace(old, m);
-    ++relaid;
   });
   return relaid;
 }

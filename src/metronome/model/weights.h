@@ -1,15 +1,16 @@
 // The model's parameters in the runtime's layout. Every weight matrix is a quant::WeightMatrix in
 // the type it is stored in (row-major [out, in]): for GGUF files a view into the memory-mapped
 // file wherever the tensor's bytes are aligned for its type, otherwise a copy in the one arena.
-// ApplyRowLayouts may then reorder a matrix's bytes into the layout the CPU's kernels read
-// fastest (quant/row_layout.h); its type and size stay.
+// PlaceForKernels then copies the views out of the file into huge-page memory (the backing's
+// pages released) and reorders a matrix's bytes into the layout the CPU's kernels read fastest
+// (quant/row_layout.h); its type and size stay.
 // Norms and biases are fp32 in the arena (converted at load). llama2.c checkpoints and synthetic
 // models are fp32 in the arena.
 //
 // Fused groups: the Q/K/V projections and gate/up are MatrixGroups whose parts' rows, in order,
 // form one output ([q | k | v], [gate | up]); kernels::MatMul runs a group as one product
 // (activations prepared once, all parts' rows split over the threads in one loop). fp32 models
-// have one part each (fused in the arena); GGUF files keep one part per tensor, zero-copy, so a
+// have one part each (fused in the arena); GGUF files keep one part per tensor (never concatenated), so a
 // mixed-type group (Q4_K_M files put Q6_K on some tensors) needs nothing special.
 //
 // Thread-safety: immutable after loading; shared read-only by all engine threads.
@@ -78,15 +79,17 @@ class ModelWeights {
   using PageRelease = std::function<void(const std::byte* begin, std::size_t bytes)>;
   void SetPageRelease(PageRelease release) { release_pages_ = std::move(release); }
 
-  // Gives every matrix the row layout `preferred` names for it (kernels::PreferredRowLayout: the
-  // one the kernels of this CPU read fastest): in place when the matrix is in the arena, otherwise
-  // into storage of its own, the file pages it came from released. Same bytes, so WeightBytes is
-  // unchanged. Only row-major -> interleaved is a relayout (a choice of row-major for an
-  // interleaved matrix is a programming error). Matrices relaid out of the backing share one
-  // buffer of streamed memory (huge pages) per call. Returns the number of matrices relaid out.
-  // Call before the weights are shared.
+  // Puts every matrix where the kernels read it fastest: in the row layout `preferred` names for
+  // it (kernels::PreferredRowLayout: the one the kernels of this CPU read fastest), and in
+  // streamed memory (base/streamed_memory.h: huge pages, which a 4 KiB-paged file mapping is not).
+  // The matrices still viewed in the backing are copied (or reordered while copied) into one
+  // buffer per call and the file pages they came from released; a matrix in the arena is reordered
+  // in place. Same bytes, so WeightBytes is unchanged. Only row-major -> interleaved is a relayout
+  // (a choice of row-major for an interleaved matrix is a programming error). Returns the number of
+  // matrices relaid out. Call before the weights are shared; a second call moves nothing already
+  // placed.
   using RowLayoutChoice = std::function<quant::RowLayout(const quant::WeightMatrix&)>;
-  int ApplyRowLayouts(const RowLayoutChoice& preferred);
+  int PlaceForKernels(const RowLayoutChoice& preferred);
 
   // Bytes of every weight the model computes with (matrices in their stored type, counted once
   // when aliased, plus the fp32 norms and biases): what a forward pass reads.
@@ -103,8 +106,12 @@ class ModelWeights {
   std::size_t vector_floats_ = 0;  // norms and biases
   std::shared_ptr<const void> backing_;
   PageRelease release_pages_;
-  // The matrices relaid out of backing_: one buffer per ApplyRowLayouts call that moved any.
-  std::vector<std::unique_ptr<std::byte, FreeDeleter>> relaid_;
+  // The matrices moved out of backing_: one buffer per PlaceForKernels call that moved any.
+  struct Buffer {
+    std::unique_ptr<std::byte, FreeDeleter> data;
+    std::size_t bytes = 0;
+  };
+  std::vector<Buffer> placed_;
 };
 
 }  // namespace metronome::model
