@@ -45,9 +45,12 @@ void* AllocateStreamed(std::size_t bytes) {
   const std::size_t size = StreamedAllocationBytes(bytes, huge);
   if (!UsesHugePages(size, huge)) return std::aligned_alloc(kLineBytes, size);
   void* mem = std::aligned_alloc(huge, size);
-  // Advice only: before the first touch, so the pages are faulted in huge (a failure, e.g. on a
-  // kernel built without transparent huge pages, leaves ordinary pages).
-  if (mem != nullptr) (void)::madvise(mem, size, MADV_HUGEPAGE);
+  // Advice only, before the first touch, so those pages are faulted in huge (a failure, e.g. on a
+  // kernel built without transparent huge pages, leaves ordinary pages). Only the huge pages the
+  // caller's bytes fill: the last, partial one stays in ordinary pages, resident only as far as
+  // it is touched, so the rounding costs address space, not memory.
+  const std::size_t whole = bytes / huge * huge;
+  if (mem != nullptr) (void)::madvise(mem, whole, MADV_HUGEPAGE);
   return mem;
 }
 

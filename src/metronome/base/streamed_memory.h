@@ -9,7 +9,8 @@
 // as huge-page memory (madvise MADV_HUGEPAGE: honoured when transparent huge pages are "always" or
 // "madvise", the Linux default; ignored with "never", or where the call does not exist); smaller
 // ones are only cache-line aligned. Either way the memory is from std::aligned_alloc: free it with
-// std::free. A buffer of a huge page or more wastes less than one huge page at its end.
+// std::free. The huge pages the buffer's bytes fill are advised; a last, partial one stays in
+// ordinary pages (its rounding up is address space, not resident memory).
 #pragma once
 
 #include <cstddef>
