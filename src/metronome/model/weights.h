@@ -10,8 +10,9 @@
 // Fused groups: the Q/K/V projections and gate/up are MatrixGroups whose parts' rows, in order,
 // form one output ([q | k | v], [gate | up]); kernels::MatMul runs a group as one product
 // (activations prepared once, all parts' rows split over the threads in one loop). fp32 models
-// have one part each (fused in the arena); GGUF files keep one part per tensor (never concatenated), so a
-// mixed-type group (Q4_K_M files put Q6_K on some tensors) needs nothing special.
+// have one part each (fused in the arena); GGUF files keep one part per tensor (never
+// concatenated), so a mixed-type group (Q4_K_M files put Q6_K on some tensors) needs nothing
+// special.
 //
 // Thread-safety: immutable after loading; shared read-only by all engine threads.
 #pragma once
