@@ -41,15 +41,16 @@ TEST(StreamedMemoryTest, SizesRoundToLinesBelowAHugePageAndToHugePagesFromOne) {
 TEST(StreamedMemoryTest, LargeBuffersAreHugePageAlignedAndAdvised) {
   const std::size_t huge = TransparentHugePageBytes();
   const std::size_t bytes = 3 * (huge > 0 ? huge : 2 * kMiB) + 12345;
-  void* p = AllocateStreamed(bytes);
-  ASSERT_NE(p, nullptr);
+  const StreamedBuffer buffer = AllocateStreamed(bytes);
+  ASSERT_NE(buffer, nullptr);
+  std::byte* p = buffer.get();
   const auto address = reinterpret_cast<std::uintptr_t>(p);
   EXPECT_EQ(address % 64, 0u);
   if (huge >= 4096 && huge <= 32 * kMiB) {
     EXPECT_EQ(address % huge, 0u) << "huge page " << huge;
   }
   // The whole size is usable (written and read back at both ends).
-  auto* bytes_p = static_cast<unsigned char*>(p);
+  auto* bytes_p = reinterpret_cast<unsigned char*>(p);
   std::memset(bytes_p, 0xA5, bytes);
   EXPECT_EQ(bytes_p[0], 0xA5);
   EXPECT_EQ(bytes_p[bytes - 1], 0xA5);
@@ -76,15 +77,13 @@ TEST(StreamedMemoryTest, LargeBuffersAreHugePageAlignedAndAdvised) {
     }
     EXPECT_TRUE(advised) << "MADV_HUGEPAGE not recorded on the buffer's mapping";
   }
-  std::free(p);
 }
 
 TEST(StreamedMemoryTest, SmallBuffersAreLineAligned) {
-  void* p = AllocateStreamed(1000);
+  const StreamedBuffer p = AllocateStreamed(1000);
   ASSERT_NE(p, nullptr);
-  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 64, 0u);
-  std::memset(p, 0, 1000);
-  std::free(p);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p.get()) % 64, 0u);
+  std::memset(p.get(), 0, 1000);
 }
 
 }  // namespace

@@ -40,17 +40,21 @@ std::size_t StreamedAllocationBytes(std::size_t bytes, std::size_t huge_page_byt
                                                : RoundUp(bytes, kLineBytes);
 }
 
-void* AllocateStreamed(std::size_t bytes) {
+void StreamedFree::operator()(std::byte* p) const noexcept { std::free(p); }
+
+StreamedBuffer AllocateStreamed(std::size_t bytes) {
   const std::size_t huge = TransparentHugePageBytes();
   const std::size_t size = StreamedAllocationBytes(bytes, huge);
-  if (!UsesHugePages(size, huge)) return std::aligned_alloc(kLineBytes, size);
-  void* mem = std::aligned_alloc(huge, size);
+  if (!UsesHugePages(bytes, huge)) {
+    return StreamedBuffer(static_cast<std::byte*>(std::aligned_alloc(kLineBytes, size)));
+  }
+  StreamedBuffer mem(static_cast<std::byte*>(std::aligned_alloc(huge, size)));
   // Advice only, before the first touch, so those pages are faulted in huge (a failure, e.g. on a
   // kernel built without transparent huge pages, leaves ordinary pages). Only the huge pages the
   // caller's bytes fill: the last, partial one stays in ordinary pages, resident only as far as
   // it is touched, so the rounding costs address space, not memory.
   const std::size_t whole = bytes / huge * huge;
-  if (mem != nullptr) (void)::madvise(mem, whole, MADV_HUGEPAGE);
+  if (mem != nullptr) (void)::madvise(mem.get(), whole, MADV_HUGEPAGE);
   return mem;
 }
 

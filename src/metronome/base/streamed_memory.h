@@ -9,12 +9,12 @@
 // A buffer of at least one huge page is aligned to the huge page size and advised to the kernel
 // as huge-page memory (madvise MADV_HUGEPAGE: honoured when transparent huge pages are "always" or
 // "madvise", the Linux default; ignored with "never", or where the call does not exist); smaller
-// ones are only cache-line aligned. Either way the memory is from std::aligned_alloc: free it with
-// std::free. The huge pages the buffer's bytes fill are advised; a last, partial one stays in
-// ordinary pages (its rounding up is address space, not resident memory).
+// ones are only cache-line aligned. The huge pages the buffer's bytes fill are advised; a last,
+// partial one stays in ordinary pages (its rounding up is address space, not resident memory).
 #pragma once
 
 #include <cstddef>
+#include <memory>
 
 namespace metronome::base {
 
@@ -27,8 +27,14 @@ namespace metronome::base {
 // one). Pure given huge_page_bytes; for callers that report what they hold, and for tests.
 [[nodiscard]] std::size_t StreamedAllocationBytes(std::size_t bytes, std::size_t huge_page_bytes);
 
+// Owns a buffer from AllocateStreamed (std::aligned_alloc memory, released with std::free).
+struct StreamedFree {
+  void operator()(std::byte* p) const noexcept;
+};
+using StreamedBuffer = std::unique_ptr<std::byte, StreamedFree>;
+
 // Uninitialised memory of at least `bytes` (StreamedAllocationBytes of them) for a streamed
-// buffer, nullptr when the allocation fails. Free with std::free.
-[[nodiscard]] void* AllocateStreamed(std::size_t bytes);
+// buffer; null when the allocation fails.
+[[nodiscard]] StreamedBuffer AllocateStreamed(std::size_t bytes);
 
 }  // namespace metronome::base

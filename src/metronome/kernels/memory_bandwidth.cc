@@ -3,9 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
-#include <memory>
-#include <new>
 #include <vector>
 
 #include "metronome/base/streamed_memory.h"
@@ -13,10 +10,6 @@
 
 namespace metronome::kernels {
 namespace {
-
-struct StreamedFree {  // base::AllocateStreamed's memory
-  void operator()(std::uint64_t* p) const noexcept { std::free(p); }
-};
 
 constexpr std::size_t kLineWords = 8;  // 64-byte cache line in 64-bit words
 // Independent streams per thread: one sequential stream leaves the core's line-fill buffers mostly
@@ -67,14 +60,14 @@ double MeasureReadBandwidthGBps(std::size_t buffer_bytes, int repeats) {
   const std::size_t words = slice_words * slices;
   // The same memory the weights and the KV pool live in (huge pages where available): the probe
   // measures what the machine streams from it, not the cost of 4 KiB pages.
-  const std::unique_ptr<std::uint64_t[], StreamedFree> buf(
-      static_cast<std::uint64_t*>(base::AllocateStreamed(words * sizeof(std::uint64_t))));
-  if (buf == nullptr) return 0.0;
+  const base::StreamedBuffer memory = base::AllocateStreamed(words * sizeof(std::uint64_t));
+  if (memory == nullptr) return 0.0;
+  auto* const words_at = reinterpret_cast<std::uint64_t*>(memory.get());
   const auto n = static_cast<std::int64_t>(slices);
   // First touch by the pool threads, so pages land on the NUMA nodes of the threads that read them.
   pool.ParallelFor(n, 1, [&](std::int64_t b, std::int64_t e) {
     for (auto s = static_cast<std::size_t>(b); s < static_cast<std::size_t>(e); ++s) {
-      std::uint64_t* slice = buf.get() + s * slice_words;
+      std::uint64_t* slice = words_at + s * slice_words;
       for (std::size_t i = 0; i < slice_words; ++i) slice[i] = i;
     }
   });
@@ -85,7 +78,7 @@ double MeasureReadBandwidthGBps(std::size_t buffer_bytes, int repeats) {
     const auto t0 = std::chrono::steady_clock::now();
     pool.ParallelFor(n, 1, [&](std::int64_t b, std::int64_t e) {
       for (auto s = static_cast<std::size_t>(b); s < static_cast<std::size_t>(e); ++s) {
-        totals[s] = SumStreams(buf.get() + s * slice_words, stream_words, lines_per_stream);
+        totals[s] = SumStreams(words_at + s * slice_words, stream_words, lines_per_stream);
       }
     });
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -1,7 +1,6 @@
 #include "metronome/kv/block_pool.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <new>
@@ -12,8 +11,6 @@
 #include "metronome/base/streamed_memory.h"
 
 namespace metronome::kv {
-
-void BlockPool::FreeDeleter::operator()(std::byte* p) const { std::free(p); }
 
 const char* ToString(KvDtype d) { return d == KvDtype::kBF16 ? "bf16" : "f32"; }
 
@@ -47,11 +44,10 @@ BlockPool::BlockPool(const KvLayout& layout, const BlockPoolOptions& options)
   }
   const std::size_t bytes = layout.bytes_per_block() * static_cast<std::size_t>(options.num_blocks);
   // Attention streams the pool's blocks every step: huge pages where the pool spans any.
-  void* mem = base::AllocateStreamed(bytes);
-  if (mem == nullptr) {
+  storage_ = base::AllocateStreamed(bytes);
+  if (storage_ == nullptr) {
     throw ConfigError("kv pool: cannot allocate " + std::to_string(bytes >> 20) + " MiB");
   }
-  storage_.reset(static_cast<std::byte*>(mem));
   if (options.poison_on_free) {
     Poison(storage_.get(), layout.block_elements() * static_cast<std::size_t>(options.num_blocks));
   }

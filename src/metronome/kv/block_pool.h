@@ -16,12 +16,12 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <optional>
 #include <string_view>
 #include <vector>
 
 #include "metronome/base/half.h"
+#include "metronome/base/streamed_memory.h"
 
 namespace metronome::kv {
 
@@ -106,14 +106,11 @@ class BlockPool {
   }
 
  private:
-  struct FreeDeleter {
-    void operator()(std::byte* p) const;
-  };
   void Poison(std::byte* data, std::size_t elements) const;
 
   KvLayout layout_;
   BlockPoolOptions options_;
-  std::unique_ptr<std::byte, FreeDeleter> storage_;
+  base::StreamedBuffer storage_;
   std::int64_t blocks_freed_by_window_ = 0;
   std::vector<BlockId> free_list_;    // LIFO: a just-freed (cache-warm) block is reused first
   std::vector<std::uint8_t> in_use_;  // [num_blocks]: 1 while owned by a session

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <new>
 #include <set>
+#include <utility>
 
 #include "metronome/base/check.h"
 #include "metronome/base/streamed_memory.h"
@@ -67,15 +67,13 @@ int GroupRows(const MatrixGroup& group) {
   return rows;
 }
 
-void ModelWeights::FreeDeleter::operator()(std::byte* p) const { std::free(p); }
-
 std::byte* ModelWeights::AllocateArena(std::size_t bytes) {
   MTR_CHECK(arena_ == nullptr, "ModelWeights::AllocateArena called twice");
   const std::size_t size = RoundUp(bytes == 0 ? 1 : bytes);
-  void* mem = base::AllocateStreamed(size);
+  base::StreamedBuffer mem = base::AllocateStreamed(size);
   if (mem == nullptr) throw std::bad_alloc();
-  std::memset(mem, 0, size);
-  arena_.reset(static_cast<std::byte*>(mem));
+  std::memset(mem.get(), 0, size);
+  arena_ = std::move(mem);
   arena_bytes_ = size;
   return arena_.get();
 }
@@ -155,10 +153,9 @@ int ModelWeights::PlaceForKernels(const RowLayoutChoice& preferred) {
   });
   std::byte* cursor = nullptr;
   if (backing_bytes > 0) {
-    void* mem = base::AllocateStreamed(backing_bytes);
+    base::StreamedBuffer mem = base::AllocateStreamed(backing_bytes);
     if (mem == nullptr) throw std::bad_alloc();
-    placed_.push_back(
-        {std::unique_ptr<std::byte, FreeDeleter>(static_cast<std::byte*>(mem)), backing_bytes});
+    placed_.push_back({std::move(mem), backing_bytes});
     cursor = placed_.back().data.get();
   }
 

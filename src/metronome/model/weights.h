@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "metronome/base/streamed_memory.h"
 #include "metronome/model/model_config.h"
 #include "metronome/quant/weight_matrix.h"
 
@@ -99,17 +100,14 @@ class ModelWeights {
   [[nodiscard]] std::string Summary() const;
 
  private:
-  struct FreeDeleter {
-    void operator()(std::byte* p) const;
-  };
-  std::unique_ptr<std::byte, FreeDeleter> arena_;
+  base::StreamedBuffer arena_;
   std::size_t arena_bytes_ = 0;
   std::size_t vector_floats_ = 0;  // norms and biases
   std::shared_ptr<const void> backing_;
   PageRelease release_pages_;
   // The matrices moved out of backing_: one buffer per PlaceForKernels call that moved any.
   struct Buffer {
-    std::unique_ptr<std::byte, FreeDeleter> data;
+    base::StreamedBuffer data;
     std::size_t bytes = 0;
   };
   std::vector<Buffer> placed_;
