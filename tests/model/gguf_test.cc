@@ -834,18 +834,35 @@ TEST(GgufLoaderTest, MisalignedBackingIsCopiedNotViewed) {
   EXPECT_EQ(DequantizeRows(va, 0, va.rows), DequantizeRows(vb, 0, vb.rows));
 }
 
-// PlaceForKernels: the matrices a choice names are reordered (views into the file copied out, the
-// file's pages handed to the release hook; arena copies in place), tied matrices stay one, every
-// weight reads back the same, and the bytes are the same.
-TEST(GgufLoaderTest, RowLayoutsKeepEveryWeight) {
+// The placement tests' file: one layer whose matrices are whole 16-row groups of whole blocks.
+TinySpec PlacementSpec(GgmlType type, bool tied) {
   TinySpec spec;
   spec.dim = 64;
   spec.heads = 4;
   spec.kv_heads = 2;
   spec.ffn = 128;
   spec.vocab = 48;
-  spec.tied = true;
-  spec.matrix_type = GgmlType::kQ8_0;
+  spec.tied = tied;
+  spec.matrix_type = type;
+  return spec;
+}
+
+// Bytes of the one layer's matrices, the embedding and the output (once when tied): what
+// placement moves out of the file.
+std::size_t PlacedMatrixBytes(const ModelWeights& w) {
+  const LayerWeights& l = w.layers.at(0);
+  std::size_t bytes = w.token_embedding.Bytes() + l.w_down.Bytes() + l.wo.Bytes();
+  if (w.output.data != w.token_embedding.data) bytes += w.output.Bytes();
+  for (const auto& part : l.wqkv) bytes += part.Bytes();
+  for (const auto& part : l.w_gate_up) bytes += part.Bytes();
+  return bytes;
+}
+
+// PlaceForKernels: the matrices a choice names are reordered (views into the file copied out, the
+// file's pages handed to the release hook; arena copies in place), tied matrices stay one, every
+// weight reads back the same, and the bytes are the same.
+TEST(GgufLoaderTest, RowLayoutsKeepEveryWeight) {
+  const TinySpec spec = PlacementSpec(GgmlType::kQ8_0, /*tied=*/true);
   const auto bytes = BuildTiny(spec).writer.Serialize();
   auto aligned = std::make_shared<std::vector<std::uint8_t>>(bytes);
   auto shifted = std::make_shared<std::vector<std::uint8_t>>(bytes.size() + 1);
@@ -870,11 +887,7 @@ TEST(GgufLoaderTest, RowLayoutsKeepEveryWeight) {
     EXPECT_EQ(down.data == down_before, !view) << "arena copies are reordered in place";
     EXPECT_EQ(m.weights->output.data, m.weights->token_embedding.data);
     EXPECT_EQ(m.weights->output.layout, quant::RowLayout::kInterleaved16);
-    std::size_t matrix_bytes = m.weights->token_embedding.Bytes() + down.Bytes();
-    for (const auto& part : m.weights->layers[0].wqkv) matrix_bytes += part.Bytes();
-    for (const auto& part : m.weights->layers[0].w_gate_up) matrix_bytes += part.Bytes();
-    matrix_bytes += m.weights->layers[0].wo.Bytes();
-    EXPECT_EQ(released, view ? matrix_bytes : 0u);
+    EXPECT_EQ(released, view ? PlacedMatrixBytes(*m.weights) : 0u);
     EXPECT_EQ(m.weights->WeightBytes(), ref.weights->WeightBytes());
     EXPECT_NE(m.weights->Summary().find("8 in 16-row interleaved layout"), std::string::npos)
         << m.weights->Summary();
@@ -897,14 +910,7 @@ TEST(GgufLoaderTest, RowLayoutsKeepEveryWeight) {
 // call moves nothing.
 TEST(GgufLoaderTest, PlacingCopiesViewsOutOfTheFile) {
   for (const GgmlType type : {GgmlType::kF16, GgmlType::kQ8_0}) {
-    TinySpec spec;
-    spec.dim = 64;
-    spec.heads = 4;
-    spec.kv_heads = 2;
-    spec.ffn = 128;
-    spec.vocab = 48;
-    spec.tied = false;
-    spec.matrix_type = type;
+    const TinySpec spec = PlacementSpec(type, /*tied=*/false);
     auto bytes = std::make_shared<std::vector<std::uint8_t>>(BuildTiny(spec).writer.Serialize());
     const auto* lo = reinterpret_cast<const std::byte*>(bytes->data());
     const auto in_file = [&](const quant::WeightMatrix& w) {
@@ -919,11 +925,7 @@ TEST(GgufLoaderTest, PlacingCopiesViewsOutOfTheFile) {
     EXPECT_EQ(m.weights->PlaceForKernels(row_major), 0) << Name(type);
     const LayerWeights& a = m.weights->layers[0];
     const LayerWeights& r = ref.weights->layers[0];
-    std::size_t matrix_bytes = m.weights->token_embedding.Bytes() + m.weights->output.Bytes() +
-                               a.w_down.Bytes() + a.wo.Bytes();
-    for (const auto& part : a.wqkv) matrix_bytes += part.Bytes();
-    for (const auto& part : a.w_gate_up) matrix_bytes += part.Bytes();
-    EXPECT_EQ(released, matrix_bytes) << Name(type);
+    EXPECT_EQ(released, PlacedMatrixBytes(*m.weights)) << Name(type);
     EXPECT_FALSE(in_file(a.w_down)) << Name(type);
     EXPECT_FALSE(in_file(m.weights->output)) << Name(type);
     EXPECT_EQ(a.w_down.layout, quant::RowLayout::kRowMajor);
