@@ -17,8 +17,9 @@ constexpr std::size_t kLineWords = 8;  // 64-byte cache line in 64-bit words
 // slice apart keep more lines in flight, as a kernel reading several weight rows does.
 constexpr std::size_t kStreams = 4;
 // Software prefetch distance in lines ahead of each stream (~1 KB: a few hundred ns of DRAM
-// latency at the per-stream rate). The hint is T0 (into every cache level), as the weight kernels
-// use: a non-temporal prefetch (prefetchnta, what __builtin_prefetch(p, 0, 0) emits) fills only
+// latency at the per-stream rate). The hint is T0 (into every cache level): with nothing computed
+// beside the loads it reads as fast as T1, the kernels' hint (internal/stream_prefetch.h), and a
+// non-temporal prefetch (prefetchnta, what __builtin_prefetch(p, 0, 0) emits) fills only
 // L1 and does not train the L2 streamer, and measured 2-3.5x below T0 or no prefetch at all on
 // this machine (the probe then reported 10-11 GB/s while oneDNN's GEMV streamed ~20 GB/s).
 constexpr std::size_t kPrefetchLines = 16;

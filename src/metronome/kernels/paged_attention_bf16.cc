@@ -20,6 +20,7 @@
 
 #include "metronome/base/check.h"
 #include "metronome/base/types.h"
+#include "metronome/kernels/internal/stream_prefetch.h"
 #include "metronome/kernels/paged_attention.h"
 #include "metronome/kernels/rope.h"
 #include "metronome/kernels/vector_ops.h"
@@ -152,8 +153,8 @@ struct Blockwise {
     for (int t = 0; t < rows; ++t, k += row_bytes) {
 #pragma GCC unroll 4
       for (int line = 0; line < HD * 2; line += 64) {
-        _mm_prefetch(k + line, _MM_HINT_T0);
-        _mm_prefetch(k + v_bytes + line, _MM_HINT_T0);
+        _mm_prefetch(k + line, internal::kStreamPrefetchHint);
+        _mm_prefetch(k + v_bytes + line, internal::kStreamPrefetchHint);
       }
     }
   }
@@ -220,8 +221,8 @@ struct Blockwise {
           const char* row = pf + static_cast<std::size_t>(k) * stride * sizeof(std::uint16_t);
 #pragma GCC unroll 4
           for (int line = 0; line < HD * 2; line += 64) {
-            _mm_prefetch(row + line, _MM_HINT_T0);
-            _mm_prefetch(row + pf_v + line, _MM_HINT_T0);
+            _mm_prefetch(row + line, internal::kStreamPrefetchHint);
+            _mm_prefetch(row + pf_v + line, internal::kStreamPrefetchHint);
           }
         }
         const std::uint16_t* v = v_rows + static_cast<std::size_t>(k) * stride;
@@ -299,7 +300,8 @@ struct Blockwise {
   // Prefetches the K and V rows of the `span` elements from `head_off` on (kv heads side by side)
   // of logical block b's first rows: one run of lines per plane when the span is whole rows.
   // Written out here, not through a lambda or helper: GCC finds a function whose only effect is
-  // prefetching to be pure and deletes its calls (see PrefetchBlock).
+  // prefetching to be pure and deletes its calls (see PrefetchBlock). Into L1 (T0), unlike the
+  // next-block prefetches (internal::kStreamPrefetchHint): these rows are loaded right after.
   [[gnu::always_inline]] static inline void PrefetchSpan(const kv::PagedKvView& kv, int layer,
                                                          std::int64_t b, std::size_t head_off,
                                                          std::size_t span) {

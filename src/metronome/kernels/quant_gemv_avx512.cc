@@ -24,6 +24,7 @@
 
 #include "metronome/kernels/internal/avx512_unpack.h"
 #include "metronome/kernels/internal/for_count.h"
+#include "metronome/kernels/internal/stream_prefetch.h"
 #include "metronome/kernels/quant_matmul.h"
 #include "metronome/quant/blocks.h"
 #include "metronome/quant/weight_matrix.h"
@@ -230,7 +231,7 @@ void GroupQuad(const GemvActQuad* act, const GemvActSums* sums, int blocks,
         const char* at = reinterpret_cast<const char*>(b[0]) + ahead;
 #pragma GCC unroll 4
         for (std::size_t line = 0; line < kQuadBlocks * sizeof(Block); line += 64)
-          _mm_prefetch(at + line, _MM_HINT_T0);
+          _mm_prefetch(at + line, internal::kStreamPrefetchHint);
         if constexpr (requires { W::UnpackConsecutiveQuad(b[0]); }) {
           u[j] = consecutive ? W::UnpackConsecutiveQuad(b[0]) : W::UnpackQuad(b);
         } else {
@@ -333,7 +334,7 @@ void GroupK(const RowsKernelArgs& a, const GemvActK* bsum, int supers,
       const char* at = reinterpret_cast<const char*>(wrow[j] + sb) + ahead;
 #pragma GCC unroll 4
       for (std::size_t line = 0; line < sizeof(Block); line += 64)
-        _mm_prefetch(at + line, _MM_HINT_T0);
+        _mm_prefetch(at + line, internal::kStreamPrefetchHint);
       // One weight super-block in registers at a time (NT of them would not fit beside the
       // accumulators); its activation chunks are L1 loads.
       SuperRegs w;
@@ -446,7 +447,8 @@ void GroupHalf(const typename H::Act* x, std::ptrdiff_t ldx, int k,
 #pragma GCC unroll 8
     for (int j = 0; j < NT; ++j) {
       // One step of a row is one 64-byte line: one prefetch per row and step reaches every line.
-      _mm_prefetch(reinterpret_cast<const char*>(wrow[j] + s) + ahead, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(wrow[j] + s) + ahead,
+                   internal::kStreamPrefetchHint);
     }
 #pragma GCC unroll 8
     for (int i = 0; i < MT; ++i) {

@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "metronome/kernels/internal/for_count.h"
+#include "metronome/kernels/internal/stream_prefetch.h"
 #include "metronome/quant/blocks.h"
 #include "metronome/quant/row_layout.h"
 #include "metronome/quant/weight_matrix.h"
@@ -42,12 +43,14 @@ constexpr int kLineBytes = 64;  // one vector, one cache line
 constexpr std::size_t kPrefetchAheadBytes = 8192;
 constexpr int kOrMasked = 0xF8;  // ternary logic: a | (b & c)
 
-// Software prefetch of the kBytes from p on, kPrefetchAheadBytes ahead, one per line.
+// Software prefetch of the kBytes from p on, kPrefetchAheadBytes ahead, one per line, into L2
+// (internal/stream_prefetch.h).
 template <std::size_t kBytes>
 inline void PrefetchAhead(const std::byte* p) noexcept {
 #pragma GCC unroll 64
   for (std::size_t line = 0; line < kBytes; line += kLineBytes) {
-    _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchAheadBytes + line, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchAheadBytes + line,
+                 internal::kStreamPrefetchHint);
   }
 }
 
