@@ -26,12 +26,15 @@ std::vector<TokenId> RandomTokens(int n, unsigned seed, int vocab) {
   return v;
 }
 
-// All logits of a sequence fed to one session alone in a fresh engine, `chunk` tokens at a time.
+// All logits of a sequence fed to one session alone in a fresh engine, `chunk` tokens at a time,
+// on `threads` pool threads (0: the engine's default).
 std::vector<std::vector<float>> AloneLogits(const kv::KvPolicy& policy,
                                             const std::vector<TokenId>& tokens, int chunk,
-                                            kv::KvDtype dtype = kv::KvDtype::kF32) {
+                                            kv::KvDtype dtype = kv::KvDtype::kF32,
+                                            int threads = 0) {
   EngineOptions eo;
   eo.kv_dtype = dtype;
+  eo.num_threads = threads;
   eo.kv_blocks = 512;
   eo.block_tokens = 4;
   eo.poison_freed_blocks = true;
@@ -86,18 +89,27 @@ TEST(EngineTest, PrefillStepsWithHiddenOverGateUpEqualTokenByToken) {
   }
 }
 
-// One session decoding alone has fewer attention units (2 kv heads) than the engine wants per
-// pool thread, so on a machine with 2 or more CPUs its decode steps past 128 visible keys run
-// split over key slices (flash-decoding) and merged; prefill chunks are never split. Both must
-// give the same logits, with sinks, rolling positions and full KV.
+// One session decoding alone has fewer attention units than the engine wants (2 per pool
+// thread), so its decode steps past 128 visible keys run split over key slices (flash-decoding)
+// and merged; prefill chunks are never split. With 2 threads (4 units wanted) from 256 visible
+// keys on each slice covers both kv heads (4 slices of at least 64 keys), below that each kv head
+// is cut alone (2 x 2 slices); with 4 threads (8 wanted) always per kv head (2 x 4 slices from
+// 256 keys). Every way must give the logits of chunked prefill, with sinks, rolling positions and
+// full KV, fp32 and bf16 KV.
 TEST(EngineTest, KeySlicedDecodeEqualsChunkedPrefill) {
   const auto toks = RandomTokens(300, 7, Tiny().config.vocab_size);
-  for (const auto& pol : {kv::KvPolicy::Full(), kv::KvPolicy::Window(200, 4),
-                          kv::KvPolicy::Window(200, 4, kv::PositionMode::kRolling)}) {
-    const auto decoded = AloneLogits(pol, toks, 1);
-    const auto chunked = AloneLogits(pol, toks, 100);
-    for (std::size_t i = 0; i < toks.size(); ++i) {
-      ASSERT_LT(MaxDiff(decoded[i], chunked[i]), 1e-4) << pol.ToString() << " pos " << i;
+  for (const kv::KvDtype dtype : {kv::KvDtype::kF32, kv::KvDtype::kBF16}) {
+    for (const auto& pol : {kv::KvPolicy::Full(), kv::KvPolicy::Window(200, 4),
+                            kv::KvPolicy::Window(200, 4, kv::PositionMode::kRolling)}) {
+      const auto chunked = AloneLogits(pol, toks, 100, dtype, 2);
+      for (const int threads : {2, 4}) {
+        const auto decoded = AloneLogits(pol, toks, 1, dtype, threads);
+        for (std::size_t i = 0; i < toks.size(); ++i) {
+          ASSERT_LT(MaxDiff(decoded[i], chunked[i]), 1e-4)
+              << pol.ToString() << " " << kv::ToString(dtype) << " threads " << threads << " pos "
+              << i;
+        }
+      }
     }
   }
 }

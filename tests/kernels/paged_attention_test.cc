@@ -659,7 +659,8 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<HeadsCase>& i) { return std::string(i.param.name); });
 
 // Flash-decoding: one query's visible keys cut into slices of `slice_keys` (the last may be
-// shorter), each attended alone, then merged, equal the unsplit kernel and the portable reference
+// shorter), each attended alone (over one kv head, or over all kv heads at once), then merged,
+// equal the unsplit kernel and the portable reference
 // within fp32 rounding; for every implementation, window and full policies, sinks (slices that
 // cut the sink range and the window apart), rolling positions, slice sizes that do and do not
 // divide the visible count, and blocks the slices cut mid-block.
@@ -698,26 +699,33 @@ TEST_P(AttentionSliceTest, MergedSlicesEqualTheUnsplitKernel) {
                                             std::int64_t{64}, visible - 1, visible}) {
         if (slice_keys < 1) continue;
         const auto count = static_cast<int>((visible + slice_keys - 1) / slice_keys);
-        std::vector<float> outs(static_cast<std::size_t>(count) * group_floats, -9.0f);
-        std::vector<float> stats(static_cast<std::size_t>(count * 2 * group), -9.0f);
-        for (int g = 0; g < c.dims.kv_heads; ++g) {
-          for (int s = 0; s < count; ++s) {
-            const AttentionKeySlice slice{s * slice_keys, std::min(visible, (s + 1) * slice_keys),
-                                          &outs[static_cast<std::size_t>(s) * group_floats],
-                                          &stats[static_cast<std::size_t>(s * 2 * group)]};
-            PagedAttentionSlice(shape, rs.session.View(), c.policy, rs.rope, 0, g, p, rs.q.data(),
-                                slice, scratch.data(), impl);
-          }
-          std::vector<float> merged(group_floats, -5.0f);
-          MergeAttentionSlices(shape, outs.data(), stats.data(), count, merged.data());
-          for (std::size_t i = 0; i < group_floats; ++i) {
-            const std::size_t col = static_cast<std::size_t>(g) * group_floats + i;
-            ASSERT_NEAR(merged[i], unsplit[col], 1e-5)
-                << c.name << " " << ToString(impl) << " " << kv::ToString(dtype) << " slices of "
-                << slice_keys << " of " << visible << " keys, output " << col;
-            ASSERT_NEAR(merged[i], reference[col], to_reference)
-                << c.name << " " << ToString(impl) << " " << kv::ToString(dtype) << " slices of "
-                << slice_keys << " of " << visible << " keys, output " << col;
+        // Slices of one kv head, and of all kv heads at once (what the engine runs for one long
+        // session).
+        for (const int span : {1, c.dims.kv_heads}) {
+          const auto span_floats = static_cast<std::size_t>(span) * group_floats;
+          std::vector<float> outs(static_cast<std::size_t>(count) * span_floats, -9.0f);
+          std::vector<float> stats(static_cast<std::size_t>(count * 2 * group * span), -9.0f);
+          for (int g = 0; g + span <= c.dims.kv_heads; g += span) {
+            for (int s = 0; s < count; ++s) {
+              const AttentionKeySlice slice{s * slice_keys, std::min(visible, (s + 1) * slice_keys),
+                                            &outs[static_cast<std::size_t>(s) * span_floats],
+                                            &stats[static_cast<std::size_t>(s * 2 * group * span)]};
+              PagedAttentionSlice(shape, rs.session.View(), c.policy, rs.rope, 0, g, span, p,
+                                  rs.q.data(), slice, scratch.data(), impl);
+            }
+            std::vector<float> merged(span_floats, -5.0f);
+            MergeAttentionSlices(shape, span, outs.data(), stats.data(), count, merged.data());
+            for (std::size_t i = 0; i < span_floats; ++i) {
+              const std::size_t col = static_cast<std::size_t>(g) * group_floats + i;
+              ASSERT_NEAR(merged[i], unsplit[col], 1e-5)
+                  << c.name << " " << ToString(impl) << " " << kv::ToString(dtype) << " slices of "
+                  << slice_keys << " of " << visible << " keys over " << span
+                  << " kv heads, output " << col;
+              ASSERT_NEAR(merged[i], reference[col], to_reference)
+                  << c.name << " " << ToString(impl) << " " << kv::ToString(dtype) << " slices of "
+                  << slice_keys << " of " << visible << " keys over " << span
+                  << " kv heads, output " << col;
+            }
           }
         }
       }

@@ -140,9 +140,9 @@ struct Engine::Batch {
     LogitsMode logits = LogitsMode::kNone;
   };
   // One unit of attention work: queries [begin, begin + n) of an item's chunk, KV heads
-  // [kv_head, kv_head + kv_heads); or, when `slice` >= 0, the single query `begin` of one KV head
-  // over its visible keys [key_begin, key_end), into slot `slice` of the slice buffers (merged
-  // after the parallel loop).
+  // [kv_head, kv_head + kv_heads); or, when `slice` >= 0, the single query `begin` over its visible
+  // keys [key_begin, key_end), into slots `slice` .. `slice + kv_heads - 1` of the slice buffers
+  // (a slot holds one kv head's group; merged after the parallel loop).
   struct AttnWork {
     int item;
     int kv_head;
@@ -153,17 +153,19 @@ struct Engine::Batch {
     std::int64_t key_begin = 0;
     std::int64_t key_end = 0;
   };
-  // A query whose keys were split over `count` slices from slot `first_slice` on.
+  // A query whose keys were split over `count` slices of `kv_heads` slots each, from slot
+  // `first_slice` on.
   struct SplitQuery {
     int row;
     int kv_head;
+    int kv_heads;
     int first_slice;
     int count;
   };
   std::vector<Item> items;
   std::vector<AttnWork> attn_work;
   std::vector<SplitQuery> split_queries;
-  std::vector<float> slice_out, slice_stats;  // [slices, group * head_dim], [slices, 2 * group]
+  std::vector<float> slice_out, slice_stats;  // [slots, group * head_dim], [slots, 2 * group]
   std::vector<TokenId> tokens;                // [T]
   std::vector<TokenPos> positions;            // [T]
   std::vector<int> item_of_row;               // [T]
@@ -398,10 +400,12 @@ void Engine::Forward(Batch& b) {
   // Attention work: (item, kv head, query sub-range) units, so one long prefill chunk still
   // spreads over all threads and many short decode items are balanced dynamically. A decode item
   // (one query) is one unit over all its kv heads when the step has enough units without cutting
-  // it per head: the kernel then uses each block's K/V rows of every kv head (adjacent: a block
-  // stores [token][kv_dim]) while they are in L1 and prefetches the next block's as it goes, where
-  // per-head units read a third of every row (at 3 kv heads) and leave the rest to a later unit
-  // (measured at 32 x 512, load 4: attention 39.6 -> 23.9 ms per step, medians of 6 pairs).
+  // it per head, or when cutting it over its keys gives enough: the kernel then uses each block's
+  // K/V rows of every kv head (adjacent: a block stores [token][kv_dim]) while they are in L1 and
+  // prefetches the next block's as it goes, where per-head units read a third of every row (at 3
+  // kv heads) and leave the rest to a later unit (measured at 32 x 512, load 4: attention 39.6 ->
+  // 23.9 ms per step, medians of 6 pairs; at 1 x 512, key slices over all kv heads against per kv
+  // head: see docs/performance.md, "One session's attention").
   constexpr int kQueriesPerWork = 16;
   const int num_kv = c.num_kv_heads;
   const auto target_units =
@@ -412,6 +416,12 @@ void Engine::Forward(Batch& b) {
   double attn_flops_per_layer = 0.0;
   std::int64_t units_with_whole_decodes = 0;
   const kernels::AttentionShape shape{c.num_heads, num_kv, c.head_dim};
+  // Slices a single query over `visible` keys is cut into when `base_units` units are too few:
+  // enough for the step's target, each at least kMinKeysPerSlice keys (1: not cut).
+  const auto slices_for = [&](std::int64_t visible, std::int64_t base_units) {
+    const std::int64_t wanted = (target_units + base_units - 1) / base_units;
+    return std::max<std::int64_t>(1, std::min(wanted, visible / kMinKeysPerSlice));
+  };
   for (const Batch::Item& bi : b.items) {
     const kv::KvPolicy& policy = bi.kv->policy();
     for (int t = 0; t < bi.n; ++t) {
@@ -422,7 +432,16 @@ void Engine::Forward(Batch& b) {
     units_with_whole_decodes +=
         bi.n == 1 ? 1 : std::int64_t{num_kv} * ((bi.n + kQueriesPerWork - 1) / kQueriesPerWork);
   }
-  const bool whole_decodes = num_kv > 1 && units_with_whole_decodes >= target_units;
+  bool whole_decodes = num_kv > 1 && units_with_whole_decodes >= target_units;
+  if (num_kv > 1 && !whole_decodes) {
+    std::int64_t with_slices = 0;
+    for (const Batch::Item& bi : b.items) {
+      with_slices +=
+          bi.n == 1 ? slices_for(bi.kv->policy().VisibleKeys(bi.pos0), units_with_whole_decodes)
+                    : std::int64_t{num_kv} * ((bi.n + kQueriesPerWork - 1) / kQueriesPerWork);
+    }
+    whole_decodes = with_slices >= target_units;
+  }
   for (int i = 0; i < static_cast<int>(b.items.size()); ++i) {
     const Batch::Item& bi = b.items[static_cast<std::size_t>(i)];
     if (whole_decodes && bi.n == 1) {
@@ -438,42 +457,40 @@ void Engine::Forward(Batch& b) {
   // Too few units to keep every thread busy to the end (one long session, a few kv heads):
   // single-query units are split over their keys (flash-decoding) into slices of at least
   // kMinKeysPerSlice keys, a multiple of 16 (the bf16 kernel's chunk), merged after the loop.
-  // (Then no unit has several kv heads: whole_decodes needs at least target_units units.)
   std::vector<Batch::SplitQuery>& splits = b.split_queries;
   splits.clear();
   const auto base_units = static_cast<std::int64_t>(work.size());
-  int num_slices = 0;
+  int num_slots = 0;
   if (base_units < target_units) {
-    const std::int64_t wanted = (target_units + base_units - 1) / base_units;
     const std::size_t units = work.size();
     for (std::size_t u = 0; u < units; ++u) {
       const Batch::AttnWork aw = work[u];
-      if (aw.n != 1 || aw.kv_heads != 1) continue;
+      if (aw.n != 1) continue;
       const Batch::Item& bi = b.items[static_cast<std::size_t>(aw.item)];
       const std::int64_t visible = bi.kv->policy().VisibleKeys(bi.pos0 + aw.begin);
-      const std::int64_t count = std::min(wanted, visible / kMinKeysPerSlice);
+      const std::int64_t count = slices_for(visible, base_units);
       if (count < 2) continue;
       const std::int64_t per_slice = ((visible + count - 1) / count + 15) / 16 * 16;
-      const int first = num_slices;
-      bool first_unit = true;
-      for (std::int64_t k0 = 0; k0 < visible; k0 += per_slice) {
+      const int first = num_slots;
+      int pieces = 0;
+      for (std::int64_t k0 = 0; k0 < visible; k0 += per_slice, ++pieces) {
         Batch::AttnWork piece = aw;
-        piece.slice = num_slices++;
+        piece.slice = num_slots;
+        num_slots += aw.kv_heads;
         piece.key_begin = k0;
         piece.key_end = std::min(visible, k0 + per_slice);
-        if (first_unit) {
+        if (pieces == 0) {
           work[u] = piece;  // the unit itself becomes the first slice
-          first_unit = false;
         } else {
           work.push_back(piece);
         }
       }
-      splits.push_back({bi.row0 + aw.begin, aw.kv_head, first, num_slices - first});
+      splits.push_back({bi.row0 + aw.begin, aw.kv_head, aw.kv_heads, first, pieces});
     }
   }
   const int group_floats = c.num_heads / num_kv * c.head_dim;
-  EnsureSize(b.slice_out, sz(num_slices, group_floats));
-  EnsureSize(b.slice_stats, sz(num_slices, 2 * (c.num_heads / num_kv)));
+  EnsureSize(b.slice_out, sz(num_slots, group_floats));
+  EnsureSize(b.slice_stats, sz(num_slots, 2 * (c.num_heads / num_kv)));
   // Attention scratch per pool slot (slots of one job never run two chunks at once).
   b.scratch.resize(static_cast<std::size_t>(pool.num_threads()));
   const std::int64_t min_work_per_chunk = static_cast<std::int64_t>(std::max(
@@ -520,9 +537,10 @@ void Engine::Forward(Batch& b) {
               const kernels::AttentionKeySlice slice{
                   aw.key_begin, aw.key_end, &b.slice_out[sz(aw.slice, group_floats)],
                   &b.slice_stats[sz(aw.slice, 2 * shape.group())]};
-              kernels::PagedAttentionSlice(
-                  shape, bi.kv->View(), bi.kv->policy(), rope_, l, aw.kv_head, bi.pos0 + aw.begin,
-                  qkv + sz(row, qkvd), slice, scratch, kernels::AttentionImpl::kAuto, &sink_angles);
+              kernels::PagedAttentionSlice(shape, bi.kv->View(), bi.kv->policy(), rope_, l,
+                                           aw.kv_head, aw.kv_heads, bi.pos0 + aw.begin,
+                                           qkv + sz(row, qkvd), slice, scratch,
+                                           kernels::AttentionImpl::kAuto, &sink_angles);
               continue;
             }
             kernels::PagedAttentionHeads(
@@ -535,7 +553,8 @@ void Engine::Forward(Batch& b) {
 
     // Few and small (splitting happens only when units are few): on the caller.
     for (const Batch::SplitQuery& sq : splits) {
-      kernels::MergeAttentionSlices(shape, &b.slice_out[sz(sq.first_slice, group_floats)],
+      kernels::MergeAttentionSlices(shape, sq.kv_heads,
+                                    &b.slice_out[sz(sq.first_slice, group_floats)],
                                     &b.slice_stats[sz(sq.first_slice, 2 * shape.group())], sq.count,
                                     att + sz(sq.row, qd) + sz(sq.kv_head, group_floats));
     }

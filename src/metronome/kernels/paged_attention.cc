@@ -108,14 +108,13 @@ AttentionImpl ResolveAttentionImpl(const AttentionShape& shape, kv::KvDtype dtyp
 namespace {
 
 // Runs `impl` (kAuto resolved, checked available) for queries pos0 .. pos0 + n - 1 and kv heads
-// [kv_head, kv_head + kv_heads), or for the single query pos0 and kv head restricted to `slice`.
+// [kv_head, kv_head + kv_heads), or for the single query pos0 restricted to `slice`.
 void Dispatch(AttentionImpl impl, const AttentionShape& shape, const kv::PagedKvView& kv,
               const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head, int kv_heads,
               TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
               std::size_t out_stride, float* scratch, const RopeAngleRows* sink_angles,
               const AttentionKeySlice* slice) noexcept {
-  MTR_DCHECK(kv_heads >= 1 && kv_head + kv_heads <= shape.num_kv_heads &&
-                 (slice == nullptr || kv_heads == 1),
+  MTR_DCHECK(kv_heads >= 1 && kv_head + kv_heads <= shape.num_kv_heads,
              "kv heads outside the shape");
   if (impl == AttentionImpl::kAuto) {
     impl = ResolveAttentionImpl(shape, kv.dtype);
@@ -137,20 +136,26 @@ void Dispatch(AttentionImpl impl, const AttentionShape& shape, const kv::PagedKv
       break;
   }
   for (int g = kv_head; g < kv_head + kv_heads; ++g) {
+    AttentionKeySlice head_slice{};
+    const AttentionKeySlice* s = nullptr;
+    if (slice != nullptr) {
+      head_slice = KvHeadSlice(*slice, shape, g - kv_head);
+      s = &head_slice;
+    }
     if (impl == AttentionImpl::kAvx512) {
       if (bf16) {
         RunAvx512<std::uint16_t>(shape, kv, policy, rope, layer, g, pos0, n, q, out, q_stride,
-                                 out_stride, scratch, sink_angles, slice);
+                                 out_stride, scratch, sink_angles, s);
       } else {
         RunAvx512<float>(shape, kv, policy, rope, layer, g, pos0, n, q, out, q_stride, out_stride,
-                         scratch, sink_angles, slice);
+                         scratch, sink_angles, s);
       }
     } else if (bf16) {
       AttendQueries<GenericOps, std::uint16_t>(shape, kv, policy, rope, layer, g, pos0, n, q, out,
-                                               q_stride, out_stride, scratch, sink_angles, slice);
+                                               q_stride, out_stride, scratch, sink_angles, s);
     } else {
       AttendQueries<GenericOps, float>(shape, kv, policy, rope, layer, g, pos0, n, q, out, q_stride,
-                                       out_stride, scratch, sink_angles, slice);
+                                       out_stride, scratch, sink_angles, s);
     }
   }
 }
@@ -179,31 +184,34 @@ void PagedAttentionHeads(const AttentionShape& shape, const kv::PagedKvView& kv,
 
 void PagedAttentionSlice(const AttentionShape& shape, const kv::PagedKvView& kv,
                          const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
-                         TokenPos p, const float* q_row, const AttentionKeySlice& slice,
-                         float* scratch, AttentionImpl impl,
+                         int kv_heads, TokenPos p, const float* q_row,
+                         const AttentionKeySlice& slice, float* scratch, AttentionImpl impl,
                          const RopeAngleRows* sink_angles) noexcept {
+  MTR_CHECK(kv_heads >= 1 && kv_head >= 0 && kv_head + kv_heads <= shape.num_kv_heads,
+            "attention kv heads outside the shape");
   MTR_CHECK(0 <= slice.key_begin && slice.key_begin < slice.key_end &&
                 slice.key_end <= policy.VisibleKeys(p),
             "attention key slice outside the query's visible keys");
-  Dispatch(impl, shape, kv, policy, rope, layer, kv_head, 1, p, 1, q_row, slice.out, 0, 0, scratch,
-           sink_angles, &slice);
+  Dispatch(impl, shape, kv, policy, rope, layer, kv_head, kv_heads, p, 1, q_row, slice.out, 0, 0,
+           scratch, sink_angles, &slice);
 }
 
-void MergeAttentionSlices(const AttentionShape& shape, const float* outs, const float* stats,
-                          int count, float* out) noexcept {
-  const int group = shape.group();
+void MergeAttentionSlices(const AttentionShape& shape, int kv_heads, const float* outs,
+                          const float* stats, int count, float* out) noexcept {
+  // Every query head merges alone: kv heads side by side are just more heads.
+  const int heads = kv_heads * shape.group();
   const int hd = shape.head_dim;
   const auto head_stride = static_cast<std::size_t>(hd);
-  const auto slice_stride = static_cast<std::size_t>(group) * head_stride;
-  for (int h = 0; h < group; ++h) {
+  const auto slice_stride = static_cast<std::size_t>(heads) * head_stride;
+  for (int h = 0; h < heads; ++h) {
     float m = -std::numeric_limits<float>::infinity();
-    for (int s = 0; s < count; ++s) m = std::max(m, stats[2 * (s * group + h)]);
+    for (int s = 0; s < count; ++s) m = std::max(m, stats[2 * (s * heads + h)]);
     // Slice s weighs sum_s exp(max_s - m): its share of the whole softmax's denominator.
     float total = 0.0f;
     float* o = out + static_cast<std::size_t>(h) * head_stride;
     std::memset(o, 0, sizeof(float) * head_stride);
     for (int s = 0; s < count; ++s) {
-      const float* st = stats + 2 * (s * group + h);
+      const float* st = stats + 2 * (s * heads + h);
       const float weight = st[1] * std::exp(st[0] - m);
       total += weight;
       Axpy(weight,

@@ -13,8 +13,8 @@
 // computes q.k with vdpbf16ps on the stored bf16 keys (q enters as a bf16 hi + lo pair, so the
 // scores keep ~16 mantissa bits of q; V is widened, exactly). kAuto picks the last available one.
 //
-// Thread-safety: reentrant; callers run different (session, kv_head) pairs on different threads
-// with separate scratch buffers.
+// Thread-safety: reentrant; callers run different (session, kv_head) pairs, or key slices, on
+// different threads with separate scratch buffers.
 #pragma once
 
 #include <cstddef>
@@ -88,30 +88,35 @@ void PagedAttentionHeads(const AttentionShape& shape, const kv::PagedKvView& kv,
 
 // Flash-decoding: the visible keys of one query split into slices attended independently (on
 // different threads), then merged exactly. A slice is the visible-key indices [key_begin, key_end)
-// in sinks-then-window order (0 <= key_begin < key_end <= policy.VisibleKeys(p)); its result is
-// the softmax-weighted mean of V over those keys for each head h of the group, written to
+// in sinks-then-window order (0 <= key_begin < key_end <= policy.VisibleKeys(p)) of one or more
+// adjacent kv heads; its result is the softmax-weighted mean of V over those keys for each query
+// head h of those kv heads' groups (h counted from the first kv head's group), written to
 // out[h * head_dim ...], and the slice's maximum scaled score and sum of exp(score - maximum) to
 // stats[2h] and stats[2h + 1].
 struct AttentionKeySlice {
   std::int64_t key_begin = 0;
   std::int64_t key_end = 0;
-  float* out = nullptr;    // group * head_dim floats
-  float* stats = nullptr;  // 2 * group floats
+  float* out = nullptr;    // kv_heads * group * head_dim floats
+  float* stats = nullptr;  // 2 * kv_heads * group floats
 };
 
-// PagedAttention of the single query at position p (row q_row: all query heads) restricted to
-// `slice`. sink_angles: row 0 as in PagedAttention, for this query.
+// PagedAttentionHeads of the single query at position p (row q_row: all query heads) over kv
+// heads [kv_head, kv_head + kv_heads), restricted to `slice`. Several kv heads in one slice walk
+// each block's rows of all of them together (see PagedAttentionHeads): that is what one long
+// session wants, whose few kv heads alone cannot keep the threads busy. sink_angles: row 0 as in
+// PagedAttention, for this query.
 void PagedAttentionSlice(const AttentionShape& shape, const kv::PagedKvView& kv,
                          const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
-                         TokenPos p, const float* q_row, const AttentionKeySlice& slice,
-                         float* scratch, AttentionImpl impl = AttentionImpl::kAuto,
+                         int kv_heads, TokenPos p, const float* q_row,
+                         const AttentionKeySlice& slice, float* scratch,
+                         AttentionImpl impl = AttentionImpl::kAuto,
                          const RopeAngleRows* sink_angles = nullptr) noexcept;
 
-// Merges `count` >= 1 slices of one query and kv head covering its visible keys: `outs` holds
-// their outputs (count x group x head_dim floats), `stats` their statistics (count x 2 x group).
-// Writes the group's heads (group x head_dim floats) to `out`: what PagedAttention writes, up to
-// fp32 rounding.
-void MergeAttentionSlices(const AttentionShape& shape, const float* outs, const float* stats,
-                          int count, float* out) noexcept;
+// Merges `count` >= 1 slices of one query over the same `kv_heads` kv heads covering its visible
+// keys: `outs` holds their outputs (count x kv_heads x group x head_dim floats), `stats` their
+// statistics (count x 2 x kv_heads x group). Writes those kv heads' query heads (kv_heads x group x
+// head_dim floats) to `out`: what PagedAttentionHeads writes, up to fp32 rounding.
+void MergeAttentionSlices(const AttentionShape& shape, int kv_heads, const float* outs,
+                          const float* stats, int count, float* out) noexcept;
 
 }  // namespace metronome::kernels

@@ -336,7 +336,7 @@ struct Blockwise {
   template <int NH>
   static void Walk(const kv::PagedKvView& kv, int layer, int kv_head0, int kv_heads,
                    const KeyRange* ranges, int num_ranges, bool rolling, const float* q_row,
-                   const float* sink_q, float scale, float* out_row) {
+                   const float* sink_q, float scale, float* out_row, float* stats) {
     Acc<NH> accs[kMaxWalkHeads];
     Query qs[kMaxWalkHeads][NH];
     for (int g = 0; g < kv_heads; ++g) accs[g].Reset();
@@ -391,22 +391,26 @@ struct Blockwise {
       }
     }
     for (int g = 0; g < kv_heads; ++g) {
-      accs[g].Finish(out_row + static_cast<std::ptrdiff_t>(g * NH) * HD, nullptr);
+      accs[g].Finish(out_row + static_cast<std::ptrdiff_t>(g * NH) * HD,
+                     stats != nullptr ? stats + 2 * g * NH : nullptr);
     }
   }
 
-  // Queries pos0 .. pos0 + n - 1 over kv heads [kv_head0, kv_head0 + kv_heads): one walk per query
-  // when every group fits one tile, else kv head after kv head.
+  // Queries pos0 .. pos0 + n - 1 over kv heads [kv_head0, kv_head0 + kv_heads), restricted to
+  // `slice` when not null (n == 1): one walk per query when every group fits one tile, else kv
+  // head after kv head.
   static void AttendHeads(const AttentionShape& shape, const kv::PagedKvView& kv,
                           const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head0,
                           int kv_heads, TokenPos pos0, int n, const float* q, float* out,
                           std::size_t q_stride, std::size_t out_stride, float* scratch,
-                          const RopeAngleRows* sink_angles) {
+                          const RopeAngleRows* sink_angles, const AttentionKeySlice* slice) {
     const int group = shape.group();
     if (kv_heads == 1 || group > kMaxTile || kv_heads > kMaxWalkHeads) {
       for (int g = kv_head0; g < kv_head0 + kv_heads; ++g) {
+        AttentionKeySlice head_slice{};
+        if (slice != nullptr) head_slice = KvHeadSlice(*slice, shape, g - kv_head0);
         Attend(shape, kv, policy, rope, layer, g, pos0, n, q, out, q_stride, out_stride, scratch,
-               sink_angles, nullptr);
+               sink_angles, slice != nullptr ? &head_slice : nullptr);
       }
       return;
     }
@@ -416,30 +420,36 @@ struct Blockwise {
     for (int i = 0; i < n; ++i) {
       const TokenPos p = pos0 + i;
       KeyRange ranges[2];
-      const int num_ranges = VisibleRanges(policy, p, ranges);
+      int num_ranges = VisibleRanges(policy, p, ranges);
+      if (slice != nullptr) {
+        num_ranges = ClipRanges(ranges, num_ranges, slice->key_begin, slice->key_end);
+      }
       const float* q_row = q + static_cast<std::size_t>(i) * q_stride + group_off;
-      float* out_row = out + static_cast<std::size_t>(i) * out_stride + group_off;
+      float* out_row = slice != nullptr
+                           ? slice->out
+                           : out + static_cast<std::size_t>(i) * out_stride + group_off;
+      float* stats = slice != nullptr ? slice->stats : nullptr;
       const bool rolling = MoveQueryToSinkPosition(rope, policy, p, sink_angles, i, q_row,
                                                    group * kv_heads, HD, sink_q);
       switch (group) {
         case 1:
           Walk<1>(kv, layer, kv_head0, kv_heads, ranges, num_ranges, rolling, q_row, sink_q, scale,
-                  out_row);
+                  out_row, stats);
           break;
         case 2:
           Walk<2>(kv, layer, kv_head0, kv_heads, ranges, num_ranges, rolling, q_row, sink_q, scale,
-                  out_row);
+                  out_row, stats);
           break;
         case 3:
           if constexpr (kMaxTile >= 3) {
             Walk<3>(kv, layer, kv_head0, kv_heads, ranges, num_ranges, rolling, q_row, sink_q,
-                    scale, out_row);
+                    scale, out_row, stats);
           }
           break;
         default:
           if constexpr (kMaxTile >= 4) {
             Walk<4>(kv, layer, kv_head0, kv_heads, ranges, num_ranges, rolling, q_row, sink_q,
-                    scale, out_row);
+                    scale, out_row, stats);
           }
           break;
       }
@@ -508,14 +518,9 @@ bool Run(const AttentionShape& shape, const kv::PagedKvView& kv, const kv::KvPol
          const float* q, float* out, std::size_t q_stride, std::size_t out_stride, float* scratch,
          const RopeAngleRows* sink_angles, const AttentionKeySlice* slice) noexcept {
   return WithSimdHeadDim(shape.head_dim, [&](auto hd) {
-    using Kernel = Blockwise<decltype(hd)::value, kSplitQ>;
-    if (slice != nullptr) {
-      Kernel::Attend(shape, kv, policy, rope, layer, kv_head, pos0, n, q, out, q_stride, out_stride,
-                     scratch, sink_angles, slice);
-    } else {
-      Kernel::AttendHeads(shape, kv, policy, rope, layer, kv_head, kv_heads, pos0, n, q, out,
-                          q_stride, out_stride, scratch, sink_angles);
-    }
+    Blockwise<decltype(hd)::value, kSplitQ>::AttendHeads(shape, kv, policy, rope, layer, kv_head,
+                                                         kv_heads, pos0, n, q, out, q_stride,
+                                                         out_stride, scratch, sink_angles, slice);
   });
 }
 #endif

@@ -194,6 +194,16 @@ inline bool MoveQueryToSinkPosition(const Rope& rope, const kv::KvPolicy& policy
   return true;
 }
 
+// The part of `slice` (over kv heads from some first one on) that belongs to the kv head `index`
+// places after the first: its group's outputs and statistics, for code run kv head by kv head.
+inline AttentionKeySlice KvHeadSlice(const AttentionKeySlice& slice, const AttentionShape& shape,
+                                     int index) {
+  const int group = shape.group();
+  return {slice.key_begin, slice.key_end,
+          slice.out + static_cast<std::ptrdiff_t>(index) * group * shape.head_dim,
+          slice.stats + static_cast<std::ptrdiff_t>(2 * index * group)};
+}
+
 template <typename Ops, typename E>
 void AttendQueries(const AttentionShape& shape, const kv::PagedKvView& kv,
                    const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
@@ -268,7 +278,7 @@ void AttendQueries(const AttentionShape& shape, const kv::PagedKvView& kv,
 namespace internal {
 // The AVX512_BF16 kernel for bf16 KV (paged_attention_bf16.cc). `split_q`: q enters vdpbf16ps as
 // two bf16 terms (hi + lo, ~16 mantissa bits) instead of one rounded bf16 (8 bits). kv heads
-// [kv_head, kv_head + kv_heads); a key slice (`slice` not null) has kv_heads == 1. Returns false,
+// [kv_head, kv_head + kv_heads), restricted to `slice` when not null (then n == 1). Returns false,
 // doing nothing, when this build has no such kernel or head_dim has no instantiation; callers
 // check CpuHasAvx512Bf16() first.
 bool PagedAttentionBf16Dot(bool split_q, const AttentionShape& shape, const kv::PagedKvView& kv,
