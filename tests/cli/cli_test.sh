@@ -113,6 +113,11 @@ out="$("$bin" bench-decode --model synthetic:tiny --sessions 4 --context 32 --st
 check "bench-decode reports a peak fraction" grep -Eq "^peak fraction [0-9.]+$" <<<"$out"
 check "bench-decode reports tokens/s" grep -q "decode tokens/s" <<<"$out"
 check "bench-decode reports the read bandwidth" grep -Eq "^read bandwidth GB/s [0-9.]+ " <<<"$out"
+# 3 steps: 3 stretches, probed before each and after the last.
+check "bench-decode probes the bandwidth around every stretch of steps" \
+  grep -Eq "^read bandwidth GB/s [0-9.]+ \(median of 4 in-run" <<<"$out"
+check "bench-decode reports the roofline fraction per stretch" \
+  grep -Eq "roofline fraction [0-9.]+ \(median of 3 stretches, [0-9.]+-[0-9.]+\)$" <<<"$out"
 check "bench-decode splits the gemm time over the five products" grep -Eq \
   "^gemm by product, us per step \(weight GB/s\): qkv [0-9.]+ \([0-9.]+\), attn_out [0-9.]+ \([0-9.]+\), gate_up [0-9.]+ \([0-9.]+\), down [0-9.]+ \([0-9.]+\), logits [0-9.]+ \([0-9.]+\)$" \
   <<<"$out"

@@ -1,5 +1,6 @@
-// The read-bandwidth probe returns a usable figure (positive, finite) on the engine's pool, and 0
-// for a buffer too small to give every pool thread's slices one line per stream. Its value is a
+// The read-bandwidth probe returns a usable figure (positive, finite) on the engine's pool, as often
+// as it is asked from one buffer, and 0 for a buffer too small to give every pool thread's slices
+// one line per stream. Its value is a
 // measurement of the machine: docs/performance.md compares it with oneDNN's GEMV in the same run;
 // no timing is asserted here.
 #include "metronome/kernels/memory_bandwidth.h"
@@ -20,6 +21,18 @@ TEST(MeasureReadBandwidth, IsPositiveAndFinite) {
 
 TEST(MeasureReadBandwidth, TooSmallABufferReportsZero) {
   EXPECT_EQ(MeasureReadBandwidthGBps(64, 1), 0.0);
+  const ReadBandwidthProbe probe(64);
+  EXPECT_EQ(probe.MeasureGBps(1), 0.0);
+  EXPECT_EQ(probe.MeasureGBps(2), 0.0);
+}
+
+TEST(MeasureReadBandwidth, OneProbeMeasuresAgainAndAgain) {
+  const ReadBandwidthProbe probe(std::size_t{32} << 20);
+  for (int i = 0; i < 3; ++i) {
+    const double gbps = probe.MeasureGBps(1);
+    EXPECT_GT(gbps, 0.0) << "measurement " << i;
+    EXPECT_TRUE(std::isfinite(gbps)) << "measurement " << i;
+  }
 }
 
 }  // namespace

@@ -1,17 +1,22 @@
 // metronome bench-decode: N sessions prefilled to C tokens, then K batched decode steps; reports
 // throughput, the fraction of this machine's fp32 GEMM peak and its read bandwidth, both measured
-// in the same run. With --cotenant N the same decode measurement runs again with N busy processes
-// on the machine, and the ratio to the quiet figure is printed (how the engine holds up when it
-// does not own the cores).
+// in the same run (the bandwidth right before and after each stretch of the steps, see
+// kRooflineStretches). With --cotenant N the same decode measurement runs again with N busy
+// processes on the machine, and the ratio to the quiet figure is printed (how the engine holds up
+// when it does not own the cores).
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <random>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "metronome/base/busy_processes.h"
 #include "metronome/base/errors.h"
@@ -62,6 +67,15 @@ void BenchFlags::Register(CLI::App* sub) {
       ->check(CLI::Range(0, 64));
 }
 
+// The measured steps are cut into this many stretches (at most one a step), with the read
+// bandwidth probed before the first and after each: on a machine whose speed comes in phases (a
+// shared or virtual one: this project's 2-vCPU VM read 26-56 GB/s from one probe to the next) a
+// probe seconds away from the steps, in another phase, moved the roofline fraction of the same
+// kernels from 0.52 to 1.41. A stretch's fraction is its gemm rate over the mean of the probes on
+// either side; the run reports the median stretch.
+constexpr int kRooflineStretches = 4;
+constexpr int kProbeRepeats = 3;  // passes per probe (best of): ~0.1 s at 1 GiB and ~30 GB/s
+
 // Per-step figures of one decode measurement.
 struct DecodeRun {
   std::vector<double> step_ms, step_gflops, gemm_ms, attn_ms, attn_kv_bytes;
@@ -70,6 +84,10 @@ struct DecodeRun {
   // (one chunk, or nested). Times BM_PoolJobHot (bench/thread_pool_benchmark) = its overhead.
   std::int64_t pool_jobs_parallel = 0;
   std::int64_t pool_jobs_inline = 0;
+  // With a probe: the read bandwidth before stretch i at [i] and after the last at the end
+  // (stretches + 1 figures, GB/s), and each stretch's measured steps [first, end) in step_ms.
+  std::vector<double> probe_gbps;
+  std::vector<std::size_t> stretch_begin;
 };
 
 double Median(std::vector<double> v) {
@@ -140,15 +158,30 @@ int RunBench(const BenchFlags& f) {
   // Decode: all sessions together, greedy.
   std::vector<TokenId> next(static_cast<std::size_t>(f.sessions));
   for (auto& t : next) t = tok(rng);
-  // Returns 0 and fills *run, or the exit status of a failed step.
-  const auto decode = [&](DecodeRun* run) -> int {
+  // Returns 0 and fills *run, or the exit status of a failed step. With a probe, the measured steps
+  // run in stretches with the bandwidth probed around each (kRooflineStretches).
+  const auto decode = [&](DecodeRun* run, const kernels::ReadBandwidthProbe* probe) -> int {
     const base::ThreadPool& pool = base::DefaultThreadPool();
     std::int64_t parallel_before = 0;
     std::int64_t inline_before = 0;
+    const int stretches = probe != nullptr ? std::min(kRooflineStretches, f.steps) : 0;
     for (int k = 0; k < f.warmup + f.steps; ++k) {
       if (k == f.warmup) {
         parallel_before = pool.jobs_run_parallel();
         inline_before = pool.jobs_run_inline();
+      }
+      // Stretch i starts at measured step i * steps / stretches (the probe's own pool jobs are not
+      // the step's: counted apart).
+      if (stretches > 0 && k >= f.warmup &&
+          static_cast<std::int64_t>(run->stretch_begin.size()) < stretches &&
+          static_cast<std::int64_t>(k - f.warmup) * stretches >=
+              static_cast<std::int64_t>(run->stretch_begin.size()) * f.steps) {
+        const std::int64_t parallel_probe = pool.jobs_run_parallel();
+        const std::int64_t inline_probe = pool.jobs_run_inline();
+        run->probe_gbps.push_back(probe->MeasureGBps(kProbeRepeats));
+        parallel_before += pool.jobs_run_parallel() - parallel_probe;
+        inline_before += pool.jobs_run_inline() - inline_probe;
+        run->stretch_begin.push_back(run->step_ms.size());
       }
       std::vector<engine::StepItem> items;
       items.reserve(static_cast<std::size_t>(f.sessions));
@@ -186,14 +219,31 @@ int RunBench(const BenchFlags& f) {
     }
     run->pool_jobs_parallel = pool.jobs_run_parallel() - parallel_before;
     run->pool_jobs_inline = pool.jobs_run_inline() - inline_before;
+    if (stretches > 0) run->probe_gbps.push_back(probe->MeasureGBps(kProbeRepeats));
     return 0;
   };
   DecodeRun quiet;
-  if (const int rc = decode(&quiet); rc != 0) return rc;
-  const std::optional<base::ProcessMemory> mem_decoded = base::ReadProcessMemory();
+  std::optional<base::ProcessMemory> mem_decoded;
+  {
+    // The probe's buffer (1 GiB, touched) is resident while the steps run; the memory report is
+    // of the engine, so its pages are taken out: VmRSS is read after the buffer is freed, and the
+    // peak is the larger of the peak before it existed and the final peak less its resident bytes
+    // (exact: the buffer stays whole and resident from its first touch to its release).
+    const std::optional<base::ProcessMemory> before_probe = base::ReadProcessMemory();
+    std::optional<kernels::ReadBandwidthProbe> probe(std::in_place);
+    const std::optional<base::ProcessMemory> with_probe = base::ReadProcessMemory();
+    if (const int rc = decode(&quiet, &*probe); rc != 0) return rc;
+    const std::optional<base::ProcessMemory> end_with_probe = base::ReadProcessMemory();
+    probe.reset();
+    mem_decoded = base::ReadProcessMemory();
+    if (before_probe && with_probe && end_with_probe && mem_decoded) {
+      const std::int64_t probe_bytes = with_probe->rss_bytes - before_probe->rss_bytes;
+      mem_decoded->hwm_bytes =
+          std::max(before_probe->hwm_bytes, end_with_probe->hwm_bytes - probe_bytes);
+    }
+  }
   const std::vector<double>& step_ms = quiet.step_ms;
   const double peak = kernels::MeasureGemmPeakGflops(f.peak_n, 5);
-  const double bandwidth = kernels::MeasureReadBandwidthGBps();
   const double med_ms = Median(step_ms);
   const double med_gflops = Median(quiet.step_gflops);
   const auto* kv0 = eng.session_kv(ids[0]);
@@ -244,18 +294,37 @@ int RunBench(const BenchFlags& f) {
               f.peak_n);
   std::printf("peak fraction %.2f\n", med_gflops / peak);
   // The roofline denominator: a decode step reads every weight matrix once, so tok/s is at most
-  // sessions * bandwidth / weight bytes per step.
-  std::printf("read bandwidth GB/s %.1f (in-run 1 GiB streaming read)\n", bandwidth);
+  // sessions * bandwidth / weight bytes per step. Probed around the steps (kRooflineStretches).
+  const std::vector<double>& probes = quiet.probe_gbps;
+  std::printf(
+      "read bandwidth GB/s %.1f (median of %zu in-run 1 GiB streaming reads around the "
+      "steps, %.1f-%.1f)\n",
+      Median(probes), probes.size(), *std::min_element(probes.begin(), probes.end()),
+      *std::max_element(probes.begin(), probes.end()));
   // The matrices' bytes a step streams (every product's; not an untied embedding table, of which a
   // step looks up rows) over the step's gemm time: the rate the weight kernels stream W at, and
-  // its fraction of the read bandwidth (1.0 = at the roofline).
+  // its fraction of the read bandwidth (1.0 = at the roofline), stretch by stretch.
   double weight_bytes = 0.0;
   for (int p = 0; p < engine::kNumProducts; ++p) {
     weight_bytes += engine::ProductWeightBytes(*m.weights, static_cast<engine::Product>(p));
   }
   const double gemm_gbps = weight_bytes / (Median(quiet.gemm_ms) * 1e-3) / 1e9;
-  std::printf("weights MB per step %.1f, gemm reads GB/s %.1f, roofline fraction %.2f\n",
-              weight_bytes / 1e6, gemm_gbps, gemm_gbps / bandwidth);
+  std::vector<double> fractions;
+  for (std::size_t i = 0; i < quiet.stretch_begin.size(); ++i) {
+    const std::size_t end =
+        i + 1 < quiet.stretch_begin.size() ? quiet.stretch_begin[i + 1] : quiet.gemm_ms.size();
+    const std::vector<double> stretch(
+        quiet.gemm_ms.begin() + static_cast<std::ptrdiff_t>(quiet.stretch_begin[i]),
+        quiet.gemm_ms.begin() + static_cast<std::ptrdiff_t>(end));
+    const double around = 0.5 * (probes[i] + probes[i + 1]);
+    if (around > 0.0) fractions.push_back(weight_bytes / (Median(stretch) * 1e6) / around);
+  }
+  std::printf(
+      "weights MB per step %.1f, gemm reads GB/s %.1f, roofline fraction %.2f (median of "
+      "%zu stretches, %.2f-%.2f)\n",
+      weight_bytes / 1e6, gemm_gbps, Median(fractions), fractions.size(),
+      fractions.empty() ? 0.0 : *std::min_element(fractions.begin(), fractions.end()),
+      fractions.empty() ? 0.0 : *std::max_element(fractions.begin(), fractions.end()));
   std::printf(
       "kv resident per session %lld blocks = %s (bound %s), pool used %lld / %lld blocks "
       "(%s / %s), freed by window %lld\n",
@@ -292,7 +361,7 @@ int RunBench(const BenchFlags& f) {
       // Bounded: the children end themselves after 10 minutes even if this process dies.
       const base::BusyProcesses busy(f.cotenants, 600);
       std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let them reach their loops
-      if (const int rc = decode(&shared); rc != 0) return rc;
+      if (const int rc = decode(&shared, nullptr); rc != 0) return rc;
     }
     const double shared_med_ms = Median(shared.step_ms);
     const double shared_mean_ms = Mean(shared.step_ms);

@@ -50,36 +50,43 @@ std::uint64_t SumStreams(const std::uint64_t* p, std::size_t stride, std::size_t
 
 }  // namespace
 
-double MeasureReadBandwidthGBps(std::size_t buffer_bytes, int repeats) {
+ReadBandwidthProbe::ReadBandwidthProbe(std::size_t buffer_bytes) {
   base::ThreadPool& pool = base::DefaultThreadPool();
-  const auto slices = static_cast<std::size_t>(pool.num_threads()) * kSlicesPerThread;
+  slices_ = static_cast<std::size_t>(pool.num_threads()) * kSlicesPerThread;
   // Every slice holds kStreams whole streams of whole lines.
-  const std::size_t lines_per_stream = buffer_bytes / 64 / (slices * kStreams);
-  if (lines_per_stream == 0) return 0.0;
-  const std::size_t stream_words = lines_per_stream * kLineWords;
-  const std::size_t slice_words = stream_words * kStreams;
-  const std::size_t words = slice_words * slices;
+  const std::size_t lines_per_stream = buffer_bytes / 64 / (slices_ * kStreams);
+  if (lines_per_stream == 0) return;
+  const std::size_t slice_words = lines_per_stream * kLineWords * kStreams;
   // The same memory the weights and the KV pool live in (huge pages where available): the probe
   // measures what the machine streams from it, not the cost of 4 KiB pages.
-  const base::StreamedBuffer memory = base::AllocateStreamed(words * sizeof(std::uint64_t));
-  if (memory == nullptr) return 0.0;
-  auto* const words_at = reinterpret_cast<std::uint64_t*>(memory.get());
-  const auto n = static_cast<std::int64_t>(slices);
+  memory_ = base::AllocateStreamed(slice_words * slices_ * sizeof(std::uint64_t));
+  if (memory_ == nullptr) return;
+  lines_per_stream_ = lines_per_stream;
+  auto* const words_at = reinterpret_cast<std::uint64_t*>(memory_.get());
   // First touch by the pool threads, so pages land on the NUMA nodes of the threads that read them.
-  pool.ParallelFor(n, 1, [&](std::int64_t b, std::int64_t e) {
+  pool.ParallelFor(static_cast<std::int64_t>(slices_), 1, [&](std::int64_t b, std::int64_t e) {
     for (auto s = static_cast<std::size_t>(b); s < static_cast<std::size_t>(e); ++s) {
       std::uint64_t* slice = words_at + s * slice_words;
       for (std::size_t i = 0; i < slice_words; ++i) slice[i] = i;
     }
   });
-  std::vector<std::uint64_t> totals(slices);
+}
+
+double ReadBandwidthProbe::MeasureGBps(int repeats) const {
+  if (lines_per_stream_ == 0) return 0.0;
+  base::ThreadPool& pool = base::DefaultThreadPool();
+  const std::size_t stream_words = lines_per_stream_ * kLineWords;
+  const std::size_t slice_words = stream_words * kStreams;
+  const std::size_t words = slice_words * slices_;
+  const auto* const words_at = reinterpret_cast<const std::uint64_t*>(memory_.get());
+  std::vector<std::uint64_t> totals(slices_);
   volatile std::uint64_t sink = 0;
   double best = 0.0;
   for (int r = 0; r < std::max(1, repeats); ++r) {
     const auto t0 = std::chrono::steady_clock::now();
-    pool.ParallelFor(n, 1, [&](std::int64_t b, std::int64_t e) {
+    pool.ParallelFor(static_cast<std::int64_t>(slices_), 1, [&](std::int64_t b, std::int64_t e) {
       for (auto s = static_cast<std::size_t>(b); s < static_cast<std::size_t>(e); ++s) {
-        totals[s] = SumStreams(words_at + s * slice_words, stream_words, lines_per_stream);
+        totals[s] = SumStreams(words_at + s * slice_words, stream_words, lines_per_stream_);
       }
     });
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -87,6 +94,10 @@ double MeasureReadBandwidthGBps(std::size_t buffer_bytes, int repeats) {
     best = std::max(best, static_cast<double>(words * sizeof(std::uint64_t)) / sec / 1e9);
   }
   return best;
+}
+
+double MeasureReadBandwidthGBps(std::size_t buffer_bytes, int repeats) {
+  return ReadBandwidthProbe(buffer_bytes).MeasureGBps(repeats);
 }
 
 }  // namespace metronome::kernels

@@ -5,17 +5,36 @@
 
 #include <cstddef>
 
+#include "metronome/base/streamed_memory.h"
+
 namespace metronome::kernels {
 
-// Best of `repeats` timed passes of a read of `buffer_bytes` (rounded down to whole slices of
-// lines), in GB/s (1e9 bytes/s). The read runs on every thread of base::DefaultThreadPool() (the
-// threads the kernels run on), a few slices per thread, each slice as several independent streams
-// with software prefetch into every cache level (prefetcht0: a non-temporal hint halves the
-// figure, see the .cc): what a kernel with several rows in flight per thread can stream, not
-// what one sequential reader gets. 0 when `buffer_bytes` cannot give every slice one line per
-// stream.
+// The probe's buffer, allocated and touched once, measured as often as wanted: a benchmark on a
+// machine whose speed comes in phases (a shared or virtual one) measures right before and after
+// each stretch of the work it compares with, not once at some other moment.
+// A pass reads the buffer on every thread of base::DefaultThreadPool() (the threads the kernels
+// run on), a few slices per thread, each slice as several independent streams with software
+// prefetch into every cache level (prefetcht0: a non-temporal hint halves the figure, see the
+// .cc): what a kernel with several rows in flight per thread can stream, not what one sequential
+// reader gets.
 // Choose `buffer_bytes` well above the last-level cache (the default, 1 GiB, is) or the figure is
-// the cache's, not DRAM's. Allocates and touches the buffer once.
+// the cache's, not DRAM's.
+class ReadBandwidthProbe {
+ public:
+  // Allocates `buffer_bytes` (rounded down to whole slices of lines) and touches it. The probe is
+  // unusable (MeasureGBps returns 0) when the buffer cannot give every slice one line per stream.
+  explicit ReadBandwidthProbe(std::size_t buffer_bytes = std::size_t{1} << 30);
+
+  // Best of `repeats` timed passes, in GB/s (1e9 bytes/s); 0 when unusable.
+  [[nodiscard]] double MeasureGBps(int repeats = 5) const;
+
+ private:
+  std::size_t slices_ = 0;
+  std::size_t lines_per_stream_ = 0;  // 0: unusable
+  base::StreamedBuffer memory_;
+};
+
+// ReadBandwidthProbe(buffer_bytes).MeasureGBps(repeats): one measurement, allocation included.
 [[nodiscard]] double MeasureReadBandwidthGBps(std::size_t buffer_bytes = std::size_t{1} << 30,
                                               int repeats = 5);
 
