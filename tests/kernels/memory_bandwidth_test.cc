@@ -1,8 +1,7 @@
-// The read-bandwidth probe returns a usable figure (positive, finite) on the engine's pool, as often
-// as it is asked from one buffer, and 0 for a buffer too small to give every pool thread's slices
-// one line per stream. Its value is a
-// measurement of the machine: docs/performance.md compares it with oneDNN's GEMV in the same run;
-// no timing is asserted here.
+// The read-bandwidth probe returns a usable figure (positive, finite) on the engine's pool, as
+// often as it is asked from one buffer, and 0 for a buffer too small to give every pool thread's
+// slices one line per stream. Its value is a measurement of the machine: docs/performance.md
+// compares it with oneDNN's GEMV in the same run; no timing is asserted here.
 #include "metronome/kernels/memory_bandwidth.h"
 
 #include <gtest/gtest.h>
