@@ -414,7 +414,10 @@ void Engine::Forward(Batch& b) {
   work.clear();
   std::int64_t max_visible = 1;
   double attn_flops_per_layer = 0.0;
-  std::int64_t units_with_whole_decodes = 0;
+  // Units of the step's prefill chunks (one per kv head and kQueriesPerWork queries) and its
+  // decode items (one query each).
+  std::int64_t chunk_units = 0;
+  std::int64_t decode_items = 0;
   const kernels::AttentionShape shape{c.num_heads, num_kv, c.head_dim};
   // Slices a single query over `visible` keys is cut into when `base_units` units are too few:
   // enough for the step's target, each at least kMinKeysPerSlice keys (1: not cut).
@@ -429,16 +432,20 @@ void Engine::Forward(Batch& b) {
       max_visible = std::max(max_visible, v);
       attn_flops_per_layer += 4.0 * static_cast<double>(v) * qd;
     }
-    units_with_whole_decodes +=
-        bi.n == 1 ? 1 : std::int64_t{num_kv} * ((bi.n + kQueriesPerWork - 1) / kQueriesPerWork);
+    if (bi.n == 1) {
+      ++decode_items;
+    } else {
+      chunk_units += std::int64_t{num_kv} * ((bi.n + kQueriesPerWork - 1) / kQueriesPerWork);
+    }
   }
+  const std::int64_t units_with_whole_decodes = decode_items + chunk_units;
   bool whole_decodes = num_kv > 1 && units_with_whole_decodes >= target_units;
   if (num_kv > 1 && !whole_decodes) {
-    std::int64_t with_slices = 0;
+    std::int64_t with_slices = chunk_units;
     for (const Batch::Item& bi : b.items) {
-      with_slices +=
-          bi.n == 1 ? slices_for(bi.kv->policy().VisibleKeys(bi.pos0), units_with_whole_decodes)
-                    : std::int64_t{num_kv} * ((bi.n + kQueriesPerWork - 1) / kQueriesPerWork);
+      if (bi.n == 1) {
+        with_slices += slices_for(bi.kv->policy().VisibleKeys(bi.pos0), units_with_whole_decodes);
+      }
     }
     whole_decodes = with_slices >= target_units;
   }

@@ -420,10 +420,7 @@ struct Blockwise {
     for (int i = 0; i < n; ++i) {
       const TokenPos p = pos0 + i;
       KeyRange ranges[2];
-      int num_ranges = VisibleRanges(policy, p, ranges);
-      if (slice != nullptr) {
-        num_ranges = ClipRanges(ranges, num_ranges, slice->key_begin, slice->key_end);
-      }
+      const int num_ranges = SliceRanges(policy, p, slice, ranges);
       const float* q_row = q + static_cast<std::size_t>(i) * q_stride + group_off;
       float* out_row = slice != nullptr
                            ? slice->out
@@ -469,10 +466,7 @@ struct Blockwise {
     for (int i = 0; i < n; ++i) {
       const TokenPos p = pos0 + i;
       KeyRange ranges[2];
-      int num_ranges = VisibleRanges(policy, p, ranges);
-      if (slice != nullptr) {
-        num_ranges = ClipRanges(ranges, num_ranges, slice->key_begin, slice->key_end);
-      }
+      const int num_ranges = SliceRanges(policy, p, slice, ranges);
       const float* q_row = q + static_cast<std::size_t>(i) * q_stride + group_off;
       float* out_row = slice != nullptr
                            ? slice->out

@@ -90,6 +90,13 @@ inline int ClipRanges(KeyRange ranges[2], int num_ranges, std::int64_t key_begin
   return kept;
 }
 
+// The visible ranges of query p (VisibleRanges), restricted to `slice`'s keys when not null.
+inline int SliceRanges(const kv::KvPolicy& policy, TokenPos p, const AttentionKeySlice* slice,
+                       KeyRange out[2]) {
+  const int n = VisibleRanges(policy, p, out);
+  return slice != nullptr ? ClipRanges(out, n, slice->key_begin, slice->key_end) : n;
+}
+
 #if defined(__AVX512F__)
 // Head dims that are multiples of 16 up to 256 run with the query (or the output accumulator) of
 // one head held in C = head_dim/16 registers. Heads are the outer loop: each walk over the visible
@@ -221,9 +228,7 @@ void AttendQueries(const AttentionShape& shape, const kv::PagedKvView& kv,
   for (int i = 0; i < n; ++i) {
     const TokenPos p = pos0 + i;
     KeyRange ranges[2];
-    int num_ranges = VisibleRanges(policy, p, ranges);
-    if (slice != nullptr)
-      num_ranges = ClipRanges(ranges, num_ranges, slice->key_begin, slice->key_end);
+    const int num_ranges = SliceRanges(policy, p, slice, ranges);
     std::int64_t visible = 0;
     for (int r = 0; r < num_ranges; ++r) visible += ranges[r].end - ranges[r].begin;
     MTR_DCHECK(visible >= 1, "a query always sees itself");
