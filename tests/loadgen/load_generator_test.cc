@@ -143,6 +143,7 @@ TEST(LoadGeneratorTest, ARejectedPopulationClientRetriesUntilASessionEnds) {
   // then the other gets its turn (and the first asks no more: its lifetime is over).
   EXPECT_GE(s.rejected, 1);
   EXPECT_GE(s.admitted, 2);
+  EXPECT_EQ(s.arrivals, 2);  // a refused client that asks again is the same arrival
   EXPECT_EQ(s.active_peak, 1);
   EXPECT_EQ(s.lost_frames, 0);
   EXPECT_EQ(server.backend.pool().used_blocks, 0);
@@ -158,6 +159,9 @@ TEST(LoadGeneratorTest, ArrivingClientsGiveUpAfterTheirPatience) {
   EXPECT_EQ(s.admitted, 1);  // sessions live until the run ends: the slot never frees
   EXPECT_GE(s.rejected, 5);
   EXPECT_EQ(s.abandoned, s.rejected);  // patience 0: one try each
+  // Every client that arrived was admitted or gave up, but for those still connecting at the end.
+  EXPECT_GE(s.arrivals, s.admitted + s.abandoned);
+  EXPECT_LE(s.arrivals, s.admitted + s.abandoned + 3);
 }
 
 TEST(LoadGeneratorTest, AFullKvPoolShowsAsStarvedFramesAndMuteAlarmsOnTheClient) {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace metronome::realtime {
 namespace {
 
@@ -58,6 +60,7 @@ TEST(FrameSummaryTest, TheJsonIsTheTextScriptsRead) {
   s.mute_alarms = 5;
   s.first_starved_at_s = 1.5;
   s.admitted = 6;
+  s.arrivals = 14;
   s.rejected = 7;
   s.abandoned = 8;
   s.ended_by_error = 9;
@@ -67,13 +70,21 @@ TEST(FrameSummaryTest, TheJsonIsTheTextScriptsRead) {
   s.duration_s = 3.25;
   s.kv_policy = "window";
   // Every key and value, as the summary wrote them before FrameSummary held a FrameCounts.
-  EXPECT_EQ(
-      s.ToJson().dump(),
-      R"({"abandoned":8,"active_peak":11,"admitted":6,"deadline_misses":2,"deadline_ms":40.0,)"
-      R"("duration_s":3.25,"ended_by_error":9,"first_starved_at_s":1.5,"frames":10,)"
-      R"("kv_policy":"window","late_frames":2,"mute_alarms":5,"ok_frames":1,)"
-      R"("p50_frame_latency_ms":12.5,"p99_frame_latency_ms":null,"rejected":7,)"
-      R"("short_frames":4,"starved_frames":3})");
+  EXPECT_EQ(s.ToJson().dump(),
+            R"({"abandoned":8,"active_peak":11,"admitted":6,"arrivals":14,"deadline_misses":2,)"
+            R"("deadline_ms":40.0,"duration_s":3.25,"ended_by_error":9,"first_starved_at_s":1.5,)"
+            R"("frames":10,"kv_policy":"window","late_frames":2,"mute_alarms":5,"ok_frames":1,)"
+            R"("p50_frame_latency_ms":12.5,"p99_frame_latency_ms":null,"rejected":7,)"
+            R"("rejections_per_arrival":0.5,"short_frames":4,"starved_frames":3})");
+}
+
+TEST(FrameSummaryTest, RejectionsPerArrivalAreUnknownBeforeAnyArrival) {
+  FrameSummary s;
+  s.rejected = 3;
+  EXPECT_TRUE(std::isnan(s.rejections_per_arrival()));
+  EXPECT_TRUE(s.ToJson()["rejections_per_arrival"].is_null());
+  s.arrivals = 4;
+  EXPECT_DOUBLE_EQ(s.rejections_per_arrival(), 0.75);
 }
 
 TEST(FrameCountsTest, AddOutcomesToWritesTheFramesOfEachOutcomeAndNothingElse) {

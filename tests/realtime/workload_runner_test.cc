@@ -102,6 +102,9 @@ TEST(WorkloadRunnerTest, RejectedPopulationClientsRetryUntilAdmitted) {
   EXPECT_EQ(s.admitted, 8);
   EXPECT_EQ(s.abandoned, 0);
   EXPECT_EQ(s.limit_final, 5);
+  // Each of the 8 clients is one arrival, however often it was refused.
+  EXPECT_EQ(s.arrivals, 8);
+  EXPECT_DOUBLE_EQ(s.rejections_per_arrival(), static_cast<double>(s.rejected) / 8.0);
   for (const SessionRecord& r : runner.sessions()) {
     // Sessions end at their duration (at the first loop turn after it: within one 2 ms step).
     EXPECT_GE(r.ended_s, r.scheduled_end_s - 1e-9);
@@ -129,6 +132,12 @@ TEST(WorkloadRunnerTest, ArrivingClientsGiveUpAfterTheirPatience) {
   EXPECT_LT(s.abandoned, 160);
   EXPECT_GE(s.rejected, 3 * s.abandoned);
   EXPECT_LE(s.rejected, 5 * (s.abandoned + 3));
+  // Every client that asked is one arrival: admitted, gone, or still retrying when the run ended
+  // (those of its last second).
+  EXPECT_GE(s.arrivals, s.admitted + s.abandoned);
+  EXPECT_LE(s.arrivals, s.admitted + s.abandoned + 10);
+  EXPECT_GT(s.rejections_per_arrival(), 2.5);
+  EXPECT_LT(s.rejections_per_arrival(), 5.0);
 }
 
 TEST(WorkloadRunnerTest, MemoryAdmissionHoldsWindowSessionsToWhatThePoolFits) {

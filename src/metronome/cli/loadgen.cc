@@ -102,12 +102,12 @@ void PrintSummary(const loadgen::LoadGenSummary& s) {
       std::isfinite(s.first_starved_at_s) ? (FormatValue(s.first_starved_at_s) + " s").c_str()
                                           : "none");
   std::printf(
-      "sessions: %lld admitted, %lld rejections, %lld gave up, %lld ended by the server; "
+      "sessions: %lld admitted, %lld rejections, %lld gave up (%s), %lld ended by the server; "
       "peak active %lld; errors %lld, failed connections %lld\n",
       static_cast<long long>(s.admitted), static_cast<long long>(s.rejected),
-      static_cast<long long>(s.abandoned), static_cast<long long>(s.ended_by_error),
-      static_cast<long long>(s.active_peak), static_cast<long long>(s.errors),
-      static_cast<long long>(s.connect_failures));
+      static_cast<long long>(s.abandoned), ArrivalsLine(s).c_str(),
+      static_cast<long long>(s.ended_by_error), static_cast<long long>(s.active_peak),
+      static_cast<long long>(s.errors), static_cast<long long>(s.connect_failures));
   std::string refused;
   for (const auto& [status, n] : s.upgrade_refusals) {
     refused +=

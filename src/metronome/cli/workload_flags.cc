@@ -74,10 +74,10 @@ void PrintSummary(const realtime::RunSummary& s) {
   const std::string limit_final =
       s.limit_final == admission::kNoLimit ? std::string("none") : std::to_string(s.limit_final);
   std::printf(
-      "admission %s: %lld admitted, %lld rejected, %lld gave up; limit final %s, mean over the "
-      "second half %s; active mean over the second half %.1f (peak %lld)\n",
+      "admission %s: %lld admitted, %lld rejected, %lld gave up (%s); limit final %s, mean over "
+      "the second half %s; active mean over the second half %.1f (peak %lld)\n",
       s.admission.c_str(), static_cast<long long>(s.admitted), static_cast<long long>(s.rejected),
-      static_cast<long long>(s.abandoned), limit_final.c_str(),
+      static_cast<long long>(s.abandoned), ArrivalsLine(s).c_str(), limit_final.c_str(),
       std::isfinite(s.limit_mean_second_half) ? FormatValue(s.limit_mean_second_half).c_str() : "-",
       s.active_mean_second_half, static_cast<long long>(s.active_peak));
   if (s.frames > 0) {
@@ -105,6 +105,14 @@ std::string FrameBreakdown(const realtime::FrameCounts& c) {
                 static_cast<long long>(c.late), static_cast<long long>(c.starved),
                 static_cast<long long>(c.short_frames),
                 PercentOfFrames(c, c.starved + c.short_frames));
+  return buf;
+}
+
+std::string ArrivalsLine(const realtime::FrameSummary& s) {
+  if (s.arrivals <= 0) return "no arrivals";
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%lld arrivals, %.2f rejections per arrival",
+                static_cast<long long>(s.arrivals), s.rejections_per_arrival());
   return buf;
 }
 

@@ -139,6 +139,9 @@ struct WorkloadFlags {
 // The frames of a summary by outcome, as the human summaries (sim, drive, loadgen) print them:
 // "F = O ok + L late + S starved + H short (P% starved or short)".
 [[nodiscard]] std::string FrameBreakdown(const realtime::FrameCounts& c);
+// "N arrivals, R rejections per arrival" (or "no arrivals"): the retry load a run's admission put
+// on its clients, for the summaries of sim, drive and loadgen.
+[[nodiscard]] std::string ArrivalsLine(const realtime::FrameSummary& s);
 // `n` as a percentage of c.frames (0 when there are none).
 [[nodiscard]] double PercentOfFrames(const realtime::FrameCounts& c, std::int64_t n);
 

@@ -267,6 +267,12 @@ struct LoadGenerator::State {
   // A new client (a new connection) in `tries`' backoff, after RetryBackoffMs: reconnects.
   void Respawn(bool population, std::int64_t tries);
   std::shared_ptr<Client> SpawnClient(bool population);
+  // A client that asks for the first time (an arrival, or one of the fixed population): counted
+  // in the summary's arrivals, then spawned. Reconnects (Respawn) are the same client.
+  void Arrive(bool population) {
+    ++summary.arrivals;
+    SpawnClient(population);
+  }
   void ScheduleArrival(double after_s);
   void ScheduleSample();
   void Finish();
@@ -821,7 +827,7 @@ void LoadGenerator::State::ScheduleArrival(double after_s) {
   arrival_timer.expires_at(start + FromMs(next_s * 1000.0));
   arrival_timer.async_wait([this, next_s](beast::error_code ec) {
     if (ec || finishing) return;
-    SpawnClient(false);
+    Arrive(false);
     ScheduleArrival(next_s);
   });
 }
@@ -891,7 +897,7 @@ LoadGenSummary LoadGenerator::Run() {
 
   st.start = std::chrono::steady_clock::now();
   if (st.options.population.sessions > 0) {
-    for (std::int64_t i = 0; i < st.options.population.sessions; ++i) st.SpawnClient(true);
+    for (std::int64_t i = 0; i < st.options.population.sessions; ++i) st.Arrive(true);
   } else {
     st.ScheduleArrival(0.0);
   }

@@ -17,7 +17,9 @@ nlohmann::json FrameSummary::ToJson() const {
   j["mute_alarms"] = mute_alarms;
   j["first_starved_at_s"] = NullIfNan(first_starved_at_s);
   j["admitted"] = admitted;
+  j["arrivals"] = arrivals;
   j["rejected"] = rejected;
+  j["rejections_per_arrival"] = NullIfNan(rejections_per_arrival());
   j["abandoned"] = abandoned;
   j["ended_by_error"] = ended_by_error;
   j["active_peak"] = active_peak;

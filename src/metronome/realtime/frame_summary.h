@@ -64,6 +64,9 @@ struct FrameCounts {
 struct FrameSummary : FrameCounts {
   double first_starved_at_s = std::numeric_limits<double>::quiet_NaN();
   std::int64_t admitted = 0;
+  // Clients that asked for a session: each arriving client once, and each client of a fixed
+  // population once, however often it retried (a reconnect after a refusal is the same client).
+  std::int64_t arrivals = 0;
   std::int64_t rejected = 0;   // rejection decisions (a retrying client counts once per try)
   std::int64_t abandoned = 0;  // arriving clients that gave up after patience_s
   std::int64_t ended_by_error = 0;
@@ -78,6 +81,13 @@ struct FrameSummary : FrameCounts {
   // back on time, which is exactly why a deadline metric alone looks healthy while sessions are
   // mute; they are counted separately.
   [[nodiscard]] std::int64_t deadline_misses() const { return late; }
+  // Refusals a client met on average before it was admitted or gave up (rejected / arrivals): the
+  // retry storm's measure (a client that polls every period while the server is full makes tens).
+  // NaN before any arrival.
+  [[nodiscard]] double rejections_per_arrival() const {
+    return arrivals > 0 ? static_cast<double>(rejected) / static_cast<double>(arrivals)
+                        : std::numeric_limits<double>::quiet_NaN();
+  }
   [[nodiscard]] nlohmann::json ToJson() const;
 };
 

@@ -146,6 +146,7 @@ void WorkloadRunner::State::HandleRequests(double now) {
   while (!requests.empty() && requests.top().t_s <= now + kDueSlackSeconds) {
     Request req = requests.top();
     requests.pop();
+    if (req.refusals == 0) ++summary.arrivals;  // its first ask
     SessionSpec spec = options.session;
     if (req.population && !options.population.aligned_phases) {
       spec.phase_ms = std::uniform_real_distribution<double>(0.0, spec.period_ms)(rng);
