@@ -69,7 +69,8 @@ TEST(FrameSummaryTest, TheJsonIsTheTextScriptsRead) {
   s.deadline_ms = 40.0;
   s.duration_s = 3.25;
   s.kv_policy = "window";
-  // Every key and value, as the summary wrote them before FrameSummary held a FrameCounts.
+  // Every key and value: those the summary wrote before FrameSummary held a FrameCounts, and the
+  // arrivals with the rejections per arrival.
   EXPECT_EQ(s.ToJson().dump(),
             R"({"abandoned":8,"active_peak":11,"admitted":6,"arrivals":14,"deadline_misses":2,)"
             R"("deadline_ms":40.0,"duration_s":3.25,"ended_by_error":9,"first_starved_at_s":1.5,)"
