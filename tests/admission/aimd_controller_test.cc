@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -89,7 +92,7 @@ TEST(AimdControllerTest, LimitRejectionMakesTheWindowBinding) {
       c.Decide({.period_ms = 80.0, .deadline_ms = 100.0, .projected_blocks = 1}, Active(10), 0.5);
   EXPECT_FALSE(d.admit);
   EXPECT_EQ(d.reason, "limit");
-  EXPECT_EQ(d.detail, "active 10 >= limit 10");
+  EXPECT_EQ(d.detail, "work 10.00 + 1.00 > budget 10 (10 sessions active)");
   // Not growing and no session ended yet: one period, jittered.
   EXPECT_GE(d.retry_after_ms, 80.0);
   EXPECT_LT(d.retry_after_ms, 80.0 * (1.0 + RetryHint::kJitterFraction));
@@ -417,13 +420,99 @@ TEST(AimdControllerTest, DescribeReportsEveryParameter) {
             "aimd(window_s=2, percentile=99, low_target=0.65D, high_target=0.85D, "
             "miss_ratio_threshold=0.001, increase_step=1, slow_start_factor=1, "
             "slow_start_exit=0.8, headroom_gain=0, growth_horizon_s=10, max_utilization=0.9, "
-            "beta=0.9, cooldown=drain, window_frames=0, "
+            "self_late_work_fraction=0.05, beta=0.9, cooldown=drain, window_frames=0, "
             "min_window_s=0.5, initial_limit=7, predicted_limit=0, min_limit=1, max_limit=1024, "
             "min_samples=20, max_samples=4096, kv_guard=on, full_mode_session_s=120, "
             "headroom_fraction=0.05)");
   o.cooldown_mode = CooldownMode::kFixed;
   o.window.kv_guard = false;
   EXPECT_NE(AimdController(o, {}).Describe().find("cooldown=fixed 4s"), std::string::npos);
+}
+
+// --- Work units and sessions late by themselves -----------------------------------------------
+
+TEST(AimdControllerTest, TheLimitIsABudgetOfWork) {
+  AimdController c(Options(10), {});
+  SystemState s = Active(4);
+  s.active_work = 7.5;  // four sessions, some heavier than the reference
+  const SessionRequest light{.period_ms = 80.0, .deadline_ms = 100.0, .work = 2.5};
+  EXPECT_TRUE(c.Decide(light, s, 0.0).admit);  // 7.5 + 2.5 = 10: fits exactly
+  const SessionRequest heavy{.period_ms = 80.0, .deadline_ms = 100.0, .work = 2.6};
+  const Decision d = c.Decide(heavy, s, 0.1);
+  EXPECT_FALSE(d.admit);
+  EXPECT_EQ(d.reason, "limit");
+  EXPECT_EQ(d.detail, "work 7.50 + 2.60 > budget 10 (4 sessions active)");
+}
+
+// Runs one control window: `sessions` honest sessions (ids 1..sessions, one unit each) at
+// `latency_ms`, and optionally one more session (id 1000, `poison_work` units) whose every frame
+// is late by itself. The load noted is the sum of the work.
+double RunWindowWithPoison(AimdController& c, double t_s, int sessions, double latency_ms,
+                           double poison_work) {
+  SystemState s = Active(sessions + (poison_work > 0 ? 1 : 0));
+  s.active_work = sessions + poison_work;
+  c.OnTick(t_s, s);
+  for (int i = 0; i < 100; ++i) {
+    const double t = t_s + 0.01 * i;
+    c.OnFrame(FrameSample{.now_s = t,
+                          .latency_ms = latency_ms,
+                          .deadline_ms = kDeadlineMs,
+                          .session = static_cast<std::uint64_t>(1 + i % sessions)});
+    if (poison_work > 0 && i % 5 == 0) {
+      c.OnFrame(FrameSample{.now_s = t,
+                            .latency_ms = 1e6,  // a deadline its own frame cannot meet
+                            .deadline_ms = 1e-4,
+                            .missed = true,
+                            .session = 1000,
+                            .work = poison_work});
+    }
+  }
+  c.OnTick(t_s + 2.0, s);
+  return t_s + 2.0;
+}
+
+// The rule: a session late by itself moves the budget by at most its own share. Property over a
+// range of shares and honest latencies: the limit with the poisoned session never falls more than
+// its work below the limit of the same run without it.
+TEST(AimdControllerTest, OnePoisonedSessionMovesTheBudgetByAtMostItsShare) {
+  for (const double poison_work : {0.01, 0.5, 1.0, 3.0, 8.0}) {
+    for (const double latency_ms : {20.0, 50.0, 75.0, 95.0}) {
+      AimdController clean(Options(20), {});
+      AimdController poisoned(Options(20), {});
+      double t_clean = 0.0;
+      double t_poisoned = 0.0;
+      for (int k = 0; k < 20; ++k) {
+        const int sessions = static_cast<int>(clean.limit());
+        t_clean = RunWindowWithPoison(clean, t_clean, sessions, latency_ms, 0.0);
+        t_poisoned = RunWindowWithPoison(
+            poisoned, t_poisoned,
+            std::max(1, static_cast<int>(poisoned.limit() - std::ceil(poison_work))), latency_ms,
+            poison_work);
+        EXPECT_GE(static_cast<double>(poisoned.limit()),
+                  static_cast<double>(clean.limit()) - poison_work - 1e-9)
+            << "poison " << poison_work << " latency " << latency_ms << " window " << k;
+      }
+      EXPECT_GE(poisoned.last_window().self_late_sessions, 1);
+    }
+  }
+}
+
+TEST(AimdControllerTest, WithoutTheRuleOnePoisonedSessionCutsEveryone) {
+  AimdOptions o = Options(20);
+  o.self_late_work_fraction = 0.0;
+  AimdController c(o, {});
+  double t = 0.0;
+  for (int k = 0; k < 10; ++k) t = RunWindowWithPoison(c, t, 19, 20.0, 1.0);
+  EXPECT_LT(c.limit(), 20);  // the failure the rule removes
+}
+
+TEST(AimdControllerTest, ALoadEveryoneFeelsStillCuts) {
+  AimdController c(Options(20), {});
+  double t = 0.0;
+  // Every session over the high target: leaving the worst out leaves the rest.
+  for (int k = 0; k < 10; ++k) t = RunWindowWithPoison(c, t, 20, 95.0, 0.0);
+  EXPECT_LT(c.limit(), 20);
+  EXPECT_EQ(c.last_window().self_late_sessions, 1);
 }
 
 }  // namespace

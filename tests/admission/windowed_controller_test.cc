@@ -20,7 +20,7 @@ TEST(ControlWindowTest, CloseReportsTheWindowAndOpensTheNext) {
   ControlWindow w({.window_s = 2.0, .window_frames = 0});
   EXPECT_FALSE(w.Due(0.0, 4, 0));
   for (int i = 0; i < 50; ++i) w.OnFrame(0.01 * i);
-  w.NoteAdmitted(6);  // peak 7
+  w.NoteAdmitted(7);  // the load after the admission: peak 7
   w.NoteLimitRejection();
   EXPECT_FALSE(w.Due(1.0, 2, 0));  // window_frames 0: frames never close it
   const ClosedWindow c = w.Close(2.0, 3);

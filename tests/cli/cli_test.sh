@@ -280,7 +280,7 @@ serve_start "$bin" "$tmp/serve_defaults" --model synthetic:tiny --port 0 --threa
 check "serve defaults: the pool line names its blocks and sessions at the default window" \
   grep -Eq '^pool [0-9.]+ [KMG]iB = [0-9]+ blocks = [0-9]+ sessions at the default window \(4096 tokens \+ 4 sinks\).*; 16-token blocks, --model synthetic:tiny, threads 1 .*; steps of at most 256 tokens$' \
   "$tmp/serve_defaults.out"
-check "serve defaults: a start-up calibration predicts N*" grep -Eq '^aimd seed: N\* [0-9]+ predicted' \
+check "serve defaults: a start-up calibration predicts N*" grep -Eq '^aimd seed: N\* [0-9]+ units predicted' \
   "$tmp/serve_defaults.out"
 lg_defaults="$("$bin" loadgen --url "ws://127.0.0.1:$SERVE_PORT" --sessions 8 --period-ms 100 \
   --tokens-per-frame 4 --output-tokens-per-frame 2 --duration 6 --summary-json --report-every 0 |

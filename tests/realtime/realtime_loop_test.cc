@@ -400,6 +400,43 @@ TEST(RealtimeLoopTest, OverTheBudgetTheEarliestDeadlineGoesFirst) {
   EXPECT_EQ(backend.steps[1][0].session, 1U);
 }
 
+// A prompt's prefill takes only what the other ready frames leave of a step, whatever its
+// deadline: a session that starts with a long prompt delays its own first frame, not the frames of
+// the sessions already running.
+TEST(RealtimeLoopTest, APromptTakesOnlyWhatOtherFramesLeaveOfAStep) {
+  RecordingBackend backend({.c0_s = 1e-3, .c1_s_per_token = 1e-5}, 4096);
+  ManualClock clock;
+  RealtimeLoop loop(&backend, &clock,
+                    {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = 16});
+  SessionSpec prompted = Spec(kv::KvPolicy::Window(256, 4), 1, 1);
+  prompted.deadline_ms = 10.0;  // the earliest deadline of all
+  prompted.prompt.assign(200, 7);
+  SessionSpec victim = Spec(kv::KvPolicy::Window(256, 4), 4, 1);
+  victim.deadline_ms = 80.0;
+  const RealtimeSessionId p = loop.AddSession(prompted);
+  const RealtimeSessionId v1 = loop.AddSession(victim);
+  const RealtimeSessionId v2 = loop.AddSession(victim);
+  loop.RunUntil(0.05);
+  ASSERT_GE(backend.steps.size(), 3U);
+  // Step 1: both victims' inputs (2 x 4 tokens) first, the prompt in the 8 tokens left.
+  std::map<BackendSessionId, std::size_t> first;
+  for (const auto& item : backend.steps[0]) first[item.session] = item.tokens.size();
+  EXPECT_EQ(first[v1], 4U);
+  EXPECT_EQ(first[v2], 4U);
+  EXPECT_EQ(first[p], 8U);
+  // Every step while the prompt is being fed serves the victims' ready work before it.
+  for (const auto& step : backend.steps) {
+    std::size_t tokens = 0;
+    for (const auto& item : step) tokens += item.tokens.size();
+    EXPECT_LE(tokens, 16U);
+    bool prompt_seen = false;
+    for (const auto& item : step) {
+      if (item.session == p) prompt_seen = true;
+      EXPECT_FALSE(prompt_seen && item.session != p) << "a victim item after the prompt's";
+    }
+  }
+}
+
 TEST(RealtimeLoopTest, ANegativeStepBudgetIsRefused) {
   CostModelBackend backend({}, 10, 16);
   ManualClock clock;

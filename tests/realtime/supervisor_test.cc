@@ -228,5 +228,103 @@ TEST(SupervisorTest, FullKvHogsSendingBackToBackCannotTakeWhatAdmissionPromisedO
   EXPECT_EQ(open.hogs_ended_at_budget, 0);
 }
 
+// --- Work admission: each session priced by what it declares ---------------------------------
+
+// c0 1 ms, c1 10 us/token, no KV term: a frame of a tokens in and o out costs (a + o) x 10 us of
+// marginal work (the first iteration carries a + 1 tokens, each further one 1).
+SupervisorOptions PricedOptions(const std::string& admission) {
+  SupervisorOptions o;
+  o.admission = admission;
+  o.log_to_stderr = false;
+  o.cost_model = CostModel{.c0_s = 0.001, .c1_s_per_token = 1e-5, .c2_s_per_kv_token = 0.0};
+  o.reference_session = Spec(kv::KvPolicy::Window(64, 4));  // 6 + 2 tokens per 100 ms
+  return o;
+}
+
+TEST(SupervisorTest, SessionsArePricedInUnitsOfTheReferenceSession) {
+  CostModelBackend backend({.c0_s = 0.001, .c1_s_per_token = 1e-5}, 10000, 16);
+  ManualClock clock;
+  SupervisorOptions o = PricedOptions("aimd");
+  o.aimd.initial_limit = 10;  // a budget of 10 reference sessions
+  Supervisor sup(&backend, &clock, o);
+  sup.Start();
+  EXPECT_TRUE(sup.priced());
+  SessionSpec heavy = Spec(kv::KvPolicy::Window(64, 4));
+  heavy.input_tokens_per_frame = 30;  // 32 tokens a frame: 4x the reference's 8
+  const Supervisor::AdmitResult h = sup.Admit(heavy, 0.0);
+  ASSERT_TRUE(h.decision.admit);
+  EXPECT_NEAR(h.work, 4.0, 1e-9);
+  SessionSpec fast = Spec(kv::KvPolicy::Window(64, 4));
+  fast.period_ms = fast.deadline_ms = 50.0;  // twice the rate: 2 units
+  EXPECT_NEAR(sup.Admit(fast, 0.0).work, 2.0, 1e-9);
+  EXPECT_NEAR(sup.active_work(), 6.0, 1e-9);
+  // 6 of 10 units: a second heavy session (4) fits, a third does not, though only 3 sessions run.
+  EXPECT_TRUE(sup.Admit(heavy, 0.0).decision.admit);
+  const Supervisor::AdmitResult refused = sup.Admit(heavy, 0.0);
+  EXPECT_FALSE(refused.decision.admit);
+  EXPECT_EQ(refused.decision.reason, "limit");
+  EXPECT_EQ(refused.decision.detail, "work 10.00 + 4.00 > budget 10 (3 sessions active)");
+  // A reference session still fits? No: 10 of 10 units are taken.
+  EXPECT_FALSE(sup.Admit(Spec(kv::KvPolicy::Window(64, 4)), 0.0).decision.admit);
+  sup.End(h.id, 0.0, EndReason::kClient);  // frees its 4 units
+  EXPECT_NEAR(sup.active_work(), 6.0, 1e-9);
+  EXPECT_TRUE(sup.Admit(Spec(kv::KvPolicy::Window(64, 4)), 0.0).decision.admit);
+}
+
+TEST(SupervisorTest, TheDoorRefusesWhatNoBudgetCanServe) {
+  CostModelBackend backend({.c0_s = 0.001, .c1_s_per_token = 1e-5}, 10000, 16);
+  ManualClock clock;
+  SupervisorOptions o = PricedOptions("aimd");
+  o.work.min_deadline_ms = 5.0;
+  Supervisor sup(&backend, &clock, o);
+  sup.Start();
+  // A deadline its own frame cannot meet: the lone frame takes 2 x 1 ms + 80 us, at most half of D.
+  SessionSpec impossible = Spec(kv::KvPolicy::Window(64, 4));
+  impossible.deadline_ms = 1e-300;
+  Supervisor::AdmitResult r = sup.Admit(impossible, 0.0);
+  EXPECT_FALSE(r.decision.admit);
+  EXPECT_EQ(r.decision.reason, "deadline");
+  EXPECT_EQ(r.decision.retry_after_ms, 0.0);  // the same request will never be admitted
+  EXPECT_NE(r.decision.detail.find("deadline_ms 1e-300 is under"), std::string::npos)
+      << r.decision.detail;
+  // Over the calibrated floor (4.16 ms) but under the operator's 5 ms: the larger floor wins.
+  impossible.deadline_ms = 4.5;
+  EXPECT_EQ(sup.Admit(impossible, 0.0).decision.reason, "deadline");
+  SessionSpec fast = Spec(kv::KvPolicy::Window(64, 4));
+  fast.period_ms = 4.0;  // over the lone frame's 2.08 ms, under the operator's 5 ms
+  fast.deadline_ms = 100.0;
+  EXPECT_EQ(sup.Admit(fast, 0.0).decision.reason, "period");
+  // Heavier than one session may be: 4094 + 2 tokens of 10 us every 50 ms is 0.82 of the engine.
+  SessionSpec hog = Spec(kv::KvPolicy::Window(64, 4));
+  hog.input_tokens_per_frame = 4094;
+  hog.period_ms = 50.0;
+  r = sup.Admit(hog, 0.0);
+  EXPECT_EQ(r.decision.reason, "work");
+  EXPECT_NE(r.decision.detail.find("0.8192 of the engine per second"), std::string::npos)
+      << r.decision.detail;
+  EXPECT_EQ(sup.admitted(), 0);
+  EXPECT_EQ(sup.active_work(), 0.0);
+}
+
+TEST(SupervisorTest, WithoutACostModelSessionsCountAsOneAndTheOperatorsFloorHolds) {
+  CostModelBackend backend({.c0_s = 0.001}, 10000, 16);
+  ManualClock clock;
+  SupervisorOptions o;
+  o.admission = "static:2";
+  o.log_to_stderr = false;
+  o.work.min_deadline_ms = 20.0;
+  Supervisor sup(&backend, &clock, o);
+  sup.Start();
+  EXPECT_FALSE(sup.priced());
+  SessionSpec heavy = Spec(kv::KvPolicy::Window(64, 4));
+  heavy.input_tokens_per_frame = 30;
+  EXPECT_EQ(sup.Admit(heavy, 0.0).work, 1.0);
+  SessionSpec tight = heavy;
+  tight.deadline_ms = 10.0;
+  EXPECT_EQ(sup.Admit(tight, 0.0).decision.reason, "deadline");
+  EXPECT_TRUE(sup.Admit(heavy, 0.0).decision.admit);
+  EXPECT_FALSE(sup.Admit(heavy, 0.0).decision.admit);  // two sessions: the static limit
+}
+
 }  // namespace
 }  // namespace metronome::realtime

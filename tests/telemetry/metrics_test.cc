@@ -292,7 +292,7 @@ TEST(EngineMetricsTest, ExposesEveryEngineMetricAsValidText) {
   m.kv_blocks_freed_by_window.Inc(4);
   EXPECT_EQ(m.admission_limit.value(), kInf);  // no limit until told
   EXPECT_EQ(m.admission_headroom.value(), kInf);
-  m.SetAdmissionCapacity(/*limit=*/32, /*active=*/30);
+  m.SetAdmissionCapacity(/*limit=*/32, /*work_used=*/29.3);  // 30 whole units
   m.sessions_active.Set(30);
   m.sessions_admitted.Inc(31);
   m.sessions_rejected("limit").Inc();
@@ -313,17 +313,29 @@ TEST(EngineMetricsTest, ExposesEveryEngineMetricAsValidText) {
   EXPECT_EQ(e.Value("metronome_kv_blocks_free"), 904.0);
   EXPECT_EQ(e.Value("metronome_admission_limit"), 32.0);
   EXPECT_EQ(e.Value("metronome_admission_headroom"), 2.0);
+  EXPECT_EQ(e.Value("metronome_admission_work_used"), 29.3);
   EXPECT_EQ(e.Value("metronome_kv_blocks_freed_by_window_total"), 4.0);
   EXPECT_EQ(e.Value("metronome_sessions_rejected_total", {{"reason", "limit"}}), 1.0);
-  for (const char* name :
-       {"metronome_frame_latency_ms", "metronome_frames_total", "metronome_deadline_misses_total",
-        "metronome_mute_alarms_total", "metronome_tokens_per_frame", "metronome_iteration_ms",
-        "metronome_batch_tokens", "metronome_kv_blocks_used", "metronome_kv_blocks_free",
-        "metronome_session_resident_blocks", "metronome_kv_blocks_freed_by_window_total",
-        "metronome_admission_limit", "metronome_admission_headroom", "metronome_sessions_active",
-        "metronome_sessions_admitted_total", "metronome_sessions_rejected_total",
-        "metronome_saturation_forecast_seconds", "metronome_engine_busy_fraction",
-        "metronome_engine_work_utilization"}) {
+  for (const char* name : {"metronome_frame_latency_ms",
+                           "metronome_frames_total",
+                           "metronome_deadline_misses_total",
+                           "metronome_mute_alarms_total",
+                           "metronome_tokens_per_frame",
+                           "metronome_iteration_ms",
+                           "metronome_batch_tokens",
+                           "metronome_kv_blocks_used",
+                           "metronome_kv_blocks_free",
+                           "metronome_session_resident_blocks",
+                           "metronome_kv_blocks_freed_by_window_total",
+                           "metronome_admission_limit",
+                           "metronome_admission_headroom",
+                           "metronome_admission_work_used",
+                           "metronome_sessions_active",
+                           "metronome_sessions_admitted_total",
+                           "metronome_sessions_rejected_total",
+                           "metronome_saturation_forecast_seconds",
+                           "metronome_engine_busy_fraction",
+                           "metronome_engine_work_utilization"}) {
     EXPECT_TRUE(e.types.contains(name)) << name;
   }
 
@@ -331,7 +343,7 @@ TEST(EngineMetricsTest, ExposesEveryEngineMetricAsValidText) {
   EXPECT_EQ(m.saturation_forecast_seconds.value(), 12.5);
   m.SetSaturationForecastSeconds(std::numeric_limits<double>::quiet_NaN());
   EXPECT_EQ(m.saturation_forecast_seconds.value(), kInf);
-  m.SetAdmissionCapacity(/*limit=*/4, /*active=*/6);  // a limit cut below the active count
+  m.SetAdmissionCapacity(/*limit=*/4, /*work_used=*/6.0);  // a limit cut below the active count
   EXPECT_EQ(m.admission_headroom.value(), 0.0);
   m.SetAdmissionCapacity(/*limit=*/-1, 6);
   EXPECT_EQ(m.admission_limit.value(), kInf);

@@ -16,6 +16,25 @@
 #include "metronome/base/errors.h"
 
 namespace metronome::admission {
+
+std::int64_t WholeUnits(double work) {
+  return static_cast<std::int64_t>(std::ceil(std::max(0.0, work) - 1e-9));
+}
+
+std::int64_t SystemState::WorkUnits() const { return WholeUnits(Work()); }
+
+bool FitsBudget(const SessionRequest& request, const SystemState& state, std::int64_t limit) {
+  return state.Work() + request.work <= static_cast<double>(limit) + 1e-9;
+}
+
+std::string BudgetDetail(const SessionRequest& request, const SystemState& state,
+                         std::int64_t limit) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "work %.2f + %.2f > budget %lld (%lld sessions active)",
+                state.Work(), request.work, static_cast<long long>(limit),
+                static_cast<long long>(state.active_sessions));
+  return buf;
+}
 namespace {
 
 [[noreturn]] void Bad(const std::string& field, const std::string& rule, const std::string& got) {
@@ -136,6 +155,8 @@ void Validate(const AimdOptions& o) {
   CheckRange("aimd.headroom_gain", o.headroom_gain, 0.0, 1.0, false, false, "in [0, 1]");
   CheckRange("aimd.growth_horizon_s", o.growth_horizon_s, 0.0, inf, false, true, ">= 0");
   CheckRange("aimd.max_utilization", o.max_utilization, 0.0, 1.0, true, false, "in (0, 1]");
+  CheckRange("aimd.self_late_work_fraction", o.self_late_work_fraction, 0.0, 0.5, false, false,
+             "in [0, 0.5]");
   if (o.predicted_limit < 0) {
     Bad("aimd.predicted_limit", ">= 0", std::to_string(o.predicted_limit));
   }

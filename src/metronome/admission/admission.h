@@ -23,6 +23,11 @@ struct SessionRequest {
   // window mode, or a projection at MemoryOptions::full_mode_session_s in full mode
   // (ProjectFullModeBlocks). >= 0.
   std::int64_t projected_blocks = 0;
+  // The session's price in units of work: its share of the engine per second (PriceSession) over
+  // that of the driver's reference session, so one session of the reference shape is 1.0 and the
+  // controllers' limits are budgets in "sessions of the reference shape". 1 when no cost model
+  // prices sessions (every session counts as one). > 0.
+  double work = 1.0;
 };
 
 // The engine's view of itself when a decision is made. Includes every session admitted by earlier
@@ -34,7 +39,29 @@ struct SystemState {
   // Blocks promised but not yet used: sum over admitted sessions of
   // max(0, projected_blocks - blocks held now).
   std::int64_t reserved_blocks = 0;
+  // Sum of the admitted sessions' SessionRequest::work; < 0: not given, each session counts as one
+  // (Work() is then active_sessions).
+  double active_work = -1.0;
+
+  // The admitted work in units of the reference session.
+  [[nodiscard]] double Work() const {
+    return active_work < 0.0 ? static_cast<double>(active_sessions) : active_work;
+  }
+  // Work() rounded up to whole units (a small tolerance absorbs the sum's rounding): the load the
+  // controllers' integer budgets compare with. Equals active_sessions when every session is 1.
+  [[nodiscard]] std::int64_t WorkUnits() const;
 };
+
+// Whole units of `work` (ceil, with a 1e-9 tolerance for floating-point sums).
+[[nodiscard]] std::int64_t WholeUnits(double work);
+
+// The budget rule of every limit-based controller, in one place: the request fits when the admitted
+// work plus its own stays within `limit` units (for sessions of one unit: active < limit).
+[[nodiscard]] bool FitsBudget(const SessionRequest& request, const SystemState& state,
+                              std::int64_t limit);
+// The refusal's detail: "work 12.40 + 1.30 > budget 13 (9 sessions active)".
+[[nodiscard]] std::string BudgetDetail(const SessionRequest& request, const SystemState& state,
+                                       std::int64_t limit);
 
 struct Decision {
   bool admit = false;
@@ -140,6 +167,14 @@ struct AimdOptions {
   // of late frames that the calm windows between them do not show. Not a cut: only growth obeys
   // it. 1: no cap. In (0, 1].
   double max_utilization = 0.9;
+  // Sessions late by themselves leave the signal: at each window's close the frames of the
+  // session with the largest share of late frames (over the high target, or missed) are left out
+  // of the window's signal, misses and bursts, then those of the next worst while the work left
+  // out stays within this fraction of the work that sent frames. A load that is too much makes
+  // most sessions late, and what is left still shows it; one session that is late because of
+  // itself (a deadline its own frame cannot meet, more work than it declared) moves neither cuts
+  // nor growth: the budget moves by at most its share. 0: every frame counts. In [0, 0.5].
+  double self_late_work_fraction = 0.05;
   double beta = 0.9;  // cut to floor(beta * active); in (0, 1)
   CooldownMode cooldown_mode = CooldownMode::kDrain;
   double cooldown_s = 4.0;  // only for kFixed; >= 0
@@ -215,6 +250,19 @@ inline constexpr double kRetryBackoffCapMs = 5000.0;
 // reproducible.
 [[nodiscard]] std::uint64_t NextRandom(std::uint64_t& state) noexcept;
 
+// One emitted frame of an admitted session, as the controllers see it.
+struct FrameSample {
+  double now_s = 0.0;
+  double latency_ms = 0.0;   // from the frame's arrival to its output
+  double deadline_ms = 0.0;  // the session's own deadline, > 0
+  bool missed = false;       // delivered after its deadline
+  // The session it belongs to (0: unknown) and its price (SessionRequest::work): AIMD judges each
+  // session's lateness as its own, so that one session late by itself cannot move the budget
+  // (AimdOptions::self_late_work_fraction).
+  std::uint64_t session = 0;
+  double work = 1.0;
+};
+
 class AdmissionController {
  public:
   virtual ~AdmissionController() = default;
@@ -222,10 +270,16 @@ class AdmissionController {
   // Whether the session described by `request` may join now. Never evicts anyone.
   virtual Decision Decide(const SessionRequest& request, const SystemState& state,
                           double now_s) = 0;
-  // One emitted frame of an admitted session: latency from the frame's arrival to its output, and
-  // whether it missed its deadline. Cheap: no allocation.
-  virtual void OnFrame(double /*now_s*/, double /*latency_ms*/, double /*deadline_ms*/,
-                       bool /*missed*/) noexcept {}
+  // One emitted frame of an admitted session. Cheap: no allocation, except once per session that
+  // a controller tracks on its own (AIMD).
+  virtual void OnFrame(const FrameSample& /*frame*/) noexcept {}
+  // A frame of an unknown session of one unit.
+  void OnFrame(double now_s, double latency_ms, double deadline_ms, bool missed) noexcept {
+    OnFrame(FrameSample{
+        .now_s = now_s, .latency_ms = latency_ms, .deadline_ms = deadline_ms, .missed = missed});
+  }
+  // A session ended (it sends no more frames): controllers that track sessions forget it.
+  virtual void OnSessionEnded(std::uint64_t /*session*/) {}
   // One engine step: its duration and the tokens it carried, and the engine's step cost as the
   // caller's one StepCostFit estimates it after that step (the controller's windows read their
   // work utilization against it). Cheap: no allocation.

@@ -43,29 +43,112 @@ AimdController::AimdController(const AimdOptions& options, const MemoryOptions& 
                 w.window_s > 0 && options.beta > 0 && options.beta < 1,
             "AimdOptions must pass Validate");
   samples_.reserve(static_cast<std::size_t>(options.max_samples));
+  sample_sessions_.reserve(static_cast<std::size_t>(options.max_samples));
+  if (options.self_late_work_fraction > 0.0) {
+    late_frames_.reserve(static_cast<std::size_t>(options.max_samples));
+  }
 }
 
-void AimdController::OnFrame(double now_s, double latency_ms, double deadline_ms,
-                             bool missed) noexcept {
-  MTR_DCHECK(deadline_ms > 0, "deadline_ms must be > 0");
+void AimdController::OnFrame(const FrameSample& frame) noexcept {
+  MTR_DCHECK(frame.deadline_ms > 0, "deadline_ms must be > 0");
+  const double now_s = frame.now_s;
   window_.OnFrame(now_s);
-  const double sample = latency_ms / deadline_ms;
-  if (missed) ++num_misses_;
+  const double sample = frame.latency_ms / frame.deadline_ms;
+  const bool late = frame.missed || sample > options_.high_target;
+  if (frame.missed) ++num_misses_;
   if (sample >= options_.low_target) ++num_over_low_;
-  deadline_s_ = deadline_ms / 1000.0;
-  if (missed || sample > options_.high_target) {
+  deadline_s_ = frame.deadline_ms / 1000.0;
+  if (late) {
     if (num_over_bursts_ == 0 || now_s - burst_start_s_ > kBurstDeadlines * deadline_s_) {
       ++num_over_bursts_;
       burst_start_s_ = now_s;
     }
   }
+  if (options_.self_late_work_fraction > 0.0) {
+    if (late) {
+      if (std::cmp_less(late_frames_.size(), options_.max_samples)) {
+        late_frames_.push_back({now_s, frame.session, deadline_s_});  // reserved: no allocation
+      } else {
+        late_frames_overflow_ = true;
+      }
+    }
+    if (frame.session != 0) {
+      SessionWindow& sw = sessions_[frame.session];  // allocates once per session
+      ++sw.frames;
+      sw.late += late ? 1 : 0;
+      sw.misses += frame.missed ? 1 : 0;
+      sw.over_low += sample >= options_.low_target ? 1 : 0;
+      sw.work = frame.work;
+    }
+  }
   if (std::cmp_less(samples_.size(), options_.max_samples)) {
     samples_.push_back(sample);  // within the reserved capacity: no allocation
+    sample_sessions_.push_back(frame.session);
     return;
   }
   // Reservoir sampling (Algorithm R): every frame of the window is kept with equal probability.
   const std::uint64_t j = NextRandom(rng_state_) % static_cast<std::uint64_t>(window_.num_frames());
-  if (j < samples_.size()) samples_[j] = sample;
+  if (j < samples_.size()) {
+    samples_[j] = sample;
+    sample_sessions_[j] = frame.session;
+  }
+}
+
+void AimdController::LeaveOutSelfLate(AimdWindow& w, std::int64_t& over_low) {
+  // The candidates: sessions with late frames, worst share of late frames first.
+  std::vector<std::pair<std::uint64_t, const SessionWindow*>> late;
+  double work = 0.0;  // of the sessions that sent frames
+  for (const auto& [id, sw] : sessions_) {
+    if (sw.frames == 0) continue;
+    work += sw.work;
+    if (sw.late > 0) late.emplace_back(id, &sw);
+  }
+  std::sort(late.begin(), late.end(), [](const auto& a, const auto& b) {
+    const double fa = static_cast<double>(a.second->late) / static_cast<double>(a.second->frames);
+    const double fb = static_cast<double>(b.second->late) / static_cast<double>(b.second->frames);
+    return fa != fb ? fa > fb : a.first < b.first;
+  });
+  std::vector<std::uint64_t> out;
+  double out_work = 0.0;
+  for (const auto& [id, sw] : late) {
+    // The worst always (a session late by itself cannot move the budget, whatever its share),
+    // then more while within the fraction.
+    if (!out.empty() && out_work + sw->work > options_.self_late_work_fraction * work) break;
+    out.push_back(id);
+    out_work += sw->work;
+    w.self_late_frames += sw->frames;
+    w.num_misses -= sw->misses;
+    over_low -= sw->over_low;
+  }
+  for (auto& [id, sw] : sessions_) sw = SessionWindow{.work = sw.work};
+  if (out.empty()) return;
+  const auto left_out = [&out](std::uint64_t id) {
+    return id != 0 && std::find(out.begin(), out.end(), id) != out.end();
+  };
+  w.self_late_sessions = static_cast<std::int64_t>(out.size());
+  w.self_late_work = out_work;
+  w.num_frames -= w.self_late_frames;
+  // The kept samples, in place.
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < samples_.size(); ++i) {
+    if (left_out(sample_sessions_[i])) continue;
+    samples_[kept] = samples_[i];
+    sample_sessions_[kept] = sample_sessions_[i];
+    ++kept;
+  }
+  samples_.resize(kept);
+  sample_sessions_.resize(kept);
+  if (late_frames_overflow_) return;  // the bursts count every session's late frames
+  std::int64_t bursts = 0;
+  double start_s = 0.0;
+  for (const LateFrame& f : late_frames_) {
+    if (left_out(f.session)) continue;
+    if (bursts == 0 || f.t_s - start_s > kBurstDeadlines * f.deadline_s) {
+      ++bursts;
+      start_s = f.t_s;
+    }
+  }
+  w.num_over_bursts = bursts;
 }
 
 void AimdController::OnDecide(const SystemState& state, std::int64_t fit, double now_s) {
@@ -138,14 +221,19 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
   w.num_limit_rejections = closed.num_limit_rejections;
   w.utilization = closed.load.utilization;
   w.binding = w.peak_active >= limit() - 1 || w.num_limit_rejections > 0;
+  num_over_bursts_ = 0;
+  if (options_.self_late_work_fraction > 0.0) LeaveOutSelfLate(w, num_over_low_);
+  late_frames_.clear();
+  late_frames_overflow_ = false;
   if (w.num_frames > 0) {
-    w.miss_ratio = static_cast<double>(num_misses_) / static_cast<double>(w.num_frames);
+    w.miss_ratio = static_cast<double>(w.num_misses) / static_cast<double>(w.num_frames);
   }
   const bool samples_empty = samples_.empty();
   if (!samples_empty) w.signal = Percentile(samples_, options_.percentile);
   last_window_ = w;
   growing_ = false;
   samples_.clear();
+  sample_sessions_.clear();
   num_misses_ = 0;
   horizon_.push_back({.end_s = now_s, .frames = w.num_frames, .over_low = num_over_low_});
   horizon_frames_ += w.num_frames;
@@ -156,7 +244,6 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
     horizon_over_low_ -= horizon_.front().over_low;
     horizon_.pop_front();
   }
-  num_over_bursts_ = 0;
 
   if (cooling_) {
     if (options_.cooldown_mode == CooldownMode::kFixed) {
@@ -408,13 +495,13 @@ std::string AimdController::Describe() const {
              "aimd(window_s=%g, percentile=%g, low_target=%gD, high_target=%gD, "
              "miss_ratio_threshold=%g, increase_step=%lld, slow_start_factor=%g, "
              "slow_start_exit=%g, headroom_gain=%g, growth_horizon_s=%g, max_utilization=%g, "
-             "beta=%g, "
+             "self_late_work_fraction=%g, beta=%g, "
              "cooldown=%s, ",
              options_.window.window_s, options_.percentile, options_.low_target,
              options_.high_target, options_.miss_ratio_threshold,
              static_cast<long long>(options_.increase_step), options_.slow_start_factor,
              options_.slow_start_exit, options_.headroom_gain, options_.growth_horizon_s,
-             options_.max_utilization, options_.beta,
+             options_.max_utilization, options_.self_late_work_fraction, options_.beta,
              options_.cooldown_mode == CooldownMode::kDrain
                  ? "drain"
                  : Format("fixed %gs", options_.cooldown_s).c_str()) +

@@ -18,6 +18,7 @@
 #include <deque>
 #include <limits>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "metronome/admission/windowed_controller.h"
@@ -37,6 +38,11 @@ struct AimdWindow {
   std::int64_t num_limit_rejections = 0;
   double utilization = 0.0;  // the engine's work utilization (StepLoad; 0: not known)
   bool binding = false;
+  // Sessions whose frames were left out as late by themselves (AimdOptions::
+  // self_late_work_fraction), their frames, and their work.
+  std::int64_t self_late_sessions = 0;
+  std::int64_t self_late_frames = 0;
+  double self_late_work = 0.0;
 };
 
 // Invariants: min_limit <= limit() <= max_limit; the sample buffer never holds more than
@@ -55,7 +61,9 @@ class AimdController final : public WindowedController {
   // the limit is growing, the time to the next decision or to the next session end, whichever is
   // expected first; otherwise (holding, or a kv_guard refusal) the time to the next session end.
   // The first call seeds the limit (AimdOptions::predicted_limit, the pool's bound with the guard).
-  void OnFrame(double now_s, double latency_ms, double deadline_ms, bool missed) noexcept override;
+  using AdmissionController::OnFrame;
+  void OnFrame(const FrameSample& frame) noexcept override;
+  void OnSessionEnded(std::uint64_t session) override { sessions_.erase(session); }
   [[nodiscard]] std::string Describe() const override;
 
   [[nodiscard]] const AimdWindow& last_window() const { return last_window_; }
@@ -77,6 +85,28 @@ class AimdController final : public WindowedController {
 
   // What AIMD measures in the current window besides the frame count (window_).
   std::vector<double> samples_;  // latency / deadline; capacity max_samples, reserved once
+  std::vector<std::uint64_t> sample_sessions_;  // the session of each sample (0: unknown)
+  // Each known session's frames in the window: what leaving it out takes away.
+  struct SessionWindow {
+    std::int64_t frames = 0;
+    std::int64_t late = 0;  // over the high target or missed
+    std::int64_t misses = 0;
+    std::int64_t over_low = 0;
+    double work = 1.0;
+  };
+  std::unordered_map<std::uint64_t, SessionWindow> sessions_;  // one entry per live session
+  // The window's late frames (time, session, deadline s) in order, to count bursts without the
+  // sessions left out; capacity max_samples (beyond it the bursts count every session).
+  struct LateFrame {
+    double t_s = 0.0;
+    std::uint64_t session = 0;
+    double deadline_s = 0.0;
+  };
+  std::vector<LateFrame> late_frames_;
+  bool late_frames_overflow_ = false;
+  // Leaves the self-late sessions' frames out of the window's samples and counts (w, and the
+  // bursts and over-low frames it returns through the arguments); resets the per-session counts.
+  void LeaveOutSelfLate(AimdWindow& w, std::int64_t& over_low);
   std::int64_t num_misses_ = 0;
   std::int64_t num_over_low_ = 0;  // frames of the window at or over the low target (all frames)
   // The windows of the last growth_horizon_s seconds, oldest first (with the last evaluated one):

@@ -21,11 +21,10 @@ Gradient2Controller::Gradient2Controller(const Gradient2Options& options,
             "Gradient2Options must pass Validate");
 }
 
-void Gradient2Controller::OnFrame(double now_s, double latency_ms, double deadline_ms,
-                                  bool /*missed*/) noexcept {
-  MTR_DCHECK(deadline_ms > 0, "deadline_ms must be > 0");
-  window_.OnFrame(now_s);
-  signal_sum_ += latency_ms / deadline_ms;
+void Gradient2Controller::OnFrame(const FrameSample& frame) noexcept {
+  MTR_DCHECK(frame.deadline_ms > 0, "deadline_ms must be > 0");
+  window_.OnFrame(frame.now_s);
+  signal_sum_ += frame.latency_ms / frame.deadline_ms;
 }
 
 void Gradient2Controller::Evaluate(const ClosedWindow& closed, double now_s,

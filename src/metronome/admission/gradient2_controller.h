@@ -30,7 +30,8 @@ class Gradient2Controller final : public WindowedController {
   // Decide (WindowedController's) refuses with "limit" when active >= limit, or "kv_guard" as
   // AimdController. Retry-after: the time to the next decision or session end, whichever is
   // expected first (RetryHint).
-  void OnFrame(double now_s, double latency_ms, double deadline_ms, bool missed) noexcept override;
+  using AdmissionController::OnFrame;
+  void OnFrame(const FrameSample& frame) noexcept override;
   [[nodiscard]] std::string Describe() const override;
 
   [[nodiscard]] double long_signal() const { return long_signal_; }

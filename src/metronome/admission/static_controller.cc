@@ -14,6 +14,7 @@ StaticController::StaticController(std::int64_t limit) : limit_(limit) {
 Decision StaticController::Decide(const SessionRequest& request, const SystemState& state,
                                   double now_s) {
   retry_.Observe(now_s, state.active_sessions);
+  // A count the operator chose, whatever the sessions' shapes (aimd and gradient2 govern work).
   if (state.active_sessions < limit_) {
     retry_.OnAdmit();
     return {.admit = true};

@@ -50,17 +50,20 @@ WindowedController::WindowedController(const WindowOptions& window, const Memory
 
 Decision WindowedController::Decide(const SessionRequest& request, const SystemState& state,
                                     double now_s) {
+  // The limit is a work budget (units of the reference session); the KV guard counts sessions
+  // of the request's size (memory is its own resource).
   const std::int64_t active = state.active_sessions;
+  const std::int64_t load = state.WorkUnits();
   retry_.Observe(now_s, active);
   const bool kv_guard = window_.options().kv_guard;
   const std::int64_t fit = kv_guard ? SessionsThatFit(request, state, memory_) : kNoLimit;
   OnDecide(state, fit, now_s);
-  Advance(now_s, active);
-  if (active >= limit_) {
+  Advance(now_s, load);
+  if (!FitsBudget(request, state, limit_)) {
     window_.NoteLimitRejection();
     return {.admit = false,
             .reason = "limit",
-            .detail = "active " + std::to_string(active) + " >= limit " + std::to_string(limit_),
+            .detail = BudgetDetail(request, state, limit_),
             .retry_after_ms = retry_.Ms(now_s, request.period_ms, DecisionInS(now_s))};
   }
   if (kv_guard && active >= fit) {
@@ -74,14 +77,14 @@ Decision WindowedController::Decide(const SessionRequest& request, const SystemS
             .retry_after_ms =
                 retry_.Ms(now_s, request.period_ms, std::numeric_limits<double>::infinity())};
   }
-  window_.NoteAdmitted(active);
+  window_.NoteAdmitted(WholeUnits(state.Work() + request.work));
   retry_.OnAdmit();
   return {.admit = true};
 }
 
 void WindowedController::OnTick(double now_s, const SystemState& state) {
   retry_.Observe(now_s, state.active_sessions);
-  Advance(now_s, state.active_sessions);
+  Advance(now_s, state.WorkUnits());
 }
 
 void WindowedController::Advance(double now_s, std::int64_t active) {

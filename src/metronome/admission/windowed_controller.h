@@ -26,7 +26,8 @@ template <class... Args>
   return buf;
 }
 
-// What a window held when it closed.
+// What a window held when it closed. Its "active" counts are the admitted load in whole units of
+// work (SystemState::WorkUnits): sessions, when every session is priced at one unit.
 struct ClosedWindow {
   double duration_s = 0.0;  // close time - open time, s
   std::int64_t num_frames = 0;
@@ -67,8 +68,9 @@ class ControlWindow {
   // Closes the window at now_s with `active` sessions in place and opens the next one.
   ClosedWindow Close(double now_s, std::int64_t active);
 
-  void NoteAdmitted(std::int64_t active_before) {
-    active_.peak = std::max(active_.peak, active_before + 1);
+  // An admission that took the load to `units_after` (whole units of work).
+  void NoteAdmitted(std::int64_t units_after) {
+    active_.peak = std::max(active_.peak, units_after);
   }
   void NoteLimitRejection() { ++num_limit_rejections_; }
 
@@ -104,7 +106,8 @@ class ControlWindow {
 
 // A controller whose limit moves only when a control window closes. Decide: observe the active
 // count (retry hints), OnDecide (the subclass's look at the request and pool), close the window if
-// due, then refuse with "limit" when active >= limit (retry after DecisionInS or a session end,
+// due, then refuse with "limit" when the request does not fit the budget (FitsBudget: the admitted
+// work plus the request's over the limit; retry after DecisionInS or a session end,
 // whichever is expected first), or "kv_guard" when the guard is on and active >= SessionsThatFit
 // (retry after a session end); otherwise admit.
 // Invariants: limit() changes only through SetLimit, every change logged; min_limit <= limit() <=

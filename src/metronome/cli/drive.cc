@@ -5,9 +5,9 @@
 #include <string>
 
 #include "metronome/base/errors.h"
-#include "metronome/cli/aimd_seed.h"
 #include "metronome/cli/commands.h"
 #include "metronome/cli/common.h"
+#include "metronome/cli/start_calibration.h"
 #include "metronome/cli/workload_flags.h"
 #include "metronome/engine/engine.h"
 #include "metronome/engine/sampler.h"
@@ -67,9 +67,8 @@ int RunDrive(const DriveFlags& f) {
       static_cast<int>(probe.session.prompt.size()) + probe.session.input_tokens_per_frame + 1);
   engine::Engine eng(m, eo);
   eng.WarmUp();  // before the first client: its frames must not pay for JIT and first touch
-  if (probe.supervisor.admission == "aimd")
-    SeedAimdLimit(&eng, probe.session, f.workload.admission.aimd_initial_given(),
-                  &probe.supervisor.aimd);
+  CalibrateAtStart(&eng, probe.session, f.workload.admission.aimd_initial_given(),
+                   &probe.supervisor);
   engine::SamplerOptions so;
   so.temperature = f.temperature;
   so.Validate();

@@ -15,9 +15,9 @@
 #include <string>
 
 #include "metronome/base/errors.h"
-#include "metronome/cli/aimd_seed.h"
 #include "metronome/cli/commands.h"
 #include "metronome/cli/common.h"
+#include "metronome/cli/start_calibration.h"
 #include "metronome/cli/workload_flags.h"
 #include "metronome/engine/engine.h"
 #include "metronome/engine/sampler.h"
@@ -276,8 +276,7 @@ int RunServe(const ServeFlags& f) {
               static_cast<long long>(pool.num_blocks), static_cast<long long>(pool_sessions),
               per_what.c_str(), why.c_str(), static_cast<long long>(pool.block_tokens),
               f.model.model.c_str(), f.engine.ThreadsLine().c_str(), steps.c_str());
-  if (sup.admission == "aimd")
-    SeedAimdLimit(&eng, reference, f.admission.aimd_initial_given(), &sup.aimd);
+  CalibrateAtStart(&eng, reference, f.admission.aimd_initial_given(), &sup);
 
   sup.log_to_stderr = !f.quiet;
   sup.reference_session_blocks = per_session;  // memory admission's limit: default sessions

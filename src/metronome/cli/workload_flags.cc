@@ -209,6 +209,12 @@ void AdmissionFlags::Register(CLI::App* app) {
                   "AIMD grows only while the engine's work utilization (per-token step time / "
                   "wall time, at the slowest per-token cost of the last minutes, projected to the "
                   "new limit) stays under this; 1: no cap");
+  app->add_option("--aimd-self-late-fraction", aimd.self_late_work_fraction,
+                  "AIMD leaves out of each window's signal the session with the largest share of "
+                  "late frames, and the next worst while the work left out stays within this "
+                  "fraction: a session late by itself cannot cut everyone's budget (0: every "
+                  "frame counts), in [0, 0.5]")
+      ->capture_default_str();
   app->add_option("--aimd-predicted-limit", aimd.predicted_limit,
                   "AIMD: N* predicted by a calibrated cost model; seeds the limit with no slow "
                   "start, growth past it by one step per growth horizon (0: none)");
@@ -239,6 +245,16 @@ void AdmissionFlags::Register(CLI::App* app) {
                   "memory/KV guard: assumed session length for the full-KV projection, s");
   app->add_option("--memory-headroom", memory.headroom_fraction,
                   "memory/KV guard: fraction of the pool never promised, in [0, 1)");
+  app->add_option("--max-session-share", work.max_session_share,
+                  "One session may take at most this share of the engine per second, as the "
+                  "calibrated step cost prices what it declares; a heavier one is refused with "
+                  "reason work, in (0, 1]")
+      ->capture_default_str();
+  app->add_option("--min-deadline-ms", work.min_deadline_ms,
+                  "Refuse sessions whose deadline or period is under this many ms (reason "
+                  "deadline or period), besides the calibrated floor (a frame alone on the engine "
+                  "may take at most half the deadline); 0: the calibrated floor alone")
+      ->capture_default_str();
   app->add_option("--mute-after", mute_after,
                   "k: consecutive starved frames that raise a session's mute alarm");
   app->add_option("--max-step-tokens", max_step_tokens,
@@ -291,6 +307,7 @@ realtime::SupervisorOptions AdmissionFlags::Supervisor(double period_ms) const {
   o.gradient2 = gradient2;
   o.gradient2.window = w;
   o.memory = memory;
+  o.work = work;
   if (mute_after < 1) {
     throw ConfigError("--mute-after = " + std::to_string(mute_after) + " must be >= 1");
   }
@@ -319,6 +336,9 @@ std::string WithFlagNames(const std::string& message) {
       {"max_sessions", "--max-sessions"},
       {"mute_after_starved", "--mute-after"},
       {"max_step_tokens", "--max-step-tokens"},
+      {"work.max_session_share", "--max-session-share"},
+      {"aimd.self_late_work_fraction", "--aimd-self-late-fraction"},
+      {"work.min_deadline_ms", "--min-deadline-ms"},
       {"url", "--url"},
       {"auth_token", "--auth-token"},
       {"payload", "--payload"},

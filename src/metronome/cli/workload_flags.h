@@ -58,12 +58,13 @@ struct AdmissionFlags {
   admission::Gradient2Options gradient2;  // its window is `window`
   std::string aimd_cooldown = "drain";
   admission::MemoryOptions memory;
+  realtime::WorkLimits work;  // the door rules on a session's price (--max-session-share, ...)
   int mute_after = 3;
   int max_step_tokens = 0;  // LoopOptions::max_step_tokens
   double forecast_horizon_s = 300.0;
 
   // --aimd-initial, once Register added it: given on the command line means a warm start (no
-  // start-up calibration, aimd_seed.h).
+  // start-up calibration, start_calibration.h).
   const CLI::Option* aimd_initial_option = nullptr;
 
   void Register(CLI::App* app);

@@ -332,14 +332,13 @@ CostModel LoadCostModelFile(const std::string& path) {
   return CostModelFromJson(j, source);
 }
 
-std::int64_t PredictedSessionLimit(const CostModel& model, const SessionSpec& session,
-                                   double latency_fraction) {
-  MTR_CHECK(latency_fraction > 0.0 && latency_fraction <= 1.0 && session.deadline_ms > 0.0,
-            "latency_fraction in (0, 1] and a resolved deadline");
+SessionPrice PriceSession(const CostModel& model, const SessionSpec& session,
+                          TokenPos full_kv_context_tokens) {
+  MTR_CHECK(session.period_ms > 0.0 && full_kv_context_tokens >= 0,
+            "a resolved session and a context >= 0");
   const kv::KvPolicy& policy = session.policy;
-  if (policy.mode != kv::KvMode::kWindow) return 0;
-  // Steady state: the window and the sinks are full before the frame's first token.
-  const TokenPos pos = policy.window + policy.sinks;
+  const TokenPos pos =
+      policy.mode == kv::KvMode::kWindow ? policy.window + policy.sinks : full_kv_context_tokens;
   const int iterations = std::max(1, session.output_tokens_per_frame);
   const TokenPos first_chunk = session.input_tokens_per_frame + 1;  // + the carried-over output
   double tokens = static_cast<double>(first_chunk);
@@ -348,8 +347,26 @@ std::int64_t PredictedSessionLimit(const CostModel& model, const SessionSpec& se
     tokens += 1.0;
     visible += static_cast<double>(policy.VisibleKeys(pos + first_chunk + k - 1));
   }
+  SessionPrice price;
+  price.frame_work_s = model.c1_s_per_token * tokens + model.c2_s_per_kv_token * visible;
+  price.lone_frame_s = iterations * model.c0_s + price.frame_work_s;
+  price.work_share = price.frame_work_s / (session.period_ms / 1000.0);
+  const auto prompt = static_cast<TokenPos>(session.prompt.size());
+  price.prompt_work_s =
+      model.c1_s_per_token * static_cast<double>(prompt) +
+      model.c2_s_per_kv_token * static_cast<double>(policy.VisibleKeysOfChunk(0, prompt));
+  return price;
+}
+
+std::int64_t PredictedSessionLimit(const CostModel& model, const SessionSpec& session,
+                                   double latency_fraction) {
+  MTR_CHECK(latency_fraction > 0.0 && latency_fraction <= 1.0 && session.deadline_ms > 0.0,
+            "latency_fraction in (0, 1] and a resolved deadline");
+  if (session.policy.mode != kv::KvMode::kWindow) return 0;
+  const SessionPrice price = PriceSession(model, session);
+  const int iterations = std::max(1, session.output_tokens_per_frame);
   const double budget_s = latency_fraction * session.deadline_ms / 1000.0 - iterations * model.c0_s;
-  const double per_session_s = model.c1_s_per_token * tokens + model.c2_s_per_kv_token * visible;
+  const double per_session_s = price.frame_work_s;
   if (budget_s < per_session_s) return 0;
   // A model with no per-session cost admits everything: the caller's max limit applies.
   if (!(per_session_s > 0.0)) return std::numeric_limits<std::int64_t>::max();

@@ -96,6 +96,29 @@ struct CostModelFit {
 // or invalid JSON, and the path and field for a bad value.
 [[nodiscard]] CostModel LoadCostModelFile(const std::string& path);
 
+// What one session costs the engine as `model` prices it: the one rule that admission's work
+// budget, the deadline floor, the start-up prediction and the reports share. A session's frame, in
+// the steady state (window and sinks full; a full-KV session at `full_kv_context_tokens`), takes
+// max(1, o) iterations of the real-time loop: the first feeds the carried-over output and the a
+// input tokens as one chunk, each further one decodes one token.
+struct SessionPrice {
+  // Marginal compute of one frame: c1 x its tokens + c2 x the keys they attend to, s. The fixed
+  // cost c0 of a step is shared by the whole batch and not charged to a session.
+  double frame_work_s = 0.0;
+  // The frame alone on the engine, s: max(1, o) x c0 + frame_work_s. No deadline under it can be
+  // met whatever admission does.
+  double lone_frame_s = 0.0;
+  // Share of the engine the session takes per second: frame_work_s / period (1 = all of it).
+  double work_share = 0.0;
+  // One-off compute of prefilling the prompt, s (scheduled after every other frame's work, so it
+  // delays only the session's own start: RealtimeLoop).
+  double prompt_work_s = 0.0;
+};
+// `session` must be resolved (period > 0); `full_kv_context_tokens` >= 0 is where a full-KV
+// session is priced (its projected size; ignored in window mode).
+[[nodiscard]] SessionPrice PriceSession(const CostModel& model, const SessionSpec& session,
+                                        TokenPos full_kv_context_tokens = 0);
+
 // N* as `model` predicts it for sessions of `session`'s shape: the most sessions whose frame
 // latency stays within latency_fraction x deadline when every session's frame runs in the same
 // iterations (the worst phase alignment; random phases only spread the work). A frame takes

@@ -311,13 +311,17 @@ bool RealtimeLoop::RunIteration() {
       s.chunk.push_back(f.outputs.back());
     }
     const int tokens = static_cast<int>(s.chunk.size()) - f.input_offset;
-    candidates_.push_back({.deadline = f.deadline, .ready_index = k, .tokens = tokens});
+    const bool prompt = !f.input_fed && !s.prompt_fed;
+    candidates_.push_back(
+        {.deadline = f.deadline, .ready_index = k, .tokens = tokens, .prompt = prompt});
     ready_tokens += tokens;
   }
-  // Over the budget: earliest deadline first (then session id), the last item split to fit.
+  // Over the budget: prompts last, then earliest deadline first (then session id), the last item
+  // split to fit.
   const int budget = options_.max_step_tokens;
   if (budget > 0 && ready_tokens > budget) {
     std::sort(candidates_.begin(), candidates_.end(), [](const Planned& a, const Planned& b) {
+      if (a.prompt != b.prompt) return b.prompt;
       return a.deadline != b.deadline ? a.deadline < b.deadline : a.ready_index < b.ready_index;
     });
   }

@@ -85,7 +85,8 @@ struct LoopOptions {
   // cache) is slower in a backlog, where every session's work lands in one step, than in steady
   // state, so a transient backlog need not drain. The budget keeps a backlog's steps the size of
   // steady-state ones, and EDF serves the oldest frames first. It removes the step-size part of
-  // the CPU engine's backlog penalty, not all of it (measured: docs/realtime.md, "Step budget").
+  // the CPU engine's backlog penalty, not all of it (docs/realtime.md, "Step budget"). A prompt's
+  // prefill goes last, after every other ready frame, in the budget they leave.
   int max_step_tokens = 0;
 
   void Validate() const;
@@ -241,6 +242,9 @@ class RealtimeLoop {
     int tokens =
         0;  // the frame's next item: all its tokens in candidates_, this step's in planned_
     bool completes_input = true;  // the item is the whole rest of the frame's input (or a decode)
+    // The item carries the session's prompt: with a step budget it takes only what every other
+    // ready frame leaves, so a prompt delays its own session's start and no one else's frame.
+    bool prompt = false;
   };
   std::vector<Planned> candidates_;
   std::vector<Planned> planned_;

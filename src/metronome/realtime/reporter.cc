@@ -106,8 +106,8 @@ void Reporter::LimitChange(const admission::LimitChange& c) {
   }
 }
 
-void Reporter::Capacity(std::int64_t limit, std::int64_t active) {
-  if (metrics_) metrics_->SetAdmissionCapacity(limit, active);
+void Reporter::Capacity(std::int64_t limit, double work_used) {
+  if (metrics_) metrics_->SetAdmissionCapacity(limit, work_used);
 }
 
 void Reporter::ForecastWarning(double now_s, double t_sat_s, double occupancy,

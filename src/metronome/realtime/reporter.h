@@ -32,9 +32,9 @@ class Reporter {
   void Rejected(const admission::Decision& d, double now_s, std::int64_t active,
                 std::int64_t limit);
   void LimitChange(const admission::LimitChange& c);
-  // Sessions admission allows now (Supervisor::admission_limit; admission::kNoLimit: none) and
-  // the active count: the limit and headroom gauges.
-  void Capacity(std::int64_t limit, std::int64_t active);
+  // The budget admission allows now (Supervisor::admission_limit, units of work;
+  // admission::kNoLimit: none) and the admitted work: the limit, headroom and work gauges.
+  void Capacity(std::int64_t limit, double work_used);
   // The forecast turned to warning at now_s: the pool fills in t_sat_s at this rate.
   void ForecastWarning(double now_s, double t_sat_s, double occupancy, std::int64_t active);
   // A sample of the pool: gauges, and the blocks freed by windows since the previous sample.

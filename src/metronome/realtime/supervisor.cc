@@ -15,6 +15,21 @@
 
 namespace metronome::realtime {
 
+void WorkLimits::Validate() const {
+  if (!(max_session_share > 0.0 && max_session_share <= 1.0)) {
+    throw ConfigError("work.max_session_share = " + FormatValue(max_session_share) +
+                      " must be in (0, 1]");
+  }
+  if (!(lone_frame_fraction > 0.0 && lone_frame_fraction <= 1.0)) {
+    throw ConfigError("work.lone_frame_fraction = " + FormatValue(lone_frame_fraction) +
+                      " must be in (0, 1]");
+  }
+  if (!(min_deadline_ms >= 0.0 && min_deadline_ms <= 3.6e6)) {
+    throw ConfigError("work.min_deadline_ms = " + FormatValue(min_deadline_ms) +
+                      " must be in [0, 3600000]");
+  }
+}
+
 void SupervisorOptions::Validate() const {
   if (max_sessions < 0) {
     throw ConfigError("max_sessions = " + std::to_string(max_sessions) + " must be >= 0");
@@ -25,6 +40,8 @@ void SupervisorOptions::Validate() const {
   }
   forecast.Validate();
   loop.Validate();
+  work.Validate();
+  if (cost_model) reference_session.Validate();
 }
 
 std::int64_t ProjectedBlocks(const SessionSpec& spec, int block_tokens,
@@ -61,7 +78,13 @@ struct Supervisor::State final : SessionObserver {
   void OnFrame(const FrameRecord& r) override;
   void OnMuteAlarm(const MuteAlarm& a) override;
   void OnSessionEnded(const SessionEnded& e) override;
-  void Forget(RealtimeSessionId id) { projected.erase(id); }
+  void Forget(RealtimeSessionId id);
+  // PriceSession of `spec` at the size admission projects for it (ProjectedBlocks): requests and
+  // the reference session priced by one rule. Needs options.cost_model.
+  [[nodiscard]] SessionPrice PriceOf(const SessionSpec& spec) const;
+  // The door rules of options.work and the request's work; a refusal, or nullopt.
+  std::optional<admission::Decision> PriceRequest(const SessionSpec& spec,
+                                                  admission::SessionRequest& request) const;
 
   SessionObserver* observer = nullptr;  // the driver's
   Backend* backend;
@@ -82,7 +105,11 @@ struct Supervisor::State final : SessionObserver {
   struct Projection {
     std::int64_t blocks = 0;
     bool bounded = false;
+    double work = 1.0;        // SessionRequest::work
+    bool has_prompt = false;  // its first frame carries the prompt's prefill
   };
+  double active_work = 0.0;      // sum of the live sessions' work
+  double reference_share = 0.0;  // the reference session's work_share (0: no cost model)
   std::unordered_map<RealtimeSessionId, Projection> projected;
   // SystemState for Admit, computed once per turn (O(sessions)) and kept current by Admit itself:
   // a crowd retrying every period costs one pass, not one per request.
@@ -105,6 +132,7 @@ admission::SystemState Supervisor::State::System() const {
   const kv::PoolStats pool = backend->pool();
   admission::SystemState s;
   s.active_sessions = loop.active_sessions();
+  s.active_work = active_work;
   s.free_blocks = pool.free_blocks;
   s.total_blocks = pool.num_blocks;
   for (const auto& [id, p] : projected) {
@@ -133,7 +161,7 @@ void Supervisor::State::RecordLimitChanges() {
     limit_changes.push_back(std::move(c));
   }
   admission_limit = EffectiveLimit();
-  reporter.Capacity(admission_limit, loop.active_sessions());
+  reporter.Capacity(admission_limit, active_work);
 }
 
 void Supervisor::State::Sample(double now) {
@@ -177,9 +205,81 @@ void Supervisor::State::Sample(double now) {
   reporter.Sample(pool, active, t_sat.value_or(-1.0), s.busy_fraction, s.work_utilization);
 }
 
+void Supervisor::State::Forget(RealtimeSessionId id) {
+  const auto it = projected.find(id);
+  if (it == projected.end()) return;
+  active_work -= it->second.work;
+  projected.erase(it);
+  if (projected.empty()) active_work = 0.0;  // no rounding left behind
+  controller->OnSessionEnded(id);
+}
+
+SessionPrice Supervisor::State::PriceOf(const SessionSpec& spec) const {
+  const int block_tokens = backend->block_tokens();
+  // A full-KV session at its projected size, which no session outgrows the pool to reach.
+  const std::int64_t blocks = std::min(
+      ProjectedBlocks(spec, block_tokens, options.memory, backend->full_kv_context_limit()),
+      backend->pool().num_blocks);
+  return PriceSession(*options.cost_model, spec, blocks * block_tokens);
+}
+
+std::optional<admission::Decision> Supervisor::State::PriceRequest(
+    const SessionSpec& spec, admission::SessionRequest& request) const {
+  const WorkLimits& limits = options.work;
+  const auto refuse = [](std::string reason, std::string detail) {
+    return admission::Decision{
+        .admit = false, .reason = std::move(reason), .detail = std::move(detail)};
+  };
+  // The floors: the operator's, and the frame's own time alone on the engine (a deadline must
+  // leave it at most lone_frame_fraction; a period at least the whole of it, or frames come
+  // faster than one runs).
+  std::optional<SessionPrice> price;
+  if (options.cost_model) price = PriceOf(spec);
+  const double lone_ms = price ? 1000.0 * price->lone_frame_s : 0.0;
+  const auto floor_check = [&](const char* field, double value_ms,
+                               double calibrated_ms) -> std::optional<admission::Decision> {
+    const double floor_ms = std::max(limits.min_deadline_ms, calibrated_ms);
+    if (value_ms >= floor_ms) return std::nullopt;
+    const std::string why = calibrated_ms > limits.min_deadline_ms
+                                ? "this server's floor for the frame (" + FormatValue(lone_ms) +
+                                      " ms alone on the engine)"
+                                : std::string("this server's minimum");
+    return refuse(std::string(field).substr(0, std::string(field).find('_')),
+                  std::string(field) + " " + FormatValue(value_ms) + " is under " +
+                      FormatValue(floor_ms) + " ms, " + why);
+  };
+  if (auto d = floor_check("deadline_ms", spec.deadline_ms, lone_ms / limits.lone_frame_fraction)) {
+    return d;
+  }
+  if (auto d = floor_check("period_ms", spec.period_ms, lone_ms)) return d;
+  if (!price) return std::nullopt;
+  if (price->work_share > limits.max_session_share) {
+    return refuse("work", "the session's frames take " + FormatValue(price->work_share) +
+                              " of the engine per second (" +
+                              FormatValue(1000.0 * price->frame_work_s) + " ms of compute every " +
+                              FormatValue(spec.period_ms) + " ms); one session may take at most " +
+                              FormatValue(limits.max_session_share));
+  }
+  // A session priced at nothing (a model with no per-token cost) still counts a sliver, so the
+  // budget bounds the number of such sessions.
+  request.work = reference_share > 0.0 ? std::max(price->work_share / reference_share, 1e-3) : 1.0;
+  return std::nullopt;
+}
+
 void Supervisor::State::OnFrame(const FrameRecord& r) {
-  controller->OnFrame(r.delivered_s, r.latency_ms, r.deadline_ms,
-                      /*missed=*/r.outcome == FrameOutcome::kLate);
+  const auto it = projected.find(r.session);
+  // The frame that carried the prompt waited for its prefill, scheduled after everyone else's
+  // frames: its latency is the session's own doing and says nothing about the load.
+  const bool prompt_frame = it != projected.end() && it->second.has_prompt && r.index == 0;
+  if (!prompt_frame) {
+    controller->OnFrame(
+        admission::FrameSample{.now_s = r.delivered_s,
+                               .latency_ms = r.latency_ms,
+                               .deadline_ms = r.deadline_ms,
+                               .missed = r.outcome == FrameOutcome::kLate,
+                               .session = r.session,
+                               .work = it != projected.end() ? it->second.work : 1.0});
+  }
   latency_ms.Add(r.latency_ms);
   reporter.Frame(r);
   if (observer != nullptr) observer->OnFrame(r);
@@ -203,6 +303,9 @@ Supervisor::Supervisor(Backend* backend, Clock* clock, const SupervisorOptions& 
   options.Validate();
   state_ = std::make_unique<State>(backend, clock, options, registry, events);
   State& st = *state_;
+  if (options.cost_model) {
+    st.reference_share = st.PriceOf(options.reference_session).work_share;
+  }
   st.loop.on_iteration = [&st](double seconds, int batch_tokens) {
     st.system_cache.reset();
     const double now_s = st.loop.Now();
@@ -236,7 +339,9 @@ Supervisor::AdmitResult Supervisor::Admit(const SessionSpec& spec, double now_s)
   admission::SystemState& system = *st.system_cache;
 
   AdmitResult result;
-  if (st.options.max_sessions > 0 && system.active_sessions >= st.options.max_sessions) {
+  if (std::optional<admission::Decision> refused = st.PriceRequest(spec, request)) {
+    result.decision = std::move(*refused);
+  } else if (st.options.max_sessions > 0 && system.active_sessions >= st.options.max_sessions) {
     result.decision = {.admit = false,
                        .reason = "max_sessions",
                        .detail = std::to_string(system.active_sessions) +
@@ -267,9 +372,14 @@ Supervisor::AdmitResult Supervisor::Admit(const SessionSpec& spec, double now_s)
   }
   st.projected.emplace(result.id,
                        State::Projection{.blocks = request.projected_blocks,
-                                         .bounded = spec.policy.mode == kv::KvMode::kWindow});
+                                         .bounded = spec.policy.mode == kv::KvMode::kWindow,
+                                         .work = request.work,
+                                         .has_prompt = !spec.prompt.empty()});
+  st.active_work += request.work;
+  result.work = request.work;
   // The new session holds nothing yet: all of its projection is reserved.
   ++system.active_sessions;
+  system.active_work = st.active_work;
   system.reserved_blocks += request.projected_blocks;
   ++st.admitted;
   const std::int64_t active = st.loop.active_sessions();
@@ -299,6 +409,7 @@ bool Supervisor::Tick(double now_s) {
   admission::SystemState light;  // OnTick needs counts, not the O(sessions) reservation sum
   const kv::PoolStats pool = st.backend->pool();
   light.active_sessions = st.loop.active_sessions();
+  light.active_work = st.active_work;
   light.free_blocks = pool.free_blocks;
   light.total_blocks = pool.num_blocks;
   st.controller->OnTick(now_s, light);
@@ -316,6 +427,12 @@ bool Supervisor::Tick(double now_s) {
 
 const LoopStats& Supervisor::stats() const { return state_->loop.stats(); }
 std::int64_t Supervisor::active_sessions() const { return state_->loop.active_sessions(); }
+double Supervisor::active_work() const { return state_->active_work; }
+bool Supervisor::priced() const { return state_->options.cost_model.has_value(); }
+std::optional<SessionPrice> Supervisor::Price(const SessionSpec& spec) const {
+  if (!state_->options.cost_model) return std::nullopt;
+  return state_->PriceOf(spec);
+}
 std::int64_t Supervisor::resident_blocks(RealtimeSessionId id) const {
   return state_->loop.resident_blocks(id);
 }

@@ -25,12 +25,30 @@
 #include "metronome/base/clock.h"
 #include "metronome/kv/occupancy_forecast.h"
 #include "metronome/realtime/backend.h"
+#include "metronome/realtime/cost_model.h"
 #include "metronome/realtime/realtime_loop.h"
 #include "metronome/realtime/session_observer.h"
 #include "metronome/telemetry/event_log.h"
 #include "metronome/telemetry/metrics.h"
 
 namespace metronome::realtime {
+
+// The door rules that rest on a session's price (PriceSession): refusals that no later state
+// reverses (the client must change the request), so their retry_after_ms is 0.
+struct WorkLimits {
+  // No session may take more than this share of the engine per second (its work_share): one
+  // session heavier than that is refused with reason "work", naming its share. In (0, 1].
+  double max_session_share = 0.5;
+  // A deadline must leave the session's frame alone on the engine (PriceSession::lone_frame_s) at
+  // most this fraction of it, and a period at least the whole frame: the calibrated floors. Below
+  // them, reason "deadline" or "period" with the floor. In (0, 1].
+  double lone_frame_fraction = 0.5;
+  // The operator's floor under every deadline and period, ms (0: the calibrated floor alone;
+  // without a cost model, the only one). >= 0.
+  double min_deadline_ms = 0.0;
+
+  void Validate() const;  // ConfigError naming the field and value
+};
 
 struct SupervisorOptions {
   std::string admission = "memory";  // "static:N", "memory", "aimd" or "gradient2"
@@ -55,6 +73,14 @@ struct SupervisorOptions {
   // (Supervisor::admission_limit, the metronome_admission_limit gauge, HAProxy's maxconn) is then
   // how many sessions of this size the pool's unpromised blocks still hold, plus the active ones.
   std::int64_t reference_session_blocks = 0;
+  // The calibrated step-cost model that prices each session (PriceSession) in units of work, and
+  // the session that is one unit (the driver's default shape, resolved): the controllers' limits
+  // are then budgets of work in "sessions of the reference shape", and `work` applies. Without a
+  // model every session is one unit (a budget counts sessions) and only work.min_deadline_ms
+  // applies.
+  std::optional<CostModel> cost_model;
+  SessionSpec reference_session;
+  WorkLimits work;
   // Alarms, limit changes, forecast warnings and session errors also go to stderr (mute alarms
   // rate-limited).
   bool log_to_stderr = true;
@@ -110,6 +136,8 @@ class Supervisor {
     // Tokens the admitted full-KV session may append before it ends with kContextFull (its KV
     // budget, or the backend's context limit); 0: no limit (window KV, or none known).
     TokenPos max_context_tokens = 0;
+    // The session's price in units of work (SessionRequest::work): 1 when sessions are not priced.
+    double work = 1.0;
   };
   // Asks the controller whether a session with `spec` may join now; if so adds it to the loop.
   // Throws ConfigError for an invalid spec (before asking).
@@ -133,6 +161,13 @@ class Supervisor {
 
   [[nodiscard]] const LoopStats& stats() const;  // the loop's frame counts (times since Start())
   [[nodiscard]] std::int64_t active_sessions() const;
+  // The admitted sessions' work, in units of the reference session (SessionRequest::work summed).
+  [[nodiscard]] double active_work() const;
+  // Whether sessions are priced by a cost model (otherwise each is one unit).
+  [[nodiscard]] bool priced() const;
+  // The price of a session of `spec` (PriceSession at its projected size); nullopt without a cost
+  // model.
+  [[nodiscard]] std::optional<SessionPrice> Price(const SessionSpec& spec) const;
   [[nodiscard]] std::int64_t resident_blocks(RealtimeSessionId id) const;
   [[nodiscard]] LoopFootprint loop_footprint() const;
   [[nodiscard]] const admission::AdmissionController& controller() const;

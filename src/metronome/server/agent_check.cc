@@ -9,6 +9,11 @@ std::int64_t ReplicaState::headroom() const {
   return std::max<std::int64_t>(0, limit - active);
 }
 
+std::int64_t ReplicaState::max_connections() const {
+  if (limit < 0) return -1;
+  return sessions + headroom();
+}
+
 std::string AgentResponse(const ReplicaState& state) {
   const std::int64_t room = state.headroom();
   std::string line = "up";
@@ -21,7 +26,7 @@ std::string AgentResponse(const ReplicaState& state) {
                  : std::clamp<std::int64_t>((100 * room + state.limit - 1) / state.limit, 1, 100);
     line += " ready " + std::to_string(percent) + "%";
   }
-  if (state.limit > 0) line += " maxconn:" + std::to_string(state.limit);
+  if (state.max_connections() > 0) line += " maxconn:" + std::to_string(state.max_connections());
   line += '\n';
   return line;
 }

@@ -91,6 +91,7 @@ void EngineService::StartSession(realtime::SessionSpec spec, SessionSink sink,
                                    .started_s = supervisor_.Now(),
                                    .period_ms = spec.period_ms,
                                    .deadline_ms = spec.deadline_ms,
+                                   .work = r.work,
                                    .frames = {},
                                    .last_latency_ms = 0.0});
         }
@@ -171,7 +172,10 @@ nlohmann::json EngineService::Snapshot(std::size_t max_listed) const {
   j["admission"] = {
       {"controller", supervisor_.controller().Describe()},
       {"limit", limit == admission::kNoLimit ? nlohmann::json(nullptr) : nlohmann::json(limit)},
-      {"limit_changes", supervisor_.limit_changes().size()}};
+      {"limit_changes", supervisor_.limit_changes().size()},
+      // The budget's units: sessions of the reference shape (SessionRequest::work).
+      {"work_used", supervisor_.active_work()},
+      {"priced", supervisor_.priced()}};
   j["kv"] = {{"used_blocks", pool.used_blocks},
              {"free_blocks", pool.free_blocks},
              {"total_blocks", pool.num_blocks},
@@ -208,6 +212,7 @@ nlohmann::json EngineService::Snapshot(std::size_t max_listed) const {
     row["resident_blocks"] = supervisor_.resident_blocks(ids[i]);
     row["period_ms"] = l.period_ms;
     row["deadline_ms"] = l.deadline_ms;
+    row["work"] = l.work;
     for (int o = 0; o < telemetry::kNumFrameOutcomes; ++o) {
       const auto outcome = static_cast<telemetry::FrameOutcome>(o);
       row[std::string(telemetry::ToString(outcome))] = l.frames.of(outcome);
@@ -243,7 +248,8 @@ ReplicaState EngineService::replica_state() const {
 void EngineService::Publish() {
   const ReplicaState now{.draining = draining_,
                          .limit = supervisor_.admission_limit(),
-                         .active = supervisor_.active_sessions()};
+                         .active = admission::WholeUnits(supervisor_.active_work()),
+                         .sessions = supervisor_.active_sessions()};
   const base::MutexLock lock(&state_mu_);
   replica_state_ = now;
 }

@@ -133,6 +133,7 @@ class EngineService final : private realtime::SessionObserver {
     double started_s = 0.0;
     double period_ms = 0.0;
     double deadline_ms = 0.0;  // the resolved spec's
+    double work = 1.0;         // its price, units of work (SessionRequest::work)
     realtime::FrameCounts frames;
     double last_latency_ms = 0.0;
   };

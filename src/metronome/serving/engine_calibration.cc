@@ -133,8 +133,27 @@ std::variant<SessionCalibration, std::string> CalibrateForSession(
            " tokens is beyond the start-up calibration's grid";
   }
   const CalibrationSettings settings{.repeats = 3, .warmup = 1};
+  // As many sessions per point as the pool holds at the largest point (a server capped at a few
+  // sessions sizes its pool to them): the grid's batch sizes are capped there, and one session
+  // still separates the terms (chunks 1 and a + 1, contexts 32 and 256).
+  const kv::PoolStats pool = engine.pool_stats();
+  const std::int64_t largest_tokens =
+      CalibrationPoint{1, 256, chunk}.TotalTokens(settings.warmup + settings.repeats);
+  const std::int64_t blocks_each = (largest_tokens + pool.block_tokens - 1) / pool.block_tokens + 1;
+  const std::int64_t most_sessions = pool.free_blocks / std::max<std::int64_t>(1, blocks_each);
+  if (most_sessions < 1) {
+    return "the KV pool's " + std::to_string(pool.free_blocks) +
+           " free blocks hold no session of " + std::to_string(largest_tokens) + " tokens";
+  }
   std::vector<CalibrationPoint> grid;
+  std::vector<std::int64_t> batches;
   for (const std::int64_t b : {1, 4, 16}) {
+    const std::int64_t capped = std::min(b, most_sessions);
+    if (std::find(batches.begin(), batches.end(), capped) == batches.end()) {
+      batches.push_back(capped);
+    }
+  }
+  for (const std::int64_t b : batches) {
     for (const std::int64_t c : {32, 256}) {
       // a >= 1, so the chunk is >= 2: two distinct points per (B, C).
       for (const std::int64_t n : {std::int64_t{1}, chunk}) grid.push_back({b, c, n});

@@ -62,8 +62,9 @@ inline constexpr int kCalibrationPrefillChunk = 256;
 // sessions; contexts 32 and 256 tokens; chunks 1 and a + 1; 3 timed steps after 1 untimed, so
 // about 12k prefill tokens and 72 timed steps: well under a second on synthetic:tiny), the fit,
 // and N* = PredictedSessionLimit(fit, session, latency_fraction), the fit's linear c2 extrapolated
-// to the session's full window. The pool must hold 16 sessions of 272 tokens (a + 1 <= 256: larger
-// chunks are not calibrated here). The failed step's reason if a step failed or the fit did not.
+// to the session's full window. Batch sizes are capped at the sessions of 256 + 4 (a + 1) tokens
+// the pool's free blocks hold (a + 1 <= 256: larger chunks are not calibrated here). The failed
+// step's reason if a step failed, the pool holds no such session, or the fit did not.
 struct SessionCalibration {
   realtime::CostModelFit fit;
   std::int64_t predicted_limit = 0;  // PredictedSessionLimit; 0: none

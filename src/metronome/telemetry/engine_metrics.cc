@@ -65,11 +65,16 @@ EngineMetrics::EngineMetrics(MetricsRegistry& registry)
           "KV blocks returned to the pool because they left a session's window (blocks).")),
       admission_limit(registry.AddGauge(
           "admission_limit",
-          "Concurrent sessions admission allows now (sessions); +Inf when no count applies.")),
+          "The budget admission allows now, in units of work (sessions of the reference shape); "
+          "+Inf when no count applies.")),
       admission_headroom(registry.AddGauge(
           "admission_headroom",
-          "Sessions admission would still take: limit - active, >= 0 (sessions); +Inf with no "
-          "limit.")),
+          "Units of work admission would still take: limit - ceil(work used), >= 0 (sessions of "
+          "the reference shape); +Inf with no limit.")),
+      admission_work_used(registry.AddGauge(
+          "admission_work_used",
+          "Units of work the admitted sessions take (each priced by what it declares; sessions "
+          "of the reference shape).")),
       sessions_active(registry.AddGauge("sessions_active", "Sessions currently running.")),
       sessions_admitted(registry.AddCounter("sessions_admitted_total", "Sessions admitted.")),
       sessions_rejected_by_reason(registry.AddCounterFamily(
@@ -94,7 +99,10 @@ EngineMetrics::EngineMetrics(MetricsRegistry& registry)
   SetAdmissionCapacity(-1, 0);
 }
 
-void EngineMetrics::SetAdmissionCapacity(std::int64_t limit, std::int64_t active) const noexcept {
+void EngineMetrics::SetAdmissionCapacity(std::int64_t limit, double work_used) const noexcept {
+  admission_work_used.Set(work_used);
+  // Whole units, with the tolerance admission::WholeUnits uses for sums of prices.
+  const auto active = static_cast<std::int64_t>(std::ceil(std::max(0.0, work_used) - 1e-9));
   if (limit < 0) {
     admission_limit.Set(std::numeric_limits<double>::infinity());
     admission_headroom.Set(std::numeric_limits<double>::infinity());

@@ -52,8 +52,13 @@ enum class EndReason : std::uint8_t {
 //   admission_limit              gauge      sessions admission currently allows (the controller's
 //                                           limit under the server's caps); +Inf when no count
 //                                           applies
-//   admission_headroom           gauge      sessions, admission_limit - sessions_active, >= 0
-//                                           (+Inf with no limit): the scaling signal (deploy.md)
+//                                           in units of work: sessions of the reference shape
+//   admission_headroom           gauge      units, admission_limit - ceil(admission_work_used),
+//                                           >= 0 (+Inf with no limit): the scaling signal
+//                                           (deploy.md)
+//   admission_work_used          gauge      units of work the admitted sessions take (each
+//                                           session's price: realtime.md, "Admission in units of
+//                                           work"); sessions_active when sessions are not priced
 //   sessions_active              gauge      sessions currently running
 //   sessions_admitted_total      counter    sessions accepted
 //   sessions_rejected_total{reason}  counter  sessions refused, by reason (small fixed vocabulary)
@@ -76,9 +81,9 @@ struct EngineMetrics {
   [[nodiscard]] Counter& sessions_rejected(std::string_view reason) const {
     return sessions_rejected_by_reason.WithLabels({reason});
   }
-  // admission_limit and admission_headroom from a limit (< 0: none, exposed as +Inf) and the
-  // active session count.
-  void SetAdmissionCapacity(std::int64_t limit, std::int64_t active) const noexcept;
+  // admission_limit, admission_headroom and admission_work_used from a limit (< 0: none, exposed
+  // as +Inf) and the admitted work (units; >= 0).
+  void SetAdmissionCapacity(std::int64_t limit, double work_used) const noexcept;
   // seconds < 0 or NaN means "no forecast" and is exposed as +Inf, like an infinite horizon.
   void SetSaturationForecastSeconds(double seconds) const noexcept;
 
@@ -96,6 +101,7 @@ struct EngineMetrics {
   Counter& kv_blocks_freed_by_window;
   Gauge& admission_limit;
   Gauge& admission_headroom;
+  Gauge& admission_work_used;
   Gauge& sessions_active;
   Counter& sessions_admitted;
   Family<Counter>& sessions_rejected_by_reason;
