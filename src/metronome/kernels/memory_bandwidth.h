@@ -1,4 +1,4 @@
-// Measured streaming read bandwidth of this machine: the denominator of every weight kernel's
+// The streaming read bandwidth of the machine it runs on: the denominator of every weight kernel's
 // roofline (a decode step must read each weight byte once, so tok/s <= bandwidth / weight bytes
 // per token).
 #pragma once
