@@ -21,6 +21,7 @@ packages=(
   nodejs npm chromium    # the dashboard: npm ci (uPlot, playwright-core) and its browser test
   gnuplot-nox            # the evaluation suite's plots (experiments/eval)
   python3                # tests/redteam: the red team's WebSocket client (standard library only)
+  python3-websockets     # examples/client.py and its test (tests/examples)
   jq curl                # scripts/lib.sh: JSON (summaries, /v1/stats, sim --list-presets --json), HTTP
   haproxy                # scripts/cluster.sh and its test (the balancer in front of the replicas);
                          # scripts/validate_manifests.sh (haproxy -c on deploy/kubernetes' config)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The test job (CI runs exactly this): set up, check formatting, build with warnings as errors and
-# run every test, clang-tidy, the evaluation suite's quick mode, then the unit tests again under
-# ASan + UBSan, the threaded tests (server, realtime, loadgen) under ThreadSanitizer, then
-# smoke-run the GGUF and wire protocol fuzzers.
+# The test job (CI runs exactly this): set up, check formatting, layering and docs, build with
+# warnings as errors and run every test, clang-tidy, the evaluation suite's quick mode, then the
+# unit tests again under ASan + UBSan, the threaded tests (server, realtime, loadgen) under
+# ThreadSanitizer, then smoke-run the GGUF and wire protocol fuzzers.
 # Fails loudly on the first problem.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +15,9 @@ git ls-files '*.h' '*.cc' | xargs clang-format --dry-run --Werror
 
 echo "== layering (a module includes and links only the modules below it: docs/architecture.md)"
 python3 scripts/check_layering.py
+
+echo "== docs (README <= 150 lines, performance.md <= 400, no dated run logs, no dangling doc references)"
+python3 scripts/check_docs.py
 
 echo "== Kubernetes manifests (deploy/kubernetes: schemas, haproxy -c, broken copies rejected)"
 bash scripts/validate_manifests.sh

@@ -2,9 +2,8 @@
 // model::ModelWeights::PlaceForKernels), an fp32 model's arena, the KV pool. At a few hundred MB
 // per step a 4 KiB page is a TLB miss and a hardware-prefetch restart every 4 KiB (the L2 stream
 // prefetcher does not cross a page); backed by transparent huge pages the same stream has a miss
-// per 2 MiB. Measured: bench-decode at one session, 32 of 35 alternated pairs faster over seven
-// stored types, median +7% to +29% tok/s (docs/performance.md, "Weights and the KV pool in huge
-// pages").
+// per 2 MiB (bench-decode at one session, every stored type; docs/performance.md, "Resident
+// memory").
 //
 // A buffer of at least one huge page is aligned to the huge page size and advised to the kernel
 // as huge-page memory (madvise MADV_HUGEPAGE: honoured when transparent huge pages are "always" or

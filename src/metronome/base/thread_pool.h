@@ -118,9 +118,10 @@ class ThreadPool {
 
   // The job's chunks are cut into one contiguous segment per slot. A thread claims its own
   // segment's chunks from the front, in order, so the memory it reads is one sequential stream
-  // (what the hardware prefetcher follows; a stream restarted at every chunk cost ~15% of decode
-  // bandwidth with two threads). A thread whose segment is exhausted takes chunks from the back of
-  // the others' segments, so a descheduled thread delays at most the chunk it is running.
+  // (what the hardware prefetcher follows; a stream restarted at every chunk loses decode
+  // bandwidth: bench-decode, docs/performance.md). A thread whose segment is exhausted takes chunks
+  // from the back of the others' segments, so a descheduled thread delays at most the chunk it is
+  // running.
   // Word layout: (epoch << 32) | (front << 16) | back, chunks [front, back) unclaimed.
   struct alignas(64) Segment {
     std::atomic<std::uint64_t> word{0};

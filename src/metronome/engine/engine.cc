@@ -89,7 +89,7 @@ constexpr double kMinAttentionFlopsPerChunk = 128.0 * 1024.0;
 // Attention units a step aims at per pool thread: with fewer (one long session, a few kv heads),
 // decode queries are split over their keys so the last unit does not leave threads idle. Kept
 // small: each extra chunk is one more hand-off between threads, which costs a scheduling
-// quantum when the cores are shared (measured: 8 per thread made 1 x 512 slower at load 13).
+// quantum when the cores are shared (bench-decode --sessions 1 --context 512 under load).
 constexpr int kAttentionUnitsPerThread = 2;
 // The shortest key slice worth a unit of its own (its query load and merge cost ~ a few keys).
 constexpr std::int64_t kMinKeysPerSlice = 64;
@@ -358,8 +358,8 @@ void Engine::Forward(Batch& b) {
   // (the largest activations of a prefill step) are bounded; a block of at least
   // kHiddenOverGateUpMinRows rows writes its hidden rows over its gate|up rows (in passes, below),
   // a smaller one (decode steps) into a region of its own, in one parallel pass. Each block of a
-  // quantised prefill dequantises the FFN's weight tiles again (measured: 32 x 512 prefill of a
-  // Q8_0 file, 2048-row steps, no slower than with one block: 513 vs 497 tok/s, medians of 6).
+  // quantised prefill dequantises the FFN's weight tiles again; a block of 256 rows keeps that
+  // within the prefill's noise (bench-decode --sessions 32 --context 512 --prefill-chunk 512).
   constexpr int kFfnRowsPerBlock = 256;
   constexpr int kHiddenOverGateUpMinRows = 128;
   const auto ffn_floats = [&](int rows) {
@@ -403,9 +403,8 @@ void Engine::Forward(Batch& b) {
   // it per head, or when cutting it over its keys gives enough: the kernel then uses each block's
   // K/V rows of every kv head (adjacent: a block stores [token][kv_dim]) while they are in L1 and
   // prefetches the next block's as it goes, where per-head units read a third of every row (at 3
-  // kv heads) and leave the rest to a later unit (measured at 32 x 512, load 4: attention 39.6 ->
-  // 23.9 ms per step, medians of 6 pairs; at 1 x 512, key slices over all kv heads against per kv
-  // head: see docs/performance.md, "One session's attention").
+  // kv heads) and leave the rest to a later unit (bench-decode's attention ms at 32 x 512 and
+  // 1 x 512; docs/performance.md, "Decode at many sessions").
   constexpr int kQueriesPerWork = 16;
   const int num_kv = c.num_kv_heads;
   const auto target_units =

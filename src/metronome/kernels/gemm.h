@@ -11,7 +11,7 @@ namespace metronome::kernels {
 void MatMulTransposedB(const float* x, int m, int k, const float* w, int n, float* y,
                        bool accumulate, int ldy = 0) noexcept;
 
-// Measured fp32 GEMM throughput of this machine through the same backend: the best of a few runs
+// The fp32 GEMM throughput of the CPU it runs on, through the same backend: the best of a few runs
 // of square products of size `n` (GFLOP/s). Used as the in-run "peak" for roofline fractions.
 [[nodiscard]] double MeasureGemmPeakGflops(int n = 1024, int repeats = 5);
 

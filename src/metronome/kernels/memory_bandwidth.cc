@@ -20,8 +20,9 @@ constexpr std::size_t kStreams = 4;
 // latency at the per-stream rate). The hint is T0 (into every cache level): with nothing computed
 // beside the loads it reads as fast as T1, the kernels' hint (internal/stream_prefetch.h), and a
 // non-temporal prefetch (prefetchnta, what __builtin_prefetch(p, 0, 0) emits) fills only
-// L1 and does not train the L2 streamer, and measured 2-3.5x below T0 or no prefetch at all on
-// this machine (the probe then reported 10-11 GB/s while oneDNN's GEMV streamed ~20 GB/s).
+// L1 and does not train the L2 streamer, so the probe would read well below what the weight
+// kernels stream (a probe below oneDNN's fp32 GEMV is the symptom: compare bench-decode's F32
+// `gemm reads GB/s` with its probe).
 constexpr std::size_t kPrefetchLines = 16;
 constexpr int kPrefetchLocalityAllLevels = 3;  // __builtin_prefetch's locality for prefetcht0
 // Slices per pool thread: the pool hands out chunks dynamically, so a thread that is preempted for

@@ -1,4 +1,4 @@
-// Measured streaming read bandwidth of this machine: the denominator of every weight kernel's
+// The streaming read bandwidth of the machine it runs on: the denominator of every weight kernel's
 // roofline (a decode step must read each weight byte once, so tok/s <= bandwidth / weight bytes
 // per token).
 #pragma once
@@ -9,7 +9,7 @@
 
 namespace metronome::kernels {
 
-// The probe's buffer, allocated and touched once, measured as often as wanted: a benchmark on a
+// The probe's buffer, allocated and touched once, probed as often as wanted: a benchmark on a
 // machine whose speed comes in phases (a shared or virtual one) measures right before and after
 // each stretch of the work it compares with, not once at some other moment.
 // A pass reads the buffer on every thread of base::DefaultThreadPool() (the threads the kernels

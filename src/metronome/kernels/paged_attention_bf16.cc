@@ -168,7 +168,7 @@ struct Blockwise {
     __m512 acc[NH][kOutRegs];
 
     // Copies member by member: an aggregate copy of the struct becomes a memcpy that keeps the copy
-    // out of registers (measured 2.6x slower per chunk).
+    // out of registers, several times slower per chunk.
     [[gnu::always_inline]] inline void CopyFrom(const Acc& src) {
 #pragma GCC unroll 4
       for (int h = 0; h < NH; ++h) {
@@ -330,9 +330,8 @@ struct Blockwise {
   // blocks together: each chunk of keys is computed for every kv head before the next, so a block's
   // rows of all those heads (adjacent in memory: [token][kv_dim]) are used while they are in L1,
   // and the next block's rows are prefetched spread over the chunk's V loop of each head, a K and a
-  // V row per key (measured on one thread at 32 x 512 x 30 layers: the whole next block requested
-  // at once, 192 lines, stalled on the core's miss buffers and was slower than one call per kv
-  // head; spread over the loop it is ~20% faster than that).
+  // V row per key: the whole next block requested at once (192 lines) stalls on the core's miss
+  // buffers (bench/kernels_benchmark BM_PagedAttentionDecodeStep).
   template <int NH>
   static void Walk(const kv::PagedKvView& kv, int layer, int kv_head0, int kv_heads,
                    const KeyRange* ranges, int num_ranges, bool rolling, const float* q_row,

@@ -40,15 +40,14 @@ using quant::kQk32;
 // scales fit the 32 vector registers (MT <= 2), 2 for MT = 3, 4; the rows' independent chains
 // keep the core busy. Q8_0, F16 and BF16 (a few instructions per byte) stream one row at a time:
 // one sequential stream is what the hardware prefetcher follows best, and four rows interleaved
-// a row apart held them to 13 (Q8_0), 22 (BF16) and 19 (F16) GB/s on one core, against 21, 28
-// and 29 GB/s one row at a time (bench/quant_benchmark BM_DecodeKernel, m = 1, alternated runs;
-// docs/performance.md). The nibble types lose 10-30% one row at a time.
+// a row apart streamed markedly slower; the nibble types, bound by their decode, are slower one
+// row at a time (bench/quant_benchmark BM_DecodeKernel, m = 1).
 constexpr int kGemvWeightRows = 4;
 template <class W, int MT>
 constexpr int kWeightRowsFor = std::is_same_v<W, Q8_0W> ? 1 : (MT <= 2 ? kGemvWeightRows : 2);
 // Software prefetch distance: two groups of rows ahead of the group being read (rows are
-// contiguous, so that is the same stream a few KB on); one row at a time, 8 KB ahead (Q8_0: 21 GB/s
-// against 19-20 at two rows ahead, 22 at 16 KB).
+// contiguous, so that is the same stream a few KB on); one row at a time, 8 KB ahead: a row is too
+// short a lead for a lone stream, and longer leads gained nothing (BM_DecodeKernel).
 constexpr int kGemvPrefetchRowGroups = 2;
 constexpr std::size_t kOneRowPrefetchBytes = 8192;
 template <int NT>
@@ -101,8 +100,8 @@ void ForRowGroups(int row_begin, int row_end, Row&& row, Group&& group) noexcept
 // The fp16 scale d (low half) and, for the min types, m (high half) of 16 consecutive blocks
 // from `first` on (lanes past `valid` are 0): one vpgatherdd over the blocks' first 4 bytes
 // (every block type here starts with d, the _1 types with d then m). A scalar pass through a
-// table instead (a store per block, a vector reload: a store-forwarding stall) measured as 40%
-// of the Q8_0 kernel's cycles under perf.
+// table instead (a store per block, a vector reload) stalls on store forwarding once per 16
+// blocks, a large share of the Q8_0 kernel's cycles under perf.
 template <class W>
 inline __m512i GatherScales(const typename W::Block* first, int valid) noexcept {
   const __m512i offsets =
@@ -183,8 +182,8 @@ void GroupQuad(const GemvActQuad* act, const GemvActSums* sums, int blocks,
   constexpr int kQuadsPerScaleVector = kBlocksPerScaleVector / kQuadBlocks;
   // Types whose consecutive quads carry their own scales and mins (ConsecutiveQuadScales /
   // ConsecutiveQuadMins: permutes of the lines the unpack loads) gather only for a group with a
-  // partial quad: a 16-lane gather costs this core about as much as the rest of four quads
-  // (BM_GemvResident m = 1: Q8_0 20 -> 45 GB/s, Q4_0 16 -> 42 without it). A gathered group adds
+  // partial quad: a 16-lane gather costs about as much as the rest of four quads (BM_GemvResident,
+  // m = 1). A gathered group adds
   // its mins once for its 16 blocks, the others per quad.
   constexpr bool kQuadScales = requires(const Block* first) { W::ConsecutiveQuadScales(first); }
   &&(!W::kMin || requires(const Block* first) { W::ConsecutiveQuadMins(first); });
@@ -296,9 +295,8 @@ void GemvRowsQuad(const RowsKernelArgs& a, int row_begin, int row_end) {
 // every int32 lane, d, the coefficient of every bsum with the offset / min folded in), then per
 // activation row: 4 vpdpbusd, each scaled in int32 (vpmulld) and summed, one conversion, d_w and
 // the bsum term, one FMA by d_a into the (activation row, weight row) accumulator. Exact integer
-// dots, as the rows kernel. Against UnpackedSuper through memory with fp32 lane scales
-// (BM_GemvResident m = 1, three rounds): Q6_K 31-33 -> 41-42 GB/s, Q4_K 16-17 -> 18, Q5_K equal;
-// the same registers with fp32 lane scales were slower than either (Q4_K 13-14).
+// dots, as the rows kernel. Registers, not a store and reload of UnpackedSuper, and integer
+// lane scales, not fp32 ones: each alternative was slower or level (BM_GemvResident, m = 1).
 struct GemvActK {  // one activation row's super-block: the 16 bsums as fp32
   alignas(64) float bsum[16];
 };
@@ -397,8 +395,8 @@ struct GemvF16 {
   using Act = float;
   static constexpr int kActPerStep = kHalfStep;
   // y_ij += w_j[s..s+32) . x_i[s..s+32), `mask` = the valid elements (k's tail). The two halves
-  // go to two accumulators: one chain of two dependent FMAs per step left the FMA latency exposed
-  // at one weight row in flight (BM_GemvResident m = 1: 34 GB/s against 50-70 with two chains).
+  // go to two accumulators: one chain of two dependent FMAs per step leaves the FMA latency
+  // exposed at one weight row in flight (BM_GemvResident, m = 1).
   static void Step(__m512& acc_lo, __m512& acc_hi, const std::uint16_t* w, const float* x,
                    __mmask32 mask) noexcept {
     const auto lo_mask = static_cast<__mmask16>(mask);
@@ -425,8 +423,8 @@ struct GemvBf16 {
 };
 
 // Weight rows in flight: one (kWeightRowsFor above), except F16 for more than one activation row:
-// its step is two dependent FMAs per accumulator, and MT accumulators alone left the FMA latency
-// exposed (F16 at m = 4: 18-19 GB/s with 4 rows, 13-14 with 1).
+// its step is two dependent FMAs per accumulator, and MT accumulators alone leave the FMA latency
+// exposed (BM_DecodeKernel, F16, m = 4).
 template <class H, int MT>
 constexpr int kHalfWeightRowsFor = (std::is_same_v<H, GemvF16> && MT > 1) ? kGemvWeightRows : 1;
 

@@ -37,9 +37,9 @@ using quant::kQk32;
 constexpr int kTileRows = 4;    // activation rows per register tile
 constexpr int kWords = 8;       // four-byte activation words of a 32-element block
 constexpr int kLineBytes = 64;  // one vector, one cache line
-// Software prefetch distance in the group stream (one thread's own contiguous rows). bench-decode
-// at one session, three alternated rounds: 8 KB ran Q4_0 at 493-601 tok/s against 496-547 at 4 KB
-// and 407-523 at 1 KB; Q8_0 level from 1 to 8 KB (docs/performance.md, "Interleaved rows").
+// Software prefetch distance in the group stream (one thread's own contiguous rows): far enough
+// ahead to cover DRAM latency at one session's read rate; shorter leads were slower for Q4_0 and
+// level for Q8_0 (bench-decode at one session; docs/performance.md, "Decode per stored type").
 constexpr std::size_t kPrefetchAheadBytes = 8192;
 constexpr int kOrMasked = 0xF8;  // ternary logic: a | (b & c)
 
@@ -222,9 +222,8 @@ void Rows(const RowsKernelArgs& a, int row_begin, int row_end) {
 }
 
 // The K-quants' activation rows per register tile: 2 up to kSmallTileMaxRows rows (the decode of a
-// few sessions), 4 beyond (the weights unpacked half as often). BM_RowLayout, one thread, GB/s:
-// Q4_K m = 4 22.9 with tiles of 2 against 19.6 with 4; m = 32 3.36 against 3.47 (row-major: 14.0
-// and 3.50).
+// few sessions: fewer accumulators, no spills), 4 beyond (the weights unpacked half as often);
+// bench/quant_benchmark BM_RowLayout, Q4_K, m = 4 and 32.
 constexpr int kSmallTileRows = 2;
 constexpr int kLargeTileRows = 4;
 constexpr int kSmallTileMaxRows = 4;
@@ -253,8 +252,8 @@ void ForSuperGroupTiles(const RowsKernelArgs& a, int row_begin, int row_end, Til
 // j = 8 h + 2 k + (l / 4): its int32 dot starts at -32 x the activation's bsum j (exact), is
 // converted to fp32 and added to the super-block's fp32 sum times the 16 rows' int8 scale j (one
 // 16-byte load, sign-extended and converted once for the tile's rows): one FMA per dot, not a
-// vpmulld, which bound this kernel at 32 rows (BM_RowLayout Q6_K m = 32: 3.9-4.1 GB/s with
-// vpmulld, 4.8-4.9 in fp32, row-major 4.1-4.5). One FMA by d_w d_a per super-block.
+// vpmulld into an int32 sum, whose latency bound this kernel at 32 rows (BM_RowLayout, Q6_K,
+// m = 32). One FMA by d_w d_a per super-block.
 constexpr int kQ6KOffset = 32;
 
 template <int MT>
@@ -342,7 +341,7 @@ void RowsQ6K(const RowsKernelArgs& a, int row_begin, int row_end) {
 // Q5_K's fifth bits (bit 2g / 2g + 1 of qh vector l's bytes) shifted to bit 4 and merged in one
 // ternary-logic op. Each sub-block's int32 dot (two chains, exact) is converted to fp32 and
 // accumulated into the super-block's fp32 sum times its 16 row scales (converted once per tile,
-// one FMA per dot; with vpmulld into an int32 sum Q4_K m = 32 ran 3.5 GB/s, in fp32 4.1-4.2); the
+// one FMA per dot, not a vpmulld into an int32 sum: BM_RowLayout, Q4_K, m = 32); the
 // min term sum_j mn_j bsum32_j comes from two vpmaddwd per 4 sub-blocks on the mins as 16-bit
 // pairs. One FMA pair by d_a (d_w x sum - dmin_w x mins) per super-block.
 
@@ -404,8 +403,8 @@ void GroupTileK(const RowsKernelArgs& a, int r, const std::byte* group, int supe
     const std::byte* body = group + static_cast<std::size_t>(sb) * kBodyBytes;
     // Q5_K reads its fifth bits beside the nibbles, two streams the hardware prefetcher does not
     // follow: the software prefetch keeps it fed. Q4_K's body is one ascending stream, which the
-    // hardware follows better alone (BM_RowLayout m = 1 interleaved, one thread, four alternated
-    // rounds: Q4_K 31-38 GB/s with the prefetch, 43-50 without; Q5_K 28-32 with, 9-11 without).
+    // hardware follows better alone (BM_RowLayout, m = 1, interleaved, one thread: Q4_K is faster
+    // without the prefetch, Q5_K several times slower).
     if constexpr (kHighBits) PrefetchAhead<kBodyBytes>(body);
     // The scales and mins (quant/blocks.h): j < 4 the low 6 bits of bytes j, j + 4; j >= 4 a
     // nibble of byte j + 4 with the top 2 bits of byte j - 4 (scale) or j (min) above it.

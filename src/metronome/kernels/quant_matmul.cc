@@ -227,10 +227,9 @@ KernelTable SelectKernels() {
       const QuantKernel k = avx512::Kernel(static_cast<GgmlType>(i), bf16);
       if (k.rows != nullptr) t[i] = k;
     }
-    // The decode kernels, for every type that has one: each measured faster than the rows
-    // kernel or level in the same run (bench/quant_benchmark BM_DecodeKernel, docs/performance.md
-    // "Decode kernels (m <= 4)": 1.3-2.6x at m = 1 except Q5_K, level; at m = 4 1.1-2.2x except
-    // Q4_0, 0.94x, in the noise of a loaded machine). BF16's needs AVX512_BF16 like its rows one.
+    // The decode kernels, for every type that has one: each is faster than the rows kernel or
+    // level at m <= kGemvMaxRows, since it streams W once without the GEMM form's panel
+    // (bench/quant_benchmark BM_DecodeKernel). BF16's needs AVX512_BF16 like its rows one.
     for (std::size_t i = 0; i < t.size(); ++i) {
       const auto type = static_cast<GgmlType>(i);
       if (t[i].rows == nullptr || (type == GgmlType::kBF16 && !bf16)) continue;

@@ -38,10 +38,11 @@
 namespace metronome::kernels {
 
 // From this many activation rows on, MatMul multiplies quantised weights by dequantising tiles of W
-// to fp32 and running oneDNN's sgemm instead of the batched integer kernels. Measured with the
-// GEMM-form VNNI kernels (docs/performance.md, "Prefill: integer kernels vs dequantised sgemm"):
-// the integer kernels win for every type up to 64 rows (1.2-1.3x at 32); from 128 rows oneDNN's
-// fp32 micro-kernel (which runs near the fp32 peak) wins or ties, by up to 1.6x at 512.
+// to fp32 and running oneDNN's sgemm instead of the batched integer kernels: the integer kernels
+// read each weight once as stored and win while the product is bandwidth-bound; with enough rows
+// the product is compute-bound and oneDNN's fp32 micro-kernel, near the fp32 peak, wins or ties
+// (bench/quant_benchmark BM_Prefill; docs/performance.md, "Prefill: integer kernels vs
+// dequantised sgemm"). Every decode batch below this keeps the integer kernels.
 inline constexpr int kDequantGemmMinRows = 128;
 // Up to this many activation rows (decode: one to a few sessions) MatMul runs a type's `gemv`
 // kernel where it has one: W is streamed once, so those kernels are built for read bandwidth.
@@ -49,14 +50,12 @@ inline constexpr int kGemvMaxRows = 4;
 
 // The row layout MatMul reads `w` fastest in on this CPU: kInterleaved16 (quant/row_layout.h) for
 // a packed matrix of whole 16-row groups of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K where
-// AVX-512 VNNI runs, otherwise kRowMajor (docs/performance.md, "Interleaved rows", one core:
-// the 32-element types 1.4-3.4x the GB/s of the row-major kernels at 1, 4 and 32 activation rows;
-// Q4_K / Q5_K 2.1-2.5x at 1 row, 1.7-2.0x at 4, 1.03-1.19x at 32; Q6_K 1.3-1.45x at 1 row,
-// 1.3-1.6x at 4, 1.15x at 32, and, in the engine at one session streaming from memory, its down
-// projections ~1.6x the row-major GB/s, median of 12 alternated pairs, since its body is laid
-// out in reading order: docs/performance.md, "Q6_K in reading order"). Loaders' callers relayout
-// with it (model::ModelWeights::PlaceForKernels). MatMul computes the same products in either
-// layout.
+// AVX-512 VNNI runs, otherwise kRowMajor. The interleaved kernels read whole lines with no
+// permutes, gathers or horizontal sums, so every type streams faster interleaved at every row
+// count (bench/quant_benchmark BM_RowLayout, BM_GemvResident; docs/performance.md, "Weight
+// kernels"); Q6_K qualifies because its body is stored in the order its kernel reads it, one
+// ascending stream. Loaders' callers relayout with it (model::ModelWeights::PlaceForKernels).
+// MatMul computes the same products in either layout.
 [[nodiscard]] quant::RowLayout PreferredRowLayout(const quant::WeightMatrix& w) noexcept;
 
 // y[m, w.rows] = x[m, w.cols] W^T (accumulate = false) or += (accumulate = true), any computable

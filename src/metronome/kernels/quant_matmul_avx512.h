@@ -47,7 +47,8 @@ void DequantizeRows(quant::GgmlType type, const void* w, int rows, int k, float*
 // quant::QuantizeActivationsQ8 / QuantizeActivationsQ8_K (quant/codec.h) bit for bit, 16 lanes
 // at a time: the same fp32 max |x|, scale and products, rounding to nearest even (the default
 // mode, as std::nearbyint), clamping to [-127, 127]; PrepareActivations' path on AVX-512 CPUs
-// (the scalar quantiser: 21% of the cycles of a 32-row Q8_0 product in quant_benchmark).
+// (the quantiser runs on the calling thread before the product is split over the pool, so a
+// scalar one is a serial share of every batched product: quant_benchmark BM_DecodeWeights, m = 32).
 void QuantizeActivationsQ8(const float* x, std::int64_t n, quant::ActQ8Block32* out) noexcept;
 void QuantizeActivationsQ8_K(const float* x, std::int64_t n, quant::BlockQ8_K* out) noexcept;
 

@@ -30,8 +30,8 @@ inline constexpr BlockId kNoBlock = -1;
 
 enum class KvDtype : std::uint8_t { kF32, kBF16 };
 // The KV element type unless a caller asks otherwise (engine, CLI, layouts): bf16 halves the
-// memory and the attention traffic per token; its quality cost is measured in
-// docs/performance.md ("KV element type"). The one place this default is written.
+// memory and the attention traffic per token; its quality cost is in docs/performance.md
+// ("KV element type"). The one place this default is written.
 inline constexpr KvDtype kDefaultKvDtype = KvDtype::kBF16;
 [[nodiscard]] const char* ToString(KvDtype d);
 // "f32" | "bf16" (ToString's names); nullopt for anything else.

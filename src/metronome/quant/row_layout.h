@@ -6,9 +6,8 @@
 // reduce a vector per row; K-quant super-blocks pack their sub-block scales per row. Interleaved,
 // one aligned 64-byte load holds 4 quants of each of 16 rows, a vpdpbusd against 4 activation
 // bytes broadcast adds them for the 16 rows at once, and the 16 rows' scales of a block sit
-// together: the output is 16 rows in the lanes of one vector. Measured on one core of the
-// development machine (docs/performance.md, "Interleaved rows"): the same bytes stream at 1.4-2.4x
-// the GB/s at one activation row, 1.2-3.4x at four.
+// together: the output is 16 rows in the lanes of one vector. The same bytes stream faster at
+// every row count (bench/quant_benchmark BM_RowLayout; docs/performance.md, "Weight kernels").
 //
 // Layout of the 32-element types Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (rows a multiple of 16; an even
 // number of blocks per row). Group g, rows [16 g, 16 g + 16), occupies the bytes [16 g row_bytes,

@@ -331,10 +331,10 @@ struct alignas(64) UnpackedSuper {
 
 // quant::UnpackKScaleWords's reading of the 12 packed 6-bit scale bytes, its SWAR steps done on
 // the three words as vector lanes: bytes 0-7 sc[j], bytes 8-15 mn[j]. The scalar words' round
-// trip into a vector register (two vmovq and an unpack after a dozen integer operations) was half
-// of the K-quant decode kernels' time (BM_GemvResident m = 1, Q4_K and Q5_K: 15-16 -> ~31 GB/s
-// without it). The kernel tests compare every K-quant kernel with the scalar one, which reads the
-// scales through quant::UnpackKScaleWords.
+// trip into a vector register (two vmovq and an unpack after a dozen integer operations) would be
+// about half of the K-quant decode kernels' time (BM_GemvResident, m = 1, Q4_K and Q5_K). The
+// kernel tests compare every K-quant kernel with the scalar one, which reads the scales through
+// quant::UnpackKScaleWords.
 [[maybe_unused]] inline __m128i KScaleBytes(
     const std::uint8_t (&scales)[quant::kKScaleBytes]) noexcept {
   std::uint32_t s2 = 0;

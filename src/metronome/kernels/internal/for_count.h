@@ -18,10 +18,10 @@ void ForCount(int rem, F&& f) noexcept {
 
 // Covers activation rows [0, m) with register tiles of kMaxRows rows and one of the rest (m = 32,
 // kMaxRows = 6: five of 6 and one of 2), calling f.template operator()<R>(r) for each tile
-// [r, r + R). Near-equal tiles (6, 6, 5, 5, 5, 5) measured no faster in the integer GEMM (perf
-// cycle ratios, docs/performance.md), so the full tiles come first: the integer GEMM's code is
-// then the hand-written loop's. (The 16-bit kernels keep that loop written out: through this
-// helper GCC 12 stops inlining their panel lambda and emits ~20% more vector moves.)
+// [r, r + R). Near-equal tiles (6, 6, 5, 5, 5, 5) were no faster in the integer GEMM (perf cycle
+// ratios), so the full tiles come first: the integer GEMM's code is then the hand-written loop's.
+// (The 16-bit kernels keep that loop written out: through this helper GCC 12 stops inlining their
+// panel lambda and emits more vector moves.)
 template <int kMaxRows, class F>
 void ForRowTiles(int m, F&& f) noexcept {
   int r = 0;
