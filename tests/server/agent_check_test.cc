@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string_view>
+
 namespace metronome::server {
 namespace {
 
@@ -23,6 +25,25 @@ TEST(AgentCheckTest, LineForEachState) {
       {{.draining = false, .limit = -1, .active = 5}, "up ready 100%\n", "no count: no maxconn"},
       {{.draining = true, .limit = -1, .active = 5}, "up drain\n", "no count, shutting down"},
       {{.draining = false, .limit = 0, .active = 0}, "up drain\n", "static:0: maxconn 0 is none"},
+      // Free WebSocket slots bind when fewer than the headroom: capacity active + free.
+      {{.draining = false, .limit = 8, .active = 3, .free_connection_slots = 10},
+       "up ready 63% maxconn:8\n",
+       "slots to spare: the limit binds"},
+      {{.draining = false, .limit = 8, .active = 3, .free_connection_slots = 1},
+       "up ready 25% maxconn:4\n",
+       "1 slot left: capacity 4, room 1"},
+      {{.draining = false, .limit = 333, .active = 256, .free_connection_slots = 0},
+       "up drain maxconn:256\n",
+       "every slot held (idle squatters): drain"},
+      {{.draining = false, .limit = -1, .active = 5, .free_connection_slots = 5},
+       "up ready 50% maxconn:10\n",
+       "no count: the slots alone"},
+      {{.draining = false, .limit = -1, .active = 0, .free_connection_slots = 0},
+       "up drain\n",
+       "no count, no slot: capacity 0 is no maxconn"},
+      {{.draining = true, .limit = 8, .active = 2, .free_connection_slots = 4},
+       "up drain maxconn:6\n",
+       "shutting down, slots bind"},
   };
   for (const Case& c : cases) EXPECT_EQ(AgentResponse(c.state), c.line) << c.why;
 }
@@ -31,6 +52,50 @@ TEST(AgentCheckTest, HeadroomIsLimitLessActiveNeverNegative) {
   EXPECT_EQ((ReplicaState{.draining = false, .limit = 8, .active = 3}).headroom(), 5);
   EXPECT_EQ((ReplicaState{.draining = false, .limit = 4, .active = 6}).headroom(), 0);
   EXPECT_EQ((ReplicaState{.draining = false, .limit = -1, .active = 6}).headroom(), -1);
+}
+
+TEST(AgentCheckTest, CapacityAndRoomTakeTheSmallerOfLimitAndSlots) {
+  struct Case {
+    ReplicaState state;
+    std::int64_t capacity;
+    std::int64_t room;
+    const char* why;
+  };
+  const Case cases[] = {
+      {{.limit = 8, .active = 3}, 8, 5, "slots unknown: the limit"},
+      {{.limit = 8, .active = 3, .free_connection_slots = 2}, 5, 2, "slots bind"},
+      {{.limit = 4, .active = 6, .free_connection_slots = 9}, 4, 0, "limit below active"},
+      {{.limit = -1, .active = 6, .free_connection_slots = 9}, 15, 9, "no limit: slots"},
+      {{.limit = -1, .active = 6}, -1, -1, "neither known"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(c.state.capacity(), c.capacity) << c.why;
+    EXPECT_EQ(c.state.room(), c.room) << c.why;
+  }
+}
+
+// /readyz: 503 while draining or with no room, naming the first reason that applies.
+TEST(AgentCheckTest, ReadinessNamesWhyNotReady) {
+  struct Case {
+    ReplicaState state;
+    bool ready;
+    std::string_view reason;
+  };
+  const Case cases[] = {
+      {{.limit = 8, .active = 3, .free_connection_slots = 4}, true, "ok"},
+      {{.limit = -1, .active = 3}, true, "ok"},
+      {{.draining = true, .limit = 8, .active = 0}, false, "draining"},
+      {{.draining = true, .limit = 8, .active = 8}, false, "draining"},
+      {{.limit = 8, .active = 8, .free_connection_slots = 4}, false, "admission_full"},
+      {{.limit = 0, .active = 0}, false, "admission_full"},
+      {{.limit = 8, .active = 3, .free_connection_slots = 0}, false, "no_free_connection_slots"},
+      {{.limit = -1, .active = 3, .free_connection_slots = 0}, false, "no_free_connection_slots"},
+  };
+  for (const Case& c : cases) {
+    const Readiness r = ReadinessOf(c.state);
+    EXPECT_EQ(r.ready, c.ready) << c.reason;
+    EXPECT_EQ(std::string_view(r.reason), c.reason);
+  }
 }
 
 // Every line is one short ASCII line HAProxy can read: words from its vocabulary, one newline.

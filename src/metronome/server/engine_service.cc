@@ -114,10 +114,10 @@ void EngineService::SubmitFrame(RealtimeSessionId id, std::vector<TokenId> token
   });
 }
 
-void EngineService::EndSession(RealtimeSessionId id) {
-  // Its sink hears kClient through OnSessionEnded.
-  Post([this, id] {
-    if (live_.contains(id)) supervisor_.End(id, supervisor_.Now(), EndReason::kClient);
+void EngineService::EndSession(RealtimeSessionId id, EndReason reason) {
+  // Its sink hears `reason` through OnSessionEnded.
+  Post([this, id, reason] {
+    if (live_.contains(id)) supervisor_.End(id, supervisor_.Now(), reason);
   });
 }
 

@@ -33,6 +33,7 @@ enum class EndReason : std::uint8_t {
   kDisconnect,      // "disconnect": the connection closed (logs and events; nobody to tell)
   kError,           // "error": the backend refused the session's work otherwise (the loop)
   kDuration,        // "duration": sim / drive, the session's sampled duration ran out (not wire)
+  kIdle,            // "idle": the client sent no frame for the server's idle timeout (the server)
 };
 [[nodiscard]] std::string_view ToString(EndReason reason);
 
@@ -57,6 +58,7 @@ enum class EndReason : std::uint8_t {
 //   sessions_active              gauge      sessions currently running
 //   sessions_admitted_total      counter    sessions accepted
 //   sessions_rejected_total{reason}  counter  sessions refused, by reason (small fixed vocabulary)
+//   sessions_ended_total{reason}  counter  sessions ended, by EndReason (ToString's spelling)
 //   saturation_forecast_seconds  gauge      s until the KV pool is forecast to run out; +Inf when
 //                                           it never does at the current rates
 //   engine_busy_fraction         gauge      share of the last sample interval the engine spent
@@ -75,6 +77,10 @@ struct EngineMetrics {
   // rejecting on a hot path). Reasons should come from a small fixed set, e.g. "limit", "kv_pool".
   [[nodiscard]] Counter& sessions_rejected(std::string_view reason) const {
     return sessions_rejected_by_reason.WithLabels({reason});
+  }
+  // The child for `reason` (created on first use, as sessions_rejected's).
+  [[nodiscard]] Counter& sessions_ended(EndReason reason) const {
+    return sessions_ended_by_reason.WithLabels({ToString(reason)});
   }
   // admission_limit and admission_headroom from a limit (< 0: none, exposed as +Inf) and the
   // active session count.
@@ -99,6 +105,7 @@ struct EngineMetrics {
   Gauge& sessions_active;
   Counter& sessions_admitted;
   Family<Counter>& sessions_rejected_by_reason;
+  Family<Counter>& sessions_ended_by_reason;  // children by ToString(EndReason)
   Gauge& saturation_forecast_seconds;
   Gauge& engine_busy_fraction;
   Gauge& engine_work_utilization;
