@@ -328,6 +328,10 @@ TEST(HttpServerTest, AnAbruptDisconnectEndsItsSessionsAndFreesTheirBlocks) {
   }
   EXPECT_EQ(st["kv"]["used_blocks"], 0) << st.dump();
   EXPECT_EQ(st["sessions"]["active"], 0) << st.dump();
+  // Both ended for the disconnect, and the metrics say so.
+  EXPECT_NE(
+      s.registry.ExpositionText().find("metronome_sessions_ended_total{reason=\"disconnect\"} 2"),
+      std::string::npos);
 }
 
 TEST(HttpServerTest, AnAccessTokenIsRequiredOnTheUpgradeAndOnV1) {

@@ -205,7 +205,8 @@ constexpr const char* kAuthTokenEnv = "METRONOME_AUTH_TOKEN";
 // even to ""). None: "" (no access control). Two or more, a file that cannot be read, or a token
 // server::AuthTokenProblem finds wrong: ConfigError naming the source.
 std::string ResolveAuthToken(const ServeFlags& f) {
-  const char* env = std::getenv(kAuthTokenEnv);
+  // Read once, at start-up, before any thread exists that could change the environment.
+  const char* env = std::getenv(kAuthTokenEnv);  // NOLINT(concurrency-mt-unsafe)
   std::vector<std::string> given;
   if (f.auth_token) given.emplace_back("--auth-token");
   if (f.auth_token_file) given.push_back("--auth-token-file = '" + *f.auth_token_file + "'");

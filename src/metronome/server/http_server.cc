@@ -547,7 +547,7 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     UpdateIdle();
     if (out.admitted) {
       if (gone_) {
-        srv_->service->EndSession(out.id);
+        srv_->service->EndSession(out.id, EndReason::kDisconnect);
         return;
       }
       SessionState state;
@@ -807,13 +807,14 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     idle_timer_.cancel();
   }
 
-  // The connection is gone (or going): every session ends at once; nobody is told.
+  // The connection is gone (or going): every session ends at once (reason disconnect, for the
+  // log, events and metrics); nobody is told.
   void Gone() {
     if (gone_) return;
     gone_ = true;
     closed_ = true;
     for (auto& [sid, st] : sessions_) {
-      if (!st.ending) srv_->service->EndSession(sid);
+      if (!st.ending) srv_->service->EndSession(sid, EndReason::kDisconnect);
       st.ending = true;
     }
   }
