@@ -32,7 +32,7 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-max_connections=16
+max_connections=16  # WebSockets, and plain HTTP connections (the slowloris attack exceeds it)
 handshake_ms=1000
 # Short idle timeouts so the squat section runs in seconds: a 10 s-period session that sends
 # nothing ends after idle_max_ms (2 periods, clamped), a connection with no session closes after
@@ -44,6 +44,7 @@ agent_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1
 
 if ! serve_start "$bin" "$tmp/serve" --model synthetic:tiny --host 127.0.0.1 --port 0 --threads 1 \
   --kv-blocks 256 --window 512 --admission "static:$limit" --max-connections "$max_connections" \
+  --max-http-connections "$max_connections" \
   --handshake-timeout-ms "$handshake_ms" --drain-timeout-s 0 --quiet --agent-port "$agent_port" \
   --idle-periods 2 --idle-min-ms 500 --idle-max-ms "$idle_max_ms" \
   --connection-idle-ms "$connection_idle_ms"; then
