@@ -221,7 +221,10 @@ scenario_capacity() {
   done
   local refused rejected starved qmax
   refused="$(value capacity '[.upgrade_refusals[]] | add // 0')"
-  rejected="$(value capacity .rejected)"
+  # loadgen's `rejected` counts HAProxy's 503s and refused connections too: the replicas' own
+  # session.rejected are what is left.
+  rejected="$(value capacity '.rejected - ([.upgrade_refusals["503"], .upgrade_refusals["429"],
+    .connections_refused] | map(. // 0) | add)')"
   starved="$(value capacity '.starved_frames + .short_frames')"
   qmax="$(stats_csv | awk -F, '$1 == "replicas" && $2 == "BACKEND" { print $4 }')"
   local frames late

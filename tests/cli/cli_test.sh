@@ -317,6 +317,50 @@ fails_with "an unknown flag exits 2 (CLI11 said 109)" "--no-such-flag" serve --n
 fails_with "a value that is not a number exits 2" "--max-connections" serve \
   --max-connections lots
 fails_with "serve --allowed-origins junk" "allowed_origins" serve --allowed-origins evil.example
+fails_with "serve --idle-min-ms above --idle-max-ms" \
+  "--idle-min-ms = 9000 must be >= 0 and at most --idle-max-ms = 1000" \
+  serve --idle-min-ms 9000 --idle-max-ms 1000 --threads 1 --port 0
+
+# The bearer token: one source (flag, file or METRONOME_AUTH_TOKEN), never empty or blank (a deploy
+# with `--auth-token "$TOKEN"` and TOKEN unset must not start an open server).
+unset METRONOME_AUTH_TOKEN
+fails_with "serve --auth-token '': exit 2" "error: --auth-token: the token is empty" \
+  serve --auth-token "" --threads 1 --port 0
+fails_with "serve --auth-token of spaces: exit 2" "--auth-token: the token is only whitespace" \
+  serve --auth-token "   " --threads 1 --port 0
+printf '\n' >"$tmp/token.empty"
+fails_with "serve --auth-token-file holding a newline only" \
+  "--auth-token-file = '$tmp/token.empty': the token is empty" \
+  serve --auth-token-file "$tmp/token.empty" --threads 1 --port 0
+fails_with "serve --auth-token-file missing" "--auth-token-file = '$tmp/none': cannot open" \
+  serve --auth-token-file "$tmp/none" --threads 1 --port 0
+printf 'sesame\n' >"$tmp/token"
+fails_with "serve --auth-token and --auth-token-file" \
+  "comes from one place, but --auth-token and --auth-token-file = '$tmp/token' are both given" \
+  serve --auth-token x --auth-token-file "$tmp/token" --threads 1 --port 0
+METRONOME_AUTH_TOKEN="" fails_with "serve with METRONOME_AUTH_TOKEN empty" \
+  "the environment variable METRONOME_AUTH_TOKEN: the token is empty" serve --threads 1 --port 0
+METRONOME_AUTH_TOKEN=sesame fails_with "serve with METRONOME_AUTH_TOKEN and --auth-token" \
+  "--auth-token and the environment variable METRONOME_AUTH_TOKEN are both given" \
+  serve --auth-token x --threads 1 --port 0
+# A token from the file (its newline dropped) and one from the environment both guard /v1/*.
+for source in file env; do
+  if [ "$source" = file ]; then
+    serve_start "$bin" "$tmp/serve_token" --model synthetic:tiny --port 0 --threads 1 \
+      --kv-blocks 40 --window 32 --admission static:2 --quiet --auth-token-file "$tmp/token"
+  else
+    METRONOME_AUTH_TOKEN=sesame serve_start "$bin" "$tmp/serve_token" --model synthetic:tiny \
+      --port 0 --threads 1 --kv-blocks 40 --window 32 --admission static:2 --quiet
+  fi
+  check "serve with the token from the $source: /v1/stats 401 without it" test "$(curl -s -o \
+    /dev/null -w '%{http_code}' -m 5 "http://127.0.0.1:$SERVE_PORT/v1/stats")" = 401
+  check "serve with the token from the $source: /v1/stats 200 with it" test "$(curl -s -o \
+    /dev/null -w '%{http_code}' -m 5 -H 'Authorization: Bearer sesame' \
+    "http://127.0.0.1:$SERVE_PORT/v1/stats")" = 200
+  check "serve with the token from the $source: /readyz needs none" \
+    test "$(curl -s -o /dev/null -w '%{http_code}' -m 5 "http://127.0.0.1:$SERVE_PORT/readyz")" = 200
+  serve_stop
+done
 check "--help still exits 0" "$bin" serve --help >/dev/null
 mkfifo "$tmp/fifo.gguf"
 fails_with "a FIFO as the model is refused, not opened" "it is a FIFO" generate \

@@ -228,7 +228,11 @@ TEST(LoadGeneratorTest, ManyConnectionsAtOnceBeyondTheServersLimit) {
 // frame, as a killed process's would be.
 class FakeReplica {
  public:
-  enum class Mode : std::uint8_t { kDrop, kRefuse };
+  // kDrop: serves 3 frames, then drops the connection; kRefuse: answers every upgrade 503;
+  // kRefuseRetryAfter: the same with "Retry-After: 1"; kResetUpgrade: closes the connection on an
+  // upgrade, unanswered; kGone: answers the first request (loadgen's /v1/stats), then stops
+  // listening, so every later connection is refused.
+  enum class Mode : std::uint8_t { kDrop, kRefuse, kRefuseRetryAfter, kResetUpgrade, kGone };
   static constexpr int kFramesBeforeDrop = 3;
 
   explicit FakeReplica(Mode mode) : mode_(mode) {
@@ -264,12 +268,19 @@ class FakeReplica {
     http::request<http::string_body> req;
     http::read(socket, buffer, req, ec);
     if (ec) return;
-    if (!websocket::is_upgrade(req) || mode_ == Mode::kRefuse) {
+    const bool upgrade = websocket::is_upgrade(req);
+    if (upgrade && mode_ == Mode::kResetUpgrade) {
+      socket.close(ec);
+      return;
+    }
+    if (!upgrade || mode_ == Mode::kRefuse || mode_ == Mode::kRefuseRetryAfter) {
       http::response<http::string_body> res{
-          websocket::is_upgrade(req) ? http::status::service_unavailable : http::status::ok, 11};
+          upgrade ? http::status::service_unavailable : http::status::ok, 11};
+      if (mode_ == Mode::kRefuseRetryAfter) res.set(http::field::retry_after, "1");
       res.body() = "{}";
       res.prepare_payload();
       http::write(socket, res, ec);
+      if (mode_ == Mode::kGone) acceptor_.close(ec);
       return;
     }
     websocket::stream<tcp::socket> ws(std::move(socket));
@@ -376,18 +387,52 @@ TEST(ReplicaFiguresTest, TheJsonIsTheTextScriptsRead) {
             R"("late_frames":2,"ok_frames":1,"short_frames":4,"starved_frames":3})");
 }
 
-// An upgrade answered with an HTTP status (HAProxy's 503 when no replica has room) is counted by
-// status and asked again after the backoff.
-TEST(LoadGeneratorTest, ARefusedUpgradeIsCountedByStatusAndRetried) {
+// An upgrade answered 503 (HAProxy's when no replica has room, a replica's with no slot free) is
+// counted by status and as a rejection, not an error, and asked again after the backoff from the
+// period (40 ms, doubling): several tries in 0.6 s.
+TEST(LoadGeneratorTest, ARefusedUpgradeIsARejectionCountedByStatusAndRetried) {
   FakeReplica fake(FakeReplica::Mode::kRefuse);
   const LoadGenOptions o = AgainstFake(fake, /*sessions=*/2, /*duration_s=*/0.6);
   const LoadGenSummary s = LoadGenerator(o).Run();
   EXPECT_EQ(s.admitted, 0);
   ASSERT_TRUE(s.upgrade_refusals.contains(503));
   EXPECT_GE(s.upgrade_refusals.at(503), 3);  // 2 first tries and at least one retry
-  EXPECT_EQ(s.connect_failures, s.upgrade_refusals.at(503));
+  EXPECT_EQ(s.rejected, s.upgrade_refusals.at(503));
+  EXPECT_EQ(s.connect_failures, 0);
+  EXPECT_EQ(s.errors, 0);
   EXPECT_GE(s.reconnects, 1);
   EXPECT_EQ(s.ToJson()["upgrade_refusals"]["503"], s.upgrade_refusals.at(503));
+}
+
+// Retry-After (seconds) is the hint the backoff starts from: a client told 1 s does not ask again
+// within a 0.6 s run, where the period's 40 ms would have it ask several times.
+TEST(LoadGeneratorTest, RetryAfterIsHonouredAsTheHint) {
+  FakeReplica fake(FakeReplica::Mode::kRefuseRetryAfter);
+  const LoadGenOptions o = AgainstFake(fake, /*sessions=*/2, /*duration_s=*/0.6);
+  const LoadGenSummary s = LoadGenerator(o).Run();
+  ASSERT_TRUE(s.upgrade_refusals.contains(503));
+  EXPECT_EQ(s.upgrade_refusals.at(503), 2) << "one try each: the retry is 1 s away";
+  EXPECT_EQ(s.rejected, 2);
+  EXPECT_EQ(s.reconnects, 0);
+  EXPECT_EQ(s.connect_failures, 0);
+}
+
+// A connection closed during the handshake (a balancer or a full server hanging up) and a refused
+// TCP connection (no listener) are rejections retried with the backoff, not errors.
+TEST(LoadGeneratorTest, AResetHandshakeAndARefusedConnectionAreRetriedRejections) {
+  for (const auto mode : {FakeReplica::Mode::kResetUpgrade, FakeReplica::Mode::kGone}) {
+    FakeReplica fake(mode);
+    const LoadGenOptions o = AgainstFake(fake, /*sessions=*/2, /*duration_s=*/0.6);
+    const LoadGenSummary s = LoadGenerator(o).Run();
+    const char* what = mode == FakeReplica::Mode::kGone ? "refused" : "reset";
+    EXPECT_EQ(s.admitted, 0) << what;
+    EXPECT_GE(s.connections_refused, 3) << what;  // 2 first tries and at least one retry
+    EXPECT_EQ(s.rejected, s.connections_refused) << what;
+    EXPECT_EQ(s.connect_failures, 0) << what;
+    EXPECT_TRUE(s.upgrade_refusals.empty()) << what;
+    EXPECT_GE(s.reconnects, 1) << what;
+    EXPECT_EQ(s.ToJson()["connections_refused"], s.connections_refused) << what;
+  }
 }
 
 TEST(LoadGeneratorTest, IdAndTextPayloadFilesAreReadAndBadOnesNamed) {

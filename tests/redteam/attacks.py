@@ -2,12 +2,14 @@
 the health checks after them. Driven by tests/redteam/redteam.sh (which starts and stops the
 server); see that script for the server's flags these attacks assume.
 
-  attacks.py --port P --pid PID --section edge|hog|all [--short]   attacks, then health checks
+  attacks.py --port P --pid PID --section edge|hog|squat|all [--short]   attacks, then health
   attacks.py --port P --shutdown-client READY_FILE                  holds a session through SIGTERM
 
 Sections: `edge` (connection slots, handshake deadline, strict JSON, Sec-WebSocket-Key, HEAD,
-Origin, abrupt disconnects) and `hog` (issue 11 part A: per-session leak, declared rate, text vs
-declared tokens_per_frame; these fail until part A is merged). Exit status 1 if any check failed.
+Origin, the HTTP status codes of bad requests, abrupt disconnects), `hog` (issue 11 part A:
+per-session leak, declared rate, text vs declared tokens_per_frame) and `squat` (issue 36, attack
+4: idle sessions and session-less WebSockets holding every slot; needs the server's idle flags and
+agent port from redteam.sh). Exit status 1 if any check failed.
 """
 
 import argparse
@@ -17,6 +19,8 @@ import socket
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -193,6 +197,40 @@ def attack_handshake(port):
     check("a loopback Origin may upgrade", c.status == 101)
 
 
+def raw_status(port, request):
+    """The status code of the answer to raw request bytes, or None when the server closed (or
+    reset) without one."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    try:
+        s.sendall(request)
+        data = b""
+        while b"\r\n" not in data:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        pass
+    finally:
+        s.close()
+    parts = data.split(b" ", 2)
+    return int(parts[1]) if len(parts) > 1 and parts[0].startswith(b"HTTP/") else None
+
+
+def attack_http_statuses(port):
+    """A request the server cannot serve as sent is answered with HTTP's status for it, not a
+    silent close or a 404."""
+    cases = [("malformed request line", b"GARBAGE\r\n\r\n", 400),
+             ("header too large", b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 16384
+              + b"\r\n\r\n", 431),
+             ("HTTP/2.0 start line", b"GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n", 505),
+             ("GET /v1/realtime without the upgrade",
+              b"GET /v1/realtime HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 426)]
+    for name, request, want in cases:
+        got = raw_status(port, request)
+        check(f"HTTP: {name} is {want}", got == want, f"status {got}")
+
+
 def attack_abrupt_disconnects(port, n):
     """Sessions opened, fed and dropped without a close frame: every block must come back."""
     for _ in range(n):
@@ -266,6 +304,148 @@ def attack_text_hog(port):
         c.close_socket()
 
 
+# --- squat (issue 36, attack 4) -------------------------------------------------------------------
+
+def agent_line(agent_port):
+    s = socket.create_connection(("127.0.0.1", agent_port), timeout=5)
+    data = b""
+    try:
+        while True:
+            chunk = s.recv(1024)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        s.close()
+    return data.decode()
+
+
+def probe_status(port, path):
+    """GET path's status, or None when the connection was refused, reset or left unanswered."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except (OSError, urllib.error.URLError):
+        return None
+
+
+def wait_closed(client, seconds):
+    """(what ended the connection: 'close CODE REASON' or 'dropped', seconds waited), or (None,
+    seconds) if it stayed open."""
+    t0 = time.monotonic()
+    client.sock.settimeout(seconds)
+    try:
+        while True:
+            client.read_frame()
+    except Closed as e:
+        return (f"close {e.code} {e.reason}" if e.code else "dropped"), time.monotonic() - t0
+    except (socket.timeout, OSError):
+        return None, time.monotonic() - t0
+
+
+def attack_squat(port, agent_port, max_connections, idle_max_ms, connection_idle_ms, limit):
+    """Every WebSocket slot held: first by connections with no session, then by squatters, each
+    holding one idle session (period 10 s) and sending nothing. Probes are answered throughout,
+    the agent and /readyz say when no slot is free, a newcomer's upgrade gets 503 (not a reset);
+    the squatters' sessions end with reason idle within the idle timeout and their connections
+    close; a session-less connection closes within its timeout."""
+    probes = {"/healthz": [0, 0], "/readyz": [0, 0], "/metrics": [0, 0]}  # path: [asked, unanswered]
+    stop = threading.Event()
+
+    def poll():
+        while not stop.is_set():
+            for path, counts in probes.items():
+                counts[0] += 1
+                if probe_status(port, path) is None:
+                    counts[1] += 1
+            time.sleep(0.1)
+
+    bare_count = 4
+    bare = [WsClient(port) for _ in range(bare_count)]
+    poller = threading.Thread(target=poll)
+    poller.start()
+    squatters = []
+    try:
+        t_start = time.monotonic()
+        for _ in range(max_connections - bare_count):
+            c = WsClient(port)
+            c.start(period_ms=10000, deadline_ms=10000, tokens_per_frame=1)
+            squatters.append(c)
+        free = bare_count
+        cap = min(limit, len(squatters) + free)
+        want = f"up ready {-(-100 * free // cap)}% maxconn:{cap}\n"
+        # Published after the engine thread's next turn: wait for it, briefly.
+        served_within(lambda: agent_line(agent_port) == want, 2)
+        line = agent_line(agent_port)
+        check("squat: the agent counts the free slots", line == want, f"{line!r}, want {want!r}")
+        # The last slots: the session-less connections make room for squatters.
+        for _ in range(bare_count):
+            c = WsClient(port)
+            c.start(period_ms=10000, deadline_ms=10000, tokens_per_frame=1)
+            squatters.append(c)
+        evicted = [wait_closed(b, 2)[0] for b in bare]
+        check("squat: session-less connections make room for sessions",
+              all(e is not None for e in evicted), str(evicted))
+        want = f"up drain maxconn:{max_connections}\n"
+        served_within(lambda: agent_line(agent_port) == want, 2)
+        line = agent_line(agent_port)
+        check("squat: every slot held: the agent drains", line == want, f"{line!r}, want {want!r}")
+        status = probe_status(port, "/readyz")
+        check("squat: every slot held: /readyz 503", status == 503, f"status {status}")
+        try:
+            WsClient(port)
+            status = 101
+        except ConnectionError as e:
+            status = int(str(e).split()[-1]) if "refused" in str(e) else str(e)
+        except OSError as e:
+            status = str(e)
+        check("squat: every slot held: an upgrade gets 503, not a reset", status == 503,
+              f"{status}")
+        # The squatters' sessions end as idle, then their connections close.
+        reasons = []
+        late = 0.0
+        for c in squatters:
+            c.sock.settimeout(max(0.1, idle_max_ms / 1000 + 3 - (time.monotonic() - t_start)))
+            try:
+                msg = c.read_type("session.ended")
+                reasons.append(msg.get("reason"))
+            except (Closed, OSError, RuntimeError) as e:
+                reasons.append(f"none ({type(e).__name__})")
+            late = max(late, time.monotonic() - t_start)
+        check("squat: every idle session ends with reason idle", reasons == ["idle"] * len(reasons),
+              f"{reasons}")
+        check("squat: within the idle timeout (+ slack)", late < idle_max_ms / 1000 + 3,
+              f"last after {late:.2f} s, timeout {idle_max_ms} ms")
+        deadline = time.monotonic() + connection_idle_ms / 1000 + 3
+        closes = [wait_closed(c, max(0.1, deadline - time.monotonic())) for c in squatters]
+        check("squat: their connections close once they hold no session",
+              all(what is not None and what.startswith("close 1000 idle") for what, _ in closes),
+              f"{[what for what, _ in closes][:3]}, slowest {max(t for _, t in closes):.2f} s")
+        try:
+            lone = WsClient(port)
+            what, waited = wait_closed(lone, connection_idle_ms / 1000 + 3)
+            lone.close_socket()
+        except (ConnectionError, OSError) as e:
+            what, waited = f"no upgrade: {e}", 0.0
+        check("squat: a connection that never starts a session is closed",
+              what is not None and what.startswith("close 1000 idle"),
+              f"{what} after {waited:.2f} s, timeout {connection_idle_ms} ms")
+    finally:
+        stop.set()
+        poller.join()
+        for c in bare + squatters:
+            c.close_socket()
+    unanswered = {path: counts[1] for path, counts in probes.items()}
+    asked = sum(counts[0] for counts in probes.values())
+    check("squat: /healthz, /readyz and /metrics answered throughout",
+          asked > 0 and all(n == 0 for n in unanswered.values()),
+          f"{asked} probes, unanswered {unanswered}")
+    status = served_within(lambda: probe_status(port, "/readyz") == 200, 5)
+    check("squat: /readyz 200 once the squatters are gone", status is not None)
+
+
 # --- after the attacks --------------------------------------------------------------------------
 
 def health(port, pid, baseline_fds, baseline_rss_kb):
@@ -287,7 +467,8 @@ def shutdown_client(port, ready_file):
     """Holds a session until the server goes down; exit 0 iff it saw session.ended with reason
     server_shutdown and a 1001 close frame."""
     c = WsClient(port)
-    sid = c.start()
+    # A long period: the idle timeout (redteam.sh's, 2 s for it) is far beyond the shutdown.
+    sid = c.start(period_ms=10000, deadline_ms=10000)
     with open(ready_file, "w") as f:
         f.write(str(sid))
     c.sock.settimeout(30)
@@ -309,10 +490,14 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--pid", type=int)
-    p.add_argument("--section", choices=["edge", "hog", "all"], default="all")
+    p.add_argument("--section", choices=["edge", "hog", "squat", "all"], default="all")
     p.add_argument("--short", action="store_true")
     p.add_argument("--max-connections", type=int, default=16)
     p.add_argument("--handshake-timeout-ms", type=int, default=1000)
+    p.add_argument("--agent-port", type=int)
+    p.add_argument("--idle-max-ms", type=int, default=2000)
+    p.add_argument("--connection-idle-ms", type=int, default=2000)
+    p.add_argument("--limit", type=int, default=64, help="the server's static admission limit")
     p.add_argument("--shutdown-client")
     a = p.parse_args()
     if a.shutdown_client:
@@ -324,12 +509,16 @@ def main():
         attack_header_deadline(a.port, a.handshake_timeout_ms)
         attack_bad_json(a.port)
         attack_handshake(a.port)
+        attack_http_statuses(a.port)
         attack_abrupt_disconnects(a.port, 20 if a.short else 200)
         attack_slowloris(a.port, a.max_connections + 10, 3 if a.short else 30)
     if a.section in ("hog", "all"):
         attack_text_hog(a.port)
         attack_rate_hog(a.port, 3 if a.short else 20)
         attack_churn_leak(a.port, a.pid, 2000 if a.short else 20000)
+    if a.section in ("squat", "all"):
+        attack_squat(a.port, a.agent_port, a.max_connections, a.idle_max_ms,
+                     a.connection_idle_ms, a.limit)
     health(a.port, a.pid, baseline_fds, baseline_rss)
     print(f"redteam: {len(failures)} failed" + (": " + ", ".join(failures) if failures else ""))
     return 1 if failures else 0

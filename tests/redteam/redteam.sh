@@ -4,9 +4,11 @@
 # (/healthz 200, a legitimate session works, open fds back to baseline, RSS, 0 KV blocks used),
 # then sends SIGTERM with a client holding a session: that client must see session.ended
 # (server_shutdown) and a 1001 close frame, and the server must exit 0 within 5 s.
-# Usage: redteam.sh <metronome binary> [--short] [--only edge|hog|all]
+# Usage: redteam.sh <metronome binary> [--short] [--only edge|hog|squat|all]
 #   --short: CI mode (well under 60 s). --only edge: the connection-edge attacks (part B of issue
-#   11); hog: the per-session leak and KV/compute hogs (part A).
+#   11); hog: the per-session leak and KV/compute hogs (part A); squat: idle sessions and
+#   session-less WebSockets holding every slot (issue 36, attack 4), against the short idle
+#   timeouts below.
 # Loopback only; stops by itself (every step has a timeout; the server is killed on exit).
 set -uo pipefail
 bin="$1"
@@ -30,12 +32,22 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-max_connections=16
+max_connections=16  # WebSockets, and plain HTTP connections (the slowloris attack exceeds it)
 handshake_ms=1000
+# Short idle timeouts so the squat section runs in seconds: a 10 s-period session that sends
+# nothing ends after idle_max_ms (2 periods, clamped), a connection with no session closes after
+# connection_idle_ms. Every other section's clients send within these.
+idle_max_ms=2000
+connection_idle_ms=2000
+limit=64
+agent_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 
 if ! serve_start "$bin" "$tmp/serve" --model synthetic:tiny --host 127.0.0.1 --port 0 --threads 1 \
-  --kv-blocks 256 --window 512 --admission static:64 --max-connections "$max_connections" \
-  --handshake-timeout-ms "$handshake_ms" --drain-timeout-s 0 --quiet; then
+  --kv-blocks 256 --window 512 --admission "static:$limit" --max-connections "$max_connections" \
+  --max-http-connections "$max_connections" \
+  --handshake-timeout-ms "$handshake_ms" --drain-timeout-s 0 --quiet --agent-port "$agent_port" \
+  --idle-periods 2 --idle-min-ms 500 --idle-max-ms "$idle_max_ms" \
+  --connection-idle-ms "$connection_idle_ms"; then
   echo "FAIL: serve did not start"
   exit 1
 fi
@@ -44,7 +56,9 @@ port=$SERVE_PORT
 
 rc=0
 timeout 600 python3 "$here/attacks.py" --port "$port" --pid "$serve_pid" --section "$section" \
-  --max-connections "$max_connections" --handshake-timeout-ms "$handshake_ms" $short || rc=1
+  --max-connections "$max_connections" --handshake-timeout-ms "$handshake_ms" \
+  --agent-port "$agent_port" --idle-max-ms "$idle_max_ms" \
+  --connection-idle-ms "$connection_idle_ms" --limit "$limit" $short || rc=1
 
 # Graceful shutdown, as docs/protocol.md promises (with --drain-timeout-s 0: at once, no drain).
 timeout 40 python3 "$here/attacks.py" --port "$port" --shutdown-client "$tmp/ready" &

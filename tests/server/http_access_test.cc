@@ -94,6 +94,33 @@ TEST(ConstantTimeEqualsTest, EqualsExactlyWhenEveryByteAndTheLengthMatch) {
   EXPECT_FALSE(ConstantTimeEquals(std::string("Bearer sesam\0", 13), "Bearer sesame"));
 }
 
+// The server's token: anything a request could match, nothing that silently opens or locks it.
+TEST(AuthTokenTest, EmptyBlankPaddedAndControlTokensAreNamed) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"sesame", ""},
+      {"a b", ""},  // inner spaces travel in a header
+      {"tok-EN_1.2~+/=", ""},
+      {"", "is empty"},
+      {" ", "is only whitespace"},
+      {"\t \n", "is only whitespace"},
+      {" sesame", "starts or ends with whitespace"},
+      {"sesame\n", "starts or ends with whitespace"},
+      {"ses\x01"
+       "ame",
+       "holds a control character (byte 1 at offset 3)"},
+      {std::string("ses\0ame", 7), "holds a control character (byte 0 at offset 3)"},
+      {"ses\x7f", "holds a control character (byte 127 at offset 3)"},
+  };
+  for (const auto& [token, problem] : cases) {
+    const std::string got = AuthTokenProblem(token);
+    if (problem.empty()) {
+      EXPECT_EQ(got, "") << "'" << token << "'";
+    } else {
+      EXPECT_TRUE(got.starts_with(problem)) << "'" << token << "': " << got;
+    }
+  }
+}
+
 TEST(WebSocketKeyTest, OnlyTheBase64OfSixteenBytesIsAccepted) {
   const std::vector<std::pair<std::string, bool>> cases = {
       {"dGhlIHNhbXBsZSBub25jZQ==", true},  // RFC 6455's example

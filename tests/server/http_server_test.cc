@@ -328,6 +328,10 @@ TEST(HttpServerTest, AnAbruptDisconnectEndsItsSessionsAndFreesTheirBlocks) {
   }
   EXPECT_EQ(st["kv"]["used_blocks"], 0) << st.dump();
   EXPECT_EQ(st["sessions"]["active"], 0) << st.dump();
+  // Both ended for the disconnect, and the metrics say so.
+  EXPECT_NE(
+      s.registry.ExpositionText().find("metronome_sessions_ended_total{reason=\"disconnect\"} 2"),
+      std::string::npos);
 }
 
 TEST(HttpServerTest, AnAccessTokenIsRequiredOnTheUpgradeAndOnV1) {
@@ -520,6 +524,7 @@ class Slowloris {
 TEST(HttpServerTest, SlowlorisSocketsAtTheCapDoNotLockOutALegitimateClient) {
   ServerOptions o;
   o.max_connections = 8;
+  o.max_http_connections = 8;
   // A deadline far beyond the test: the legitimate client must be served because idle
   // connections make room, not because the slow ones time out.
   o.handshake_timeout_ms = 600000;
@@ -817,6 +822,195 @@ TEST(HttpServerTest, AFullKvSessionIsToldItsKvBudget) {
   const json window = c.Read();
   ASSERT_EQ(window["type"], "session.started") << window.dump();
   EXPECT_TRUE(window["max_context"].is_null()) << window.dump();
+}
+
+}  // namespace
+}  // namespace metronome::server
+
+namespace metronome::server {
+namespace {
+
+// Sends `request` as raw bytes on a fresh connection and returns everything the server sends
+// back until it closes (or 5 s pass).
+std::string RawExchange(int port, const std::string& request) {
+  net::io_context io;
+  tcp::socket socket(io);
+  socket.connect(
+      tcp::endpoint(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
+  SetReadTimeout(socket);
+  beast::error_code ec;
+  net::write(socket, net::buffer(request), ec);
+  std::string response;
+  net::read(socket, net::dynamic_buffer(response), ec);
+  return response;
+}
+
+// The status line's code of a raw response; -1 for none.
+int StatusOf(const std::string& response) {
+  if (!response.starts_with("HTTP/1.1 ") || response.size() < 12) return -1;
+  return std::stoi(response.substr(9, 3));
+}
+
+// What HTTP says, where a request cannot be served as sent: 400, 431, 505 and 426, each answered
+// (never a silent close).
+TEST(HttpServerTest, MalformedOversizedAndWrongVersionRequestsGetTheirStatus) {
+  Server s("static:4", {});
+  const int port = s.http.port();
+  EXPECT_EQ(StatusOf(RawExchange(port, "GARBAGE\r\n\r\n")), 400);
+  EXPECT_EQ(StatusOf(RawExchange(port, "GET /healthz HTTP/1.1\r\nno colon here\r\n\r\n")), 400);
+  const std::string big =
+      "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(16 * 1024, 'a') + "\r\n\r\n";
+  const std::string too_large = RawExchange(port, big);
+  EXPECT_EQ(StatusOf(too_large), 431) << too_large.substr(0, 200);
+  const std::string v2 = RawExchange(port, "GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(StatusOf(v2), 505) << v2;
+  EXPECT_NE(v2.find("HTTP/1.0 and HTTP/1.1"), std::string::npos) << v2;
+  // The WebSocket endpoint asked for without the upgrade: 426, naming the protocol.
+  const std::string plain =
+      RawExchange(port, "GET /v1/realtime HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(StatusOf(plain), 426) << plain;
+  EXPECT_NE(plain.find("\r\nUpgrade: websocket\r\n"), std::string::npos) << plain;
+  // And what was fine stays fine.
+  EXPECT_EQ(
+      StatusOf(RawExchange(port, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")),
+      200);
+}
+
+// /readyz: 200 with room, 503 naming why when admission is full, every WebSocket slot holds a
+// session, or the server drains; /healthz stays 200 throughout (liveness).
+TEST(HttpServerTest, ReadyzSaysWhyNotReadyWhileHealthzStaysOk) {
+  ServerOptions o;
+  o.max_connections = 2;
+  Server s("static:1", o);
+  const int port = s.http.port();
+  HttpResult r = Get(port, "/readyz");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.content_type, "application/json");
+  EXPECT_EQ(json::parse(r.body)["reason"], "ok") << r.body;
+  EXPECT_EQ(json::parse(r.body)["free_connection_slots"], 2) << r.body;
+  Client c(port);
+  ASSERT_NE(c.Start(), 0U);
+  EXPECT_TRUE(WaitFor([&] { return Get(port, "/readyz").status == 503; }, std::chrono::seconds(5)));
+  r = Get(port, "/readyz");
+  const json body = json::parse(r.body);
+  EXPECT_EQ(body["ready"], false) << r.body;
+  EXPECT_EQ(body["reason"], "admission_full") << r.body;
+  EXPECT_EQ(body["headroom"], 0) << r.body;
+  EXPECT_EQ(body["free_connection_slots"], 1) << r.body;
+  EXPECT_EQ(Get(port, "/healthz").status, 200);
+  s.service.BeginDrain();
+  EXPECT_TRUE(
+      WaitFor([&] { return json::parse(Get(port, "/readyz").body)["reason"] == "draining"; },
+              std::chrono::seconds(5)));
+  EXPECT_EQ(Get(port, "/healthz").status, 200);
+}
+
+// Every WebSocket slot holds a session: probes are still answered (their own slots), an upgrade
+// gets 503 with Retry-After instead of a reset, /readyz and the agent say there is no room.
+TEST(HttpServerTest, ProbesAreAnsweredWhenEveryWebSocketSlotIsTaken) {
+  ServerOptions o;
+  o.max_connections = 2;
+  o.agent_port = 0;
+  Server s("static:8", o);
+  const int port = s.http.port();
+  Client a(port);
+  Client b(port);
+  const std::uint64_t a_id = a.Start();
+  ASSERT_NE(a_id, 0U);
+  ASSERT_NE(b.Start(), 0U);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(TryGetStatus(port, "/healthz"), 200);
+    EXPECT_EQ(TryGetStatus(port, "/metrics"), 200);
+  }
+  const HttpResult ready = Get(port, "/readyz");
+  EXPECT_EQ(ready.status, 503);
+  EXPECT_EQ(json::parse(ready.body)["reason"], "no_free_connection_slots") << ready.body;
+  const std::string upgrade = RawExchange(
+      port,
+      "GET /v1/realtime HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: "
+      "Upgrade, close\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: "
+      "13\r\n\r\n");
+  EXPECT_EQ(StatusOf(upgrade), 503) << upgrade;
+  EXPECT_NE(upgrade.find("\r\nRetry-After: 1\r\n"), std::string::npos) << upgrade;
+  EXPECT_TRUE(WaitFor([&] { return AgentLine(s.http.agent_port()) == "up drain maxconn:2\n"; },
+                      std::chrono::seconds(5)))
+      << AgentLine(s.http.agent_port());
+  // A session-less WebSocket is no squatter: it gives its slot to an upgrade.
+  a.Send({{"type", "session.end"}, {"session", a_id}});
+  (void)a.ReadType("session.ended");
+  Client newcomer(port);
+  EXPECT_NE(newcomer.Start(), 0U);
+}
+
+// A session that sends nothing ends with reason idle after its idle timeout (counted in
+// /metrics); one that sends every period keeps going; a connection left with no session is
+// closed with 1000 and a reason.
+TEST(HttpServerTest, IdleSessionsEndAndSessionlessConnectionsClose) {
+  ServerOptions o;
+  o.session_idle = {.periods = 2, .min_ms = 150, .max_ms = 400};
+  o.connection_idle_timeout_ms = 300;
+  Server s("static:8", o);
+  const int port = s.http.port();
+  Client quiet(port);
+  Client busy(port);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::uint64_t quiet_id = quiet.Start({{"period_ms", 20}});
+  const std::uint64_t busy_id = busy.Start({{"period_ms", 20}});
+  ASSERT_NE(quiet_id, 0U);
+  ASSERT_NE(busy_id, 0U);
+  // busy sends a frame every 50 ms (within its 150 ms timeout) while quiet says nothing.
+  std::atomic<bool> stop{false};
+  std::thread sender([&] {
+    for (int i = 0; !stop.load(); ++i) {
+      busy.Send({{"type", "frame"}, {"session", busy_id}, {"index", i}, {"ids", {1, 2}}});
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  const json ended = quiet.ReadType("session.ended");
+  const double after_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(ended["session"], quiet_id) << ended.dump();
+  EXPECT_EQ(ended["reason"], "idle") << ended.dump();
+  EXPECT_GE(after_s, 0.14);  // the floor: 2 periods (40 ms) is less
+  EXPECT_LT(after_s, 2.0);
+  // quiet's connection now holds no session: closed after 300 ms with 1000 and a reason.
+  beast::flat_buffer buf;
+  beast::error_code ec;
+  quiet.ws().read(buf, ec);
+  EXPECT_EQ(ec, websocket::error::closed) << ec.message();
+  EXPECT_EQ(quiet.ws().reason().code, websocket::close_code::normal);
+  const auto& reason = quiet.ws().reason().reason;
+  const std::string reason_text(reason.data(), reason.size());
+  EXPECT_TRUE(reason_text.starts_with("idle: no session for 300 ms")) << reason_text;
+  stop = true;
+  sender.join();
+  // busy's session went on; its last results may still be coming.
+  busy.Send({{"type", "session.end"}, {"session", busy_id}});
+  EXPECT_EQ(busy.ReadType("session.ended")["reason"], "client");
+  EXPECT_NE(s.registry.ExpositionText().find("metronome_sessions_ended_total{reason=\"idle\"} 1"),
+            std::string::npos);
+  // A connection that never starts a session is closed too.
+  Client never(port);
+  never.ws().read(buf, ec);
+  EXPECT_EQ(ec, websocket::error::closed) << ec.message();
+}
+
+TEST(SessionIdlePolicyTest, TheTimeoutIsPeriodsClampedAndValidated) {
+  const SessionIdlePolicy p{.periods = 10, .min_ms = 5000, .max_ms = 30000};
+  EXPECT_EQ(p.TimeoutMs(80.0), 5000);      // a Moshi-like client: the floor
+  EXPECT_EQ(p.TimeoutMs(1000.0), 10000);   // 10 periods
+  EXPECT_EQ(p.TimeoutMs(10000.0), 30000);  // a 10 s squatter: the ceiling
+  EXPECT_EQ((SessionIdlePolicy{.periods = 0}).TimeoutMs(80.0), 0);
+  EXPECT_THROW((SessionIdlePolicy{.periods = -1}).Validate(), ConfigError);
+  try {
+    (SessionIdlePolicy{.periods = 2, .min_ms = 500, .max_ms = 100}).Validate();
+    ADD_FAILURE() << "min_ms > max_ms accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("session_idle.min_ms = 500 must be >= 0 and at most "
+                                         "session_idle.max_ms = 100"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -893,6 +893,7 @@ TEST(ProtocolServerMessageTest, SessionEndedAlarmPong) {
   EXPECT_EQ(ToString(EndReason::kServerShutdown), "server_shutdown");
   EXPECT_EQ(ToString(EndReason::kDisconnect), "disconnect");
   EXPECT_EQ(ToString(EndReason::kError), "error");
+  EXPECT_EQ(ToString(EndReason::kIdle), "idle");
 
   const Json alarm = ParseServer(
       Alarm{.session = 3, .kind = "mute", .detail = "3 starved frames in a row"}.Serialize());

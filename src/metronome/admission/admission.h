@@ -288,7 +288,10 @@ class AdmissionController {
   // Called once per engine tick; controllers with control windows close them here (and in Decide).
   virtual void OnTick(double /*now_s*/, const SystemState& /*state*/) {}
 
-  // Current session-count limit, or kNoLimit.
+  // Whether limit() is a budget of work (SessionRequest::work; aimd, gradient2) rather than a
+  // count of sessions (static, memory).
+  [[nodiscard]] virtual bool budgets_work() const { return false; }
+  // Current limit (a budget of work, or a session count: budgets_work), or kNoLimit.
   [[nodiscard]] virtual std::int64_t limit() const = 0;
   // Whether admission promises KV: it admits a session only when the pool, less what earlier
   // sessions were promised, covers its request.projected_blocks (memory; aimd with kv_guard). Then

@@ -121,6 +121,7 @@ class WindowedController : public AdmissionController {
     window_.OnStep(step_s, batch_tokens, cost);
   }
   [[nodiscard]] std::int64_t limit() const final { return limit_; }
+  [[nodiscard]] bool budgets_work() const final { return true; }
   [[nodiscard]] bool reserves_kv() const final { return window_.options().kv_guard; }
   std::vector<LimitChange> TakeLimitChanges() final;
 

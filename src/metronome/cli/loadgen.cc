@@ -114,10 +114,10 @@ void PrintSummary(const loadgen::LoadGenSummary& s) {
         (refused.empty() ? "" : ", ") + std::to_string(n) + " x HTTP " + std::to_string(status);
   }
   std::printf(
-      "connections: %lld sessions dropped (closed while open), %lld reconnects, upgrades refused: "
-      "%s\n",
+      "connections: %lld sessions dropped (closed while open), %lld reconnects, %lld refused or "
+      "reset, upgrades refused: %s\n",
       static_cast<long long>(s.sessions_dropped), static_cast<long long>(s.reconnects),
-      refused.empty() ? "none" : refused.c_str());
+      static_cast<long long>(s.connections_refused), refused.empty() ? "none" : refused.c_str());
   // Per replica only when some server named itself (session.started's replica).
   if (!s.replicas.empty() && !(s.replicas.size() == 1 && s.replicas.begin()->first.empty())) {
     std::printf("%-28s %8s %6s %8s %8s %9s %9s %6s %8s %6s\n", "replica", "admitted", "ended",

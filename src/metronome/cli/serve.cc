@@ -1,6 +1,6 @@
 // metronome serve: the real engine behind the network server (docs/protocol.md). Clients open
-// real-time sessions over WebSocket on /v1/realtime; /metrics, /healthz, /v1/stats and the
-// dashboard at / are plain HTTP. Runs until SIGINT or SIGTERM, then shuts down gracefully
+// real-time sessions over WebSocket on /v1/realtime; /metrics, /healthz, /readyz, /v1/stats and
+// the dashboard at / are plain HTTP. Runs until SIGINT or SIGTERM, then shuts down gracefully
 // (docs/protocol.md, "Drain" and "Shutdown"): SIGTERM drains first. With --agent-port it also
 // answers HAProxy's agent-check (docs/deploy.md).
 #include <unistd.h>
@@ -11,8 +11,12 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <optional>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "metronome/base/errors.h"
 #include "metronome/cli/commands.h"
@@ -39,6 +43,10 @@ struct ServeFlags {
     return o;
   }();
   std::string allowed_origins;  // parsed by server::ParseAllowedOrigins; empty: its default rule
+  // The bearer token's sources (ResolveAuthToken): at most one of the flag, the file and the
+  // environment variable kAuthTokenEnv.
+  std::optional<std::string> auth_token;
+  std::optional<std::string> auth_token_file;
   // Without --kv-blocks/--kv-pool-mb: this fraction of the memory available after the weights
   // (PoolFromMachine). Half leaves room for the process, other tenants and the page cache.
   double kv_pool_fraction = 0.5;
@@ -71,8 +79,9 @@ void ServeFlags::Register(CLI::App* sub) {
   sub->add_option("--io-threads", so.io_threads, "Network threads")->check(CLI::Range(1, 256));
   sub->add_option("--agent-port", agent_port,
                   "Answer HAProxy's agent-check on this TCP port of --host: one line per "
-                  "connection, drain / ready, the admission limit as maxconn and the headroom as "
-                  "weight (docs/deploy.md; 0: no agent)")
+                  "connection, drain / ready, the capacity (the admission limit, or the sessions "
+                  "running plus the free WebSocket slots if fewer) as maxconn and the room left "
+                  "as weight (docs/deploy.md; 0: no agent)")
       ->check(CLI::Range(0, 65535));
   sub->add_option("--replica-id", replica_id,
                   "This replica's name in session.started (default: <hostname>:<port>)");
@@ -80,15 +89,47 @@ void ServeFlags::Register(CLI::App* sub) {
                   "On SIGTERM, stop admitting and let running sessions finish for at most this "
                   "long before shutting down (0: shut down at once; SIGINT always does)")
       ->check(CLI::Range(0.0, 86400.0));
-  sub->add_option("--auth-token", so.auth_token,
-                  "Require 'Authorization: Bearer TOKEN' on the upgrade and on /v1/*");
+  sub->add_option("--auth-token", auth_token,
+                  "Require 'Authorization: Bearer TOKEN' on the upgrade and on /v1/* (visible to "
+                  "local users in the process list: prefer --auth-token-file or the environment "
+                  "variable METRONOME_AUTH_TOKEN; at most one of the three; an empty or "
+                  "whitespace-only token is an error)");
+  sub->add_option("--auth-token-file", auth_token_file,
+                  "Read the token from this file (its trailing line end dropped)");
   sub->add_option("--max-sessions-per-connection", so.max_sessions_per_connection,
                   "Sessions one connection may hold (too_many_sessions beyond)")
       ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--max-connections", so.max_connections,
-                  "Open connections at most; at the cap an idle one (no session yet, or an HTTP "
-                  "request still unfinished) is closed for the newcomer, oldest first")
+                  "Open WebSocket connections at most; at the cap one holding no session is "
+                  "closed for the newcomer, oldest first; with none, the upgrade gets 503")
+      ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--max-http-connections", so.max_http_connections,
+                  "Open plain HTTP connections at most, apart from the WebSockets (so /healthz, "
+                  "/readyz and /metrics answer whatever the WebSockets hold); at the cap one "
+                  "still waiting for its request is closed for the newcomer, oldest first")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--connection-idle-ms", so.connection_idle_timeout_ms,
+                  "Close a WebSocket that has held no session for this long, ms (0: never)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{86400000}));
+  sub->add_option("--idle-periods", so.session_idle.periods,
+                  "End a session (session.ended reason idle) that sent no frame for this many of "
+                  "its periods, counted from its start, within [--idle-min-ms, --idle-max-ms] "
+                  "(0: never)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
+  sub->add_option("--idle-min-ms", so.session_idle.min_ms,
+                  "The shortest idle timeout of a session, ms: a short-period client's pause of "
+                  "a few seconds keeps its session")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{86400000}));
+  sub->add_option("--idle-max-ms", so.session_idle.max_ms,
+                  "The longest idle timeout of a session, ms: a session declaring a long period "
+                  "holds its slot no longer (keep it above a few of the longest period)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{86400000}));
   sub->add_option("--max-connections-per-ip", so.max_connections_per_address,
                   "Open connections from one client address at most (0: no per-address cap; one "
                   "loadgen or one reverse proxy is one address)")
@@ -157,6 +198,50 @@ std::string WritePortFile(const std::string& path, int port) {
   return "";
 }
 
+// The environment variable the bearer token may come from (instead of --auth-token).
+constexpr const char* kAuthTokenEnv = "METRONOME_AUTH_TOKEN";
+
+// The bearer token from its one source: --auth-token, --auth-token-file or kAuthTokenEnv (set,
+// even to ""). None: "" (no access control). Two or more, a file that cannot be read, or a token
+// server::AuthTokenProblem finds wrong: ConfigError naming the source.
+std::string ResolveAuthToken(const ServeFlags& f) {
+  // Read once, at start-up, before any thread exists that could change the environment.
+  const char* env = std::getenv(kAuthTokenEnv);  // NOLINT(concurrency-mt-unsafe)
+  std::vector<std::string> given;
+  if (f.auth_token) given.emplace_back("--auth-token");
+  if (f.auth_token_file) given.push_back("--auth-token-file = '" + *f.auth_token_file + "'");
+  if (env != nullptr) given.push_back(std::string("the environment variable ") + kAuthTokenEnv);
+  if (given.size() > 1) {
+    std::string list;
+    for (std::size_t i = 0; i < given.size(); ++i) {
+      list += (i == 0 ? "" : i + 1 == given.size() ? " and " : ", ") + given[i];
+    }
+    throw ConfigError("the auth token comes from one place, but " + list +
+                      (given.size() == 2 ? " are both" : " are all") + " given: keep one");
+  }
+  if (given.empty()) return "";
+  std::string token;
+  if (f.auth_token) {
+    token = *f.auth_token;
+  } else if (f.auth_token_file) {
+    std::ifstream in(*f.auth_token_file, std::ios::binary);
+    if (!in) throw ConfigError(given[0] + ": cannot open the file");
+    std::ostringstream text;
+    text << in.rdbuf();
+    token = text.str();
+    // The line end an editor or `echo` adds is not part of the token.
+    while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+  } else {
+    token = env;
+  }
+  const std::string problem = server::AuthTokenProblem(token);
+  if (!problem.empty()) {
+    throw ConfigError(given[0] + ": the token " + problem +
+                      " (leave every token source out to serve without access control)");
+  }
+  return token;
+}
+
 std::string HostName() {
   char name[256] = {};
   if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
@@ -178,16 +263,16 @@ void Drain(server::EngineService* service, boost::asio::io_context* signals_io,
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   std::printf("draining: no new sessions; waiting up to %s s for %lld running ones\n",
               FormatValue(timeout_s).c_str(),
-              static_cast<long long>(service->replica_state().active));
+              static_cast<long long>(service->replica_state().sessions));
   std::fflush(stdout);
   while (!again && std::chrono::steady_clock::now() < give_up) {
     const server::ReplicaState now = service->replica_state();
-    if (now.draining && now.active == 0) break;
+    if (now.draining && now.sessions == 0) break;
     signals_io->run_for(std::chrono::milliseconds(50));
   }
   signals->cancel();
   const server::ReplicaState left = service->replica_state();
-  std::printf("drained: %lld sessions still running%s\n", static_cast<long long>(left.active),
+  std::printf("drained: %lld sessions still running%s\n", static_cast<long long>(left.sessions),
               again ? " (second signal)" : "");
   std::fflush(stdout);
 }
@@ -208,6 +293,8 @@ int RunServe(const ServeFlags& f) {
   ReportingFlags([&] { sup.Validate(); });
   server::ServerOptions so2 = f.server;
   so2.allowed_origins = server::ParseAllowedOrigins(f.allowed_origins);
+  so2.auth_token = ResolveAuthToken(f);
+  ReportingFlags([&] { so2.session_idle.Validate(); });
   const model::Model m = f.model.Load();
   const realtime::SessionDefaults defaults = ServerDefaults(f, m.config);
   // The server's reference session: the default shape (SessionDefaults' period, a and o) with the

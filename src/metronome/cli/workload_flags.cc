@@ -344,6 +344,9 @@ std::string WithFlagNames(const std::string& message) {
       {"payload", "--payload"},
       {"vocab", "--vocab"},
       {"preset", "--preset"},
+      {"session_idle.periods", "--idle-periods"},
+      {"session_idle.min_ms", "--idle-min-ms"},
+      {"session_idle.max_ms", "--idle-max-ms"},
   };
   const auto is_name_char = [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '.' || c == '-';

@@ -83,6 +83,27 @@ std::string ReadFile(const std::string& path, const std::string& spec) {
   return s.str();
 }
 
+// Retry-After's delta-seconds as ms; nullopt when absent or not a plain count of seconds (an
+// HTTP-date is not honoured).
+std::optional<double> RetryAfterMs(beast::string_view value) {
+  if (value.empty() || value.size() > 9) return std::nullopt;
+  double seconds = 0.0;
+  for (const char c : value) {
+    if (c < '0' || c > '9') return std::nullopt;
+    seconds = seconds * 10.0 + (c - '0');
+  }
+  return seconds * 1000.0;
+}
+
+// A refusal before the session could be asked for, by a balancer or a full server: the TCP
+// connection refused, reset or closed during the handshake, or the upgrade answered 503 (no
+// replica or slot free now; with or without Retry-After) or 429. Retried like session.rejected.
+bool IsRefusal(beast::error_code ec, int http_status) {
+  if (http_status != 0) return http_status == 503 || http_status == 429;
+  return ec == net::error::connection_refused || ec == net::error::connection_reset ||
+         ec == net::error::eof || ec == http::error::end_of_stream;
+}
+
 // A frame the client sent and has not seen answered yet (results come back in order).
 struct Outstanding {
   std::int64_t index = 0;
@@ -182,6 +203,7 @@ nlohmann::json LoadGenSummary::ToJson() const {
   j["after_deadline_frames"] = after_deadline_frames;
   j["errors"] = errors;
   j["connect_failures"] = connect_failures;
+  j["connections_refused"] = connections_refused;
   nlohmann::json refusals = nlohmann::json::object();
   for (const auto& [status, n] : upgrade_refusals) refusals[std::to_string(status)] = n;
   j["upgrade_refusals"] = std::move(refusals);
@@ -264,9 +286,17 @@ struct LoadGenerator::State {
   }
 
   void FetchVocab();
-  // A new client (a new connection) in `tries`' backoff, after RetryBackoffMs: reconnects.
-  void Respawn(bool population, std::int64_t tries);
-  std::shared_ptr<Client> SpawnClient(bool population);
+  // How long a client refused `tries` times in a row waits, from the refusal's hint (the server's
+  // retry_after_ms, a Retry-After; at least 1 ms): RetryBackoffMs, one rule for every refusal.
+  [[nodiscard]] static double BackoffMs(double hint_ms, std::int64_t tries) {
+    return admission::RetryBackoffMs(std::max(1.0, hint_ms), tries, admission::kRetryBackoffCapMs);
+  }
+  // The same client on a new connection after wait_ms (counted in reconnects); it keeps its
+  // refusals in a row (`tries`) and when it first asked (first_ask_s, for its patience).
+  void Respawn(bool population, std::int64_t tries, double wait_ms, double first_ask_s);
+  // A new connection; a reconnect passes on the client's refusals in a row and first ask.
+  std::shared_ptr<Client> SpawnClient(bool population, std::int64_t refusals = 0,
+                                      std::optional<double> first_ask_s = std::nullopt);
   // A client that asks for the first time (an arrival, or one of the fixed population): counted
   // in the summary's arrivals, then spawned. Reconnects (Respawn) are the same client.
   void Arrive(bool population) {
@@ -338,9 +368,9 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
   std::deque<Message> send_queue;
   bool writing = false;
 
-  void Start() {
+  void Start(std::optional<double> asked_since_s = std::nullopt) {
     ++st->waiting;
-    first_ask_s = st->Now();
+    first_ask_s = asked_since_s.value_or(st->Now());
     beast::get_lowest_layer(ws).expires_after(std::chrono::duration_cast<Nanos>(
         std::chrono::duration<double>(st->options.connect_timeout_s)));
     beast::get_lowest_layer(ws).async_connect(
@@ -377,11 +407,12 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
     if (phase == Phase::kDone) return;
     bool again = false;  // worth a new connection
     if (phase == Phase::kConnecting) {
-      ++st->summary.connect_failures;
       // An HTTP answer instead of the upgrade (the response's default status is 200: only a
       // declined upgrade has read one).
       const int status =
           ec == websocket::error::upgrade_declined ? upgrade_response.result_int() : 0;
+      if (IsRefusal(ec, status)) return Refused(what, ec, status);
+      ++st->summary.connect_failures;
       if (status != 0) {  // refused, with a reason
         ++st->summary.upgrade_refusals[status];
         again = true;
@@ -408,7 +439,42 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
     }
     const std::int64_t tries = refusals + 1;
     Done();
-    if (again && st->options.reconnect && !st->finishing) st->Respawn(population, tries);
+    if (again && st->options.reconnect && !st->finishing) {
+      st->Respawn(population, tries, BackoffMs(st->spec.period_ms, tries), st->Now());
+    }
+  }
+
+  // Refused before the session could be asked for (IsRefusal): a rejection, not an error. The
+  // client waits as after session.rejected, from Retry-After when the answer has one (else from
+  // its period), then asks again on a new connection, unless its patience runs out first.
+  void Refused(const char* what, beast::error_code ec, int http_status) {
+    ++st->summary.rejected;
+    std::optional<double> hint_ms;
+    if (http_status != 0) {
+      ++st->summary.upgrade_refusals[http_status];
+      hint_ms = RetryAfterMs(upgrade_response[http::field::retry_after]);
+    } else {
+      ++st->summary.connections_refused;
+    }
+    const double retry_ms = BackoffMs(hint_ms.value_or(st->spec.period_ms), ++refusals);
+    st->Trace("admission", {{"client", ordinal},
+                            {"admitted", false},
+                            {"reason", http_status != 0 ? "http_" + std::to_string(http_status)
+                                                        : std::string(what) + ": " + ec.message()},
+                            {"retry_after_ms", hint_ms ? nlohmann::json(*hint_ms) : nullptr},
+                            {"wait_ms", retry_ms}});
+    if (!population &&
+        st->Now() + retry_ms / 1000.0 - first_ask_s > st->options.population.patience_s) {
+      ++st->summary.abandoned;
+      st->Trace("abandoned", {{"client", ordinal}, {"waited_s", st->Now() - first_ask_s}});
+      return Done();
+    }
+    const std::int64_t tries = refusals;
+    const double asked_since_s = first_ask_s;
+    Done();
+    if (st->options.reconnect && !st->finishing) {
+      st->Respawn(population, tries, retry_ms, asked_since_s);
+    }
   }
 
   // Leaves for good: outstanding frames are lost, counts settle, the socket closes.
@@ -553,8 +619,7 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
     ++st->summary.rejected;
     const double hint_ms = std::max(1.0, j.value("retry_after_ms", 1000.0));
     // Exponential backoff from the server's hint: a crowd refused again and again thins out.
-    const double retry_ms =
-        admission::RetryBackoffMs(hint_ms, ++refusals, admission::kRetryBackoffCapMs);
+    const double retry_ms = BackoffMs(hint_ms, ++refusals);
     st->Trace("admission", {{"client", ordinal},
                             {"admitted", false},
                             {"reason", j.value("reason", "")},
@@ -569,8 +634,10 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
     if (j.value("reason", "") == "shutdown" && st->options.reconnect) {
       // This server is draining: asking it again cannot help, a new connection (through a
       // balancer, to another replica) can.
+      const double asked_since_s = first_ask_s;
       Done();
-      return st->Respawn(population, refusals);
+      return st->Respawn(population, refusals, BackoffMs(st->spec.period_ms, refusals),
+                         asked_since_s);
     }
     phase = Phase::kRetryWait;
     timer.expires_after(FromMs(retry_ms));
@@ -797,27 +864,28 @@ void LoadGenerator::State::FetchVocab() {
   }
 }
 
-std::shared_ptr<LoadGenerator::State::Client> LoadGenerator::State::SpawnClient(bool population) {
+std::shared_ptr<LoadGenerator::State::Client> LoadGenerator::State::SpawnClient(
+    bool population, std::int64_t refusals, std::optional<double> first_ask_s) {
   auto c = std::make_shared<Client>(this, next_ordinal++, population);
+  c->refusals = refusals;
   clients.push_back(c);
   ++open_clients;
-  c->Start();
+  c->Start(first_ask_s);
   return c;
 }
 
-void LoadGenerator::State::Respawn(bool population, std::int64_t tries) {
-  const double wait_ms =
-      admission::RetryBackoffMs(spec.period_ms, tries, admission::kRetryBackoffCapMs);
+void LoadGenerator::State::Respawn(bool population, std::int64_t tries, double wait_ms,
+                                   double first_ask_s) {
   auto timer = std::make_shared<net::steady_timer>(io);
   respawns.push_back(timer);
   ++open_clients;  // the client to come: the run does not end while it is pending
   timer->expires_after(FromMs(wait_ms));
-  timer->async_wait([this, timer, population, tries](beast::error_code ec) {
+  timer->async_wait([this, timer, population, tries, first_ask_s](beast::error_code ec) {
     std::erase(respawns, timer);
     --open_clients;
     if (ec || finishing) return StopWhenIdle();
     ++summary.reconnects;
-    SpawnClient(population)->refusals = tries;
+    SpawnClient(population, tries, first_ask_s);
   });
 }
 

@@ -70,11 +70,15 @@ struct LoadGenOptions {
   // The first alarms the server raises go to stderr as they arrive (then only counted).
   int alarms_to_stderr = 3;
   // A client whose session's connection drops (the server died: counted in sessions_dropped), or
-  // whose WebSocket upgrade is answered with an HTTP status instead (a balancer with no replica
-  // to send it to: upgrade_refusals), asks again on a new connection after
+  // whose WebSocket upgrade is answered with another HTTP status than 503 or 429 (counted in
+  // upgrade_refusals and connect_failures), asks again on a new connection after
   // admission::RetryBackoffMs(period, tries) — behind a balancer it lands on a survivor. Off: the
   // client leaves (both are still counted). A rejection with reason "shutdown" (the server is
-  // draining) is also asked again on a new connection, not on the same one.
+  // draining) is also asked again on a new connection, not on the same one. A refusal before the
+  // session could be asked for — the TCP connection refused, reset or closed during the
+  // handshake, or an HTTP 503 or 429 (a balancer with no replica free, a replica with no slot) —
+  // is a rejection (counted in rejected, not connect_failures) retried on a new connection with
+  // session.rejected's backoff, from Retry-After (seconds) when given, else from the period.
   bool reconnect = true;
 
   void Validate() const;  // ConfigError naming the field and value
@@ -128,9 +132,10 @@ struct ReplicaFigures : realtime::FrameCounts {
 // messages received; late = every output, but after the deadline on the client clock;
 // deadline_misses = the late frames, as in sim/drive (starved and short frames are handed back at
 // their deadline by design and reach the client a network hop after it; they are counted on their
-// own); mute_alarms = "alarm" messages of kind mute; rejected = session.rejected messages (a
-// retrying client counts per try); ended_by_error = sessions the server ended (context_full, error,
-// shutdown); latency percentiles on the client clock.
+// own); mute_alarms = "alarm" messages of kind mute; rejected = session.rejected messages and
+// refused connections (LoadGenOptions::reconnect; a retrying client counts per try); ended_by_error
+// = sessions the server ended (context_full, error, shutdown); latency percentiles on the client
+// clock.
 struct LoadGenSummary : realtime::FrameSummary {
   // Only a client sees these.
   std::int64_t frames_sent = 0;
@@ -142,10 +147,12 @@ struct LoadGenSummary : realtime::FrameSummary {
   // Results that reached the client after the deadline, whatever they held.
   std::int64_t after_deadline_frames = 0;
   std::int64_t errors = 0;            // error messages received
-  std::int64_t connect_failures = 0;  // connections or handshakes that failed
-  // Of those, upgrades answered with an HTTP status (e.g. HAProxy's 503: no replica had room,
-  // or the queue timed out), by status.
+  std::int64_t connect_failures = 0;  // connections or handshakes that failed, refusals aside
+  // Upgrades answered with an HTTP status (e.g. HAProxy's 503: no replica had room, or the queue
+  // timed out), by status; 503 and 429 are counted in rejected, the others in connect_failures.
   std::map<int, std::int64_t> upgrade_refusals;
+  // TCP connections refused, or reset or closed during the handshake (counted in rejected).
+  std::int64_t connections_refused = 0;
   std::int64_t sessions_dropped = 0;  // sessions whose connection closed while they were open
   std::int64_t reconnects = 0;        // new connections after a drop or an upgrade refusal
   std::map<std::string, ReplicaFigures> replicas;  // by session.started's replica

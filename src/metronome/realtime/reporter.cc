@@ -55,7 +55,10 @@ void Reporter::SessionEnded(const realtime::SessionEnded& e, std::int64_t active
     std::fprintf(stderr, "[error] session %llu ended at t=%.2f s: %s\n",
                  static_cast<unsigned long long>(e.session), e.t_s, ToString(e.status));
   }
-  if (metrics_) metrics_->sessions_active.Set(static_cast<double>(active));
+  if (metrics_) {
+    metrics_->sessions_active.Set(static_cast<double>(active));
+    metrics_->sessions_ended(e.reason).Inc();
+  }
   if (Logging()) {
     nlohmann::json fields = {{"session_id", e.session}};
     if (e.by_loop()) {

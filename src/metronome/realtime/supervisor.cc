@@ -79,6 +79,9 @@ struct Supervisor::State final : SessionObserver {
   void OnMuteAlarm(const MuteAlarm& a) override;
   void OnSessionEnded(const SessionEnded& e) override;
   void Forget(RealtimeSessionId id);
+  [[nodiscard]] double AdmittedLoad() const {
+    return controller->budgets_work() ? active_work : static_cast<double>(loop.active_sessions());
+  }
   // PriceSession of `spec` at the size admission projects for it (ProjectedBlocks): requests and
   // the reference session priced by one rule. Needs options.cost_model.
   [[nodiscard]] SessionPrice PriceOf(const SessionSpec& spec) const;
@@ -161,7 +164,7 @@ void Supervisor::State::RecordLimitChanges() {
     limit_changes.push_back(std::move(c));
   }
   admission_limit = EffectiveLimit();
-  reporter.Capacity(admission_limit, active_work);
+  reporter.Capacity(admission_limit, AdmittedLoad());
 }
 
 void Supervisor::State::Sample(double now) {
@@ -429,6 +432,7 @@ const LoopStats& Supervisor::stats() const { return state_->loop.stats(); }
 std::int64_t Supervisor::active_sessions() const { return state_->loop.active_sessions(); }
 double Supervisor::active_work() const { return state_->active_work; }
 bool Supervisor::priced() const { return state_->options.cost_model.has_value(); }
+double Supervisor::admitted_load() const { return state_->AdmittedLoad(); }
 std::optional<SessionPrice> Supervisor::Price(const SessionSpec& spec) const {
   if (!state_->options.cost_model) return std::nullopt;
   return state_->PriceOf(spec);

@@ -165,6 +165,9 @@ class Supervisor {
   [[nodiscard]] double active_work() const;
   // Whether sessions are priced by a cost model (otherwise each is one unit).
   [[nodiscard]] bool priced() const;
+  // What admission_limit() is compared with: active_work() when the controller budgets work,
+  // the active session count when it counts sessions.
+  [[nodiscard]] double admitted_load() const;
   // The price of a session of `spec` (PriceSession at its projected size); nullopt without a cost
   // model.
   [[nodiscard]] std::optional<SessionPrice> Price(const SessionSpec& spec) const;

@@ -23,7 +23,8 @@ EngineService::EngineService(realtime::Backend* backend, Clock* clock,
                              telemetry::MetricsRegistry* registry, telemetry::EventLog* events)
     : backend_(backend),
       clock_(clock),
-      supervisor_(backend, clock, ForClients(options), registry, events) {
+      supervisor_(backend, clock, ForClients(options), registry, events),
+      max_sessions_(options.max_sessions) {
   supervisor_.set_observer(this);
   // Started and published before the engine thread exists (so this thread may touch its state):
   // the agent and /metrics can be asked before the thread's first turn, and must already see
@@ -115,10 +116,10 @@ void EngineService::SubmitFrame(RealtimeSessionId id, std::vector<TokenId> token
   });
 }
 
-void EngineService::EndSession(RealtimeSessionId id) {
-  // Its sink hears kClient through OnSessionEnded.
-  Post([this, id] {
-    if (live_.contains(id)) supervisor_.End(id, supervisor_.Now(), EndReason::kClient);
+void EngineService::EndSession(RealtimeSessionId id, EndReason reason) {
+  // Its sink hears `reason` through OnSessionEnded.
+  Post([this, id, reason] {
+    if (live_.contains(id)) supervisor_.End(id, supervisor_.Now(), reason);
   });
 }
 
@@ -248,8 +249,9 @@ ReplicaState EngineService::replica_state() const {
 void EngineService::Publish() {
   const ReplicaState now{.draining = draining_,
                          .limit = supervisor_.admission_limit(),
-                         .active = admission::WholeUnits(supervisor_.active_work()),
-                         .sessions = supervisor_.active_sessions()};
+                         .active = admission::WholeUnits(supervisor_.admitted_load()),
+                         .sessions = supervisor_.active_sessions(),
+                         .max_sessions = max_sessions_};
   const base::MutexLock lock(&state_mu_);
   replica_state_ = now;
 }

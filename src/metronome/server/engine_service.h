@@ -91,8 +91,9 @@ class EngineService final : private realtime::SessionObserver {
   // for the engine thread). `done` (optional) gets the outcome.
   void SubmitFrame(RealtimeSessionId id, std::vector<TokenId> tokens,
                    std::function<void(SubmitResult)> done = {});
-  // Ends a session (its blocks return to the pool at once); its sink hears kClient.
-  void EndSession(RealtimeSessionId id);
+  // Ends a session (its blocks return to the pool at once); its sink hears `reason` (kClient: the
+  // client asked; kIdle: the connection saw no frame for the idle timeout).
+  void EndSession(RealtimeSessionId id, EndReason reason = EndReason::kClient);
 
   // A JSON snapshot (sessions with a per-session table of at most max_listed, pool, admission,
   // forecast, frame counts, latency percentiles, the tightest live deadline); blocks until the
@@ -141,6 +142,7 @@ class EngineService final : private realtime::SessionObserver {
   realtime::Backend* backend_;
   Clock* clock_;                     // read from any thread (Clock::Now is thread-safe)
   realtime::Supervisor supervisor_;  // engine thread only
+  const std::int64_t max_sessions_;  // the operator's hard cap (0: none), for ReplicaState
   std::unordered_map<RealtimeSessionId, Live> live_;  // engine thread only
   bool draining_ = false;  // engine thread only: shutting down, admit nobody
 

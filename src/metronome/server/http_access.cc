@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "metronome/base/errors.h"
 
@@ -111,6 +112,26 @@ bool OriginAllowed(std::string_view origin, std::string_view host, const Allowed
   if (IsLoopbackName(origin_host)) return true;
   const std::string_view host_host = HostOfAuthority(Trim(host));
   return !host_host.empty() && EqualsIgnoreCase(origin_host, host_host);
+}
+
+std::string AuthTokenProblem(std::string_view token) {
+  if (token.empty()) return "is empty";
+  const auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
+  bool all_blank = true;
+  for (const char c : token) all_blank = all_blank && blank(c);
+  if (all_blank) return "is only whitespace";
+  if (blank(token.front()) || blank(token.back())) {
+    return "starts or ends with whitespace (a request's header value is trimmed: it could never "
+           "match)";
+  }
+  for (std::size_t i = 0; i < token.size(); ++i) {
+    const auto c = static_cast<unsigned char>(token[i]);
+    if (c < 0x20 || c == 0x7f) {
+      return "holds a control character (byte " + std::to_string(c) + " at offset " +
+             std::to_string(i) + ") that no HTTP header can carry";
+    }
+  }
+  return "";
 }
 
 bool ConstantTimeEquals(std::string_view given, std::string_view expected) {

@@ -29,6 +29,12 @@ using AllowedOrigins = std::optional<std::vector<std::string>>;
 [[nodiscard]] bool OriginAllowed(std::string_view origin, std::string_view host,
                                  const AllowedOrigins& allowed, bool token_required);
 
+// What is wrong with `token` as the server's bearer token, or "" when nothing is: it is empty,
+// only whitespace, has whitespace at either end (a header's value arrives trimmed, so no request
+// could ever match it), or holds a control character (no header can carry one). A message to
+// append to where the token came from, e.g. "is empty".
+[[nodiscard]] std::string AuthTokenProblem(std::string_view token);
+
 // `given == expected` in time that depends only on expected.size(), not on where the first
 // differing byte is: a client timing the answers cannot learn the token byte by byte.
 [[nodiscard]] bool ConstantTimeEquals(std::string_view given, std::string_view expected);

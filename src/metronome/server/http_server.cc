@@ -1,5 +1,7 @@
 #include "metronome/server/http_server.h"
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -33,11 +35,21 @@ namespace websocket = beast::websocket;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using Request = http::request<http::string_body>;
+using SteadyTime = std::chrono::steady_clock::time_point;
 
 // How long a closing WebSocket waits for the peer's close frame before dropping the socket.
 constexpr std::chrono::milliseconds kCloseGrace{1000};
 // How long Stop() waits for every connection to finish closing (kCloseGrace and some slack).
 constexpr std::chrono::milliseconds kStopWait{3000};
+// An upgrade refused for want of a WebSocket slot is told to come back after this long (seconds,
+// Retry-After): sessions end and slots free on the scale of seconds.
+constexpr int kNoSlotRetryAfterS = 1;
+// After an error response that closes the connection, what the client still sends is read and
+// dropped for at most this long: closing with unread bytes would reset the connection and could
+// destroy the response before the client reads it.
+constexpr std::chrono::milliseconds kErrorLinger{1000};
+// A request's start line and header fields at most (Beast's default), bytes; beyond: 431.
+constexpr std::uint32_t kHeaderLimitBytes = 8192;
 
 std::string_view View(beast::string_view v) { return {v.data(), v.size()}; }
 
@@ -64,7 +76,28 @@ wire::ProtocolError Error(wire::ErrorCode code, std::string message) {
   return e;
 }
 
+// Connections are counted against their own cap by kind.
+enum class ConnKind : std::uint8_t { kHttp, kWebSocket };
+constexpr std::size_t kNumConnKinds = 2;
+
 }  // namespace
+
+std::int64_t SessionIdlePolicy::TimeoutMs(double period_ms) const {
+  if (periods <= 0) return 0;
+  const double ms = std::clamp(static_cast<double>(periods) * period_ms,
+                               static_cast<double>(min_ms), static_cast<double>(max_ms));
+  return static_cast<std::int64_t>(std::ceil(ms));
+}
+
+void SessionIdlePolicy::Validate() const {
+  if (periods < 0) {
+    throw ConfigError("session_idle.periods = " + std::to_string(periods) + " must be >= 0");
+  }
+  if (min_ms < 0 || max_ms < min_ms) {
+    throw ConfigError("session_idle.min_ms = " + std::to_string(min_ms) +
+                      " must be >= 0 and at most session_idle.max_ms = " + std::to_string(max_ms));
+  }
+}
 
 struct HttpServer::Impl {
   EngineService* service;
@@ -75,11 +108,12 @@ struct HttpServer::Impl {
   // decoder may drop); 0 without a tokenizer. A text longer than n * this needs more than n tokens.
   std::int64_t max_token_bytes = 0;
 
-  // A registered connection: its client address and registration order (oldest idle first).
+  // A registered connection: its client address, kind and registration order (oldest idle first).
   struct Entry {
     std::weak_ptr<Closable> conn;
     std::string address;
     std::uint64_t order = 0;
+    ConnKind kind = ConnKind::kHttp;
     bool evicted = false;  // Close() requested to make room; no longer counts against the caps
   };
 
@@ -87,7 +121,9 @@ struct HttpServer::Impl {
   base::Mutex mu;
   std::unordered_map<Closable*, Entry> conns GUARDED_BY(mu);
   std::unordered_map<std::string, int> live_per_address GUARDED_BY(mu);  // non-evicted entries
-  std::size_t evicted GUARDED_BY(mu) = 0;
+  std::array<std::size_t, kNumConnKinds> live GUARDED_BY(mu) = {};       // non-evicted, by kind
+  // WebSocket slots promised to upgrades whose connection is not registered yet.
+  std::size_t websockets_reserved GUARDED_BY(mu) = 0;
   std::uint64_t next_order GUARDED_BY(mu) = 0;
   bool accepting GUARDED_BY(mu) = true;
   std::string expected_authorization;  // "Bearer <token>", or empty: no token required
@@ -105,6 +141,7 @@ struct HttpServer::Impl {
   Impl(EngineService* s, telemetry::MetricsRegistry* r, const ServerOptions& o,
        const model::Tokenizer* t)
       : service(s), registry(r), options(o), tokenizer(t) {
+    options.session_idle.Validate();
     if (!options.auth_token.empty()) expected_authorization = "Bearer " + options.auth_token;
     for (TokenId id = 0; tokenizer != nullptr && id < tokenizer->vocab_size(); ++id) {
       max_token_bytes = std::max(
@@ -112,39 +149,101 @@ struct HttpServer::Impl {
     }
   }
 
-  // False when the server is stopping or (with `check`, for a new connection) at a cap with no
-  // idle connection to evict; an evicted one is closed after the lock is released.
-  bool Register(const std::shared_ptr<Closable>& c, const std::string& address, bool check) {
+  // A new (plain HTTP) connection. False when the server is stopping, or at the per-address or
+  // the HTTP cap with no idle connection to evict; an evicted one is closed after the lock is
+  // released.
+  bool RegisterHttp(const std::shared_ptr<Closable>& c, const std::string& address) {
+    std::vector<std::shared_ptr<Closable>> victims;
+    bool registered = false;
+    {
+      const base::MutexLock lock(&mu);
+      if (!accepting) return false;
+      const int per_address = options.max_connections_per_address;
+      const auto it = live_per_address.find(address);
+      const int from_address = it == live_per_address.end() ? 0 : it->second;
+      // The same address's connection of either kind makes room; one of the HTTP kind also frees
+      // the HTTP slot the newcomer needs.
+      bool room = true;
+      if (per_address > 0 && from_address >= per_address) {
+        auto victim = EvictOldestIdle(&address, std::nullopt);
+        room = victim != nullptr;
+        if (room) victims.push_back(std::move(victim));
+      }
+      if (room &&
+          live[Index(ConnKind::kHttp)] >= static_cast<std::size_t>(options.max_http_connections)) {
+        auto victim = EvictOldestIdle(nullptr, ConnKind::kHttp);
+        room = victim != nullptr;
+        if (room) victims.push_back(std::move(victim));
+      }
+      if (room) {
+        Add(c, address, ConnKind::kHttp);
+        registered = true;
+      }
+    }
+    // Evicted ones go even when the newcomer did not fit after all: they were idle.
+    for (auto& victim : victims) victim->Close();
+    return registered;
+  }
+  // A WebSocket slot for an upgrade, until RegisterWebSocket takes it. False when the server is
+  // stopping, or every slot is held by a WebSocket with a session (or one pending) or promised.
+  bool ReserveWebSocketSlot() {
     std::shared_ptr<Closable> victim;
     {
       const base::MutexLock lock(&mu);
       if (!accepting) return false;
-      if (check) {
-        const int per_address = options.max_connections_per_address;
-        const auto it = live_per_address.find(address);
-        const int from_address = it == live_per_address.end() ? 0 : it->second;
-        // Evicting one of the same address also frees a server-wide slot.
-        if (per_address > 0 && from_address >= per_address) {
-          victim = EvictOldestIdle(&address);
-          if (victim == nullptr) return false;
-        } else if (conns.size() - evicted >= static_cast<std::size_t>(options.max_connections)) {
-          victim = EvictOldestIdle(nullptr);
-          if (victim == nullptr) return false;
-        }
+      if (live[Index(ConnKind::kWebSocket)] + websockets_reserved >=
+          static_cast<std::size_t>(options.max_connections)) {
+        victim = EvictOldestIdle(nullptr, ConnKind::kWebSocket);
+        if (victim == nullptr) return false;
       }
-      conns.emplace(c.get(), Entry{.conn = c, .address = address, .order = next_order++});
-      ++live_per_address[address];
+      ++websockets_reserved;
     }
     if (victim) victim->Close();
     return true;
   }
-  // Marks the oldest idle connection (of `address`, when given) evicted and returns it; null when
-  // none is idle. O(connections), only at a cap.
-  std::shared_ptr<Closable> EvictOldestIdle(const std::string* address) REQUIRES(mu) {
+  // Takes the slot ReserveWebSocketSlot promised. False when the server is stopping.
+  bool RegisterWebSocket(const std::shared_ptr<Closable>& c, const std::string& address) {
+    const base::MutexLock lock(&mu);
+    --websockets_reserved;
+    if (!accepting) return false;
+    Add(c, address, ConnKind::kWebSocket);
+    return true;
+  }
+  // WebSocket slots a newcomer could take now: the cap less the WebSockets holding a session (or
+  // one pending) and the promised ones. O(connections).
+  std::int64_t FreeWebSocketSlots() {
+    const base::MutexLock lock(&mu);
+    std::int64_t held = static_cast<std::int64_t>(websockets_reserved);
+    for (const auto& [key, e] : conns) {
+      if (e.evicted || e.kind != ConnKind::kWebSocket) continue;
+      const auto c = e.conn.lock();
+      if (c != nullptr && !c->idle()) ++held;
+    }
+    return std::max<std::int64_t>(0, options.max_connections - held);
+  }
+  // What the agent and /readyz report.
+  ReplicaState State() {
+    ReplicaState state = service->replica_state();
+    state.free_connection_slots = FreeWebSocketSlots();
+    return state;
+  }
+  static std::size_t Index(ConnKind kind) { return static_cast<std::size_t>(kind); }
+  void Add(const std::shared_ptr<Closable>& c, const std::string& address, ConnKind kind)
+      REQUIRES(mu) {
+    conns.emplace(c.get(),
+                  Entry{.conn = c, .address = address, .order = next_order++, .kind = kind});
+    ++live_per_address[address];
+    ++live[Index(kind)];
+  }
+  // Marks the oldest idle connection (of `address` and of `kind`, when given) evicted and returns
+  // it; null when none is idle. O(connections), only at a cap.
+  std::shared_ptr<Closable> EvictOldestIdle(const std::string* address,
+                                            std::optional<ConnKind> kind) REQUIRES(mu) {
     Entry* oldest = nullptr;
     std::shared_ptr<Closable> victim;
     for (auto& [key, e] : conns) {
       if (e.evicted || (address != nullptr && e.address != *address)) continue;
+      if (kind && e.kind != *kind) continue;
       if (oldest != nullptr && e.order > oldest->order) continue;
       auto c = e.conn.lock();
       if (c == nullptr || !c->idle()) continue;
@@ -153,7 +252,7 @@ struct HttpServer::Impl {
     }
     if (oldest == nullptr) return nullptr;
     oldest->evicted = true;
-    ++evicted;
+    --live[Index(oldest->kind)];
     Forget(oldest->address);
     return victim;
   }
@@ -165,10 +264,9 @@ struct HttpServer::Impl {
     const base::MutexLock lock(&mu);
     const auto it = conns.find(c);
     if (it == conns.end()) return;
-    if (it->second.evicted) {
-      --evicted;
-    } else {
+    if (!it->second.evicted) {
       Forget(it->second.address);
+      --live[Index(it->second.kind)];
     }
     conns.erase(it);
   }
@@ -193,7 +291,11 @@ using Impl = HttpServer::Impl;
 class WsConnection final : public Closable, public std::enable_shared_from_this<WsConnection> {
  public:
   WsConnection(tcp::socket&& socket, Impl* srv)
-      : ws_(std::move(socket)), strand_(ws_.get_executor()), timer_(strand_), srv_(srv) {}
+      : ws_(std::move(socket)),
+        strand_(ws_.get_executor()),
+        timer_(strand_),
+        idle_timer_(strand_),
+        srv_(srv) {}
   ~WsConnection() override { srv_->Unregister(this); }
   WsConnection(const WsConnection&) = delete;
   WsConnection& operator=(const WsConnection&) = delete;
@@ -217,6 +319,8 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
           self->GoingAway();
           return;
         }
+        self->no_session_since_ = std::chrono::steady_clock::now();
+        self->ArmConnectionIdleCheck();
         self->DoRead();
       });
     });
@@ -245,10 +349,77 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     std::int64_t accepted = 0;
     std::int64_t results = 0;
     bool ending = false;
+    // The idle rule (SessionIdlePolicy): the session ends when no frame came for idle_after
+    // since last_heard (its start, then its latest frame); 0: never.
+    SteadyTime last_heard;
+    std::chrono::milliseconds idle_after{0};
   };
 
-  // idle(): no session and no session.start on its way; such a connection may be evicted.
-  void UpdateIdle() { set_idle(sessions_.empty() && pending_starts_ == 0); }
+  // idle(): no session and no session.start on its way; such a connection may be evicted, and is
+  // closed once it has been so for connection_idle_timeout_ms.
+  void UpdateIdle() {
+    const bool now_idle = sessions_.empty() && pending_starts_ == 0;
+    if (now_idle && !idle()) {
+      no_session_since_ = std::chrono::steady_clock::now();
+      ArmConnectionIdleCheck();
+    }
+    set_idle(now_idle);
+  }
+
+  [[nodiscard]] std::chrono::milliseconds connection_idle_timeout() const {
+    return std::chrono::milliseconds(srv_->options.connection_idle_timeout_ms);
+  }
+  void ArmConnectionIdleCheck() {
+    if (connection_idle_timeout().count() > 0) {
+      ArmIdleCheck(no_session_since_ + connection_idle_timeout());
+    }
+  }
+
+  // One timer serves every idle rule of the connection: it is due at the earliest deadline known
+  // when it was armed; a frame only moves its session's last_heard (no timer work per frame), and
+  // OnIdleCheck re-arms for whatever is due next. Strand.
+  void ArmIdleCheck(SteadyTime at) {
+    if (closed_ || (idle_check_at_ && *idle_check_at_ <= at)) return;
+    idle_check_at_ = at;
+    idle_timer_.expires_at(at);
+    auto self = shared_from_this();
+    idle_timer_.async_wait([self](beast::error_code ec) {
+      if (!ec) self->OnIdleCheck();
+    });
+  }
+
+  // Ends the sessions that sent nothing for their idle timeout (session.ended reason idle follows
+  // from the engine) and closes the connection when it has held no session for its timeout.
+  void OnIdleCheck() {
+    idle_check_at_.reset();
+    if (closed_) return;
+    const SteadyTime now = std::chrono::steady_clock::now();
+    std::optional<SteadyTime> next;
+    const auto consider = [&next](SteadyTime t) {
+      if (!next || t < *next) next = t;
+    };
+    for (auto& [sid, st] : sessions_) {
+      if (st.ending || st.idle_after.count() <= 0) continue;
+      const SteadyTime due = st.last_heard + st.idle_after;
+      if (due <= now) {
+        st.ending = true;
+        srv_->service->EndSession(sid, EndReason::kIdle);
+      } else {
+        consider(due);
+      }
+    }
+    if (sessions_.empty() && pending_starts_ == 0 && connection_idle_timeout().count() > 0) {
+      const SteadyTime due = no_session_since_ + connection_idle_timeout();
+      if (due <= now) {
+        CloseWith(
+            websocket::close_code::normal,
+            "idle: no session for " + std::to_string(connection_idle_timeout().count()) + " ms");
+        return;
+      }
+      consider(due);
+    }
+    if (next) ArmIdleCheck(*next);
+  }
 
   // Server shutdown: session.ended (server_shutdown) for every session still open, what is
   // queued, then the close frame 1001; the sessions end. Strand.
@@ -376,12 +547,16 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     UpdateIdle();
     if (out.admitted) {
       if (gone_) {
-        srv_->service->EndSession(out.id);
+        srv_->service->EndSession(out.id, EndReason::kDisconnect);
         return;
       }
       SessionState state;
       state.tokens_per_frame = started.tokens_per_frame;
       state.period_ms = started.period_ms;
+      state.last_heard = std::chrono::steady_clock::now();
+      state.idle_after =
+          std::chrono::milliseconds(srv_->options.session_idle.TimeoutMs(started.period_ms));
+      if (state.idle_after.count() > 0) ArmIdleCheck(state.last_heard + state.idle_after);
       sessions_.emplace(out.id, std::move(state));
       UpdateIdle();
       started.session = out.id;
@@ -414,6 +589,9 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
            "frame: session " + std::to_string(f.session) + " is not open on this connection");
       return;
     }
+    // The client is there: any frame for the session, even one refused below, resets its idle
+    // clock.
+    it->second.last_heard = std::chrono::steady_clock::now();
     std::vector<TokenId> tokens;
     const bool text = std::holds_alternative<std::string>(f.input);
     if (text) {
@@ -587,13 +765,14 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     if (!queue_.empty() && !closed_) DoWrite();
   }
 
-  // Closes with `code` (a close frame after the write in flight, if any), ends the sessions at
-  // once, and drops the socket after kCloseGrace whatever the peer does.
-  void CloseWith(websocket::close_code code) {
+  // Closes with `code` and `reason` (a close frame after the write in flight, if any), ends the
+  // sessions at once, and drops the socket after kCloseGrace whatever the peer does.
+  void CloseWith(websocket::close_code code, std::string_view reason = {}) {
     if (closed_) return;
     closed_ = true;
     Gone();
     close_code_ = code;
+    close_reason_ = reason;
     if (writing_) {
       // The front one is being written; the rest goes too unless it is to be flushed first.
       if (!flush_before_close_) {
@@ -614,7 +793,8 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
 
   void StartClose() {
     auto self = shared_from_this();
-    ws_.async_close(websocket::close_reason(*close_code_),
+    // RFC 6455 5.5: a control frame's payload is at most 125 bytes, 2 of them the code.
+    ws_.async_close(websocket::close_reason(*close_code_, close_reason_.substr(0, 123)),
                     [self](beast::error_code /*ec*/) { self->HardClose(); });
   }
 
@@ -624,15 +804,17 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     beast::get_lowest_layer(ws_).socket().shutdown(tcp::socket::shutdown_both, ec);
     beast::get_lowest_layer(ws_).socket().close(ec);
     timer_.cancel();
+    idle_timer_.cancel();
   }
 
-  // The connection is gone (or going): every session ends at once; nobody is told.
+  // The connection is gone (or going): every session ends at once (reason disconnect, for the
+  // log, events and metrics); nobody is told.
   void Gone() {
     if (gone_) return;
     gone_ = true;
     closed_ = true;
     for (auto& [sid, st] : sessions_) {
-      if (!st.ending) srv_->service->EndSession(sid);
+      if (!st.ending) srv_->service->EndSession(sid, EndReason::kDisconnect);
       st.ending = true;
     }
   }
@@ -640,6 +822,9 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
   websocket::stream<beast::tcp_stream> ws_;
   net::any_io_executor strand_;
   net::steady_timer timer_;
+  net::steady_timer idle_timer_;             // the idle rules (ArmIdleCheck)
+  std::optional<SteadyTime> idle_check_at_;  // when idle_timer_ is due; nullopt: not armed
+  SteadyTime no_session_since_;              // while idle(): since when
   Impl* srv_;
   beast::flat_buffer buf_;
   std::deque<std::string> queue_;
@@ -650,6 +835,7 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
   bool going_away_ = false;          // the server is stopping
   bool flush_before_close_ = false;  // send what is queued before the close frame (shutdown)
   std::optional<websocket::close_code> close_code_;
+  std::string close_reason_;  // the close frame's reason text
   std::unordered_map<std::uint64_t, SessionState> sessions_;
   int pending_starts_ = 0;
 };
@@ -685,6 +871,7 @@ class HttpSession final : public Closable, public std::enable_shared_from_this<H
   void DoRead() {
     set_idle(true);
     parser_.emplace();
+    parser_->header_limit(kHeaderLimitBytes);
     parser_->body_limit(srv_->options.caps.max_message_bytes);
     // The whole request (headers and body) within the deadline: a client trickling bytes holds
     // its slot no longer than that.
@@ -696,13 +883,49 @@ class HttpSession final : public Closable, public std::enable_shared_from_this<H
 
   void OnRead(beast::error_code ec) {
     if (ec) {
+      // A request that cannot be parsed is answered (and the connection closed); a peer that went
+      // away or missed the deadline is not.
+      if (ec == http::error::header_limit) {
+        return RespondAndClose(http::status::request_header_fields_too_large,
+                               "request header too large: more than " +
+                                   std::to_string(kHeaderLimitBytes) + " bytes\n");
+      }
+      if (ec == http::error::body_limit) {
+        return RespondAndClose(http::status::payload_too_large,
+                               "request body too large: more than " +
+                                   std::to_string(srv_->options.caps.max_message_bytes) +
+                                   " bytes\n");
+      }
+      if (ec == http::error::bad_version) {  // Beast parses HTTP/1.x only
+        return RespondAndClose(http::status::http_version_not_supported,
+                               "HTTP version not supported: this server speaks HTTP/1.0 and "
+                               "HTTP/1.1\n");
+      }
+      if (ec.category() == http::make_error_code(http::error::bad_target).category() &&
+          ec != http::error::end_of_stream && ec != http::error::partial_message) {
+        return RespondAndClose(http::status::bad_request,
+                               "malformed HTTP request: " + ec.message() + "\n");
+      }
       stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
       return;
     }
     set_idle(false);
     Request req = parser_->release();
+    if (req.version() != 10 && req.version() != 11) {
+      return RespondAndClose(http::status::http_version_not_supported,
+                             "HTTP version " + std::to_string(req.version() / 10) + "." +
+                                 std::to_string(req.version() % 10) +
+                                 " not supported: this server speaks HTTP/1.0 and HTTP/1.1\n");
+    }
     const std::string_view target = View(req.target());
     const std::string_view path = target.substr(0, target.find('?'));
+    if (path == "/v1/realtime" && !websocket::is_upgrade(req) &&
+        (req.method() == http::verb::get || req.method() == http::verb::head)) {
+      Respond(req, http::status::upgrade_required,
+              "/v1/realtime is a WebSocket endpoint: send the upgrade (Upgrade: websocket)\n",
+              "text/plain");
+      return;
+    }
     if (websocket::is_upgrade(req) && path == "/v1/realtime") {
       // Beast accepts any Sec-WebSocket-Key; RFC 6455 asks for base64 of 16 bytes.
       if (!IsValidWebSocketKey(View(req[http::field::sec_websocket_key]))) {
@@ -719,9 +942,16 @@ class HttpSession final : public Closable, public std::enable_shared_from_this<H
         Respond(req, http::status::unauthorized, "unauthorized\n", "text/plain");
         return;
       }
+      if (!srv_->ReserveWebSocketSlot()) {
+        Respond(req, http::status::service_unavailable,
+                "every WebSocket slot is taken (" + std::to_string(srv_->options.max_connections) +
+                    ", each holding a session): try again later\n",
+                "text/plain");
+        return;
+      }
       stream_.expires_never();
       auto ws = std::make_shared<WsConnection>(stream_.release_socket(), srv_);
-      if (srv_->Register(ws, address_, /*check=*/false)) ws->Run(std::move(req));
+      if (srv_->RegisterWebSocket(ws, address_)) ws->Run(std::move(req));
       return;
     }
     // HEAD is answered wherever GET is: the same status and headers, no body.
@@ -729,6 +959,22 @@ class HttpSession final : public Closable, public std::enable_shared_from_this<H
       Respond(req, http::status::method_not_allowed, "method not allowed\n", "text/plain");
     } else if (path == "/healthz") {
       Respond(req, http::status::ok, "ok", "text/plain");
+    } else if (path == "/readyz") {
+      const ReplicaState state = srv_->State();
+      const Readiness r = ReadinessOf(state);
+      const auto count = [](std::int64_t n) {
+        return n < 0 ? nlohmann::json(nullptr) : nlohmann::json(n);
+      };
+      const nlohmann::json body = {{"ready", r.ready},
+                                   {"reason", r.reason},
+                                   {"draining", state.draining},
+                                   {"sessions", state.sessions},
+                                   {"work_used_units", state.active},
+                                   {"limit", count(state.limit)},
+                                   {"headroom", count(state.headroom())},
+                                   {"free_connection_slots", count(state.free_connection_slots)}};
+      Respond(req, r.ready ? http::status::ok : http::status::service_unavailable, body.dump(),
+              "application/json", "no-store");
     } else if (path == "/metrics") {
       Respond(req, http::status::ok,
               srv_->registry != nullptr ? srv_->registry->ExpositionText() : std::string(),
@@ -769,7 +1015,16 @@ class HttpSession final : public Closable, public std::enable_shared_from_this<H
                beast::string_view(cache_control.data(), cache_control.size()));
     }
     if (status == http::status::method_not_allowed) res->set(http::field::allow, "GET, HEAD");
+    if (status == http::status::service_unavailable) {
+      res->set(http::field::retry_after, std::to_string(kNoSlotRetryAfterS));
+    }
     res->keep_alive(req.keep_alive());
+    if (status == http::status::upgrade_required) {
+      // RFC 9110 15.5.22: a 426 names the protocol to upgrade to, and Upgrade is a connection
+      // option.
+      res->set(http::field::upgrade, "websocket");
+      res->set(http::field::connection, req.keep_alive() ? "Upgrade" : "Upgrade, close");
+    }
     res->body() = std::move(body);
     res->prepare_payload();
     if (req.method() == http::verb::head) res->body().clear();  // Content-Length stays GET's
@@ -777,10 +1032,34 @@ class HttpSession final : public Closable, public std::enable_shared_from_this<H
     http::async_write(stream_, *res, [self, res](beast::error_code ec, std::size_t /*n*/) {
       if (ec || res->need_eof()) {
         self->stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+        if (!ec && self->linger_) self->Linger();
         return;
       }
       self->DoRead();
     });
+  }
+
+  // An error answer to a request that could not be read whole: HTTP/1.1, then the connection
+  // closes (lingering so the answer is not lost to a reset).
+  void RespondAndClose(http::status status, std::string body) {
+    Request stub;
+    stub.version(11);
+    stub.method(http::verb::get);
+    stub.keep_alive(false);
+    linger_ = true;
+    Respond(stub, status, std::move(body), "text/plain");
+  }
+
+  // Reads and drops what the client still sends, until it closes or kErrorLinger passes. The
+  // connection may be evicted meanwhile.
+  void Linger() {
+    set_idle(true);
+    stream_.expires_after(kErrorLinger);
+    auto self = shared_from_this();
+    stream_.async_read_some(net::buffer(linger_buffer_),
+                            [self](beast::error_code ec, std::size_t /*n*/) {
+                              if (!ec) self->Linger();
+                            });
   }
 
   beast::tcp_stream stream_;
@@ -788,6 +1067,8 @@ class HttpSession final : public Closable, public std::enable_shared_from_this<H
   std::string address_;  // the client's, for the per-address cap
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
+  bool linger_ = false;  // answering a request that could not be read: Linger after the answer
+  std::array<char, 4096> linger_buffer_{};
 };
 
 }  // namespace
@@ -802,7 +1083,7 @@ void HttpServer::Impl::DoAgentAccept() {
         if (ec == net::error::operation_aborted || !agent_acceptor.is_open()) return;
         if (!ec) {
           auto conn = std::make_shared<tcp::socket>(std::move(socket));
-          auto line = std::make_shared<std::string>(AgentResponse(service->replica_state()));
+          auto line = std::make_shared<std::string>(AgentResponse(State()));
           net::async_write(*conn, net::buffer(*line),
                            [conn, line](beast::error_code /*ec*/, std::size_t /*bytes*/) {
                              beast::error_code ignored;
@@ -825,7 +1106,7 @@ void HttpServer::Impl::DoAccept() {
       const tcp::endpoint peer = socket.remote_endpoint(ignored);
       std::string address = ignored ? std::string() : peer.address().to_string();
       auto s = std::make_shared<HttpSession>(std::move(socket), this, address);
-      if (Register(s, address, /*check=*/true)) s->Run();
+      if (RegisterHttp(s, address)) s->Run();
     }
     DoAccept();
   });

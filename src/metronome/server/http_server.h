@@ -1,12 +1,15 @@
 // The network front end of `metronome serve` (docs/protocol.md): one TCP port serving HTTP
-// (/healthz, /metrics, /v1/stats, the dashboard at / and /dashboard/*) and the WebSocket endpoint
-// /v1/realtime, on Boost.Beast/Asio.
+// (/healthz, /readyz, /metrics, /v1/stats, the dashboard at / and /dashboard/*) and the WebSocket
+// endpoint /v1/realtime, on Boost.Beast/Asio.
 // Each connection runs on its own strand; the engine's callbacks (engine thread) post back to it.
 // Sends go through a bounded per-connection queue, one async_write at a time; a reader slower than
 // that queue is closed with status 1008. When a connection closes, its sessions end at once.
-// Connection slots are shared fairly: request and handshake deadlines, idle connections evicted
-// first at the cap, an optional per-address cap (ServerOptions). Optionally, on a second port,
-// HAProxy's agent-check: a line from EngineService::replica_state() per connection, then close.
+// Connection slots are shared fairly: WebSockets and plain HTTP connections have separate caps (so
+// probes are answered whatever the WebSockets hold), request and handshake deadlines, idle
+// connections evicted first at a cap, an optional per-address cap, idle sessions ended and
+// session-less WebSockets closed after a timeout (ServerOptions). Optionally, on a second port,
+// HAProxy's agent-check: a line from EngineService::replica_state() and the free WebSocket slots
+// per connection, then close.
 //
 // Thread-safety: Start() and Stop() from one controlling thread; port() from any thread.
 #pragma once
@@ -26,15 +29,33 @@
 
 namespace metronome::server {
 
+// When a session that sends no frame is ended (session.ended reason idle): after `periods` of its
+// periods with no frame from the client (counted from its start for one that never sends one),
+// but never sooner than min_ms (a client's hiccup, a pause of a few seconds, must not cost its
+// session) and never later than max_ms (a session declaring a long period cannot hold its slot
+// and its share of admission for long). Keep max_ms above a few of the longest period clients use.
+struct SessionIdlePolicy {
+  int periods = 10;  // 0: sessions are never ended for idleness
+  std::int64_t min_ms = 5000;
+  std::int64_t max_ms = 30000;
+  // clamp(periods x period_ms, min_ms, max_ms), ms; 0 (never) when periods is 0.
+  [[nodiscard]] std::int64_t TimeoutMs(double period_ms) const;
+  void Validate() const;  // ConfigError naming the field and value
+};
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;  // 0: an ephemeral port (port() says which)
   int io_threads = 1;
   int max_sessions_per_connection = 4;
-  // HTTP and WebSocket together. At the cap a newcomer takes the slot of the oldest idle
-  // connection (an HTTP connection waiting for its request, or a WebSocket with no session and no
-  // session.start pending); with none idle it is closed at once.
+  // WebSocket connections at most. At the cap an upgrade takes the slot of the oldest WebSocket
+  // holding no session and no session.start pending; with none, it is answered 503 (Retry-After).
   int max_connections = 256;
+  // Plain HTTP connections at most (a request being read or answered, or a kept-alive one waiting
+  // for the next), apart from the WebSocket slots: /healthz, /readyz and /metrics are answered
+  // however many WebSockets are open. At the cap a newcomer takes the slot of the oldest one
+  // waiting for its request; with none, it is closed at once.
+  int max_http_connections = 64;
   // Connections from one client address at most (0: no cap). At the cap the same address's oldest
   // idle connection makes room, or the newcomer is closed. Off by default: one load generator, or
   // every client behind one reverse proxy, is one address.
@@ -43,6 +64,10 @@ struct ServerOptions {
   // previous response on a kept-alive connection), and finish the WebSocket handshake within it;
   // otherwise it is closed. Slow-header clients hold a slot at most this long.
   std::int64_t handshake_timeout_ms = 5000;
+  // A WebSocket that holds no session (and has no session.start pending) this long is closed
+  // (1000, reason "idle: ..."), counted from the handshake or its last session's end; 0: never.
+  std::int64_t connection_idle_timeout_ms = 30000;
+  SessionIdlePolicy session_idle;
   // Messages queued for one connection; a reader slower than that is closed with 1008 (policy)
   // and its sessions end.
   std::size_t max_send_queue = 256;
@@ -71,7 +96,8 @@ struct ServerOptions {
 class HttpServer {
  public:
   // Borrows service, registry (may be null: /metrics is empty) and tokenizer (may be null: text
-  // frames and text prompts are rejected with bad_field); all must outlive the server.
+  // frames and text prompts are rejected with bad_field); all must outlive the server. Throws
+  // ConfigError for a bad session_idle.
   HttpServer(EngineService* service, telemetry::MetricsRegistry* registry,
              const ServerOptions& options, const model::Tokenizer* tokenizer);
   ~HttpServer();  // Stop()

@@ -17,13 +17,14 @@ constexpr std::array<EnumName<FrameOutcome>, kNumFrameOutcomes> kFrameOutcomeNam
      {FrameOutcome::kStarved, "starved"},
      {FrameOutcome::kShort, "short"}}};
 
-constexpr std::array<EnumName<EndReason>, 6> kEndReasonNames = {
+constexpr std::array<EnumName<EndReason>, 7> kEndReasonNames = {
     {{EndReason::kClient, "client"},
      {EndReason::kContextFull, "context_full"},
      {EndReason::kServerShutdown, "server_shutdown"},
      {EndReason::kDisconnect, "disconnect"},
      {EndReason::kError, "error"},
-     {EndReason::kDuration, "duration"}}};
+     {EndReason::kDuration, "duration"},
+     {EndReason::kIdle, "idle"}}};
 
 }  // namespace
 
@@ -79,6 +80,11 @@ EngineMetrics::EngineMetrics(MetricsRegistry& registry)
       sessions_admitted(registry.AddCounter("sessions_admitted_total", "Sessions admitted.")),
       sessions_rejected_by_reason(registry.AddCounterFamily(
           "sessions_rejected_total", "Sessions refused admission, by reason.", {"reason"})),
+      sessions_ended_by_reason(registry.AddCounterFamily(
+          "sessions_ended_total",
+          "Sessions ended, by reason (client, context_full, server_shutdown, disconnect, error, "
+          "idle).",
+          {"reason"})),
       saturation_forecast_seconds(registry.AddGauge(
           "saturation_forecast_seconds",
           "Forecast time until the KV pool runs out at current rates (s); +Inf when never.")),

@@ -33,6 +33,7 @@ enum class EndReason : std::uint8_t {
   kDisconnect,      // "disconnect": the connection closed (logs and events; nobody to tell)
   kError,           // "error": the backend refused the session's work otherwise (the loop)
   kDuration,        // "duration": sim / drive, the session's sampled duration ran out (not wire)
+  kIdle,            // "idle": the client sent no frame for the server's idle timeout (the server)
 };
 [[nodiscard]] std::string_view ToString(EndReason reason);
 
@@ -49,19 +50,21 @@ enum class EndReason : std::uint8_t {
 //                                           session-frame (a distribution, not per-session labels,
 //                                           which would have unbounded cardinality)
 //   kv_blocks_freed_by_window_total  counter  blocks returned because they left a session's window
-//   admission_limit              gauge      sessions admission currently allows (the controller's
-//                                           limit under the server's caps); +Inf when no count
-//                                           applies
-//                                           in units of work: sessions of the reference shape
-//   admission_headroom           gauge      units, admission_limit - ceil(admission_work_used),
+//   admission_limit              gauge      what admission currently allows (the controller's
+//                                           limit under the server's caps): units of work
+//                                           (sessions of the reference shape) under aimd and
+//                                           gradient2, sessions otherwise; +Inf with no count
+//   admission_headroom           gauge      admission_limit - ceil(admission_work_used),
 //                                           >= 0 (+Inf with no limit): the scaling signal
 //                                           (deploy.md)
-//   admission_work_used          gauge      units of work the admitted sessions take (each
-//                                           session's price: realtime.md, "Admission in units of
-//                                           work"); sessions_active when sessions are not priced
+//   admission_work_used          gauge      what the limit is compared with: units of work the
+//                                           admitted sessions take under aimd and gradient2 (each
+//                                           priced by what it declares: realtime.md, "Admission
+//                                           in units of work"), sessions under static and memory
 //   sessions_active              gauge      sessions currently running
 //   sessions_admitted_total      counter    sessions accepted
 //   sessions_rejected_total{reason}  counter  sessions refused, by reason (small fixed vocabulary)
+//   sessions_ended_total{reason}  counter  sessions ended, by EndReason (ToString's spelling)
 //   saturation_forecast_seconds  gauge      s until the KV pool is forecast to run out; +Inf when
 //                                           it never does at the current rates
 //   engine_busy_fraction         gauge      share of the last sample interval the engine spent
@@ -80,6 +83,10 @@ struct EngineMetrics {
   // rejecting on a hot path). Reasons should come from a small fixed set, e.g. "limit", "kv_pool".
   [[nodiscard]] Counter& sessions_rejected(std::string_view reason) const {
     return sessions_rejected_by_reason.WithLabels({reason});
+  }
+  // The child for `reason` (created on first use, as sessions_rejected's).
+  [[nodiscard]] Counter& sessions_ended(EndReason reason) const {
+    return sessions_ended_by_reason.WithLabels({ToString(reason)});
   }
   // admission_limit, admission_headroom and admission_work_used from a limit (< 0: none, exposed
   // as +Inf) and the admitted work (units; >= 0).
@@ -105,6 +112,7 @@ struct EngineMetrics {
   Gauge& sessions_active;
   Counter& sessions_admitted;
   Family<Counter>& sessions_rejected_by_reason;
+  Family<Counter>& sessions_ended_by_reason;  // children by ToString(EndReason)
   Gauge& saturation_forecast_seconds;
   Gauge& engine_busy_fraction;
   Gauge& engine_work_utilization;
