@@ -1,5 +1,6 @@
-// metronome tokenize: the token ids of a text under a model's tokenizer, BOS per the model's
-// convention (Tokenizer::adds_bos) unless --no-bos.
+// metronome tokenize: the token ids of a text under a model's tokenizer, as llama.cpp tokenizes a
+// plain text: BOS per the model's convention (Tokenizer::adds_bos) unless --no-bos, EOS appended
+// when the file asks for it (Tokenizer::adds_eos), control tokens never produced from the text.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -36,7 +37,8 @@ int RunTokenize(const TokenizeFlags& f) {
                       " has no tokenizer (a llama2.c checkpoint needs --tokenizer)");
   }
   const bool add_bos = tokenizer->adds_bos() && !f.no_bos;
-  const std::vector<TokenId> ids = tokenizer->Encode(f.text, add_bos);
+  std::vector<TokenId> ids = tokenizer->Encode(f.text, add_bos);
+  if (tokenizer->adds_eos()) ids.push_back(tokenizer->eos_id());
   if (f.show_pieces) {
     // One token a line: id, then its vocabulary spelling.
     for (const TokenId id : ids) {
@@ -47,8 +49,9 @@ int RunTokenize(const TokenizeFlags& f) {
     for (std::size_t i = 0; i < ids.size(); ++i) std::printf(i == 0 ? "%d" : " %d", ids[i]);
     std::printf("\n");
   }
-  std::fprintf(stderr, "[tokenize] %zu tokens (%s, BOS %s)\n", ids.size(),
-               std::string(tokenizer->kind()).c_str(), add_bos ? "prepended" : "not prepended");
+  std::fprintf(stderr, "[tokenize] %zu tokens (%s, BOS %s%s)\n", ids.size(),
+               std::string(tokenizer->kind()).c_str(), add_bos ? "prepended" : "not prepended",
+               tokenizer->adds_eos() ? ", EOS appended" : "");
   return 0;
 }
 
