@@ -70,7 +70,6 @@ TEST(RopeTest, AnglesAreExactForLargePositions) {
   EXPECT_NEAR(s, static_cast<float>(std::sin(a)), 1e-6f);
 }
 
-
 // ---- variants: every frequency checked against the formula written out here, in double ------
 
 // What a pair's frequency must be, straight from the definitions (Llama 3.1 rope_freqs divide the
