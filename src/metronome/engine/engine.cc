@@ -392,6 +392,7 @@ void Engine::Forward(Batch& b) {
     const kv::KvPolicy& policy =
         b.items[static_cast<std::size_t>(b.item_of_row[static_cast<std::size_t>(t)])].kv->policy();
     if (policy.RollingGap(pos)) {
+      // A pure rotation (not PositionAngles): the query already carries the rope magnitude.
       rope_.Angles(policy.sinks + policy.window - 1 - pos, &b.sink_cos[sz(t, pairs)],
                    &b.sink_sin[sz(t, pairs)]);
     }
