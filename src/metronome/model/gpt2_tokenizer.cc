@@ -571,7 +571,7 @@ class Gpt2Tokenizer final : public Tokenizer {
   std::unordered_map<std::string, TokenId, internal::StringHash, std::equal_to<>> text_to_id_;
   bool whole_words_ = false;
   std::vector<std::string> decoded_;
-  TokenId byte_to_id_[256];
+  TokenId byte_to_id_[256];  // -1 for a byte the vocabulary has no token for
   // Literal-match tokens indexed by first byte, longest first so that the longest one wins.
   std::vector<std::pair<std::string, TokenId>> specials_by_byte_[256];
 };
@@ -626,11 +626,9 @@ Gpt2Tokenizer::Gpt2Tokenizer(Vocabulary vocab_in, bool adds_bos_by_default)
     std::string s;
     AppendUtf8(bytes.byte_to_cp[b], s);
     const auto it = text_to_id.find(s);
-    if (it == text_to_id.end()) {
-      // Without all 256 byte symbols some input could not be encoded at all.
-      throw LoadError("gpt2 vocabulary: no token for byte " + std::to_string(b));
-    }
-    byte_to_id_[b] = it->second;
+    // Some vocabularies lack the bytes valid UTF-8 never holds (0xC0, 0xF5..): such a byte stays
+    // a symbol that merges with nothing and produces no token, as llama.cpp drops it.
+    byte_to_id_[b] = it == text_to_id.end() ? -1 : it->second;
   }
 
   merges_.reserve(vocab.merges.size());
@@ -756,7 +754,7 @@ void Gpt2Tokenizer::EncodeWord(std::string_view word, std::vector<TokenId>& out)
     try_pair(c.left, l.next);
   }
   for (std::size_t i = symbols.empty() ? kNone : 0; i != kNone; i = symbols[i].next) {
-    out.push_back(symbols[i].id);
+    if (symbols[i].id >= 0) out.push_back(symbols[i].id);
   }
 }
 
