@@ -94,7 +94,8 @@ void PrintJson(const std::string& spec, const model::ModelInfo& info) {
   j["tokenizer"] = {{"kind", info.tokenizer_kind},
                     {"vocab_size", info.vocab_size},
                     {"adds_bos", info.adds_bos},
-                    {"adds_eos", info.adds_eos}};
+                    {"adds_eos", info.adds_eos},
+                    {"chat_format", info.chat_format}};
   if (!info.pre_tokenizer.empty()) j["tokenizer"]["pre_tokenizer"] = info.pre_tokenizer;
   for (const model::SpecialToken& t : info.special_tokens) {
     j["tokenizer"]["special_tokens"][t.role] =
@@ -145,6 +146,10 @@ void PrintTable(const std::string& spec, const model::ModelInfo& info) {
               info.tokenizer_kind.c_str(), info.pre_tokenizer.empty() ? "" : " pre ",
               info.pre_tokenizer.c_str(), info.vocab_size, info.adds_bos ? "yes" : "no",
               info.adds_eos ? ", EOS appended" : "");
+  if (info.chat_format != "none") {
+    std::printf("chat template  %s%s\n", info.chat_format.c_str(),
+                info.chat_format == "unrecognised" ? " (prompt.messages refused)" : "");
+  }
   std::printf("special tokens");
   for (const model::SpecialToken& t : info.special_tokens) {
     if (t.id >= 0) {

@@ -233,6 +233,7 @@ std::vector<ExportedTensor> ExportGguf(const Model& model, const std::string& pa
     w.SetString("tokenizer.ggml.pre", std::string(PreTokenizerName(vocab.pre)));
   if (vocab.add_bos) w.SetBool("tokenizer.ggml.add_bos_token", *vocab.add_bos);
   if (vocab.add_eos) w.SetBool("tokenizer.ggml.add_eos_token", *vocab.add_eos);
+  if (!vocab.chat_template.empty()) w.SetString("tokenizer.chat_template", vocab.chat_template);
   if (!c.rope_freq_factors.empty()) {
     const std::vector<float>& f = c.rope_freq_factors;
     w.AddTensor(std::string(internal::kRopeFreqsTensor), {f.size()}, GgmlType::kF32,

@@ -288,6 +288,9 @@ std::unique_ptr<Tokenizer> ReadTokenizer(const GgufFile& g, const ModelConfig& c
   if (const auto* add_eos = GetTyped<bool>(g, "tokenizer.ggml.add_eos_token", "a bool")) {
     v.add_eos = *add_eos;
   }
+  if (const auto* tmpl = GetTyped<std::string>(g, "tokenizer.chat_template", "a string")) {
+    v.chat_template = *tmpl;
+  }
   if (model == "llama") return MakeSentencePieceTokenizer(std::move(v));
   // llama.cpp runs a gpt2 vocabulary without tokenizer.ggml.pre with its "default" pre-tokenizer.
   const auto* pre_name = GetTyped<std::string>(g, "tokenizer.ggml.pre", "a string");

@@ -138,7 +138,8 @@ constexpr GgufKeyRule kRules[] = {
     {"tokenizer.ggml.suffix_token_id", KeyUse::kIgnored, "older fill-in-the-middle ids"},
     {"tokenizer.ggml.middle_token_id", KeyUse::kIgnored, "older fill-in-the-middle ids"},
     {"tokenizer.ggml.remove_extra_whitespaces", KeyUse::kIgnored, "used by llama.cpp's UGM only"},
-    {"tokenizer.chat_template", KeyUse::kIgnored, "chat template (prompts are token ids or text)"},
+    {"tokenizer.chat_template", KeyUse::kRead,
+     "chat template: recognised as ChatML or Llama 3 for prompt.messages (chat_template.h)"},
     {"tokenizer.chat_template.*", KeyUse::kIgnored, "named chat templates"},
     {"tokenizer.huggingface.json", KeyUse::kIgnored, "the original tokenizer.json"},
 };

@@ -1,11 +1,13 @@
 #include "metronome/model/model_info.h"
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
 
 #include "metronome/base/errors.h"
 #include "metronome/base/mapped_file.h"
+#include "metronome/model/chat_template.h"
 #include "metronome/model/gguf.h"
 #include "metronome/model/internal/gguf_loader.h"
 #include "metronome/model/internal/gguf_schema.h"
@@ -24,6 +26,11 @@ void DescribeTokenizer(const Tokenizer* t, ModelInfo* info) {
     info->vocab_size = t->vocab_size();
     info->adds_bos = t->adds_bos();
     info->adds_eos = t->adds_eos();
+    const std::string& tmpl = t->vocabulary().chat_template;
+    if (!tmpl.empty()) {
+      const std::optional<ChatFormat> f = RecognizeChatTemplate(tmpl);
+      info->chat_format = !f ? "unrecognised" : (*f == ChatFormat::kChatMl ? "chatml" : "llama3");
+    }
     if (t->ggml_model() == "gpt2") {
       info->pre_tokenizer = std::string(PreTokenizerName(t->vocabulary().pre));
     }

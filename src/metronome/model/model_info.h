@@ -52,9 +52,12 @@ struct ModelInfo {
   // --tokenizer, or unreadable metadata: see config_error).
   std::string tokenizer_kind = "none";
   int vocab_size = 0;
-  bool adds_bos = false;                     // Tokenizer::adds_bos
-  bool adds_eos = false;                     // Tokenizer::adds_eos
-  std::string pre_tokenizer;                 // gpt2: PreTokenizerName; "" otherwise
+  bool adds_bos = false;      // Tokenizer::adds_bos
+  bool adds_eos = false;      // Tokenizer::adds_eos
+  std::string pre_tokenizer;  // gpt2: PreTokenizerName; "" otherwise
+  // tokenizer.chat_template as prompt.messages sees it: "chatml", "llama3", "unrecognised" or
+  // "none".
+  std::string chat_format = "none";
   std::vector<SpecialToken> special_tokens;  // bos, eos, unk, pad (always four entries)
 };
 

@@ -52,6 +52,7 @@ struct Vocabulary {
   // gpt2 only: the pre-tokenizer. Vocabularies built in memory default to Qwen2's; the GGUF
   // loader sets what the file names (kDefault when it names none, as llama.cpp does).
   PreTokenizer pre = PreTokenizer::kQwen2;
+  std::string chat_template;  // GGUF tokenizer.chat_template; "" when the file has none
 };
 
 class Tokenizer {
