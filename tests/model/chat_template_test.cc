@@ -129,7 +129,8 @@ TEST(ChatTemplateTest, RefusesWhatItCannotFormatFaithfully) {
   const auto none = ChatTokenizer("", false, {});
   EXPECT_NE(EncodeChat(*none, hi).error.find("no chat template"), std::string::npos);
   const auto mistral = ChatTokenizer("[INST] {{ m }} [/INST]", false, {});
-  EXPECT_NE(EncodeChat(*mistral, hi).error.find("not one the server formats"), std::string::npos);
+  EXPECT_NE(EncodeChat(*mistral, hi).error.find("not a format this engine implements"),
+            std::string::npos);
   const auto missing = ChatTokenizer(kQwenTemplate, false, {"<|im_start|>"});
   EXPECT_NE(EncodeChat(*missing, hi).error.find("'<|im_end|>'"), std::string::npos);
   const auto ok = ChatTokenizer(kQwenTemplate, false, {"<|im_start|>", "<|im_end|>"});

@@ -79,7 +79,7 @@ TEST(SessionStartTest, RefusalsNameTheFieldAndCarryTheClientRef) {
   const auto req = StartWith({{"user", "Hi"}});
   expect_error(Resolve(req, nullptr), wire::ErrorCode::kBadField, "no tokenizer");
   const auto unknown = ChatMlTokenizer("[INST] {{ content }} [/INST]");
-  expect_error(Resolve(req, unknown.get()), wire::ErrorCode::kBadField, "not one the server");
+  expect_error(Resolve(req, unknown.get()), wire::ErrorCode::kBadField, "not a format this engine");
   const auto none = ChatMlTokenizer("");
   expect_error(Resolve(req, none.get()), wire::ErrorCode::kBadField, "no chat template");
   const auto chatml = ChatMlTokenizer("<|im_start|>");

@@ -44,12 +44,14 @@ void ApplyRopeScaling(const std::string& spec, model::ModelConfig& c) {
     return ConfigError("--rope-scaling: '" + spec +
                        "' is not linear:FACTOR or yarn:FACTOR:ORIGINAL_CONTEXT");
   };
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  for (std::size_t colon; (colon = spec.find(':', start)) != std::string::npos; start = colon + 1) {
-    parts.push_back(spec.substr(start, colon - start));
+  std::vector<std::string> parts(1);
+  for (const char ch : spec) {
+    if (ch == ':') {
+      parts.emplace_back();
+    } else {
+      parts.back().push_back(ch);
+    }
   }
-  parts.push_back(spec.substr(start));
   const bool yarn = parts[0] == "yarn";
   if (!(parts[0] == "linear" && parts.size() == 2) && !(yarn && parts.size() == 3)) throw fail();
   try {

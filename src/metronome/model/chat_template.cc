@@ -88,8 +88,7 @@ ChatEncoding EncodeChat(const Tokenizer& tokenizer, std::span<const ChatMessage>
   const std::optional<ChatFormat> format = RecognizeChatTemplate(tmpl);
   if (!format) {
     return {{},
-            "the model's chat template is not one the server formats (ChatML, Llama 3); send "
-            "prompt.text or prompt.ids formatted by the client"};
+            "the model's chat template is not a format this engine implements (ChatML, Llama 3)"};
   }
   for (std::size_t i = 0; i < messages.size(); ++i) {
     if (messages[i].role.empty()) {

@@ -63,7 +63,10 @@ std::variant<realtime::SessionSpec, wire::ProtocolError> ResolveStart(
       messages.push_back({m.role, m.content});
     }
     model::ChatEncoding chat = model::EncodeChat(*tokenizer, messages);
-    if (!chat.error.empty()) return fail(wire::ErrorCode::kBadField, chat.error);
+    if (!chat.error.empty()) {
+      return fail(wire::ErrorCode::kBadField,
+                  chat.error + " (send prompt.ids or prompt.text formatted by the client)");
+    }
     if (caps.max_prompt_tokens > 0 &&
         static_cast<std::int64_t>(chat.ids.size()) > caps.max_prompt_tokens) {
       return fail(wire::ErrorCode::kOverCap, "formats to " + std::to_string(chat.ids.size()) +
