@@ -1256,6 +1256,8 @@ const Refusal kRefusals[] = {
     {"llama.attention.sliding_window",
      [](TinyFile& f) { f.writer.SetUint32("llama.attention.sliding_window", 4096); }},
     {"llama.expert_count", [](TinyFile& f) { f.writer.SetUint32("llama.expert_count", 8); }},
+    {"llama.attention.causal",
+     [](TinyFile& f) { f.writer.SetBool("llama.attention.causal", false); }},
     {"llama.attention.value_length",
      [](TinyFile& f) { f.writer.SetUint32("llama.attention.value_length", 8); }},
     {"llama.rope.scaling.yarn_beta_fast",
@@ -1317,6 +1319,7 @@ TEST(GgufSchemaTest, HarmlessMetadataIsIgnored) {
   tf.writer.SetUint32("llama.vocab_size", 6);
   tf.writer.SetUint32("llama.attention.value_length", 4);  // = the head dim: fine
   tf.writer.SetUint32("llama.expert_count", 0);
+  tf.writer.SetBool("llama.attention.causal", true);
   tf.writer.SetString("tokenizer.chat_template", "{{ messages }}");
   tf.writer.SetUint32("tokenizer.ggml.eot_token_id", 2);
   tf.writer.SetString("quantize.imatrix.file", "imatrix.dat");

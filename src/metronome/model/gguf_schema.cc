@@ -27,6 +27,13 @@ std::string CheckRopeScaling(const GgufFile& g, const std::string& key) {
   return "rope scaling type " + Quoted(t) + " is not implemented (supported: none, linear, yarn)";
 }
 
+// Attention is causal; a file may say so, not the opposite.
+std::string CheckCausal(const GgufFile& g, const std::string& key) {
+  const auto* b = std::get_if<bool>(g.Find(key));
+  if (b == nullptr || *b) return "";
+  return "false (bidirectional attention) is not implemented";
+}
+
 // A number the key may only carry with the value llama.cpp assumes for llama / qwen2 (it does not
 // read these keys for them; the engine computes what llama.cpp computes, and refuses a file that
 // means something else).
@@ -102,6 +109,7 @@ constexpr GgufKeyRule kRules[] = {
      CheckNeutral<kOne>},
     {"{arch}.rope.scaling.yarn_log_multiplier", KeyUse::kRead, "DeepSeek-style mscale: only 0",
      CheckNeutral<kZero>},
+    {"{arch}.attention.causal", KeyUse::kRead, "causal attention: only true", CheckCausal},
     {"{arch}.expert_count", KeyUse::kRead, "mixture of experts: only 0", CheckNeutral<kZero>},
     {"{arch}.expert_used_count", KeyUse::kRead, "mixture of experts: only 0", CheckNeutral<kZero>},
     {"{arch}.vocab_size", KeyUse::kIgnored, "the token list and matrices give the vocabulary"},
