@@ -63,7 +63,8 @@ void ReadRopeScaling(const GgufFile& g, const Key& key, ModelConfig& c) {
   const std::optional<RopeScaling> scaling = ParseRopeScaling(type_name);
   if (!scaling) {
     throw LoadError(g.source() + ": metadata key '" + key("rope.scaling.type") + "' = '" +
-                    type_name + "' is not implemented (supported: none, linear, yarn)");
+                    type_name +
+                    "' is not implemented (supported: " + std::string(kRopeScalingNames) + ")");
   }
   std::optional<double> factor = g.GetFloat(key("rope.scaling.factor"));
   if (!factor) factor = g.GetFloat(key("rope.scale_linear"));

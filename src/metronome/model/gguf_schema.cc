@@ -24,7 +24,8 @@ std::string StringValue(const GgufFile& g, const std::string& key) {
 std::string CheckRopeScaling(const GgufFile& g, const std::string& key) {
   const std::string t = StringValue(g, key);
   if (ParseRopeScaling(t)) return "";
-  return "rope scaling type " + Quoted(t) + " is not implemented (supported: none, linear, yarn)";
+  return "rope scaling type " + Quoted(t) +
+         " is not implemented (supported: " + std::string(kRopeScalingNames) + ")";
 }
 
 // Attention is causal; a file may say so, not the opposite.

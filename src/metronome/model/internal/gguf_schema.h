@@ -49,6 +49,7 @@ void RequireSupportedGguf(const GgufFile& g, const ModelConfig& c);
 
 // GGUF rope.scaling.type values: "none", "linear", "yarn"; nullopt for others ("longrope", ...).
 [[nodiscard]] std::optional<RopeScaling> ParseRopeScaling(std::string_view name);
+inline constexpr std::string_view kRopeScalingNames = "none, linear, yarn";  // for messages
 
 // llama.cpp's defaults for the YaRN keys it does not read for llama / qwen2 (a file may carry
 // them only with these values).
