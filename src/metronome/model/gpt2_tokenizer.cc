@@ -2,10 +2,10 @@
 //
 // Encode: user-defined tokens are matched literally first (control tokens never are); each stretch
 // between them is split by the vocabulary's pre-tokenizer (llama.cpp's patterns for that name,
-// implemented by hand below); each
-// pre-token's bytes become the byte-level alphabet's single-character tokens, which are then
-// merged by rank (lowest rank first, ties leftmost) from vocab.merges. Pre-tokens never merge with
-// each other, so a pre-token's ids depend only on its own bytes.
+// implemented by hand below); each pre-token's bytes become the byte-level alphabet's
+// single-character tokens, which are then merged by rank (lowest rank first, ties leftmost) from
+// vocab.merges (llama-bpe first takes a pre-token that is itself a token whole). Pre-tokens never
+// merge with each other, so a pre-token's ids depend only on its own bytes.
 //
 // Invalid UTF-8 never fails: the pre-tokenizer treats a byte that does not start a valid sequence
 // as a one-byte punctuation-like character, and BPE works on bytes anyway.
