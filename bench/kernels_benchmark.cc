@@ -127,7 +127,7 @@ void BM_PagedAttention(benchmark::State& state) {
   const TokenPos p = context;
   const std::int64_t visible = policy.VisibleKeys(p);
   std::vector<float> scratch(kernels::AttentionScratchFloats(shape, visible));
-  const kernels::Rope rope(64, 64, 10000.0, metronome::model::RopeStyle::kInterleaved);
+  const kernels::Rope rope(64, 64, 10000.0, kernels::RopePairing::kInterleaved);
   for (auto _ : state) {
     for (int g = 0; g < shape.num_kv_heads; ++g) {
       kernels::PagedAttention(shape, session.View(), policy, rope, 0, g, p, 1, q.data(), out.data(),
@@ -189,7 +189,7 @@ void BM_PagedAttentionDecodeStep(benchmark::State& state) {
   for (float& x : q) x = d(rng);
   std::vector<float> out(q.size());
   std::vector<float> scratch(kernels::AttentionScratchFloats(shape, context + 1));
-  const kernels::Rope rope(64, 64, 10000.0, metronome::model::RopeStyle::kInterleaved);
+  const kernels::Rope rope(64, 64, 10000.0, kernels::RopePairing::kInterleaved);
   const auto row = static_cast<std::size_t>(shape.q_dim());
   for (auto _ : state) {
     for (int l = 0; l < layers; ++l) {

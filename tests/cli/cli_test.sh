@@ -88,6 +88,21 @@ check "tokenize without --text fails and names the flag" bash -c \
   'out="$("$0" tokenize --model synthetic:tiny 2>&1)"; [ $? -ne 0 ] && grep -q -- --text <<<"$out"' \
   "$bin"
 
+fails_with "tokenize --chat refuses a model without a chat template" "no chat template" \
+  tokenize --model synthetic:tiny --chat '[{"role": "user", "content": "hi"}]'
+
+# Rope variants: export-gguf writes them, info reads them back, the engine runs them.
+"$bin" export-gguf --model synthetic:tiny --out "$tmp/tiny_rope.gguf" --rope-theta 500000 \
+  --rope-freqs llama3 --rope-scaling yarn:4:512 >/dev/null
+rope_info="$("$bin" info --model "$tmp/tiny_rope.gguf")"
+check "info shows YaRN and the Llama 3 factors of an exported file" \
+  grep -q "^rope scaling   yarn x4 from 512, rope_freqs (8)" <<<"$rope_info"
+check "info says the engine computes it" grep -q "^supported      yes" <<<"$rope_info"
+check "a YaRN + rope_freqs file generates" \
+  "$bin" generate --model "$tmp/tiny_rope.gguf" --prompt-ids "1 5 9" --steps 4 >/dev/null 2>&1
+fails_with "export-gguf names a bad --rope-scaling" "--rope-scaling" export-gguf \
+  --model synthetic:tiny --out "$tmp/x.gguf" --rope-scaling longrope:4
+
 "$bin" quantize --model synthetic:tiny --out "$tmp/tiny_q8.gguf" --type q8_0 >"$tmp/q8.table"
 check "quantize prints the type chosen per tensor" grep -q "blk.0.ffn_down.weight .* Q8_0" "$tmp/q8.table"
 check "a quantised GGUF loads and generates" \

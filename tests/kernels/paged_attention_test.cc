@@ -68,7 +68,7 @@ class StreamHarness {
         pool_({d.layers, d.kv_heads, d.hd, block_tokens, dtype},
               {.num_blocks = 256, .poison_on_free = true}),
         session_(&pool_, policy, 1 << 20),
-        rope_(d.hd, d.hd, 10000.0, model::RopeStyle::kInterleaved),
+        rope_(d.hd, d.hd, 10000.0, RopePairing::kInterleaved),
         rng_(seed) {}
 
   // Appends a chunk of n tokens with random raw q/k/v, runs the kernel for its queries on every
@@ -285,7 +285,7 @@ ImplComparison CompareImpl(const ImplCase& c, AttentionImpl impl, double u_q,
   kv::BlockPool pool({d.layers, d.kv_heads, d.hd, c.block_tokens, kv::KvDtype::kBF16},
                      {.num_blocks = 512, .poison_on_free = true});
   kv::SessionKv session(&pool, c.policy, 1 << 20);
-  const Rope rope(d.hd, d.hd, 10000.0, model::RopeStyle::kInterleaved);
+  const Rope rope(d.hd, d.hd, 10000.0, RopePairing::kInterleaved);
   const AttentionShape shape{d.heads, d.kv_heads, d.hd};
   std::mt19937 rng(1234);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -472,7 +472,7 @@ struct RandomSession {
         pool({d.layers, d.kv_heads, d.hd, block_tokens, dtype},
              {.num_blocks = 4096, .poison_on_free = true}),
         session(&pool, policy, 1 << 20),
-        rope(d.hd, d.hd, 10000.0, model::RopeStyle::kInterleaved),
+        rope(d.hd, d.hd, 10000.0, RopePairing::kInterleaved),
         pos0(length - queries),
         n(queries) {
     std::mt19937 rng(seed);

@@ -13,12 +13,14 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "metronome/base/errors.h"
 #include "metronome/model/internal/gguf_loader.h"
+#include "metronome/model/internal/gguf_schema.h"
 #include "metronome/model/model.h"
 #include "metronome/quant/codec.h"
 #include "metronome/quant/row_layout.h"
@@ -1153,6 +1155,198 @@ TEST(GgufLoaderTest, DISABLED_WriteFuzzSeeds) {
   w.AddTensor("bf16", {2, 2}, GgmlType::kBF16, Ramp(4, 0.0f, 1.0f));
   w.AddTensor("q8", {32}, GgmlType::kQ8_0, Ramp(32, 0.0f, 1.0f));
   w.Write((dir / "metadata_only.gguf").string());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rope metadata and the table of what the loader understands (gguf_schema.h)
+
+ModelConfig ConfigOf(const TinyFile& tf) {
+  return internal::LoadGgufModelFromBytes(tf.writer.Serialize(), "rope.gguf").config;
+}
+
+TEST(GgufRopeTest, ReadsScalingAsLlamaCppDoes) {
+  {
+    TinyFile tf = BuildTiny({});
+    const ModelConfig c = ConfigOf(tf);
+    EXPECT_EQ(c.rope_scaling, RopeScaling::kNone);
+    EXPECT_EQ(c.rope_scaling_factor, 1.0);
+    EXPECT_TRUE(c.rope_freq_factors.empty());
+  }
+  {
+    TinyFile tf = BuildTiny({});
+    tf.writer.SetString("llama.rope.scaling.type", "yarn");
+    tf.writer.SetFloat32("llama.rope.scaling.factor", 4.0f);
+    tf.writer.SetUint32("llama.rope.scaling.original_context_length", 16);
+    tf.writer.SetFloat32("llama.rope.scaling.yarn_beta_fast", 32.0f);  // the default: fine
+    const ModelConfig c = ConfigOf(tf);
+    EXPECT_EQ(c.rope_scaling, RopeScaling::kYarn);
+    EXPECT_EQ(c.rope_scaling_factor, 4.0);
+    EXPECT_EQ(c.yarn_original_context(), 16);
+  }
+  {
+    // No type: llama.cpp's default type is linear, so a factor alone scales linearly.
+    TinyFile tf = BuildTiny({});
+    tf.writer.SetFloat32("llama.rope.scaling.factor", 2.0f);
+    const ModelConfig c = ConfigOf(tf);
+    EXPECT_EQ(c.rope_scaling, RopeScaling::kLinear);
+    EXPECT_EQ(c.rope_scaling_factor, 2.0);
+  }
+  {
+    // "none" never scales, whatever factor is also there; YaRN's original context defaults to
+    // the trained one.
+    TinyFile tf = BuildTiny({});
+    tf.writer.SetString("llama.rope.scaling.type", "none");
+    tf.writer.SetFloat32("llama.rope.scaling.factor", 8.0f);
+    EXPECT_EQ(ConfigOf(tf).rope_scaling, RopeScaling::kNone);
+    tf.writer.SetString("llama.rope.scaling.type", "yarn");
+    EXPECT_EQ(ConfigOf(tf).yarn_original_context(), 64);
+  }
+}
+
+TEST(GgufRopeTest, ReadsLlama3RopeFreqs) {
+  TinyFile tf = BuildTiny({});  // head dim 4: two rotary pairs
+  tf.writer.AddTensor("rope_freqs.weight", {2}, GgmlType::kF32, std::vector<float>{1.0f, 8.0f});
+  const ModelConfig c = ConfigOf(tf);
+  EXPECT_EQ(c.rope_freq_factors, (std::vector<float>{1.0f, 8.0f}));
+
+  TinyFile wrong = BuildTiny({});
+  wrong.writer.AddTensor("rope_freqs.weight", {3}, GgmlType::kF32, std::vector<float>{1, 2, 3});
+  EXPECT_NE(ModelErrorOf(wrong.writer.Serialize()).find("rope_freq_factors has 3 values"),
+            std::string::npos);
+  TinyFile zero = BuildTiny({});
+  zero.writer.AddTensor("rope_freqs.weight", {2}, GgmlType::kF32, std::vector<float>{1, 0});
+  EXPECT_NE(ModelErrorOf(zero.writer.Serialize()).find("rope_freq_factors[1]"), std::string::npos);
+}
+
+TEST(GgufRopeTest, Llama3RecipeMatchesItsDefinition) {
+  // theta 500000, 8 pairs of a 16-dim head: wavelengths 2 pi * 500000^(2i/16). Pairs below
+  // 8192 / 4 keep 1, above 8192 get 8, between blend 1 / ((1 - s) / 8 + s), s = (8192 / wl - 1)
+  // / 3.
+  const std::vector<float> f = Llama3RopeFreqFactors(500000.0, 16, 8.0, 1.0, 4.0, 8192.0);
+  ASSERT_EQ(f.size(), 8U);
+  for (int i = 0; i < 8; ++i) {
+    const double wl = 2.0 * 3.14159265358979323846 * std::pow(500000.0, 2.0 * i / 16.0);
+    double want = 1.0;
+    if (wl > 8192.0) {
+      want = 8.0;
+    } else if (wl >= 2048.0) {
+      const double sm = (8192.0 / wl - 1.0) / 3.0;
+      want = 1.0 / ((1.0 - sm) / 8.0 + sm);
+    }
+    EXPECT_NEAR(f[static_cast<std::size_t>(i)], want, 1e-5 * want) << i;
+  }
+  EXPECT_EQ(f[0], 1.0f);
+  EXPECT_EQ(f[7], 8.0f);
+}
+
+// One file per thing the engine does not compute: each must be refused with the key or tensor
+// named, and `UnsupportedInGguf` (what `metronome info` lists) must name it too.
+struct Refusal {
+  const char* what;  // the name the message must contain
+  void (*damage)(TinyFile&);
+};
+
+const Refusal kRefusals[] = {
+    {"llama.rope.scaling.type",
+     [](TinyFile& f) { f.writer.SetString("llama.rope.scaling.type", "longrope"); }},
+    {"llama.attn_logit_softcapping",
+     [](TinyFile& f) { f.writer.SetFloat32("llama.attn_logit_softcapping", 50.0f); }},
+    {"llama.final_logit_softcapping",
+     [](TinyFile& f) { f.writer.SetFloat32("llama.final_logit_softcapping", 30.0f); }},
+    {"llama.attention.sliding_window",
+     [](TinyFile& f) { f.writer.SetUint32("llama.attention.sliding_window", 4096); }},
+    {"llama.expert_count", [](TinyFile& f) { f.writer.SetUint32("llama.expert_count", 8); }},
+    {"llama.attention.causal",
+     [](TinyFile& f) { f.writer.SetBool("llama.attention.causal", false); }},
+    {"llama.attention.value_length",
+     [](TinyFile& f) { f.writer.SetUint32("llama.attention.value_length", 8); }},
+    {"llama.rope.scaling.yarn_beta_fast",
+     [](TinyFile& f) { f.writer.SetFloat32("llama.rope.scaling.yarn_beta_fast", 16.0f); }},
+    {"llama.rope.scaling.yarn_log_multiplier",
+     [](TinyFile& f) { f.writer.SetFloat32("llama.rope.scaling.yarn_log_multiplier", 0.1f); }},
+    {"tokenizer.ggml.precompiled_charsmap",
+     [](TinyFile& f) { f.writer.SetString("tokenizer.ggml.precompiled_charsmap", "x"); }},
+    {"blk.0.attn_sinks.weight",
+     [](TinyFile& f) {
+       f.writer.AddTensor("blk.0.attn_sinks.weight", {2}, GgmlType::kF32, std::vector<float>{0, 0});
+     }},
+    {"blk.0.attn_q_norm.weight",
+     [](TinyFile& f) {
+       f.writer.AddTensor("blk.0.attn_q_norm.weight", {4}, GgmlType::kF32,
+                          std::vector<float>{1, 1, 1, 1});
+     }},
+};
+
+TEST(GgufSchemaTest, EachUnsupportedKeyOrTensorIsRefusedByName) {
+  for (const Refusal& r : kRefusals) {
+    TinyFile tf = BuildTiny({});
+    r.damage(tf);
+    const Bytes bytes = tf.writer.Serialize();
+    const std::string msg = ModelErrorOf(bytes);
+    EXPECT_NE(msg.find(std::string("'") + r.what + "'"), std::string::npos)
+        << r.what << ": " << msg;
+    const GgufFile g(bytes, "x.gguf");
+    std::optional<ModelConfig> c;
+    try {
+      c = internal::ReadGgufConfig(g);
+    } catch (const LoadError&) {
+      // e.g. longrope: no configuration, as `metronome info` sees it; the keys are still listed
+    }
+    const std::vector<std::string> listed = internal::UnsupportedInGguf(g, c ? &*c : nullptr);
+    ASSERT_EQ(listed.size(), 1U) << r.what;
+    EXPECT_NE(listed[0].find(r.what), std::string::npos) << listed[0];
+  }
+}
+
+TEST(GgufSchemaTest, UnknownPreTokenizerIsRefusedNamingKeyAndValue) {
+  TinyFile tf = BuildTiny({});
+  tf.writer.SetString("tokenizer.ggml.model", "gpt2");
+  tf.writer.SetString("tokenizer.ggml.pre", "deepseek-llm");
+  const Bytes bytes = tf.writer.Serialize();
+  const GgufFile g(bytes, "x.gguf");
+  const std::vector<std::string> listed = internal::UnsupportedInGguf(g, nullptr);
+  ASSERT_EQ(listed.size(), 1U);
+  EXPECT_NE(listed[0].find("'tokenizer.ggml.pre'"), std::string::npos) << listed[0];
+  EXPECT_NE(listed[0].find("'deepseek-llm'"), std::string::npos) << listed[0];
+  EXPECT_NE(ModelErrorOf(bytes).find("'tokenizer.ggml.pre'"), std::string::npos);
+}
+
+TEST(GgufSchemaTest, HarmlessMetadataIsIgnored) {
+  TinyFile tf = BuildTiny({});
+  tf.writer.SetString("general.name", "Llama 3.2 1B");
+  tf.writer.SetString("general.license", "llama3.2");
+  tf.writer.SetUint32("general.quantization_version", 2);
+  tf.writer.SetUint32("llama.vocab_size", 6);
+  tf.writer.SetUint32("llama.attention.value_length", 4);  // = the head dim: fine
+  tf.writer.SetUint32("llama.expert_count", 0);
+  tf.writer.SetBool("llama.attention.causal", true);
+  tf.writer.SetString("tokenizer.chat_template", "{{ messages }}");
+  tf.writer.SetUint32("tokenizer.ggml.eot_token_id", 2);
+  tf.writer.SetString("quantize.imatrix.file", "imatrix.dat");
+  tf.writer.SetUint32("qwen2.block_count", 99);  // another architecture's namespace
+  const Bytes bytes = tf.writer.Serialize();
+  EXPECT_EQ(ModelErrorOf(bytes), "");
+  const GgufFile g(bytes, "x.gguf");
+  EXPECT_TRUE(internal::UnsupportedInGguf(g, nullptr).empty());
+}
+
+TEST(GgufSchemaTest, RopeFreqsIsALlamaTensorOnly) {
+  TinySpec spec;
+  spec.arch = "qwen2";
+  spec.bias = true;
+  TinyFile tf = BuildTiny(spec);
+  tf.writer.AddTensor("rope_freqs.weight", {2}, GgmlType::kF32, std::vector<float>{1, 2});
+  EXPECT_NE(ModelErrorOf(tf.writer.Serialize()).find("'rope_freqs.weight'"), std::string::npos);
+}
+
+TEST(GgufSchemaTest, EveryRuleIsUnderAKnownNamespace) {
+  for (const internal::GgufKeyRule& r : internal::GgufKeyRules()) {
+    const std::string_view k = r.key;
+    EXPECT_TRUE(k.starts_with("{arch}.") || k.starts_with("tokenizer.") ||
+                k.starts_with("general."))
+        << k;
+    EXPECT_FALSE(r.meaning.empty()) << k;
+  }
 }
 
 }  // namespace

@@ -156,5 +156,48 @@ TEST(ModelConfigJsonTest, NamesThePlainFields) {
   EXPECT_FALSE(j.contains("name"));
 }
 
+// What `metronome info` shows for the rope variants and for a file the engine refuses.
+TEST(ModelInfoTest, ExportedRopeVariantsRoundTripAndRefusalsAreListed) {
+  Model m = MakeSyntheticModel("tiny");
+  m.config.rope_theta = 500000.0;
+  m.config.rope_freq_factors =
+      Llama3RopeFreqFactors(m.config.rope_theta, m.config.rotary_dim(), 8.0, 1.0, 4.0, 8192.0);
+  m.config.rope_scaling = RopeScaling::kYarn;
+  m.config.rope_scaling_factor = 4.0;
+  m.config.rope_original_context = 512;
+  const TempFile file("metronome_info_rope.gguf");
+  ExportGguf(m, file.path(), GgmlType::kF32);
+  const ModelInfo info = DescribeModel(file.path());
+  ASSERT_TRUE(info.config) << info.config_error;
+  EXPECT_TRUE(info.unsupported.empty());
+  EXPECT_EQ(info.config->rope_freq_factors, m.config.rope_freq_factors);
+  EXPECT_EQ(info.config->rope_scaling, RopeScaling::kYarn);
+  EXPECT_EQ(info.config->rope_scaling_factor, 4.0);
+  EXPECT_EQ(info.config->yarn_original_context(), 512);
+}
+
+TEST(ModelInfoTest, ListsWhatTheEngineWouldRefuseNamingEachKeyAndTensor) {
+  GgufWriter w;
+  w.SetString("general.architecture", "llama");
+  w.SetUint32("llama.embedding_length", 8);
+  w.SetUint32("llama.block_count", 1);
+  w.SetUint32("llama.feed_forward_length", 16);
+  w.SetUint32("llama.attention.head_count", 2);
+  w.SetUint32("llama.context_length", 64);
+  w.SetFloat32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.SetFloat32("llama.attn_logit_softcapping", 50.0f);
+  const std::vector<float> zeros(48, 0.0f);
+  w.AddTensor("token_embd.weight", {8, 6}, GgmlType::kF32, zeros);
+  w.AddTensor("blk.0.attn_sinks.weight", {2}, GgmlType::kF32,
+              std::span<const float>(zeros.data(), 2));
+  const TempFile file("metronome_info_refused.gguf");
+  w.Write(file.path());
+  const ModelInfo info = DescribeModel(file.path());
+  ASSERT_TRUE(info.config) << info.config_error;
+  ASSERT_EQ(info.unsupported.size(), 2U);
+  EXPECT_NE(info.unsupported[0].find("'llama.attn_logit_softcapping'"), std::string::npos);
+  EXPECT_NE(info.unsupported[1].find("'blk.0.attn_sinks.weight'"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace metronome::model

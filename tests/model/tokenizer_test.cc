@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "metronome/base/errors.h"
+#include "metronome/model/internal/pre_tokenizer.h"
 #include "support/shared_data.h"
 
 namespace metronome::model {
@@ -598,15 +599,26 @@ TEST_F(Gpt2Test, PreTokenizerAndMerges) {
   EXPECT_EQ(Enc(""), (std::vector<TokenId>{}));
 }
 
-TEST_F(Gpt2Test, SpecialTokensAreMatchedLiterally) {
-  EXPECT_EQ(Enc("<|im_start|>user\nHi<|im_end|>"),
-            Ids({"<|im_start|>", "u", "s", "e", "r", "\n", "H", "i", "<|im_end|>"}));
+// As llama.cpp tokenizes plain text (no parse_special): user-defined tokens are matched
+// literally, control tokens never, so a text cannot smuggle in <|im_start|> or EOS.
+TEST_F(Gpt2Test, UserDefinedTokensAreMatchedLiterallyControlTokensNever) {
+  const std::string chat = "<|im_start|>user\nHi<|im_end|>";
+  const std::vector<TokenId> ids = Enc(chat);
+  for (const TokenId id : ids) {
+    EXPECT_NE(id, vocab_ids_.at("<|im_start|>"));
+    EXPECT_NE(id, vocab_ids_.at("<|im_end|>"));
+  }
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids.front(), vocab_ids_.at("<|im"));  // the user-defined prefix does match
+  EXPECT_EQ(tok_->Decode(ids), chat);             // so the text survives as text
   EXPECT_EQ(Enc("a<|im b"), Ids({"a", "<|im", " ", "b"}));
   EXPECT_EQ(Enc("<tool><tool>"), Ids({"<tool>", "<tool>"}));
   EXPECT_EQ(Enc("<|im_end"), Ids({"<|im", "_", "e", "n", "d"}));
   EXPECT_EQ(tok_->Encode("hi", true), Ids({"<|endoftext|>", "h", "i"}));
   // Control tokens decode to nothing; user-defined ones to their text.
-  EXPECT_EQ(tok_->Decode(Enc("<|im_start|>ok<tool><|im_end|>")), "ok<tool>");
+  const std::vector<TokenId> with_control = {vocab_ids_.at("<|im_start|>"), vocab_ids_.at("<tool>"),
+                                             vocab_ids_.at("<|im_end|>")};
+  EXPECT_EQ(tok_->Decode(with_control), "<tool>");
 }
 
 TEST_F(Gpt2Test, DecodeRoundTripsArbitraryBytes) {
@@ -646,9 +658,11 @@ TEST(Gpt2TokenizerTest, RejectsBadVocabularies) {
   Vocabulary v;
   for (int b = 0; b < 256; ++b) v.tokens.push_back(ByteLevel(std::string(1, static_cast<char>(b))));
   EXPECT_NO_THROW(MakeGpt2Tokenizer(v));
+  // A byte without a token (real vocabularies lack 0xC0, 0xF5..) is dropped, as llama.cpp does.
   Vocabulary missing_byte = v;
   missing_byte.tokens[65] = "AA";
-  EXPECT_THROW(MakeGpt2Tokenizer(missing_byte), LoadError);
+  const auto no_a = MakeGpt2Tokenizer(missing_byte);
+  EXPECT_EQ(no_a->Encode("BAB", false), (std::vector<TokenId>{66, 66}));
   Vocabulary bad_merge = v;
   bad_merge.merges = {"ab"};
   EXPECT_THROW(MakeGpt2Tokenizer(bad_merge), LoadError);
@@ -818,6 +832,92 @@ TEST(TokenizerConventionTest, PiecesAndSpecialIdsAreTheVocabularys) {
   EXPECT_EQ(t->Piece(-1), "");
   v.pad_id = 300;
   EXPECT_THROW((void)MakeSentencePieceTokenizer(v), LoadError);
+}
+
+// ---- pre-tokenizers -------------------------------------------------------------------------
+// Expected words read off llama.cpp's pattern lists for each name (llama-vocab.cpp, by hand, not
+// by running it): llama-bpe and qwen2 share the GPT-4 pattern (digits in ones to threes resp. one,
+// contractions in any case, a lone space before a non-letter kept on its own, newline runs
+// together); gpt-2 glues one space to the run that follows, contractions lower-case only, and
+// gives each newline of a run before text its own word; smollm isolates every digit first; the
+// default isolates punctuation runs, then applies gpt-2, then cuts digit runs out and into threes.
+
+using Words = std::vector<std::string>;
+
+TEST(PreTokenizerTest, EachFamilySplitsDigitsContractionsAndWhitespaceItsOwnWay) {
+  const std::string text = "I'RE 12345 abc  def\n\nx";
+  using internal::PreTokenizeWords;
+  EXPECT_EQ(PreTokenizeWords(text, PreTokenizer::kLlama3),
+            (Words{"I", "'RE", " ", "123", "45", " abc", " ", " def", "\n\n", "x"}));
+  EXPECT_EQ(PreTokenizeWords(text, PreTokenizer::kQwen2),
+            (Words{"I", "'RE", " ", "1", "2", "3", "4", "5", " abc", " ", " def", "\n\n", "x"}));
+  EXPECT_EQ(PreTokenizeWords(text, PreTokenizer::kGpt2),
+            (Words{"I", "'", "RE", " 12345", " abc", " ", " def", "\n", "\n", "x"}));
+  EXPECT_EQ(
+      PreTokenizeWords(text, PreTokenizer::kSmollm),
+      (Words{"I", "'", "RE", " ", "1", "2", "3", "4", "5", " abc", " ", " def", "\n", "\n", "x"}));
+  EXPECT_EQ(PreTokenizeWords(text, PreTokenizer::kDefault),
+            (Words{"I", "'", "RE", " ", "123", "45", " abc", " ", " def", "\n", "\n", "x"}));
+}
+
+TEST(PreTokenizerTest, UnicodeLettersAndDigitsUseTheirCategories) {
+  const std::string text = "h\xC3\xA9llo w\xC3\xB6rld \xE6\x97\xA5\xE6\x9C\xAC \xD9\xA3\xD9\xA4";
+  using internal::PreTokenizeWords;
+  EXPECT_EQ(PreTokenizeWords(text, PreTokenizer::kLlama3),
+            (Words{"h\xC3\xA9llo", " w\xC3\xB6rld", " \xE6\x97\xA5\xE6\x9C\xAC", " ",
+                   "\xD9\xA3\xD9\xA4"}));
+  EXPECT_EQ(PreTokenizeWords(text, PreTokenizer::kQwen2),
+            (Words{"h\xC3\xA9llo", " w\xC3\xB6rld", " \xE6\x97\xA5\xE6\x9C\xAC", " ", "\xD9\xA3",
+                   "\xD9\xA4"}));
+  EXPECT_EQ(
+      PreTokenizeWords(text, PreTokenizer::kGpt2),
+      (Words{"h\xC3\xA9llo", " w\xC3\xB6rld", " \xE6\x97\xA5\xE6\x9C\xAC", " \xD9\xA3\xD9\xA4"}));
+}
+
+TEST(PreTokenizerTest, WordsAlwaysConcatenateToTheText) {
+  std::mt19937 rng(11);
+  const std::string alphabet[] = {"a",
+                                  "Z",
+                                  "7",
+                                  " ",
+                                  "  ",
+                                  "\n",
+                                  "\r\n",
+                                  "\t",
+                                  "'",
+                                  "'s",
+                                  "!",
+                                  "$",
+                                  "\xC3\xA9",
+                                  "\xE2\x80\x94",
+                                  "\xF0\x9F\x98\x80",
+                                  "\xFF"};
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string text;
+    for (int k = static_cast<int>(rng() % 30); k > 0; --k)
+      text += alphabet[rng() % std::size(alphabet)];
+    for (const PreTokenizer pre :
+         {PreTokenizer::kDefault, PreTokenizer::kGpt2, PreTokenizer::kLlama3, PreTokenizer::kQwen2,
+          PreTokenizer::kSmollm}) {
+      std::string joined;
+      for (const std::string& w : internal::PreTokenizeWords(text, pre)) {
+        EXPECT_FALSE(w.empty());
+        joined += w;
+      }
+      EXPECT_EQ(joined, text);
+    }
+  }
+}
+
+TEST(PreTokenizerTest, NamesAreLlamaCppsAndUnknownOnesAreRefused) {
+  EXPECT_EQ(ParsePreTokenizer(""), PreTokenizer::kDefault);
+  EXPECT_EQ(ParsePreTokenizer("default"), PreTokenizer::kDefault);
+  EXPECT_EQ(ParsePreTokenizer("gpt-2"), PreTokenizer::kGpt2);
+  EXPECT_EQ(ParsePreTokenizer("llama-bpe"), PreTokenizer::kLlama3);
+  EXPECT_EQ(ParsePreTokenizer("qwen2"), PreTokenizer::kQwen2);
+  EXPECT_EQ(ParsePreTokenizer("smollm"), PreTokenizer::kSmollm);
+  EXPECT_EQ(ParsePreTokenizer("deepseek-llm"), std::nullopt);
+  EXPECT_EQ(PreTokenizerName(PreTokenizer::kLlama3), "llama-bpe");
 }
 
 }  // namespace

@@ -104,6 +104,45 @@ TEST(ProtocolParseTest, SessionStartFullKvTextPromptAndZeroOutputs) {
   EXPECT_TRUE(std::get<TokenIds>(*empty.prompt).empty());
 }
 
+TEST(ProtocolParseTest, SessionStartChatMessagesPrompt) {
+  const auto req = ParseOk<StartRequest>(
+      R"({"type":"session.start","period_ms":80,"tokens_per_frame":1,
+          "prompt":{"messages":[{"role":"system","content":"Be brief."},
+                                {"role":"user","content":""}]}})");
+  EXPECT_FALSE(req.prompt.has_value());
+  ASSERT_TRUE(req.prompt_messages.has_value());
+  ASSERT_EQ(req.prompt_messages->size(), 2U);
+  EXPECT_EQ((*req.prompt_messages)[0].role, "system");
+  EXPECT_EQ((*req.prompt_messages)[0].content, "Be brief.");
+  EXPECT_EQ((*req.prompt_messages)[1].content, "");  // an empty content is a message too
+
+  const auto start = [](const std::string& prompt) {
+    return R"({"type":"session.start","period_ms":80,"tokens_per_frame":1,"prompt":)" + prompt +
+           "}";
+  };
+  const ProtocolError both = ParseError(start(R"({"messages":[],"text":"x"})"));
+  EXPECT_EQ(both.code, ErrorCode::kBadField);
+  EXPECT_NE(both.message.find("exclusive"), std::string::npos) << both.message;
+  const ProtocolError empty = ParseError(start(R"({"messages":[]})"));
+  EXPECT_NE(empty.message.find("prompt.messages"), std::string::npos) << empty.message;
+  const ProtocolError no_role = ParseError(start(R"({"messages":[{"content":"hi"}]})"));
+  EXPECT_EQ(no_role.code, ErrorCode::kMissingField);
+  EXPECT_NE(no_role.message.find("prompt.messages[0].role"), std::string::npos);
+  const ProtocolError blank_role =
+      ParseError(start(R"({"messages":[{"role":"","content":"hi"}]})"));
+  EXPECT_NE(blank_role.message.find("prompt.messages[0].role"), std::string::npos);
+  const ProtocolError extra =
+      ParseError(start(R"({"messages":[{"role":"user","content":"hi","name":"bob"}]})"));
+  EXPECT_EQ(extra.code, ErrorCode::kUnknownField);
+  EXPECT_NE(extra.message.find("prompt.messages[0].name"), std::string::npos) << extra.message;
+  ServerCaps small;
+  small.max_text_bytes = 4;
+  const ProtocolError big = ParseError(
+      start(R"({"messages":[{"role":"user","content":"abc"},{"role":"user","content":"de"}]})"),
+      small);
+  EXPECT_EQ(big.code, ErrorCode::kOverCap);
+}
+
 TEST(ProtocolParseTest, IntegralFloatsCountAsIntegers) {
   // Python's json.dumps writes 5.0; JSON also allows 1e3.
   const auto req = ParseOk<StartRequest>(

@@ -3,7 +3,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "metronome/base/errors.h"
 #include "metronome/cli/commands.h"
@@ -17,6 +19,9 @@ struct ExportFlags {
   ModelFlags model;
   std::string out;
   std::string dtype = "f32";
+  double rope_theta = 0.0;
+  std::string rope_freqs;
+  std::string rope_scaling;
   void Register(CLI::App* sub);
 };
 
@@ -24,10 +29,53 @@ void ExportFlags::Register(CLI::App* sub) {
   model.Register(sub, true);
   sub->add_option("--out", out, "Output .gguf path")->required();
   sub->add_option("--dtype", dtype, "Matrix type: f32 | f16")->check(CLI::IsMember({"f32", "f16"}));
+  sub->add_option("--rope-theta", rope_theta, "Write this RoPE base instead of the model's");
+  sub->add_option("--rope-freqs", rope_freqs,
+                  "Write rope_freqs.weight: 'llama3' (Llama 3.1's recipe: factor 8, low 1, "
+                  "high 4, original context 8192)")
+      ->check(CLI::IsMember({"llama3"}));
+  sub->add_option("--rope-scaling", rope_scaling,
+                  "Write rope.scaling.*: linear:FACTOR or yarn:FACTOR:ORIGINAL_CONTEXT");
+}
+
+// "linear:4" / "yarn:4:512" into the config's rope scaling; ConfigError naming the flag otherwise.
+void ApplyRopeScaling(const std::string& spec, model::ModelConfig& c) {
+  const auto fail = [&spec]() {
+    return ConfigError("--rope-scaling: '" + spec +
+                       "' is not linear:FACTOR or yarn:FACTOR:ORIGINAL_CONTEXT");
+  };
+  std::vector<std::string> parts(1);
+  for (const char ch : spec) {
+    if (ch == ':') {
+      parts.emplace_back();
+    } else {
+      parts.back().push_back(ch);
+    }
+  }
+  const bool yarn = parts[0] == "yarn";
+  if (!(parts[0] == "linear" && parts.size() == 2) && !(yarn && parts.size() == 3)) throw fail();
+  try {
+    std::size_t used = 0;
+    c.rope_scaling_factor = std::stod(parts[1], &used);
+    if (used != parts[1].size()) throw fail();
+    if (yarn) {
+      c.rope_original_context = std::stoi(parts[2], &used);
+      if (used != parts[2].size()) throw fail();
+    }
+  } catch (const std::logic_error&) {
+    throw fail();
+  }
+  c.rope_scaling = yarn ? model::RopeScaling::kYarn : model::RopeScaling::kLinear;
 }
 
 int RunExport(const ExportFlags& f) {
-  const model::Model m = f.model.Load();
+  model::Model m = f.model.Load();
+  if (f.rope_theta != 0.0) m.config.rope_theta = f.rope_theta;
+  if (!f.rope_scaling.empty()) ApplyRopeScaling(f.rope_scaling, m.config);
+  if (f.rope_freqs == "llama3") {
+    m.config.rope_freq_factors = model::Llama3RopeFreqFactors(
+        m.config.rope_theta, m.config.rotary_dim(), 8.0, 1.0, 4.0, 8192.0);
+  }
   model::ExportGguf(m, f.out, f.dtype == "f16" ? model::GgmlType::kF16 : model::GgmlType::kF32);
   std::printf("wrote %s (%s, %s)\n", f.out.c_str(), m.config.name.c_str(), f.dtype.c_str());
   return 0;

@@ -30,10 +30,51 @@ const char* RopeStyleName(model::RopeStyle s) {
   return s == model::RopeStyle::kNeox ? "neox" : "interleaved";
 }
 
+const char* RopeScalingName(model::RopeScaling s) {
+  switch (s) {
+    case model::RopeScaling::kLinear:
+      return "linear";
+    case model::RopeScaling::kYarn:
+      return "yarn";
+    case model::RopeScaling::kNone:
+      break;
+  }
+  return "none";
+}
+
+// "none", "linear x4", "yarn x4 from 512", plus ", rope_freqs (64)" and the attention factor.
+std::string RopeVariant(const model::ModelConfig& c) {
+  std::string s = RopeScalingName(c.rope_scaling);
+  if (c.rope_scaling != model::RopeScaling::kNone) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " x%g", c.rope_scaling_factor);
+    s += buf;
+    if (c.rope_scaling == model::RopeScaling::kYarn) {
+      s += " from " + std::to_string(c.yarn_original_context());
+    }
+  }
+  if (!c.rope_freq_factors.empty()) {
+    s += ", rope_freqs (" + std::to_string(c.rope_freq_factors.size()) + ")";
+  }
+  if (c.rope_attn_factor != 1.0) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, ", attn factor %g", c.rope_attn_factor);
+    s += buf;
+  }
+  return s;
+}
+
 nlohmann::json ConfigJson(const model::ModelConfig& c) {
   nlohmann::json j = c;  // the fields under their own names, then the derived ones
   j["rope_dim"] = c.rotary_dim();
   j["rope_style"] = RopeStyleName(c.rope_style);
+  j["rope_scaling"] = RopeScalingName(c.rope_scaling);
+  j["rope_scaling_factor"] = c.rope_scaling_factor;
+  if (c.rope_scaling == model::RopeScaling::kYarn) {
+    j["yarn_original_context"] = c.yarn_original_context();
+  }
+  j["rope_attn_factor"] = c.rope_attn_factor;
+  j["rope_freq_factors"] = c.rope_freq_factors;
   j["qkv_bias"] = c.has_qkv_bias;
   return j;
 }
@@ -49,8 +90,13 @@ void PrintJson(const std::string& spec, const model::ModelInfo& info) {
   }
   j["config"] = info.config ? ConfigJson(*info.config) : nlohmann::json(nullptr);
   if (!info.config_error.empty()) j["config_error"] = info.config_error;
-  j["tokenizer"] = {
-      {"kind", info.tokenizer_kind}, {"vocab_size", info.vocab_size}, {"adds_bos", info.adds_bos}};
+  j["unsupported"] = info.unsupported;
+  j["tokenizer"] = {{"kind", info.tokenizer_kind},
+                    {"vocab_size", info.vocab_size},
+                    {"adds_bos", info.adds_bos},
+                    {"adds_eos", info.adds_eos},
+                    {"chat_format", info.chat_format}};
+  if (!info.pre_tokenizer.empty()) j["tokenizer"]["pre_tokenizer"] = info.pre_tokenizer;
   for (const model::SpecialToken& t : info.special_tokens) {
     j["tokenizer"]["special_tokens"][t.role] =
         t.id >= 0 ? nlohmann::json{{"id", t.id}, {"piece", t.piece}} : nlohmann::json(nullptr);
@@ -82,16 +128,28 @@ void PrintTable(const std::string& spec, const model::ModelInfo& info) {
     std::printf(
         "hyper-params   dim %d, layers %d, heads %d, kv heads %d, head dim %d, ffn %d, vocab %d,"
         " context %d\n               rms eps %g, rope theta %g, rope dims %d (%s), qkv bias %s,"
-        " tied embeddings %s\n",
+        " tied embeddings %s\nrope scaling   %s\n",
         c.dim, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, c.ffn_dim, c.vocab_size,
         c.context_length, static_cast<double>(c.rms_eps), c.rope_theta, c.rotary_dim(),
         RopeStyleName(c.rope_style), c.has_qkv_bias ? "yes" : "no",
-        c.tied_embeddings ? "yes" : "no");
+        c.tied_embeddings ? "yes" : "no", RopeVariant(c).c_str());
   } else {
     std::printf("hyper-params   unavailable: %s\n", info.config_error.c_str());
   }
-  std::printf("tokenizer      %s, %d tokens, BOS prepended to prompts: %s\n",
-              info.tokenizer_kind.c_str(), info.vocab_size, info.adds_bos ? "yes" : "no");
+  if (info.unsupported.empty()) {
+    std::printf("supported      yes\n");
+  } else {
+    std::printf("supported      NO: the engine refuses to load this file\n");
+    for (const std::string& u : info.unsupported) std::printf("  unsupported  %s\n", u.c_str());
+  }
+  std::printf("tokenizer      %s%s%s, %d tokens, BOS prepended to prompts: %s%s\n",
+              info.tokenizer_kind.c_str(), info.pre_tokenizer.empty() ? "" : " pre ",
+              info.pre_tokenizer.c_str(), info.vocab_size, info.adds_bos ? "yes" : "no",
+              info.adds_eos ? ", EOS appended" : "");
+  if (info.chat_format != "none") {
+    std::printf("chat template  %s%s\n", info.chat_format.c_str(),
+                info.chat_format == "unrecognised" ? " (prompt.messages refused)" : "");
+  }
   std::printf("special tokens");
   for (const model::SpecialToken& t : info.special_tokens) {
     if (t.id >= 0) {

@@ -11,6 +11,7 @@
 #include "metronome/base/check.h"
 #include "metronome/base/errors.h"
 #include "metronome/base/thread_pool.h"
+#include "metronome/engine/rope_spec.h"
 #include "metronome/kernels/gemm.h"
 #include "metronome/kernels/paged_attention.h"
 #include "metronome/kernels/quant_matmul.h"
@@ -176,7 +177,7 @@ struct Engine::Batch {
   // block of at most 256 rows (hidden written over gate|up for blocks of 128 rows or more, see
   // Forward). At a 512-row prefill of smol-135m this is 3 MiB instead of 12.
   std::vector<float> layer_acts;
-  std::vector<float> rope_cos, rope_sin;  // [T, rotary_dim/2]
+  std::vector<float> rope_cos, rope_sin;  // [T, rotary_dim/2]: PositionAngles of each row
   // [T, rotary_dim/2]: angles of S + W - 1 - p for rows with rolling positions (the rotation that
   // moves their query to the sinks' frame, applied by every layer and kv head's attention).
   std::vector<float> sink_cos, sink_sin;
@@ -188,8 +189,7 @@ struct Engine::Batch {
 Engine::Engine(const model::Model& model, const EngineOptions& options)
     : model_(model),
       options_(options),
-      rope_(model.config.head_dim, model.config.rotary_dim(), model.config.rope_theta,
-            model.config.rope_style),
+      rope_(RopeSpecFor(model.config)),
       pool_(KvLayoutFor(model.config, options),
             PoolOptionsFor(KvLayoutFor(model.config, options), options)),
       batch_(std::make_unique<Batch>()) {
@@ -388,10 +388,11 @@ void Engine::Forward(Batch& b) {
     quant::DequantizeMatrixRow(w.token_embedding, b.tokens[static_cast<std::size_t>(t)],
                                &b.x[sz(t, dim)]);
     const TokenPos pos = b.positions[static_cast<std::size_t>(t)];
-    rope_.Angles(pos, &b.rope_cos[sz(t, pairs)], &b.rope_sin[sz(t, pairs)]);
+    rope_.PositionAngles(pos, &b.rope_cos[sz(t, pairs)], &b.rope_sin[sz(t, pairs)]);
     const kv::KvPolicy& policy =
         b.items[static_cast<std::size_t>(b.item_of_row[static_cast<std::size_t>(t)])].kv->policy();
     if (policy.RollingGap(pos)) {
+      // A pure rotation (not PositionAngles): the query already carries the rope magnitude.
       rope_.Angles(policy.sinks + policy.window - 1 - pos, &b.sink_cos[sz(t, pairs)],
                    &b.sink_sin[sz(t, pairs)]);
     }

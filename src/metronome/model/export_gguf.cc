@@ -1,7 +1,9 @@
 // Export to GGUF v3 in llama.cpp's `llama` conventions, so that a model we can run (notably a
 // synthetic one) can also be run by llama.cpp, and so that the GGUF loader has a round-trip test.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <numbers>
 #include <optional>
 #include <span>
 #include <string>
@@ -10,6 +12,7 @@
 
 #include "metronome/base/errors.h"
 #include "metronome/model/gguf.h"
+#include "metronome/model/internal/gguf_schema.h"
 #include "metronome/model/internal/gguf_tensors.h"
 #include "metronome/model/model.h"
 #include "metronome/quant/ggml_type.h"
@@ -150,6 +153,28 @@ ExportedTensor ChooseTensorType(const ExportTypes& types, const std::string& nam
   return {name, {}, t, 0, why};
 }
 
+std::vector<float> Llama3RopeFreqFactors(double theta, int rotary_dim, double factor,
+                                         double low_freq_factor, double high_freq_factor,
+                                         double original_context) {
+  const double low_freq_wavelen = original_context / low_freq_factor;
+  const double high_freq_wavelen = original_context / high_freq_factor;
+  std::vector<float> out;
+  for (int i = 0; i < rotary_dim / 2; ++i) {
+    const double freq = std::pow(theta, -2.0 * i / rotary_dim);
+    const double wavelen = 2.0 * std::numbers::pi / freq;
+    double f = 1.0;
+    if (wavelen > low_freq_wavelen) {
+      f = factor;
+    } else if (wavelen >= high_freq_wavelen) {
+      const double smooth =
+          (original_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+      f = 1.0 / ((1.0 - smooth) / factor + smooth);
+    }
+    out.push_back(static_cast<float>(f));
+  }
+  return out;
+}
+
 std::vector<ExportedTensor> ExportGguf(const Model& model, const std::string& path,
                                        const ExportTypes& types) {
   const ModelConfig& c = model.config;
@@ -184,6 +209,17 @@ std::vector<ExportedTensor> ExportGguf(const Model& model, const std::string& pa
   w.SetFloat32("llama.attention.layer_norm_rms_epsilon", c.rms_eps);
   w.SetFloat32("llama.rope.freq_base", static_cast<float>(c.rope_theta));
   w.SetUint32("llama.vocab_size", u32(c.vocab_size));
+  if (c.rope_scaling != RopeScaling::kNone) {
+    w.SetString("llama.rope.scaling.type",
+                c.rope_scaling == RopeScaling::kYarn ? "yarn" : "linear");
+    w.SetFloat32("llama.rope.scaling.factor", static_cast<float>(c.rope_scaling_factor));
+    if (c.rope_original_context > 0) {
+      w.SetUint32("llama.rope.scaling.original_context_length", u32(c.rope_original_context));
+    }
+  }
+  if (c.rope_attn_factor != 1.0) {
+    w.SetFloat32("llama.rope.scaling.attn_factor", static_cast<float>(c.rope_attn_factor));
+  }
 
   w.SetString("tokenizer.ggml.model", ggml_model);
   w.SetStringArray("tokenizer.ggml.tokens", vocab.tokens);
@@ -193,6 +229,16 @@ std::vector<ExportedTensor> ExportGguf(const Model& model, const std::string& pa
   if (vocab.eos_id >= 0) w.SetUint32("tokenizer.ggml.eos_token_id", u32(vocab.eos_id));
   if (vocab.unk_id >= 0) w.SetUint32("tokenizer.ggml.unknown_token_id", u32(vocab.unk_id));
   if (!vocab.merges.empty()) w.SetStringArray("tokenizer.ggml.merges", vocab.merges);
+  if (ggml_model == "gpt2")
+    w.SetString("tokenizer.ggml.pre", std::string(PreTokenizerName(vocab.pre)));
+  if (vocab.add_bos) w.SetBool("tokenizer.ggml.add_bos_token", *vocab.add_bos);
+  if (vocab.add_eos) w.SetBool("tokenizer.ggml.add_eos_token", *vocab.add_eos);
+  if (!vocab.chat_template.empty()) w.SetString("tokenizer.chat_template", vocab.chat_template);
+  if (!c.rope_freq_factors.empty()) {
+    const std::vector<float>& f = c.rope_freq_factors;
+    w.AddTensor(std::string(internal::kRopeFreqsTensor), {f.size()}, GgmlType::kF32,
+                std::span<const float>(f.data(), f.size()));
+  }
 
   // Shapes in ggml order ([in, out]) over our row-major [out, in] storage.
   std::vector<ExportedTensor> table;

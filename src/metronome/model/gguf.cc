@@ -594,6 +594,12 @@ void GgufWriter::SetFloat32(const std::string& key, float v) {
   ReplaceEntry(kv_, std::move(e));
 }
 
+void GgufWriter::SetBool(const std::string& key, bool v) {
+  auto e = EncodeKey(key, ValueType::kBool);
+  Put<std::uint8_t>(e, v ? 1 : 0);
+  ReplaceEntry(kv_, std::move(e));
+}
+
 void GgufWriter::SetString(const std::string& key, const std::string& v) {
   auto e = EncodeKey(key, ValueType::kString);
   PutString(e, v);

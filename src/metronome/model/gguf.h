@@ -78,6 +78,7 @@ class GgufWriter {
  public:
   void SetUint32(const std::string& key, std::uint32_t v);
   void SetFloat32(const std::string& key, float v);
+  void SetBool(const std::string& key, bool v);
   void SetString(const std::string& key, const std::string& v);
   void SetStringArray(const std::string& key, const std::vector<std::string>& v);
   void SetFloat32Array(const std::string& key, const std::vector<float>& v);

@@ -17,6 +17,7 @@
 #include "metronome/base/errors.h"
 #include "metronome/base/mapped_file.h"
 #include "metronome/model/gguf.h"
+#include "metronome/model/internal/gguf_schema.h"
 #include "metronome/model/internal/gguf_tensors.h"
 #include "metronome/model/model.h"
 #include "metronome/quant/ggml_type.h"
@@ -47,6 +48,37 @@ float ToFloat(double d) {
 
 int RequireIntField(const GgufFile& g, const std::string& key) {
   return ToInt(g, key, g.RequireInt(key));
+}
+
+// `<arch>.rope.scaling.*` as llama.cpp reads them: the type defaults to linear, so a factor alone
+// scales linearly; "none" never scales; the factor 0 means none; YaRN's original context defaults
+// to the trained context (ModelConfig::yarn_original_context). The beta / ext / attn overrides
+// llama.cpp does not read for llama and qwen2 are left at its defaults (gguf_schema refuses a file
+// whose values differ).
+template <typename Key>
+void ReadRopeScaling(const GgufFile& g, const Key& key, ModelConfig& c) {
+  const GgufValue* type = g.Find(key("rope.scaling.type"));
+  const std::string type_name =
+      type != nullptr ? g.RequireString(key("rope.scaling.type")) : "linear";
+  const std::optional<RopeScaling> scaling = ParseRopeScaling(type_name);
+  if (!scaling) {
+    throw LoadError(g.source() + ": metadata key '" + key("rope.scaling.type") + "' = '" +
+                    type_name +
+                    "' is not implemented (supported: " + std::string(kRopeScalingNames) + ")");
+  }
+  std::optional<double> factor = g.GetFloat(key("rope.scaling.factor"));
+  if (!factor) factor = g.GetFloat(key("rope.scale_linear"));
+  if (*scaling == RopeScaling::kNone || !factor || *factor == 0.0) {
+    c.rope_scaling = *scaling == RopeScaling::kYarn ? RopeScaling::kYarn : RopeScaling::kNone;
+    c.rope_scaling_factor = 1.0;
+  } else {
+    c.rope_scaling = *scaling;
+    c.rope_scaling_factor = *factor;
+  }
+  if (const auto orig = g.GetInt(key("rope.scaling.original_context_length"))) {
+    c.rope_original_context = ToInt(g, key("rope.scaling.original_context_length"), *orig);
+  }
+  c.rope_attn_factor = g.GetFloat(key("rope.scaling.attn_factor")).value_or(1.0);
 }
 
 ModelConfig ReadConfig(const GgufFile& g) {
@@ -92,6 +124,7 @@ ModelConfig ReadConfig(const GgufFile& g) {
   }
   c.rms_eps = ToFloat(*eps);
   c.rope_theta = g.GetFloat(key("rope.freq_base")).value_or(10000.0);
+  ReadRopeScaling(g, key, c);
 
   // The vocabulary size is implied by the token list; files without one fall back to the output
   // (or embedding) matrix, whose shape is checked against it later anyway.
@@ -110,6 +143,19 @@ ModelConfig ReadConfig(const GgufFile& g) {
     c.vocab_size = static_cast<int>(t->shape[1]);
   }
   c.tied_embeddings = g.FindTensor("output.weight") == nullptr;
+  if (const GgufTensorInfo* t = g.FindTensor(std::string(kRopeFreqsTensor))) {
+    // Checked against rotary_dim/2 by Validate; bounded here so the copy stays small.
+    if (t->shape.size() != 1 || t->shape[0] > static_cast<std::uint64_t>(kMaxQDim)) {
+      throw LoadError(g.source() + ": tensor '" + t->name + "' has shape " + ShapeString(t->shape) +
+                      ", expected [rope dims / 2]");
+    }
+    if (!quant::TensorBytes(t->type, t->shape[0]) ||
+        *quant::TensorBytes(t->type, t->shape[0]) > t->data.size()) {
+      throw LoadError(g.source() + ": tensor '" + t->name + "' is truncated");
+    }
+    c.rope_freq_factors.resize(static_cast<std::size_t>(t->shape[0]));
+    DequantizeToF32(t->type, t->data, t->shape[0], c.rope_freq_factors.data());
+  }
 
   // Validate bounds each factor; the product must also stay far from int overflow.
   if (static_cast<std::int64_t>(c.num_heads) * c.head_dim > kMaxQDim) {
@@ -240,7 +286,21 @@ std::unique_ptr<Tokenizer> ReadTokenizer(const GgufFile& g, const ModelConfig& c
   if (const auto* add_bos = GetTyped<bool>(g, "tokenizer.ggml.add_bos_token", "a bool")) {
     v.add_bos = *add_bos;
   }
+  if (const auto* add_eos = GetTyped<bool>(g, "tokenizer.ggml.add_eos_token", "a bool")) {
+    v.add_eos = *add_eos;
+  }
+  if (const auto* tmpl = GetTyped<std::string>(g, "tokenizer.chat_template", "a string")) {
+    v.chat_template = *tmpl;
+  }
   if (model == "llama") return MakeSentencePieceTokenizer(std::move(v));
+  // llama.cpp runs a gpt2 vocabulary without tokenizer.ggml.pre with its "default" pre-tokenizer.
+  const auto* pre_name = GetTyped<std::string>(g, "tokenizer.ggml.pre", "a string");
+  const std::optional<PreTokenizer> pre = ParsePreTokenizer(pre_name ? *pre_name : "");
+  if (!pre) {
+    throw LoadError(g.source() + ": metadata key 'tokenizer.ggml.pre' = '" + *pre_name +
+                    "' is not implemented (supported: " + PreTokenizerNames() + ")");
+  }
+  v.pre = *pre;
   if (v.merges.empty()) {
     throw LoadError(g.source() + ": gpt2 tokenizer without tokenizer.ggml.merges");
   }
@@ -255,6 +315,7 @@ Model LoadGgufModelFromBytes(std::span<const std::uint8_t> bytes, const std::str
   Model m;
   m.config = ReadConfig(g);
   const ModelConfig& c = m.config;
+  RequireSupportedGguf(g, c);
   // Every tensor is checked before anything is allocated: the parser has bounded the tensor data
   // by the file size, so a hostile header cannot make us allocate more than a small multiple of
   // the file.

@@ -1,10 +1,11 @@
-// GPT-2 byte-level BPE (GGUF tokenizer.ggml.model = "gpt2", used by qwen2).
+// GPT-2 byte-level BPE (GGUF tokenizer.ggml.model = "gpt2": qwen2, Llama 3, SmolLM, GPT-2).
 //
-// Encode: special/user-defined tokens are matched literally first; each stretch between them is
-// split by the Qwen2 pre-tokenizer (the GPT-4-style pattern, implemented by hand below); each
-// pre-token's bytes become the byte-level alphabet's single-character tokens, which are then
-// merged by rank (lowest rank first, ties leftmost) from vocab.merges. Pre-tokens never merge with
-// each other, so a pre-token's ids depend only on its own bytes.
+// Encode: user-defined tokens are matched literally first (control tokens never are); each stretch
+// between them is split by the vocabulary's pre-tokenizer (llama.cpp's patterns for that name,
+// implemented by hand below); each pre-token's bytes become the byte-level alphabet's
+// single-character tokens, which are then merged by rank (lowest rank first, ties leftmost) from
+// vocab.merges (llama-bpe first takes a pre-token that is itself a token whole). Pre-tokens never
+// merge with each other, so a pre-token's ids depend only on its own bytes.
 //
 // Invalid UTF-8 never fails: the pre-tokenizer treats a byte that does not start a valid sequence
 // as a one-byte punctuation-like character, and BPE works on bytes anyway.
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <queue>
 #include <string>
 #include <string_view>
@@ -22,6 +24,7 @@
 
 #include "metronome/base/errors.h"
 #include "metronome/model/internal/gguf_vocabulary.h"
+#include "metronome/model/internal/pre_tokenizer.h"
 #include "metronome/model/tokenizer.h"
 
 namespace metronome::model {
@@ -273,26 +276,113 @@ char AsciiLower(std::uint32_t cp) {
   return cp < 0x80 ? static_cast<char>(cp) : '\0';
 }
 
-// Splits `text` (no special tokens inside) into pre-tokens, appended to `out` as [begin, end) byte
-// offsets. The pattern, tried in this order at each position (first alternative that matches):
-//   (?i:'s|'t|'re|'ve|'m|'ll|'d) | [^\r\n\p{L}\p{N}]?\p{L}+ | \p{N} | ?[^\s\p{L}\p{N}]+[\r\n]* |
-//   \s*[\r\n]+ | \s+(?!\S) | \s+
+// General category P* (punctuation) outside ASCII as sorted, disjoint ranges, generated from the
+// Unicode 14.0 character database (Python's unicodedata); only the default pre-tokenizer uses it.
+struct PunctRange {
+  std::uint32_t lo;
+  std::uint32_t hi;
+};
+constexpr PunctRange kPunctRanges[] = {
+    {0xA1, 0xA1},       {0xA7, 0xA7},       {0xAB, 0xAB},       {0xB6, 0xB7},
+    {0xBB, 0xBB},       {0xBF, 0xBF},       {0x37E, 0x37E},     {0x387, 0x387},
+    {0x55A, 0x55F},     {0x589, 0x58A},     {0x5BE, 0x5BE},     {0x5C0, 0x5C0},
+    {0x5C3, 0x5C3},     {0x5C6, 0x5C6},     {0x5F3, 0x5F4},     {0x609, 0x60A},
+    {0x60C, 0x60D},     {0x61B, 0x61B},     {0x61D, 0x61F},     {0x66A, 0x66D},
+    {0x6D4, 0x6D4},     {0x700, 0x70D},     {0x7F7, 0x7F9},     {0x830, 0x83E},
+    {0x85E, 0x85E},     {0x964, 0x965},     {0x970, 0x970},     {0x9FD, 0x9FD},
+    {0xA76, 0xA76},     {0xAF0, 0xAF0},     {0xC77, 0xC77},     {0xC84, 0xC84},
+    {0xDF4, 0xDF4},     {0xE4F, 0xE4F},     {0xE5A, 0xE5B},     {0xF04, 0xF12},
+    {0xF14, 0xF14},     {0xF3A, 0xF3D},     {0xF85, 0xF85},     {0xFD0, 0xFD4},
+    {0xFD9, 0xFDA},     {0x104A, 0x104F},   {0x10FB, 0x10FB},   {0x1360, 0x1368},
+    {0x1400, 0x1400},   {0x166E, 0x166E},   {0x169B, 0x169C},   {0x16EB, 0x16ED},
+    {0x1735, 0x1736},   {0x17D4, 0x17D6},   {0x17D8, 0x17DA},   {0x1800, 0x180A},
+    {0x1944, 0x1945},   {0x1A1E, 0x1A1F},   {0x1AA0, 0x1AA6},   {0x1AA8, 0x1AAD},
+    {0x1B5A, 0x1B60},   {0x1B7D, 0x1B7E},   {0x1BFC, 0x1BFF},   {0x1C3B, 0x1C3F},
+    {0x1C7E, 0x1C7F},   {0x1CC0, 0x1CC7},   {0x1CD3, 0x1CD3},   {0x2010, 0x2027},
+    {0x2030, 0x2043},   {0x2045, 0x2051},   {0x2053, 0x205E},   {0x207D, 0x207E},
+    {0x208D, 0x208E},   {0x2308, 0x230B},   {0x2329, 0x232A},   {0x2768, 0x2775},
+    {0x27C5, 0x27C6},   {0x27E6, 0x27EF},   {0x2983, 0x2998},   {0x29D8, 0x29DB},
+    {0x29FC, 0x29FD},   {0x2CF9, 0x2CFC},   {0x2CFE, 0x2CFF},   {0x2D70, 0x2D70},
+    {0x2E00, 0x2E2E},   {0x2E30, 0x2E4F},   {0x2E52, 0x2E5D},   {0x3001, 0x3003},
+    {0x3008, 0x3011},   {0x3014, 0x301F},   {0x3030, 0x3030},   {0x303D, 0x303D},
+    {0x30A0, 0x30A0},   {0x30FB, 0x30FB},   {0xA4FE, 0xA4FF},   {0xA60D, 0xA60F},
+    {0xA673, 0xA673},   {0xA67E, 0xA67E},   {0xA6F2, 0xA6F7},   {0xA874, 0xA877},
+    {0xA8CE, 0xA8CF},   {0xA8F8, 0xA8FA},   {0xA8FC, 0xA8FC},   {0xA92E, 0xA92F},
+    {0xA95F, 0xA95F},   {0xA9C1, 0xA9CD},   {0xA9DE, 0xA9DF},   {0xAA5C, 0xAA5F},
+    {0xAADE, 0xAADF},   {0xAAF0, 0xAAF1},   {0xABEB, 0xABEB},   {0xFD3E, 0xFD3F},
+    {0xFE10, 0xFE19},   {0xFE30, 0xFE52},   {0xFE54, 0xFE61},   {0xFE63, 0xFE63},
+    {0xFE68, 0xFE68},   {0xFE6A, 0xFE6B},   {0xFF01, 0xFF03},   {0xFF05, 0xFF0A},
+    {0xFF0C, 0xFF0F},   {0xFF1A, 0xFF1B},   {0xFF1F, 0xFF20},   {0xFF3B, 0xFF3D},
+    {0xFF3F, 0xFF3F},   {0xFF5B, 0xFF5B},   {0xFF5D, 0xFF5D},   {0xFF5F, 0xFF65},
+    {0x10100, 0x10102}, {0x1039F, 0x1039F}, {0x103D0, 0x103D0}, {0x1056F, 0x1056F},
+    {0x10857, 0x10857}, {0x1091F, 0x1091F}, {0x1093F, 0x1093F}, {0x10A50, 0x10A58},
+    {0x10A7F, 0x10A7F}, {0x10AF0, 0x10AF6}, {0x10B39, 0x10B3F}, {0x10B99, 0x10B9C},
+    {0x10EAD, 0x10EAD}, {0x10F55, 0x10F59}, {0x10F86, 0x10F89}, {0x11047, 0x1104D},
+    {0x110BB, 0x110BC}, {0x110BE, 0x110C1}, {0x11140, 0x11143}, {0x11174, 0x11175},
+    {0x111C5, 0x111C8}, {0x111CD, 0x111CD}, {0x111DB, 0x111DB}, {0x111DD, 0x111DF},
+    {0x11238, 0x1123D}, {0x112A9, 0x112A9}, {0x1144B, 0x1144F}, {0x1145A, 0x1145B},
+    {0x1145D, 0x1145D}, {0x114C6, 0x114C6}, {0x115C1, 0x115D7}, {0x11641, 0x11643},
+    {0x11660, 0x1166C}, {0x116B9, 0x116B9}, {0x1173C, 0x1173E}, {0x1183B, 0x1183B},
+    {0x11944, 0x11946}, {0x119E2, 0x119E2}, {0x11A3F, 0x11A46}, {0x11A9A, 0x11A9C},
+    {0x11A9E, 0x11AA2}, {0x11C41, 0x11C45}, {0x11C70, 0x11C71}, {0x11EF7, 0x11EF8},
+    {0x11FFF, 0x11FFF}, {0x12470, 0x12474}, {0x12FF1, 0x12FF2}, {0x16A6E, 0x16A6F},
+    {0x16AF5, 0x16AF5}, {0x16B37, 0x16B3B}, {0x16B44, 0x16B44}, {0x16E97, 0x16E9A},
+    {0x16FE2, 0x16FE2}, {0x1BC9F, 0x1BC9F}, {0x1DA87, 0x1DA8B}, {0x1E95E, 0x1E95F},
+};
+
+bool IsPunctuation(std::uint32_t cp) {
+  if (cp < 0x80) {
+    return (cp >= 0x21 && cp <= 0x2F && cp != '$' && cp != '+') || cp == ':' || cp == ';' ||
+           cp == '?' || cp == '@' || (cp >= '[' && cp <= ']') || cp == '_' || cp == '{' ||
+           cp == '}';
+  }
+  const auto* it = std::upper_bound(std::begin(kPunctRanges), std::end(kPunctRanges), cp,
+                                    [](std::uint32_t c, const PunctRange& r) { return c < r.lo; });
+  return it != std::begin(kPunctRanges) && cp <= (it - 1)->hi;
+}
+
+// A piece of a segment as [begin, end) code point indices.
+using Piece = std::pair<std::size_t, std::size_t>;
+
+// One stage of a multi-pattern pre-tokenizer (llama.cpp applies each pattern of a list to the
+// pieces of the previous one, keeping both the matches and the text between them): splits
+// `piece` into maximal runs of code points that satisfy `in_run`, each cut into chunks of at most
+// `max_run`, and the stretches between them.
+template <typename Pred>
+void IsolateRuns(const std::vector<CodePoint>& cps, Piece piece, Pred in_run, std::size_t max_run,
+                 std::vector<Piece>& out) {
+  std::size_t gap = piece.first;
+  std::size_t i = piece.first;
+  while (i < piece.second) {
+    if (!in_run(cps[i])) {
+      ++i;
+      continue;
+    }
+    if (gap < i) out.emplace_back(gap, i);
+    std::size_t j = i;
+    while (j < piece.second && in_run(cps[j])) ++j;
+    for (std::size_t k = i; k < j;) {
+      const std::size_t chunk_end = j - k <= max_run ? j : k + max_run;
+      out.emplace_back(k, chunk_end);
+      k = chunk_end;
+    }
+    i = gap = j;
+  }
+  if (gap < piece.second) out.emplace_back(gap, piece.second);
+}
+
+// The GPT-4-style pattern of llama-bpe (max_digits 3) and qwen2 (max_digits 1), tried in this
+// order at each position (first alternative that matches):
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d) | [^\r\n\p{L}\p{N}]?\p{L}+ | \p{N}{1,max_digits} |
+//    ?[^\s\p{L}\p{N}]+[\r\n]* | \s*[\r\n]+ | \s+(?!\S) | \s+
 // Every code point is a letter, a number, a space or none of them (the fourth alternative), so
 // each step consumes at least one code point.
-void PreTokenize(std::string_view text, std::vector<std::pair<std::size_t, std::size_t>>& out) {
-  std::vector<CodePoint> cps;
-  cps.reserve(text.size());
-  for (std::size_t i = 0; i < text.size();) {
-    const auto [cp, len] = DecodeUtf8(text, i);
-    cps.push_back({cp, Classify(cp), i});
-    i += len;
-  }
-  const std::size_t n = cps.size();
-  const auto offset = [&](std::size_t k) { return k < n ? cps[k].offset : text.size(); };
+void SplitGpt4Style(const std::vector<CodePoint>& cps, Piece piece, std::size_t max_digits,
+                    std::vector<Piece>& out) {
+  const std::size_t n = piece.second;
   const auto is = [&](std::size_t k, CharClass c) { return k < n && cps[k].cls == c; };
   const auto is_punct = [&](std::size_t k) { return is(k, CharClass::kOther); };
-
-  std::size_t i = 0;
+  std::size_t i = piece.first;
   while (i < n) {
     const std::uint32_t c = cps[i].cp;
     std::size_t end = i;  // exclusive, in code points
@@ -317,7 +407,11 @@ void PreTokenize(std::string_view text, std::vector<std::pair<std::size_t, std::
         end = j;
       }
     }
-    if (end == i && is(i, CharClass::kNumber)) end = i + 1;
+    if (end == i && is(i, CharClass::kNumber)) {
+      std::size_t j = i;
+      while (j - i < max_digits && is(j, CharClass::kNumber)) ++j;
+      end = j;
+    }
     if (end == i) {
       std::size_t j = (c == ' ' && is_punct(i + 1)) ? i + 1 : i;
       if (is_punct(j)) {
@@ -342,16 +436,119 @@ void PreTokenize(std::string_view text, std::vector<std::pair<std::size_t, std::
         end = j - 1;  // leave one space to lead the next word
       }
     }
-    out.emplace_back(offset(i), offset(end));
+    out.emplace_back(i, end);
     i = end;
   }
 }
+
+// GPT-2's pattern: 's|'t|'re|'ve|'m|'ll|'d | ?\p{L}+ | ?\p{N}+ | ?[^\s\p{L}\p{N}]+ |
+// \s+(?!\S) | \s+ (the last as llama.cpp runs it: whitespace no pattern matches is one piece).
+// Contractions are case-sensitive here.
+void SplitGpt2(const std::vector<CodePoint>& cps, Piece piece, std::vector<Piece>& out) {
+  const std::size_t n = piece.second;
+  const auto cls = [&](std::size_t k) { return k < n ? cps[k].cls : CharClass::kSpace; };
+  std::size_t i = piece.first;
+  while (i < n) {
+    const std::uint32_t c = cps[i].cp;
+    std::size_t end = i;
+    if (c == '\'' && i + 1 < n) {
+      const std::uint32_t a = cps[i + 1].cp;
+      const std::uint32_t b = i + 2 < n ? cps[i + 2].cp : 0;
+      if (a == 's' || a == 't' || a == 'm' || a == 'd') {
+        end = i + 2;
+      } else if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) {
+        end = i + 3;
+      }
+    }
+    if (end == i) {
+      // A space joins the run of the class that follows it (letters, numbers or other).
+      const std::size_t j0 = (c == ' ' && i + 1 < n && cls(i + 1) != CharClass::kSpace) ? i + 1 : i;
+      const CharClass run = cls(j0);
+      if (run != CharClass::kSpace) {
+        std::size_t j = j0;
+        while (j < n && cls(j) == run) ++j;
+        end = j;
+      }
+    }
+    if (end == i) {
+      std::size_t j = i;
+      while (j < n && cls(j) == CharClass::kSpace) ++j;
+      end = (j - i > 1 && j < n) ? j - 1 : j;  // leave one space to lead the next word
+    }
+    out.emplace_back(i, end);
+    i = end;
+  }
+}
+
+// Splits `text` (no special tokens inside) into pre-tokens as `pre` does, appended to `out` as
+// [begin, end) byte offsets.
+void PreTokenize(std::string_view text, PreTokenizer pre,
+                 std::vector<std::pair<std::size_t, std::size_t>>& out) {
+  std::vector<CodePoint> cps;
+  cps.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    const auto [cp, len] = DecodeUtf8(text, i);
+    cps.push_back({cp, Classify(cp), i});
+    i += len;
+  }
+  const std::size_t n = cps.size();
+  const auto is_number = [](const CodePoint& c) { return c.cls == CharClass::kNumber; };
+  std::vector<Piece> pieces;
+  std::vector<Piece> next;
+  const auto stage = [&](auto&& split) {
+    next.clear();
+    for (const Piece& p : pieces) split(p);
+    pieces.swap(next);
+  };
+  pieces.emplace_back(0, n);
+  switch (pre) {
+    case PreTokenizer::kLlama3:
+      stage([&](Piece p) { SplitGpt4Style(cps, p, 3, next); });
+      break;
+    case PreTokenizer::kQwen2:
+      stage([&](Piece p) { SplitGpt4Style(cps, p, 1, next); });
+      break;
+    case PreTokenizer::kGpt2:
+      stage([&](Piece p) { SplitGpt2(cps, p, next); });
+      break;
+    case PreTokenizer::kSmollm:
+      stage([&](Piece p) { IsolateRuns(cps, p, is_number, 1, next); });
+      stage([&](Piece p) { SplitGpt2(cps, p, next); });
+      break;
+    case PreTokenizer::kDefault: {
+      const auto punct_or_symbol = [](const CodePoint& c) {
+        return IsPunctuation(c.cp) || c.cp == '$' || c.cp == '+' || c.cp == '<' || c.cp == '=' ||
+               c.cp == '>' || c.cp == '^' || c.cp == '~' || c.cp == '|';
+      };
+      const auto ascii_digit = [](const CodePoint& c) { return c.cp >= '0' && c.cp <= '9'; };
+      stage([&](Piece p) { IsolateRuns(cps, p, punct_or_symbol, SIZE_MAX, next); });
+      stage([&](Piece p) { SplitGpt2(cps, p, next); });
+      stage([&](Piece p) { IsolateRuns(cps, p, is_number, SIZE_MAX, next); });
+      stage([&](Piece p) { IsolateRuns(cps, p, ascii_digit, 3, next); });
+      break;
+    }
+  }
+  const auto offset = [&](std::size_t k) { return k < n ? cps[k].offset : text.size(); };
+  for (const Piece& p : pieces) out.emplace_back(offset(p.first), offset(p.second));
+}
+
+struct PreTokenizerSpelling {
+  std::string_view name;
+  PreTokenizer pre;
+};
+// llama.cpp's names for each (the first is the one written back).
+constexpr PreTokenizerSpelling kPreTokenizerNames[] = {
+    {"default", PreTokenizer::kDefault},  {"gpt-2", PreTokenizer::kGpt2},
+    {"llama-bpe", PreTokenizer::kLlama3}, {"llama3", PreTokenizer::kLlama3},
+    {"llama-v3", PreTokenizer::kLlama3},  {"qwen2", PreTokenizer::kQwen2},
+    {"smollm", PreTokenizer::kSmollm},
+};
 
 // ---- Tokenizer --------------------------------------------------------------------------------
 
 class Gpt2Tokenizer final : public Tokenizer {
  public:
-  explicit Gpt2Tokenizer(Vocabulary vocab);
+  Gpt2Tokenizer(Vocabulary vocab, bool adds_bos_by_default);
 
   std::vector<TokenId> Encode(std::string_view text, bool add_bos) const override;
   std::string DecodeToken(TokenId prev, TokenId id) const override;
@@ -370,15 +567,21 @@ class Gpt2Tokenizer final : public Tokenizer {
   void EncodeWord(std::string_view word, std::vector<TokenId>& out) const;
 
   std::unordered_map<std::uint64_t, Merge> merges_;
+  // Byte-level spelling -> id of the ordinary tokens; kept only for whole_words_.
+  std::unordered_map<std::string, TokenId, internal::StringHash, std::equal_to<>> text_to_id_;
+  bool whole_words_ = false;
   std::vector<std::string> decoded_;
-  TokenId byte_to_id_[256];
+  TokenId byte_to_id_[256];  // -1 for a byte the vocabulary has no token for
   // Literal-match tokens indexed by first byte, longest first so that the longest one wins.
   std::vector<std::pair<std::string, TokenId>> specials_by_byte_[256];
 };
 
-Gpt2Tokenizer::Gpt2Tokenizer(Vocabulary vocab_in)
-    : Tokenizer(std::move(vocab_in),
-                {.kind = "gpt2", .ggml_model = "gpt2", .adds_bos_by_default = false}) {
+// llama.cpp prepends BOS for llama-bpe vocabularies unless the file says otherwise; for the other
+// gpt2 ones only when the file says so.
+Gpt2Tokenizer::Gpt2Tokenizer(Vocabulary vocab_in, bool adds_bos_by_default)
+    : Tokenizer(
+          std::move(vocab_in),
+          {.kind = "gpt2", .ggml_model = "gpt2", .adds_bos_by_default = adds_bos_by_default}) {
   const Vocabulary& vocab = vocabulary();
   const std::size_t n = vocab.tokens.size();
 
@@ -390,12 +593,14 @@ Gpt2Tokenizer::Gpt2Tokenizer(Vocabulary vocab_in)
     const auto id = static_cast<TokenId>(i);
     const std::string& text = vocab.tokens[i];
     const std::int32_t type = vocab.token_types.empty() ? 0 : vocab.token_types[i];
-    if (type == internal::kTypeControl || type == internal::kTypeUserDefined) {
+    if (type == internal::kTypeControl) continue;  // never produced from plain text
+    if (type == internal::kTypeUserDefined) {
+      // Matched literally in plain text, as llama.cpp does; stored as plain text, not in the
+      // byte-level alphabet.
       if (!text.empty()) {
         specials_by_byte_[static_cast<unsigned char>(text[0])].emplace_back(text, id);
       }
-      // User-defined tokens are stored as plain text, not in the byte-level alphabet.
-      if (type == internal::kTypeUserDefined) decoded_[i] = text;
+      decoded_[i] = text;
       continue;
     }
     if (type == internal::kTypeUnknown || type == internal::kTypeUnused || id == bos_id() ||
@@ -421,11 +626,9 @@ Gpt2Tokenizer::Gpt2Tokenizer(Vocabulary vocab_in)
     std::string s;
     AppendUtf8(bytes.byte_to_cp[b], s);
     const auto it = text_to_id.find(s);
-    if (it == text_to_id.end()) {
-      // Without all 256 byte symbols some input could not be encoded at all.
-      throw LoadError("gpt2 vocabulary: no token for byte " + std::to_string(b));
-    }
-    byte_to_id_[b] = it->second;
+    // Some vocabularies lack the bytes valid UTF-8 never holds (0xC0, 0xF5..): such a byte stays
+    // a symbol that merges with nothing and produces no token, as llama.cpp drops it.
+    byte_to_id_[b] = it == text_to_id.end() ? -1 : it->second;
   }
 
   merges_.reserve(vocab.merges.size());
@@ -450,6 +653,8 @@ Gpt2Tokenizer::Gpt2Tokenizer(Vocabulary vocab_in)
     merges_.try_emplace(PairKey(l->second, r->second),
                         Merge{static_cast<std::int32_t>(rank), m->second});
   }
+  whole_words_ = vocab.pre == PreTokenizer::kLlama3;
+  if (whole_words_) text_to_id_ = std::move(text_to_id);
 }
 
 std::vector<TokenId> Gpt2Tokenizer::Encode(std::string_view text, bool add_bos) const {
@@ -482,11 +687,22 @@ std::vector<TokenId> Gpt2Tokenizer::Encode(std::string_view text, bool add_bos) 
 void Gpt2Tokenizer::EncodeSegment(std::string_view text, std::vector<TokenId>& out) const {
   if (text.empty()) return;
   std::vector<std::pair<std::size_t, std::size_t>> words;
-  PreTokenize(text, words);
+  PreTokenize(text, vocabulary().pre, words);
   for (const auto& [begin, end] : words) EncodeWord(text.substr(begin, end - begin), out);
 }
 
 void Gpt2Tokenizer::EncodeWord(std::string_view word, std::vector<TokenId>& out) const {
+  if (whole_words_) {
+    // llama-bpe (llama.cpp's ignore_merges): a word that is itself a token is that token, even
+    // where the merges would reach a different split.
+    std::string spelled;
+    for (const char ch : word)
+      AppendUtf8(Bytes().byte_to_cp[static_cast<unsigned char>(ch)], spelled);
+    if (const auto it = text_to_id_.find(spelled); it != text_to_id_.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
   constexpr std::size_t kNone = static_cast<std::size_t>(-1);
   // One symbol per byte to start with, linked in text order; a merge keeps the left symbol and
   // kills the right one, so indices stay in text order.
@@ -538,7 +754,7 @@ void Gpt2Tokenizer::EncodeWord(std::string_view word, std::vector<TokenId>& out)
     try_pair(c.left, l.next);
   }
   for (std::size_t i = symbols.empty() ? kNone : 0; i != kNone; i = symbols[i].next) {
-    out.push_back(symbols[i].id);
+    if (symbols[i].id >= 0) out.push_back(symbols[i].id);
   }
 }
 
@@ -550,7 +766,44 @@ std::string Gpt2Tokenizer::DecodeToken(TokenId /*prev*/, TokenId id) const {
 }  // namespace
 
 std::unique_ptr<Tokenizer> MakeGpt2Tokenizer(Vocabulary vocab) {
-  return std::make_unique<Gpt2Tokenizer>(std::move(vocab));
+  const bool adds_bos_by_default = vocab.pre == PreTokenizer::kLlama3;
+  return std::make_unique<Gpt2Tokenizer>(std::move(vocab), adds_bos_by_default);
 }
+
+std::optional<PreTokenizer> ParsePreTokenizer(std::string_view name) {
+  if (name.empty()) return PreTokenizer::kDefault;
+  for (const PreTokenizerSpelling& s : kPreTokenizerNames) {
+    if (s.name == name) return s.pre;
+  }
+  return std::nullopt;
+}
+
+std::string PreTokenizerNames() {
+  std::string names;
+  for (const PreTokenizerSpelling& s : kPreTokenizerNames) {
+    names += (names.empty() ? "" : ", ") + std::string(s.name);
+  }
+  return names;
+}
+
+std::string_view PreTokenizerName(PreTokenizer p) {
+  for (const PreTokenizerSpelling& s : kPreTokenizerNames) {
+    if (s.pre == p) return s.name;
+  }
+  return "default";
+}
+
+namespace internal {
+
+std::vector<std::string> PreTokenizeWords(std::string_view text, PreTokenizer pre) {
+  std::vector<std::pair<std::size_t, std::size_t>> spans;
+  PreTokenize(text, pre, spans);
+  std::vector<std::string> words;
+  words.reserve(spans.size());
+  for (const auto& [begin, end] : spans) words.emplace_back(text.substr(begin, end - begin));
+  return words;
+}
+
+}  // namespace internal
 
 }  // namespace metronome::model

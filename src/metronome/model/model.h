@@ -74,10 +74,20 @@ struct ExportedTensor {
 ExportedTensor ChooseTensorType(const ExportTypes& types, const std::string& name,
                                 std::uint64_t cols);
 
+// Llama 3.1's rope recipe (HF rope_type "llama3") as the per-pair frequency divisors llama.cpp's
+// converter stores in rope_freqs.weight: pairs whose wavelength is below
+// original_context / high_freq_factor keep their frequency, those above
+// original_context / low_freq_factor are divided by `factor`, the ones between blend smoothly.
+// Llama 3.1/3.2 use factor 8, low 1, high 4, original context 8192.
+std::vector<float> Llama3RopeFreqFactors(double theta, int rotary_dim, double factor,
+                                         double low_freq_factor, double high_freq_factor,
+                                         double original_context);
+
 // Writes `model` as a GGUF v3 file with architecture `llama` and its vocabulary (the loaded
 // tokenizer's, or a synthetic model's), matrices encoded per `types` (from the loaded weights, in
 // whatever type they are), in the tensor naming and layout llama.cpp expects. Returns the table
-// of tensors written. Throws ConfigError for a model it cannot write, LoadError on I/O errors.
+// of tensors written. The rope settings are written as llama.cpp reads them (rope.scaling.*,
+// rope_freqs.weight). Throws ConfigError for a model it cannot write, LoadError on I/O errors.
 std::vector<ExportedTensor> ExportGguf(const Model& model, const std::string& path,
                                        const ExportTypes& types);
 // Every matrix in `type` (F32 or F16 file types).

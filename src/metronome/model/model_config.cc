@@ -1,5 +1,6 @@
 #include "metronome/model/model_config.h"
 
+#include <cmath>
 #include <string>
 
 #include "metronome/base/errors.h"
@@ -49,6 +50,43 @@ void ModelConfig::Validate(const std::string& source) const {
   if (!(rope_theta > 1.0 && rope_theta < 1e12)) {
     throw ConfigError(source + ": rope_theta = " + std::to_string(rope_theta) +
                       " is outside (1, 1e12)");
+  }
+  // Scaling factors far outside what any model uses (real ones are 2 .. 64) are file damage.
+  if (!(rope_scaling_factor >= 1e-3 && rope_scaling_factor <= 1e6)) {
+    throw ConfigError(source + ": rope_scaling_factor = " + std::to_string(rope_scaling_factor) +
+                      " is outside [0.001, 1e6]");
+  }
+  if (rope_scaling == RopeScaling::kNone && rope_scaling_factor != 1.0) {
+    throw ConfigError(source + ": rope_scaling_factor = " + std::to_string(rope_scaling_factor) +
+                      " without a scaling type");
+  }
+  RequireRange(source, "rope_original_context", rope_original_context, 0, 1LL << 40);
+  if (rope_scaling == RopeScaling::kYarn) {
+    RequireRange(source, "yarn original context", yarn_original_context(), 1, 1LL << 40);
+    if (!(yarn_beta_fast > 0.0 && yarn_beta_fast < 1e6 && yarn_beta_slow > 0.0 &&
+          yarn_beta_slow < 1e6)) {
+      throw ConfigError(source + ": yarn_beta_fast = " + std::to_string(yarn_beta_fast) +
+                        " and yarn_beta_slow = " + std::to_string(yarn_beta_slow) +
+                        " must lie in (0, 1e6)");
+    }
+  }
+  if (!(rope_attn_factor > 0.0 && rope_attn_factor < 1e3)) {
+    throw ConfigError(source + ": rope_attn_factor = " + std::to_string(rope_attn_factor) +
+                      " is outside (0, 1000)");
+  }
+  if (!rope_freq_factors.empty()) {
+    if (rope_freq_factors.size() != static_cast<std::size_t>(rotary_dim() / 2)) {
+      throw ConfigError(source + ": rope_freq_factors has " +
+                        std::to_string(rope_freq_factors.size()) +
+                        " values, expected rotary_dim/2 = " + std::to_string(rotary_dim() / 2));
+    }
+    for (std::size_t i = 0; i < rope_freq_factors.size(); ++i) {
+      const float f = rope_freq_factors[i];
+      if (!(std::isfinite(f) && f > 0.0f && f < 1e6f)) {
+        throw ConfigError(source + ": rope_freq_factors[" + std::to_string(i) +
+                          "] = " + std::to_string(f) + " is outside (0, 1e6)");
+      }
+    }
   }
 }
 

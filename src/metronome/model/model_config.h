@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace metronome::model {
 
@@ -13,6 +14,13 @@ enum class Architecture : std::uint8_t { kLlama, kQwen2 };
 enum class RopeStyle : std::uint8_t {
   kInterleaved,  // pairs (2i, 2i+1): llama2.c and GGUF `llama` (llama.cpp ROPE_TYPE_NORM)
   kNeox,         // pairs (i, i + head_dim/2): GGUF `qwen2` (llama.cpp ROPE_TYPE_NEOX)
+};
+
+// GGUF `<arch>.rope.scaling.type`: how positions beyond the trained context are squeezed in.
+enum class RopeScaling : std::uint8_t {
+  kNone,    // "none", or no scaling factor
+  kLinear,  // "linear" (llama.cpp's default type when only a factor is given): positions / factor
+  kYarn,    // "yarn": frequency-dependent interpolation plus a magnitude factor
 };
 
 struct ModelConfig {
@@ -30,6 +38,17 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   int rope_dim = 0;  // rotated dims per head (<= head_dim); 0 means head_dim
   RopeStyle rope_style = RopeStyle::kInterleaved;
+  RopeScaling rope_scaling = RopeScaling::kNone;
+  double rope_scaling_factor = 1.0;  // linear and yarn: > 0; 1 with kNone
+  // yarn: the context the model had before scaling (rope.scaling.original_context_length); 0
+  // means context_length, as llama.cpp reads it.
+  int rope_original_context = 0;
+  double yarn_beta_fast = 32.0;   // yarn: rope.scaling.yarn_beta_fast (llama.cpp's default 32)
+  double yarn_beta_slow = 1.0;    // yarn: rope.scaling.yarn_beta_slow (llama.cpp's default 1)
+  double rope_attn_factor = 1.0;  // rope.scaling.attn_factor: q and k scaled once by it
+  // Llama 3.1+ `rope_freqs.weight`: per rotary pair, the divisor of its frequency; empty, or
+  // rotary_dim()/2 finite values > 0.
+  std::vector<float> rope_freq_factors;
   bool has_qkv_bias = false;     // qwen2
   bool tied_embeddings = false;  // output projection shares token_embedding
 
@@ -37,6 +56,10 @@ struct ModelConfig {
   [[nodiscard]] int kv_dim() const { return num_kv_heads * head_dim; }
   [[nodiscard]] int qkv_dim() const { return q_dim() + 2 * kv_dim(); }
   [[nodiscard]] int rotary_dim() const { return rope_dim > 0 ? rope_dim : head_dim; }
+  // rope_original_context, or context_length when the file does not give one.
+  [[nodiscard]] int yarn_original_context() const {
+    return rope_original_context > 0 ? rope_original_context : context_length;
+  }
 
   // Throws ConfigError naming the first field that is out of range or inconsistent (e.g. heads not
   // dividing, sizes <= 0 or absurdly large). `source` names the file for the message.

@@ -1,13 +1,16 @@
 #include "metronome/model/model_info.h"
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
 
 #include "metronome/base/errors.h"
 #include "metronome/base/mapped_file.h"
+#include "metronome/model/chat_template.h"
 #include "metronome/model/gguf.h"
 #include "metronome/model/internal/gguf_loader.h"
+#include "metronome/model/internal/gguf_schema.h"
 #include "metronome/model/internal/gguf_tensors.h"
 
 namespace metronome::model {
@@ -22,6 +25,15 @@ void DescribeTokenizer(const Tokenizer* t, ModelInfo* info) {
     info->tokenizer_kind = std::string(t->kind());
     info->vocab_size = t->vocab_size();
     info->adds_bos = t->adds_bos();
+    info->adds_eos = t->adds_eos();
+    const std::string& tmpl = t->vocabulary().chat_template;
+    if (!tmpl.empty()) {
+      const std::optional<ChatFormat> f = RecognizeChatTemplate(tmpl);
+      info->chat_format = !f ? "unrecognised" : (*f == ChatFormat::kChatMl ? "chatml" : "llama3");
+    }
+    if (t->ggml_model() == "gpt2") {
+      info->pre_tokenizer = std::string(PreTokenizerName(t->vocabulary().pre));
+    }
   }
   special("bos", t != nullptr ? t->bos_id() : -1);
   special("eos", t != nullptr ? t->eos_id() : -1);
@@ -52,6 +64,7 @@ ModelInfo DescribeGguf(const std::string& path, const std::string& tokenizer_pat
   } catch (const LoadError& e) {
     info.config_error = e.what();
   }
+  info.unsupported = internal::UnsupportedInGguf(g, info.config ? &*info.config : nullptr);
   DescribeTokenizer(tokenizer.get(), &info);
   if (info.config && info.vocab_size == 0) info.vocab_size = info.config->vocab_size;
   return info;

@@ -39,6 +39,9 @@ struct ModelInfo {
   // metadata cannot give one (e.g. an architecture other than llama / qwen2).
   std::optional<ModelConfig> config;
   std::string config_error;
+  // GGUF: why the engine would refuse to compute the file (internal::UnsupportedInGguf: each line
+  // names a key or tensor); empty when it computes it as the file says.
+  std::vector<std::string> unsupported;
   std::uint32_t gguf_version = 0;      // 0 unless GGUF
   std::uint64_t metadata_entries = 0;  // GGUF key/value pairs
   // GGUF: the file's tensors in file order, each in its stored type. llama2.c and synthetic: the
@@ -49,7 +52,12 @@ struct ModelInfo {
   // --tokenizer, or unreadable metadata: see config_error).
   std::string tokenizer_kind = "none";
   int vocab_size = 0;
-  bool adds_bos = false;                     // Tokenizer::adds_bos
+  bool adds_bos = false;      // Tokenizer::adds_bos
+  bool adds_eos = false;      // Tokenizer::adds_eos
+  std::string pre_tokenizer;  // gpt2: PreTokenizerName; "" otherwise
+  // tokenizer.chat_template as prompt.messages sees it: "chatml", "llama3", "unrecognised" or
+  // "none".
+  std::string chat_format = "none";
   std::vector<SpecialToken> special_tokens;  // bos, eos, unk, pad (always four entries)
 };
 

@@ -18,6 +18,24 @@
 
 namespace metronome::model {
 
+// How a GPT-2 family vocabulary splits text into words before BPE (GGUF tokenizer.ggml.pre), as
+// llama.cpp does for that name:
+//   kDefault: no or "default" pre: punctuation runs, the GPT-2 pattern, digit runs, then threes
+//   kGpt2:    "gpt-2": 's|'t|... | ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)
+//   kLlama3:  "llama-bpe" (also "llama3", "llama-v3"): the GPT-4 pattern with digits in ones to
+//             threes, case-insensitive contractions; a word that is itself a token is not merged
+//   kQwen2:   "qwen2": the same pattern with single digits
+//   kSmollm:  "smollm": single digits first, then the GPT-2 pattern
+enum class PreTokenizer : std::uint8_t { kDefault, kGpt2, kLlama3, kQwen2, kSmollm };
+
+// The PreTokenizer for a tokenizer.ggml.pre value ("" is kDefault); nullopt for names the engine
+// does not implement.
+[[nodiscard]] std::optional<PreTokenizer> ParsePreTokenizer(std::string_view name);
+// The accepted names, for messages: "default, gpt-2, llama-bpe, ...".
+[[nodiscard]] std::string PreTokenizerNames();
+// The spelling written back to a file (the first accepted name of each).
+[[nodiscard]] std::string_view PreTokenizerName(PreTokenizer p);
+
 // Raw vocabulary as stored in a GGUF file or a llama2.c tokenizer file.
 struct Vocabulary {
   std::vector<std::string> tokens;        // token text; SentencePiece uses U+2581 for space
@@ -30,13 +48,20 @@ struct Vocabulary {
   TokenId unk_id = -1;
   TokenId pad_id = -1;
   std::optional<bool> add_bos;  // GGUF tokenizer.ggml.add_bos_token, when present
+  std::optional<bool> add_eos;  // GGUF tokenizer.ggml.add_eos_token, when present
+  // gpt2 only: the pre-tokenizer. Vocabularies built in memory default to Qwen2's; the GGUF
+  // loader sets what the file names (kDefault when it names none, as llama.cpp does).
+  PreTokenizer pre = PreTokenizer::kQwen2;
+  std::string chat_template;  // GGUF tokenizer.chat_template; "" when the file has none
 };
 
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
-  // Encodes `text`; with `add_bos` the BOS id is prepended (when the vocabulary has one).
+  // Encodes `text` as plain text: control tokens (BOS, <|im_start|>, ...) are never produced
+  // from their spelling, user-defined tokens are (as llama.cpp does without parse_special). With
+  // `add_bos` the BOS id is prepended (when the vocabulary has one).
   [[nodiscard]] virtual std::vector<TokenId> Encode(std::string_view text, bool add_bos) const = 0;
 
   // Bytes of one token as it appears in running text. `prev` is the token before it (or -1): the
@@ -66,6 +91,11 @@ class Tokenizer {
   // otherwise true for SentencePiece vocabularies (llama, llama2.c) and false for GPT-2 ones
   // (qwen2); false when there is no BOS token.
   [[nodiscard]] bool adds_bos() const { return adds_bos_; }
+  // GGUF's tokenizer.ggml.add_eos_token (false when absent or there is no EOS token): llama.cpp
+  // appends EOS to a tokenized text when it is set.
+  [[nodiscard]] bool adds_eos() const {
+    return vocabulary_.add_eos.value_or(false) && eos_id() >= 0;
+  }
 
   // GGUF's tokenizer.ggml.model for this kind: "llama" (SentencePiece) or "gpt2".
   [[nodiscard]] std::string_view ggml_model() const { return family_.ggml_model; }
@@ -79,6 +109,7 @@ class Tokenizer {
     std::string_view ggml_model;  // ggml_model()
     bool adds_bos_by_default;     // the convention for prompts when the file does not say
   };
+  // `family` need not outlive the constructor: kind and ggml_model must be string literals.
   // Keeps `vocab` (the implementation reads it back through vocabulary()) after checking it:
   // throws LoadError "<kind> vocabulary: ..." when it is empty or too large, scores or token
   // types do not match the token count, or a special id is outside [-1, size).

@@ -25,7 +25,9 @@ namespace metronome::server {
 [[nodiscard]] realtime::SessionShape ShapeOf(const wire::StartRequest& request);
 
 // The resolved session, or the error to send: bad_field (a value out of the domain, a text prompt
-// without a tokenizer) or over_cap (a prompt longer than caps.max_prompt_tokens once tokenised).
+// without a tokenizer, prompt.messages for a model whose chat template the server does not
+// format) or over_cap (a prompt longer than caps.max_prompt_tokens once tokenised). A
+// prompt.messages is formatted with the model's chat template (model::EncodeChat) into ids.
 // The message starts with "session.start: ", the error carries the request's client_ref.
 // `tokenizer` may be null.
 [[nodiscard]] std::variant<realtime::SessionSpec, wire::ProtocolError> ResolveStart(

@@ -347,6 +347,47 @@ bool ReadTokensOrText(Reader& r, const Json& object, std::string_view prefix, st
   return true;
 }
 
+// "prompt.messages": 1..kMaxPromptMessages objects {"role": non-empty string of at most
+// kMaxRoleBytes, "content": string}; the contents together at most max_text_bytes.
+bool ReadPromptMessages(Reader& r, const Json& v, const ServerCaps& caps,
+                        std::vector<PromptMessage>* out) {
+  if (!v.is_array())
+    return r.FailValue(ErrorCode::kBadField, "prompt.messages", v, "must be an array");
+  if (v.empty())
+    return r.FailValue(ErrorCode::kBadField, "prompt.messages", v, "must not be empty");
+  if (v.size() > kMaxPromptMessages) {
+    return r.Fail(ErrorCode::kOverCap, "prompt.messages has " + std::to_string(v.size()) +
+                                           " messages, must have at most " +
+                                           std::to_string(kMaxPromptMessages));
+  }
+  constexpr std::array<std::string_view, 2> kMessageFields = {"role", "content"};
+  std::size_t total_bytes = 0;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const std::string path = "prompt.messages[" + std::to_string(i) + "]";
+    const Json& m = v[i];
+    if (!r.Object(m, path) || !r.OnlyKnownFields(m, path + ".", kMessageFields)) return false;
+    const Json* role = Find(m, "role");
+    const Json* content = Find(m, "content");
+    if (role == nullptr) return r.Missing(path + ".role");
+    if (content == nullptr) return r.Missing(path + ".content");
+    PromptMessage pm;
+    if (!r.Text(*role, path + ".role", 1, caps.max_text_bytes, &pm.role)) return false;
+    if (pm.role.size() > kMaxRoleBytes) {
+      return r.FailValue(ErrorCode::kBadField, path + ".role", *role,
+                         "is longer than " + std::to_string(kMaxRoleBytes) + " bytes");
+    }
+    if (!r.Text(*content, path + ".content", 0, caps.max_text_bytes, &pm.content)) return false;
+    total_bytes += pm.content.size();
+    if (total_bytes > caps.max_text_bytes) {
+      return r.Fail(ErrorCode::kOverCap, "prompt.messages hold more than " +
+                                             std::to_string(caps.max_text_bytes) +
+                                             " bytes of content (server cap max_text_bytes)");
+    }
+    out->push_back(std::move(pm));
+  }
+  return true;
+}
+
 bool ReadKv(Reader& r, const Json& kv, const ServerCaps& caps, KvRequest* out) {
   constexpr std::array<std::string_view, 4> kFields = {"policy", "window", "sinks", "positions"};
   if (!r.Object(kv, "kv") || !r.OnlyKnownFields(kv, "kv.", kFields)) return false;
@@ -458,8 +499,18 @@ bool ReadStart(Reader& r, const Json& msg, const ServerCaps& caps, StartRequest*
   }
 
   if (const Json* v = Find(msg, "prompt")) {
-    constexpr std::array<std::string_view, 2> kPromptFields = {"ids", "text"};
+    constexpr std::array<std::string_view, 3> kPromptFields = {"ids", "text", "messages"};
     if (!r.Object(*v, "prompt") || !r.OnlyKnownFields(*v, "prompt.", kPromptFields)) return false;
+    if (const Json* messages = Find(*v, "messages")) {
+      if (Find(*v, "ids") != nullptr || Find(*v, "text") != nullptr) {
+        return r.Fail(ErrorCode::kBadField,
+                      "prompt.messages, prompt.ids and prompt.text are exclusive: send one");
+      }
+      std::vector<PromptMessage> list;
+      if (!ReadPromptMessages(r, *messages, caps, &list)) return false;
+      out->prompt_messages = std::move(list);
+      return true;
+    }
     TokensOrText prompt;
     // An empty prompt is allowed and means none.
     if (!ReadTokensOrText(r, *v, "prompt.", 0, static_cast<std::size_t>(caps.max_prompt_tokens),

@@ -106,16 +106,27 @@ using TokenIds = std::vector<TokenId>;
 // A frame's input or a prompt: token ids, or UTF-8 text for the server to tokenise.
 using TokensOrText = std::variant<TokenIds, std::string>;
 
+// One message of a chat prompt ("prompt.messages"), formatted by the server with the model's chat
+// template.
+struct PromptMessage {
+  std::string role;  // non-empty
+  std::string content;
+};
+inline constexpr std::size_t kMaxPromptMessages = 256;
+inline constexpr std::size_t kMaxRoleBytes = 64;
+
 // "session.start"
 struct StartRequest {
   double period_ms = 0.0;  // P, in [min_period_ms, max_period_ms]
   // From each frame's arrival, in (0, max_period_ms]; nullopt: not given (the period, as
   // realtime::ResolveSession decides).
   std::optional<double> deadline_ms;
-  int tokens_per_frame = 0;               // a, in [1, max_tokens_per_frame]
-  int output_tokens_per_frame = 1;        // o, in [0, max_output_tokens_per_frame]
-  KvRequest kv;                           // all nullopt when "kv" is absent
-  std::optional<TokensOrText> prompt;     // fed with the first frame
+  int tokens_per_frame = 0;            // a, in [1, max_tokens_per_frame]
+  int output_tokens_per_frame = 1;     // o, in [0, max_output_tokens_per_frame]
+  KvRequest kv;                        // all nullopt when "kv" is absent
+  std::optional<TokensOrText> prompt;  // fed with the first frame
+  // "prompt.messages" instead of ids / text: formatted and tokenised by the server (prompt unset).
+  std::optional<std::vector<PromptMessage>> prompt_messages;
   std::optional<std::string> client_ref;  // <= kMaxClientRefBytes, echoed in the answer
 };
 inline constexpr std::size_t kMaxClientRefBytes = 64;
