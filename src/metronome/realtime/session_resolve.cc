@@ -114,7 +114,8 @@ SessionResolution ResolveSession(const SessionShape& shape, const SessionDefault
                              .message = "prompt.text needs a tokenizer and there is none (send "
                                         "token ids)"}};
       }
-      spec.prompt = tokenizer->Encode(*text, /*add_bos=*/true);
+      // The file says whether a prompt starts with BOS (add_bos_token, or its family's rule).
+      spec.prompt = tokenizer->Encode(*text, tokenizer->adds_bos());
     }
   } else if (const auto* synthetic = std::get_if<SyntheticPrompt>(&shape.prompt)) {
     prompt_field = "prompt_tokens";
