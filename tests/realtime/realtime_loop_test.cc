@@ -54,7 +54,8 @@ TEST(RealtimeLoopTest, FullKvStarvesAtThePredictedTimeAndRaisesMuteAlarms) {
   const int bt = 16;
   CostModelBackend backend({.c0_s = 0.002}, blocks, bt);
   ManualClock clock;
-  RealtimeLoop loop(&backend, &clock, {.mute_after_starved = 3, .pacing = {}});
+  RealtimeLoop loop(&backend, &clock,
+                    {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = 0, .prompt = {}});
   for (int i = 0; i < n; ++i) loop.AddSession(Spec(kv::KvPolicy::Full()));
   const double tokens_per_s = (3 + 1) / 0.080;
   const double r = tokens_per_s / (blocks * bt);
@@ -331,9 +332,11 @@ TEST(RealtimeLoopTest, AStepBudgetSplitsInputsWithoutChangingWhatSessionsAreFed)
     const int budget = 1 + static_cast<int>(rng() % 64);
     const auto run = [&](int max_step_tokens, RecordingBackend* backend) {
       ManualClock clock;
-      RealtimeLoop loop(
-          backend, &clock,
-          {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = max_step_tokens});
+      RealtimeLoop loop(backend, &clock,
+                        {.mute_after_starved = 3,
+                         .pacing = {},
+                         .max_step_tokens = max_step_tokens,
+                         .prompt = {}});
       std::map<std::pair<RealtimeSessionId, std::int64_t>, std::vector<TokenId>> outputs;
       Observer obs(loop);
       obs.frame = [&](const FrameRecord& r) { outputs[{r.session, r.index}] = r.tokens; };
@@ -386,7 +389,7 @@ TEST(RealtimeLoopTest, OverTheBudgetTheEarliestDeadlineGoesFirst) {
   RecordingBackend backend({.c0_s = 1e-3}, 1024);
   ManualClock clock;
   RealtimeLoop loop(&backend, &clock,
-                    {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = 8});
+                    {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = 8, .prompt = {}});
   SessionSpec relaxed = Spec(kv::KvPolicy::Window(64, 4), 8, 1);
   relaxed.deadline_ms = 80.0;
   SessionSpec urgent = relaxed;
@@ -407,7 +410,7 @@ TEST(RealtimeLoopTest, APromptTakesOnlyWhatOtherFramesLeaveOfAStep) {
   RecordingBackend backend({.c0_s = 1e-3, .c1_s_per_token = 1e-5}, 4096);
   ManualClock clock;
   RealtimeLoop loop(&backend, &clock,
-                    {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = 16});
+                    {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = 16, .prompt = {}});
   SessionSpec prompted = Spec(kv::KvPolicy::Window(256, 4), 1, 1);
   prompted.deadline_ms = 10.0;  // the earliest deadline of all
   prompted.prompt.assign(200, 7);
@@ -440,9 +443,10 @@ TEST(RealtimeLoopTest, APromptTakesOnlyWhatOtherFramesLeaveOfAStep) {
 TEST(RealtimeLoopTest, ANegativeStepBudgetIsRefused) {
   CostModelBackend backend({}, 10, 16);
   ManualClock clock;
-  EXPECT_THROW(RealtimeLoop(&backend, &clock,
-                            {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = -1}),
-               ConfigError);
+  EXPECT_THROW(
+      RealtimeLoop(&backend, &clock,
+                   {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = -1, .prompt = {}}),
+      ConfigError);
 }
 
 // A full-KV session at its context limit ends with an explicit error, never silently; the others
@@ -455,7 +459,8 @@ TEST(RealtimeLoopTest, FullKvSessionAtItsContextLimitEndsWithAnError) {
   engine::Engine eng(m, eo);
   EngineBackend backend(&eng, {}, /*max_context=*/40);
   ManualClock clock;
-  RealtimeLoop loop(&backend, &clock, {.mute_after_starved = 3, .pacing = {}});
+  RealtimeLoop loop(&backend, &clock,
+                    {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = 0, .prompt = {}});
   const RealtimeSessionId full = loop.AddSession(Spec(kv::KvPolicy::Full(), 7, 1));
   const RealtimeSessionId window = loop.AddSession(Spec(kv::KvPolicy::Window(16, 4), 7, 1));
   std::vector<std::pair<RealtimeSessionId, engine::StepStatus>> errors;
@@ -580,7 +585,8 @@ TEST(RealtimeLoopTest, EndedSessionsLeaveNothingBehind) {
 TEST(RealtimeLoopTest, AFullKvSessionEndsAtItsContextBudget) {
   CostModelBackend backend({.c0_s = 0.001}, 1000, 16);
   ManualClock clock;
-  RealtimeLoop loop(&backend, &clock, {.mute_after_starved = 3, .pacing = {}});
+  RealtimeLoop loop(&backend, &clock,
+                    {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = 0, .prompt = {}});
   SessionSpec full = Spec(kv::KvPolicy::Full(), 3, 1);
   full.max_context_tokens = 64;  // 4 blocks
   const RealtimeSessionId id = loop.AddSession(full);
@@ -614,7 +620,8 @@ TEST(RealtimeLoopTest, ABackendErrorEndsTheSessionAsAnErrorNotAsContextFull) {
   engine::Engine eng(m, eo);
   EngineBackend backend(&eng, {});
   ManualClock clock;
-  RealtimeLoop loop(&backend, &clock, {.mute_after_starved = 3, .pacing = {}});
+  RealtimeLoop loop(&backend, &clock,
+                    {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = 0, .prompt = {}});
   SessionSpec spec = Spec(kv::KvPolicy::Window(16, 4), 2, 1);
   spec.external_frames = true;
   const RealtimeSessionId id = loop.AddSession(spec);

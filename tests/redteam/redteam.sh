@@ -4,7 +4,7 @@
 # (/healthz 200, a legitimate session works, open fds back to baseline, RSS, 0 KV blocks used),
 # then sends SIGTERM with a client holding a session: that client must see session.ended
 # (server_shutdown) and a 1001 close frame, and the server must exit 0 within 5 s.
-# Usage: redteam.sh <metronome binary> [--short] [--only edge|hog|squat|all]
+# Usage: redteam.sh <metronome binary> [--short] [--only edge|hog|squat|work|all]
 #   --short: CI mode (well under 60 s). --only edge: the connection-edge attacks (part B of issue
 #   11); hog: the per-session leak and KV/compute hogs (part A); squat: idle sessions and
 #   session-less WebSockets holding every slot (issue 36, attack 4), against the short idle
@@ -80,5 +80,20 @@ else
 fi
 if wait "$client_pid"; then echo "PASS: the client saw session.ended (server_shutdown) and 1001"
 else echo "FAIL: the client did not see session.ended (server_shutdown) and 1001"; rc=1; fi
+
+# Issue 36's admission attacks (an impossible deadline, a heavy session, prompt churn, retry
+# hints) against the serving defaults: aimd over a work budget priced by the start-up calibration.
+# --max-sessions: the hint attack fills the server.
+if [ "$section" = work ] || [ "$section" = all ]; then
+  work_max_sessions=24
+  if serve_start "$bin" "$tmp/serve_work" --model synthetic:tiny --host 127.0.0.1 --port 0 \
+    --threads 1 --max-sessions "$work_max_sessions" --drain-timeout-s 0 --quiet; then
+    timeout 300 python3 "$here/work_attacks.py" --port "$SERVE_PORT" \
+      --max-sessions "$work_max_sessions" $short || rc=1
+    serve_kill
+  else
+    echo "FAIL: serve (serving defaults) did not start"; rc=1
+  fi
+fi
 [ "$rc" -eq 0 ] && echo "redteam: all checks passed" || echo "redteam: FAILED"
 exit "$rc"
