@@ -215,7 +215,7 @@ struct Engine::Batch {
   // A layer's two halves never hold their activations at the same time, so they share one buffer:
   // attention's [T, qkv_dim] qkv and [T, q_dim] att, then the FFN's gate|up and hidden rows of one
   // block of at most 256 rows (hidden written over gate|up for blocks of 128 rows or more, see
-  // Forward). At a 512-row prefill of smol-135m this is 3 MiB instead of 12.
+  // FfnLayer). At a 512-row prefill of smol-135m this is 3 MiB instead of 12.
   std::vector<float> layer_acts;
   std::vector<float> rope_cos, rope_sin;  // [T, rotary_dim/2]: PositionAngles of each row
   // [T, rotary_dim/2]: angles of S + W - 1 - p for rows with rolling positions (the rotation that
