@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "metronome/base/errors.h"
+#include "metronome/base/thread_pool.h"
 #include "metronome/engine/feed.h"
 #include "metronome/model/model.h"
 
@@ -116,6 +118,59 @@ TEST(EngineTest, KeySlicedDecodeEqualsChunkedPrefill) {
 
 // A ragged batch (different sessions, policies, chunk sizes, some decoding while others prefill)
 // gives each session the logits it gets when run alone.
+// Two engines in one process each own a pool of their own thread count: stepped at the same time
+// from two threads, each computes what it computes alone, and neither resizes, nor runs its jobs
+// on, the other's pool.
+TEST(EngineTest, TwoEnginesWithTheirOwnThreadCountsRunConcurrently) {
+  const std::vector<TokenId> tokens = RandomTokens(96, 41, Tiny().config.vocab_size);
+  const kv::KvPolicy policy = kv::KvPolicy::Full();
+  constexpr int kChunk = 32;
+  const auto one_alone = AloneLogits(policy, tokens, kChunk, kv::KvDtype::kF32, 1);
+  const auto three_alone = AloneLogits(policy, tokens, kChunk, kv::KvDtype::kF32, 3);
+
+  const auto options = [](int threads) {  // AloneLogits's options
+    EngineOptions eo;
+    eo.kv_dtype = kv::KvDtype::kF32;
+    eo.num_threads = threads;
+    eo.kv_blocks = 512;
+    eo.block_tokens = 4;
+    eo.poison_freed_blocks = true;
+    return eo;
+  };
+  Engine one(Tiny(), options(1));
+  Engine three(Tiny(), options(3));
+  EXPECT_EQ(one.num_threads(), 1);
+  EXPECT_EQ(three.num_threads(), 3);
+  EXPECT_NE(&one.thread_pool(), &three.thread_pool());
+
+  const auto run = [&](Engine& eng, std::vector<std::vector<float>>* out) {
+    SessionOptions so;
+    so.policy = policy;
+    const SessionId sid = eng.OpenSession(so);
+    out->assign(tokens.size(), {});
+    return Feed(eng, sid, tokens, kChunk, true, [&](std::size_t i, std::span<const float> lg) {
+      (*out)[i].assign(lg.begin(), lg.end());
+    });
+  };
+  std::vector<std::vector<float>> one_logits;
+  std::vector<std::vector<float>> three_logits;
+  StepStatus one_status = StepStatus::kInvalidRequest;
+  std::thread other([&] { one_status = run(one, &one_logits); });
+  const StepStatus three_status = run(three, &three_logits);
+  other.join();
+
+  ASSERT_EQ(one_status, StepStatus::kOk);
+  ASSERT_EQ(three_status, StepStatus::kOk);
+  EXPECT_EQ(one_logits, one_alone);
+  EXPECT_EQ(three_logits, three_alone);
+  EXPECT_EQ(one.num_threads(), 1);
+  EXPECT_EQ(three.num_threads(), 3);
+  // A one-thread pool runs every job on its caller; the three-thread pool split the larger
+  // products over its workers, busy with no other engine's job.
+  EXPECT_EQ(one.thread_pool().jobs_run_parallel(), 0);
+  EXPECT_GT(three.thread_pool().jobs_run_parallel(), 0);
+}
+
 TEST(EngineTest, BatchedSessionsMatchSessionsRunAlone) {
   const int vocab = Tiny().config.vocab_size;
   struct Spec {

@@ -80,7 +80,7 @@ constexpr int kProbeRepeats = 3;  // passes per probe (best of): ~0.1 s at 1 GiB
 struct DecodeRun {
   std::vector<double> step_ms, step_gflops, gemm_ms, attn_ms, attn_kv_bytes;
   std::array<std::vector<double>, engine::kNumProducts> product_ms;  // gemm_ms by product
-  // Jobs the default thread pool ran over the measured steps: split across threads, or inline
+  // Jobs the engine's thread pool ran over the measured steps: split across threads, or inline
   // (one chunk, or nested). Times BM_PoolJobHot (bench/thread_pool_benchmark) = its overhead.
   std::int64_t pool_jobs_parallel = 0;
   std::int64_t pool_jobs_inline = 0;
@@ -161,7 +161,7 @@ int RunBench(const BenchFlags& f) {
   // Returns 0 and fills *run, or the exit status of a failed step. With a probe, the measured steps
   // run in stretches with the bandwidth probed around each (kRooflineStretches).
   const auto decode = [&](DecodeRun* run, const kernels::ReadBandwidthProbe* probe) -> int {
-    const base::ThreadPool& pool = base::DefaultThreadPool();
+    const base::ThreadPool& pool = eng.thread_pool();
     std::int64_t parallel_before = 0;
     std::int64_t inline_before = 0;
     const int stretches = probe != nullptr ? std::min(kRooflineStretches, f.steps) : 0;
@@ -230,7 +230,7 @@ int RunBench(const BenchFlags& f) {
     // peak is the larger of the peak before it existed and the final peak less its resident bytes
     // (exact: the buffer stays whole and resident from its first touch to its release).
     const std::optional<base::ProcessMemory> before_probe = base::ReadProcessMemory();
-    std::optional<kernels::ReadBandwidthProbe> probe(std::in_place);
+    std::optional<kernels::ReadBandwidthProbe> probe(std::in_place, eng.thread_pool());
     const std::optional<base::ProcessMemory> with_probe = base::ReadProcessMemory();
     if (const int rc = decode(&quiet, &*probe); rc != 0) return rc;
     const std::optional<base::ProcessMemory> end_with_probe = base::ReadProcessMemory();
@@ -243,7 +243,7 @@ int RunBench(const BenchFlags& f) {
     }
   }
   const std::vector<double>& step_ms = quiet.step_ms;
-  const double peak = kernels::MeasureGemmPeakGflops(f.peak_n, 5);
+  const double peak = kernels::MeasureGemmPeakGflops(eng.thread_pool(), f.peak_n, 5);
   const double med_ms = Median(step_ms);
   const double med_gflops = Median(quiet.step_gflops);
   const auto* kv0 = eng.session_kv(ids[0]);
@@ -255,7 +255,7 @@ int RunBench(const BenchFlags& f) {
       "bench-decode model=%s sessions=%d context=%lld steps=%d kv=%s kv-dtype=%s threads=%d "
       "(detected CPUs %d)\n",
       m.config.name.c_str(), f.sessions, static_cast<long long>(f.context), f.steps,
-      policy.ToString().c_str(), kv::ToString(eng.kv_layout().dtype), kernels::NumThreads(),
+      policy.ToString().c_str(), kv::ToString(eng.kv_layout().dtype), eng.num_threads(),
       base::DetectedCpuCount());
   std::printf("prefill tokens %lld in %.2f s (%.0f tok/s)\n",
               static_cast<long long>(f.context) * f.sessions, prefill_s,
