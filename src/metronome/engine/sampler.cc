@@ -1,7 +1,9 @@
 #include "metronome/engine/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 #include <string>
 
@@ -17,6 +19,17 @@ void SamplerOptions::Validate() const {
   if (!(top_p > 0.0f && top_p <= 1.0f)) {
     throw ConfigError("top_p = " + std::to_string(top_p) + " must be in (0, 1]");
   }
+}
+
+bool AllFinite(std::span<const float> row) noexcept {
+  // On the bits, branch-free (so it vectorises): a float is NaN or infinite exactly when its
+  // exponent bits are all ones.
+  constexpr std::uint32_t kExponent = 0x7f800000u;
+  std::uint32_t bad = 0;
+  for (const float v : row) {
+    bad |= static_cast<std::uint32_t>((std::bit_cast<std::uint32_t>(v) & kExponent) == kExponent);
+  }
+  return bad == 0;
 }
 
 Sampler::Sampler(const SamplerOptions& options) : options_(options), rng_(options.seed) {
