@@ -1,7 +1,6 @@
 #include "metronome/serving/engine_backend.h"
 
 #include <chrono>
-#include <span>
 
 namespace metronome::serving {
 
@@ -38,10 +37,10 @@ double EngineBackend::Step(std::span<const BackendItem> items,
   for (std::size_t i = 0; i < items.size(); ++i) {
     (*out)[i].status = results_[i].status;
     if (results_[i].status == engine::StepStatus::kOk && results_[i].num_logits_rows > 0) {
-      const std::span<const float> logits = engine_->logits(results_[i].first_logits_row);
+      const int row = results_[i].first_logits_row;
       // Only the rows sampled are checked: the item fails alone, the step's others keep theirs.
-      if (engine::AllFinite(logits)) {
-        (*out)[i].next_token = sampler_.Sample(logits);
+      if (engine_->logits_finite(row)) {
+        (*out)[i].next_token = sampler_.Sample(engine_->logits(row));
       } else {
         (*out)[i].status = engine::StepStatus::kNonFiniteLogits;
       }
