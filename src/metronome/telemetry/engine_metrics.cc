@@ -84,7 +84,7 @@ EngineMetrics::EngineMetrics(MetricsRegistry& registry)
       sessions_ended_by_reason(registry.AddCounterFamily(
           "sessions_ended_total",
           "Sessions ended, by reason (client, context_full, server_shutdown, disconnect, error, "
-          "idle).",
+          "idle, nonfinite_logits).",
           {"reason"})),
       saturation_forecast_seconds(registry.AddGauge(
           "saturation_forecast_seconds",
