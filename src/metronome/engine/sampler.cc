@@ -1,6 +1,7 @@
 #include "metronome/engine/sampler.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -22,14 +23,23 @@ void SamplerOptions::Validate() const {
 }
 
 bool AllFinite(std::span<const float> row) noexcept {
-  // On the bits, branch-free (so it vectorises): a float is NaN or infinite exactly when its
-  // exponent bits are all ones.
+  // On the bits, branch-free: a float is NaN or infinite exactly when its exponent bits are all
+  // ones. Lanes of a fixed width so that -O2's cost model vectorises the loop (a plain loop over
+  // the row stays scalar and costs ~10x more: tens of us on a 150k-token vocabulary).
   constexpr std::uint32_t kExponent = 0x7f800000u;
-  std::uint32_t bad = 0;
-  for (const float v : row) {
-    bad |= static_cast<std::uint32_t>((std::bit_cast<std::uint32_t>(v) & kExponent) == kExponent);
+  constexpr std::size_t kLanes = 16;
+  const auto bad = [](float v) {
+    return static_cast<std::uint32_t>((std::bit_cast<std::uint32_t>(v) & kExponent) == kExponent);
+  };
+  std::array<std::uint32_t, kLanes> lanes{};
+  const std::size_t whole = row.size() / kLanes * kLanes;
+  for (std::size_t i = 0; i < whole; i += kLanes) {
+    for (std::size_t j = 0; j < kLanes; ++j) lanes[j] |= bad(row[i + j]);
   }
-  return bad == 0;
+  std::uint32_t any = 0;
+  for (const std::uint32_t l : lanes) any |= l;
+  for (std::size_t i = whole; i < row.size(); ++i) any |= bad(row[i]);
+  return any == 0;
 }
 
 Sampler::Sampler(const SamplerOptions& options) : options_(options), rng_(options.seed) {
