@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <random>
 #include <thread>
 #include <vector>
@@ -11,7 +13,9 @@
 #include "metronome/base/errors.h"
 #include "metronome/base/thread_pool.h"
 #include "metronome/engine/feed.h"
+#include "metronome/engine/sampler.h"
 #include "metronome/model/model.h"
+#include "metronome/quant/codec.h"
 
 namespace metronome::engine {
 namespace {
@@ -499,6 +503,54 @@ TEST(EngineWarmUpTest, LeavesThePoolAsItWasAndFitsSmallPools) {
   Engine small(m, tiny);
   EXPECT_GT(small.WarmUp(256), 0.0);
   EXPECT_EQ(small.pool_stats().free_blocks, 1);
+}
+
+// A logits row computed from a NaN stops Feed before its callback sees it, whether the NaN
+// reaches the logits (fp32 output) or only the hidden state behind them (a Q8_0 output product
+// quantises its activations with a scale that ignores NaN and answers finite zeros).
+TEST(EngineTest, LogitsFromANanAreNotFiniteAndFeedStopsAtThem) {
+  for (const bool q8_output : {false, true}) {
+    SCOPED_TRACE(q8_output ? "Q8_0 output" : "fp32 output");
+    model::Model m = model::MakeSyntheticModel("tiny", 5);
+    constexpr TokenId kPoisoned = 7;
+    float* embedding = m.weights->MutableFloats(m.weights->token_embedding);
+    std::fill_n(embedding + static_cast<std::ptrdiff_t>(kPoisoned) * m.config.dim, m.config.dim,
+                std::numeric_limits<float>::quiet_NaN());
+    std::vector<std::uint8_t> q8;
+    if (q8_output) {
+      quant::WeightMatrix& out = m.weights->output;
+      ASSERT_EQ(out.type, quant::GgmlType::kF32);
+      const std::vector<float> rows = model::DequantizeRows(out, 0, out.rows);
+      const std::size_t row_bytes =
+          static_cast<std::size_t>(out.cols) / 32 * sizeof(quant::BlockQ8_0);
+      q8.resize(row_bytes * static_cast<std::size_t>(out.rows));
+      quant::QuantizeRow(quant::GgmlType::kQ8_0, rows.data(),
+                         static_cast<std::int64_t>(rows.size()), q8.data());
+      out = {quant::GgmlType::kQ8_0, out.rows, out.cols,
+             reinterpret_cast<const std::byte*>(q8.data()), row_bytes};
+    }
+    EngineOptions eo;
+    eo.kv_blocks = 16;
+    eo.num_threads = 1;
+    Engine eng(m, eo);
+    const SessionId clean = eng.OpenSession({});
+    const SessionId poisoned = eng.OpenSession({});
+    std::vector<StepItemResult> results;
+    const std::vector<TokenId> a = {1, 5, 9};
+    const std::vector<TokenId> b = {1, kPoisoned, 9};
+    eng.Step(std::vector<StepItem>{{clean, a, LogitsMode::kLast}, {poisoned, b, LogitsMode::kLast}},
+             &results);
+    ASSERT_EQ(results[0].status, StepStatus::kOk);
+    ASSERT_EQ(results[1].status, StepStatus::kOk);
+    EXPECT_TRUE(eng.logits_finite(results[0].first_logits_row));
+    EXPECT_FALSE(eng.logits_finite(results[1].first_logits_row));
+
+    const SessionId fed = eng.OpenSession({});
+    int calls = 0;
+    EXPECT_EQ(Feed(eng, fed, b, 8, true, [&](std::size_t, std::span<const float>) { ++calls; }),
+              StepStatus::kNonFiniteLogits);
+    EXPECT_EQ(calls, 1) << "the row after token 1 is clean, the one after token 7 is not";
+  }
 }
 
 }  // namespace

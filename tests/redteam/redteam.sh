@@ -60,6 +60,9 @@ timeout 600 python3 "$here/attacks.py" --port "$port" --pid "$serve_pid" --secti
   --agent-port "$agent_port" --idle-max-ms "$idle_max_ms" \
   --connection-idle-ms "$connection_idle_ms" --limit "$limit" $short || rc=1
 
+# Weights that hold NaN (issue 36, item 7): nonfinite.py serves its own patched files.
+if [ "$section" = all ]; then timeout 120 python3 "$here/nonfinite.py" --bin "$bin" || rc=1; fi
+
 # Graceful shutdown, as docs/protocol.md promises (with --drain-timeout-s 0: at once, no drain).
 timeout 40 python3 "$here/attacks.py" --port "$port" --shutdown-client "$tmp/ready" &
 client_pid=$!

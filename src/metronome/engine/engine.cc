@@ -12,6 +12,7 @@
 #include "metronome/base/errors.h"
 #include "metronome/base/thread_pool.h"
 #include "metronome/engine/rope_spec.h"
+#include "metronome/engine/sampler.h"
 #include "metronome/kernels/gemm.h"
 #include "metronome/kernels/paged_attention.h"
 #include "metronome/kernels/quant_matmul.h"
@@ -312,6 +313,12 @@ kv::PoolStats Engine::pool_stats() const {
 std::span<const float> Engine::logits(int row) const {
   const auto vocab = static_cast<std::size_t>(model_.config.vocab_size);
   return {logits_.data() + static_cast<std::size_t>(row) * vocab, vocab};
+}
+
+bool Engine::logits_finite(int row) const {
+  const auto dim = static_cast<std::size_t>(model_.config.dim);
+  return AllFinite({batch_->final_rows.data() + static_cast<std::size_t>(row) * dim, dim}) &&
+         AllFinite(logits(row));
 }
 
 void Engine::Step(std::span<const StepItem> items, std::vector<StepItemResult>* results) {

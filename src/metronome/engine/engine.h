@@ -126,6 +126,11 @@ class Engine {
   // the next Step().
   void Step(std::span<const StepItem> items, std::vector<StepItemResult>* results);
   [[nodiscard]] std::span<const float> logits(int row) const;
+  // Whether logits row `row` of the last step can be sampled: the final-normed hidden state it was
+  // computed from and the row itself are all finite (AllFinite). The hidden state is checked too
+  // because a quantised output product drops a NaN activation (its block scale ignores it) and
+  // answers finite zeros; one pass over dim + vocab floats.
+  [[nodiscard]] bool logits_finite(int row) const;
 
   [[nodiscard]] const kv::SessionKv* session_kv(SessionId id) const;
   [[nodiscard]] kv::PoolStats pool_stats() const;

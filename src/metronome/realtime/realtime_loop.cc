@@ -423,17 +423,20 @@ bool RealtimeLoop::RunIteration() {
     }
     if (r.status != StepStatus::kOk) {
       // The full-mode context limit, or any other refusal of the backend: the session ends with
-      // an explicit reason, never silently. Only the first is a context-full session.
+      // an explicit reason, never silently. Only the first is a context-full session; logits the
+      // model could not sample from have their own reason (the model, not the session, is at
+      // fault: operators alert on it).
       const bool context_full = r.status == StepStatus::kContextFull;
       ++(context_full ? stats_.context_full_sessions : stats_.error_sessions);
+      const EndReason reason = context_full ? EndReason::kContextFull
+                               : r.status == StepStatus::kNonFiniteLogits
+                                   ? EndReason::kNonFiniteLogits
+                                   : EndReason::kError;
       entry.second = nullptr;
       Retire(sessions_.find(id));
       if (observer_ != nullptr) {
         observer_->OnSessionEnded(
-            {.session = id,
-             .t_s = Seconds(done),
-             .reason = context_full ? EndReason::kContextFull : EndReason::kError,
-             .status = r.status});
+            {.session = id, .t_s = Seconds(done), .reason = reason, .status = r.status});
       }
       continue;
     }
