@@ -8,7 +8,8 @@
 #   --short: CI mode (well under 60 s). --only edge: the connection-edge attacks (part B of issue
 #   11); hog: the per-session leak and KV/compute hogs (part A); squat: idle sessions and
 #   session-less WebSockets holding every slot (issue 36, attack 4), against the short idle
-#   timeouts below.
+#   timeouts below; work: issue 36's admission attacks (work_attacks.py) against the serving
+#   defaults.
 # Loopback only; stops by itself (every step has a timeout; the server is killed on exit).
 set -uo pipefail
 bin="$1"
@@ -55,10 +56,12 @@ serve_pid=$SERVE_PID
 port=$SERVE_PORT
 
 rc=0
-timeout 600 python3 "$here/attacks.py" --port "$port" --pid "$serve_pid" --section "$section" \
-  --max-connections "$max_connections" --handshake-timeout-ms "$handshake_ms" \
-  --agent-port "$agent_port" --idle-max-ms "$idle_max_ms" \
-  --connection-idle-ms "$connection_idle_ms" --limit "$limit" $short || rc=1
+if [ "$section" != work ]; then  # work_attacks.py runs below, against its own server
+  timeout 600 python3 "$here/attacks.py" --port "$port" --pid "$serve_pid" --section "$section" \
+    --max-connections "$max_connections" --handshake-timeout-ms "$handshake_ms" \
+    --agent-port "$agent_port" --idle-max-ms "$idle_max_ms" \
+    --connection-idle-ms "$connection_idle_ms" --limit "$limit" $short || rc=1
+fi
 
 # Weights that hold NaN (issue 36, item 7): nonfinite.py serves its own patched files.
 if [ "$section" = all ]; then timeout 120 python3 "$here/nonfinite.py" --bin "$bin" || rc=1; fi

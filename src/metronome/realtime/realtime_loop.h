@@ -85,7 +85,7 @@ struct FramePacing {
 struct PromptPacing {
   double c1_s_per_token = 0.0;     // >= 0
   double c2_s_per_kv_token = 0.0;  // >= 0
-  double deadline_fraction = 0.1;  // in (0, 1]
+  double deadline_fraction = 0.05;  // in (0, 1]
 
   [[nodiscard]] bool enabled() const { return c1_s_per_token > 0.0 || c2_s_per_kv_token > 0.0; }
   void Validate() const;  // ConfigError naming the field and value
