@@ -117,6 +117,10 @@ class DecodeBench {
   // The quiet measurement: decode with the bandwidth probed around the stretches, and the memory
   // the engine holds after it (*mem_decoded). Returns 0, or the exit status of a failed step.
   int MeasureQuiet(DecodeRun* quiet, std::optional<base::ProcessMemory>* mem_decoded);
+  // This machine's fp32 GEMM peak, GFLOP/s, measured in the run (after the quiet measurement).
+  [[nodiscard]] double MeasurePeakGflops() const {
+    return kernels::MeasureGemmPeakGflops(f_.peak_n, 5);
+  }
   // The report of the quiet measurement against the in-run GEMM peak (GFLOP/s).
   void PrintDecode(const DecodeRun& quiet, double peak_gflops) const;
   void PrintRoofline(const DecodeRun& quiet) const;
@@ -440,7 +444,7 @@ int RunBench(const BenchFlags& f) {
   DecodeRun quiet;
   std::optional<base::ProcessMemory> mem_decoded;
   if (const int rc = bench.MeasureQuiet(&quiet, &mem_decoded); rc != 0) return rc;
-  const double peak_gflops = kernels::MeasureGemmPeakGflops(f.peak_n, 5);
+  const double peak_gflops = bench.MeasurePeakGflops();
   bench.PrintDecode(quiet, peak_gflops);
   bench.PrintRoofline(quiet);
   bench.PrintKvAndMemory(mem_decoded);
