@@ -21,6 +21,7 @@
 #include "metronome/kernels/quant_matmul.h"
 #include "metronome/quant/codec.h"
 #include "metronome/quant/weight_matrix.h"
+#include "support/test_pool.h"
 
 namespace {
 
@@ -91,9 +92,9 @@ void BM_FusedProjection(benchmark::State& state) {
   for (auto _ : state) {
     const GroupCopy& g = groups[i++ % groups.size()];
     if (concatenated) {
-      kernels::MatMul(x.data(), m, g.fused, y.data(), false);
+      kernels::MatMul(metronome::testing::TestPool(), x.data(), m, g.fused, y.data(), false);
     } else {
-      kernels::MatMul(x.data(), m, g.parts, y.data(), false);
+      kernels::MatMul(metronome::testing::TestPool(), x.data(), m, g.parts, y.data(), false);
     }
     benchmark::DoNotOptimize(y.data());
   }

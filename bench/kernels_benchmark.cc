@@ -23,6 +23,7 @@
 #include "metronome/kernels/gemm.h"
 #include "metronome/kernels/paged_attention.h"
 #include "metronome/kv/session_kv.h"
+#include "support/test_pool.h"
 
 namespace {
 
@@ -31,7 +32,8 @@ namespace kernels = metronome::kernels;
 namespace kv = metronome::kv;
 
 double PeakGflops() {
-  static const double peak = kernels::MeasureGemmPeakGflops(1536, 5);
+  static const double peak =
+      kernels::MeasureGemmPeakGflops(metronome::testing::TestPool(), 1536, 5);
   return peak;
 }
 
@@ -51,7 +53,8 @@ void BM_Gemm(benchmark::State& state) {
   std::size_t i = 0;
   for (auto _ : state) {
     const float* wi = w[i++ % w.size()].data();
-    kernels::MatMulTransposedB(x.data(), m, k, wi, n, y.data(), false);
+    kernels::MatMulTransposedB(metronome::testing::TestPool(), x.data(), m, k, wi, n, y.data(),
+                               false);
     benchmark::DoNotOptimize(y.data());
   }
   const double flops = 2.0 * m * n * k;

@@ -52,6 +52,7 @@
 #include "metronome/quant/ggml_type.h"
 #include "metronome/quant/row_layout.h"
 #include "metronome/quant/weight_matrix.h"
+#include "support/test_pool.h"
 
 namespace {
 
@@ -61,11 +62,13 @@ namespace quant = metronome::quant;
 using quant::GgmlType;
 
 double PeakGflops() {
-  static const double peak = kernels::MeasureGemmPeakGflops(1536, 5);
+  static const double peak =
+      kernels::MeasureGemmPeakGflops(metronome::testing::TestPool(), 1536, 5);
   return peak;
 }
 double BandwidthGBps() {
-  static const double bw = kernels::MeasureReadBandwidthGBps(std::size_t{1} << 30, 5);
+  static const double bw =
+      kernels::MeasureReadBandwidthGBps(metronome::testing::TestPool(), std::size_t{1} << 30, 5);
   return bw;
 }
 
@@ -162,7 +165,7 @@ Matrix MakeMatrix(GgmlType wanted, int n, int k, Layout layout = Layout::kFile) 
 // y[m, n] = x W^T through the engine's entry point (activation preparation, the kernel table, the
 // one parallel split).
 void MatMul(const Matrix& w, const std::vector<float>& x, int m, float* y) {
-  kernels::MatMul(x.data(), m, w.view, y, false);
+  kernels::MatMul(metronome::testing::TestPool(), x.data(), m, w.view, y, false);
 }
 
 constexpr int kDim = 576;
@@ -368,7 +371,8 @@ void BM_Prefill(benchmark::State& state) {
         avx512::DequantizeRows(type, w.data.get() + r * row_bytes, std::min(16, kDim - r), kFfn,
                                wf.data() + static_cast<std::size_t>(r) * kFfn);
       }
-      kernels::MatMulTransposedB(x.data(), m, kFfn, wf.data(), kDim, y.data(), false);
+      kernels::MatMulTransposedB(metronome::testing::TestPool(), x.data(), m, kFfn, wf.data(), kDim,
+                                 y.data(), false);
     } else {
       // The table's integer kernel for every m (MatMul itself switches to dequant+sgemm at 32).
       kernels::PrepareActivations(type, x.data(), m, kFfn, act.data());

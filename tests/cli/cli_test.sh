@@ -91,6 +91,71 @@ check "tokenize without --text fails and names the flag" bash -c \
 fails_with "tokenize --chat refuses a model without a chat template" "no chat template" \
   tokenize --model synthetic:tiny --chat '[{"role": "user", "content": "hi"}]'
 
+# Non-finite weights (issue 36, item 7): info --check-weights names them; generate and score stop
+# with a precise error instead of printing what argmax over NaN picks. The bytes are patched at the
+# offsets info --json gives (0xff bytes: NaN in F32 and F16).
+poison() {  # poison FILE OFFSET BYTES: overwrite BYTES bytes at OFFSET with NaN
+  head -c "$3" /dev/zero | tr '\0' '\377' |
+    dd of="$1" bs=65536 seek="$2" oflag=seek_bytes iflag=fullblock conv=notrunc status=none
+}
+tensor_field() {  # tensor_field INFO_JSON NAME FIELD
+  jq -r --arg n "$2" --arg f "$3" '.tensors[] | select(.name == $n) | .[$f]' "$1"
+}
+out="$("$bin" info --model "$tmp/tiny.gguf" --check-weights)"
+rc=$?
+check "info --check-weights: a clean file is all finite, exit 0" test "$rc" -eq 0 -a -n "$(grep -E \
+  '^weights check  21 tensors, [0-9]+ elements decoded: all finite$' <<<"$out")"
+"$bin" info --model "$tmp/tiny.gguf" --json >"$tmp/tiny_info.json"
+dim="$(jq .config.dim "$tmp/tiny_info.json")"
+cp "$tmp/tiny.gguf" "$tmp/nan7.gguf"  # token 7's embedding row is NaN, nothing else
+poison "$tmp/nan7.gguf" $(($(tensor_field "$tmp/tiny_info.json" token_embd.weight file_offset) + 7 * dim * 4)) $((dim * 4))
+out="$("$bin" info --model "$tmp/nan7.gguf" --check-weights 2>"$tmp/check.err")"
+rc=$?
+check "info --check-weights: exit 3 when a tensor holds NaN" test "$rc" -eq 3
+check "info --check-weights: names the tensor, the count and the first element" \
+  grep -qx "  non-finite   token_embd.weight: $dim values, first at element $((7 * dim))" <<<"$out"
+check "info --check-weights: the error line names the first tensor" \
+  grep -qx "error: 1 tensors hold NaN or infinite values (first: token_embd.weight)" "$tmp/check.err"
+check "info --check-weights --json: the same finding" test "$("$bin" info --model "$tmp/nan7.gguf" \
+  --check-weights --json 2>/dev/null | jq -c '.weights_check.non_finite')" = \
+  "[{\"count\":$dim,\"first_index\":$((7 * dim)),\"name\":\"token_embd.weight\"}]"
+"$bin" generate --model "$tmp/nan7.gguf" --prompt-ids "1 5 9" --steps 24 --print-ids \
+  >"$tmp/nan7.ids" 2>/dev/null
+# (token 7 may be generated: compare only while the clean model's continuation avoids it)
+if ! grep -qw 7 "$tmp/tiny.ids"; then
+  check "a NaN row of one token leaves prompts without it unchanged" cmp -s "$tmp/tiny.ids" "$tmp/nan7.ids"
+fi
+out="$("$bin" generate --model "$tmp/nan7.gguf" --prompt-ids "1 7 9" --steps 4 --print-ids 2>&1)"
+rc=$?
+check "generate on NaN logits: exit 3 naming nonfinite_logits, no ids printed" \
+  test "$rc" -eq 3 -a -n "$(grep -F 'error: generation stopped after 0 tokens: nonfinite_logits' <<<"$out")" \
+  -a -z "$(grep -Ex '[0-9 ]+' <<<"$out")"
+out="$("$bin" score --model "$tmp/nan7.gguf" --ids "1 5 7 9" 2>&1)"
+rc=$?
+check "score on NaN logits: exit 3 naming nonfinite_logits after the clean positions" \
+  test "$rc" -eq 3 -a -n "$(grep -F 'error: scoring stopped after 2 positions: nonfinite_logits' <<<"$out")"
+cp "$tmp/tiny.gguf" "$tmp/allnan.gguf"  # every weight NaN (the issue's file)
+while read -r offset bytes; do poison "$tmp/allnan.gguf" "$offset" "$bytes"; done \
+  < <(jq -r '.tensors[] | "\(.file_offset) \(.bytes)"' "$tmp/tiny_info.json")
+out="$("$bin" info --model "$tmp/allnan.gguf" --check-weights 2>/dev/null)"
+check "info --check-weights: every tensor of an all-NaN file listed" \
+  test "$(grep -c '^  non-finite   ' <<<"$out")" -eq 21
+out="$("$bin" generate --model "$tmp/allnan.gguf" --prompt-ids "1 5 9" --steps 4 --print-ids 2>&1)"
+check "generate on an all-NaN file: exit 3, nonfinite_logits" \
+  test $? -eq 3 -a -n "$(grep -F 'nonfinite_logits' <<<"$out")"
+# Q8_0 matrices quantise their activations with a scale that ignores NaN, so a NaN embedding
+# reaches the logits as finite zeros (the issue's `[0,0,0,0]` marked ok): the hidden state the
+# logits come from is checked too.
+"$bin" quantize --model "$tmp/tiny.gguf" --out "$tmp/tiny_q8.gguf" --type q8_0 >/dev/null 2>&1
+"$bin" info --model "$tmp/tiny_q8.gguf" --json >"$tmp/tiny_q8_info.json"
+cp "$tmp/tiny_q8.gguf" "$tmp/q8_nan_embd.gguf"
+poison "$tmp/q8_nan_embd.gguf" "$(tensor_field "$tmp/tiny_q8_info.json" token_embd.weight file_offset)" \
+  "$(tensor_field "$tmp/tiny_q8_info.json" token_embd.weight bytes)"
+out="$("$bin" generate --model "$tmp/q8_nan_embd.gguf" --prompt-ids "1 5 9" --steps 4 --print-ids 2>&1)"
+rc=$?
+check "generate on a Q8_0 file with a NaN embedding: exit 3, nonfinite_logits, not 0 0 0 0" \
+  test "$rc" -eq 3 -a -n "$(grep -F 'nonfinite_logits' <<<"$out")" -a -z "$(grep -x '0 0 0 0' <<<"$out")"
+
 # Rope variants: export-gguf writes them, info reads them back, the engine runs them.
 "$bin" export-gguf --model synthetic:tiny --out "$tmp/tiny_rope.gguf" --rope-theta 500000 \
   --rope-freqs llama3 --rope-scaling yarn:4:512 >/dev/null

@@ -4,12 +4,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "metronome/base/errors.h"
+#include "metronome/base/thread_pool.h"
 #include "metronome/engine/feed.h"
+#include "metronome/engine/sampler.h"
 #include "metronome/model/model.h"
+#include "metronome/quant/codec.h"
 
 namespace metronome::engine {
 namespace {
@@ -116,6 +122,59 @@ TEST(EngineTest, KeySlicedDecodeEqualsChunkedPrefill) {
 
 // A ragged batch (different sessions, policies, chunk sizes, some decoding while others prefill)
 // gives each session the logits it gets when run alone.
+// Two engines in one process each own a pool of their own thread count: stepped at the same time
+// from two threads, each computes what it computes alone, and neither resizes, nor runs its jobs
+// on, the other's pool.
+TEST(EngineTest, TwoEnginesWithTheirOwnThreadCountsRunConcurrently) {
+  const std::vector<TokenId> tokens = RandomTokens(96, 41, Tiny().config.vocab_size);
+  const kv::KvPolicy policy = kv::KvPolicy::Full();
+  constexpr int kChunk = 32;
+  const auto one_alone = AloneLogits(policy, tokens, kChunk, kv::KvDtype::kF32, 1);
+  const auto three_alone = AloneLogits(policy, tokens, kChunk, kv::KvDtype::kF32, 3);
+
+  const auto options = [](int threads) {  // AloneLogits's options
+    EngineOptions eo;
+    eo.kv_dtype = kv::KvDtype::kF32;
+    eo.num_threads = threads;
+    eo.kv_blocks = 512;
+    eo.block_tokens = 4;
+    eo.poison_freed_blocks = true;
+    return eo;
+  };
+  Engine one(Tiny(), options(1));
+  Engine three(Tiny(), options(3));
+  EXPECT_EQ(one.num_threads(), 1);
+  EXPECT_EQ(three.num_threads(), 3);
+  EXPECT_NE(&one.thread_pool(), &three.thread_pool());
+
+  const auto run = [&](Engine& eng, std::vector<std::vector<float>>* out) {
+    SessionOptions so;
+    so.policy = policy;
+    const SessionId sid = eng.OpenSession(so);
+    out->assign(tokens.size(), {});
+    return Feed(eng, sid, tokens, kChunk, true, [&](std::size_t i, std::span<const float> lg) {
+      (*out)[i].assign(lg.begin(), lg.end());
+    });
+  };
+  std::vector<std::vector<float>> one_logits;
+  std::vector<std::vector<float>> three_logits;
+  StepStatus one_status = StepStatus::kInvalidRequest;
+  std::thread other([&] { one_status = run(one, &one_logits); });
+  const StepStatus three_status = run(three, &three_logits);
+  other.join();
+
+  ASSERT_EQ(one_status, StepStatus::kOk);
+  ASSERT_EQ(three_status, StepStatus::kOk);
+  EXPECT_EQ(one_logits, one_alone);
+  EXPECT_EQ(three_logits, three_alone);
+  EXPECT_EQ(one.num_threads(), 1);
+  EXPECT_EQ(three.num_threads(), 3);
+  // A one-thread pool runs every job on its caller; the three-thread pool split the larger
+  // products over its workers, busy with no other engine's job.
+  EXPECT_EQ(one.thread_pool().jobs_run_parallel(), 0);
+  EXPECT_GT(three.thread_pool().jobs_run_parallel(), 0);
+}
+
 TEST(EngineTest, BatchedSessionsMatchSessionsRunAlone) {
   const int vocab = Tiny().config.vocab_size;
   struct Spec {
@@ -444,6 +503,54 @@ TEST(EngineWarmUpTest, LeavesThePoolAsItWasAndFitsSmallPools) {
   Engine small(m, tiny);
   EXPECT_GT(small.WarmUp(256), 0.0);
   EXPECT_EQ(small.pool_stats().free_blocks, 1);
+}
+
+// A logits row computed from a NaN stops Feed before its callback sees it, whether the NaN
+// reaches the logits (fp32 output) or only the hidden state behind them (a Q8_0 output product
+// quantises its activations with a scale that ignores NaN and answers finite zeros).
+TEST(EngineTest, LogitsFromANanAreNotFiniteAndFeedStopsAtThem) {
+  for (const bool q8_output : {false, true}) {
+    SCOPED_TRACE(q8_output ? "Q8_0 output" : "fp32 output");
+    model::Model m = model::MakeSyntheticModel("tiny", 5);
+    constexpr TokenId kPoisoned = 7;
+    float* embedding = m.weights->MutableFloats(m.weights->token_embedding);
+    std::fill_n(embedding + static_cast<std::ptrdiff_t>(kPoisoned) * m.config.dim, m.config.dim,
+                std::numeric_limits<float>::quiet_NaN());
+    std::vector<std::uint8_t> q8;
+    if (q8_output) {
+      quant::WeightMatrix& out = m.weights->output;
+      ASSERT_EQ(out.type, quant::GgmlType::kF32);
+      const std::vector<float> rows = model::DequantizeRows(out, 0, out.rows);
+      const std::size_t row_bytes =
+          static_cast<std::size_t>(out.cols) / 32 * sizeof(quant::BlockQ8_0);
+      q8.resize(row_bytes * static_cast<std::size_t>(out.rows));
+      quant::QuantizeRow(quant::GgmlType::kQ8_0, rows.data(),
+                         static_cast<std::int64_t>(rows.size()), q8.data());
+      out = {quant::GgmlType::kQ8_0, out.rows, out.cols,
+             reinterpret_cast<const std::byte*>(q8.data()), row_bytes};
+    }
+    EngineOptions eo;
+    eo.kv_blocks = 16;
+    eo.num_threads = 1;
+    Engine eng(m, eo);
+    const SessionId clean = eng.OpenSession({});
+    const SessionId poisoned = eng.OpenSession({});
+    std::vector<StepItemResult> results;
+    const std::vector<TokenId> a = {1, 5, 9};
+    const std::vector<TokenId> b = {1, kPoisoned, 9};
+    eng.Step(std::vector<StepItem>{{clean, a, LogitsMode::kLast}, {poisoned, b, LogitsMode::kLast}},
+             &results);
+    ASSERT_EQ(results[0].status, StepStatus::kOk);
+    ASSERT_EQ(results[1].status, StepStatus::kOk);
+    EXPECT_TRUE(eng.logits_finite(results[0].first_logits_row));
+    EXPECT_FALSE(eng.logits_finite(results[1].first_logits_row));
+
+    const SessionId fed = eng.OpenSession({});
+    int calls = 0;
+    EXPECT_EQ(Feed(eng, fed, b, 8, true, [&](std::size_t, std::span<const float>) { ++calls; }),
+              StepStatus::kNonFiniteLogits);
+    EXPECT_EQ(calls, 1) << "the row after token 1 is clean, the one after token 7 is not";
+  }
 }
 
 }  // namespace

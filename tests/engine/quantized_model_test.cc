@@ -18,6 +18,7 @@
 #include "metronome/model/model.h"
 #include "metronome/quant/weight_matrix.h"
 #include "support/shared_data.h"
+#include "support/test_pool.h"
 
 namespace metronome::engine {
 namespace {
@@ -123,8 +124,8 @@ void ExpectSameProducts(const model::Model& file, const model::Model& relaid,
       }
       std::vector<float> ya(static_cast<std::size_t>(m) * a.rows);
       std::vector<float> yb(ya.size());
-      kernels::MatMul(x.data(), m, a, ya.data(), false);
-      kernels::MatMul(x.data(), m, b, yb.data(), false);
+      kernels::MatMul(testing::TestPool(), x.data(), m, a, ya.data(), false);
+      kernels::MatMul(testing::TestPool(), x.data(), m, b, yb.data(), false);
       double diff = 0.0;
       double largest = 0.0;
       for (std::size_t i = 0; i < ya.size(); ++i) {

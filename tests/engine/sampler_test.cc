@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -39,6 +40,26 @@ TEST(SamplerTest, TopPDropsTheTail) {
 TEST(SamplerTest, RejectsBadOptions) {
   EXPECT_THROW(Sampler({-1.0f, 1.0f, 1}), ConfigError);
   EXPECT_THROW(Sampler({1.0f, 0.0f, 1}), ConfigError);
+}
+
+TEST(SamplerTest, AllFiniteRefusesNanAndInfinitiesAnywhere) {
+  std::vector<float> row(1000, 1.0f);
+  row[3] = std::numeric_limits<float>::max();
+  row[4] = -std::numeric_limits<float>::max();
+  row[5] = std::numeric_limits<float>::denorm_min();
+  row[6] = -0.0f;
+  EXPECT_TRUE(AllFinite(row));
+  EXPECT_TRUE(AllFinite({}));
+  for (const float bad :
+       {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
+        std::numeric_limits<float>::signaling_NaN(), std::numeric_limits<float>::infinity(),
+        -std::numeric_limits<float>::infinity()}) {
+    for (const std::size_t at : {std::size_t{0}, std::size_t{517}, row.size() - 1}) {
+      std::vector<float> r = row;
+      r[at] = bad;
+      EXPECT_FALSE(AllFinite(r)) << bad << " at " << at;
+    }
+  }
 }
 
 }  // namespace

@@ -9,24 +9,26 @@
 #include <cmath>
 #include <cstddef>
 
+#include "support/test_pool.h"
+
 namespace metronome::kernels {
 namespace {
 
 TEST(MeasureReadBandwidth, IsPositiveAndFinite) {
-  const double gbps = MeasureReadBandwidthGBps(std::size_t{32} << 20, 2);
+  const double gbps = MeasureReadBandwidthGBps(testing::TestPool(), std::size_t{32} << 20, 2);
   EXPECT_GT(gbps, 0.0);
   EXPECT_TRUE(std::isfinite(gbps));
 }
 
 TEST(MeasureReadBandwidth, TooSmallABufferReportsZero) {
-  EXPECT_EQ(MeasureReadBandwidthGBps(64, 1), 0.0);
-  const ReadBandwidthProbe probe(64);
+  EXPECT_EQ(MeasureReadBandwidthGBps(testing::TestPool(), 64, 1), 0.0);
+  const ReadBandwidthProbe probe(testing::TestPool(), 64);
   EXPECT_EQ(probe.MeasureGBps(1), 0.0);
   EXPECT_EQ(probe.MeasureGBps(2), 0.0);
 }
 
 TEST(MeasureReadBandwidth, OneProbeMeasuresAgainAndAgain) {
-  const ReadBandwidthProbe probe(std::size_t{32} << 20);
+  const ReadBandwidthProbe probe(testing::TestPool(), std::size_t{32} << 20);
   for (int i = 0; i < 3; ++i) {
     const double gbps = probe.MeasureGBps(1);
     EXPECT_GT(gbps, 0.0) << "measurement " << i;

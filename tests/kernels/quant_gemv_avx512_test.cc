@@ -22,6 +22,7 @@
 #include "metronome/quant/codec.h"
 #include "metronome/quant/ggml_type.h"
 #include "metronome/quant/weight_matrix.h"
+#include "support/test_pool.h"
 
 namespace metronome::kernels::avx512 {
 namespace {
@@ -121,7 +122,7 @@ TEST_P(GemvKernelTest, MatMulOfAGroupEqualsScalarReference) {
     const quant::WeightMatrix parts[] = {a.mat, b.mat};
     const int ldy = a.mat.rows + b.mat.rows;
     std::vector<float> got(static_cast<std::size_t>(m) * ldy);
-    MatMul(x.data(), m, parts, got.data(), false);
+    MatMul(testing::TestPool(), x.data(), m, parts, got.data(), false);
     std::vector<float> want_a(static_cast<std::size_t>(m) * a.mat.rows);
     std::vector<float> want_b(static_cast<std::size_t>(m) * b.mat.rows);
     MatMulRowsScalar(x.data(), m, a.mat, want_a.data(), false, 0, a.mat.rows);

@@ -17,6 +17,7 @@
 #include "metronome/kernels/cpu_features.h"
 #include "metronome/kernels/quant_matmul.h"
 #include "metronome/quant/row_layout.h"
+#include "support/test_pool.h"
 
 namespace metronome::kernels::avx512 {
 namespace {
@@ -116,8 +117,8 @@ TEST_P(InterleavedKernelTest, MatMulReadsEitherLayoutAlike) {
     const int ldy = a.mat.rows + b.mat.rows;
     std::vector<float> got(static_cast<std::size_t>(m) * ldy);
     std::vector<float> want(got.size());
-    MatMul(a.x.data(), m, mixed, got.data(), false);
-    MatMul(a.x.data(), m, plain, want.data(), false);
+    MatMul(testing::TestPool(), a.x.data(), m, mixed, got.data(), false);
+    MatMul(testing::TestPool(), a.x.data(), m, plain, want.data(), false);
     for (int i = 0; i < m; ++i) {
       const double tol = Tolerance(a, i, kCols) + Tolerance(b, i, kCols);
       for (int j = 0; j < ldy; ++j) {

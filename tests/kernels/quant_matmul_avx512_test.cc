@@ -25,6 +25,7 @@
 #include "metronome/quant/codec.h"
 #include "metronome/quant/ggml_type.h"
 #include "metronome/quant/weight_matrix.h"
+#include "support/test_pool.h"
 
 namespace metronome::kernels::avx512 {
 namespace {
@@ -486,7 +487,7 @@ TEST(PrefillPath, ManyRowsEqualDequantisedFp32Gemm) {
     }
     const quant::WeightMatrix mat = quant::MakeWeightMatrix(t, n, k, w.data());
     std::vector<float> y(static_cast<std::size_t>(m) * n, 1.0f);
-    MatMul(x.data(), m, mat, y.data(), true);
+    MatMul(testing::TestPool(), x.data(), m, mat, y.data(), true);
     for (int i = 0; i < m; ++i) {
       for (int j = 0; j < n; ++j) {
         double want = 1.0;

@@ -11,6 +11,7 @@
 #include "metronome/quant/codec.h"
 #include "metronome/quant/ggml_type.h"
 #include "metronome/quant/weight_matrix.h"
+#include "support/test_pool.h"
 
 namespace metronome::kernels {
 namespace {
@@ -150,7 +151,7 @@ TEST(QuantMatMulTest, MatMulEqualsReferenceAndAccumulates) {
       const Problem p = MakeProblem(type, m, rows, cols, seed++);
       const Reference ref = Expected(p);
       std::vector<float> y(static_cast<std::size_t>(m) * rows, 123.0f);
-      MatMul(p.x.data(), m, p.w, y.data(), false);
+      MatMul(testing::TestPool(), p.x.data(), m, p.w, y.data(), false);
       ExpectNear(y, ref, p, "MatMul");
       std::vector<float> y_acc(y.size());
       Reference shifted = ref;
@@ -158,7 +159,7 @@ TEST(QuantMatMulTest, MatMulEqualsReferenceAndAccumulates) {
         y_acc[o] = static_cast<float>(o % 5) - 2.0f;
         shifted.y[o] += y_acc[o];
       }
-      MatMul(p.x.data(), m, p.w, y_acc.data(), true);
+      MatMul(testing::TestPool(), p.x.data(), m, p.w, y_acc.data(), true);
       ExpectNear(y_acc, shifted, p, "MatMul accumulate");
     }
   }
@@ -187,10 +188,10 @@ TEST(QuantMatMulTest, RowRangeWritesOnlyItsColumns) {
 TEST(QuantMatMulTest, RowSliceMatchesTheFullMatrix) {
   const Problem p = MakeProblem(GgmlType::kQ6_K, 3, 24, 256, 400);
   std::vector<float> full(static_cast<std::size_t>(3) * 24);
-  MatMul(p.x.data(), 3, p.w, full.data(), false);
+  MatMul(testing::TestPool(), p.x.data(), 3, p.w, full.data(), false);
   const quant::WeightMatrix part = p.w.RowSlice(8, 10);
   std::vector<float> y(static_cast<std::size_t>(3) * 10);
-  MatMul(p.x.data(), 3, part, y.data(), false);
+  MatMul(testing::TestPool(), p.x.data(), 3, part, y.data(), false);
   for (int i = 0; i < 3; ++i) {
     for (int r = 0; r < 10; ++r) EXPECT_EQ(y[i * 10 + r], full[i * 24 + 8 + r]);
   }

@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -197,6 +199,66 @@ TEST(ModelInfoTest, ListsWhatTheEngineWouldRefuseNamingEachKeyAndTensor) {
   ASSERT_EQ(info.unsupported.size(), 2U);
   EXPECT_NE(info.unsupported[0].find("'llama.attn_logit_softcapping'"), std::string::npos);
   EXPECT_NE(info.unsupported[1].find("'blk.0.attn_sinks.weight'"), std::string::npos);
+}
+
+// CheckWeights decodes every tensor in its stored type and names each one holding a NaN or an
+// infinity, with the count and the first element's index; a NaN hidden in a quantised block's
+// scale counts every element of the block. Types without a decoder are listed, not guessed at.
+TEST(ModelInfoTest, CheckWeightsNamesEveryTensorHoldingNonFiniteValues) {
+  GgufWriter w;
+  w.SetString("general.architecture", "llama");
+  std::vector<float> values(512, 0.5f);
+  w.AddTensor("clean", {256, 2}, GgmlType::kF32, values);
+  values[300] = std::numeric_limits<float>::quiet_NaN();
+  values[301] = -std::numeric_limits<float>::infinity();
+  values[511] = std::numeric_limits<float>::quiet_NaN();
+  w.AddTensor("nan_f32", {256, 2}, GgmlType::kF32, values);
+  w.AddTensor("inf_f16", {256, 2}, GgmlType::kF16, values);
+  // Q8_0: 3 blocks of 32; the second block's fp16 scale is NaN (0x7e00).
+  Bytes q8(3 * 34, 0);
+  for (int b = 0; b < 3; ++b) {
+    const std::uint16_t d = b == 1 ? 0x7e00 : 0x3c00;  // NaN, 1.0
+    std::memcpy(q8.data() + b * 34, &d, sizeof d);
+  }
+  w.AddEncodedTensor("nan_scale_q8", {96}, GgmlType::kQ8_0, q8);
+  w.AddTensor("opaque", {256}, GgmlType::kF32, std::span<const float>(values.data(), 256));
+  Bytes buf = w.Serialize();
+  SetTensorType(buf, "opaque", 1, static_cast<std::uint32_t>(GgmlType::kIQ2_XXS));
+  const TempFile file("metronome_check_weights_test.gguf");
+  std::ofstream(file.path(), std::ios::binary)
+      .write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
+
+  const WeightCheck check = CheckWeights(file.path());
+  EXPECT_EQ(check.tensors_checked, 4u);
+  EXPECT_EQ(check.elements_checked, 512u * 3 + 96u);
+  EXPECT_EQ(check.unchecked, (std::vector<std::string>{"opaque (IQ2_XXS)"}));
+  ASSERT_EQ(check.non_finite.size(), 3u);
+  EXPECT_EQ(check.non_finite[0].name, "nan_f32");
+  EXPECT_EQ(check.non_finite[0].count, 3u);
+  EXPECT_EQ(check.non_finite[0].first_index, 300u);
+  EXPECT_EQ(check.non_finite[1].name, "inf_f16");
+  EXPECT_EQ(check.non_finite[1].count, 3u);
+  EXPECT_EQ(check.non_finite[1].first_index, 300u);
+  EXPECT_EQ(check.non_finite[2].name, "nan_scale_q8");
+  EXPECT_EQ(check.non_finite[2].count, 32u);
+  EXPECT_EQ(check.non_finite[2].first_index, 32u);
+
+  // The tensors' data offsets point at their bytes in the file.
+  const ModelInfo info = DescribeModel(file.path());
+  ASSERT_EQ(info.tensors.size(), 5u);
+  float first = 0.0f;
+  std::memcpy(&first, buf.data() + info.tensors[1].file_offset + 300 * sizeof(float), sizeof first);
+  EXPECT_TRUE(std::isnan(first));
+}
+
+TEST(ModelInfoTest, CheckWeightsFindsNothingInASyntheticModel) {
+  const WeightCheck check = CheckWeights("synthetic:tiny");
+  EXPECT_TRUE(check.non_finite.empty());
+  EXPECT_TRUE(check.unchecked.empty());
+  EXPECT_GT(check.tensors_checked, 0u);
+  const Model m = LoadModel("synthetic:tiny");
+  EXPECT_GE(check.elements_checked, static_cast<std::uint64_t>(m.config.vocab_size) *
+                                        static_cast<std::uint64_t>(m.config.dim));
 }
 
 }  // namespace

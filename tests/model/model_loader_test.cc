@@ -13,7 +13,6 @@
 
 #include "metronome/base/errors.h"
 #include "metronome/base/mapped_file.h"
-#include "metronome/base/thread_pool.h"
 #include "metronome/model/gguf.h"
 #include "metronome/model/internal/gguf_tensors.h"
 #include "metronome/model/model.h"
@@ -371,12 +370,8 @@ TEST(SyntheticModelTest, DeterministicFromSeed) {
   ASSERT_NE(a.tokenizer, nullptr);
   EXPECT_EQ(a.tokenizer->vocab_size(), 512);
   // Identical regardless of the thread count of the pool that fills it.
-  const int threads = base::DefaultThreadPool().num_threads();
-  base::SetDefaultThreadCount(1);
-  const Model d = MakeSyntheticModel("tiny", 7);
-  base::SetDefaultThreadCount(3);
-  const Model e = MakeSyntheticModel("tiny", 7);
-  base::SetDefaultThreadCount(threads);
+  const Model d = MakeSyntheticModel("tiny", 7, /*num_threads=*/1);
+  const Model e = MakeSyntheticModel("tiny", 7, /*num_threads=*/3);
   EXPECT_EQ(fa, Flatten(*d.weights, dim));
   EXPECT_EQ(fa, Flatten(*e.weights, dim));
 }

@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <random>
 
 #include "metronome/base/errors.h"
+#include "metronome/engine/sampler.h"
 #include "metronome/model/model.h"
 #include "metronome/realtime/cost_model.h"
 #include "metronome/serving/engine_backend.h"
@@ -54,7 +56,8 @@ TEST(RealtimeLoopTest, FullKvStarvesAtThePredictedTimeAndRaisesMuteAlarms) {
   const int bt = 16;
   CostModelBackend backend({.c0_s = 0.002}, blocks, bt);
   ManualClock clock;
-  RealtimeLoop loop(&backend, &clock, {.mute_after_starved = 3, .pacing = {}});
+  RealtimeLoop loop(&backend, &clock,
+                    {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = 0, .prompt = {}});
   for (int i = 0; i < n; ++i) loop.AddSession(Spec(kv::KvPolicy::Full()));
   const double tokens_per_s = (3 + 1) / 0.080;
   const double r = tokens_per_s / (blocks * bt);
@@ -331,9 +334,11 @@ TEST(RealtimeLoopTest, AStepBudgetSplitsInputsWithoutChangingWhatSessionsAreFed)
     const int budget = 1 + static_cast<int>(rng() % 64);
     const auto run = [&](int max_step_tokens, RecordingBackend* backend) {
       ManualClock clock;
-      RealtimeLoop loop(
-          backend, &clock,
-          {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = max_step_tokens});
+      RealtimeLoop loop(backend, &clock,
+                        {.mute_after_starved = 3,
+                         .pacing = {},
+                         .max_step_tokens = max_step_tokens,
+                         .prompt = {}});
       std::map<std::pair<RealtimeSessionId, std::int64_t>, std::vector<TokenId>> outputs;
       Observer obs(loop);
       obs.frame = [&](const FrameRecord& r) { outputs[{r.session, r.index}] = r.tokens; };
@@ -386,7 +391,7 @@ TEST(RealtimeLoopTest, OverTheBudgetTheEarliestDeadlineGoesFirst) {
   RecordingBackend backend({.c0_s = 1e-3}, 1024);
   ManualClock clock;
   RealtimeLoop loop(&backend, &clock,
-                    {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = 8});
+                    {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = 8, .prompt = {}});
   SessionSpec relaxed = Spec(kv::KvPolicy::Window(64, 4), 8, 1);
   relaxed.deadline_ms = 80.0;
   SessionSpec urgent = relaxed;
@@ -407,7 +412,7 @@ TEST(RealtimeLoopTest, APromptTakesOnlyWhatOtherFramesLeaveOfAStep) {
   RecordingBackend backend({.c0_s = 1e-3, .c1_s_per_token = 1e-5}, 4096);
   ManualClock clock;
   RealtimeLoop loop(&backend, &clock,
-                    {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = 16});
+                    {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = 16, .prompt = {}});
   SessionSpec prompted = Spec(kv::KvPolicy::Window(256, 4), 1, 1);
   prompted.deadline_ms = 10.0;  // the earliest deadline of all
   prompted.prompt.assign(200, 7);
@@ -440,9 +445,10 @@ TEST(RealtimeLoopTest, APromptTakesOnlyWhatOtherFramesLeaveOfAStep) {
 TEST(RealtimeLoopTest, ANegativeStepBudgetIsRefused) {
   CostModelBackend backend({}, 10, 16);
   ManualClock clock;
-  EXPECT_THROW(RealtimeLoop(&backend, &clock,
-                            {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = -1}),
-               ConfigError);
+  EXPECT_THROW(
+      RealtimeLoop(&backend, &clock,
+                   {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = -1, .prompt = {}}),
+      ConfigError);
 }
 
 // A full-KV session at its context limit ends with an explicit error, never silently; the others
@@ -455,7 +461,8 @@ TEST(RealtimeLoopTest, FullKvSessionAtItsContextLimitEndsWithAnError) {
   engine::Engine eng(m, eo);
   EngineBackend backend(&eng, {}, /*max_context=*/40);
   ManualClock clock;
-  RealtimeLoop loop(&backend, &clock, {.mute_after_starved = 3, .pacing = {}});
+  RealtimeLoop loop(&backend, &clock,
+                    {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = 0, .prompt = {}});
   const RealtimeSessionId full = loop.AddSession(Spec(kv::KvPolicy::Full(), 7, 1));
   const RealtimeSessionId window = loop.AddSession(Spec(kv::KvPolicy::Window(16, 4), 7, 1));
   std::vector<std::pair<RealtimeSessionId, engine::StepStatus>> errors;
@@ -580,7 +587,8 @@ TEST(RealtimeLoopTest, EndedSessionsLeaveNothingBehind) {
 TEST(RealtimeLoopTest, AFullKvSessionEndsAtItsContextBudget) {
   CostModelBackend backend({.c0_s = 0.001}, 1000, 16);
   ManualClock clock;
-  RealtimeLoop loop(&backend, &clock, {.mute_after_starved = 3, .pacing = {}});
+  RealtimeLoop loop(&backend, &clock,
+                    {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = 0, .prompt = {}});
   SessionSpec full = Spec(kv::KvPolicy::Full(), 3, 1);
   full.max_context_tokens = 64;  // 4 blocks
   const RealtimeSessionId id = loop.AddSession(full);
@@ -614,7 +622,8 @@ TEST(RealtimeLoopTest, ABackendErrorEndsTheSessionAsAnErrorNotAsContextFull) {
   engine::Engine eng(m, eo);
   EngineBackend backend(&eng, {});
   ManualClock clock;
-  RealtimeLoop loop(&backend, &clock, {.mute_after_starved = 3, .pacing = {}});
+  RealtimeLoop loop(&backend, &clock,
+                    {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = 0, .prompt = {}});
   SessionSpec spec = Spec(kv::KvPolicy::Window(16, 4), 2, 1);
   spec.external_frames = true;
   const RealtimeSessionId id = loop.AddSession(spec);
@@ -630,6 +639,66 @@ TEST(RealtimeLoopTest, ABackendErrorEndsTheSessionAsAnErrorNotAsContextFull) {
   EXPECT_EQ(loop.stats().context_full_sessions, 0) << "the session had room in its context";
   EXPECT_EQ(loop.stats().error_sessions, 1);
   EXPECT_EQ(loop.active_sessions(), 0);
+}
+
+// Logits that are not finite end only the session they belong to, with their own reason: token 7's
+// embedding row is NaN, so a session fed it has NaN logits (greedy argmax would answer token 0 as
+// if all were well); the session beside it in the same steps keeps its exact greedy outputs.
+TEST(RealtimeLoopTest, NonFiniteLogitsEndOnlyTheirSessionWithTheirOwnReason) {
+  model::Model m = model::MakeSyntheticModel("tiny", 3);
+  constexpr TokenId kPoisoned = 7;
+  float* embedding = m.weights->MutableFloats(m.weights->token_embedding);
+  std::fill_n(embedding + static_cast<std::ptrdiff_t>(kPoisoned) * m.config.dim, m.config.dim,
+              std::numeric_limits<float>::quiet_NaN());
+  engine::EngineOptions eo;
+  eo.kv_blocks = 64;
+  eo.num_threads = 1;
+
+  // The clean session's greedy continuation, computed alone.
+  const std::vector<TokenId> clean = {1, 5, 9, 42};
+  std::vector<TokenId> expected;
+  {
+    engine::Engine reference(m, eo);
+    const engine::SessionId ref = reference.OpenSession({});
+    for (int i = 0; i < 4; ++i) {
+      const std::vector<TokenId> chunk = i == 0 ? clean : std::vector<TokenId>{expected.back()};
+      std::vector<engine::StepItemResult> results;
+      reference.Step(std::vector<engine::StepItem>{{ref, chunk, engine::LogitsMode::kLast}},
+                     &results);
+      ASSERT_EQ(results[0].status, engine::StepStatus::kOk);
+      const auto logits = reference.logits(results[0].first_logits_row);
+      ASSERT_TRUE(engine::AllFinite(logits));
+      expected.push_back(
+          static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    }
+  }
+
+  engine::Engine eng(m, eo);
+  EngineBackend backend(&eng, {});
+  ManualClock clock;
+  RealtimeLoop loop(&backend, &clock);
+  SessionSpec spec = Spec(kv::KvPolicy::Full(), 4, 4);
+  spec.external_frames = true;
+  const RealtimeSessionId good = loop.AddSession(spec);
+  const RealtimeSessionId bad = loop.AddSession(spec);
+  std::map<RealtimeSessionId, std::vector<TokenId>> outputs;
+  std::vector<SessionEnded> ended;
+  Observer obs(loop);
+  obs.frame = [&](const FrameRecord& r) { outputs[r.session] = r.tokens; };
+  obs.ended = [&](const SessionEnded& e) { ended.push_back(e); };
+  ASSERT_EQ(loop.SubmitFrame(good, clean), RealtimeLoop::SubmitResult::kOk);
+  ASSERT_EQ(loop.SubmitFrame(bad, {1, kPoisoned, 9, 42}), RealtimeLoop::SubmitResult::kOk);
+  loop.RunUntil(1.0);
+
+  ASSERT_EQ(ended.size(), 1U);
+  EXPECT_EQ(ended[0].session, bad);
+  EXPECT_EQ(ended[0].status, engine::StepStatus::kNonFiniteLogits);
+  EXPECT_EQ(ended[0].reason, EndReason::kNonFiniteLogits);
+  EXPECT_EQ(ToString(ended[0].reason), "nonfinite_logits");
+  EXPECT_FALSE(outputs.contains(bad)) << "no frame of the poisoned session is delivered";
+  EXPECT_EQ(outputs[good], expected);
+  EXPECT_EQ(loop.stats().error_sessions, 1);
+  EXPECT_EQ(loop.active_sessions(), 1);
 }
 
 }  // namespace

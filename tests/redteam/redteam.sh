@@ -4,7 +4,7 @@
 # (/healthz 200, a legitimate session works, open fds back to baseline, RSS, 0 KV blocks used),
 # then sends SIGTERM with a client holding a session: that client must see session.ended
 # (server_shutdown) and a 1001 close frame, and the server must exit 0 within 5 s.
-# Usage: redteam.sh <metronome binary> [--short] [--only edge|hog|squat|all]
+# Usage: redteam.sh <metronome binary> [--short] [--only edge|hog|squat|work|all]
 #   --short: CI mode (well under 60 s). --only edge: the connection-edge attacks (part B of issue
 #   11); hog: the per-session leak and KV/compute hogs (part A); squat: idle sessions and
 #   session-less WebSockets holding every slot (issue 36, attack 4), against the short idle
@@ -60,6 +60,9 @@ timeout 600 python3 "$here/attacks.py" --port "$port" --pid "$serve_pid" --secti
   --agent-port "$agent_port" --idle-max-ms "$idle_max_ms" \
   --connection-idle-ms "$connection_idle_ms" --limit "$limit" $short || rc=1
 
+# Weights that hold NaN (issue 36, item 7): nonfinite.py serves its own patched files.
+if [ "$section" = all ]; then timeout 120 python3 "$here/nonfinite.py" --bin "$bin" || rc=1; fi
+
 # Graceful shutdown, as docs/protocol.md promises (with --drain-timeout-s 0: at once, no drain).
 timeout 40 python3 "$here/attacks.py" --port "$port" --shutdown-client "$tmp/ready" &
 client_pid=$!
@@ -80,5 +83,20 @@ else
 fi
 if wait "$client_pid"; then echo "PASS: the client saw session.ended (server_shutdown) and 1001"
 else echo "FAIL: the client did not see session.ended (server_shutdown) and 1001"; rc=1; fi
+
+# Issue 36's admission attacks (an impossible deadline, a heavy session, prompt churn, retry
+# hints) against the serving defaults: aimd over a work budget priced by the start-up calibration.
+# --max-sessions: the hint attack fills the server.
+if [ "$section" = work ] || [ "$section" = all ]; then
+  work_max_sessions=24
+  if serve_start "$bin" "$tmp/serve_work" --model synthetic:tiny --host 127.0.0.1 --port 0 \
+    --threads 1 --max-sessions "$work_max_sessions" --drain-timeout-s 0 --quiet; then
+    timeout 300 python3 "$here/work_attacks.py" --port "$SERVE_PORT" \
+      --max-sessions "$work_max_sessions" $short || rc=1
+    serve_kill
+  else
+    echo "FAIL: serve (serving defaults) did not start"; rc=1
+  fi
+fi
 [ "$rc" -eq 0 ] && echo "redteam: all checks passed" || echo "redteam: FAILED"
 exit "$rc"

@@ -933,6 +933,7 @@ TEST(ProtocolServerMessageTest, SessionEndedAlarmPong) {
   EXPECT_EQ(ToString(EndReason::kDisconnect), "disconnect");
   EXPECT_EQ(ToString(EndReason::kError), "error");
   EXPECT_EQ(ToString(EndReason::kIdle), "idle");
+  EXPECT_EQ(ToString(EndReason::kNonFiniteLogits), "nonfinite_logits");
 
   const Json alarm = ParseServer(
       Alarm{.session = 3, .kind = "mute", .detail = "3 starved frames in a row"}.Serialize());

@@ -152,10 +152,14 @@ void AimdController::LeaveOutSelfLate(AimdWindow& w, std::int64_t& over_low) {
   w.num_over_bursts = bursts;
 }
 
-void AimdController::OnDecide(const SystemState& state, std::int64_t fit, double now_s) {
-  // The pool's bound for this session's window: caps growth, ends slow start, seeds the limit.
+void AimdController::OnDecide(const SessionRequest& request, const SystemState& state,
+                              std::int64_t fit, double now_s) {
+  // The pool's bound for this session's window: caps growth, ends slow start, seeds the limit. In
+  // the limit's unit, work: the admitted work plus the sessions like this one the pool still
+  // holds (fit counts sessions; for sessions of one unit it is the same number).
   if (options_.window.kv_guard && fit != std::numeric_limits<std::int64_t>::max()) {
-    pool_bound_ = fit;
+    const double room = static_cast<double>(std::max<std::int64_t>(0, fit - state.active_sessions));
+    pool_bound_ = WholeUnits(state.Work() + room * request.work);
   }
   // How full the admitted sessions' promised KV is: windows that are still filling make every
   // frame cheaper than it will be once they are full.

@@ -102,7 +102,8 @@ class AimdController final : public WindowedController {
   };
 
   // The pool's bound and KV fill at this decision; the first seeds the limit.
-  void OnDecide(const SystemState& state, std::int64_t fit, double now_s) override;
+  void OnDecide(const SessionRequest& request, const SystemState& state, std::int64_t fit,
+                double now_s) override;
   void Seed(double now_s);
   // Frames that close a window early: window_frames, or min_samples in slow start (far below the
   // target a few frames say as much as many).
@@ -225,7 +226,9 @@ class AimdController final : public WindowedController {
   bool seeded_ = false;  // the first Decide seeds the limit (predicted N*, pool bound)
   bool raised_ = false;  // the last evaluated window raised the limit
   double last_increase_s_ = -std::numeric_limits<double>::infinity();  // its time
-  std::int64_t pool_bound_ = -1;  // KV guard's SessionsThatFit at the last Decide; -1: unknown
+  // The KV guard's bound at the last Decide in units of work (the admitted work plus
+  // SessionsThatFit's room for sessions like the request); -1: unknown.
+  std::int64_t pool_bound_ = -1;
   // used / (used + promised) KV blocks at the last Decide (1: no pool, or all promises kept), not
   // below kMinKvFill; growth projects the signal to full KV with it.
   static constexpr double kMinKvFill = 0.01;

@@ -57,7 +57,7 @@ Decision WindowedController::Decide(const SessionRequest& request, const SystemS
   retry_.Observe(now_s, active);
   const bool kv_guard = window_.options().kv_guard;
   const std::int64_t fit = kv_guard ? SessionsThatFit(request, state, memory_) : kNoLimit;
-  OnDecide(state, fit, now_s);
+  OnDecide(request, state, fit, now_s);
   Advance(now_s, load);
   if (!FitsBudget(request, state, limit_)) {
     window_.NoteLimitRejection();

@@ -129,9 +129,10 @@ class WindowedController : public AdmissionController {
   WindowedController(const WindowOptions& window, const MemoryOptions& memory,
                      std::int64_t initial_limit);
 
-  // Called by Decide before the window may close; `fit` is the KV guard's SessionsThatFit
-  // (kNoLimit without the guard).
-  virtual void OnDecide(const SystemState& /*state*/, std::int64_t /*fit*/, double /*now_s*/) {}
+  // Called by Decide before the window may close; `fit` is the KV guard's SessionsThatFit for
+  // `request` (kNoLimit without the guard).
+  virtual void OnDecide(const SessionRequest& /*request*/, const SystemState& /*state*/,
+                        std::int64_t /*fit*/, double /*now_s*/) {}
   // Frames that close a window early.
   [[nodiscard]] virtual std::int64_t FramesNeeded() const {
     return window_.options().window_frames;

@@ -7,12 +7,13 @@
 namespace metronome {
 
 const char* ToString(StepStatus s) {
-  static constexpr std::array<EnumName<StepStatus>, 5> kNames = {
+  static constexpr std::array<EnumName<StepStatus>, 6> kNames = {
       {{StepStatus::kOk, "ok"},
        {StepStatus::kPoolExhausted, "pool_exhausted"},
        {StepStatus::kContextFull, "context_full"},
        {StepStatus::kUnknownSession, "unknown_session"},
-       {StepStatus::kInvalidRequest, "invalid_request"}}};
+       {StepStatus::kInvalidRequest, "invalid_request"},
+       {StepStatus::kNonFiniteLogits, "nonfinite_logits"}}};
   return NameOf(kNames, s, "?");
 }
 

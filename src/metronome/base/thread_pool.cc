@@ -19,7 +19,6 @@
 #endif
 
 #include "metronome/base/check.h"
-#include "metronome/base/thread_annotations.h"
 
 namespace metronome::base {
 namespace {
@@ -300,50 +299,6 @@ void ThreadPool::Run(std::int64_t n, std::int64_t min_items_per_chunk, ChunkFn f
     caller_sleeping_.store(0, std::memory_order_relaxed);
   }
   busy_.store(false, std::memory_order_release);
-}
-
-// ---- the default pool ---------------------------------------------------------------------------
-
-namespace {
-// The process-wide pool. `current` is read without the lock (acquire) on DefaultThreadPool's fast
-// path; the pools themselves are created, replaced and retired only under `mu`.
-struct DefaultPoolSlot {
-  Mutex mu;
-  std::unique_ptr<ThreadPool> owner GUARDED_BY(mu);
-  // A replaced pool is retired, not destroyed: a thread that fetched it just before the swap may
-  // still be running a job on it. Its workers sleep on their futex from then on (no CPU); resizes
-  // happen a few times per process (engine construction), so the list stays short.
-  std::vector<std::unique_ptr<ThreadPool>> retired GUARDED_BY(mu);
-  std::atomic<ThreadPool*> current{nullptr};
-};
-DefaultPoolSlot& DefaultSlot() {
-  static DefaultPoolSlot slot;
-  return slot;
-}
-}  // namespace
-
-ThreadPool& DefaultThreadPool() {
-  DefaultPoolSlot& slot = DefaultSlot();
-  if (ThreadPool* p = slot.current.load(std::memory_order_acquire)) return *p;
-  const MutexLock lock(&slot.mu);
-  if (!slot.owner) {
-    slot.owner = std::make_unique<ThreadPool>();
-    slot.current.store(slot.owner.get(), std::memory_order_release);
-  }
-  return *slot.owner;
-}
-
-void SetDefaultThreadCount(int num_threads) {
-  MTR_CHECK(num_threads >= 1, "SetDefaultThreadCount needs >= 1 thread");
-  DefaultPoolSlot& slot = DefaultSlot();
-  const MutexLock lock(&slot.mu);
-  if (slot.owner && slot.owner->num_threads() == num_threads) return;
-  ThreadPoolOptions o;
-  o.num_threads = num_threads;
-  auto fresh = std::make_unique<ThreadPool>(o);
-  slot.current.store(fresh.get(), std::memory_order_release);
-  if (slot.owner) slot.retired.push_back(std::move(slot.owner));
-  slot.owner = std::move(fresh);
 }
 
 }  // namespace metronome::base

@@ -21,6 +21,9 @@
 //     with slot 0 — correct, never a deadlock, just not parallel. Scratch indexed by slot must
 //     therefore belong to one caller (the engine's does: it is per Engine, and one Engine is
 //     stepped by one thread at a time);
+//   - there is no process-wide pool: whoever runs kernels owns a pool and passes it (an Engine
+//     owns one of EngineOptions::num_threads threads), so two engines never resize or share
+//     each other's threads;
 //   - `fn` must not throw: the hot path is noexcept, an escaping exception terminates;
 //   - no allocation per call.
 #pragma once
@@ -140,14 +143,5 @@ class ThreadPool {
 
   std::vector<std::thread> workers_;
 };
-
-// The process-wide pool the engine, the kernels and the model loaders share: one set of workers
-// for the CPUs this process may use, however many engines it runs. Created on first use with
-// DetectedCpuCount() threads.
-[[nodiscard]] ThreadPool& DefaultThreadPool();
-// Replaces the default pool with one of `num_threads` threads (>= 1; no-op when unchanged). Jobs
-// already running on the old pool finish there (it is retired, kept alive with sleeping workers);
-// later DefaultThreadPool() calls get the new one. Meant for start-up (engine construction).
-void SetDefaultThreadCount(int num_threads);
 
 }  // namespace metronome::base

@@ -80,7 +80,7 @@ constexpr int kProbeRepeats = 3;  // passes per probe (best of): ~0.1 s at 1 GiB
 struct DecodeRun {
   std::vector<double> step_ms, step_gflops, gemm_ms, attn_ms, attn_kv_bytes;
   std::array<std::vector<double>, engine::kNumProducts> product_ms;  // gemm_ms by product
-  // Jobs the default thread pool ran over the measured steps: split across threads, or inline
+  // Jobs the engine's thread pool ran over the measured steps: split across threads, or inline
   // (one chunk, or nested). Times BM_PoolJobHot (bench/thread_pool_benchmark) = its overhead.
   std::int64_t pool_jobs_parallel = 0;
   std::int64_t pool_jobs_inline = 0;
@@ -119,7 +119,7 @@ class DecodeBench {
   int MeasureQuiet(DecodeRun* quiet, std::optional<base::ProcessMemory>* mem_decoded);
   // This machine's fp32 GEMM peak, GFLOP/s, measured in the run (after the quiet measurement).
   [[nodiscard]] double MeasurePeakGflops() const {
-    return kernels::MeasureGemmPeakGflops(f_.peak_n, 5);
+    return kernels::MeasureGemmPeakGflops(eng_.thread_pool(), f_.peak_n, 5);
   }
   // The report of the quiet measurement against the in-run GEMM peak (GFLOP/s).
   void PrintDecode(const DecodeRun& quiet, double peak_gflops) const;
@@ -208,7 +208,7 @@ int DecodeBench::Prefill() {
 }
 
 int DecodeBench::Decode(DecodeRun* run, const kernels::ReadBandwidthProbe* probe) {
-  const base::ThreadPool& pool = base::DefaultThreadPool();
+  const base::ThreadPool& pool = eng_.thread_pool();
   std::int64_t parallel_before = 0;
   std::int64_t inline_before = 0;
   const int stretches = probe != nullptr ? std::min(kRooflineStretches, f_.steps) : 0;
@@ -282,7 +282,7 @@ int DecodeBench::MeasureQuiet(DecodeRun* quiet, std::optional<base::ProcessMemor
   // peak is the larger of the peak before it existed and the final peak less its resident bytes
   // (exact: the buffer stays whole and resident from its first touch to its release).
   const std::optional<base::ProcessMemory> before_probe = base::ReadProcessMemory();
-  std::optional<kernels::ReadBandwidthProbe> probe(std::in_place);
+  std::optional<kernels::ReadBandwidthProbe> probe(std::in_place, eng_.thread_pool());
   const std::optional<base::ProcessMemory> with_probe = base::ReadProcessMemory();
   if (const int rc = Decode(quiet, &*probe); rc != 0) return rc;
   const std::optional<base::ProcessMemory> end_with_probe = base::ReadProcessMemory();
@@ -304,7 +304,7 @@ void DecodeBench::PrintDecode(const DecodeRun& quiet, double peak_gflops) const 
       "bench-decode model=%s sessions=%d context=%lld steps=%d kv=%s kv-dtype=%s threads=%d "
       "(detected CPUs %d)\n",
       m_.config.name.c_str(), f_.sessions, static_cast<long long>(f_.context), f_.steps,
-      policy_.ToString().c_str(), kv::ToString(eng_.kv_layout().dtype), kernels::NumThreads(),
+      policy_.ToString().c_str(), kv::ToString(eng_.kv_layout().dtype), eng_.num_threads(),
       base::DetectedCpuCount());
   std::printf("prefill tokens %lld in %.2f s (%.0f tok/s)\n",
               static_cast<long long>(f_.context) * f_.sessions, prefill_s_,

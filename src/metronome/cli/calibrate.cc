@@ -22,7 +22,6 @@
 #include "metronome/base/number_list.h"
 #include "metronome/cli/commands.h"
 #include "metronome/cli/common.h"
-#include "metronome/kernels/gemm.h"
 #include "metronome/realtime/cost_model.h"
 #include "metronome/serving/engine_calibration.h"
 
@@ -216,7 +215,7 @@ nlohmann::json PrintFit(const engine::Engine& eng, const kv::KvPolicy& policy,
   std::printf(
       "calibrate model=%s kv=%s kv-dtype=%s threads=%d block-tokens=%d repeats=%d warmup=%d\n",
       f.model.model.c_str(), policy.ToString().c_str(), kv::ToString(eng.kv_layout().dtype),
-      kernels::NumThreads(), eng.kv_layout().block_tokens, f.repeats, f.warmup);
+      eng.num_threads(), eng.kv_layout().block_tokens, f.repeats, f.warmup);
   std::printf("%8s %8s %6s %12s %18s %12s %10s %9s\n", "sessions", "context", "chunk",
               "batch_tokens", "visible_kv_tokens", "measured_ms", "model_ms", "rel_err");
   nlohmann::json points = nlohmann::json::array();
@@ -259,7 +258,7 @@ void WriteCostModel(const engine::Engine& eng, const kv::KvPolicy& policy, const
   j["model"] = f.model.model;
   j["kv"] = policy.ToString();
   j["kv_dtype"] = kv::ToString(eng.kv_layout().dtype);
-  j["threads"] = kernels::NumThreads();
+  j["threads"] = eng.num_threads();
   j["block_tokens"] = eng.kv_layout().block_tokens;
   std::printf("%s\n", j.dump().c_str());
   if (out_file.is_open()) {

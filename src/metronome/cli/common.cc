@@ -185,6 +185,15 @@ std::string ReadFile(const std::string& path, const std::string& flag) {
   return ss.str();
 }
 
+std::string DescribeStepFailure(engine::StepStatus status) {
+  std::string s = engine::ToString(status);
+  if (status == engine::StepStatus::kNonFiniteLogits) {
+    s += " (the model's logits hold NaN or infinite values, so no token can be chosen; "
+         "`metronome info --check-weights` lists the weights that hold them)";
+  }
+  return s;
+}
+
 std::string HumanBytes(double bytes) {
   char buf[64];
   if (bytes >= 1024.0 * 1024.0 * 1024.0) {

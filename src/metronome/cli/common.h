@@ -81,4 +81,8 @@ std::vector<TokenId> ParseIds(const std::string& text, int vocab, const std::str
 std::string ReadFile(const std::string& path, const std::string& flag);
 std::string HumanBytes(double bytes);
 
+// A failed step as the single-session commands (generate, score) report it: the status's name,
+// and for kNonFiniteLogits what it means and how to find the tensors at fault.
+std::string DescribeStepFailure(engine::StepStatus status);
+
 }  // namespace metronome::cli

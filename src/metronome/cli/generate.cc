@@ -119,7 +119,7 @@ int RunGenerate(const GenerateFlags& f) {
                static_cast<long long>(ks.blocks_freed_by_window));
   if (st != engine::StepStatus::kOk) {
     std::fprintf(stderr, "error: generation stopped after %zu tokens: %s\n", generated.size(),
-                 engine::ToString(st));
+                 DescribeStepFailure(st).c_str());
     return 3;
   }
   return 0;

@@ -1,9 +1,12 @@
 // metronome info: what a model file holds (architecture, hyper-parameters, tensors with their
-// types, shapes and bytes, vocabulary and special tokens), as a table or as JSON.
+// types, shapes and bytes, vocabulary and special tokens), as a table or as JSON; with
+// --check-weights also every weight decoded and checked for NaN and infinities (exit status 3
+// when any tensor holds one: such a model would answer garbage or fail every session).
 #include <cinttypes>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "metronome/cli/commands.h"
@@ -18,12 +21,16 @@ namespace {
 struct InfoFlags {
   ModelFlags model;
   bool json = false;
+  bool check_weights = false;
   void Register(CLI::App* sub);
 };
 
 void InfoFlags::Register(CLI::App* sub) {
   model.Register(sub, true);
   sub->add_flag("--json", json, "Print one JSON object instead of the table");
+  sub->add_flag("--check-weights", check_weights,
+                "Also decode every tensor (block by block) and report those holding NaN or "
+                "infinite values: name, count, first element index; exit status 3 when any does");
 }
 
 const char* RopeStyleName(model::RopeStyle s) {
@@ -79,7 +86,34 @@ nlohmann::json ConfigJson(const model::ModelConfig& c) {
   return j;
 }
 
-void PrintJson(const std::string& spec, const model::ModelInfo& info) {
+nlohmann::json WeightCheckJson(const model::WeightCheck& check) {
+  nlohmann::json bad = nlohmann::json::array();
+  for (const model::NonFiniteTensor& t : check.non_finite) {
+    bad.push_back({{"name", t.name}, {"count", t.count}, {"first_index", t.first_index}});
+  }
+  return {{"tensors_checked", check.tensors_checked},
+          {"elements_checked", check.elements_checked},
+          {"unchecked", check.unchecked},
+          {"non_finite", bad}};
+}
+
+void PrintWeightCheck(const model::WeightCheck& check) {
+  const std::string verdict = check.non_finite.empty() ? std::string("all finite")
+                                                       : std::to_string(check.non_finite.size()) +
+                                                             " tensors hold NaN or infinite values";
+  std::printf("\nweights check  %" PRIu64 " tensors, %" PRIu64 " elements decoded: %s\n",
+              check.tensors_checked, check.elements_checked, verdict.c_str());
+  for (const model::NonFiniteTensor& t : check.non_finite) {
+    std::printf("  non-finite   %s: %" PRIu64 " values, first at element %" PRIu64 "\n",
+                t.name.c_str(), t.count, t.first_index);
+  }
+  for (const std::string& u : check.unchecked) {
+    std::printf("  unchecked    %s: no decoder for this type\n", u.c_str());
+  }
+}
+
+void PrintJson(const std::string& spec, const model::ModelInfo& info,
+               const std::optional<model::WeightCheck>& check) {
   nlohmann::json j;
   j["model"] = spec;
   j["format"] = model::ToString(info.format);
@@ -110,8 +144,10 @@ void PrintJson(const std::string& spec, const model::ModelInfo& info) {
                        {"computable", quant::Traits(t.type).computable},
                        {"shape", t.shape},
                        {"bytes", t.bytes}});
+    if (info.format == model::ModelFormat::kGguf) tensors.back()["file_offset"] = t.file_offset;
   }
   j["tensors"] = tensors;
+  if (check) j["weights_check"] = WeightCheckJson(*check);
   // Invalid UTF-8 in a hostile vocabulary is replaced, not thrown.
   std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 }
@@ -175,10 +211,18 @@ void PrintTable(const std::string& spec, const model::ModelInfo& info) {
 
 int RunInfo(const InfoFlags& f) {
   const model::ModelInfo info = model::DescribeModel(f.model.model, f.model.tokenizer);
+  std::optional<model::WeightCheck> check;
+  if (f.check_weights) check = model::CheckWeights(f.model.model, f.model.tokenizer);
   if (f.json) {
-    PrintJson(f.model.model, info);
+    PrintJson(f.model.model, info, check);
   } else {
     PrintTable(f.model.model, info);
+    if (check) PrintWeightCheck(*check);
+  }
+  if (check && !check->non_finite.empty()) {
+    std::fprintf(stderr, "error: %zu tensors hold NaN or infinite values (first: %s)\n",
+                 check->non_finite.size(), check->non_finite.front().name.c_str());
+    return 3;
   }
   return 0;
 }

@@ -94,7 +94,7 @@ int RunScore(const ScoreFlags& f) {
       });
   if (st != engine::StepStatus::kOk) {
     std::fprintf(stderr, "error: scoring stopped after %zu positions: %s\n", scored,
-                 engine::ToString(st));
+                 DescribeStepFailure(st).c_str());
     return 3;
   }
   const double mean = total_nll / static_cast<double>(scored);

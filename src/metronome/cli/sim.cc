@@ -122,7 +122,11 @@ int RunSim(const SimFlags& f) {
                                  .window = p.window_tokens,
                                  .sinks = p.sinks};
   realtime::CostModelBackend backend(p.cost, blocks, p.block_tokens);
-  const realtime::WorkloadOptions o = f.workload.Options(defaults, backend.vocab_size());
+  realtime::WorkloadOptions o = f.workload.Options(defaults, backend.vocab_size());
+  // The simulator's own cost model prices sessions, as the engine's calibration does in serve and
+  // drive (and applies the door's floors); one unit is a session of the run's shape.
+  o.supervisor.cost_model = p.cost;
+  o.supervisor.reference_session = o.session;
   ManualClock clock;
 
   char buf[1024];

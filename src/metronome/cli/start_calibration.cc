@@ -20,9 +20,10 @@ void CalibrateAtStart(engine::Engine* engine, const realtime::SessionSpec& refer
                             reference.policy.ToString();
   const auto calibrated = serving::CalibrateForSession(*engine, reference, aimd.low_target);
   if (const auto* error = std::get_if<std::string>(&calibrated)) {
-    std::printf("calibration failed (%s): sessions are counted, not priced; the initial limit "
-                "%lld seeds\n",
-                error->c_str(), static_cast<long long>(aimd.initial_limit));
+    std::printf(
+        "calibration failed (%s): sessions are counted, not priced; the initial limit "
+        "%lld seeds\n",
+        error->c_str(), static_cast<long long>(aimd.initial_limit));
     return;
   }
   const auto& c = std::get<serving::SessionCalibration>(calibrated);

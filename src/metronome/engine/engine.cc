@@ -12,6 +12,7 @@
 #include "metronome/base/errors.h"
 #include "metronome/base/thread_pool.h"
 #include "metronome/engine/rope_spec.h"
+#include "metronome/engine/sampler.h"
 #include "metronome/kernels/gemm.h"
 #include "metronome/kernels/paged_attention.h"
 #include "metronome/kernels/quant_matmul.h"
@@ -95,9 +96,49 @@ constexpr int kAttentionUnitsPerThread = 2;
 // The shortest key slice worth a unit of its own (its query load and merge cost ~ a few keys).
 constexpr std::int64_t kMinKeysPerSlice = 64;
 
+// Queries of one prefill chunk per attention unit.
+constexpr int kQueriesPerWork = 16;
+// The FFN runs over blocks of at most kFfnRowsPerBlock rows; a block of at least
+// kHiddenOverGateUpMinRows rows writes its hidden rows over its gate|up rows (Engine::FfnLayer).
+// Each block of a quantised prefill dequantises the FFN's weight tiles again; a block of 256 rows
+// keeps that within the prefill's noise (bench-decode --sessions 32 --context 512 --prefill-chunk
+// 512).
+constexpr int kFfnRowsPerBlock = 256;
+constexpr int kHiddenOverGateUpMinRows = 128;
+
+// Elements of an [a, b] buffer, or the offset of its row a.
+std::size_t Floats(int a, int b) {
+  return static_cast<std::size_t>(a) * static_cast<std::size_t>(b);
+}
+
+// Floats of one FFN block of `rows` rows: its gate|up rows, plus its hidden rows when they do not
+// overwrite them.
+std::size_t FfnBlockFloats(int rows, int ffn) {
+  return Floats(rows, (rows >= kHiddenOverGateUpMinRows ? 2 : 3) * ffn);
+}
+
 // Rows of `row_floats` floats each per chunk of a row loop.
 std::int64_t MinRowsPerChunk(int row_floats) {
   return std::max<std::int64_t>(1, kMinFloatsPerChunk / std::max(1, row_floats));
+}
+
+// Row loops: fn(t) for every row t in [0, rows) on `pool`, rows of `row_floats` floats each.
+template <typename Fn>
+void ForRows(base::ThreadPool& pool, int rows, int row_floats, Fn&& fn) {
+  pool.ParallelFor(rows, MinRowsPerChunk(row_floats), [&fn](std::int64_t t0, std::int64_t t1) {
+    for (auto t = static_cast<int>(t0); t < static_cast<int>(t1); ++t) fn(t);
+  });
+}
+
+// Slices a single query over `visible` keys is cut into when `base_units` attention units are too
+// few: enough for `target_units`, each at least kMinKeysPerSlice keys (1: not cut).
+std::int64_t SlicesFor(std::int64_t visible, std::int64_t base_units, std::int64_t target_units) {
+  const std::int64_t wanted = (target_units + base_units - 1) / base_units;
+  return std::max<std::int64_t>(1, std::min(wanted, visible / kMinKeysPerSlice));
+}
+
+kernels::AttentionShape AttentionShapeOf(const model::ModelConfig& c) {
+  return {c.num_heads, c.num_kv_heads, c.head_dim};
 }
 
 // Grow-only resize: step buffers are reused so that steady-state steps do not allocate.
@@ -175,7 +216,7 @@ struct Engine::Batch {
   // A layer's two halves never hold their activations at the same time, so they share one buffer:
   // attention's [T, qkv_dim] qkv and [T, q_dim] att, then the FFN's gate|up and hidden rows of one
   // block of at most 256 rows (hidden written over gate|up for blocks of 128 rows or more, see
-  // Forward). At a 512-row prefill of smol-135m this is 3 MiB instead of 12.
+  // FfnLayer). At a 512-row prefill of smol-135m this is 3 MiB instead of 12.
   std::vector<float> layer_acts;
   std::vector<float> rope_cos, rope_sin;  // [T, rotary_dim/2]: PositionAngles of each row
   // [T, rotary_dim/2]: angles of S + W - 1 - p for rows with rolling positions (the rotation that
@@ -184,6 +225,16 @@ struct Engine::Batch {
   std::vector<std::vector<float>> scratch;  // per thread attention scratch
   std::vector<int> logit_rows;              // rows whose logits are wanted
   std::vector<float> final_rows;            // [R, dim]
+  // The attention plan (PlanAttention): the most keys any query sees, attention flops of one
+  // layer, units per chunk of the attention loop, slice slots in use.
+  std::int64_t max_visible = 1;
+  double attn_flops_per_layer = 0.0;
+  std::int64_t min_work_per_chunk = 1;
+  int num_slots = 0;
+
+  [[nodiscard]] const Item& ItemOfRow(int t) const {
+    return items[static_cast<std::size_t>(item_of_row[static_cast<std::size_t>(t)])];
+  }
 };
 
 Engine::Engine(const model::Model& model, const EngineOptions& options)
@@ -192,13 +243,15 @@ Engine::Engine(const model::Model& model, const EngineOptions& options)
       rope_(RopeSpecFor(model.config)),
       pool_(KvLayoutFor(model.config, options),
             PoolOptionsFor(KvLayoutFor(model.config, options), options)),
+      threads_(std::make_unique<base::ThreadPool>(
+          base::ThreadPoolOptions{.num_threads = options.num_threads})),
       batch_(std::make_unique<Batch>()) {
   MTR_CHECK(model.weights != nullptr, "engine needs a model with weights");
-  // The pool is process-wide (kernels::MatMulTransposedB runs on it too); 0 keeps its size.
-  if (options.num_threads > 0) kernels::SetNumThreads(options.num_threads);
 }
 
 Engine::~Engine() = default;
+
+int Engine::num_threads() const { return threads_->num_threads(); }
 
 SessionId Engine::OpenSession(const SessionOptions& options) {
   options.policy.Validate();
@@ -260,6 +313,12 @@ kv::PoolStats Engine::pool_stats() const {
 std::span<const float> Engine::logits(int row) const {
   const auto vocab = static_cast<std::size_t>(model_.config.vocab_size);
   return {logits_.data() + static_cast<std::size_t>(row) * vocab, vocab};
+}
+
+bool Engine::logits_finite(int row) const {
+  const auto dim = static_cast<std::size_t>(model_.config.dim);
+  return AllFinite({batch_->final_rows.data() + static_cast<std::size_t>(row) * dim, dim}) &&
+         AllFinite(logits(row));
 }
 
 void Engine::Step(std::span<const StepItem> items, std::vector<StepItemResult>* results) {
@@ -338,99 +397,82 @@ void Engine::Step(std::span<const StepItem> items, std::vector<StepItemResult>* 
   last_step_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// A step's forward pass, in the order it runs: buffers and per-row angles, the attention plan, the
+// layers (attention then FFN), the logits. Every stage reads and writes the step's Batch.
 void Engine::Forward(Batch& b) {
+  SizeActivations(b);
+  EmbedAndRotate(b);
+  PlanAttention(b);
+  for (int l = 0; l < model_.config.num_layers; ++l) {
+    AttentionLayer(b, l);
+    FfnLayer(b, l);
+  }
+  Logits(b);
+  last_step_.flops = StepFlops(b);
+}
+
+void Engine::SizeActivations(Batch& b) const {
   const model::ModelConfig& c = model_.config;
-  const model::ModelWeights& w = *model_.weights;
   const int T = b.num_tokens;
-  const int dim = c.dim;
-  const int qd = c.q_dim();
-  const int kvd = c.kv_dim();
-  const int qkvd = c.qkv_dim();
-  const int ffn = c.ffn_dim;
   const int pairs = rope_.num_pairs();
-  const auto sz = [](int a, int bb) {
-    return static_cast<std::size_t>(a) * static_cast<std::size_t>(bb);
-  };
+  EnsureSize(b.x, Floats(T, c.dim));
+  EnsureSize(b.xb, Floats(T, c.dim));
+  EnsureSize(b.layer_acts, std::max({Floats(T, c.qkv_dim() + c.q_dim()),
+                                     FfnBlockFloats(std::min(T, kFfnRowsPerBlock), c.ffn_dim),
+                                     FfnBlockFloats(T % kFfnRowsPerBlock, c.ffn_dim)}));
+  EnsureSize(b.rope_cos, Floats(T, pairs));
+  EnsureSize(b.rope_sin, Floats(T, pairs));
+  EnsureSize(b.sink_cos, Floats(T, pairs));
+  EnsureSize(b.sink_sin, Floats(T, pairs));
+}
 
-  EnsureSize(b.x, sz(T, dim));
-  EnsureSize(b.xb, sz(T, dim));
-  // The FFN runs over blocks of at most kFfnRowsPerBlock rows, so its [rows, 2 ffn] gate|up rows
-  // (the largest activations of a prefill step) are bounded; a block of at least
-  // kHiddenOverGateUpMinRows rows writes its hidden rows over its gate|up rows (in passes, below),
-  // a smaller one (decode steps) into a region of its own, in one parallel pass. Each block of a
-  // quantised prefill dequantises the FFN's weight tiles again; a block of 256 rows keeps that
-  // within the prefill's noise (bench-decode --sessions 32 --context 512 --prefill-chunk 512).
-  constexpr int kFfnRowsPerBlock = 256;
-  constexpr int kHiddenOverGateUpMinRows = 128;
-  const auto ffn_floats = [&](int rows) {
-    return sz(rows, (rows >= kHiddenOverGateUpMinRows ? 2 : 3) * ffn);
-  };
-  EnsureSize(b.layer_acts, std::max({sz(T, qkvd + qd), ffn_floats(std::min(T, kFfnRowsPerBlock)),
-                                     ffn_floats(T % kFfnRowsPerBlock)}));
-  float* const qkv = b.layer_acts.data();
-  float* const att = qkv + sz(T, qkvd);
-  float* const gate_up = b.layer_acts.data();
-  EnsureSize(b.rope_cos, sz(T, pairs));
-  EnsureSize(b.rope_sin, sz(T, pairs));
-  EnsureSize(b.sink_cos, sz(T, pairs));
-  EnsureSize(b.sink_sin, sz(T, pairs));
-
-  base::ThreadPool& pool = base::DefaultThreadPool();
-  // Row loops: fn(t) for every row t of the step, rows of `row_floats` floats each.
-  const auto for_rows = [&pool](int rows, int row_floats, auto&& fn) {
-    pool.ParallelFor(rows, MinRowsPerChunk(row_floats), [&fn](std::int64_t t0, std::int64_t t1) {
-      for (auto t = static_cast<int>(t0); t < static_cast<int>(t1); ++t) fn(t);
-    });
-  };
-  // The embedding row (dequantised from its stored type) plus ~pairs (twice that with rolling
-  // positions) sin/cos evaluations in double per row.
-  for_rows(T, dim + 32 * pairs, [&](int t) {
+// The embedding row of every token (dequantised from its stored type), its RoPE angles, and for
+// rows with rolling positions the angles that move its query to the sinks' frame.
+void Engine::EmbedAndRotate(Batch& b) const {
+  const model::ModelWeights& w = *model_.weights;
+  const int dim = model_.config.dim;
+  const int pairs = rope_.num_pairs();
+  // The embedding row plus ~pairs (twice that with rolling positions) sin/cos evaluations in
+  // double per row.
+  ForRows(*threads_, b.num_tokens, dim + 32 * pairs, [&](int t) {
     quant::DequantizeMatrixRow(w.token_embedding, b.tokens[static_cast<std::size_t>(t)],
-                               &b.x[sz(t, dim)]);
+                               &b.x[Floats(t, dim)]);
     const TokenPos pos = b.positions[static_cast<std::size_t>(t)];
-    rope_.PositionAngles(pos, &b.rope_cos[sz(t, pairs)], &b.rope_sin[sz(t, pairs)]);
-    const kv::KvPolicy& policy =
-        b.items[static_cast<std::size_t>(b.item_of_row[static_cast<std::size_t>(t)])].kv->policy();
+    rope_.PositionAngles(pos, &b.rope_cos[Floats(t, pairs)], &b.rope_sin[Floats(t, pairs)]);
+    const kv::KvPolicy& policy = b.ItemOfRow(t).kv->policy();
     if (policy.RollingGap(pos)) {
       // A pure rotation (not PositionAngles): the query already carries the rope magnitude.
-      rope_.Angles(policy.sinks + policy.window - 1 - pos, &b.sink_cos[sz(t, pairs)],
-                   &b.sink_sin[sz(t, pairs)]);
+      rope_.Angles(policy.sinks + policy.window - 1 - pos, &b.sink_cos[Floats(t, pairs)],
+                   &b.sink_sin[Floats(t, pairs)]);
     }
   });
+}
 
-  // Attention work: (item, kv head, query sub-range) units, so one long prefill chunk still
-  // spreads over all threads and many short decode items are balanced dynamically. A decode item
-  // (one query) is one unit over all its kv heads when the step has enough units without cutting
-  // it per head, or when cutting it over its keys gives enough: the kernel then uses each block's
-  // K/V rows of every kv head (adjacent: a block stores [token][kv_dim]) while they are in L1 and
-  // prefetches the next block's as it goes, where per-head units read a third of every row (at 3
-  // kv heads) and leave the rest to a later unit (bench-decode's attention ms at 32 x 512 and
-  // 1 x 512; docs/performance.md, "Decode at many sessions").
-  constexpr int kQueriesPerWork = 16;
+// Attention work: (item, kv head, query sub-range) units, so one long prefill chunk still spreads
+// over all threads and many short decode items are balanced dynamically. A decode item (one query)
+// is one unit over all its kv heads when the step has enough units without cutting it per head, or
+// when cutting it over its keys gives enough: the kernel then uses each block's K/V rows of every
+// kv head (adjacent: a block stores [token][kv_dim]) while they are in L1 and prefetches the next
+// block's as it goes, where per-head units read a third of every row (at 3 kv heads) and leave the
+// rest to a later unit (bench-decode's attention ms at 32 x 512 and 1 x 512; docs/performance.md,
+// "Decode at many sessions"). Too few units for the threads: single queries split over their keys.
+void Engine::PlanAttention(Batch& b) const {
+  const model::ModelConfig& c = model_.config;
   const int num_kv = c.num_kv_heads;
-  const auto target_units =
-      static_cast<std::int64_t>(kAttentionUnitsPerThread) * pool.num_threads();
-  std::vector<Batch::AttnWork>& work = b.attn_work;
-  work.clear();
-  std::int64_t max_visible = 1;
-  double attn_flops_per_layer = 0.0;
+  const std::int64_t target_units =
+      std::int64_t{kAttentionUnitsPerThread} * threads_->num_threads();
+  b.max_visible = 1;
+  b.attn_flops_per_layer = 0.0;
   // Units of the step's prefill chunks (one per kv head and kQueriesPerWork queries) and its
   // decode items (one query each).
   std::int64_t chunk_units = 0;
   std::int64_t decode_items = 0;
-  const kernels::AttentionShape shape{c.num_heads, num_kv, c.head_dim};
-  // Slices a single query over `visible` keys is cut into when `base_units` units are too few:
-  // enough for the step's target, each at least kMinKeysPerSlice keys (1: not cut).
-  const auto slices_for = [&](std::int64_t visible, std::int64_t base_units) {
-    const std::int64_t wanted = (target_units + base_units - 1) / base_units;
-    return std::max<std::int64_t>(1, std::min(wanted, visible / kMinKeysPerSlice));
-  };
   for (const Batch::Item& bi : b.items) {
     const kv::KvPolicy& policy = bi.kv->policy();
     for (int t = 0; t < bi.n; ++t) {
       const std::int64_t v = policy.VisibleKeys(bi.pos0 + t);
-      max_visible = std::max(max_visible, v);
-      attn_flops_per_layer += 4.0 * static_cast<double>(v) * qd;
+      b.max_visible = std::max(b.max_visible, v);
+      b.attn_flops_per_layer += 4.0 * static_cast<double>(v) * c.q_dim();
     }
     if (bi.n == 1) {
       ++decode_items;
@@ -444,11 +486,14 @@ void Engine::Forward(Batch& b) {
     std::int64_t with_slices = chunk_units;
     for (const Batch::Item& bi : b.items) {
       if (bi.n == 1) {
-        with_slices += slices_for(bi.kv->policy().VisibleKeys(bi.pos0), units_with_whole_decodes);
+        with_slices +=
+            SlicesFor(bi.kv->policy().VisibleKeys(bi.pos0), units_with_whole_decodes, target_units);
       }
     }
     whole_decodes = with_slices >= target_units;
   }
+  std::vector<Batch::AttnWork>& work = b.attn_work;
+  work.clear();
   for (int i = 0; i < static_cast<int>(b.items.size()); ++i) {
     const Batch::Item& bi = b.items[static_cast<std::size_t>(i)];
     if (whole_decodes && bi.n == 1) {
@@ -461,167 +506,220 @@ void Engine::Forward(Batch& b) {
       }
     }
   }
-  // Too few units to keep every thread busy to the end (one long session, a few kv heads):
-  // single-query units are split over their keys (flash-decoding) into slices of at least
-  // kMinKeysPerSlice keys, a multiple of 16 (the bf16 kernel's chunk), merged after the loop.
-  std::vector<Batch::SplitQuery>& splits = b.split_queries;
-  splits.clear();
+  SplitAttentionOverKeys(b, target_units);
+  SizeAttentionScratch(b);
+}
+
+// Too few units to keep every thread busy to the end (one long session, a few kv heads):
+// single-query units are split over their keys (flash-decoding) into slices of at least
+// kMinKeysPerSlice keys, a multiple of 16 (the bf16 kernel's chunk), merged after the loop.
+void Engine::SplitAttentionOverKeys(Batch& b, std::int64_t target_units) const {
+  std::vector<Batch::AttnWork>& work = b.attn_work;
+  b.split_queries.clear();
+  b.num_slots = 0;
   const auto base_units = static_cast<std::int64_t>(work.size());
-  int num_slots = 0;
-  if (base_units < target_units) {
-    const std::size_t units = work.size();
-    for (std::size_t u = 0; u < units; ++u) {
-      const Batch::AttnWork aw = work[u];
-      if (aw.n != 1) continue;
-      const Batch::Item& bi = b.items[static_cast<std::size_t>(aw.item)];
-      const std::int64_t visible = bi.kv->policy().VisibleKeys(bi.pos0 + aw.begin);
-      const std::int64_t count = slices_for(visible, base_units);
-      if (count < 2) continue;
-      const std::int64_t per_slice = ((visible + count - 1) / count + 15) / 16 * 16;
-      const int first = num_slots;
-      int pieces = 0;
-      for (std::int64_t k0 = 0; k0 < visible; k0 += per_slice, ++pieces) {
-        Batch::AttnWork piece = aw;
-        piece.slice = num_slots;
-        num_slots += aw.kv_heads;
-        piece.key_begin = k0;
-        piece.key_end = std::min(visible, k0 + per_slice);
-        if (pieces == 0) {
-          work[u] = piece;  // the unit itself becomes the first slice
-        } else {
-          work.push_back(piece);
-        }
-      }
-      splits.push_back({bi.row0 + aw.begin, aw.kv_head, aw.kv_heads, first, pieces});
-    }
-  }
-  const int group_floats = c.num_heads / num_kv * c.head_dim;
-  EnsureSize(b.slice_out, sz(num_slots, group_floats));
-  EnsureSize(b.slice_stats, sz(num_slots, 2 * (c.num_heads / num_kv)));
-  // Attention scratch per pool slot (slots of one job never run two chunks at once).
-  b.scratch.resize(static_cast<std::size_t>(pool.num_threads()));
-  const std::int64_t min_work_per_chunk = static_cast<std::int64_t>(std::max(
-      1.0, kMinAttentionFlopsPerChunk * static_cast<double>(std::max<std::size_t>(1, work.size())) /
-               std::max(1.0, attn_flops_per_layer)));
-  for (auto& s : b.scratch) EnsureSize(s, kernels::AttentionScratchFloats(shape, max_visible));
-
-  for (int l = 0; l < c.num_layers; ++l) {
-    const model::LayerWeights& lw = w.layers[static_cast<std::size_t>(l)];
-
-    for_rows(T, dim, [&](int t) {
-      kernels::RmsNorm(&b.x[sz(t, dim)], lw.attn_norm, c.rms_eps, &b.xb[sz(t, dim)], dim);
-    });
-    TimedProduct(&last_step_, Product::kQkv,
-                 [&] { kernels::MatMul(b.xb.data(), T, lw.wqkv, qkv, false); });
-
-    // Bias, RoPE (q and k at absolute positions), then K/V into the session's blocks.
-    for_rows(T, qkvd, [&](int t) {
-      float* row = qkv + sz(t, qkvd);
-      if (lw.bqkv != nullptr) kernels::Axpy(1.0f, lw.bqkv, row, qkvd);
-      const float* cs = &b.rope_cos[sz(t, pairs)];
-      const float* sn = &b.rope_sin[sz(t, pairs)];
-      rope_.Apply(row, c.num_heads, cs, sn);
-      rope_.Apply(row + qd, c.num_kv_heads, cs, sn);
-      kv::SessionKv* kv =
-          b.items[static_cast<std::size_t>(b.item_of_row[static_cast<std::size_t>(t)])].kv;
-      const TokenPos pos = b.positions[static_cast<std::size_t>(t)];
-      kv->WriteKv(l, pos, row + qd, row + qd + kvd);
-    });
-
-    const auto t_attn = Clock::now();
-    pool.ParallelForSlot(
-        static_cast<std::int64_t>(work.size()), min_work_per_chunk,
-        [&](int slot, std::int64_t w0, std::int64_t w1) {
-          float* scratch = b.scratch[static_cast<std::size_t>(slot)].data();
-          for (auto wi = static_cast<std::size_t>(w0); wi < static_cast<std::size_t>(w1); ++wi) {
-            const Batch::AttnWork& aw = work[wi];
-            const Batch::Item& bi = b.items[static_cast<std::size_t>(aw.item)];
-            const int row = bi.row0 + aw.begin;
-            const kernels::RopeAngleRows sink_angles{&b.sink_cos[sz(row, pairs)],
-                                                     &b.sink_sin[sz(row, pairs)],
-                                                     static_cast<std::size_t>(pairs)};
-            if (aw.slice >= 0) {
-              const kernels::AttentionKeySlice slice{
-                  aw.key_begin, aw.key_end, &b.slice_out[sz(aw.slice, group_floats)],
-                  &b.slice_stats[sz(aw.slice, 2 * shape.group())]};
-              kernels::PagedAttentionSlice(shape, bi.kv->View(), bi.kv->policy(), rope_, l,
-                                           aw.kv_head, aw.kv_heads, bi.pos0 + aw.begin,
-                                           qkv + sz(row, qkvd), slice, scratch,
-                                           kernels::AttentionImpl::kAuto, &sink_angles);
-              continue;
-            }
-            kernels::PagedAttentionHeads(
-                shape, bi.kv->View(), bi.kv->policy(), rope_, l, aw.kv_head, aw.kv_heads,
-                bi.pos0 + aw.begin, aw.n, qkv + sz(row, qkvd), att + sz(row, qd),
-                static_cast<std::size_t>(qkvd), static_cast<std::size_t>(qd), scratch,
-                kernels::AttentionImpl::kAuto, &sink_angles);
-          }
-        });
-
-    // Few and small (splitting happens only when units are few): on the caller.
-    for (const Batch::SplitQuery& sq : splits) {
-      kernels::MergeAttentionSlices(shape, sq.kv_heads,
-                                    &b.slice_out[sz(sq.first_slice, group_floats)],
-                                    &b.slice_stats[sz(sq.first_slice, 2 * shape.group())], sq.count,
-                                    att + sz(sq.row, qd) + sz(sq.kv_head, group_floats));
-    }
-
-    last_step_.attention_seconds += std::chrono::duration<double>(Clock::now() - t_attn).count();
-
-    TimedProduct(&last_step_, Product::kAttentionOut,
-                 [&] { kernels::MatMul(att, T, lw.wo, b.x.data(), true); });
-
-    for_rows(T, dim, [&](int t) {
-      kernels::RmsNorm(&b.x[sz(t, dim)], lw.ffn_norm, c.rms_eps, &b.xb[sz(t, dim)], dim);
-    });
-    for (int r0 = 0; r0 < T; r0 += kFfnRowsPerBlock) {
-      const int rows = std::min(kFfnRowsPerBlock, T - r0);
-      const bool over = rows >= kHiddenOverGateUpMinRows;
-      float* const hidden = over ? gate_up : gate_up + sz(rows, 2 * ffn);
-      TimedProduct(&last_step_, Product::kGateUp, [&] {
-        kernels::MatMul(&b.xb[sz(r0, dim)], rows, lw.w_gate_up, gate_up, false);
-      });
-      const auto swiglu = [&](int t) {  // row t of the block
-        const float* gu = gate_up + sz(t, 2 * ffn);
-        kernels::SwiGlu(gu, gu + ffn, hidden + sz(t, ffn), ffn);  // elementwise: in place is fine
-      };
-      if (over) {
-        // Row t's hidden lands on [t ffn, (t + 1) ffn), inside the gate|up rows below t. Passes
-        // over rows [1, 2), [2, 4), ..., [k, 2k) after row 0: a pass writes [k ffn, 2k ffn), the
-        // rows below k that earlier passes consumed, and reads [2k ffn, 4k ffn), which it does not
-        // write, so its rows run in parallel.
-        swiglu(0);
-        for (int k = 1; k < rows; k *= 2) {
-          const int end = std::min(rows, 2 * k);
-          for_rows(end - k, 2 * ffn, [&](int i) { swiglu(k + i); });
-        }
+  if (base_units >= target_units) return;
+  const std::size_t units = work.size();
+  for (std::size_t u = 0; u < units; ++u) {
+    const Batch::AttnWork aw = work[u];
+    if (aw.n != 1) continue;
+    const Batch::Item& bi = b.items[static_cast<std::size_t>(aw.item)];
+    const std::int64_t visible = bi.kv->policy().VisibleKeys(bi.pos0 + aw.begin);
+    const std::int64_t count = SlicesFor(visible, base_units, target_units);
+    if (count < 2) continue;
+    const std::int64_t per_slice = ((visible + count - 1) / count + 15) / 16 * 16;
+    const int first = b.num_slots;
+    int pieces = 0;
+    for (std::int64_t k0 = 0; k0 < visible; k0 += per_slice, ++pieces) {
+      Batch::AttnWork piece = aw;
+      piece.slice = b.num_slots;
+      b.num_slots += aw.kv_heads;
+      piece.key_begin = k0;
+      piece.key_end = std::min(visible, k0 + per_slice);
+      if (pieces == 0) {
+        work[u] = piece;  // the unit itself becomes the first slice
       } else {
-        for_rows(rows, 2 * ffn, swiglu);
+        work.push_back(piece);
       }
-      TimedProduct(&last_step_, Product::kDown,
-                   [&] { kernels::MatMul(hidden, rows, lw.w_down, &b.x[sz(r0, dim)], true); });
     }
+    b.split_queries.push_back({bi.row0 + aw.begin, aw.kv_head, aw.kv_heads, first, pieces});
   }
+}
 
-  // Final norm and output projection only for the rows whose logits were asked for.
-  const int R = static_cast<int>(b.logit_rows.size());
-  if (R > 0) {
-    EnsureSize(b.final_rows, sz(R, dim));
-    logits_.resize(sz(R, c.vocab_size));
-    for_rows(R, dim, [&](int r) {
-      kernels::RmsNorm(&b.x[sz(b.logit_rows[static_cast<std::size_t>(r)], dim)], w.final_norm,
-                       c.rms_eps, &b.final_rows[sz(r, dim)], dim);
+// Slice buffers for the split queries, attention scratch per pool slot (slots of one job never run
+// two chunks at once), and the units per chunk of the attention loop.
+void Engine::SizeAttentionScratch(Batch& b) const {
+  const model::ModelConfig& c = model_.config;
+  const kernels::AttentionShape shape = AttentionShapeOf(c);
+  EnsureSize(b.slice_out, Floats(b.num_slots, shape.group() * c.head_dim));
+  EnsureSize(b.slice_stats, Floats(b.num_slots, 2 * shape.group()));
+  b.scratch.resize(static_cast<std::size_t>(threads_->num_threads()));
+  b.min_work_per_chunk = static_cast<std::int64_t>(
+      std::max(1.0, kMinAttentionFlopsPerChunk *
+                        static_cast<double>(std::max<std::size_t>(1, b.attn_work.size())) /
+                        std::max(1.0, b.attn_flops_per_layer)));
+  for (auto& s : b.scratch) EnsureSize(s, kernels::AttentionScratchFloats(shape, b.max_visible));
+}
+
+// Layer l's attention half: norm, the fused QKV product, bias and RoPE, K/V into the sessions'
+// blocks, the paged attention units, and the output projection added to the residual stream.
+void Engine::AttentionLayer(Batch& b, int l) {
+  const model::ModelConfig& c = model_.config;
+  const model::LayerWeights& lw = model_.weights->layers[static_cast<std::size_t>(l)];
+  base::ThreadPool& pool = *threads_;
+  const int T = b.num_tokens;
+  const int dim = c.dim;
+  const int qd = c.q_dim();
+  const int kvd = c.kv_dim();
+  const int qkvd = c.qkv_dim();
+  float* const qkv = b.layer_acts.data();
+  float* const att = qkv + Floats(T, qkvd);
+
+  ForRows(pool, T, dim, [&](int t) {
+    kernels::RmsNorm(&b.x[Floats(t, dim)], lw.attn_norm, c.rms_eps, &b.xb[Floats(t, dim)], dim);
+  });
+  TimedProduct(&last_step_, Product::kQkv,
+               [&] { kernels::MatMul(pool, b.xb.data(), T, lw.wqkv, qkv, false); });
+
+  // Bias, RoPE (q and k at absolute positions), then K/V into the session's blocks.
+  const int pairs = rope_.num_pairs();
+  ForRows(pool, T, qkvd, [&](int t) {
+    float* row = qkv + Floats(t, qkvd);
+    if (lw.bqkv != nullptr) kernels::Axpy(1.0f, lw.bqkv, row, qkvd);
+    const float* cs = &b.rope_cos[Floats(t, pairs)];
+    const float* sn = &b.rope_sin[Floats(t, pairs)];
+    rope_.Apply(row, c.num_heads, cs, sn);
+    rope_.Apply(row + qd, c.num_kv_heads, cs, sn);
+    b.ItemOfRow(t).kv->WriteKv(l, b.positions[static_cast<std::size_t>(t)], row + qd,
+                               row + qd + kvd);
+  });
+
+  Timed(&last_step_.attention_seconds, [&] { RunAttention(b, l, qkv, att); });
+
+  TimedProduct(&last_step_, Product::kAttentionOut,
+               [&] { kernels::MatMul(pool, att, T, lw.wo, b.x.data(), true); });
+}
+
+// The planned attention units of layer l on the pool, then the merge of split queries.
+void Engine::RunAttention(Batch& b, int l, const float* qkv, float* att) const {
+  const model::ModelConfig& c = model_.config;
+  const kernels::AttentionShape shape = AttentionShapeOf(c);
+  const int qd = c.q_dim();
+  const int qkvd = c.qkv_dim();
+  const int pairs = rope_.num_pairs();
+  const int group_floats = shape.group() * c.head_dim;
+  const std::vector<Batch::AttnWork>& work = b.attn_work;
+  threads_->ParallelForSlot(
+      static_cast<std::int64_t>(work.size()), b.min_work_per_chunk,
+      [&](int slot, std::int64_t w0, std::int64_t w1) {
+        float* scratch = b.scratch[static_cast<std::size_t>(slot)].data();
+        for (auto wi = static_cast<std::size_t>(w0); wi < static_cast<std::size_t>(w1); ++wi) {
+          const Batch::AttnWork& aw = work[wi];
+          const Batch::Item& bi = b.items[static_cast<std::size_t>(aw.item)];
+          const int row = bi.row0 + aw.begin;
+          const kernels::RopeAngleRows sink_angles{&b.sink_cos[Floats(row, pairs)],
+                                                   &b.sink_sin[Floats(row, pairs)],
+                                                   static_cast<std::size_t>(pairs)};
+          if (aw.slice >= 0) {
+            const kernels::AttentionKeySlice slice{
+                aw.key_begin, aw.key_end, &b.slice_out[Floats(aw.slice, group_floats)],
+                &b.slice_stats[Floats(aw.slice, 2 * shape.group())]};
+            kernels::PagedAttentionSlice(shape, bi.kv->View(), bi.kv->policy(), rope_, l,
+                                         aw.kv_head, aw.kv_heads, bi.pos0 + aw.begin,
+                                         qkv + Floats(row, qkvd), slice, scratch,
+                                         kernels::AttentionImpl::kAuto, &sink_angles);
+            continue;
+          }
+          kernels::PagedAttentionHeads(shape, bi.kv->View(), bi.kv->policy(), rope_, l, aw.kv_head,
+                                       aw.kv_heads, bi.pos0 + aw.begin, aw.n,
+                                       qkv + Floats(row, qkvd), att + Floats(row, qd),
+                                       static_cast<std::size_t>(qkvd), static_cast<std::size_t>(qd),
+                                       scratch, kernels::AttentionImpl::kAuto, &sink_angles);
+        }
+      });
+
+  // Few and small (splitting happens only when units are few): on the caller.
+  for (const Batch::SplitQuery& sq : b.split_queries) {
+    kernels::MergeAttentionSlices(
+        shape, sq.kv_heads, &b.slice_out[Floats(sq.first_slice, group_floats)],
+        &b.slice_stats[Floats(sq.first_slice, 2 * shape.group())], sq.count,
+        att + Floats(sq.row, qd) + Floats(sq.kv_head, group_floats));
+  }
+}
+
+// Layer l's FFN half over blocks of at most kFfnRowsPerBlock rows, so its [rows, 2 ffn] gate|up
+// rows (the largest activations of a prefill step) are bounded. A block of at least
+// kHiddenOverGateUpMinRows rows writes its hidden rows over its gate|up rows (in passes, below), a
+// smaller one (decode steps) into a region of its own, in one parallel pass.
+void Engine::FfnLayer(Batch& b, int l) {
+  const model::ModelConfig& c = model_.config;
+  const model::LayerWeights& lw = model_.weights->layers[static_cast<std::size_t>(l)];
+  base::ThreadPool& pool = *threads_;
+  const int T = b.num_tokens;
+  const int dim = c.dim;
+  const int ffn = c.ffn_dim;
+  float* const gate_up = b.layer_acts.data();
+
+  ForRows(pool, T, dim, [&](int t) {
+    kernels::RmsNorm(&b.x[Floats(t, dim)], lw.ffn_norm, c.rms_eps, &b.xb[Floats(t, dim)], dim);
+  });
+  for (int r0 = 0; r0 < T; r0 += kFfnRowsPerBlock) {
+    const int rows = std::min(kFfnRowsPerBlock, T - r0);
+    const bool over = rows >= kHiddenOverGateUpMinRows;
+    float* const hidden = over ? gate_up : gate_up + Floats(rows, 2 * ffn);
+    TimedProduct(&last_step_, Product::kGateUp, [&] {
+      kernels::MatMul(pool, &b.xb[Floats(r0, dim)], rows, lw.w_gate_up, gate_up, false);
     });
-    TimedProduct(&last_step_, Product::kLogits,
-                 [&] { kernels::MatMul(b.final_rows.data(), R, w.output, logits_.data(), false); });
+    const auto swiglu = [&](int t) {  // row t of the block
+      const float* gu = gate_up + Floats(t, 2 * ffn);
+      kernels::SwiGlu(gu, gu + ffn, hidden + Floats(t, ffn), ffn);  // elementwise: in place is fine
+    };
+    if (over) {
+      // Row t's hidden lands on [t ffn, (t + 1) ffn), inside the gate|up rows below t. Passes over
+      // rows [1, 2), [2, 4), ..., [k, 2k) after row 0: a pass writes [k ffn, 2k ffn), the rows
+      // below k that earlier passes consumed, and reads [2k ffn, 4k ffn), which it does not
+      // write, so its rows run in parallel.
+      swiglu(0);
+      for (int k = 1; k < rows; k *= 2) {
+        const int end = std::min(rows, 2 * k);
+        ForRows(pool, end - k, 2 * ffn, [&](int i) { swiglu(k + i); });
+      }
+    } else {
+      ForRows(pool, rows, 2 * ffn, swiglu);
+    }
+    TimedProduct(&last_step_, Product::kDown, [&] {
+      kernels::MatMul(pool, hidden, rows, lw.w_down, &b.x[Floats(r0, dim)], true);
+    });
   }
+}
 
-  const double proj_flops_per_token =
-      2.0 * c.num_layers *
-      (static_cast<double>(dim) * qkvd + static_cast<double>(qd) * dim +
-       static_cast<double>(dim) * 2 * ffn + static_cast<double>(ffn) * dim);
-  last_step_.flops = proj_flops_per_token * T + attn_flops_per_layer * c.num_layers +
-                     2.0 * dim * static_cast<double>(c.vocab_size) * R;
+// Final norm and output projection only for the rows whose logits were asked for.
+void Engine::Logits(Batch& b) {
+  const model::ModelConfig& c = model_.config;
+  const model::ModelWeights& w = *model_.weights;
+  const int R = static_cast<int>(b.logit_rows.size());
+  if (R == 0) return;
+  const int dim = c.dim;
+  EnsureSize(b.final_rows, Floats(R, dim));
+  logits_.resize(Floats(R, c.vocab_size));
+  ForRows(*threads_, R, dim, [&](int r) {
+    kernels::RmsNorm(&b.x[Floats(b.logit_rows[static_cast<std::size_t>(r)], dim)], w.final_norm,
+                     c.rms_eps, &b.final_rows[Floats(r, dim)], dim);
+  });
+  TimedProduct(&last_step_, Product::kLogits, [&] {
+    kernels::MatMul(*threads_, b.final_rows.data(), R, w.output, logits_.data(), false);
+  });
+}
+
+// The step's arithmetic: projections per token, attention over the visible keys, the logits rows.
+double Engine::StepFlops(const Batch& b) const {
+  const model::ModelConfig& c = model_.config;
+  const double dim = c.dim;
+  const double proj_flops_per_token = 2.0 * c.num_layers *
+                                      (dim * c.qkv_dim() + static_cast<double>(c.q_dim()) * dim +
+                                       dim * 2 * c.ffn_dim + static_cast<double>(c.ffn_dim) * dim);
+  return proj_flops_per_token * b.num_tokens + b.attn_flops_per_layer * c.num_layers +
+         2.0 * dim * static_cast<double>(c.vocab_size) * static_cast<double>(b.logit_rows.size());
 }
 
 }  // namespace metronome::engine

@@ -7,7 +7,9 @@
 // KV blocks is left out of the step with kPoolExhausted (an ordinary result the caller acts on);
 // the others proceed.
 //
-// Thread-safety: an Engine is driven by one thread. Step() uses all configured threads inside.
+// Thread-safety: an Engine is driven by one thread. Step() uses all threads of the engine's own
+// pool inside (EngineOptions::num_threads; the kernels run on the pool they are passed), so
+// engines in one process never resize or share each other's threads.
 #pragma once
 
 #include <array>
@@ -27,6 +29,10 @@
 #include "metronome/kv/session_kv.h"
 #include "metronome/model/model.h"
 
+namespace metronome::base {
+class ThreadPool;
+}
+
 namespace metronome::engine {
 
 enum class SessionId : std::uint32_t {};
@@ -35,7 +41,7 @@ struct EngineOptions {
   int block_tokens = 16;             // B, tokens per KV block
   std::int64_t kv_blocks = 0;        // pool size in blocks; when 0, derived from kv_pool_mb
   double kv_pool_mb = 256.0;         // pool size in MiB (used when kv_blocks == 0)
-  int num_threads = 0;               // process-wide pool size (base::DefaultThreadPool); 0: keep it
+  int num_threads = 0;               // the engine's own pool, caller included; 0: DetectedCpuCount
   bool poison_freed_blocks = false;  // NaN-fill freed blocks (tests, debugging)
   // Element type of the KV pool: bf16 (half the memory per token and half the attention memory
   // traffic; K/V rounded once when written), or fp32 (exact).
@@ -120,6 +126,11 @@ class Engine {
   // the next Step().
   void Step(std::span<const StepItem> items, std::vector<StepItemResult>* results);
   [[nodiscard]] std::span<const float> logits(int row) const;
+  // Whether logits row `row` of the last step can be sampled: the final-normed hidden state it was
+  // computed from and the row itself are all finite (AllFinite). The hidden state is checked too
+  // because a quantised output product drops a NaN activation (its block scale ignores it) and
+  // answers finite zeros; one pass over dim + vocab floats.
+  [[nodiscard]] bool logits_finite(int row) const;
 
   [[nodiscard]] const kv::SessionKv* session_kv(SessionId id) const;
   [[nodiscard]] kv::PoolStats pool_stats() const;
@@ -127,15 +138,31 @@ class Engine {
   [[nodiscard]] const model::ModelConfig& config() const { return model_.config; }
   [[nodiscard]] const model::Model& model() const { return model_; }
   [[nodiscard]] const kv::KvLayout& kv_layout() const { return pool_.layout(); }
+  // The pool every step runs on (its job counters are bench-decode's split/inline figures; a
+  // measurement between steps may run on it, from the thread that drives the engine).
+  [[nodiscard]] base::ThreadPool& thread_pool() const { return *threads_; }
+  [[nodiscard]] int num_threads() const;
 
  private:
   struct Batch;
+  // The stages of one step's forward pass, in the order Forward runs them.
   void Forward(Batch& batch);
+  void SizeActivations(Batch& batch) const;
+  void EmbedAndRotate(Batch& batch) const;
+  void PlanAttention(Batch& batch) const;
+  void SplitAttentionOverKeys(Batch& batch, std::int64_t target_units) const;
+  void SizeAttentionScratch(Batch& batch) const;
+  void AttentionLayer(Batch& batch, int layer);
+  void RunAttention(Batch& batch, int layer, const float* qkv, float* att) const;
+  void FfnLayer(Batch& batch, int layer);
+  void Logits(Batch& batch);
+  [[nodiscard]] double StepFlops(const Batch& batch) const;
 
   const model::Model& model_;
   EngineOptions options_;
   kernels::Rope rope_;
   kv::BlockPool pool_;
+  std::unique_ptr<base::ThreadPool> threads_;  // the pool every step runs on
   std::unordered_map<std::uint32_t, std::unique_ptr<kv::SessionKv>> sessions_;
   std::uint32_t next_session_id_ = 1;
   std::unique_ptr<Batch> batch_;  // step buffers, reused (grow-only) across steps

@@ -23,6 +23,7 @@ StepStatus Feed(Engine& engine, SessionId session, std::span<const TokenId> toke
     if (on_logits) {
       const std::size_t first = begin + n - static_cast<std::size_t>(r.num_logits_rows);
       for (int row = 0; row < r.num_logits_rows; ++row) {
+        if (!engine.logits_finite(r.first_logits_row + row)) return StepStatus::kNonFiniteLogits;
         on_logits(first + static_cast<std::size_t>(row), engine.logits(r.first_logits_row + row));
       }
     }

@@ -22,6 +22,12 @@ struct SamplerOptions {
   void Validate() const;  // ConfigError naming the field
 };
 
+// True when every value of `row` is finite (NaN and infinities are not). The engine's callers
+// check each logits row they sample or score (Engine::logits_finite) and fail the item with
+// StepStatus::kNonFiniteLogits otherwise: greedy argmax over NaN answers token 0 and a softmax
+// over it answers garbage, either looking like a normal output.
+[[nodiscard]] bool AllFinite(std::span<const float> row) noexcept;
+
 class Sampler {
  public:
   explicit Sampler(const SamplerOptions& options);

@@ -45,8 +45,8 @@ void SgemmColumns(const float* x, int m, int k, const float* w, int n0, int n1, 
 
 }  // namespace
 
-void MatMulTransposedB(const float* x, int m, int k, const float* w, int n, float* y,
-                       bool accumulate, int ldy) noexcept {
+void MatMulTransposedB(base::ThreadPool& pool, const float* x, int m, int k, const float* w, int n,
+                       float* y, bool accumulate, int ldy) noexcept {
   // The N (output) dimension is cut across the pool: each chunk is one single-threaded sgemm over
   // all m rows and a block of W's rows, so each weight row is read by one thread only.
   const int y_stride = ldy > 0 ? ldy : n;
@@ -54,31 +54,28 @@ void MatMulTransposedB(const float* x, int m, int k, const float* w, int n, floa
   const double flops_per_block = 2.0 * m * static_cast<double>(k) * kColumnsPerBlock;
   const auto min_blocks =
       static_cast<std::int64_t>(std::max(1.0, kMinFlopsPerChunk / std::max(1.0, flops_per_block)));
-  base::DefaultThreadPool().ParallelFor(blocks, min_blocks, [&](std::int64_t b, std::int64_t e) {
+  pool.ParallelFor(blocks, min_blocks, [&](std::int64_t b, std::int64_t e) {
     const int n0 = static_cast<int>(b) * kColumnsPerBlock;
     const int n1 = std::min(n, static_cast<int>(e) * kColumnsPerBlock);
     SgemmColumns(x, m, k, w, n0, n1, y_stride, y, accumulate);
   });
 }
 
-double MeasureGemmPeakGflops(int n, int repeats) {
+double MeasureGemmPeakGflops(base::ThreadPool& pool, int n, int repeats) {
   const auto sz = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
   std::vector<float> a(sz, 0.5f);
   std::vector<float> b(sz, 0.25f);
   std::vector<float> c(sz, 0.0f);
-  MatMulTransposedB(a.data(), n, n, b.data(), n, c.data(), false);  // warm up threads and caches
+  MatMulTransposedB(pool, a.data(), n, n, b.data(), n, c.data(),
+                    false);  // warm up threads and caches
   double best = 0.0;
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
-    MatMulTransposedB(a.data(), n, n, b.data(), n, c.data(), false);
+    MatMulTransposedB(pool, a.data(), n, n, b.data(), n, c.data(), false);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     best = std::max(best, 2.0 * n * static_cast<double>(n) * n / s / 1e9);
   }
   return best;
 }
-
-void SetNumThreads(int n) { base::SetDefaultThreadCount(n); }
-
-int NumThreads() { return base::DefaultThreadPool().num_threads(); }
 
 }  // namespace metronome::kernels

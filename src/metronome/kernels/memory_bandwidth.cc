@@ -51,8 +51,8 @@ std::uint64_t SumStreams(const std::uint64_t* p, std::size_t stride, std::size_t
 
 }  // namespace
 
-ReadBandwidthProbe::ReadBandwidthProbe(std::size_t buffer_bytes) {
-  base::ThreadPool& pool = base::DefaultThreadPool();
+ReadBandwidthProbe::ReadBandwidthProbe(base::ThreadPool& pool, std::size_t buffer_bytes)
+    : pool_(&pool) {
   slices_ = static_cast<std::size_t>(pool.num_threads()) * kSlicesPerThread;
   // Every slice holds kStreams whole streams of whole lines.
   const std::size_t lines_per_stream = buffer_bytes / 64 / (slices_ * kStreams);
@@ -75,7 +75,7 @@ ReadBandwidthProbe::ReadBandwidthProbe(std::size_t buffer_bytes) {
 
 double ReadBandwidthProbe::MeasureGBps(int repeats) const {
   if (lines_per_stream_ == 0) return 0.0;
-  base::ThreadPool& pool = base::DefaultThreadPool();
+  base::ThreadPool& pool = *pool_;
   const std::size_t stream_words = lines_per_stream_ * kLineWords;
   const std::size_t slice_words = stream_words * kStreams;
   const std::size_t words = slice_words * slices_;
@@ -97,8 +97,8 @@ double ReadBandwidthProbe::MeasureGBps(int repeats) const {
   return best;
 }
 
-double MeasureReadBandwidthGBps(std::size_t buffer_bytes, int repeats) {
-  return ReadBandwidthProbe(buffer_bytes).MeasureGBps(repeats);
+double MeasureReadBandwidthGBps(base::ThreadPool& pool, std::size_t buffer_bytes, int repeats) {
+  return ReadBandwidthProbe(pool, buffer_bytes).MeasureGBps(repeats);
 }
 
 }  // namespace metronome::kernels

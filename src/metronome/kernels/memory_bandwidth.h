@@ -7,13 +7,17 @@
 
 #include "metronome/base/streamed_memory.h"
 
+namespace metronome::base {
+class ThreadPool;
+}
+
 namespace metronome::kernels {
 
 // The probe's buffer, allocated and touched once, probed as often as wanted: a benchmark on a
 // machine whose speed comes in phases (a shared or virtual one) measures right before and after
 // each stretch of the work it compares with, not once at some other moment.
-// A pass reads the buffer on every thread of base::DefaultThreadPool() (the threads the kernels
-// run on), a few slices per thread, each slice as several independent streams with software
+// A pass reads the buffer on every thread of the pool it is given (pass the pool the kernels run
+// on), a few slices per thread, each slice as several independent streams with software
 // prefetch into every cache level (prefetcht0: a non-temporal hint halves the figure, see the
 // .cc): what a kernel with several rows in flight per thread can stream, not what one sequential
 // reader gets.
@@ -23,19 +27,24 @@ class ReadBandwidthProbe {
  public:
   // Allocates `buffer_bytes` (rounded down to whole slices of lines) and touches it. The probe is
   // unusable (MeasureGBps returns 0) when the buffer cannot give every slice one line per stream.
-  explicit ReadBandwidthProbe(std::size_t buffer_bytes = std::size_t{1} << 30);
+  // `pool` (borrowed; must outlive the probe) touches and reads the buffer.
+  explicit ReadBandwidthProbe(base::ThreadPool& pool,
+                              std::size_t buffer_bytes = std::size_t{1} << 30);
 
   // Best of `repeats` timed passes, in GB/s (1e9 bytes/s); 0 when unusable.
   [[nodiscard]] double MeasureGBps(int repeats = 5) const;
 
  private:
+  base::ThreadPool* pool_ = nullptr;
   std::size_t slices_ = 0;
   std::size_t lines_per_stream_ = 0;  // 0: unusable
   base::StreamedBuffer memory_;
 };
 
-// ReadBandwidthProbe(buffer_bytes).MeasureGBps(repeats): one measurement, allocation included.
-[[nodiscard]] double MeasureReadBandwidthGBps(std::size_t buffer_bytes = std::size_t{1} << 30,
+// ReadBandwidthProbe(pool, buffer_bytes).MeasureGBps(repeats): one measurement, allocation
+// included.
+[[nodiscard]] double MeasureReadBandwidthGBps(base::ThreadPool& pool,
+                                              std::size_t buffer_bytes = std::size_t{1} << 30,
                                               int repeats = 5);
 
 }  // namespace metronome::kernels

@@ -280,28 +280,28 @@ struct PartWork {
 };
 
 // Runs every part's row tiles; the only place the output rows are split over threads.
-void ParallelOverRowTiles(std::span<const PartWork> parts, int tiles, double macs) {
+void ParallelOverRowTiles(base::ThreadPool& pool, std::span<const PartWork> parts, int tiles,
+                          double macs) {
   // A product too small to be worth waking the team is one chunk: the pool runs it inline.
   const bool parallel = tiles > 1 && macs >= kMinParallelMacs;
-  base::DefaultThreadPool().ParallelFor(
-      tiles, parallel ? 1 : tiles, [parts](std::int64_t t0, std::int64_t t1) {
-        // A chunk's tiles of one part go to the kernel as one row range: a kernel call has a
-        // fixed cost (preparing its activation layout, filling its pipeline), paid once per chunk
-        // and part, not per work item.
-        auto t = static_cast<int>(t0);
-        while (t < static_cast<int>(t1)) {
-          std::size_t p = 0;
-          while (p + 1 < parts.size() && parts[p + 1].first_tile <= t) ++p;
-          const PartWork& part = parts[p];
-          const int part_tiles = (part.rows + kRowTile - 1) / kRowTile;
-          const int last = std::min(static_cast<int>(t1), part.first_tile + part_tiles);
-          const int begin = (t - part.first_tile) * kRowTile;
-          const int end = std::min((last - part.first_tile) * kRowTile, part.rows);
-          const bool gemv = part.args.m <= kGemvMaxRows && part.kernel->gemv != nullptr;
-          (gemv ? part.kernel->gemv : part.kernel->rows)(part.args, begin, end);
-          t = last;
-        }
-      });
+  pool.ParallelFor(tiles, parallel ? 1 : tiles, [parts](std::int64_t t0, std::int64_t t1) {
+    // A chunk's tiles of one part go to the kernel as one row range: a kernel call has a
+    // fixed cost (preparing its activation layout, filling its pipeline), paid once per chunk
+    // and part, not per work item.
+    auto t = static_cast<int>(t0);
+    while (t < static_cast<int>(t1)) {
+      std::size_t p = 0;
+      while (p + 1 < parts.size() && parts[p + 1].first_tile <= t) ++p;
+      const PartWork& part = parts[p];
+      const int part_tiles = (part.rows + kRowTile - 1) / kRowTile;
+      const int last = std::min(static_cast<int>(t1), part.first_tile + part_tiles);
+      const int begin = (t - part.first_tile) * kRowTile;
+      const int end = std::min((last - part.first_tile) * kRowTile, part.rows);
+      const bool gemv = part.args.m <= kGemvMaxRows && part.kernel->gemv != nullptr;
+      (gemv ? part.kernel->gemv : part.kernel->rows)(part.args, begin, end);
+      t = last;
+    }
+  });
 }
 
 // ---- prefill: dequantised tiles of W through oneDNN's sgemm ----
@@ -331,8 +331,9 @@ void DequantGemmTile(const RowsKernelArgs& a, int row_begin, int row_end) {
   wt.resize(static_cast<std::size_t>(count) * static_cast<std::size_t>(w.cols));
   yt.resize(static_cast<std::size_t>(a.m) * static_cast<std::size_t>(count));
   DequantizeTile(w, row_begin, count, wt.data());
-  MatMulTransposedB(reinterpret_cast<const float*>(a.act), a.m, w.cols, wt.data(), count, yt.data(),
-                    false);
+  MTR_DCHECK(a.pool != nullptr, "the dequantised product runs on its caller's pool");
+  MatMulTransposedB(*a.pool, reinterpret_cast<const float*>(a.act), a.m, w.cols, wt.data(), count,
+                    yt.data(), false);
   for (int i = 0; i < a.m; ++i) {
     float* dst = a.y + static_cast<std::size_t>(i) * static_cast<std::size_t>(a.ldy) + row_begin;
     const float* src = yt.data() + static_cast<std::size_t>(i) * static_cast<std::size_t>(count);
@@ -462,8 +463,8 @@ quant::RowLayout PreferredRowLayout(const quant::WeightMatrix& w) noexcept {
              : quant::RowLayout::kRowMajor;
 }
 
-void MatMul(const float* x, int m, std::span<const quant::WeightMatrix> parts, float* y,
-            bool accumulate) noexcept {
+void MatMul(base::ThreadPool& pool, const float* x, int m,
+            std::span<const quant::WeightMatrix> parts, float* y, bool accumulate) noexcept {
   int ldy = 0;
   for (const auto& w : parts) ldy += w.rows;
   if (m <= 0 || ldy <= 0) return;
@@ -481,7 +482,7 @@ void MatMul(const float* x, int m, std::span<const quant::WeightMatrix> parts, f
     float* y_part = y + column;
     column += w.rows;
     if (IsPackedF32(w)) {  // oneDNN
-      MatMulTransposedB(x, m, w.cols, reinterpret_cast<const float*>(w.data), w.rows, y_part,
+      MatMulTransposedB(pool, x, m, w.cols, reinterpret_cast<const float*>(w.data), w.rows, y_part,
                         accumulate, ldy);
       continue;
     }
@@ -496,6 +497,7 @@ void MatMul(const float* x, int m, std::span<const quant::WeightMatrix> parts, f
       args.y = y_part;
       args.ldy = ldy;
       args.accumulate = accumulate;
+      args.pool = &pool;
       work[num_work++] = {&kDequantGemm, args, w.rows, tiles};
     } else {
       work[num_work++] = {&KernelFor(w), MakeArgs(x, m, w, y_part, ldy, accumulate, prepared),
@@ -504,12 +506,12 @@ void MatMul(const float* x, int m, std::span<const quant::WeightMatrix> parts, f
     tiles += (w.rows + kRowTile - 1) / kRowTile;
     macs += static_cast<double>(m) * w.rows * w.cols;
   }
-  if (num_work > 0) ParallelOverRowTiles(std::span(work.data(), num_work), tiles, macs);
+  if (num_work > 0) ParallelOverRowTiles(pool, std::span(work.data(), num_work), tiles, macs);
 }
 
-void MatMul(const float* x, int m, const quant::WeightMatrix& w, float* y,
+void MatMul(base::ThreadPool& pool, const float* x, int m, const quant::WeightMatrix& w, float* y,
             bool accumulate) noexcept {
-  MatMul(x, m, std::span<const quant::WeightMatrix>(&w, 1), y, accumulate);
+  MatMul(pool, x, m, std::span<const quant::WeightMatrix>(&w, 1), y, accumulate);
 }
 
 void MatMulRowsScalar(const float* x, int m, const quant::WeightMatrix& w, float* y,

@@ -24,8 +24,8 @@
 // quant_matmul_avx512*.cc); a kernel must match the scalar one within the fp32 accumulation
 // tolerance (the tests compare them).
 //
-// Thread-safety: the kernels are pure functions of their arguments; MatMul uses the OpenMP team
-// (gemm.h's SetNumThreads) and a per-thread scratch buffer for the prepared activations.
+// Thread-safety: the kernels are pure functions of their arguments; MatMul runs on the thread pool
+// its caller passes and a per-thread scratch buffer for the prepared activations.
 #pragma once
 
 #include <cstddef>
@@ -34,6 +34,10 @@
 
 #include "metronome/quant/ggml_type.h"
 #include "metronome/quant/weight_matrix.h"
+
+namespace metronome::base {
+class ThreadPool;
+}
 
 namespace metronome::kernels {
 
@@ -59,15 +63,16 @@ inline constexpr int kGemvMaxRows = 4;
 [[nodiscard]] quant::RowLayout PreferredRowLayout(const quant::WeightMatrix& w) noexcept;
 
 // y[m, w.rows] = x[m, w.cols] W^T (accumulate = false) or += (accumulate = true), any computable
-// type. Preconditions: w.cols a multiple of the type's block size; x, y do not alias.
-void MatMul(const float* x, int m, const quant::WeightMatrix& w, float* y,
+// type, its output rows split over `pool`'s threads. Preconditions: w.cols a multiple of the
+// type's block size; x, y do not alias.
+void MatMul(base::ThreadPool& pool, const float* x, int m, const quant::WeightMatrix& w, float* y,
             bool accumulate) noexcept;
 // A group of matrices with the same cols read as one: y[m, sum of rows] whose columns are the
 // parts' rows in order (a fused Q/K/V or gate/up whose parts are separate tensors, possibly of
 // different types). x is prepared once per activation format; all parts' row tiles share one
 // parallel loop.
-void MatMul(const float* x, int m, std::span<const quant::WeightMatrix> parts, float* y,
-            bool accumulate) noexcept;
+void MatMul(base::ThreadPool& pool, const float* x, int m,
+            std::span<const quant::WeightMatrix> parts, float* y, bool accumulate) noexcept;
 
 // The single-threaded reference: output columns [row_begin, row_end) of y (all m rows), through
 // the scalar kernels regardless of the CPU (F32 too: a plain fp32 dot). For tests and as the
@@ -98,6 +103,9 @@ struct RowsKernelArgs {
   float* y = nullptr;  // [m, ldy]; the kernel writes columns [row_begin, row_end)
   int ldy = 0;
   bool accumulate = false;
+  // The pool the product runs on, for a kernel that runs a library product of its own (the
+  // dequantised prefill's sgemm); nullptr: the calling thread alone.
+  base::ThreadPool* pool = nullptr;
 };
 // Computes y[i, r] (+)= dot(act row i, W row r) for all i < m, r in [row_begin, row_end).
 using RowsKernel = void (*)(const RowsKernelArgs& args, int row_begin, int row_end);

@@ -43,8 +43,10 @@ enum class ModelFormat : std::uint8_t { kSynthetic, kGguf, kLlama2c };
 Model LoadGgufModel(const std::string& path);
 Model LoadLlama2cModel(const std::string& path, const std::string& tokenizer_path);
 // Synthetic models: deterministic weights from `seed`, scaled so activations stay O(1) through
-// the layers, and a MakeSyntheticVocabulary tokenizer. Throws ConfigError for an unknown preset.
-Model MakeSyntheticModel(const std::string& preset, std::uint64_t seed = 1234);
+// the layers, and a MakeSyntheticVocabulary tokenizer, the weights filled by a pool of
+// `num_threads` threads for the call (0: base::DetectedCpuCount(); the weights are the same for
+// any count). Throws ConfigError for an unknown preset.
+Model MakeSyntheticModel(const std::string& preset, std::uint64_t seed = 1234, int num_threads = 0);
 ModelConfig SyntheticPresetConfig(const std::string& preset);
 std::string SyntheticPresetNames();  // "tiny, smol-135m, ..." for --help and error messages
 

@@ -1,5 +1,7 @@
 #include "metronome/model/model_info.h"
 
+#include <algorithm>
+#include <bit>
 #include <optional>
 #include <string>
 #include <utility>
@@ -12,6 +14,7 @@
 #include "metronome/model/internal/gguf_loader.h"
 #include "metronome/model/internal/gguf_schema.h"
 #include "metronome/model/internal/gguf_tensors.h"
+#include "metronome/quant/codec.h"
 
 namespace metronome::model {
 namespace {
@@ -52,7 +55,8 @@ ModelInfo DescribeGguf(const std::string& path, const std::string& tokenizer_pat
     if (const auto* s = std::get_if<std::string>(arch)) info.architecture = *s;
   }
   for (const GgufTensorInfo& t : g.tensors()) {
-    info.tensors.push_back({t.name, t.type, t.shape, t.data.size()});
+    info.tensors.push_back({t.name, t.type, t.shape, t.data.size(),
+                            static_cast<std::uint64_t>(t.data.data() - file.bytes().data())});
     info.tensor_bytes += t.data.size();
   }
   std::unique_ptr<Tokenizer> tokenizer;
@@ -70,7 +74,103 @@ ModelInfo DescribeGguf(const std::string& path, const std::string& tokenizer_pat
   return info;
 }
 
+// Counts the non-finite values of one tensor, fed in order a span of decoded values at a time.
+class FiniteScan {
+ public:
+  void Add(std::span<const float> values) {
+    constexpr std::uint32_t kExponent = 0x7f800000u;  // all ones: NaN or infinite
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      if ((std::bit_cast<std::uint32_t>(values[i]) & kExponent) == kExponent) {
+        if (count_ == 0) first_ = seen_ + i;
+        ++count_;
+      }
+    }
+    seen_ += values.size();
+  }
+  // Records the tensor in `check` (and its elements), under `name`.
+  void Finish(const std::string& name, WeightCheck* check) const {
+    ++check->tensors_checked;
+    check->elements_checked += seen_;
+    if (count_ > 0) check->non_finite.push_back({name, count_, first_});
+  }
+
+ private:
+  std::uint64_t seen_ = 0;
+  std::uint64_t count_ = 0;
+  std::uint64_t first_ = 0;
+};
+
+WeightCheck CheckGguf(const std::string& path) {
+  const MappedFile file(path);
+  const GgufFile g(file.bytes(), path);
+  WeightCheck check;
+  // Blocks decoded per call: a few KiB of fp32, whatever the tensor's size.
+  constexpr std::uint64_t kChunkElems = 8192;
+  std::vector<float> buf(kChunkElems);
+  for (const GgufTensorInfo& t : g.tensors()) {
+    const quant::GgmlTypeTraits& traits = quant::Traits(t.type);
+    if (!traits.computable) {
+      check.unchecked.push_back(t.name + " (" + std::string(traits.name) + ")");
+      continue;
+    }
+    // The parser validated that data holds num_elements() in whole blocks of the type.
+    const std::uint64_t n = t.num_elements();
+    const std::uint64_t chunk = kChunkElems / traits.block_elems * traits.block_elems;
+    FiniteScan scan;
+    for (std::uint64_t begin = 0; begin < n; begin += chunk) {
+      const std::uint64_t len = std::min(chunk, n - begin);
+      const std::uint8_t* blocks = t.data.data() + begin / traits.block_elems * traits.block_bytes;
+      quant::DequantizeRow(t.type, blocks, static_cast<std::int64_t>(len), buf.data());
+      scan.Add({buf.data(), static_cast<std::size_t>(len)});
+    }
+    scan.Finish(t.name, &check);
+  }
+  return check;
+}
+
+void CheckMatrix(const std::string& name, const quant::WeightMatrix& w, WeightCheck* check) {
+  FiniteScan scan;
+  for (int r = 0; r < w.rows; ++r) scan.Add(DequantizeRows(w, r, 1));
+  scan.Finish(name, check);
+}
+
+void CheckGroup(const std::string& name, const MatrixGroup& group, WeightCheck* check) {
+  FiniteScan scan;
+  for (int r = 0; r < GroupRows(group); ++r) scan.Add(DequantizeRows(group, r, 1));
+  scan.Finish(name, check);
+}
+
+void CheckVector(const std::string& name, const float* v, int n, WeightCheck* check) {
+  if (v == nullptr) return;
+  FiniteScan scan;
+  scan.Add({v, static_cast<std::size_t>(n)});
+  scan.Finish(name, check);
+}
+
 }  // namespace
+
+WeightCheck CheckWeights(const std::string& spec, const std::string& tokenizer_path) {
+  if (DetectModelFormat(spec) == ModelFormat::kGguf) return CheckGguf(spec);
+  const Model m = LoadModel(spec, tokenizer_path);
+  const ModelConfig& c = m.config;
+  const ModelWeights& w = *m.weights;
+  WeightCheck check;
+  CheckMatrix("token_embd.weight", w.token_embedding, &check);
+  for (std::size_t l = 0; l < w.layers.size(); ++l) {
+    const LayerWeights& lw = w.layers[l];
+    const std::string blk = "blk." + std::to_string(l) + ".";
+    CheckVector(blk + "attn_norm.weight", lw.attn_norm, c.dim, &check);
+    CheckGroup(blk + "attn_qkv", lw.wqkv, &check);
+    CheckVector(blk + "attn_qkv.bias", lw.bqkv, GroupRows(lw.wqkv), &check);
+    CheckMatrix(blk + "attn_output.weight", lw.wo, &check);
+    CheckVector(blk + "ffn_norm.weight", lw.ffn_norm, c.dim, &check);
+    CheckGroup(blk + "ffn_gate_up", lw.w_gate_up, &check);
+    CheckMatrix(blk + "ffn_down.weight", lw.w_down, &check);
+  }
+  CheckVector("output_norm.weight", w.final_norm, c.dim, &check);
+  if (!c.tied_embeddings) CheckMatrix("output.weight", w.output, &check);
+  return check;
+}
 
 ModelInfo DescribeModel(const std::string& spec, const std::string& tokenizer_path) {
   const ModelFormat format = DetectModelFormat(spec);

@@ -24,6 +24,9 @@ struct TensorSummary {
   quant::GgmlType type = quant::GgmlType::kF32;
   std::vector<std::uint64_t> shape;  // ggml order: shape[0] is the innermost (contiguous) dim
   std::uint64_t bytes = 0;
+  // GGUF: where the tensor's data starts in the file, in bytes from its beginning (for tools that
+  // read or patch it); 0 for the other sources, whose tensors are the engine's.
+  std::uint64_t file_offset = 0;
 };
 
 struct SpecialToken {
@@ -63,6 +66,31 @@ struct ModelInfo {
 
 // Throws LoadError / ConfigError as LoadModel does for a file that cannot be read at all.
 ModelInfo DescribeModel(const std::string& spec, const std::string& tokenizer_path = "");
+
+// A tensor holding values that are not finite (NaN or +-infinity) once decoded.
+struct NonFiniteTensor {
+  std::string name;
+  std::uint64_t count = 0;        // non-finite elements
+  std::uint64_t first_index = 0;  // flat element index of the first, in storage order
+};
+
+// What CheckWeights found: every element of every tensor it could decode, decoded.
+struct WeightCheck {
+  std::uint64_t tensors_checked = 0;
+  std::uint64_t elements_checked = 0;
+  // Tensors of a type this build cannot decode (integer types, the IQ and other types without a
+  // codec here), "name (TYPE)": not checked.
+  std::vector<std::string> unchecked;
+  std::vector<NonFiniteTensor> non_finite;  // in file (or engine) order; empty: all finite
+};
+
+// Decodes every weight of `spec` and counts the elements that are not finite. A GGUF file is read
+// tensor by tensor in its stored type, a few blocks at a time (never a whole fp32 copy of a
+// tensor, let alone of the model), without building the engine's weights, so files the engine
+// would refuse are still checked; llama2.c checkpoints and synthetic presets are loaded and their
+// fp32 weights checked as the engine holds them (llama.cpp-like names; fused groups by the fused
+// name, e.g. "blk.0.attn_qkv"). Throws as DescribeModel for a file that cannot be read.
+WeightCheck CheckWeights(const std::string& spec, const std::string& tokenizer_path = "");
 
 // The tokenizer of `spec` (LoadModel's, or the llama2.c file `tokenizer_path` when given) without
 // loading GGUF weights; null when the source has none. Throws like LoadModel.

@@ -51,10 +51,10 @@ struct UniformJob {
   float amplitude;
 };
 
-// Fills all jobs in fixed-size chunks on the process-wide pool (chunks claimed one by one: on a
+// Fills all jobs in fixed-size chunks on `pool` (chunks claimed one by one: on a
 // shared, oversubscribed machine a descheduled thread then delays only its current chunk). Each
 // 64-bit draw feeds two elements (bits 40..63 and 8..31): elements 2k and 2k+1 share draw k.
-void FillUniform(const std::vector<UniformJob>& jobs) {
+void FillUniform(base::ThreadPool& pool, const std::vector<UniformJob>& jobs) {
   constexpr std::size_t kChunk = 1 << 16;  // even, so no draw straddles two chunks
   struct Chunk {
     const UniformJob* job;
@@ -64,7 +64,7 @@ void FillUniform(const std::vector<UniformJob>& jobs) {
   for (const UniformJob& j : jobs) {
     for (std::size_t b = 0; b < j.n; b += kChunk) chunks.push_back({&j, b});
   }
-  base::DefaultThreadPool().ParallelFor(
+  pool.ParallelFor(
       static_cast<std::int64_t>(chunks.size()), 1, [&chunks](std::int64_t c0, std::int64_t c1) {
         for (std::int64_t c = c0; c < c1; ++c) {
           const UniformJob& j = *chunks[static_cast<std::size_t>(c)].job;
@@ -135,7 +135,10 @@ ModelConfig SyntheticPresetConfig(const std::string& preset) {
                     ")");
 }
 
-Model MakeSyntheticModel(const std::string& preset, std::uint64_t seed) {
+Model MakeSyntheticModel(const std::string& preset, std::uint64_t seed, int num_threads) {
+  if (num_threads < 0) {
+    throw ConfigError("num_threads = " + std::to_string(num_threads) + " must be >= 0");
+  }
   Model m;
   m.config = SyntheticPresetConfig(preset);
   const ModelConfig& c = m.config;
@@ -175,7 +178,8 @@ Model MakeSyntheticModel(const std::string& preset, std::uint64_t seed) {
     jobs.push_back({w.MutableFloats(w.output), vocab * dim, TensorKey(seed, kOutputId),
                     MatrixAmplitude(c.dim)});
   }
-  FillUniform(jobs);
+  base::ThreadPool pool(base::ThreadPoolOptions{.num_threads = num_threads});
+  FillUniform(pool, jobs);
   m.tokenizer = MakeSentencePieceTokenizer(MakeSyntheticVocabulary(c.vocab_size));
   return m;
 }

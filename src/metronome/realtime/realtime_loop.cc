@@ -61,6 +61,17 @@ Nanos FramePacing::Tolerance(Nanos period) const {
   return std::max(period * (burst_frames - 1), FromMs(jitter_ms));
 }
 
+void PromptPacing::Validate() const {
+  if (!(c1_s_per_token >= 0.0 && c2_s_per_kv_token >= 0.0 && std::isfinite(c1_s_per_token) &&
+        std::isfinite(c2_s_per_kv_token))) {
+    throw ConfigError("prompt.c1_s_per_token and prompt.c2_s_per_kv_token must be finite and >= 0");
+  }
+  if (!(deadline_fraction > 0.0 && deadline_fraction <= 1.0)) {
+    throw ConfigError("prompt.deadline_fraction = " + FormatValue(deadline_fraction) +
+                      " must be in (0, 1]");
+  }
+}
+
 void LoopOptions::Validate() const {
   if (mute_after_starved < 1) {
     throw ConfigError("mute_after_starved = " + std::to_string(mute_after_starved) +
@@ -71,6 +82,37 @@ void LoopOptions::Validate() const {
                       " must be >= 0 (0: no limit)");
   }
   pacing.Validate();
+  prompt.Validate();
+}
+
+double RealtimeLoop::TightestDeadlineMs() const {
+  double tightest = std::numeric_limits<double>::infinity();
+  for (const auto& [id, s] : sessions_) {
+    if (s.prompt_fed) tightest = std::min(tightest, s.spec.deadline_ms);
+  }
+  return tightest;
+}
+
+int RealtimeLoop::PromptChunkTokens(const kv::KvPolicy& policy, TokenPos pos, int wanted, int least,
+                                    double* budget_s) const {
+  const PromptPacing& p = options_.prompt;
+  const auto work_s = [&](int k) {
+    return p.c1_s_per_token * k +
+           p.c2_s_per_kv_token * static_cast<double>(policy.VisibleKeysOfChunk(pos, k));
+  };
+  // The work grows with k: the largest k within the budget, by bisection (at least `least`).
+  int lo = std::min(least, wanted);
+  int hi = wanted;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo + 1) / 2;
+    if (work_s(mid) <= *budget_s) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  *budget_s -= work_s(lo);
+  return lo;
 }
 
 RealtimeLoop::RealtimeLoop(Backend* backend, Clock* clock, const LoopOptions& options)
@@ -328,11 +370,25 @@ void RealtimeLoop::PlanStep(std::int64_t ready_tokens) {
   items_.clear();
   planned_.clear();
   std::int64_t budget_left = budget > 0 ? budget : std::numeric_limits<std::int64_t>::max();
+  // PromptPacing's budget for this step's prompt work, s (NaN until a prompt asks: O(live
+  // sessions), only in a step that carries a prompt). The first prompt chunk of a step takes at
+  // least one token, so prompts progress.
+  double prompt_budget_s = std::numeric_limits<double>::quiet_NaN();
+  bool prompt_planned = false;
   for (Planned c : candidates_) {
     if (budget_left <= 0) break;
     Session& s = *ready_[c.ready_index].second;
     const Frame& f = s.frames.front();
-    const int take = static_cast<int>(std::min<std::int64_t>(c.tokens, budget_left));
+    int take = static_cast<int>(std::min<std::int64_t>(c.tokens, budget_left));
+    if (c.prompt && budget > 0 && options_.prompt.enabled()) {
+      if (std::isnan(prompt_budget_s)) {
+        prompt_budget_s = options_.prompt.deadline_fraction * TightestDeadlineMs() / 1000.0;
+      }
+      take = PromptChunkTokens(s.spec.policy, f.input_offset, take, prompt_planned ? 0 : 1,
+                               &prompt_budget_s);
+      if (take == 0) continue;
+      prompt_planned = true;
+    }
     c.completes_input = take == c.tokens;
     // input_offset is 0 once the input is fed: a decode item is the chunk's one token.
     items_.push_back({s.backend_id, std::span<const TokenId>(s.chunk).subspan(f.input_offset, take),
@@ -399,17 +455,20 @@ bool RealtimeLoop::RunIteration() {
     }
     if (r.status != StepStatus::kOk) {
       // The full-mode context limit, or any other refusal of the backend: the session ends with
-      // an explicit reason, never silently. Only the first is a context-full session.
+      // an explicit reason, never silently. Only the first is a context-full session; logits the
+      // model could not sample from have their own reason (the model, not the session, is at
+      // fault: operators alert on it).
       const bool context_full = r.status == StepStatus::kContextFull;
       ++(context_full ? stats_.context_full_sessions : stats_.error_sessions);
+      const EndReason reason = context_full ? EndReason::kContextFull
+                               : r.status == StepStatus::kNonFiniteLogits
+                                   ? EndReason::kNonFiniteLogits
+                                   : EndReason::kError;
       entry.second = nullptr;
       Retire(sessions_.find(id));
       if (observer_ != nullptr) {
         observer_->OnSessionEnded(
-            {.session = id,
-             .t_s = Seconds(done),
-             .reason = context_full ? EndReason::kContextFull : EndReason::kError,
-             .status = r.status});
+            {.session = id, .t_s = Seconds(done), .reason = reason, .status = r.status});
       }
       continue;
     }

@@ -74,6 +74,23 @@ struct FramePacing {
   [[nodiscard]] Nanos Tolerance(Nanos period) const;
 };
 
+// How much of a step a prompt's prefill may take, in time: the step budget bounds tokens, but a
+// prompt's tokens attend to the whole prompt before them, so 256 of them deep into an 8k prompt
+// cost far more than 256 decode tokens. With the step-cost model's per-token and per-key
+// coefficients (CostModel's c1 and c2; both 0: no pacing, the token budget alone), a prompt's
+// chunks in a step are the most tokens whose predicted work c1 x k + c2 x the keys they attend to
+// stays, over all prompts of the step, within deadline_fraction of the tightest deadline of the
+// live sessions past their prompt (at least one token a step, so prompts always progress). Their
+// frames then wait for at most that much prompt work per step.
+struct PromptPacing {
+  double c1_s_per_token = 0.0;     // >= 0
+  double c2_s_per_kv_token = 0.0;  // >= 0
+  double deadline_fraction = 0.1;  // in (0, 1]
+
+  [[nodiscard]] bool enabled() const { return c1_s_per_token > 0.0 || c2_s_per_kv_token > 0.0; }
+  void Validate() const;  // ConfigError naming the field and value
+};
+
 struct LoopOptions {
   int mute_after_starved = 3;  // k: consecutive starved frames that raise a mute alarm
   FramePacing pacing;          // external frames only
@@ -86,8 +103,10 @@ struct LoopOptions {
   // state, so a transient backlog need not drain. The budget keeps a backlog's steps the size of
   // steady-state ones, and EDF serves the oldest frames first. It removes the step-size part of
   // the CPU engine's backlog penalty, not all of it (docs/realtime.md, "Step budget"). A prompt's
-  // prefill goes last, after every other ready frame, in the budget they leave.
+  // prefill goes last, after every other ready frame, in the budget they leave, paced in time by
+  // `prompt`.
   int max_step_tokens = 0;
+  PromptPacing prompt;  // with a step budget
 
   void Validate() const;
 };
@@ -246,6 +265,13 @@ class RealtimeLoop {
     // ready frame leaves, so a prompt delays its own session's start and no one else's frame.
     bool prompt = false;
   };
+  // The smallest deadline_ms of the live sessions whose prompt is fed (+inf: none): whom a
+  // prompt's prefill must not delay.
+  [[nodiscard]] double TightestDeadlineMs() const;
+  // Tokens of a prompt chunk at position `pos` that PromptPacing allows, of `wanted`: the most
+  // whose predicted work fits *budget_s (at least `least`), whose work it then takes from it.
+  [[nodiscard]] int PromptChunkTokens(const kv::KvPolicy& policy, TokenPos pos, int wanted,
+                                      int least, double* budget_s) const;
   std::vector<Planned> candidates_;
   std::vector<Planned> planned_;
   // RunIteration's stages. The candidates (candidates_): one per session with an arrived,

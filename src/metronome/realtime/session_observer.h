@@ -48,8 +48,9 @@ struct MuteAlarm {
   std::int64_t total_blocks = 0;
 };
 
-// A session ended. The loop ends a session itself with kContextFull (its context limit) or kError
-// (any other refusal of the backend: `status` says which); drivers end sessions with the other
+// A session ended. The loop ends a session itself with kContextFull (its context limit),
+// kNonFiniteLogits (its sampled logits held a NaN or an infinity) or kError (any other refusal of
+// the backend: `status` says which); drivers end sessions with the other
 // reasons through the Supervisor. The session is gone when this is reported.
 struct SessionEnded {
   RealtimeSessionId session = 0;

@@ -58,6 +58,20 @@ std::int64_t ProjectedBlocks(const SessionSpec& spec, int block_tokens,
   return std::min(projected, (context_limit + block_tokens - 1) / block_tokens);
 }
 
+namespace {
+
+// The loop's options, with a prompt's prefill paced by the cost model that prices sessions.
+LoopOptions WithPromptPacing(const SupervisorOptions& o) {
+  LoopOptions loop = o.loop;
+  if (o.cost_model) {
+    loop.prompt.c1_s_per_token = o.cost_model->c1_s_per_token;
+    loop.prompt.c2_s_per_kv_token = o.cost_model->c2_s_per_kv_token;
+  }
+  return loop;
+}
+
+}  // namespace
+
 // The loop's observer: the supervisor's own handling of every report, then the driver's.
 struct Supervisor::State final : SessionObserver {
   State(Backend* b, Clock* c, const SupervisorOptions& o, telemetry::MetricsRegistry* registry,
@@ -65,7 +79,7 @@ struct Supervisor::State final : SessionObserver {
       : backend(b),
         clock(c),
         options(o),
-        loop(b, c, o.loop),
+        loop(b, c, WithPromptPacing(o)),
         controller(admission::MakeController(o.admission, o.aimd, o.memory, o.gradient2)),
         forecast(o.forecast),
         reporter(o.log_to_stderr, registry, e) {
@@ -111,7 +125,9 @@ struct Supervisor::State final : SessionObserver {
     double work = 1.0;        // SessionRequest::work
     bool has_prompt = false;  // its first frame carries the prompt's prefill
   };
-  double active_work = 0.0;      // sum of the live sessions' work
+  double active_work = 0.0;  // sum of the live sessions' work
+  // Hints for the max_sessions refusal: only a session end frees a place under the hard cap.
+  admission::RetryHint max_sessions_hint;
   double reference_share = 0.0;  // the reference session's work_share (0: no cost model)
   std::unordered_map<RealtimeSessionId, Projection> projected;
   // SystemState for Admit, computed once per turn (O(sessions)) and kept current by Admit itself:
@@ -340,6 +356,7 @@ Supervisor::AdmitResult Supervisor::Admit(const SessionSpec& spec, double now_s)
                                              st.backend->full_kv_context_limit());
   if (!st.system_cache) st.system_cache = st.System();
   admission::SystemState& system = *st.system_cache;
+  st.max_sessions_hint.Observe(now_s, system.active_sessions);
 
   AdmitResult result;
   if (std::optional<admission::Decision> refused = st.PriceRequest(spec, request)) {
@@ -349,7 +366,8 @@ Supervisor::AdmitResult Supervisor::Admit(const SessionSpec& spec, double now_s)
                        .reason = "max_sessions",
                        .detail = std::to_string(system.active_sessions) +
                                  " sessions are active, the server's max_sessions",
-                       .retry_after_ms = request.period_ms};
+                       .retry_after_ms = st.max_sessions_hint.Ms(
+                           now_s, request.period_ms, std::numeric_limits<double>::infinity())};
   } else {
     result.decision = st.controller->Decide(request, system, now_s);
   }
@@ -379,6 +397,7 @@ Supervisor::AdmitResult Supervisor::Admit(const SessionSpec& spec, double now_s)
                                          .work = request.work,
                                          .has_prompt = !spec.prompt.empty()});
   st.active_work += request.work;
+  st.max_sessions_hint.OnAdmit();
   result.work = request.work;
   // The new session holds nothing yet: all of its projection is reserved.
   ++system.active_sessions;
@@ -416,6 +435,7 @@ bool Supervisor::Tick(double now_s) {
   light.free_blocks = pool.free_blocks;
   light.total_blocks = pool.num_blocks;
   st.controller->OnTick(now_s, light);
+  st.max_sessions_hint.Observe(now_s, light.active_sessions);
   st.RecordLimitChanges();
   if (pool.num_blocks > 0) {
     st.kv_peak_fraction = std::max(st.kv_peak_fraction, static_cast<double>(pool.used_blocks) /

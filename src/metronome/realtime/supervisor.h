@@ -77,7 +77,7 @@ struct SupervisorOptions {
   // the session that is one unit (the driver's default shape, resolved): the controllers' limits
   // are then budgets of work in "sessions of the reference shape", and `work` applies. Without a
   // model every session is one unit (a budget counts sessions) and only work.min_deadline_ms
-  // applies.
+  // applies. The model also paces prompts (LoopOptions::prompt's coefficients).
   std::optional<CostModel> cost_model;
   SessionSpec reference_session;
   WorkLimits work;

@@ -492,7 +492,7 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
       e.client_ref = r.client_ref;
       SendError(e);
     };
-    const auto open = static_cast<int>(sessions_.size()) + pending_starts_;
+    const auto open = static_cast<int>(sessions_.size());
     if (open >= o.max_sessions_per_connection) {
       fail(wire::ErrorCode::kTooManySessions,
            "session.start: this connection has " + std::to_string(open) + " sessions, the limit");
@@ -504,6 +504,19 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
       return;
     }
     realtime::SessionSpec spec = std::get<realtime::SessionSpec>(std::move(resolved));
+    if (open + pending_starts_ >= o.max_sessions_per_connection) {
+      // Starts still waiting for admission fill the slots: a moment's state, not a refusal of the
+      // request, so a rejection with a hint (the answers come within a loop turn or two).
+      Reject(r.client_ref, {.admit = false,
+                            .reason = "pending_starts",
+                            .detail = std::to_string(pending_starts_) +
+                                      " starts of this connection await "
+                                      "admission and " +
+                                      std::to_string(open) + " sessions run: its limit is " +
+                                      std::to_string(o.max_sessions_per_connection),
+                            .retry_after_ms = spec.period_ms});
+      return;
+    }
     wire::SessionStarted started{.session = 0,
                                  .client_ref = r.client_ref,
                                  .period_ms = spec.period_ms,
@@ -568,12 +581,24 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
       e.client_ref = started.client_ref;
       SendError(e);
     } else {
-      Send(wire::SessionRejected{.client_ref = started.client_ref,
-                                 .reason = out.decision.reason,
-                                 .detail = out.decision.detail,
-                                 .retry_after_ms = out.decision.retry_after_ms}
-               .Serialize());
+      Reject(started.client_ref, out.decision);
     }
+    if (out.admitted) consecutive_rejections_ = 0;
+  }
+
+  // session.rejected. A hint grows with this connection's rejections in a row (hint x 2^(n-1),
+  // admission::RetryBackoffMs, at most RetryHint::kMaxHintMs): a client that obeys every hint
+  // exactly thins out instead of asking at the controller's pace. A hint of 0 (a door reason:
+  // change the request) stays 0.
+  void Reject(const std::optional<std::string>& client_ref, const admission::Decision& d) {
+    ++consecutive_rejections_;
+    const double hint_ms = d.retry_after_ms > 0.0 ? admission::RetryBackoffMs(
+                                                        d.retry_after_ms, consecutive_rejections_,
+                                                        admission::RetryHint::kMaxHintMs)
+                                                  : 0.0;
+    Send(wire::SessionRejected{
+        .client_ref = client_ref, .reason = d.reason, .detail = d.detail, .retry_after_ms = hint_ms}
+             .Serialize());
   }
 
   void OnFrameRequest(wire::FrameRequest&& f) {
@@ -838,6 +863,7 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
   std::string close_reason_;  // the close frame's reason text
   std::unordered_map<std::uint64_t, SessionState> sessions_;
   int pending_starts_ = 0;
+  std::int64_t consecutive_rejections_ = 0;  // session.rejected since the last admission
 };
 
 // ---------------------------------------------------------------------------------------------

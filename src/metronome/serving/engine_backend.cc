@@ -37,7 +37,13 @@ double EngineBackend::Step(std::span<const BackendItem> items,
   for (std::size_t i = 0; i < items.size(); ++i) {
     (*out)[i].status = results_[i].status;
     if (results_[i].status == engine::StepStatus::kOk && results_[i].num_logits_rows > 0) {
-      (*out)[i].next_token = sampler_.Sample(engine_->logits(results_[i].first_logits_row));
+      const int row = results_[i].first_logits_row;
+      // Only the rows sampled are checked: the item fails alone, the step's others keep theirs.
+      if (engine_->logits_finite(row)) {
+        (*out)[i].next_token = sampler_.Sample(engine_->logits(row));
+      } else {
+        (*out)[i].status = engine::StepStatus::kNonFiniteLogits;
+      }
     }
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

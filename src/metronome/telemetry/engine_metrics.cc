@@ -17,14 +17,15 @@ constexpr std::array<EnumName<FrameOutcome>, kNumFrameOutcomes> kFrameOutcomeNam
      {FrameOutcome::kStarved, "starved"},
      {FrameOutcome::kShort, "short"}}};
 
-constexpr std::array<EnumName<EndReason>, 7> kEndReasonNames = {
+constexpr std::array<EnumName<EndReason>, 8> kEndReasonNames = {
     {{EndReason::kClient, "client"},
      {EndReason::kContextFull, "context_full"},
      {EndReason::kServerShutdown, "server_shutdown"},
      {EndReason::kDisconnect, "disconnect"},
      {EndReason::kError, "error"},
      {EndReason::kDuration, "duration"},
-     {EndReason::kIdle, "idle"}}};
+     {EndReason::kIdle, "idle"},
+     {EndReason::kNonFiniteLogits, "nonfinite_logits"}}};
 
 }  // namespace
 
@@ -83,7 +84,7 @@ EngineMetrics::EngineMetrics(MetricsRegistry& registry)
       sessions_ended_by_reason(registry.AddCounterFamily(
           "sessions_ended_total",
           "Sessions ended, by reason (client, context_full, server_shutdown, disconnect, error, "
-          "idle).",
+          "idle, nonfinite_logits).",
           {"reason"})),
       saturation_forecast_seconds(registry.AddGauge(
           "saturation_forecast_seconds",

@@ -34,6 +34,10 @@ enum class EndReason : std::uint8_t {
   kError,           // "error": the backend refused the session's work otherwise (the loop)
   kDuration,        // "duration": sim / drive, the session's sampled duration ran out (not wire)
   kIdle,            // "idle": the client sent no frame for the server's idle timeout (the server)
+  // "nonfinite_logits": the model's logits for the session held a NaN or an infinity (the loop;
+  // StepStatus::kNonFiniteLogits), so no token could be sampled: broken weights or a numerical
+  // fault, not something the client did.
+  kNonFiniteLogits,
 };
 [[nodiscard]] std::string_view ToString(EndReason reason);
 

@@ -234,8 +234,8 @@ struct FrameResult {
 };
 
 // Why a session ended: the one vocabulary of the engine (telemetry::EndReason: "client",
-// "context_full", "server_shutdown", "disconnect", "error", "idle"; "duration" never reaches the
-// wire).
+// "context_full", "server_shutdown", "disconnect", "error", "idle", "nonfinite_logits";
+// "duration" never reaches the wire).
 using EndReason = telemetry::EndReason;
 
 // "session.ended"
