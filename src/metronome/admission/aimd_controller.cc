@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -36,7 +37,7 @@ double PoissonTail(double mean, std::int64_t k) {
 AimdController::AimdController(const AimdOptions& options, const MemoryOptions& memory)
     : WindowedController(options.window, memory, options.initial_limit),
       options_(options),
-      slow_start_(options.slow_start_factor > 1.0) {
+      phase_(options.slow_start_factor > 1.0 ? Phase::kSlowStart : Phase::kGrowing) {
   const WindowOptions& w = options.window;
   MTR_CHECK(w.min_limit >= 0 && w.min_limit <= options.initial_limit &&
                 options.initial_limit <= w.max_limit && options.max_samples >= 1 &&
@@ -185,7 +186,7 @@ void AimdController::Seed(double now_s) {
     // paced steps (below). Measured cause: drive's start-up calibration seeded 74 on the CPU engine
     // (N_true 83); the first 0.5 s window read p99 0.10 D (a fast phase, windows 70% filled) and
     // slow start admitted 148: 99% of frames late for the rest of the run.
-    slow_start_ = false;
+    EndSlowStart();
     last_increase_s_ = now_s;
   } else {
     why = Format("seed: initial limit %lld (no calibrated cost model)",
@@ -200,23 +201,30 @@ void AimdController::Seed(double now_s) {
   }
   to = std::clamp(to, options_.window.min_limit, options_.window.max_limit);
   if (to != limit()) SetLimit(now_s, to, std::move(why));
-  if (pool_bound_ >= 0 && limit() >= pool_bound_) slow_start_ = false;
+  if (pool_bound_ >= 0 && limit() >= pool_bound_) EndSlowStart();
 }
 
 std::int64_t AimdController::FramesNeeded() const {
   // Far below the target (slow start) a few frames say as much as many: min_samples suffice, so
   // a lone session of a 2 s period does not wait window_frames periods for its first doubling.
   const WindowOptions& w = options_.window;
-  return slow_start_ ? std::min(w.window_frames, w.min_samples) : w.window_frames;
+  return phase_ == Phase::kSlowStart ? std::min(w.window_frames, w.min_samples) : w.window_frames;
 }
 
 double AimdController::DecisionInS(double now_s) const {
-  return growing_ ? window_.NextCloseS(now_s, FramesNeeded()) - now_s
-                  : std::numeric_limits<double>::infinity();
+  return raised_ ? window_.NextCloseS(now_s, FramesNeeded()) - now_s
+                 : std::numeric_limits<double>::infinity();
 }
 
 void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int64_t active) {
-  AimdWindow w;
+  const Reading r = CloseWindow(closed, now_s, active);
+  Apply(DecideWindow(r), now_s);
+}
+
+AimdController::Reading AimdController::CloseWindow(const ClosedWindow& closed, double now_s,
+                                                    std::int64_t active) {
+  Reading r{.w = {}, .closed = closed, .now_s = now_s, .active = active, .has_samples = false};
+  AimdWindow& w = r.w;
   w.end_s = now_s;
   w.num_frames = closed.num_frames;
   w.num_misses = num_misses_;
@@ -232,10 +240,10 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
   if (w.num_frames > 0) {
     w.miss_ratio = static_cast<double>(w.num_misses) / static_cast<double>(w.num_frames);
   }
-  const bool samples_empty = samples_.empty();
-  if (!samples_empty) w.signal = Percentile(samples_, options_.percentile);
+  r.has_samples = !samples_.empty();
+  if (r.has_samples) w.signal = Percentile(samples_, options_.percentile);
   last_window_ = w;
-  growing_ = false;
+  raised_ = false;
   samples_.clear();
   sample_sessions_.clear();
   num_misses_ = 0;
@@ -248,116 +256,115 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
     horizon_over_low_ -= horizon_.front().over_low;
     horizon_.pop_front();
   }
+  return r;
+}
 
-  if (cooling_) {
-    if (options_.cooldown_mode == CooldownMode::kFixed) {
-      if (now_s - last_cut_s_ < options_.cooldown_s) return;
-      cooling_ = false;
-    } else if (w.peak_active <= limit()) {
-      cooling_ = false;  // the first window of the load the cut allows: act on it below
-    } else if (closed.least_active <= limit()) {
-      healthy_while_cooling_ = 0;
-      return;  // sessions are leaving: wait for the first window at or under the limit
-    } else {
-      // The load admitted before the cut stayed the whole window (nobody left). Once it reads
-      // healthy, under the low target at once or at or under the high target kRecoverWindows
-      // windows in a row, the crossing has passed and the cut's limit is stale: it follows the
-      // load just measured (which admits nobody: active is not below it), and the next window
-      // acts as usual.
-      const bool measured = w.num_frames >= options_.window.min_samples && !samples_empty &&
-                            w.miss_ratio <= options_.miss_ratio_threshold;
-      healthy_while_cooling_ =
-          measured && w.signal <= options_.high_target ? healthy_while_cooling_ + 1 : 0;
-      if (!(measured &&
-            (w.signal < options_.low_target || healthy_while_cooling_ >= kRecoverWindows))) {
-        return;  // hold: the load of before the cut, still at a crossing (or not yet confirmed)
-      }
-      std::int64_t to = std::min(closed.least_active, options_.window.max_limit);
-      if (pool_bound_ >= 0) to = std::min(to, std::max(limit(), pool_bound_));
-      // A wall (the last cut came from misses under a low latency) is not seen by the signal:
-      // never past it on the signal's word; the drain decides there.
-      if (miss_ceiling_ >= 0) to = std::min(to, miss_ceiling_);
-      if (to <= limit()) return;
-      SetLimit(now_s, to,
-               Format("recovered: p%g/D=%.3f <= %g over %lld frames with %lld active throughout, "
-                      "the load admitted before the cut, which no session left; the limit "
-                      "follows it",
-                      options_.percentile, w.signal,
-                      w.signal < options_.low_target ? options_.low_target : options_.high_target,
-                      static_cast<long long>(w.num_frames),
-                      static_cast<long long>(closed.least_active)));
-      cooling_ = false;
-      healthy_while_cooling_ = 0;
-      hold_growth_until_departure_ = true;
-      return;
-    }
+AimdController::LimitDecision AimdController::DecideWindow(const Reading& r) {
+  if (phase_ == Phase::kCoolingDown) {
+    if (std::optional<LimitDecision> d = OnCoolingDown(r)) return std::move(*d);
   }
-  if (w.num_frames < options_.window.min_samples) return;  // too little evidence: hold
+  if (r.w.num_frames < options_.window.min_samples) return {};  // too little evidence: hold
+  const GrowthInputs g = ReadGrowthInputs(r);
+  if (std::optional<LimitDecision> d = OnCrossing(r)) return std::move(*d);
+  switch (phase_) {
+    case Phase::kSlowStart:
+      return OnSlowStart(r, g);
+    case Phase::kGrowing:
+      return OnGrowing(r, g);
+    case Phase::kHeldUntilDeparture:
+      return OnHeldUntilDeparture(r, g);
+    case Phase::kCoolingDown:
+      break;  // OnCoolingDown left it, or decided
+  }
+  MTR_CHECK(false, "AIMD: a window evaluated while cooling down");
+  return {};
+}
+
+void AimdController::Apply(LimitDecision d, double now_s) {
+  switch (d.kind) {
+    case LimitDecision::Kind::kHold:
+      return;
+    case LimitDecision::Kind::kCut:
+      SetLimit(now_s, d.to, std::move(d.why));
+      resume_phase_ = phase_;
+      phase_ = Phase::kCoolingDown;
+      last_cut_s_ = now_s;
+      return;
+    case LimitDecision::Kind::kGrow:
+      raised_ = true;
+      last_increase_s_ = now_s;
+      SetLimit(now_s, d.to, std::move(d.why));
+      return;
+    case LimitDecision::Kind::kRecover:
+      SetLimit(now_s, d.to, std::move(d.why));
+      healthy_while_cooling_ = 0;
+      phase_ = Phase::kHeldUntilDeparture;
+      return;
+  }
+}
+
+std::optional<AimdController::LimitDecision> AimdController::OnCoolingDown(const Reading& r) {
+  const AimdWindow& w = r.w;
+  if (options_.cooldown_mode == CooldownMode::kFixed) {
+    if (r.now_s - last_cut_s_ < options_.cooldown_s) return LimitDecision{};
+    phase_ = resume_phase_;
+    return std::nullopt;
+  }
+  if (w.peak_active <= limit()) {
+    phase_ = resume_phase_;  // the first window of the load the cut allows: act on it as usual
+    return std::nullopt;
+  }
+  if (r.closed.least_active <= limit()) {
+    healthy_while_cooling_ = 0;
+    return LimitDecision{};  // sessions are leaving: wait for the first window at or under the
+                             // limit
+  }
+  // The load admitted before the cut stayed the whole window (nobody left). Once it reads
+  // healthy, under the low target at once or at or under the high target kRecoverWindows
+  // windows in a row, the crossing has passed and the cut's limit is stale: it follows the
+  // load just measured (which admits nobody: active is not below it), and the next window
+  // acts as usual.
+  const bool measured = w.num_frames >= options_.window.min_samples && r.has_samples &&
+                        w.miss_ratio <= options_.miss_ratio_threshold;
+  healthy_while_cooling_ =
+      measured && w.signal <= options_.high_target ? healthy_while_cooling_ + 1 : 0;
+  if (!(measured &&
+        (w.signal < options_.low_target || healthy_while_cooling_ >= kRecoverWindows))) {
+    // Hold: the load of before the cut, still at a crossing (or not yet confirmed).
+    return LimitDecision{};
+  }
+  std::int64_t to = std::min(r.closed.least_active, options_.window.max_limit);
+  if (pool_bound_ >= 0) to = std::min(to, std::max(limit(), pool_bound_));
+  // A wall (the last cut came from misses under a low latency) is not seen by the signal:
+  // never past it on the signal's word; the drain decides there.
+  if (miss_ceiling_ >= 0) to = std::min(to, miss_ceiling_);
+  if (to <= limit()) return LimitDecision{};
+  return LimitDecision{
+      .kind = LimitDecision::Kind::kRecover,
+      .to = to,
+      .why = Format("recovered: p%g/D=%.3f <= %g over %lld frames with %lld active throughout, "
+                    "the load admitted before the cut, which no session left; the limit "
+                    "follows it",
+                    options_.percentile, w.signal,
+                    w.signal < options_.low_target ? options_.low_target : options_.high_target,
+                    static_cast<long long>(w.num_frames),
+                    static_cast<long long>(r.closed.least_active))};
+}
+
+AimdController::GrowthInputs AimdController::ReadGrowthInputs(const Reading& r) {
+  const AimdWindow& w = r.w;
+  GrowthInputs g;
   // Growth looks ahead to the load already admitted: windows still filling make every frame
   // cheaper than it will be, so the signal is projected to full KV, as if the KV-dependent share of
   // latency (kKvLatencyShare) grew in proportion to the KV held. Cuts, and the end of slow start
   // (a congestion signal), act on the signal measured.
-  const double kv_growth = 1.0 + kKvLatencyShare * (1.0 / kv_fill_ - 1.0);
-  const double growth_signal = w.signal * kv_growth;
+  g.kv_growth = 1.0 + kKvLatencyShare * (1.0 / kv_fill_ - 1.0);
+  g.growth_signal = w.signal * g.kv_growth;
   // The queue model's floor is compared with the signal at the same (full) KV: a floor read at an
   // emptier KV than the signal made the windows' filling read as queueing (qwen3-omni-30b-a3b:
   // 0.030 D at 1 session and 4% filled, 0.046 D at 45 sessions and 13%: "busy 0.35", projected
   // again to full KV, held slow start to +1 a window from 10 sessions on; 0.9 N_true after 225 s).
-  if (w.signal > 0.0) floor_signal_ = std::min(floor_signal_, growth_signal);
-
-  const double p = options_.percentile;
-  const bool over_target =
-      w.signal > options_.high_target || w.miss_ratio > options_.miss_ratio_threshold;
-  // A short window's p99 is about its maximum, so one engine stall reads as a crossing. Count the
-  // evidence in bursts of late frames instead of frames, over the consecutive crossing windows,
-  // against the stall rate measured in the windows that did not cut: a rise that tracks the load
-  // fills most slots at once; stalls that come at their usual rate hold the limit.
-  const double slots =
-      deadline_s_ > 0.0 ? closed.duration_s / (kBurstDeadlines * deadline_s_) : 0.0;
-  bool confirmed = false;
-  if (over_target) {
-    crossing_bursts_ += w.num_over_bursts;
-    crossing_slots_ += slots;
-    confirmed = crossing_bursts_ >= kMinConfirmBursts &&
-                PoissonTail(StallRate() * crossing_slots_, crossing_bursts_) < kStallFalseCut;
-    if (!confirmed) return;  // hold: not yet told from stalls
-  } else {
-    // The crossing windows before this one were stalls: they count towards the stall rate.
-    const double added_slots = crossing_slots_ + slots;
-    const double decay = std::exp(-added_slots * kBurstDeadlines * deadline_s_ / kStallRateTauS);
-    stall_bursts_ =
-        stall_bursts_ * decay + static_cast<double>(crossing_bursts_ + w.num_over_bursts);
-    stall_slots_ = stall_slots_ * decay + added_slots;
-  }
-  const std::int64_t evidence_bursts = crossing_bursts_;
-  const double evidence_slots = crossing_slots_;
-  crossing_bursts_ = 0;
-  crossing_slots_ = 0.0;
-  if (confirmed) {
-    const auto cut =
-        static_cast<std::int64_t>(std::floor(options_.beta * static_cast<double>(active)));
-    const std::int64_t to = std::min(limit(), std::max(options_.window.min_limit, cut));
-    slow_start_ = false;  // the first congestion signal ends slow start for good
-    // Misses under a latency below the high target: a wall the signal does not see coming (the
-    // pool running dry as windows fill). Remember where it was hit; see the growth cap below.
-    const bool wall = w.signal <= options_.high_target;
-    if (wall) miss_ceiling_ = to;
-    if (to >= limit()) return;
-    const std::string why =
-        w.signal > options_.high_target
-            ? Format("p%g/D=%.3f > %g", p, w.signal, options_.high_target)
-            : Format("miss ratio %.4f > %g", w.miss_ratio, options_.miss_ratio_threshold);
-    SetLimit(now_s, to,
-             Format("cut: %s over %lld frames, %lld bursts of late frames in %.0f slots of %g "
-                    "deadlines (stall rate %.3f a slot); floor(%g * active %lld) = %lld",
-                    why.c_str(), static_cast<long long>(w.num_frames),
-                    static_cast<long long>(evidence_bursts), evidence_slots, kBurstDeadlines,
-                    StallRate(), options_.beta, static_cast<long long>(active),
-                    static_cast<long long>(cut)));
-    cooling_ = true;
-    last_cut_s_ = now_s;
-    return;
-  }
+  if (w.signal > 0.0) floor_signal_ = std::min(floor_signal_, g.growth_signal);
   // The utilization cap: the sessions at which the engine's work utilization would reach
   // max_utilization, in proportion to the sessions the window carried throughout (sessions
   // admitted during it added less than a window's work, so this errs low); none while the steps
@@ -369,30 +376,109 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
   // admitted while a shared machine runs fast stays when it slows down. (Not the busy fraction
   // when the fit is unknown: moshi-7b's steps are mostly fixed cost, busy 0.81 at 8 sessions of
   // its 239, and that stand-in held the +1 law at 8.)
-  const StepLoadWindow& load = closed.load;
+  const StepLoadWindow& load = r.closed.load;
   const double utilization_per_session =
-      load.valid && closed.least_active > 0
-          ? load.utilization_at_slowest / static_cast<double>(closed.least_active)
+      load.valid && r.closed.least_active > 0
+          ? load.utilization_at_slowest / static_cast<double>(r.closed.least_active)
           : 0.0;
-  const bool utilization_capped = options_.max_utilization < 1.0 && utilization_per_session > 0.0;
-  // Sessions at which the utilization reaches max_utilization.
-  const double utilization_bound = utilization_capped
-                                       ? options_.max_utilization / utilization_per_session
-                                       : std::numeric_limits<double>::infinity();
-  if (slow_start_ &&
-      (w.signal >= options_.slow_start_exit * options_.low_target ||
-       static_cast<double>(limit()) >= options_.slow_start_exit * utilization_bound)) {
-    slow_start_ = false;  // close to the target or to the utilization cap: no longer far below
+  g.utilization_capped = options_.max_utilization < 1.0 && utilization_per_session > 0.0;
+  g.utilization_bound = g.utilization_capped ? options_.max_utilization / utilization_per_session
+                                             : std::numeric_limits<double>::infinity();
+  return g;
+}
+
+std::optional<AimdController::LimitDecision> AimdController::OnCrossing(const Reading& r) {
+  const AimdWindow& w = r.w;
+  const bool over_target =
+      w.signal > options_.high_target || w.miss_ratio > options_.miss_ratio_threshold;
+  // A short window's p99 is about its maximum, so one engine stall reads as a crossing. Count the
+  // evidence in bursts of late frames instead of frames, over the consecutive crossing windows,
+  // against the stall rate measured in the windows that did not cut: a rise that tracks the load
+  // fills most slots at once; stalls that come at their usual rate hold the limit.
+  const double slots =
+      deadline_s_ > 0.0 ? r.closed.duration_s / (kBurstDeadlines * deadline_s_) : 0.0;
+  if (over_target) {
+    crossing_bursts_ += w.num_over_bursts;
+    crossing_slots_ += slots;
+    const bool confirmed =
+        crossing_bursts_ >= kMinConfirmBursts &&
+        PoissonTail(StallRate() * crossing_slots_, crossing_bursts_) < kStallFalseCut;
+    if (!confirmed) return LimitDecision{};  // hold: not yet told from stalls
+    const std::int64_t evidence_bursts = crossing_bursts_;
+    const double evidence_slots = crossing_slots_;
+    crossing_bursts_ = 0;
+    crossing_slots_ = 0.0;
+    return Cut(r, evidence_bursts, evidence_slots);
   }
-  if (!(growth_signal < options_.low_target && w.binding && HorizonUnderLowTarget())) return;
+  // The crossing windows before this one were stalls: they count towards the stall rate.
+  const double added_slots = crossing_slots_ + slots;
+  const double decay = std::exp(-added_slots * kBurstDeadlines * deadline_s_ / kStallRateTauS);
+  stall_bursts_ = stall_bursts_ * decay + static_cast<double>(crossing_bursts_ + w.num_over_bursts);
+  stall_slots_ = stall_slots_ * decay + added_slots;
+  crossing_bursts_ = 0;
+  crossing_slots_ = 0.0;
+  return std::nullopt;
+}
+
+AimdController::LimitDecision AimdController::Cut(const Reading& r, std::int64_t evidence_bursts,
+                                                  double evidence_slots) {
+  const AimdWindow& w = r.w;
+  const auto cut =
+      static_cast<std::int64_t>(std::floor(options_.beta * static_cast<double>(r.active)));
+  const std::int64_t to = std::min(limit(), std::max(options_.window.min_limit, cut));
+  EndSlowStart();  // the first congestion signal ends slow start for good
+  // Misses under a latency below the high target: a wall the signal does not see coming (the
+  // pool running dry as windows fill). Remember where it was hit; see the growth cap in Grow.
+  const bool wall = w.signal <= options_.high_target;
+  if (wall) miss_ceiling_ = to;
+  if (to >= limit()) return {};
+  const std::string why =
+      w.signal > options_.high_target
+          ? Format("p%g/D=%.3f > %g", options_.percentile, w.signal, options_.high_target)
+          : Format("miss ratio %.4f > %g", w.miss_ratio, options_.miss_ratio_threshold);
+  return {.kind = LimitDecision::Kind::kCut,
+          .to = to,
+          .why = Format("cut: %s over %lld frames, %lld bursts of late frames in %.0f slots of %g "
+                        "deadlines (stall rate %.3f a slot); floor(%g * active %lld) = %lld",
+                        why.c_str(), static_cast<long long>(w.num_frames),
+                        static_cast<long long>(evidence_bursts), evidence_slots, kBurstDeadlines,
+                        StallRate(), options_.beta, static_cast<long long>(r.active),
+                        static_cast<long long>(cut))};
+}
+
+AimdController::LimitDecision AimdController::OnSlowStart(const Reading& r, const GrowthInputs& g) {
+  if (r.w.signal >= options_.slow_start_exit * options_.low_target ||
+      static_cast<double>(limit()) >= options_.slow_start_exit * g.utilization_bound) {
+    EndSlowStart();  // close to the target or to the utilization cap: no longer far below
+    return OnGrowing(r, g);
+  }
+  if (!MayGrow(r, g)) return {};
+  return Grow(r, g);
+}
+
+AimdController::LimitDecision AimdController::OnGrowing(const Reading& r, const GrowthInputs& g) {
+  if (!MayGrow(r, g)) return {};
+  return Grow(r, g);
+}
+
+AimdController::LimitDecision AimdController::OnHeldUntilDeparture(const Reading& r,
+                                                                   const GrowthInputs& g) {
+  if (!MayGrow(r, g)) return {};
   // After a recovery the limit is the load no session left since the cut: it grows again only
   // once one has (a window that carried less than the limit). Growth admits for good, a cut sheds
   // nothing while nobody leaves, so growing on the calm windows between bursts would ratchet the
   // load up past what the bursts say (the CPU engine near capacity: 66 -> 75 sessions, p99 9.5 D).
-  if (hold_growth_until_departure_) {
-    if (closed.least_active >= limit()) return;
-    hold_growth_until_departure_ = false;
-  }
+  if (r.closed.least_active >= limit()) return {};
+  phase_ = Phase::kGrowing;
+  return Grow(r, g);
+}
+
+bool AimdController::MayGrow(const Reading& r, const GrowthInputs& g) const {
+  return g.growth_signal < options_.low_target && r.w.binding && HorizonUnderLowTarget();
+}
+
+AimdController::Projection AimdController::ProjectCrossing(const Reading& r,
+                                                           const GrowthInputs& g) const {
   // Projected low-target crossing, the lower of two extrapolations of latency in the active count
   // N. Proportional: s(N) ~ N. Saturating: continuous batching keeps latency near its floor until
   // the engine nears saturation, then it climbs steeply, s(N) = floor / (1 - N / N_sat) (a queue
@@ -403,27 +489,32 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
   // latency the queue does not amplify (jitter) raises it. The proportional one alone
   // saw 0.14 D at 1024 sessions of qwen25-omni-7b W=1024 (N_true 1135) and let slow
   // start double to 1317.
-  const double n = static_cast<double>(w.peak_active);
-  double crossing = growth_signal > 0.0 ? n * options_.low_target / growth_signal
-                                        : static_cast<double>(options_.window.max_limit);
-  bool saturating = false;  // the saturating projection is the lower: it caps growth
-  const double busy = floor_signal_ < growth_signal ? 1.0 - floor_signal_ / growth_signal : 0.0;
+  const double n = static_cast<double>(r.w.peak_active);
+  Projection p;
+  p.crossing = g.growth_signal > 0.0 ? n * options_.low_target / g.growth_signal
+                                     : static_cast<double>(options_.window.max_limit);
+  const double busy = floor_signal_ < g.growth_signal ? 1.0 - floor_signal_ / g.growth_signal : 0.0;
   if (busy > 0.0 && floor_signal_ < kQueueModelFloor * options_.low_target) {
-    const double projected = n * (1.0 - floor_signal_ / options_.low_target) / (busy * kv_growth);
-    if (projected < crossing) {
-      crossing = projected;
-      saturating = true;
+    const double projected = n * (1.0 - floor_signal_ / options_.low_target) / (busy * g.kv_growth);
+    if (projected < p.crossing) {
+      p.crossing = projected;
+      p.saturating = true;
     }
   }
+  return p;
+}
+
+AimdController::LimitDecision AimdController::Grow(const Reading& r, const GrowthInputs& g) {
+  const Projection proj = ProjectCrossing(r, g);
   std::int64_t to = limit() + options_.increase_step;
   const char* phase = "additive";
-  if (slow_start_) {
+  if (phase_ == Phase::kSlowStart) {
     const double grown =
-        std::min(static_cast<double>(limit()) * options_.slow_start_factor, crossing);
+        std::min(static_cast<double>(limit()) * options_.slow_start_factor, proj.crossing);
     to = std::max(to, static_cast<std::int64_t>(std::floor(grown)));
     phase = "slow start";
   } else if (options_.headroom_gain > 0.0) {
-    const double step = options_.headroom_gain * (crossing - static_cast<double>(limit()));
+    const double step = options_.headroom_gain * (proj.crossing - static_cast<double>(limit()));
     to = std::max(to, limit() + static_cast<std::int64_t>(std::floor(step)));
     phase = "headroom";
   }
@@ -435,57 +526,61 @@ void AimdController::Evaluate(const ClosedWindow& closed, double now_s, std::int
   }
   // Past a calibrated prediction only by the least step, once per growth horizon: the prediction
   // rests on the engine's measured cost, a few calm windows on one phase of a shared machine.
-  const bool paced = now_s - last_increase_s_ >= options_.growth_horizon_s;
+  const bool paced = r.now_s - last_increase_s_ >= options_.growth_horizon_s;
   if (options_.predicted_limit > 0 && to > options_.predicted_limit) {
     to = std::max(options_.predicted_limit, paced ? limit() + options_.increase_step : limit());
     if (limit() >= options_.predicted_limit) phase = "paced above the predicted N*";
   }
   // Near saturation no multiplicative or headroom jump past the projection; the least step
   // stays, so the limit still walks into the dead band where the two projections disagree.
-  if (saturating) {
+  if (proj.saturating) {
     // Past the projection only by the least step, and only once the growth horizon has passed at
     // the current limit: there latency comes in episodes that a few calm windows do not rule out
     // (the CPU engine walked +1 a window from 48 to 76 sessions between its episodes).
     to = std::min(to, std::max(paced ? limit() + options_.increase_step : limit(),
-                               static_cast<std::int64_t>(std::floor(crossing))));
+                               static_cast<std::int64_t>(std::floor(proj.crossing))));
   }
   // The utilization cap is hard (no least step past it): above it the calm windows between
   // episodes would let the limit walk on by steps.
-  if (utilization_capped && static_cast<double>(to) > utilization_bound) {
-    to = std::min(to, static_cast<std::int64_t>(std::floor(utilization_bound)));
+  if (g.utilization_capped && static_cast<double>(to) > g.utilization_bound) {
+    to = std::min(to, static_cast<std::int64_t>(std::floor(g.utilization_bound)));
   }
   to = std::min(options_.window.max_limit, to);
   if (pool_bound_ >= 0 && to >= pool_bound_) {
     to = std::max(limit(), pool_bound_);
-    slow_start_ = false;  // the KV guard's memory bound ends slow start too
+    EndSlowStart();  // the KV guard's memory bound ends slow start too
   }
-  if (to <= limit()) return;
-  growing_ = true;
-  last_increase_s_ = now_s;
-  SetLimit(
-      now_s, to,
-      Format(
-          "increase (%s): p%g/D=%.3f%s < %g over %lld frames, binding (peak active %lld, "
-          "%lld limit rejections), %lld of %lld frames of %gs over it; projected low-target "
-          "crossing %.0f%s%s",
-          phase, p, w.signal,
-          kv_fill_ < 1.0
-              ? Format(" (%.3f at full KV: %.0f%% filled)", growth_signal, 100.0 * kv_fill_).c_str()
-              : "",
-          options_.low_target, static_cast<long long>(w.num_frames),
-          static_cast<long long>(w.peak_active), static_cast<long long>(w.num_limit_rejections),
-          static_cast<long long>(horizon_over_low_), static_cast<long long>(horizon_frames_),
-          options_.growth_horizon_s, crossing,
-          utilization_capped
-              ? Format(", work utilization %.2f, %.2f at the slowest recent speed (cap %g at %.0f "
-                       "sessions)",
-                       load.utilization, load.utilization_at_slowest, options_.max_utilization,
-                       utilization_bound)
-                    .c_str()
-              : "",
-          pool_bound_ >= 0
-              ? Format(", pool bound %lld", static_cast<long long>(pool_bound_)).c_str()
-              : ""));
+  if (to <= limit()) return {};
+  return {.kind = LimitDecision::Kind::kGrow,
+          .to = to,
+          .why = IncreaseReason(r, g, phase, proj.crossing)};
+}
+
+std::string AimdController::IncreaseReason(const Reading& r, const GrowthInputs& g,
+                                           const char* phase, double crossing) const {
+  const AimdWindow& w = r.w;
+  const StepLoadWindow& load = r.closed.load;
+  return Format(
+      "increase (%s): p%g/D=%.3f%s < %g over %lld frames, binding (peak active %lld, "
+      "%lld limit rejections), %lld of %lld frames of %gs over it; projected low-target "
+      "crossing %.0f%s%s",
+      phase, options_.percentile, w.signal,
+      kv_fill_ < 1.0
+          ? Format(" (%.3f at full KV: %.0f%% filled)", g.growth_signal, 100.0 * kv_fill_).c_str()
+          : "",
+      options_.low_target, static_cast<long long>(w.num_frames),
+      static_cast<long long>(w.peak_active), static_cast<long long>(w.num_limit_rejections),
+      static_cast<long long>(horizon_over_low_), static_cast<long long>(horizon_frames_),
+      options_.growth_horizon_s, crossing,
+      g.utilization_capped
+          ? Format(", work utilization %.2f, %.2f at the slowest recent speed (cap %g at %.0f "
+                   "sessions)",
+                   load.utilization, load.utilization_at_slowest, options_.max_utilization,
+                   g.utilization_bound)
+                .c_str()
+          : "",
+      pool_bound_ >= 0 ? Format(", pool bound %lld", static_cast<long long>(pool_bound_)).c_str()
+                       : "");
 }
 
 bool AimdController::HorizonUnderLowTarget() const {

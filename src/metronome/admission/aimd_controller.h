@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <deque>
 #include <limits>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -67,9 +68,39 @@ class AimdController final : public WindowedController {
   [[nodiscard]] std::string Describe() const override;
 
   [[nodiscard]] const AimdWindow& last_window() const { return last_window_; }
-  [[nodiscard]] bool cooling_down() const { return cooling_; }
+  [[nodiscard]] bool cooling_down() const { return phase_ == Phase::kCoolingDown; }
 
  private:
+  // Where the controller is in its cycle. Slow start (multiplicative growth) ends for good at the
+  // first congestion signal, near the target or the utilization cap, or at the pool's bound; then
+  // growth is additive or by headroom. A cut cools down (drain or fixed) and returns to the phase
+  // it came from, or, when the load admitted before the cut reads healthy while nobody leaves,
+  // recovers to that load and holds growth until a session has left.
+  enum class Phase { kSlowStart, kGrowing, kCoolingDown, kHeldUntilDeparture };
+  // What a closed window decides, applied in one place (Apply): hold, or set the limit to `to`
+  // for `why` (the limit log's reason).
+  struct LimitDecision {
+    enum class Kind { kHold, kCut, kGrow, kRecover };
+    Kind kind = Kind::kHold;
+    std::int64_t to = 0;
+    std::string why;
+  };
+  // A closed window as the handlers read it.
+  struct Reading {
+    AimdWindow w;
+    const ClosedWindow& closed;
+    double now_s = 0.0;
+    std::int64_t active = 0;
+    bool has_samples = false;  // w.signal was measured
+  };
+  // The growth inputs of a window with enough frames.
+  struct GrowthInputs {
+    double kv_growth = 1.0;      // the signal's factor to full KV
+    double growth_signal = 0.0;  // the signal projected to full KV
+    bool utilization_capped = false;
+    double utilization_bound = 0.0;  // sessions at max_utilization (infinity: not capped)
+  };
+
   // The pool's bound and KV fill at this decision; the first seeds the limit.
   void OnDecide(const SessionRequest& request, const SystemState& state, std::int64_t fit,
                 double now_s) override;
@@ -80,7 +111,42 @@ class AimdController final : public WindowedController {
   // A growing controller may lift the limit at its next decision; a holding one frees a place
   // only when a session ends.
   [[nodiscard]] double DecisionInS(double now_s) const override;
+  // The window's bookkeeping, then the handler of the current phase, then Apply.
   void Evaluate(const ClosedWindow& closed, double now_s, std::int64_t active) override;
+  // Builds the window's reading (self-late sessions left out, the growth horizon advanced) and
+  // resets the per-window counts.
+  [[nodiscard]] Reading CloseWindow(const ClosedWindow& closed, double now_s, std::int64_t active);
+  [[nodiscard]] LimitDecision DecideWindow(const Reading& r);
+  // The cooling-down handler: a decision, or nullopt when the cooldown is over and this window
+  // acts as in the phase the cut came from.
+  [[nodiscard]] std::optional<LimitDecision> OnCoolingDown(const Reading& r);
+  [[nodiscard]] GrowthInputs ReadGrowthInputs(const Reading& r);
+  // A crossing: cut once confirmed, hold until then (a decision); nullopt when the window is
+  // under the targets.
+  [[nodiscard]] std::optional<LimitDecision> OnCrossing(const Reading& r);
+  [[nodiscard]] LimitDecision Cut(const Reading& r, std::int64_t evidence_bursts,
+                                  double evidence_slots);
+  [[nodiscard]] LimitDecision OnSlowStart(const Reading& r, const GrowthInputs& g);
+  [[nodiscard]] LimitDecision OnGrowing(const Reading& r, const GrowthInputs& g);
+  [[nodiscard]] LimitDecision OnHeldUntilDeparture(const Reading& r, const GrowthInputs& g);
+  // Whether the window lets the limit grow: under the low target at full KV, binding, and the
+  // growth horizon under the low target.
+  [[nodiscard]] bool MayGrow(const Reading& r, const GrowthInputs& g) const;
+  // The projected low-target crossing (sessions), and whether the saturating (queue) projection
+  // gave it.
+  struct Projection {
+    double crossing = 0.0;
+    bool saturating = false;
+  };
+  [[nodiscard]] Projection ProjectCrossing(const Reading& r, const GrowthInputs& g) const;
+  // The growth step of the current phase, capped; hold when it does not raise the limit.
+  [[nodiscard]] LimitDecision Grow(const Reading& r, const GrowthInputs& g);
+  [[nodiscard]] std::string IncreaseReason(const Reading& r, const GrowthInputs& g,
+                                           const char* phase, double crossing) const;
+  void Apply(LimitDecision d, double now_s);
+  void EndSlowStart() {
+    if (phase_ == Phase::kSlowStart) phase_ = Phase::kGrowing;
+  }
 
   AimdOptions options_;
 
@@ -154,9 +220,11 @@ class AimdController final : public WindowedController {
   }
   std::uint64_t rng_state_ = 0x9e3779b97f4a7c15ULL;  // reservoir sampling; fixed seed: reproducible
 
-  bool slow_start_;
-  bool seeded_ = false;   // the first Decide seeds the limit (predicted N*, pool bound)
-  bool growing_ = false;  // the last evaluated window raised the limit
+  Phase phase_;
+  // The phase a cut came from (kGrowing or kHeldUntilDeparture): where the cooldown returns to.
+  Phase resume_phase_ = Phase::kGrowing;
+  bool seeded_ = false;  // the first Decide seeds the limit (predicted N*, pool bound)
+  bool raised_ = false;  // the last evaluated window raised the limit
   double last_increase_s_ = -std::numeric_limits<double>::infinity();  // its time
   // The KV guard's bound at the last Decide in units of work (the admitted work plus
   // SessionsThatFit's room for sessions like the request); -1: unknown.
@@ -182,7 +250,6 @@ class AimdController final : public WindowedController {
   // The limit set by the last cut that misses triggered while the signal was under the high
   // target (-1: none yet); growth above it is additive only.
   std::int64_t miss_ceiling_ = -1;
-  bool cooling_ = false;
   double last_cut_s_ = 0.0;
   // Draining after a cut while nobody leaves: consecutive windows at or under the high target
   // (signal and misses) it takes to call the crossing passed when the signal stays in the dead
@@ -190,9 +257,6 @@ class AimdController final : public WindowedController {
   // does not come back within three windows only by chance.
   static constexpr std::int64_t kRecoverWindows = 3;
   std::int64_t healthy_while_cooling_ = 0;
-  // Set by a recovery, cleared by the first window in which a session had left (least active under
-  // the limit): no growth in between.
-  bool hold_growth_until_departure_ = false;
   AimdWindow last_window_;
 };
 

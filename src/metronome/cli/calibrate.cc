@@ -117,7 +117,14 @@ void CheckGridIdentifiesTheModel(const std::vector<GridPoint>& grid, const kv::K
   }
 }
 
-int RunCalibrate(const CalibrateFlags& f) {
+// The grid of the flags (batch sessions x contexts x chunk sizes), checked before any measuring,
+// and the tokens per session its largest point needs.
+struct Grid {
+  std::vector<GridPoint> points;
+  std::int64_t max_total_tokens = 0;
+};
+
+Grid ParseGrid(const CalibrateFlags& f) {
   const std::vector<std::int64_t> batch =
       ParseList(f.batch_sessions, "--batch-sessions", 1, kMaxBatchSessions);
   const std::vector<std::int64_t> contexts = ParseList(f.contexts, "--contexts", 0, kMaxContext);
@@ -129,46 +136,48 @@ int RunCalibrate(const CalibrateFlags& f) {
   if (f.warmup < 0 || f.warmup > 1000) {
     throw ConfigError("--warmup = " + std::to_string(f.warmup) + " must be in [0, 1000]");
   }
-  std::vector<GridPoint> grid;
+  Grid grid;
   for (const std::int64_t b : batch) {
     for (const std::int64_t c : contexts) {
-      for (const std::int64_t n : chunks) grid.push_back({b, c, n});
+      for (const std::int64_t n : chunks) grid.points.push_back({b, c, n});
     }
   }
-  if (grid.size() < 3) {
+  if (grid.points.size() < 3) {
     throw ConfigError("--batch-sessions x --contexts x --chunk-tokens give " +
-                      std::to_string(grid.size()) +
+                      std::to_string(grid.points.size()) +
                       " grid points; fitting 3 coefficients needs at least 3");
   }
   const int steps = f.warmup + f.repeats;
-  std::int64_t max_total = 0;
-  for (const GridPoint& g : grid) max_total = std::max(max_total, g.TotalTokens(steps));
-  if (f.kv.max_context > 0 && f.kv.max_context < max_total) {
+  for (const GridPoint& g : grid.points) {
+    grid.max_total_tokens = std::max(grid.max_total_tokens, g.TotalTokens(steps));
+  }
+  if (f.kv.max_context > 0 && f.kv.max_context < grid.max_total_tokens) {
     throw ConfigError("--max-context = " + std::to_string(f.kv.max_context) + " is below the " +
-                      std::to_string(max_total) +
+                      std::to_string(grid.max_total_tokens) +
                       " tokens per session the grid needs (largest context + (--warmup + "
                       "--repeats) x largest chunk)");
   }
-  const kv::KvPolicy policy = f.kv.Policy();
-  CheckGridIdentifiesTheModel(grid, policy, f);
-  // Open --out now so that an unwritable path fails before minutes of measuring.
-  std::ofstream out_file;
-  if (!f.out.empty()) {
-    out_file.open(f.out);
-    if (!out_file) throw ConfigError("--out: cannot write '" + f.out + "'");
-  }
+  return grid;
+}
 
-  const model::Model m = f.model.Load();
-  const std::int64_t max_b = *std::max_element(batch.begin(), batch.end());
-  const std::int64_t max_chunk = *std::max_element(chunks.begin(), chunks.end());
+// The engine for the grid: room for its largest batch, context and chunk.
+engine::EngineOptions EngineOptionsFor(const CalibrateFlags& f, const model::Model& m,
+                                       const kv::KvPolicy& policy, const Grid& grid) {
+  std::int64_t max_b = 0;
+  std::int64_t max_chunk = 0;
+  for (const GridPoint& g : grid.points) {
+    max_b = std::max(max_b, g.sessions);
+    max_chunk = std::max(max_chunk, g.chunk);
+  }
   engine::EngineOptions eo =
-      f.engine.Options(m.config, policy, max_b, max_total,
+      f.engine.Options(m.config, policy, max_b, grid.max_total_tokens,
                        static_cast<int>(std::max(max_chunk, std::int64_t{kPrefillChunk})));
   if (f.engine.kv_blocks == 0 && f.engine.kv_pool_mb <= 0.0) {
     // Sized for the largest single grid point rather than (largest B) x (largest context): every
     // point runs on fresh sessions that are closed afterwards.
+    const int steps = f.warmup + f.repeats;
     std::int64_t blocks = 1;
-    for (const GridPoint& g : grid) {
+    for (const GridPoint& g : grid.points) {
       const engine::EngineOptions one =
           f.engine.Options(m.config, policy, 1, g.TotalTokens(steps),
                            static_cast<int>(std::max(g.chunk, std::int64_t{kPrefillChunk})));
@@ -176,12 +185,14 @@ int RunCalibrate(const CalibrateFlags& f) {
     }
     eo.kv_blocks = blocks;
   }
-  engine::Engine eng(m, eo);
+  return eo;
+}
 
+// Measures every grid point into *measured: 0, or the exit status of a failed point.
+int MeasureGrid(engine::Engine& eng, const kv::KvPolicy& policy, const CalibrateFlags& f,
+                const Grid& grid, std::vector<serving::CalibrationMeasurement>* measured) {
   std::mt19937 rng(7);  // token ids only; they do not affect the timing
-  std::vector<serving::CalibrationMeasurement> measured;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (const GridPoint& g : grid) {
+  for (const GridPoint& g : grid.points) {
     auto meas = serving::MeasureCalibrationPoint(eng, policy, SettingsOf(f), g, rng);
     if (const auto* error = std::get_if<std::string>(&meas)) {
       std::fprintf(stderr, "error: %s%s\n", error->c_str(),
@@ -190,14 +201,17 @@ int RunCalibrate(const CalibrateFlags& f) {
                        : "");
       return 3;
     }
-    measured.push_back(std::get<serving::CalibrationMeasurement>(meas));
+    measured->push_back(std::get<serving::CalibrationMeasurement>(meas));
   }
-  const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::vector<realtime::StepObservation> obs;
-  obs.reserve(measured.size());
-  for (const serving::CalibrationMeasurement& meas : measured) obs.push_back(meas.obs);
-  const realtime::CostModelFit fit = realtime::FitCostModel(obs);
+  return 0;
+}
 
+// Prints the table of measured against modelled step times and the fit; returns the points as
+// JSON (for --out).
+nlohmann::json PrintFit(const engine::Engine& eng, const kv::KvPolicy& policy,
+                        const CalibrateFlags& f,
+                        const std::vector<serving::CalibrationMeasurement>& measured,
+                        const realtime::CostModelFit& fit, double run_s) {
   std::printf(
       "calibrate model=%s kv=%s kv-dtype=%s threads=%d block-tokens=%d repeats=%d warmup=%d\n",
       f.model.model.c_str(), policy.ToString().c_str(), kv::ToString(eng.kv_layout().dtype),
@@ -229,7 +243,13 @@ int RunCalibrate(const CalibrateFlags& f) {
       fit.model.c0_s, fit.model.c1_s_per_token, fit.model.c2_s_per_kv_token, fit.r2,
       fit.median_abs_rel_error, fit.max_abs_rel_error, static_cast<long long>(fit.num_points),
       run_s);
+  return points;
+}
 
+// The cost model as JSON (printed, and with the points written to --out when given).
+void WriteCostModel(const engine::Engine& eng, const kv::KvPolicy& policy, const CalibrateFlags& f,
+                    const realtime::CostModelFit& fit, nlohmann::json points,
+                    std::ofstream& out_file) {
   nlohmann::json j = realtime::CostModelToJson(fit.model);
   j["fit"] = {{"r2", fit.r2},
               {"median_abs_rel_error", fit.median_abs_rel_error},
@@ -247,6 +267,31 @@ int RunCalibrate(const CalibrateFlags& f) {
     out_file.flush();
     if (!out_file) throw ConfigError("--out: cannot write '" + f.out + "'");
   }
+}
+
+int RunCalibrate(const CalibrateFlags& f) {
+  const Grid grid = ParseGrid(f);
+  const kv::KvPolicy policy = f.kv.Policy();
+  CheckGridIdentifiesTheModel(grid.points, policy, f);
+  // Open --out now so that an unwritable path fails before minutes of measuring.
+  std::ofstream out_file;
+  if (!f.out.empty()) {
+    out_file.open(f.out);
+    if (!out_file) throw ConfigError("--out: cannot write '" + f.out + "'");
+  }
+
+  const model::Model m = f.model.Load();
+  engine::Engine eng(m, EngineOptionsFor(f, m, policy, grid));
+  std::vector<serving::CalibrationMeasurement> measured;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (const int rc = MeasureGrid(eng, policy, f, grid, &measured); rc != 0) return rc;
+  const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<realtime::StepObservation> obs;
+  obs.reserve(measured.size());
+  for (const serving::CalibrationMeasurement& meas : measured) obs.push_back(meas.obs);
+  const realtime::CostModelFit fit = realtime::FitCostModel(obs);
+  nlohmann::json points = PrintFit(eng, policy, f, measured, fit, run_s);
+  WriteCostModel(eng, policy, f, fit, std::move(points), out_file);
   return 0;
 }
 

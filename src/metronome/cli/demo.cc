@@ -45,31 +45,30 @@ const char* const kPrompts[] = {"Once upon a time", "The little dog",  "One day,
                                 "The sun was",      "Tom and his mom", "In the park",
                                 "A big red ball",   "The cat said"};
 
-int RunDemo(const DemoFlags& f) {
-  model::Model m = f.model.Load();
-  const kv::KvPolicy window_policy = kv::KvPolicy::Window(f.window, f.sinks);
-  // Pool: each windowed session at its bound, each full session for its whole run.
-  engine::EngineOptions eo =
-      f.engine.Options(m.config, kv::KvPolicy::Full(), f.sessions, f.steps + 16, 16);
-  engine::Engine eng(m, eo);
+// One demo session: its KV policy, the tokens so far (prompt first) and its sampler.
+struct DemoSession {
+  DemoSession(engine::SessionId sid, const kv::KvPolicy& pol, const engine::SamplerOptions& so)
+      : id(sid), policy(pol), sampler(so) {}
+  engine::SessionId id;
+  kv::KvPolicy policy;
+  std::vector<TokenId> tokens;
+  std::size_t prompt_len = 0;
+  TokenId next = -1;
+  std::string stopped;  // why the engine stopped it (empty: running)
+  engine::Sampler sampler;
+};
 
-  struct Session {
-    Session(engine::SessionId sid, const kv::KvPolicy& pol, const engine::SamplerOptions& so)
-        : id(sid), policy(pol), sampler(so) {}
-    engine::SessionId id;
-    kv::KvPolicy policy;
-    std::vector<TokenId> tokens;
-    std::size_t prompt_len = 0;
-    TokenId next = -1;
-    std::string stopped;
-    engine::Sampler sampler;
-  };
-  std::vector<std::unique_ptr<Session>> ss;
+// Opens f.sessions sessions, even ones with full KV and odd ones with `window_policy`, each with
+// one of kPrompts.
+std::vector<std::unique_ptr<DemoSession>> OpenSessions(engine::Engine& eng, const model::Model& m,
+                                                       const DemoFlags& f,
+                                                       const kv::KvPolicy& window_policy) {
+  std::vector<std::unique_ptr<DemoSession>> ss;
   for (int i = 0; i < f.sessions; ++i) {
     const kv::KvPolicy pol = i % 2 == 0 ? kv::KvPolicy::Full() : window_policy;
     engine::SessionOptions so;
     so.policy = pol;
-    auto s = std::make_unique<Session>(
+    auto s = std::make_unique<DemoSession>(
         eng.OpenSession(so), pol,
         engine::SamplerOptions{f.temperature, 0.95f, f.seed + static_cast<std::uint64_t>(i)});
     const std::string prompt = kPrompts[static_cast<std::size_t>(i) % std::size(kPrompts)];
@@ -78,26 +77,19 @@ int RunDemo(const DemoFlags& f) {
     s->prompt_len = s->tokens.size();
     ss.push_back(std::move(s));
   }
+  return ss;
+}
 
-  std::printf("metronome demo: %d sessions on %s (%d layers, dim %d, vocab %d), %d steps\n",
-              f.sessions, m.config.name.c_str(), m.config.num_layers, m.config.dim,
-              m.config.vocab_size, f.steps);
-  std::printf(
-      "KV pool: %lld blocks of %lld tokens (%s); even sessions full KV, odd sessions %s\n\n",
-      static_cast<long long>(eng.pool_stats().num_blocks),
-      static_cast<long long>(eng.pool_stats().block_tokens),
-      HumanBytes(static_cast<double>(eng.pool_stats().num_blocks) *
-                 static_cast<double>(eng.pool_stats().bytes_per_block))
-          .c_str(),
-      window_policy.ToString().c_str());
-
-  const auto t0 = std::chrono::steady_clock::now();
+// The prompts, then `steps` sampled tokens, every running session in each batched step; returns
+// the tokens forwarded.
+std::int64_t Generate(engine::Engine& eng, const std::vector<std::unique_ptr<DemoSession>>& ss,
+                      int steps) {
   std::int64_t tokens_forwarded = 0;
   std::vector<engine::StepItemResult> results;
-  for (int step = 0; step <= f.steps; ++step) {
+  for (int step = 0; step <= steps; ++step) {
     std::vector<engine::StepItem> items;
-    std::vector<Session*> who;
-    for (auto& s : ss) {
+    std::vector<DemoSession*> who;
+    for (const auto& s : ss) {
       if (!s->stopped.empty()) continue;
       std::span<const TokenId> chunk =
           step == 0 ? std::span<const TokenId>(s->tokens) : std::span<const TokenId>(&s->next, 1);
@@ -108,7 +100,7 @@ int RunDemo(const DemoFlags& f) {
     eng.Step(items, &results);
     tokens_forwarded += eng.last_step().num_tokens;
     for (std::size_t i = 0; i < who.size(); ++i) {
-      Session& s = *who[i];
+      DemoSession& s = *who[i];
       if (results[i].status != engine::StepStatus::kOk) {
         s.stopped = engine::ToString(results[i].status);
         continue;
@@ -117,10 +109,14 @@ int RunDemo(const DemoFlags& f) {
       s.next = s.sampler.Sample(eng.logits(results[i].first_logits_row));
     }
   }
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return tokens_forwarded;
+}
 
+// Each session's KV figures and text (one line, cut at 72 characters).
+void PrintSessions(const engine::Engine& eng, const model::Model& m,
+                   const std::vector<std::unique_ptr<DemoSession>>& ss) {
   for (std::size_t i = 0; i < ss.size(); ++i) {
-    const Session& s = *ss[i];
+    const DemoSession& s = *ss[i];
     const kv::SessionKvStats k = eng.session_kv(s.id)->stats();
     std::string text;
     if (m.tokenizer != nullptr) {
@@ -138,6 +134,34 @@ int RunDemo(const DemoFlags& f) {
                 s.stopped.empty() ? "" : ("  STOPPED: " + s.stopped).c_str());
     std::printf("    %s\n", text.c_str());
   }
+}
+
+int RunDemo(const DemoFlags& f) {
+  model::Model m = f.model.Load();
+  const kv::KvPolicy window_policy = kv::KvPolicy::Window(f.window, f.sinks);
+  // Pool: each windowed session at its bound, each full session for its whole run.
+  engine::EngineOptions eo =
+      f.engine.Options(m.config, kv::KvPolicy::Full(), f.sessions, f.steps + 16, 16);
+  engine::Engine eng(m, eo);
+  const std::vector<std::unique_ptr<DemoSession>> ss = OpenSessions(eng, m, f, window_policy);
+
+  std::printf("metronome demo: %d sessions on %s (%d layers, dim %d, vocab %d), %d steps\n",
+              f.sessions, m.config.name.c_str(), m.config.num_layers, m.config.dim,
+              m.config.vocab_size, f.steps);
+  std::printf(
+      "KV pool: %lld blocks of %lld tokens (%s); even sessions full KV, odd sessions %s\n\n",
+      static_cast<long long>(eng.pool_stats().num_blocks),
+      static_cast<long long>(eng.pool_stats().block_tokens),
+      HumanBytes(static_cast<double>(eng.pool_stats().num_blocks) *
+                 static_cast<double>(eng.pool_stats().bytes_per_block))
+          .c_str(),
+      window_policy.ToString().c_str());
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::int64_t tokens_forwarded = Generate(eng, ss, f.steps);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  PrintSessions(eng, m, ss);
   if (m.config.name.rfind("synthetic:", 0) == 0) {
     std::printf(
         "\n(The text is noise: synthetic models have seeded random weights. For a real model try\n"

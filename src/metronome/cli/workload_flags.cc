@@ -177,6 +177,34 @@ void AdmissionFlags::Register(CLI::App* app) {
       ->capture_default_str();
   app->add_option("--max-sessions", max_sessions,
                   "Hard cap on concurrent sessions, whatever the controller says (0: none)");
+  RegisterAimd(app);
+  RegisterGradient2(app);
+  app->add_option("--memory-session-s", memory.full_mode_session_s,
+                  "memory/KV guard: assumed session length for the full-KV projection, s");
+  app->add_option("--memory-headroom", memory.headroom_fraction,
+                  "memory/KV guard: fraction of the pool never promised, in [0, 1)");
+  app->add_option("--max-session-share", work.max_session_share,
+                  "One session may take at most this share of the engine per second, as the "
+                  "calibrated step cost prices what it declares; a heavier one is refused with "
+                  "reason work, in (0, 1]")
+      ->capture_default_str();
+  app->add_option("--min-deadline-ms", work.min_deadline_ms,
+                  "Refuse sessions whose deadline or period is under this many ms (reason "
+                  "deadline or period), besides the calibrated floor (a frame alone on the engine "
+                  "may take at most half the deadline); 0: the calibrated floor alone")
+      ->capture_default_str();
+  app->add_option("--mute-after", mute_after,
+                  "k: consecutive starved frames that raise a session's mute alarm");
+  app->add_option("--max-step-tokens", max_step_tokens,
+                  "Tokens one engine step may carry; over it frames go earliest-deadline-first and "
+                  "an input that does not fit is split over steps (0: no limit; default: " +
+                      std::to_string(serving::kEngineStepTokens) +
+                      " on the engine (serve, drive), none in sim)");
+  app->add_option("--forecast-horizon-s", forecast_horizon_s,
+                  "Warn when the pool is forecast to fill within this many seconds");
+}
+
+void AdmissionFlags::RegisterAimd(CLI::App* app) {
   app->add_option("--aimd-window-s", aimd_window_s,
                   "AIMD/gradient2 longest control window, s (default: 2 s or 25 frame periods, "
                   "whichever is longer)");
@@ -232,6 +260,9 @@ void AdmissionFlags::Register(CLI::App* app) {
                 std::string("AIMD/gradient2 also require active < sessions the KV pool can hold "
                             "(look-ahead guard; default ") +
                     (window.kv_guard ? "on" : "off") + ")");
+}
+
+void AdmissionFlags::RegisterGradient2(CLI::App* app) {
   app->add_option("--gradient2-initial", gradient2.initial_limit, "gradient2 starting limit");
   app->add_option("--gradient2-tolerance", gradient2.tolerance,
                   "gradient2: short-run latency may exceed the long-run one by this factor");
@@ -241,29 +272,6 @@ void AdmissionFlags::Register(CLI::App* app) {
                   "gradient2: sessions added per window at gradient 1");
   app->add_option("--gradient2-long-window", gradient2.long_window,
                   "gradient2: windows in the long-run latency average");
-  app->add_option("--memory-session-s", memory.full_mode_session_s,
-                  "memory/KV guard: assumed session length for the full-KV projection, s");
-  app->add_option("--memory-headroom", memory.headroom_fraction,
-                  "memory/KV guard: fraction of the pool never promised, in [0, 1)");
-  app->add_option("--max-session-share", work.max_session_share,
-                  "One session may take at most this share of the engine per second, as the "
-                  "calibrated step cost prices what it declares; a heavier one is refused with "
-                  "reason work, in (0, 1]")
-      ->capture_default_str();
-  app->add_option("--min-deadline-ms", work.min_deadline_ms,
-                  "Refuse sessions whose deadline or period is under this many ms (reason "
-                  "deadline or period), besides the calibrated floor (a frame alone on the engine "
-                  "may take at most half the deadline); 0: the calibrated floor alone")
-      ->capture_default_str();
-  app->add_option("--mute-after", mute_after,
-                  "k: consecutive starved frames that raise a session's mute alarm");
-  app->add_option("--max-step-tokens", max_step_tokens,
-                  "Tokens one engine step may carry; over it frames go earliest-deadline-first and "
-                  "an input that does not fit is split over steps (0: no limit; default: " +
-                      std::to_string(serving::kEngineStepTokens) +
-                      " on the engine (serve, drive), none in sim)");
-  app->add_option("--forecast-horizon-s", forecast_horizon_s,
-                  "Warn when the pool is forecast to fill within this many seconds");
 }
 
 void WorkloadFlags::RegisterOutputs(CLI::App* app, bool with_metrics_out) {

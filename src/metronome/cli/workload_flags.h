@@ -68,6 +68,9 @@ struct AdmissionFlags {
   const CLI::Option* aimd_initial_option = nullptr;
 
   void Register(CLI::App* app);
+  // Register's groups, in --help order: the AIMD (and shared control-window) flags, gradient2's.
+  void RegisterAimd(CLI::App* app);
+  void RegisterGradient2(CLI::App* app);
   [[nodiscard]] bool aimd_initial_given() const {
     return aimd_initial_option != nullptr && aimd_initial_option->count() > 0;
   }

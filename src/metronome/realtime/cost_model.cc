@@ -196,66 +196,74 @@ double Median(std::vector<double> v) {
   return v.size() % 2 == 1 ? v[h] : 0.5 * (v[h - 1] + v[h]);
 }
 
-}  // namespace
+// The weighted, column-scaled normal equations g c = r of the points (c: the coefficients times
+// `scale`).
+struct NormalEquations {
+  Vector scale{};
+  Matrix g{};
+  Vector r{};
+};
 
-CostModelFit FitCostModel(std::span<const StepObservation> points) {
+NormalEquations BuildNormalEquations(std::span<const StepObservation> points) {
   const std::size_t n = points.size();
-  if (n < 3) {
-    throw ConfigError("cost model fit: " + std::to_string(n) +
-                      " points given; at least 3 are needed for 3 coefficients");
-  }
-  for (std::size_t i = 0; i < n; ++i) ValidatePoint(points[i], i);
-
+  NormalEquations e;
   // Column scaling: each term divided by its RMS over the points, so the normal matrix has a unit
   // diagonal (batch_tokens ~ 1e1..1e3 and visible_kv_tokens ~ 1e2..1e6 would otherwise make it
   // ill-conditioned). Sums are divided by n to keep magnitudes near 1.
-  Vector scale{};
   for (const StepObservation& p : points) {
     for (std::size_t j = 0; j < kTerms; ++j) {
-      scale[j] += Term(p, j) * Term(p, j) / (p.seconds * p.seconds);
+      e.scale[j] += Term(p, j) * Term(p, j) / (p.seconds * p.seconds);
     }
   }
-  for (double& s : scale) s = std::sqrt(s / static_cast<double>(n));
-  Matrix g{};
-  Vector r{};
+  for (double& s : e.scale) s = std::sqrt(s / static_cast<double>(n));
   for (const StepObservation& p : points) {
     Vector x{};
-    for (std::size_t j = 0; j < kTerms; ++j) x[j] = scale[j] > 0.0 ? Term(p, j) / scale[j] : 0.0;
+    for (std::size_t j = 0; j < kTerms; ++j) {
+      x[j] = e.scale[j] > 0.0 ? Term(p, j) / e.scale[j] : 0.0;
+    }
     // Weight 1/t^2: the fit minimises relative error, so a 40 us decode step counts as much as
     // a 20 ms prefill (unweighted, the big steps dominate and small ones come out several x off).
     const double w = 1.0 / (p.seconds * p.seconds);
     for (std::size_t a = 0; a < kTerms; ++a) {
-      r[a] += w * x[a] * p.seconds / static_cast<double>(n);
+      e.r[a] += w * x[a] * p.seconds / static_cast<double>(n);
       for (std::size_t b = 0; b < kTerms; ++b) {
-        g[a][b] += w * x[a] * x[b] / static_cast<double>(n);
+        e.g[a][b] += w * x[a] * x[b] / static_cast<double>(n);
       }
     }
   }
-  CheckNotDegenerate(g, scale, n);
+  return e;
+}
 
-  // Non-negative least squares by enumeration: 7 subsets of 3 terms. The constant-only fit (mean
-  // of the seconds, > 0) is always feasible, so a best feasible subset exists.
+// Non-negative least squares by enumeration: 7 subsets of 3 terms. The constant-only fit (mean
+// of the seconds, > 0) is always feasible, so a best feasible subset exists.
+CostModel BestNonNegativeFit(const NormalEquations& e, std::span<const StepObservation> points) {
   const auto sse_of = [&](const CostModel& m) {
     double sse = 0.0;
     for (const StepObservation& p : points) {
-      const double e = (m.StepSeconds(p.batch_tokens, p.visible_kv_tokens) - p.seconds) / p.seconds;
-      sse += e * e;
+      const double err =
+          (m.StepSeconds(p.batch_tokens, p.visible_kv_tokens) - p.seconds) / p.seconds;
+      sse += err * err;
     }
     return sse;
   };
   CostModel best;
   double best_sse = std::numeric_limits<double>::infinity();
   for (unsigned mask = 1; mask < (1U << kTerms); ++mask) {
-    const Vector c = SolveSubset(g, r, mask);
+    const Vector c = SolveSubset(e.g, e.r, mask);
     if (std::any_of(c.begin(), c.end(), [](double v) { return v < 0.0; })) continue;
-    const CostModel m{c[0] / scale[0], c[1] / scale[1], c[2] / scale[2]};
+    const CostModel m{c[0] / e.scale[0], c[1] / e.scale[1], c[2] / e.scale[2]};
     const double sse = sse_of(m);
     if (sse < best_sse) {
       best_sse = sse;
       best = m;
     }
   }
+  return best;
+}
 
+// How well `best` fits the points: r2 and the relative errors.
+CostModelFit FitQuality(const CostModel& best, std::span<const StepObservation> points) {
+  const std::size_t n = points.size();
   CostModelFit fit;
   fit.model = best;
   fit.num_points = static_cast<std::int64_t>(n);
@@ -278,6 +286,20 @@ CostModelFit FitCostModel(std::span<const StepObservation> points) {
   fit.median_abs_rel_error = Median(rel);
   fit.max_abs_rel_error = *std::max_element(rel.begin(), rel.end());
   return fit;
+}
+
+}  // namespace
+
+CostModelFit FitCostModel(std::span<const StepObservation> points) {
+  const std::size_t n = points.size();
+  if (n < 3) {
+    throw ConfigError("cost model fit: " + std::to_string(n) +
+                      " points given; at least 3 are needed for 3 coefficients");
+  }
+  for (std::size_t i = 0; i < n; ++i) ValidatePoint(points[i], i);
+  const NormalEquations e = BuildNormalEquations(points);
+  CheckNotDegenerate(e.g, e.scale, n);
+  return FitQuality(BestNonNegativeFit(e, points), points);
 }
 
 nlohmann::json CostModelToJson(const CostModel& model) {

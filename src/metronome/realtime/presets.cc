@@ -13,12 +13,11 @@ constexpr double kH200PoolBytes = 0.6 * 141e9;
 
 // The `assumed` notes are long sentences split over adjacent string literals on purpose.
 // NOLINTBEGIN(bugprone-suspicious-missing-comma)
-std::vector<SimPreset> MakePresets() {
-  std::vector<SimPreset> p;
 
-  // Moshi 7B (kyutai): temporal transformer 32 layers x 32 KV heads x head_dim 128, bf16 =
-  // 524,288 B per position, one position per 80 ms frame (Mimi 12.5 Hz).
-  p.push_back({
+// Moshi 7B (kyutai): temporal transformer 32 layers x 32 KV heads x head_dim 128, bf16 =
+// 524,288 B per position, one position per 80 ms frame (Mimi 12.5 Hz).
+SimPreset Moshi7b() {
+  return {
       .name = "moshi-7b",
       .description = "Moshi 7B full-duplex speech, 80 ms frames (12.5 Hz), one position per frame",
       .period_ms = 80.0,
@@ -43,11 +42,13 @@ std::vector<SimPreset> MakePresets() {
               "window 1000 tokens (40 s) + 4 sinks: Metronome's choice; Moshi's own ring is 3000 "
               "positions (240 s)",
           },
-  });
+  };
+}
 
-  // Qwen2.5-Omni-7B thinker: 28 layers x 4 KV heads x 128, bf16 = 57,344 B per token. The audio
-  // encoder works in 2 s blocks of 50 tokens (25/s).
-  p.push_back({
+// Qwen2.5-Omni-7B thinker: 28 layers x 4 KV heads x 128, bf16 = 57,344 B per token. The audio
+// encoder works in 2 s blocks of 50 tokens (25/s).
+SimPreset Qwen25Omni7b() {
+  return {
       .name = "qwen25-omni-7b",
       .description = "Qwen2.5-Omni-7B thinker, 2 s audio blocks (50 audio + ~4 text tokens)",
       .period_ms = 2000.0,
@@ -69,11 +70,13 @@ std::vector<SimPreset> MakePresets() {
               "c2 = 2 ns per (query, key): 4 x 28 layers x 28 heads x 128 FLOP at ~200 TFLOP/s",
               "window 8192 tokens + 4 sinks: Metronome's choice (the model has no bound)",
           },
-  });
+  };
+}
 
-  // MiniCPM-o 4.5 (LLM = Qwen3-8B): 36 layers x 8 KV heads x 128, bf16 = 147,456 B per token.
-  // 1 s units: <unit>, 10 audio tokens, then a listen/speak decision.
-  p.push_back({
+// MiniCPM-o 4.5 (LLM = Qwen3-8B): 36 layers x 8 KV heads x 128, bf16 = 147,456 B per token.
+// 1 s units: <unit>, 10 audio tokens, then a listen/speak decision.
+SimPreset MiniCpmO45() {
+  return {
       .name = "minicpm-o-4.5",
       .description = "MiniCPM-o 4.5 duplex audio, 1 s units (<unit> + 10 audio in, ~3 out)",
       .period_ms = 1000.0,
@@ -94,11 +97,13 @@ std::vector<SimPreset> MakePresets() {
               "c2 = 4 ns per (query, key): 4 x 36 layers x 32 heads x 128 FLOP at ~150 TFLOP/s",
               "window 6000 tokens + 4 sinks: what the model's opt-in `basic` sliding mode keeps",
           },
-  });
+  };
+}
 
-  // Qwen3-Omni-30B-A3B thinker: 48 layers x 4 KV heads x 128, bf16 = 98,304 B per token; MoE with
-  // 3B active parameters of ~30B.
-  p.push_back({
+// Qwen3-Omni-30B-A3B thinker: 48 layers x 4 KV heads x 128, bf16 = 98,304 B per token; MoE with
+// 3B active parameters of ~30B.
+SimPreset Qwen3Omni30bA3b() {
+  return {
       .name = "qwen3-omni-30b-a3b",
       .description = "Qwen3-Omni-30B-A3B thinker (MoE), 1 s chunks (13 audio + ~2 text tokens)",
       .period_ms = 1000.0,
@@ -119,8 +124,11 @@ std::vector<SimPreset> MakePresets() {
               "c2 = 3 ns per (query, key): 4 x 48 layers x 32 heads x 128 FLOP at ~250 TFLOP/s",
               "window 8192 tokens + 4 sinks: Metronome's choice (max_model_len is 32768)",
           },
-  });
-  return p;
+  };
+}
+
+std::vector<SimPreset> MakePresets() {
+  return {Moshi7b(), Qwen25Omni7b(), MiniCpmO45(), Qwen3Omni30bA3b()};
 }
 // NOLINTEND(bugprone-suspicious-missing-comma)
 

@@ -318,11 +318,7 @@ void RealtimeLoop::CompactReady() {
   });
 }
 
-bool RealtimeLoop::RunIteration() {
-  const Nanos now = clock_->Now();
-  ReleaseArrivals(now);
-  DeliverExpired();
-
+std::int64_t RealtimeLoop::CollectCandidates() {
   // Plan: one candidate per session with an arrived, unfinished frame: the rest of its input
   // (prompt, the previous frame's last output, the frame's tokens) or its next decode token.
   candidates_.clear();
@@ -358,6 +354,10 @@ bool RealtimeLoop::RunIteration() {
         {.deadline = f.deadline, .ready_index = k, .tokens = tokens, .prompt = prompt});
     ready_tokens += tokens;
   }
+  return ready_tokens;
+}
+
+void RealtimeLoop::PlanStep(std::int64_t ready_tokens) {
   // Over the budget: prompts last, then earliest deadline first (then session id), the last item
   // split to fit.
   const int budget = options_.max_step_tokens;
@@ -397,6 +397,38 @@ bool RealtimeLoop::RunIteration() {
     planned_.push_back(c);
     budget_left -= take;
   }
+}
+
+void RealtimeLoop::AdvanceFrame(RealtimeSessionId id, Session& s, const Planned& p,
+                                const BackendItemResult& result, Nanos done) {
+  Frame& f = s.frames.front();
+  if (!p.completes_input) {
+    f.input_offset += p.tokens;  // the rest of the input follows in later steps
+    return;
+  }
+  if (!f.input_fed) {
+    f.input_fed = true;
+    f.input_offset = 0;
+    if (!s.prompt_fed) {
+      // The prompt is in the KV now: drop the session's copies (up to max_prompt_tokens ids
+      // each, for the rest of its life otherwise). The step is over, so no item points at them.
+      s.prompt_fed = true;
+      s.spec.prompt = {};
+      s.chunk.shrink_to_fit();
+    }
+    s.pending_output = -1;
+  }
+  if (s.spec.output_tokens_per_frame > 0) f.outputs.push_back(result.next_token);
+  if (static_cast<int>(f.outputs.size()) >= s.spec.output_tokens_per_frame) {
+    Deliver(id, s, done, done <= f.deadline ? FrameOutcome::kOk : FrameOutcome::kLate);
+  }
+}
+
+bool RealtimeLoop::RunIteration() {
+  const Nanos now = clock_->Now();
+  ReleaseArrivals(now);
+  DeliverExpired();
+  PlanStep(CollectCandidates());
   if (items_.empty()) {
     CompactReady();
     return false;
@@ -443,26 +475,7 @@ bool RealtimeLoop::RunIteration() {
     progressed = true;
     batch_tokens += static_cast<int>(items_[i].tokens.size());
     f.blocked = false;
-    if (!planned_[i].completes_input) {
-      f.input_offset += planned_[i].tokens;  // the rest of the input follows in later steps
-      continue;
-    }
-    if (!f.input_fed) {
-      f.input_fed = true;
-      f.input_offset = 0;
-      if (!s.prompt_fed) {
-        // The prompt is in the KV now: drop the session's copies (up to max_prompt_tokens ids
-        // each, for the rest of its life otherwise). The step is over, so no item points at them.
-        s.prompt_fed = true;
-        s.spec.prompt = {};
-        s.chunk.shrink_to_fit();
-      }
-      s.pending_output = -1;
-    }
-    if (s.spec.output_tokens_per_frame > 0) f.outputs.push_back(r.next_token);
-    if (static_cast<int>(f.outputs.size()) >= s.spec.output_tokens_per_frame) {
-      Deliver(id, s, done, done <= f.deadline ? FrameOutcome::kOk : FrameOutcome::kLate);
-    }
+    AdvanceFrame(id, s, planned_[i], r, done);
   }
   CompactReady();
   if (on_iteration) on_iteration(duration, batch_tokens);

@@ -274,6 +274,15 @@ class RealtimeLoop {
                                       int least, double* budget_s) const;
   std::vector<Planned> candidates_;
   std::vector<Planned> planned_;
+  // RunIteration's stages. The candidates (candidates_): one per session with an arrived,
+  // unfinished frame; returns their tokens.
+  std::int64_t CollectCandidates();
+  // The step's items (items_, planned_) from the candidates, within the step budget.
+  void PlanStep(std::int64_t ready_tokens);
+  // A step's good result for session `s`'s front frame: the input fed (or its next part), the
+  // output appended, the frame delivered once complete (at `done`).
+  void AdvanceFrame(RealtimeSessionId id, Session& s, const Planned& p,
+                    const BackendItemResult& result, Nanos done);
   std::vector<BackendItemResult> results_;
 };
 

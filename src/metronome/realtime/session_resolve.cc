@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -24,6 +25,76 @@ SessionError Bad(std::string field, std::string value, const std::string& rule,
           .field = std::move(field),
           .value = std::move(value),
           .message = std::move(message)};
+}
+
+// The KV policy of the given fields (window and sinks checked in window mode), or the error.
+std::optional<SessionError> ResolvePolicy(const SessionDefaults& given, kv::KvPolicy* policy) {
+  // Full mode keeps everything: window, sinks and positions do not apply to it.
+  if (given.kv_mode == kv::KvMode::kWindow) {
+    const TokenPos window = given.window;
+    if (window < 1 || window > kv::kMaxWindowTokens) {
+      return Bad("window", std::to_string(window),
+                 "must be in [1, " + std::to_string(kv::kMaxWindowTokens) + "]");
+    }
+    const TokenPos sinks = given.sinks;
+    if (sinks < 0 || sinks > kv::kMaxSinkTokens) {
+      return Bad("sinks", std::to_string(sinks),
+                 "must be in [0, " + std::to_string(kv::kMaxSinkTokens) + "]");
+    }
+    *policy = kv::KvPolicy::Window(window, sinks, given.positions);
+  } else {
+    *policy = kv::KvPolicy::Full();
+  }
+  return std::nullopt;
+}
+
+// The prompt of the shape (token ids, text through the tokenizer, or synthetic ids), within
+// max_prompt_tokens, or the error.
+std::optional<SessionError> ResolvePrompt(const SessionShape& shape,
+                                          const SessionDefaults& defaults,
+                                          const model::Tokenizer* tokenizer,
+                                          std::vector<TokenId>* prompt) {
+  std::string prompt_field = "prompt.ids";
+  if (const auto* ids = std::get_if<std::vector<TokenId>>(&shape.prompt)) {
+    *prompt = *ids;
+  } else if (const auto* text = std::get_if<std::string>(&shape.prompt)) {
+    prompt_field = "prompt.text";
+    if (!text->empty()) {
+      if (tokenizer == nullptr) {
+        return SessionError{.code = SessionErrorCode::kNeedsTokenizer,
+                            .field = prompt_field,
+                            .value = std::to_string(text->size()) + " bytes",
+                            .message =
+                                "prompt.text needs a tokenizer and there is none (send "
+                                "token ids)"};
+      }
+      // The file says whether a prompt starts with BOS (add_bos_token, or its family's rule).
+      *prompt = tokenizer->Encode(*text, tokenizer->adds_bos());
+    }
+  } else if (const auto* synthetic = std::get_if<SyntheticPrompt>(&shape.prompt)) {
+    prompt_field = "prompt_tokens";
+    if (synthetic->tokens < 0) {
+      return Bad(prompt_field, std::to_string(synthetic->tokens), "must be >= 0");
+    }
+    if (synthetic->tokens > 0 && defaults.vocab_size < 1) {
+      return Bad("vocab_size", std::to_string(defaults.vocab_size),
+                 "must be >= 1 for a synthetic prompt");
+    }
+    prompt->resize(static_cast<std::size_t>(synthetic->tokens));
+    for (int i = 0; i < synthetic->tokens; ++i) {
+      (*prompt)[static_cast<std::size_t>(i)] = (i * 31 + 7) % defaults.vocab_size;
+    }
+  }
+  if (defaults.max_prompt_tokens > 0 &&
+      static_cast<std::int64_t>(prompt->size()) > defaults.max_prompt_tokens) {
+    return SessionError{.code = SessionErrorCode::kOverCap,
+                        .field = prompt_field,
+                        .value = std::to_string(prompt->size()) + " tokens",
+                        .message = prompt_field + " has " + std::to_string(prompt->size()) +
+                                   " tokens, more than max_prompt_tokens = " +
+                                   std::to_string(defaults.max_prompt_tokens)};
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -84,61 +155,9 @@ SessionResolution ResolveSession(const SessionShape& shape, const SessionDefault
                "must be in [0, 65536]");
   }
 
-  // Full mode keeps everything: window, sinks and positions do not apply to it.
-  if (given.kv_mode == kv::KvMode::kWindow) {
-    const TokenPos window = given.window;
-    if (window < 1 || window > kv::kMaxWindowTokens) {
-      return Bad("window", std::to_string(window),
-                 "must be in [1, " + std::to_string(kv::kMaxWindowTokens) + "]");
-    }
-    const TokenPos sinks = given.sinks;
-    if (sinks < 0 || sinks > kv::kMaxSinkTokens) {
-      return Bad("sinks", std::to_string(sinks),
-                 "must be in [0, " + std::to_string(kv::kMaxSinkTokens) + "]");
-    }
-    spec.policy = kv::KvPolicy::Window(window, sinks, given.positions);
-  } else {
-    spec.policy = kv::KvPolicy::Full();
-  }
-
-  std::string prompt_field = "prompt.ids";
-  if (const auto* ids = std::get_if<std::vector<TokenId>>(&shape.prompt)) {
-    spec.prompt = *ids;
-  } else if (const auto* text = std::get_if<std::string>(&shape.prompt)) {
-    prompt_field = "prompt.text";
-    if (!text->empty()) {
-      if (tokenizer == nullptr) {
-        return {SessionError{.code = SessionErrorCode::kNeedsTokenizer,
-                             .field = prompt_field,
-                             .value = std::to_string(text->size()) + " bytes",
-                             .message = "prompt.text needs a tokenizer and there is none (send "
-                                        "token ids)"}};
-      }
-      // The file says whether a prompt starts with BOS (add_bos_token, or its family's rule).
-      spec.prompt = tokenizer->Encode(*text, tokenizer->adds_bos());
-    }
-  } else if (const auto* synthetic = std::get_if<SyntheticPrompt>(&shape.prompt)) {
-    prompt_field = "prompt_tokens";
-    if (synthetic->tokens < 0) {
-      return Bad(prompt_field, std::to_string(synthetic->tokens), "must be >= 0");
-    }
-    if (synthetic->tokens > 0 && defaults.vocab_size < 1) {
-      return Bad("vocab_size", std::to_string(defaults.vocab_size),
-                 "must be >= 1 for a synthetic prompt");
-    }
-    spec.prompt.resize(static_cast<std::size_t>(synthetic->tokens));
-    for (int i = 0; i < synthetic->tokens; ++i) {
-      spec.prompt[static_cast<std::size_t>(i)] = (i * 31 + 7) % defaults.vocab_size;
-    }
-  }
-  if (defaults.max_prompt_tokens > 0 &&
-      static_cast<std::int64_t>(spec.prompt.size()) > defaults.max_prompt_tokens) {
-    return {SessionError{.code = SessionErrorCode::kOverCap,
-                         .field = prompt_field,
-                         .value = std::to_string(spec.prompt.size()) + " tokens",
-                         .message = prompt_field + " has " + std::to_string(spec.prompt.size()) +
-                                    " tokens, more than max_prompt_tokens = " +
-                                    std::to_string(defaults.max_prompt_tokens)}};
+  if (std::optional<SessionError> e = ResolvePolicy(given, &spec.policy)) return std::move(*e);
+  if (std::optional<SessionError> e = ResolvePrompt(shape, defaults, tokenizer, &spec.prompt)) {
+    return std::move(*e);
   }
   return spec;
 }
