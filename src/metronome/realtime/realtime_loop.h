@@ -83,8 +83,8 @@ struct FramePacing {
 // live sessions past their prompt (at least one token a step, so prompts always progress). Their
 // frames then wait for at most that much prompt work per step.
 struct PromptPacing {
-  double c1_s_per_token = 0.0;     // >= 0
-  double c2_s_per_kv_token = 0.0;  // >= 0
+  double c1_s_per_token = 0.0;      // >= 0
+  double c2_s_per_kv_token = 0.0;   // >= 0
   double deadline_fraction = 0.05;  // in (0, 1]
 
   [[nodiscard]] bool enabled() const { return c1_s_per_token > 0.0 || c2_s_per_kv_token > 0.0; }
