@@ -23,15 +23,9 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wsclient import WsClient, http_request  # noqa: E402
+from checks import check, failures  # noqa: E402
 
-failures = []
 POISONED_TOKEN = 7
-
-
-def check(name, ok, detail=""):
-    print(("PASS: " if ok else "FAIL: ") + name + (f" ({detail})" if detail else ""), flush=True)
-    if not ok:
-        failures.append(name)
 
 
 def run(binary, *args):

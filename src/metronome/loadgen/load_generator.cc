@@ -463,12 +463,7 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
                                                         : std::string(what) + ": " + ec.message()},
                             {"retry_after_ms", hint_ms ? nlohmann::json(*hint_ms) : nullptr},
                             {"wait_ms", retry_ms}});
-    if (!population &&
-        st->Now() + retry_ms / 1000.0 - first_ask_s > st->options.population.patience_s) {
-      ++st->summary.abandoned;
-      st->Trace("abandoned", {{"client", ordinal}, {"waited_s", st->Now() - first_ask_s}});
-      return Done();
-    }
+    if (OutOfPatience(retry_ms)) return Done();
     const std::int64_t tries = refusals;
     const double asked_since_s = first_ask_s;
     Done();
@@ -478,6 +473,18 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
   }
 
   // Leaves for good: outstanding frames are lost, counts settle, the socket closes.
+  // An arriving client whose next try, retry_ms from now, would fall past its patience gives up:
+  // counted and traced as abandoned. Population clients never do.
+  bool OutOfPatience(double retry_ms) {
+    if (population ||
+        st->Now() + retry_ms / 1000.0 - first_ask_s <= st->options.population.patience_s) {
+      return false;
+    }
+    ++st->summary.abandoned;
+    st->Trace("abandoned", {{"client", ordinal}, {"waited_s", st->Now() - first_ask_s}});
+    return true;
+  }
+
   void Done() {
     if (phase == Phase::kDone) return;
     if (phase == Phase::kStreaming || phase == Phase::kDraining || phase == Phase::kEnding) {
@@ -625,12 +632,7 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
                             {"reason", j.value("reason", "")},
                             {"retry_after_ms", hint_ms},
                             {"wait_ms", retry_ms}});
-    if (!population &&
-        st->Now() + retry_ms / 1000.0 - first_ask_s > st->options.population.patience_s) {
-      ++st->summary.abandoned;
-      st->Trace("abandoned", {{"client", ordinal}, {"waited_s", st->Now() - first_ask_s}});
-      return Done();
-    }
+    if (OutOfPatience(retry_ms)) return Done();
     if (j.value("reason", "") == "shutdown" && st->options.reconnect) {
       // This server is draining: asking it again cannot help, a new connection (through a
       // balancer, to another replica) can.
