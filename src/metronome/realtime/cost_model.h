@@ -110,9 +110,6 @@ struct SessionPrice {
   double lone_frame_s = 0.0;
   // Share of the engine the session takes per second: frame_work_s / period (1 = all of it).
   double work_share = 0.0;
-  // One-off compute of prefilling the prompt, s (scheduled after every other frame's work, so it
-  // delays only the session's own start: RealtimeLoop).
-  double prompt_work_s = 0.0;
 };
 // `session` must be resolved (period > 0); `full_kv_context_tokens` >= 0 is where a full-KV
 // session is priced (its projected size; ignored in window mode).

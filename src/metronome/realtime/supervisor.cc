@@ -453,10 +453,6 @@ std::int64_t Supervisor::active_sessions() const { return state_->loop.active_se
 double Supervisor::active_work() const { return state_->active_work; }
 bool Supervisor::priced() const { return state_->options.cost_model.has_value(); }
 double Supervisor::admitted_load() const { return state_->AdmittedLoad(); }
-std::optional<SessionPrice> Supervisor::Price(const SessionSpec& spec) const {
-  if (!state_->options.cost_model) return std::nullopt;
-  return state_->PriceOf(spec);
-}
 std::int64_t Supervisor::resident_blocks(RealtimeSessionId id) const {
   return state_->loop.resident_blocks(id);
 }

@@ -168,9 +168,6 @@ class Supervisor {
   // What admission_limit() is compared with: active_work() when the controller budgets work,
   // the active session count when it counts sessions.
   [[nodiscard]] double admitted_load() const;
-  // The price of a session of `spec` (PriceSession at its projected size); nullopt without a cost
-  // model.
-  [[nodiscard]] std::optional<SessionPrice> Price(const SessionSpec& spec) const;
   [[nodiscard]] std::int64_t resident_blocks(RealtimeSessionId id) const;
   [[nodiscard]] LoopFootprint loop_footprint() const;
   [[nodiscard]] const admission::AdmissionController& controller() const;
