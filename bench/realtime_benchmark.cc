@@ -76,6 +76,15 @@ class StepTimeTap final : public realtime::Backend {
   [[nodiscard]] std::int64_t resident_blocks(realtime::BackendSessionId id) const override {
     return inner_->resident_blocks(id);
   }
+  [[nodiscard]] std::vector<std::byte> ExportSession(realtime::BackendSessionId id) const override {
+    return inner_->ExportSession(id);
+  }
+  realtime::BackendImport ImportSession(const metronome::kv::KvPolicy& policy,
+                                        metronome::TokenPos max_context,
+                                        std::span<const std::byte> state) override {
+    return inner_->ImportSession(policy, max_context, state);
+  }
+  [[nodiscard]] std::string model_identity() const override { return inner_->model_identity(); }
   [[nodiscard]] int vocab_size() const override { return inner_->vocab_size(); }
   [[nodiscard]] int block_tokens() const override { return inner_->block_tokens(); }
   [[nodiscard]] double step_seconds() const { return step_seconds_; }

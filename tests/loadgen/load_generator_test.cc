@@ -384,7 +384,8 @@ TEST(ReplicaFiguresTest, TheJsonIsTheTextScriptsRead) {
   r.dropped = 1;
   EXPECT_EQ(r.ToJson().dump(),
             R"({"admitted":6,"dropped":1,"ended":5,"ended_by_server":2,"frames":10,)"
-            R"("late_frames":2,"ok_frames":1,"short_frames":4,"starved_frames":3})");
+            R"("late_frames":2,"missed_frames":0,"ok_frames":1,"short_frames":4,)"
+            R"("starved_frames":3})");
 }
 
 // An upgrade answered 503 (HAProxy's when no replica has room, a replica's with no slot free) is

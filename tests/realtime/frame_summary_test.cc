@@ -74,7 +74,8 @@ TEST(FrameSummaryTest, TheJsonIsTheTextScriptsRead) {
   EXPECT_EQ(s.ToJson().dump(),
             R"({"abandoned":8,"active_peak":11,"admitted":6,"arrivals":14,"deadline_misses":2,)"
             R"("deadline_ms":40.0,"duration_s":3.25,"ended_by_error":9,"first_starved_at_s":1.5,)"
-            R"("frames":10,"kv_policy":"window","late_frames":2,"mute_alarms":5,"ok_frames":1,)"
+            R"("frames":10,"kv_policy":"window","late_frames":2,"missed_frames":0,)"
+            R"("mute_alarms":5,"ok_frames":1,)"
             R"("p50_frame_latency_ms":12.5,"p99_frame_latency_ms":null,"rejected":7,)"
             R"("rejections_per_arrival":0.5,"short_frames":4,"starved_frames":3})");
 }
@@ -93,8 +94,8 @@ TEST(FrameCountsTest, AddOutcomesToWritesTheFramesOfEachOutcomeAndNothingElse) {
   c.mute_alarms = 5;  // not an outcome: a summary writes it itself
   nlohmann::json j = {{"kept", 1}};
   c.AddOutcomesTo(j);
-  EXPECT_EQ(j.dump(), R"({"frames":10,"kept":1,"late_frames":2,"ok_frames":1,"short_frames":4,)"
-                      R"("starved_frames":3})");
+  EXPECT_EQ(j.dump(), R"({"frames":10,"kept":1,"late_frames":2,"missed_frames":0,"ok_frames":1,)"
+                      R"("short_frames":4,"starved_frames":3})");
 }
 
 }  // namespace

@@ -292,6 +292,14 @@ class RecordingBackend final : public Backend {
   [[nodiscard]] std::int64_t resident_blocks(BackendSessionId id) const override {
     return inner_.resident_blocks(id);
   }
+  [[nodiscard]] std::vector<std::byte> ExportSession(BackendSessionId id) const override {
+    return inner_.ExportSession(id);
+  }
+  BackendImport ImportSession(const kv::KvPolicy& policy, metronome::TokenPos max_context,
+                              std::span<const std::byte> state) override {
+    return inner_.ImportSession(policy, max_context, state);
+  }
+  [[nodiscard]] std::string model_identity() const override { return inner_.model_identity(); }
   [[nodiscard]] int vocab_size() const override { return inner_.vocab_size(); }
   [[nodiscard]] int block_tokens() const override { return inner_.block_tokens(); }
 

@@ -276,6 +276,26 @@ bool Engine::CloseSession(SessionId id) {
   return true;
 }
 
+std::optional<kv::SessionKvSnapshot> Engine::ExportSession(SessionId id) const {
+  const kv::SessionKv* kv = session_kv(id);
+  if (kv == nullptr) return std::nullopt;
+  return kv->Snapshot();
+}
+
+kv::RestoreResult Engine::ImportSession(const SessionOptions& options,
+                                        const kv::SessionKvSnapshot& snapshot, SessionId* id,
+                                        std::string* error) {
+  const SessionId opened = OpenSession(options);
+  kv::SessionKv& kv = *sessions_.at(static_cast<std::uint32_t>(opened));
+  const kv::RestoreResult result = kv.Restore(snapshot, error);
+  if (result != kv::RestoreResult::kOk) {
+    CloseSession(opened);
+    return result;
+  }
+  *id = opened;
+  return result;
+}
+
 double Engine::WarmUp(int chunk_tokens) {
   const auto t0 = std::chrono::steady_clock::now();
   // Half the free pool at most (less one block per decode), so warming up can never fail or take

@@ -15,6 +15,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -115,6 +116,14 @@ class Engine {
   SessionId OpenSession(const SessionOptions& options);
   // Returns the session's blocks to the pool at once. False if the id is unknown.
   bool CloseSession(SessionId id);
+  // The session's KV as bytes (SessionKvSnapshot), between steps; nullopt if the id is unknown.
+  [[nodiscard]] std::optional<kv::SessionKvSnapshot> ExportSession(SessionId id) const;
+  // Opens a session holding `snapshot` (another engine's ExportSession of the same model and KV
+  // layout): later steps continue it exactly. kPoolExhausted or kInvalid (with *error) leave
+  // nothing behind. Throws ConfigError for an invalid policy, as OpenSession.
+  [[nodiscard]] kv::RestoreResult ImportSession(const SessionOptions& options,
+                                                const kv::SessionKvSnapshot& snapshot,
+                                                SessionId* id, std::string* error);
 
   // A few throw-away steps on a temporary session (a prefill chunk of up to `chunk_tokens`
   // tokens, then single-token decodes), closed again: one-time costs (oneDNN's JIT-generated

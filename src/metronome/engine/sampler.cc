@@ -5,7 +5,9 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <istream>
 #include <numeric>
+#include <sstream>
 #include <string>
 
 #include "metronome/base/errors.h"
@@ -78,6 +80,23 @@ TokenId Sampler::Sample(std::span<const float> logits) {
     if (r < cum) return order_[static_cast<std::size_t>(i)];
   }
   return order_[static_cast<std::size_t>(keep - 1)];
+}
+
+std::string Sampler::SaveState() const {
+  std::ostringstream out;
+  out << rng_;
+  return out.str();
+}
+
+bool Sampler::RestoreState(std::string_view state) {
+  std::istringstream in{std::string(state)};
+  std::mt19937_64 restored;
+  in >> restored;
+  if (in.fail()) return false;
+  in >> std::ws;
+  if (!in.eof()) return false;
+  rng_ = restored;
+  return true;
 }
 
 }  // namespace metronome::engine

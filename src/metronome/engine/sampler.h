@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "metronome/base/types.h"
@@ -32,6 +34,11 @@ class Sampler {
  public:
   explicit Sampler(const SamplerOptions& options);
   [[nodiscard]] TokenId Sample(std::span<const float> logits);
+  // The generator's state (std::mt19937_64's text form), so that another sampler with the same
+  // options continues the same draws: a moved session samples what it would have.
+  [[nodiscard]] std::string SaveState() const;
+  // False, the state unchanged, when `state` is not SaveState's form.
+  bool RestoreState(std::string_view state);
 
  private:
   SamplerOptions options_;

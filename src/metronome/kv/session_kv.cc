@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include "metronome/base/check.h"
 
@@ -42,14 +44,21 @@ ReserveResult SessionKv::Reserve(int n) noexcept {
   return ReserveResult::kOk;
 }
 
+std::int64_t SessionKv::WindowFirstBlockAt(TokenPos length) const noexcept {
+  if (policy_.mode != KvMode::kWindow) return num_sink_blocks_;
+  // The next query is at p = length; token j (>= S) stays visible to it and every later query
+  // iff j > p - W. Logical block b is dead iff its last token (b+1)B - 1 <= p - W.
+  const TokenPos first_visible = length - policy_.window + 1;
+  const std::int64_t dead_limit = first_visible > 0 ? first_visible / block_tokens_ : 0;
+  const std::int64_t allocated = CeilDiv(length, block_tokens_);
+  return std::max(num_sink_blocks_, std::min(dead_limit, allocated));
+}
+
 void SessionKv::Commit(int n) noexcept {
   MTR_DCHECK(length_ + n <= allocated_blocks_ * block_tokens_, "commit beyond the reservation");
   length_ += n;
   if (policy_.mode != KvMode::kWindow) return;
-  // The next query is at p = length_; token j (>= S) stays visible to it and every later query
-  // iff j > p - W. Logical block b is dead iff its last token (b+1)B - 1 <= p - W.
-  const TokenPos first_visible = length_ - policy_.window + 1;
-  const std::int64_t dead_limit = first_visible > 0 ? first_visible / block_tokens_ : 0;
+  const std::int64_t dead_limit = WindowFirstBlockAt(length_);
   while (window_first_block_ < dead_limit && window_head_ < window_blocks_.size()) {
     pool_->FreeLeftWindow(window_blocks_[window_head_]);
     ++window_head_;
@@ -75,6 +84,137 @@ void SessionKv::Release() noexcept {
   window_first_block_ = num_sink_blocks_;
   allocated_blocks_ = 0;
   length_ = 0;
+}
+
+void EncodeSnapshot(const SessionKvSnapshot& snapshot, const KvLayout& layout,
+                    base::ByteWriter* out) {
+  out->Put(static_cast<std::int32_t>(layout.num_layers));
+  out->Put(static_cast<std::int32_t>(layout.num_kv_heads));
+  out->Put(static_cast<std::int32_t>(layout.head_dim));
+  out->Put(static_cast<std::int32_t>(layout.block_tokens));
+  out->Put(static_cast<std::uint8_t>(layout.dtype));
+  out->Put(static_cast<std::int64_t>(snapshot.length));
+  out->Put(snapshot.window_first_block);
+  out->Put(snapshot.peak_resident_blocks);
+  out->Put(snapshot.blocks_freed_by_window);
+  out->Put(static_cast<std::uint64_t>(snapshot.blocks.size()));
+  out->PutBytes(snapshot.blocks);
+}
+
+bool DecodeSnapshot(base::ByteReader* in, const KvLayout& layout, SessionKvSnapshot* snapshot,
+                    std::string* error) {
+  std::int32_t layers = 0;
+  std::int32_t heads = 0;
+  std::int32_t head_dim = 0;
+  std::int32_t block_tokens = 0;
+  std::uint8_t dtype = 0;
+  in->Get(&layers);
+  in->Get(&heads);
+  in->Get(&head_dim);
+  in->Get(&block_tokens);
+  in->Get(&dtype);
+  if (!in->ok()) {
+    *error = "kv: the layout is cut short";
+    return false;
+  }
+  const auto differs = [&](const char* field, std::int64_t theirs, std::int64_t ours) {
+    *error = std::string("kv: ") + field + " = " + std::to_string(theirs) + ", this pool's is " +
+             std::to_string(ours);
+    return false;
+  };
+  if (layers != layout.num_layers) return differs("layers", layers, layout.num_layers);
+  if (heads != layout.num_kv_heads) return differs("kv_heads", heads, layout.num_kv_heads);
+  if (head_dim != layout.head_dim) return differs("head_dim", head_dim, layout.head_dim);
+  if (block_tokens != layout.block_tokens) {
+    return differs("block_tokens", block_tokens, layout.block_tokens);
+  }
+  if (dtype != static_cast<std::uint8_t>(layout.dtype)) {
+    const bool known = dtype <= static_cast<std::uint8_t>(KvDtype::kBF16);
+    *error = std::string("kv: element type ") +
+             (known ? ToString(static_cast<KvDtype>(dtype)) : std::to_string(dtype).c_str()) +
+             ", this pool's is " + ToString(layout.dtype);
+    return false;
+  }
+  std::int64_t length = 0;
+  std::uint64_t bytes = 0;
+  in->Get(&length);
+  in->Get(&snapshot->window_first_block);
+  in->Get(&snapshot->peak_resident_blocks);
+  in->Get(&snapshot->blocks_freed_by_window);
+  in->Get(&bytes);
+  if (!in->ok() || bytes > in->remaining()) {
+    *error = "kv: the blocks are cut short";
+    return false;
+  }
+  snapshot->length = length;
+  const auto data = in->GetBytes(static_cast<std::size_t>(bytes));
+  snapshot->blocks.assign(data.begin(), data.end());
+  return true;
+}
+
+SessionKvSnapshot SessionKv::Snapshot() const {
+  MTR_CHECK(allocated_blocks_ == CeilDiv(length_, block_tokens_),
+            "snapshot of a session with reserved, uncommitted blocks");
+  const std::size_t block_bytes = pool_->layout().bytes_per_block();
+  SessionKvSnapshot s;
+  s.length = length_;
+  s.window_first_block = window_first_block_;
+  s.peak_resident_blocks = peak_resident_blocks_;
+  s.blocks_freed_by_window = blocks_freed_by_window_;
+  s.blocks.reserve(static_cast<std::size_t>(resident_blocks()) * block_bytes);
+  const auto append = [&](BlockId b) {
+    const std::byte* data = pool_->block_data(b);
+    s.blocks.insert(s.blocks.end(), data, data + block_bytes);
+  };
+  for (const BlockId b : sink_blocks_) append(b);
+  for (std::size_t i = window_head_; i < window_blocks_.size(); ++i) append(window_blocks_[i]);
+  return s;
+}
+
+RestoreResult SessionKv::Restore(const SessionKvSnapshot& snapshot, std::string* error) {
+  MTR_CHECK(length_ == 0 && allocated_blocks_ == 0, "restore into a session that holds tokens");
+  const auto invalid = [&](std::string what) {
+    *error = std::move(what);
+    return RestoreResult::kInvalid;
+  };
+  if (snapshot.length < 0 || snapshot.length > max_tokens_) {
+    return invalid("length = " + std::to_string(snapshot.length) + " outside [0, " +
+                   std::to_string(max_tokens_) + "]");
+  }
+  const std::int64_t allocated = CeilDiv(snapshot.length, block_tokens_);
+  const std::int64_t sinks = std::min(allocated, num_sink_blocks_);
+  const std::int64_t first = WindowFirstBlockAt(snapshot.length);
+  if (allocated > num_sink_blocks_ && snapshot.window_first_block != first) {
+    return invalid("window_first_block = " + std::to_string(snapshot.window_first_block) +
+                   ", a session of this policy at length " + std::to_string(snapshot.length) +
+                   " keeps blocks from " + std::to_string(first));
+  }
+  const std::int64_t window = allocated > num_sink_blocks_ ? allocated - first : 0;
+  const std::size_t block_bytes = pool_->layout().bytes_per_block();
+  const auto resident = static_cast<std::size_t>(sinks + window);
+  if (snapshot.blocks.size() != resident * block_bytes) {
+    return invalid("blocks hold " + std::to_string(snapshot.blocks.size()) + " bytes, " +
+                   std::to_string(resident) + " resident blocks of " + std::to_string(block_bytes) +
+                   " bytes expected");
+  }
+  if (std::cmp_greater(resident, pool_->num_free_blocks())) return RestoreResult::kPoolExhausted;
+  const std::byte* src = snapshot.blocks.data();
+  const auto take = [&]() {
+    const BlockId b = pool_->Allocate();
+    MTR_CHECK(b != kNoBlock, "pool ran out after the free-count check");
+    std::memcpy(pool_->block_data(b), src, block_bytes);
+    src += block_bytes;
+    return b;
+  };
+  for (std::int64_t i = 0; i < sinks; ++i) sink_blocks_.push_back(take());
+  for (std::int64_t i = 0; i < window; ++i) window_blocks_.push_back(take());
+  window_head_ = 0;
+  window_first_block_ = allocated > num_sink_blocks_ ? first : num_sink_blocks_;
+  allocated_blocks_ = allocated;
+  length_ = snapshot.length;
+  peak_resident_blocks_ = std::max(snapshot.peak_resident_blocks, resident_blocks());
+  blocks_freed_by_window_ = snapshot.blocks_freed_by_window;
+  return RestoreResult::kOk;
 }
 
 BlockId SessionKv::BlockOf(TokenPos j) const noexcept {

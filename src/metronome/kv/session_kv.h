@@ -13,9 +13,12 @@
 // step in which the session is not modified.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "metronome/base/byte_io.h"
 #include "metronome/base/types.h"
 #include "metronome/kv/block_pool.h"
 #include "metronome/kv/kv_policy.h"
@@ -36,6 +39,34 @@ struct SessionKvStats {
   std::int64_t blocks_freed_by_window = 0;
 };
 
+// A session's KV as bytes, to move it to another pool of the same layout (another engine, another
+// process): its bookkeeping and the raw contents of its resident blocks, in logical order (the
+// sink blocks, then the window's), each KvLayout::bytes_per_block() bytes in the pool's element
+// type. Restored exactly, it answers every later query as the original would.
+struct SessionKvSnapshot {
+  TokenPos length = 0;                      // committed tokens
+  std::int64_t window_first_block = 0;      // first resident logical block after the sinks
+  std::int64_t peak_resident_blocks = 0;    // carried statistics
+  std::int64_t blocks_freed_by_window = 0;  // carried statistics
+  std::vector<std::byte> blocks;            // resident blocks' contents, logical order
+};
+
+// The snapshot as bytes (base/byte_io.h), after the layout it was taken under: the pool's
+// layers, KV heads, head size, block size and element type.
+void EncodeSnapshot(const SessionKvSnapshot& snapshot, const KvLayout& layout,
+                    base::ByteWriter* out);
+// EncodeSnapshot's form for a pool of `layout`: false, with *error naming the first field that
+// differs from it (e.g. "kv element type bf16, this pool's is f32") or the bytes that are
+// missing. The blocks' count is Restore's to check.
+[[nodiscard]] bool DecodeSnapshot(base::ByteReader* in, const KvLayout& layout,
+                                  SessionKvSnapshot* snapshot, std::string* error);
+
+enum class RestoreResult : std::uint8_t {
+  kOk,
+  kPoolExhausted,  // not enough free blocks: nothing was taken
+  kInvalid,        // the snapshot is not one of a session with this policy and layout
+};
+
 class SessionKv {
  public:
   // `max_tokens`: context limit (Reserve returns kContextFull beyond it). Policy must be valid.
@@ -51,6 +82,13 @@ class SessionKv {
   void Commit(int n) noexcept;
   // Returns every block to the pool; the session is then empty.
   void Release() noexcept;
+
+  // The session's committed state (nothing may be reserved beyond length()).
+  [[nodiscard]] SessionKvSnapshot Snapshot() const;
+  // Makes this empty session the snapshot's: all-or-nothing. kInvalid (with *error naming what
+  // disagrees) unless the snapshot is what a session of this policy holds at its length: the
+  // resident blocks a query at that length needs, no more, in this pool's block size.
+  [[nodiscard]] RestoreResult Restore(const SessionKvSnapshot& snapshot, std::string* error);
 
   // Stores K and V ([kv_dim] fp32 each, converted to the pool's dtype) of token j for `layer`.
   // j must be reserved and not freed.
@@ -71,6 +109,8 @@ class SessionKv {
 
  private:
   [[nodiscard]] std::byte* SlotBytes(int layer, TokenPos j) noexcept;  // K slot; V is a plane later
+  // The first resident window block once `length` tokens are committed (Commit's freeing rule).
+  [[nodiscard]] std::int64_t WindowFirstBlockAt(TokenPos length) const noexcept;
 
   BlockPool* pool_;
   KvPolicy policy_;

@@ -33,6 +33,13 @@ struct Model {
 // vocabulary only if given. Throws LoadError / ConfigError naming the file and the problem.
 Model LoadModel(const std::string& spec, const std::string& tokenizer_path = "");
 
+// Who computes the same thing: "m-" and 16 hex digits of a hash of the configuration (every
+// hyper-parameter, the rope recipe) and of sampled weights (dequantised, so the same file on
+// machines with other row layouts agrees), not of the file's name or path. Two replicas serving
+// the same model agree; a moved session's state is refused by a replica whose identity differs.
+// Reads a few rows per layer: cheap at start-up.
+[[nodiscard]] std::string ModelIdentity(const Model& model);
+
 // Which loader a spec goes to (LoadModel's dispatch): the "synthetic:" prefix, else a ".gguf"
 // name or the GGUF magic, else llama2.c.
 enum class ModelFormat : std::uint8_t { kSynthetic, kGguf, kLlama2c };

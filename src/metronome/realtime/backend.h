@@ -7,8 +7,10 @@
 // Thread-safety: driven by the loop thread only.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "metronome/base/step_status.h"
@@ -31,6 +33,14 @@ struct BackendItemResult {
   TokenId next_token = -1;  // when status is kOk and it was asked for
 };
 
+// What ImportSession made of a moved session's bytes.
+struct BackendImport {
+  BackendSessionId id = 0;      // the opened session, when ok()
+  bool pool_exhausted = false;  // too few free KV blocks: nothing was taken
+  std::string error;            // the bytes are not a session of this backend: what differs
+  [[nodiscard]] bool ok() const { return !pool_exhausted && error.empty(); }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -40,6 +50,17 @@ class Backend {
   virtual void Close(BackendSessionId id) = 0;
   // Runs one batched step; returns its duration in seconds (measured or modelled).
   virtual double Step(std::span<const BackendItem> items, std::vector<BackendItemResult>* out) = 0;
+  // A session's state in the backend (its KV, its sampler), as bytes another backend of the same
+  // model identity imports, between steps; empty for an unknown id. The one exporter and importer
+  // of a moved session's state are RealtimeLoop's (realtime/session_state.h frames the bytes).
+  [[nodiscard]] virtual std::vector<std::byte> ExportSession(BackendSessionId id) const = 0;
+  // Opens a session holding ExportSession's `state`: its later steps give what the exported
+  // session's would have. Never throws for bad bytes (BackendImport::error names the field).
+  virtual BackendImport ImportSession(const kv::KvPolicy& policy, TokenPos max_context,
+                                      std::span<const std::byte> state) = 0;
+  // Who may import this backend's sessions: the same model computed the same way (another model,
+  // or the simulator, cannot continue them).
+  [[nodiscard]] virtual std::string model_identity() const = 0;
   [[nodiscard]] virtual kv::PoolStats pool() const = 0;
   [[nodiscard]] virtual std::int64_t resident_blocks(BackendSessionId id) const = 0;
   [[nodiscard]] virtual int vocab_size() const = 0;

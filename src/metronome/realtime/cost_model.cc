@@ -13,6 +13,7 @@
 #include <system_error>
 #include <vector>
 
+#include "metronome/base/byte_io.h"
 #include "metronome/base/check.h"
 #include "metronome/base/errors.h"
 
@@ -21,14 +22,62 @@ namespace metronome::realtime {
 CostModelBackend::CostModelBackend(const CostModel& cost, std::int64_t num_blocks, int block_tokens)
     : cost_(cost), pool_({1, 1, 1, block_tokens}, {.num_blocks = static_cast<int>(num_blocks)}) {}
 
-BackendSessionId CostModelBackend::Open(const kv::KvPolicy& policy, TokenPos max_context) {
+std::unique_ptr<kv::SessionKv> CostModelBackend::NewSession(const kv::KvPolicy& policy,
+                                                            TokenPos max_context) {
   policy.Validate();
-  const BackendSessionId id = next_id_++;
   const bool limited = policy.mode == kv::KvMode::kFull && max_context > 0;
-  sessions_.emplace(
-      id, std::make_unique<kv::SessionKv>(
-              &pool_, policy, limited ? max_context : std::numeric_limits<TokenPos>::max() / 4));
+  return std::make_unique<kv::SessionKv>(
+      &pool_, policy, limited ? max_context : std::numeric_limits<TokenPos>::max() / 4);
+}
+
+BackendSessionId CostModelBackend::Open(const kv::KvPolicy& policy, TokenPos max_context) {
+  auto kv = NewSession(policy, max_context);
+  const BackendSessionId id = next_id_++;
+  sessions_.emplace(id, std::move(kv));
   return id;
+}
+
+std::vector<std::byte> CostModelBackend::ExportSession(BackendSessionId id) const {
+  const auto it = sessions_.find(id);
+  if (it == sessions_.end()) return {};
+  base::ByteWriter out;
+  kv::EncodeSnapshot(it->second->Snapshot(), pool_.layout(), &out);
+  return out.Take();
+}
+
+BackendImport CostModelBackend::ImportSession(const kv::KvPolicy& policy, TokenPos max_context,
+                                              std::span<const std::byte> state) {
+  BackendImport result;
+  base::ByteReader in(state);
+  kv::SessionKvSnapshot snapshot;
+  if (!kv::DecodeSnapshot(&in, pool_.layout(), &snapshot, &result.error)) return result;
+  if (in.remaining() != 0) {
+    result.error = std::to_string(in.remaining()) + " bytes after the KV";
+    return result;
+  }
+  auto kv = NewSession(policy, max_context);
+  std::string error;
+  switch (kv->Restore(snapshot, &error)) {
+    case kv::RestoreResult::kOk:
+      result.id = next_id_++;
+      sessions_.emplace(result.id, std::move(kv));
+      return result;
+    case kv::RestoreResult::kPoolExhausted:
+      result.pool_exhausted = true;
+      return result;
+    case kv::RestoreResult::kInvalid:
+      result.error = "kv: " + error;
+      return result;
+  }
+  result.error = "kv: unknown restore result";
+  return result;
+}
+
+std::string CostModelBackend::model_identity() const {
+  char text[160];
+  std::snprintf(text, sizeof text, "sim:%.9g,%.9g,%.9g,%d", cost_.c0_s, cost_.c1_s_per_token,
+                cost_.c2_s_per_kv_token, pool_.layout().block_tokens);
+  return text;
 }
 
 void CostModelBackend::Close(BackendSessionId id) {

@@ -47,12 +47,21 @@ class CostModelBackend final : public Backend {
   BackendSessionId Open(const kv::KvPolicy& policy, TokenPos max_context = 0) override;
   void Close(BackendSessionId id) override;
   double Step(std::span<const BackendItem> items, std::vector<BackendItemResult>* out) override;
+  // A simulated session moves as its KV bookkeeping (kv::EncodeSnapshot), between simulators of
+  // the same cost model.
+  [[nodiscard]] std::vector<std::byte> ExportSession(BackendSessionId id) const override;
+  BackendImport ImportSession(const kv::KvPolicy& policy, TokenPos max_context,
+                              std::span<const std::byte> state) override;
+  [[nodiscard]] std::string model_identity() const override;
   [[nodiscard]] kv::PoolStats pool() const override;
   [[nodiscard]] std::int64_t resident_blocks(BackendSessionId id) const override;
   [[nodiscard]] int vocab_size() const override { return 1 << 16; }
   [[nodiscard]] int block_tokens() const override { return pool_.layout().block_tokens; }
 
  private:
+  [[nodiscard]] std::unique_ptr<kv::SessionKv> NewSession(const kv::KvPolicy& policy,
+                                                          TokenPos max_context);
+
   CostModel cost_;
   kv::BlockPool pool_;
   std::unordered_map<BackendSessionId, std::unique_ptr<kv::SessionKv>> sessions_;

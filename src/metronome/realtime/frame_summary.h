@@ -30,6 +30,7 @@ struct FrameCounts {
   std::int64_t late = 0;
   std::int64_t starved = 0;
   std::int64_t short_frames = 0;
+  std::int64_t missed = 0;  // FrameOutcome::kMissed: due while the client was away or moving
   std::int64_t mute_alarms = 0;
 
   void Count(FrameOutcome outcome) {
@@ -51,7 +52,7 @@ struct FrameCounts {
   static std::int64_t FrameCounts::*CounterOf(FrameOutcome outcome) {
     static constexpr std::array<std::int64_t FrameCounts::*, telemetry::kNumFrameOutcomes>
         kCounters = {&FrameCounts::ok, &FrameCounts::late, &FrameCounts::starved,
-                     &FrameCounts::short_frames};
+                     &FrameCounts::short_frames, &FrameCounts::missed};
     const auto i = static_cast<std::size_t>(outcome);
     return i < kCounters.size() ? kCounters[i] : nullptr;
   }

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "metronome/base/errors.h"
+#include "metronome/realtime/session_state.h"
 
 namespace metronome::realtime {
 
@@ -169,6 +170,60 @@ RealtimeLoop::SubmitResult RealtimeLoop::SubmitFrame(RealtimeSessionId id,
     ready_.insert(pos, {id, &s});
   }
   return SubmitResult::kOk;
+}
+
+bool RealtimeLoop::ExportSession(RealtimeSessionId id, SessionState* state) const {
+  const auto it = sessions_.find(id);
+  if (it == sessions_.end() || !it->second.spec.external_frames || !it->second.frames.empty()) {
+    return false;
+  }
+  const Session& s = it->second;
+  state->backend = backend_->ExportSession(s.backend_id);
+  if (state->backend.empty()) return false;
+  state->spec = s.spec;
+  if (s.prompt_fed) state->spec.prompt.clear();
+  state->next_frame = s.next_index;
+  state->prompt_fed = s.prompt_fed;
+  state->pending_output = s.pending_output;
+  state->consecutive_starved = s.consecutive_starved;
+  return true;
+}
+
+BackendImport RealtimeLoop::ImportSession(const SessionState& state, RealtimeSessionId* id) {
+  SessionSpec spec = state.spec;
+  spec.external_frames = true;
+  spec.phase_ms = 0.0;
+  spec.Validate();
+  BackendImport imported =
+      backend_->ImportSession(spec.policy, spec.max_context_tokens, state.backend);
+  if (!imported.ok()) return imported;
+  Session s;
+  s.spec = std::move(spec);
+  s.backend_id = imported.id;
+  s.start = clock_->Now();
+  s.next_arrival = s.start;
+  s.next_index = state.next_frame;
+  s.prompt_fed = state.prompt_fed || s.spec.prompt.empty();
+  s.pending_output = state.pending_output;
+  s.consecutive_starved = state.consecutive_starved;
+  *id = next_id_++;
+  sessions_.emplace(*id, std::move(s));
+  return imported;
+}
+
+bool RealtimeLoop::HasFrames(RealtimeSessionId id) const {
+  const auto it = sessions_.find(id);
+  return it != sessions_.end() && !it->second.frames.empty();
+}
+
+const SessionSpec* RealtimeLoop::session_spec(RealtimeSessionId id) const {
+  const auto it = sessions_.find(id);
+  return it == sessions_.end() ? nullptr : &it->second.spec;
+}
+
+std::int64_t RealtimeLoop::next_frame(RealtimeSessionId id) const {
+  const auto it = sessions_.find(id);
+  return it == sessions_.end() ? 0 : it->second.next_index;
 }
 
 void RealtimeLoop::EndSession(RealtimeSessionId id) {

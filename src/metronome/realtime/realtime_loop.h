@@ -30,6 +30,8 @@
 
 namespace metronome::realtime {
 
+struct SessionState;  // session_state.h
+
 // A resolved session: every field is what the session runs with (built by ResolveSession,
 // realtime/session_resolve.h, from what a client asked for; nothing downstream fills in defaults).
 struct SessionSpec {
@@ -145,6 +147,21 @@ class RealtimeLoop {
   // Ends a session at once (pending frames are dropped, its blocks return to the pool).
   void EndSession(RealtimeSessionId id);
 
+  // Moving a session (session_state.h). Its state, when it has no frame waiting or in progress
+  // (false then, and for an unknown or clocked session: only external-frame sessions move); the
+  // session itself stays, for the caller to end. state->frames is left as it was (the driver's).
+  bool ExportSession(RealtimeSessionId id, SessionState* state) const;
+  // Opens an external-frames session that continues `state` (another loop's ExportSession, of a
+  // backend with the same model identity): its next frame takes index state.next_frame and its
+  // outputs are what the exported session's would have been. On a refusal (the backend's: a
+  // pool without room, bytes it cannot take) nothing is opened. Throws ConfigError for a bad spec.
+  BackendImport ImportSession(const SessionState& state, RealtimeSessionId* id);
+  // Whether the session has a frame waiting or in progress (false for an unknown one).
+  [[nodiscard]] bool HasFrames(RealtimeSessionId id) const;
+  // A live session's spec (null for an unknown one), and the index its next frame takes (0).
+  [[nodiscard]] const SessionSpec* session_spec(RealtimeSessionId id) const;
+  [[nodiscard]] std::int64_t next_frame(RealtimeSessionId id) const;
+
   enum class SubmitResult : std::uint8_t {
     kOk,
     kUnknownSession,
@@ -153,6 +170,9 @@ class RealtimeLoop {
     kTooFast,   // ahead of the session's declared rate (FramePacing)
     kEmpty,     // no tokens
     kTooMany,   // more tokens than the session's input_tokens_per_frame
+    // Never from the loop: a driver's refusal while it hands the session to another replica
+    // (server::EngineService during a drain), in the same vocabulary.
+    kMoving,
   };
   // A frame of an external_frames session with these input tokens (1 to input_tokens_per_frame of
   // them: what admission sized the session for; ids must be valid for the backend's vocabulary:

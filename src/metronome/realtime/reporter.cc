@@ -109,6 +109,33 @@ void Reporter::LimitChange(const admission::LimitChange& c) {
   }
 }
 
+void Reporter::Resumed(RealtimeSessionId id, double now_s, std::int64_t missed_frames) {
+  if (metrics_) {
+    metrics_->sessions_resumed.Inc();
+    metrics_->frames(FrameOutcome::kMissed).Inc(static_cast<std::uint64_t>(missed_frames));
+  }
+  if (Logging()) {
+    events_->Write(now_s * 1e3, "session_resumed",
+                   {{"session", id}, {"missed_frames", missed_frames}});
+  }
+}
+
+void Reporter::Moved(RealtimeSessionId id, double now_s, std::string_view direction,
+                     std::int64_t missed_frames) {
+  if (metrics_) {
+    metrics_->sessions_moved_by_direction.WithLabels({direction}).Inc();
+    metrics_->frames(FrameOutcome::kMissed).Inc(static_cast<std::uint64_t>(missed_frames));
+  }
+  if (log_to_stderr_ && direction == "lost") {
+    std::fprintf(stderr, "[warn] t=%.1f s session %llu: its moved state was never fetched\n", now_s,
+                 static_cast<unsigned long long>(id));
+  }
+  if (Logging()) {
+    events_->Write(now_s * 1e3, "session_moved",
+                   {{"session", id}, {"direction", direction}, {"missed_frames", missed_frames}});
+  }
+}
+
 void Reporter::Capacity(std::int64_t limit, double work_used) {
   if (metrics_) metrics_->SetAdmissionCapacity(limit, work_used);
 }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 
 #include "metronome/admission/admission.h"
 #include "metronome/kv/block_pool.h"
@@ -32,6 +33,11 @@ class Reporter {
   void Rejected(const admission::Decision& d, double now_s, std::int64_t active,
                 std::int64_t limit);
   void LimitChange(const admission::LimitChange& c);
+  // Continuity: a session resumed after a dropped connection, or moved "out", "in" or "lost"
+  // (Supervisor::Continuity), with the frames it missed while away (FrameOutcome::kMissed).
+  void Resumed(RealtimeSessionId id, double now_s, std::int64_t missed_frames);
+  void Moved(RealtimeSessionId id, double now_s, std::string_view direction,
+             std::int64_t missed_frames);
   // The budget admission allows now (Supervisor::admission_limit, units of work;
   // admission::kNoLimit: none) and the admitted work: the limit, headroom and work gauges.
   void Capacity(std::int64_t limit, double work_used);

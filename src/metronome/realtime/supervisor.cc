@@ -11,6 +11,7 @@
 #include "metronome/admission/step_load.h"
 #include "metronome/base/errors.h"
 #include "metronome/realtime/reporter.h"
+#include "metronome/realtime/session_state.h"
 #include "metronome/telemetry/quantile_sketch.h"
 
 namespace metronome::realtime {
@@ -140,6 +141,7 @@ struct Supervisor::State final : SessionObserver {
   double next_sample_s = 0.0;
   std::int64_t admitted = 0;
   std::int64_t rejected = 0;
+  std::int64_t missed_frames = 0;  // FrameOutcome::kMissed, from ReportContinuity
   std::int64_t ended_by_error = 0;
   std::int64_t peak_active = 0;
   double kv_peak_fraction = 0.0;
@@ -347,6 +349,68 @@ double Supervisor::Now() const { return state_->loop.Now(); }
 void Supervisor::set_observer(SessionObserver* observer) { state_->observer = observer; }
 
 Supervisor::AdmitResult Supervisor::Admit(const SessionSpec& spec, double now_s) {
+  return AdmitAndOpen(spec, now_s, [this](const SessionSpec& budgeted, AdmitResult* result) {
+    result->id = state_->loop.AddSession(budgeted);
+    return true;
+  });
+}
+
+Supervisor::AdmitResult Supervisor::AdmitMoved(const SessionState& state, double now_s) {
+  return AdmitAndOpen(
+      state.spec, now_s, [this, &state](const SessionSpec& budgeted, AdmitResult* result) {
+        SessionState moved = state;
+        moved.spec = budgeted;
+        const BackendImport imported = state_->loop.ImportSession(moved, &result->id);
+        if (imported.ok()) return true;
+        result->decision = {.admit = false,
+                            .reason = imported.pool_exhausted ? "pool" : "state",
+                            .detail = imported.pool_exhausted
+                                          ? "the KV pool has no room for the session's blocks now"
+                                          : imported.error,
+                            .retry_after_ms = imported.pool_exhausted ? state.spec.period_ms : 0.0};
+        return false;
+      });
+}
+
+bool Supervisor::ExportSession(RealtimeSessionId id, SessionState* state) const {
+  return state_->projected.contains(id) && state_->loop.ExportSession(id, state);
+}
+
+bool Supervisor::HasFrames(RealtimeSessionId id) const { return state_->loop.HasFrames(id); }
+
+const SessionSpec* Supervisor::session_spec(RealtimeSessionId id) const {
+  return state_->loop.session_spec(id);
+}
+
+std::int64_t Supervisor::next_frame(RealtimeSessionId id) const {
+  return state_->loop.next_frame(id);
+}
+
+void Supervisor::ReportContinuity(Continuity event, RealtimeSessionId id,
+                                  std::int64_t missed_frames) {
+  State& st = *state_;
+  st.missed_frames += missed_frames;
+  const double now_s = Now();
+  switch (event) {
+    case Continuity::kResumed:
+      st.reporter.Resumed(id, now_s, missed_frames);
+      return;
+    case Continuity::kMovedOut:
+      st.reporter.Moved(id, now_s, "out", missed_frames);
+      return;
+    case Continuity::kMovedIn:
+      st.reporter.Moved(id, now_s, "in", missed_frames);
+      return;
+    case Continuity::kMoveLost:
+      st.reporter.Moved(id, now_s, "lost", missed_frames);
+      return;
+  }
+}
+
+std::int64_t Supervisor::missed_frames() const { return state_->missed_frames; }
+
+Supervisor::AdmitResult Supervisor::AdmitAndOpen(const SessionSpec& spec, double now_s,
+                                                 const OpenSession& open) {
   State& st = *state_;
   spec.Validate();
   admission::SessionRequest request;
@@ -380,16 +444,18 @@ Supervisor::AdmitResult Supervisor::Admit(const SessionSpec& spec, double now_s)
   const bool full = spec.policy.mode == kv::KvMode::kFull;
   const TokenPos backend_limit = st.backend->full_kv_context_limit();
   result.max_context_tokens = full ? backend_limit : 0;
+  SessionSpec budgeted = spec;
   if (full && st.options.enforce_kv_budget && st.controller->reserves_kv()) {
     // The promise made to everyone else: this session never holds more than it was granted.
     result.max_context_tokens = request.projected_blocks * st.backend->block_tokens();
     if (backend_limit > 0)
       result.max_context_tokens = std::min(result.max_context_tokens, backend_limit);
-    SessionSpec budgeted = spec;
     budgeted.max_context_tokens = result.max_context_tokens;
-    result.id = st.loop.AddSession(budgeted);
-  } else {
-    result.id = st.loop.AddSession(spec);
+  }
+  if (!open(budgeted, &result)) {
+    ++st.rejected;
+    st.reporter.Rejected(result.decision, now_s, system.active_sessions, st.controller->limit());
+    return result;
   }
   st.projected.emplace(result.id,
                        State::Projection{.blocks = request.projected_blocks,

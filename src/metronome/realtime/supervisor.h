@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -142,6 +143,25 @@ class Supervisor {
   // Asks the controller whether a session with `spec` may join now; if so adds it to the loop.
   // Throws ConfigError for an invalid spec (before asking).
   AdmitResult Admit(const SessionSpec& spec, double now_s);
+  // A session moved from another replica (session_state.h): admission decides as for a new
+  // session of its spec (a move can be refused: reason and hint as usual); admitted, the session
+  // continues the state (RealtimeLoop::ImportSession). A backend that cannot take the state after
+  // the decision refuses it: reason "pool" (no room for its KV now, retry after a period) or
+  // "state" (the bytes, named in the detail; retry_after_ms 0).
+  AdmitResult AdmitMoved(const SessionState& state, double now_s);
+  // A live session's state for moving it (RealtimeLoop::ExportSession): false while it has frames
+  // waiting or in progress.
+  bool ExportSession(RealtimeSessionId id, SessionState* state) const;
+  [[nodiscard]] bool HasFrames(RealtimeSessionId id) const;
+  // RealtimeLoop's: a live session's spec (null: unknown) and its next frame's index.
+  [[nodiscard]] const SessionSpec* session_spec(RealtimeSessionId id) const;
+  [[nodiscard]] std::int64_t next_frame(RealtimeSessionId id) const;
+  // Continuity, reported (metrics, event log) and counted (missed_frames()): a session resumed
+  // after its connection dropped, or moved out / in / lost between replicas, with the frames that
+  // fell due while it was away (FrameOutcome::kMissed).
+  enum class Continuity : std::uint8_t { kResumed, kMovedOut, kMovedIn, kMoveLost };
+  void ReportContinuity(Continuity event, RealtimeSessionId id, std::int64_t missed_frames = 0);
+  [[nodiscard]] std::int64_t missed_frames() const;
   // Ends a session (its blocks return to the pool) and reports it to the observer with `reason`;
   // nothing for a session that is unknown or already ended.
   void End(RealtimeSessionId id, double now_s, EndReason reason);
@@ -189,6 +209,11 @@ class Supervisor {
   [[nodiscard]] double LatencyQuantileMs(double q) const;
 
  private:
+  // Opens an admitted session with its budgeted spec (AdmitResult::id); false with
+  // AdmitResult::decision set when it cannot after all.
+  using OpenSession = std::function<bool(const SessionSpec& budgeted, AdmitResult* result)>;
+  AdmitResult AdmitAndOpen(const SessionSpec& spec, double now_s, const OpenSession& open);
+
   struct State;
   std::unique_ptr<State> state_;
 };

@@ -1,14 +1,29 @@
 #include "metronome/serving/engine_backend.h"
 
 #include <chrono>
+#include <utility>
+
+#include "metronome/base/byte_io.h"
 
 namespace metronome::serving {
+namespace {
+
+// The sampler's state is text of decimal numbers; a longer one is not a sampler's.
+constexpr std::size_t kMaxSamplerStateBytes = 1 << 16;
+
+}  // namespace
 
 EngineBackend::EngineBackend(engine::Engine* engine, const engine::SamplerOptions& sampling,
                              TokenPos max_context)
-    : engine_(engine), sampler_(sampling), max_context_(max_context) {}
+    : engine_(engine),
+      sampling_(sampling),
+      model_identity_(model::ModelIdentity(engine->model())),
+      max_context_(max_context) {
+  sampling_.Validate();
+}
 
-BackendSessionId EngineBackend::Open(const kv::KvPolicy& policy, TokenPos max_context) {
+engine::SessionOptions EngineBackend::SessionOptionsFor(const kv::KvPolicy& policy,
+                                                        TokenPos max_context) const {
   engine::SessionOptions so;
   so.policy = policy;
   // A window session streams for as long as it lives; only full KV has a context to run out of.
@@ -17,11 +32,19 @@ BackendSessionId EngineBackend::Open(const kv::KvPolicy& policy, TokenPos max_co
     so.max_context =
         max_context > 0 && (limit <= 0 || max_context < limit) ? max_context : max_context_;
   }
-  return static_cast<BackendSessionId>(engine_->OpenSession(so));
+  return so;
+}
+
+BackendSessionId EngineBackend::Open(const kv::KvPolicy& policy, TokenPos max_context) {
+  const auto id =
+      static_cast<BackendSessionId>(engine_->OpenSession(SessionOptionsFor(policy, max_context)));
+  samplers_.insert_or_assign(id, engine::Sampler(sampling_));
+  return id;
 }
 
 void EngineBackend::Close(BackendSessionId id) {
   engine_->CloseSession(engine::SessionId{static_cast<std::uint32_t>(id)});
+  samplers_.erase(id);
 }
 
 double EngineBackend::Step(std::span<const BackendItem> items,
@@ -40,13 +63,60 @@ double EngineBackend::Step(std::span<const BackendItem> items,
       const int row = results_[i].first_logits_row;
       // Only the rows sampled are checked: the item fails alone, the step's others keep theirs.
       if (engine_->logits_finite(row)) {
-        (*out)[i].next_token = sampler_.Sample(engine_->logits(row));
+        (*out)[i].next_token = samplers_.at(items[i].session).Sample(engine_->logits(row));
       } else {
         (*out)[i].status = engine::StepStatus::kNonFiniteLogits;
       }
     }
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Layout: the sampler's state (a string), then the KV snapshot (kv::EncodeSnapshot).
+std::vector<std::byte> EngineBackend::ExportSession(BackendSessionId id) const {
+  const auto kv = engine_->ExportSession(engine::SessionId{static_cast<std::uint32_t>(id)});
+  const auto sampler = samplers_.find(id);
+  if (!kv || sampler == samplers_.end()) return {};
+  base::ByteWriter out;
+  out.PutString(sampler->second.SaveState());
+  kv::EncodeSnapshot(*kv, engine_->kv_layout(), &out);
+  return out.Take();
+}
+
+realtime::BackendImport EngineBackend::ImportSession(const kv::KvPolicy& policy,
+                                                     TokenPos max_context,
+                                                     std::span<const std::byte> state) {
+  realtime::BackendImport result;
+  base::ByteReader in(state);
+  std::string sampler_state;
+  engine::Sampler sampler(sampling_);
+  if (!in.GetString(&sampler_state, kMaxSamplerStateBytes) ||
+      !sampler.RestoreState(sampler_state)) {
+    result.error = "sampler: the state is not a generator's";
+    return result;
+  }
+  kv::SessionKvSnapshot snapshot;
+  if (!kv::DecodeSnapshot(&in, engine_->kv_layout(), &snapshot, &result.error)) return result;
+  if (in.remaining() != 0) {
+    result.error = std::to_string(in.remaining()) + " bytes after the KV";
+    return result;
+  }
+  engine::SessionId sid{};
+  std::string error;
+  switch (engine_->ImportSession(SessionOptionsFor(policy, max_context), snapshot, &sid, &error)) {
+    case kv::RestoreResult::kOk:
+      result.id = static_cast<BackendSessionId>(sid);
+      samplers_.insert_or_assign(result.id, std::move(sampler));
+      return result;
+    case kv::RestoreResult::kPoolExhausted:
+      result.pool_exhausted = true;
+      return result;
+    case kv::RestoreResult::kInvalid:
+      result.error = "kv: " + error;
+      return result;
+  }
+  result.error = "kv: unknown restore result";
+  return result;
 }
 
 std::int64_t EngineBackend::resident_blocks(BackendSessionId id) const {

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "metronome/base/types.h"
@@ -40,6 +42,10 @@ class EngineBackend final : public realtime::Backend {
   BackendSessionId Open(const kv::KvPolicy& policy, TokenPos max_context = 0) override;
   void Close(BackendSessionId id) override;
   double Step(std::span<const BackendItem> items, std::vector<BackendItemResult>* out) override;
+  [[nodiscard]] std::vector<std::byte> ExportSession(BackendSessionId id) const override;
+  realtime::BackendImport ImportSession(const kv::KvPolicy& policy, TokenPos max_context,
+                                        std::span<const std::byte> state) override;
+  [[nodiscard]] std::string model_identity() const override { return model_identity_; }
   [[nodiscard]] kv::PoolStats pool() const override { return engine_->pool_stats(); }
   [[nodiscard]] std::int64_t resident_blocks(BackendSessionId id) const override;
   [[nodiscard]] int vocab_size() const override { return engine_->config().vocab_size; }
@@ -49,8 +55,15 @@ class EngineBackend final : public realtime::Backend {
   }
 
  private:
+  [[nodiscard]] engine::SessionOptions SessionOptionsFor(const kv::KvPolicy& policy,
+                                                         TokenPos max_context) const;
+
   engine::Engine* engine_;
-  engine::Sampler sampler_;
+  engine::SamplerOptions sampling_;
+  // One sampler per session, each seeded with sampling_.seed: a session's draws depend on its
+  // own tokens only (not on who shares its steps), so a moved session samples what it would have.
+  std::unordered_map<BackendSessionId, engine::Sampler> samplers_;
+  std::string model_identity_;
   TokenPos max_context_;
   std::vector<engine::StepItem> items_;
   std::vector<engine::StepItemResult> results_;

@@ -15,9 +15,10 @@ constexpr std::array<EnumName<FrameOutcome>, kNumFrameOutcomes> kFrameOutcomeNam
     {{FrameOutcome::kOk, "ok"},
      {FrameOutcome::kLate, "late"},
      {FrameOutcome::kStarved, "starved"},
-     {FrameOutcome::kShort, "short"}}};
+     {FrameOutcome::kShort, "short"},
+     {FrameOutcome::kMissed, "missed"}}};
 
-constexpr std::array<EnumName<EndReason>, 8> kEndReasonNames = {
+constexpr std::array<EnumName<EndReason>, 9> kEndReasonNames = {
     {{EndReason::kClient, "client"},
      {EndReason::kContextFull, "context_full"},
      {EndReason::kServerShutdown, "server_shutdown"},
@@ -25,7 +26,8 @@ constexpr std::array<EnumName<EndReason>, 8> kEndReasonNames = {
      {EndReason::kError, "error"},
      {EndReason::kDuration, "duration"},
      {EndReason::kIdle, "idle"},
-     {EndReason::kNonFiniteLogits, "nonfinite_logits"}}};
+     {EndReason::kNonFiniteLogits, "nonfinite_logits"},
+     {EndReason::kMoved, "moved"}}};
 
 }  // namespace
 
@@ -84,8 +86,16 @@ EngineMetrics::EngineMetrics(MetricsRegistry& registry)
       sessions_ended_by_reason(registry.AddCounterFamily(
           "sessions_ended_total",
           "Sessions ended, by reason (client, context_full, server_shutdown, disconnect, error, "
-          "idle, nonfinite_logits).",
+          "idle, nonfinite_logits, moved).",
           {"reason"})),
+      sessions_resumed(registry.AddCounter(
+          "sessions_resumed_total",
+          "Sessions taken back by session.resume after their connection dropped.")),
+      sessions_moved_by_direction(registry.AddCounterFamily(
+          "sessions_moved_total",
+          "Sessions handed between replicas: out (exported on a drain), in (imported), lost (an "
+          "exported state nobody fetched within the resume window).",
+          {"direction"})),
       saturation_forecast_seconds(registry.AddGauge(
           "saturation_forecast_seconds",
           "Forecast time until the KV pool runs out at current rates (s); +Inf when never.")),

@@ -19,9 +19,14 @@ enum class FrameOutcome : std::uint8_t {
   kLate,     // all outputs, after the deadline (compute overload)
   kStarved,  // delivered at the deadline with no output: the session could not get a KV block
   kShort,    // delivered at the deadline with fewer outputs than asked, for the same reason
+  // Fell due while the session's client was away (a dropped connection before session.resume) or
+  // while the session moved between replicas: no input came, so no output. Counted when the
+  // session resumes, one per period away (the loop itself never produces it).
+  kMissed,
 };
-inline constexpr int kNumFrameOutcomes = 4;
-[[nodiscard]] std::string_view ToString(FrameOutcome outcome);  // "ok", "late", "starved", "short"
+inline constexpr int kNumFrameOutcomes = 5;
+// "ok", "late", "starved", "short", "missed"
+[[nodiscard]] std::string_view ToString(FrameOutcome outcome);
 
 // Why a session ended: one vocabulary from the real-time loop (which ends a session itself at its
 // context limit or on a backend error) through the supervisor and its drivers to the wire
@@ -38,6 +43,9 @@ enum class EndReason : std::uint8_t {
   // StepStatus::kNonFiniteLogits), so no token could be sampled: broken weights or a numerical
   // fault, not something the client did.
   kNonFiniteLogits,
+  // "moved": the session's state went to another replica (a drain's handoff: session.moving);
+  // the conversation goes on there. Not on the wire: its client hears session.moving instead.
+  kMoved,
 };
 [[nodiscard]] std::string_view ToString(EndReason reason);
 
@@ -69,6 +77,11 @@ enum class EndReason : std::uint8_t {
 //   sessions_admitted_total      counter    sessions accepted
 //   sessions_rejected_total{reason}  counter  sessions refused, by reason (small fixed vocabulary)
 //   sessions_ended_total{reason}  counter  sessions ended, by EndReason (ToString's spelling)
+//   sessions_resumed_total       counter    sessions taken back by session.resume on this replica
+//                                           after their connection dropped
+//   sessions_moved_total{direction}  counter  sessions handed between replicas: "out" (state
+//                                           exported on a drain), "in" (imported), "lost" (an
+//                                           exported state nobody fetched within the window)
 //   saturation_forecast_seconds  gauge      s until the KV pool is forecast to run out; +Inf when
 //                                           it never does at the current rates
 //   engine_busy_fraction         gauge      share of the last sample interval the engine spent
@@ -117,6 +130,8 @@ struct EngineMetrics {
   Counter& sessions_admitted;
   Family<Counter>& sessions_rejected_by_reason;
   Family<Counter>& sessions_ended_by_reason;  // children by ToString(EndReason)
+  Counter& sessions_resumed;
+  Family<Counter>& sessions_moved_by_direction;  // children "out", "in", "lost"
   Gauge& saturation_forecast_seconds;
   Gauge& engine_busy_fraction;
   Gauge& engine_work_utilization;
