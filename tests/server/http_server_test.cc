@@ -38,8 +38,9 @@ using tcp = net::ip::tcp;
 using nlohmann::json;
 
 struct Server : testing::LoopbackServer {
-  Server(const std::string& admission, const ServerOptions& options)
-      : LoopbackServer(admission, /*blocks=*/256, options) {}
+  Server(const std::string& admission, const ServerOptions& options,
+         const ContinuityOptions& continuity = {})
+      : LoopbackServer(admission, /*blocks=*/256, options, /*tokenizer=*/nullptr, continuity) {}
 };
 
 void SetReadTimeout(tcp::socket& socket) {
@@ -303,7 +304,7 @@ TEST(HttpServerTest, BadInputGetsErrorsAndTheConnectionGoesOn) {
 }
 
 TEST(HttpServerTest, AnAbruptDisconnectEndsItsSessionsAndFreesTheirBlocks) {
-  Server s("static:8", {});
+  Server s("static:8", {}, {.resume_window_s = 0.0, .advertise_url = {}});
   {
     Client c(s.http.port());
     const std::uint64_t id1 = c.Start();
@@ -1011,6 +1012,219 @@ TEST(SessionIdlePolicyTest, TheTimeoutIsPeriodsClampedAndValidated) {
               std::string::npos)
         << e.what();
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Continuity: session.resume after a dropped connection, session.moving on a drain with handoff.
+
+// Sends `frames` frames (ids from `first`) one after another and returns their results' ids.
+std::vector<json> RunFrames(Client& c, std::uint64_t id, int first, int frames) {
+  std::vector<json> ids;
+  for (int i = first; i < first + frames; ++i) {
+    c.Send({{"type", "frame"}, {"session", id}, {"ids", {1 + i % 7, 2 + i % 5}}});
+    const json r = c.ReadType("frame.result");
+    EXPECT_EQ(r["frame"], i) << r.dump();
+    ids.push_back(r["ids"]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return ids;
+}
+
+void DropConnection(Client& c) {
+  beast::error_code ec;
+  c.ws().next_layer().close(ec);  // no close frame: as a network failure
+}
+
+HttpResult StateRequest(int port, http::verb verb, const std::string& token,
+                        const std::string& secret) {
+  net::io_context io;
+  tcp::socket socket(io);
+  socket.connect(
+      tcp::endpoint(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
+  SetReadTimeout(socket);
+  http::request<http::string_body> req{verb, "/v1/session-state", 11};
+  req.set(http::field::host, "127.0.0.1");
+  req.set("Metronome-Resume-Token", token);
+  if (!secret.empty()) req.set("Metronome-Cluster-Secret", secret);
+  req.prepare_payload();
+  http::write(socket, req);
+  beast::flat_buffer b;
+  http::response<http::string_body> res;
+  http::read(socket, b, res);
+  HttpResult out;
+  out.status = static_cast<int>(res.result_int());
+  out.body = res.body();
+  return out;
+}
+
+TEST(HttpServerContinuityTest, ADroppedConnectionResumesWhereItWasAndCountsMissedFrames) {
+  Server s("static:8", {}, {.resume_window_s = 5.0, .advertise_url = {}});
+  std::vector<json> uninterrupted;
+  {
+    Client c(s.http.port());
+    const std::uint64_t id = c.Start();
+    uninterrupted = RunFrames(c, id, 0, 12);
+    c.Send({{"type", "session.end"}, {"session", id}});
+    EXPECT_EQ(c.ReadType("session.ended")["reason"], "client");
+  }
+  Client c(s.http.port());
+  c.Send({{"type", "session.start"},
+          {"period_ms", 20},
+          {"tokens_per_frame", 2},
+          {"output_tokens_per_frame", 2},
+          {"kv", {{"window", 32}, {"sinks", 4}}}});
+  const json started = c.Read();
+  ASSERT_EQ(started["type"], "session.started") << started.dump();
+  ASSERT_TRUE(started.contains("resume_token")) << started.dump();
+  const std::uint64_t id = started["session"];
+  std::vector<json> got = RunFrames(c, id, 0, 5);
+  DropConnection(c);
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));  // ~6 periods away
+
+  Client back(s.http.port());
+  back.Send({{"type", "session.resume"},
+             {"resume_token", started["resume_token"]},
+             {"client_ref", "again"}});
+  const json resumed = back.ReadType("session.resumed");
+  ASSERT_EQ(resumed["type"], "session.resumed") << resumed.dump();
+  EXPECT_EQ(resumed["client_ref"], "again");
+  EXPECT_EQ(resumed["next_frame"], 5);
+  EXPECT_GE(resumed["missed_frames"].get<int>(), 4) << resumed.dump();
+  EXPECT_NE(resumed["resume_token"], started["resume_token"]) << "a token is good once";
+  EXPECT_EQ(resumed["tokens_per_frame"], 2);
+  const std::uint64_t again = resumed["session"];
+  const std::vector<json> rest = RunFrames(back, again, 5, 7);
+  got.insert(got.end(), rest.begin(), rest.end());
+  EXPECT_EQ(got, uninterrupted) << "the same outputs as a session that never dropped";
+  const json st = s.service.Stats();
+  EXPECT_EQ(st["sessions"]["active"], 1) << st.dump();
+  EXPECT_GE(st["frames"]["missed"].get<int>(), 4) << st.dump();
+  EXPECT_NE(s.registry.ExpositionText().find("metronome_sessions_resumed_total 1"),
+            std::string::npos);
+
+  // The spent token is refused, precisely, and the live session is untouched.
+  Client replay(s.http.port());
+  replay.Send({{"type", "session.resume"}, {"resume_token", started["resume_token"]}});
+  const json refused = replay.Read();
+  EXPECT_EQ(refused["type"], "session.rejected") << refused.dump();
+  EXPECT_EQ(refused["reason"], "resume_unknown") << refused.dump();
+  EXPECT_EQ(refused["retry_after_ms"], 0.0);
+  replay.Send({{"type", "session.resume"}, {"resume_token", "mtr1.not-a-token"}});
+  EXPECT_EQ(replay.Read()["reason"], "resume_token");
+  RunFrames(back, again, 12, 2);
+}
+
+TEST(HttpServerContinuityTest, AResumeTakesTheSessionFromAConnectionStillHoldingIt) {
+  Server s("static:8", {}, {.resume_window_s = 5.0, .advertise_url = {}});
+  Client old_conn(s.http.port());
+  old_conn.Send({{"type", "session.start"}, {"period_ms", 20}, {"tokens_per_frame", 2}});
+  const json started = old_conn.Read();
+  Client fresh(s.http.port());
+  fresh.Send({{"type", "session.resume"}, {"resume_token", started["resume_token"]}});
+  const json resumed = fresh.ReadType("session.resumed");
+  ASSERT_EQ(resumed["type"], "session.resumed") << resumed.dump();
+  // The old connection no longer has it.
+  old_conn.Send({{"type", "frame"}, {"session", started["session"]}, {"ids", {1}}});
+  EXPECT_EQ(old_conn.Read()["code"], "unknown_session");
+  RunFrames(fresh, resumed["session"], 0, 2);
+}
+
+TEST(HttpServerContinuityTest, AfterTheWindowTheSessionEndsAndItsTokenIsRefused) {
+  Server s("static:8", {}, {.resume_window_s = 0.2, .advertise_url = {}});
+  json started;
+  {
+    Client c(s.http.port());
+    c.Send({{"type", "session.start"}, {"period_ms", 20}, {"tokens_per_frame", 2}});
+    started = c.Read();
+    RunFrames(c, started["session"], 0, 2);
+    DropConnection(c);
+  }
+  ASSERT_TRUE(WaitFor([&] { return s.service.Stats()["sessions"]["active"] == 0; },
+                      std::chrono::milliseconds(3000)));
+  EXPECT_EQ(s.service.Stats()["kv"]["used_blocks"], 0);
+  EXPECT_NE(
+      s.registry.ExpositionText().find("metronome_sessions_ended_total{reason=\"disconnect\"} 1"),
+      std::string::npos);
+  Client c(s.http.port());
+  c.Send({{"type", "session.resume"}, {"resume_token", started["resume_token"]}});
+  const json refused = c.Read();
+  EXPECT_EQ(refused["reason"], "resume_unknown") << refused.dump();
+  EXPECT_NE(refused["detail"].get<std::string>().find("resume window"), std::string::npos);
+}
+
+// Two replicas of one cluster: a drain hands the session over, the other replica fetches its
+// state with the cluster secret and the conversation goes on with the same outputs.
+TEST(HttpServerContinuityTest, ADrainHandsTheSessionToAnotherReplica) {
+  ServerOptions with_secret;
+  with_secret.cluster_secret = "correct horse battery staple";
+  ServerOptions origin_options = with_secret;
+  origin_options.port = 0;
+  // The origin's advertise URL needs its port: bind one first.
+  net::io_context io;
+  tcp::acceptor probe(io, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+  const int origin_port = probe.local_endpoint().port();
+  probe.close();
+  origin_options.port = origin_port;
+  const std::string origin_url = "http://127.0.0.1:" + std::to_string(origin_port);
+  Server origin("static:8", origin_options, {.resume_window_s = 5.0, .advertise_url = origin_url});
+  Server target("static:8", with_secret,
+                {.resume_window_s = 5.0, .advertise_url = "http://127.0.0.1:1"});
+  Server stranger("static:8", {}, {.resume_window_s = 5.0, .advertise_url = {}});
+
+  std::vector<json> uninterrupted;
+  {
+    Client c(target.http.port());
+    uninterrupted = RunFrames(c, c.Start(), 0, 10);
+  }
+  Client c(origin.http.port());
+  c.Send({{"type", "session.start"},
+          {"period_ms", 20},
+          {"tokens_per_frame", 2},
+          {"output_tokens_per_frame", 2},
+          {"kv", {{"window", 32}, {"sinks", 4}}}});
+  const json started = c.Read();
+  std::vector<json> got = RunFrames(c, started["session"], 0, 4);
+  origin.service.BeginHandoff();
+  const json moving = c.ReadType("session.moving");
+  ASSERT_EQ(moving["type"], "session.moving") << moving.dump();
+  EXPECT_EQ(moving["reason"], "drain");
+  EXPECT_EQ(moving["next_frame"], 4);
+  c.Send({{"type", "frame"}, {"session", started["session"]}, {"ids", {1}}});
+  EXPECT_EQ(c.Read()["code"], "unknown_session") << "the moved session left this connection";
+  ASSERT_TRUE(WaitFor([&] { return origin.service.replica_state().moving == 1; },
+                      std::chrono::milliseconds(2000)));
+  EXPECT_EQ(origin.service.replica_state().sessions, 0);
+
+  // Without the secret, or with a wrong one, the state stays where it is.
+  const std::string token = moving["resume_token"];
+  EXPECT_EQ(StateRequest(origin.http.port(), http::verb::get, token, "").status, 401);
+  EXPECT_EQ(StateRequest(origin.http.port(), http::verb::get, token, "wrong").status, 401);
+  EXPECT_EQ(StateRequest(stranger.http.port(), http::verb::get, token, "x").status, 404)
+      << "a server without a cluster secret has no state endpoint";
+  Client elsewhere(stranger.http.port());
+  elsewhere.Send({{"type", "session.resume"}, {"resume_token", token}});
+  EXPECT_EQ(elsewhere.Read()["reason"], "resume_origin") << "no secret to fetch with";
+
+  Client moved(target.http.port());
+  moved.Send({{"type", "session.resume"}, {"resume_token", token}});
+  const json resumed = moved.ReadType("session.resumed");
+  ASSERT_EQ(resumed["type"], "session.resumed") << resumed.dump();
+  EXPECT_EQ(resumed["next_frame"], 4);
+  const std::vector<json> rest = RunFrames(moved, resumed["session"], 4, 6);
+  got.insert(got.end(), rest.begin(), rest.end());
+  EXPECT_EQ(got, uninterrupted);
+  // Released: the origin holds nothing more and may exit; the token is spent.
+  ASSERT_TRUE(WaitFor([&] { return origin.service.replica_state().moving == 0; },
+                      std::chrono::milliseconds(2000)));
+  EXPECT_EQ(
+      StateRequest(origin.http.port(), http::verb::get, token, with_secret.cluster_secret).status,
+      404);
+  EXPECT_NE(
+      target.registry.ExpositionText().find("metronome_sessions_moved_total{direction=\"in\"} 1"),
+      std::string::npos);
+  EXPECT_NE(
+      origin.registry.ExpositionText().find("metronome_sessions_moved_total{direction=\"out\"} 1"),
+      std::string::npos);
 }
 
 }  // namespace

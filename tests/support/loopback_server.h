@@ -34,9 +34,11 @@ struct LoopbackServer {
   // `tokenizer` (may be null: text frames and prompts are refused) must outlive the server.
   explicit LoopbackServer(const std::string& admission, std::int64_t blocks = 256,
                           const server::ServerOptions& options = {},
-                          const model::Tokenizer* tokenizer = nullptr)
+                          const model::Tokenizer* tokenizer = nullptr,
+                          const server::ContinuityOptions& continuity = {})
       : backend({.c0_s = 0.001}, blocks, 16),
-        service(&backend, &clock, QuietSupervisor(admission), &registry),
+        service(&backend, &clock, QuietSupervisor(admission), &registry, /*events=*/nullptr,
+                continuity),
         http(&service, &registry, options, tokenizer) {
     http.Start();
   }

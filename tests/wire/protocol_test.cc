@@ -170,6 +170,15 @@ TEST(ProtocolParseTest, FrameWithIdsTextAndDefaults) {
   EXPECT_EQ(big.session, std::numeric_limits<std::uint64_t>::max());
 }
 
+TEST(ProtocolParseTest, Resume) {
+  const auto r = ParseOk<ResumeRequest>(
+      R"({"type":"session.resume","resume_token":"mtr1.abc.1.00.m-1","client_ref":"x"})");
+  EXPECT_EQ(r.resume_token, "mtr1.abc.1.00.m-1");
+  EXPECT_EQ(r.client_ref, "x");
+  EXPECT_FALSE(
+      ParseOk<ResumeRequest>(R"({"type":"session.resume","resume_token":"t"})").client_ref);
+}
+
 TEST(ProtocolParseTest, EndAndPing) {
   EXPECT_EQ(ParseOk<EndRequest>(R"({"type":"session.end","session":12})").session, 12u);
   EXPECT_EQ(ParseOk<PingRequest>(R"({"type":"ping","nonce":1712345678901})").nonce,
@@ -313,6 +322,22 @@ std::vector<BadInput> BadInputs() {
        R"({"type":"session.end","session":1,"why":"bye"})",
        ErrorCode::kUnknownField,
        {"session.end: unknown field \"why\""}},
+      {"unknown_resume_field",
+       R"({"type":"session.resume","resume_token":"t","session":1})",
+       ErrorCode::kUnknownField,
+       {"session.resume: unknown field \"session\""}},
+      {"resume_no_token",
+       R"({"type":"session.resume"})",
+       ErrorCode::kMissingField,
+       {"session.resume: resume_token is required"}},
+      {"resume_empty_token",
+       R"({"type":"session.resume","resume_token":""})",
+       ErrorCode::kBadField,
+       {"session.resume: resume_token = \"\" must have 1 to 1024 bytes"}},
+      {"resume_token_not_string",
+       R"({"type":"session.resume","resume_token":5})",
+       ErrorCode::kBadField,
+       {"session.resume: resume_token = 5 must be a string"}},
       {"unknown_ping_field",
        R"({"type":"ping","id":1})",
        ErrorCode::kUnknownField,
@@ -976,11 +1001,10 @@ TEST(ProtocolServerMessageTest, ErrorMessage) {
 
 TEST(ProtocolErrorCodeTest, NamesAreStableSnakeCaseAndRoundTrip) {
   const std::vector<std::string_view> expected = {
-      "bad_json",        "too_large",         "unknown_type",
-      "unknown_field",   "missing_field",     "bad_field",
-      "over_cap",        "unknown_session",   "token_out_of_range",
-      "frame_too_early", "too_many_sessions", "unauthorized",
-      "internal"};
+      "bad_json",           "too_large",       "unknown_type",      "unknown_field",
+      "missing_field",      "bad_field",       "over_cap",          "unknown_session",
+      "token_out_of_range", "frame_too_early", "too_many_sessions", "unauthorized",
+      "internal",           "session_moving"};
   ASSERT_EQ(expected.size(), static_cast<std::size_t>(kNumErrorCodes));
   for (int i = 0; i < kNumErrorCodes; ++i) {
     const auto code = static_cast<ErrorCode>(i);

@@ -60,6 +60,8 @@ struct ServeFlags {
   int agent_port = 0;             // HAProxy agent-check port; 0: no agent
   std::string replica_id;         // session.started's replica; empty: <hostname>:<port>
   double drain_timeout_s = 30.0;  // SIGTERM: how long running sessions may go on, s
+  server::ContinuityOptions continuity;
+  std::optional<std::string> cluster_secret_file;  // or kClusterSecretEnv
   // Admission, alarms, forecast: the same flags as sim and drive; drive's defaults (aimd + guard).
   AdmissionFlags admission = ServingAdmissionFlags();
   bool quiet = false;
@@ -89,6 +91,19 @@ void ServeFlags::Register(CLI::App* sub) {
                   "On SIGTERM, stop admitting and let running sessions finish for at most this "
                   "long before shutting down (0: shut down at once; SIGINT always does)")
       ->check(CLI::Range(0.0, 86400.0));
+  sub->add_option("--resume-window-s", continuity.resume_window_s,
+                  "How long a session outlives its dropped connection, waiting for "
+                  "session.resume, and how long a drained replica keeps a moved session's state "
+                  "for another replica to fetch, s (0: sessions end with their connection)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0));
+  sub->add_option("--advertise-url", continuity.advertise_url,
+                  "This replica's address as the other replicas reach it (http://host:port), "
+                  "written into resume tokens; with a cluster secret, SIGTERM hands every "
+                  "session to another replica (session.moving) instead of ending it");
+  sub->add_option("--cluster-secret-file", cluster_secret_file,
+                  "The secret the replicas of a cluster share to move sessions (or the "
+                  "environment variable METRONOME_CLUSTER_SECRET; never on the command line)");
   sub->add_option("--auth-token", auth_token,
                   "Require 'Authorization: Bearer TOKEN' on the upgrade and on /v1/* (visible to "
                   "local users in the process list: prefer --auth-token-file or the environment "
@@ -198,48 +213,84 @@ std::string WritePortFile(const std::string& path, int port) {
   return "";
 }
 
-// The environment variable the bearer token may come from (instead of --auth-token).
+// The environment variables a secret may come from (instead of a flag).
 constexpr const char* kAuthTokenEnv = "METRONOME_AUTH_TOKEN";
+constexpr const char* kClusterSecretEnv = "METRONOME_CLUSTER_SECRET";
 
-// The bearer token from its one source: --auth-token, --auth-token-file or kAuthTokenEnv (set,
-// even to ""). None: "" (no access control). Two or more, a file that cannot be read, or a token
-// server::AuthTokenProblem finds wrong: ConfigError naming the source.
-std::string ResolveAuthToken(const ServeFlags& f) {
+// Where one secret may come from: a flag's value (visible in the process list: the auth token
+// only), a file, an environment variable.
+struct SecretSources {
+  std::string_view what;  // "the auth token"
+  std::string_view noun;  // "token": what a problem is said of ("the token is empty")
+  const std::optional<std::string>* value = nullptr;  // null: no such flag
+  std::string_view value_flag;
+  const std::optional<std::string>* file = nullptr;
+  std::string_view file_flag;
+  const char* env = nullptr;
+};
+
+// The secret from its one source (an environment variable counts when set, even to ""). None:
+// "". Two or more, a file that cannot be read, or a secret server::AuthTokenProblem finds wrong:
+// ConfigError naming the source.
+std::string ResolveSecret(const SecretSources& from) {
   // Read once, at start-up, before any thread exists that could change the environment.
-  const char* env = std::getenv(kAuthTokenEnv);  // NOLINT(concurrency-mt-unsafe)
+  const char* env = std::getenv(from.env);  // NOLINT(concurrency-mt-unsafe)
   std::vector<std::string> given;
-  if (f.auth_token) given.emplace_back("--auth-token");
-  if (f.auth_token_file) given.push_back("--auth-token-file = '" + *f.auth_token_file + "'");
-  if (env != nullptr) given.push_back(std::string("the environment variable ") + kAuthTokenEnv);
+  if (from.value != nullptr && *from.value) given.emplace_back(from.value_flag);
+  if (*from.file) given.push_back(std::string(from.file_flag) + " = '" + **from.file + "'");
+  if (env != nullptr) given.push_back(std::string("the environment variable ") + from.env);
   if (given.size() > 1) {
     std::string list;
     for (std::size_t i = 0; i < given.size(); ++i) {
       list += (i == 0 ? "" : i + 1 == given.size() ? " and " : ", ") + given[i];
     }
-    throw ConfigError("the auth token comes from one place, but " + list +
+    throw ConfigError(std::string(from.what) + " comes from one place, but " + list +
                       (given.size() == 2 ? " are both" : " are all") + " given: keep one");
   }
   if (given.empty()) return "";
-  std::string token;
-  if (f.auth_token) {
-    token = *f.auth_token;
-  } else if (f.auth_token_file) {
-    std::ifstream in(*f.auth_token_file, std::ios::binary);
+  std::string secret;
+  if (from.value != nullptr && *from.value) {
+    secret = **from.value;
+  } else if (*from.file) {
+    std::ifstream in(**from.file, std::ios::binary);
     if (!in) throw ConfigError(given[0] + ": cannot open the file");
     std::ostringstream text;
     text << in.rdbuf();
-    token = text.str();
-    // The line end an editor or `echo` adds is not part of the token.
-    while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+    secret = text.str();
+    // The line end an editor or `echo` adds is not part of the secret.
+    while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
   } else {
-    token = env;
+    secret = env;
   }
-  const std::string problem = server::AuthTokenProblem(token);
+  const std::string problem = server::AuthTokenProblem(secret);
   if (!problem.empty()) {
-    throw ConfigError(given[0] + ": the token " + problem +
-                      " (leave every token source out to serve without access control)");
+    throw ConfigError(given[0] + ": the " + std::string(from.noun) + " " + problem +
+                      " (leave every source out to go without it)");
   }
-  return token;
+  return secret;
+}
+
+// The bearer token: --auth-token, --auth-token-file or kAuthTokenEnv; none: no access control.
+std::string ResolveAuthToken(const ServeFlags& f) {
+  return ResolveSecret({.what = "the auth token",
+                        .noun = "token",
+                        .value = &f.auth_token,
+                        .value_flag = "--auth-token",
+                        .file = &f.auth_token_file,
+                        .file_flag = "--auth-token-file",
+                        .env = kAuthTokenEnv});
+}
+
+// The cluster secret: --cluster-secret-file or kClusterSecretEnv, never a flag's value; none:
+// sessions do not move between replicas.
+std::string ResolveClusterSecret(const ServeFlags& f) {
+  return ResolveSecret({.what = "the cluster secret",
+                        .noun = "secret",
+                        .value = nullptr,
+                        .value_flag = {},
+                        .file = &f.cluster_secret_file,
+                        .file_flag = "--cluster-secret-file",
+                        .env = kClusterSecretEnv});
 }
 
 std::string HostName() {
@@ -249,30 +300,41 @@ std::string HostName() {
 }
 
 // SIGTERM: stop admitting (new sessions are rejected with reason shutdown, the agent says drain,
-// so HAProxy sends nothing new) and let the running sessions finish, for at most timeout_s or
-// until a second SIGINT/SIGTERM; the caller then shuts down as before (whatever still runs ends
-// with server_shutdown).
-void Drain(server::EngineService* service, boost::asio::io_context* signals_io,
+// so HAProxy sends nothing new). With continuity that can move (--advertise-url and a cluster
+// secret) every session is handed on (session.moving) and the replica waits until another one
+// has fetched each state, or the resume window ends; otherwise the running sessions may finish.
+// Either for at most timeout_s or until a second SIGINT/SIGTERM; the caller then shuts down as
+// before (whatever still runs ends with server_shutdown).
+void Drain(server::EngineService* service, bool hand_off, boost::asio::io_context* signals_io,
            boost::asio::signal_set* signals, double timeout_s) {
   bool again = false;
   signals_io->restart();
   signals->async_wait([&again](const boost::system::error_code& ec, int /*signal*/) {
     if (!ec) again = true;
   });
-  service->BeginDrain();
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  std::printf("draining: no new sessions; waiting up to %s s for %lld running ones\n",
-              FormatValue(timeout_s).c_str(),
-              static_cast<long long>(service->replica_state().sessions));
+  const auto t0 = std::chrono::steady_clock::now();
+  if (hand_off) {
+    service->BeginHandoff();
+  } else {
+    service->BeginDrain();
+  }
+  const auto give_up = t0 + std::chrono::duration<double>(timeout_s);
+  std::printf("draining: no new sessions; %s %lld running ones for up to %s s\n",
+              hand_off ? "handing on" : "waiting for",
+              static_cast<long long>(service->replica_state().sessions),
+              FormatValue(timeout_s).c_str());
   std::fflush(stdout);
   while (!again && std::chrono::steady_clock::now() < give_up) {
     const server::ReplicaState now = service->replica_state();
-    if (now.draining && now.sessions == 0) break;
-    signals_io->run_for(std::chrono::milliseconds(50));
+    if (now.draining && now.sessions == 0 && now.moving == 0) break;
+    signals_io->run_for(std::chrono::milliseconds(20));
   }
   signals->cancel();
   const server::ReplicaState left = service->replica_state();
-  std::printf("drained: %lld sessions still running%s\n", static_cast<long long>(left.sessions),
+  const double took_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("drained in %.3f s: %lld sessions still running, %lld moved states unfetched%s\n",
+              took_s, static_cast<long long>(left.sessions), static_cast<long long>(left.moving),
               again ? " (second signal)" : "");
   std::fflush(stdout);
 }
@@ -294,7 +356,12 @@ int RunServe(const ServeFlags& f) {
   server::ServerOptions so2 = f.server;
   so2.allowed_origins = server::ParseAllowedOrigins(f.allowed_origins);
   so2.auth_token = ResolveAuthToken(f);
-  ReportingFlags([&] { so2.session_idle.Validate(); });
+  so2.cluster_secret = ResolveClusterSecret(f);
+  server::ContinuityOptions continuity = f.continuity;
+  ReportingFlags([&] {
+    so2.session_idle.Validate();
+    continuity.Validate();
+  });
   const model::Model m = f.model.Load();
   const realtime::SessionDefaults defaults = ServerDefaults(f, m.config);
   // The server's reference session: the default shape (SessionDefaults' period, a and o) with the
@@ -368,7 +435,7 @@ int RunServe(const ServeFlags& f) {
   sup.log_to_stderr = !f.quiet;
   sup.reference_session_blocks = per_session;  // memory admission's limit: default sessions
   telemetry::MetricsRegistry registry;
-  server::EngineService service(&backend, &clock, sup, &registry);
+  server::EngineService service(&backend, &clock, sup, &registry, /*events=*/nullptr, continuity);
 
   so2.session_defaults = defaults;
   so2.caps.vocab_size = m.config.vocab_size;
@@ -402,7 +469,8 @@ int RunServe(const ServeFlags& f) {
   signals_io.run();  // returns after the first signal
 
   if (signal_number == SIGTERM && f.drain_timeout_s > 0.0) {
-    Drain(&service, &signals_io, &signals, f.drain_timeout_s);
+    Drain(&service, continuity.can_move() && !so2.cluster_secret.empty(), &signals_io, &signals,
+          f.drain_timeout_s);
   }
   std::printf("shutting down\n");
   std::fflush(stdout);

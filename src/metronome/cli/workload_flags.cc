@@ -347,6 +347,8 @@ std::string WithFlagNames(const std::string& message) {
       {"work.max_session_share", "--max-session-share"},
       {"aimd.self_late_work_fraction", "--aimd-self-late-fraction"},
       {"work.min_deadline_ms", "--min-deadline-ms"},
+      {"resume_window_s", "--resume-window-s"},
+      {"advertise_url", "--advertise-url"},
       {"url", "--url"},
       {"auth_token", "--auth-token"},
       {"payload", "--payload"},

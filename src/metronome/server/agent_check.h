@@ -40,6 +40,9 @@ struct ReplicaState {
   // WebSocket slots a new client could take now; < 0: not known (no connection cap applies, or
   // the state did not come through the server).
   std::int64_t free_connection_slots = -1;
+  // Sessions on their way to another replica (a drain's handoff): being exported, or exported
+  // and not yet fetched. A drained replica exits once this and sessions are 0.
+  std::int64_t moving = 0;
   // Units admission would still take: limit - active, >= 0; -1 with no limit.
   [[nodiscard]] std::int64_t headroom() const;
   // Sessions (connections) this replica can hold now: the smallest of sessions + headroom,

@@ -8,6 +8,9 @@
 #include <utility>
 
 #include "metronome/base/errors.h"
+#include "metronome/realtime/session_state.h"
+#include "metronome/server/http_access.h"
+#include "metronome/server/resume_token.h"
 
 namespace metronome::server {
 
@@ -16,15 +19,47 @@ realtime::SupervisorOptions ForClients(realtime::SupervisorOptions o) {
   o.enforce_kv_budget = true;
   return o;
 }
+
+// Results kept for a detached session: frames in flight when the connection dropped (at most its
+// max_pending_frames); a bound all the same.
+constexpr std::size_t kMaxKeptResults = 16;
+
+admission::Decision Refusal(std::string reason, std::string detail, double retry_after_ms = 0.0) {
+  return {.admit = false,
+          .reason = std::move(reason),
+          .detail = std::move(detail),
+          .retry_after_ms = retry_after_ms};
+}
+
+// Periods that passed with no frame while the session was away: the frames that fell due.
+std::int64_t MissedFrames(double away_ms, double period_ms) {
+  if (!(away_ms > 0.0) || !(period_ms > 0.0)) return 0;
+  return static_cast<std::int64_t>(std::floor(away_ms / period_ms));
+}
 }  // namespace
+
+void ContinuityOptions::Validate() const {
+  if (!(resume_window_s >= 0.0 && resume_window_s <= 3600.0)) {
+    throw ConfigError("resume_window_s = " + FormatValue(resume_window_s) +
+                      " must be in [0, 3600]");
+  }
+  if (!advertise_url.empty() && !advertise_url.starts_with("http://")) {
+    throw ConfigError("advertise_url = '" + advertise_url +
+                      "' must be an http:// URL the other replicas reach this one at");
+  }
+}
 
 EngineService::EngineService(realtime::Backend* backend, Clock* clock,
                              const realtime::SupervisorOptions& options,
-                             telemetry::MetricsRegistry* registry, telemetry::EventLog* events)
+                             telemetry::MetricsRegistry* registry, telemetry::EventLog* events,
+                             const ContinuityOptions& continuity)
     : backend_(backend),
       clock_(clock),
       supervisor_(backend, clock, ForClients(options), registry, events),
-      max_sessions_(options.max_sessions) {
+      max_sessions_(options.max_sessions),
+      continuity_(continuity),
+      model_identity_(backend->model_identity()) {
+  continuity_.Validate();
   supervisor_.set_observer(this);
   // Started and published before the engine thread exists (so this thread may touch its state):
   // the agent and /metrics can be asked before the thread's first turn, and must already see
@@ -39,9 +74,14 @@ EngineService::~EngineService() { Shutdown(); }
 void EngineService::OnFrame(const realtime::FrameRecord& r) {
   const auto it = live_.find(r.session);
   if (it == live_.end()) return;
-  it->second.frames.Count(r.outcome);
-  it->second.last_latency_ms = r.latency_ms;
-  if (it->second.sink.on_frame) it->second.sink.on_frame(r);
+  Live& l = it->second;
+  l.frames.Count(r.outcome);
+  l.last_latency_ms = r.latency_ms;
+  if (!l.attached) {
+    if (l.kept.size() < kMaxKeptResults) l.kept.push_back(r);
+    return;
+  }
+  if (l.sink.on_frame) l.sink.on_frame(r);
 }
 
 void EngineService::OnMuteAlarm(const realtime::MuteAlarm& a) {
@@ -88,13 +128,18 @@ void EngineService::StartSession(realtime::SessionSpec spec, SessionSink sink,
         out.decision = r.decision;
         out.max_context = r.max_context_tokens;
         if (out.admitted) {
-          live_.emplace(r.id, Live{.sink = std::move(sink),
-                                   .started_s = supervisor_.Now(),
-                                   .period_ms = spec.period_ms,
-                                   .deadline_ms = spec.deadline_ms,
-                                   .work = r.work,
-                                   .frames = {},
-                                   .last_latency_ms = 0.0});
+          Live l;
+          l.sink = std::move(sink);
+          l.started_s = supervisor_.Now();
+          l.period_ms = spec.period_ms;
+          l.deadline_ms = spec.deadline_ms;
+          l.work = r.work;
+          l.last_frame_s = l.started_s;
+          if (continuity_.enabled()) {
+            l.secret = NewResumeSecret();
+            out.resume_token = TokenFor(r.id, l.secret);
+          }
+          live_.emplace(r.id, std::move(l));
         }
       } catch (const ConfigError& e) {
         out.error = e.what();
@@ -110,8 +155,14 @@ void EngineService::SubmitFrame(RealtimeSessionId id, std::vector<TokenId> token
   // thread, e.g. behind a long step, is part of its latency and eats into its deadline.
   const Nanos arrival = clock_->Now();
   Post([this, id, arrival, tokens = std::move(tokens), done = std::move(done)]() mutable {
-    const SubmitResult out = live_.contains(id) ? supervisor_.Submit(id, std::move(tokens), arrival)
-                                                : SubmitResult::kUnknownSession;
+    const auto it = live_.find(id);
+    SubmitResult out = SubmitResult::kUnknownSession;
+    if (it != live_.end() && it->second.moving) {
+      out = SubmitResult::kMoving;
+    } else if (it != live_.end()) {
+      out = supervisor_.Submit(id, std::move(tokens), arrival);
+      if (out == SubmitResult::kOk) it->second.last_frame_s = supervisor_.Now();
+    }
     if (done) done(out);
   });
 }
@@ -121,6 +172,214 @@ void EngineService::EndSession(RealtimeSessionId id, EndReason reason) {
   Post([this, id, reason] {
     if (live_.contains(id)) supervisor_.End(id, supervisor_.Now(), reason);
   });
+}
+
+std::string EngineService::TokenFor(RealtimeSessionId id, const std::string& secret) const {
+  return EncodeResumeToken({.origin = continuity_.advertise_url,
+                            .session = id,
+                            .secret = secret,
+                            .model = model_identity_});
+}
+
+void EngineService::DetachSession(RealtimeSessionId id) {
+  Post([this, id] {
+    const auto it = live_.find(id);
+    if (it == live_.end()) return;
+    if (!continuity_.enabled() || it->second.moving) {
+      // A moving session's client reconnects elsewhere with session.moving's token (or lost it).
+      if (!it->second.moving) supervisor_.End(id, supervisor_.Now(), EndReason::kDisconnect);
+      it->second.sink = {};
+      it->second.attached = false;
+      return;
+    }
+    it->second.sink = {};
+    it->second.attached = false;
+    it->second.detached_s = supervisor_.Now();
+  });
+}
+
+ResumeOutcome EngineService::Resumed(RealtimeSessionId id, SessionSink sink, double away_ms) {
+  Live& l = live_.at(id);
+  if (l.attached && l.sink.on_taken) l.sink.on_taken();
+  ResumeOutcome out;
+  out.resumed = true;
+  out.id = id;
+  out.missed_frames = MissedFrames(away_ms, l.period_ms);
+  for (std::int64_t i = 0; i < out.missed_frames; ++i)
+    l.frames.Count(telemetry::FrameOutcome::kMissed);
+  l.sink = std::move(sink);
+  l.attached = true;
+  l.last_frame_s = supervisor_.Now();
+  l.secret = NewResumeSecret();
+  out.resume_token = TokenFor(id, l.secret);
+  if (const realtime::SessionSpec* spec = supervisor_.session_spec(id)) out.spec = *spec;
+  out.next_frame = supervisor_.next_frame(id);
+  return out;
+}
+
+void EngineService::ResumeSession(std::string token, SessionSink sink,
+                                  std::function<void(const ResumeOutcome&)> done) {
+  Post([this, token = std::move(token), sink = std::move(sink), done = std::move(done)]() mutable {
+    ResumeOutcome out;
+    const std::optional<ResumeToken> t = ParseResumeToken(token);
+    if (!continuity_.enabled()) {
+      out.decision = Refusal("resume_unknown", "this server keeps no session after its connection");
+    } else if (!t) {
+      out.decision = Refusal("resume_token", "resume_token is not a token this server issues");
+    } else if (t->model != model_identity_) {
+      out.decision = Refusal("resume_model", "the token is for model " + t->model +
+                                                 ", this replica serves " + model_identity_);
+    } else if (const auto it = live_.find(t->session);
+               it != live_.end() && !it->second.moving &&
+               ConstantTimeEquals(it->second.secret, t->secret)) {
+      const double away_ms = (supervisor_.Now() - it->second.last_frame_s) * 1e3;
+      std::deque<realtime::FrameRecord> kept = std::move(it->second.kept);
+      it->second.kept.clear();
+      out = Resumed(t->session, std::move(sink), away_ms);
+      supervisor_.ReportContinuity(realtime::Supervisor::Continuity::kResumed, t->session,
+                                   out.missed_frames);
+      if (done) done(out);
+      Live& l = live_.at(t->session);
+      for (const realtime::FrameRecord& r : kept) {
+        if (l.sink.on_frame) l.sink.on_frame(r);
+      }
+      return;
+    } else if (moved_.contains(t->secret) || (it != live_.end() && it->second.moving &&
+                                              ConstantTimeEquals(it->second.secret, t->secret))) {
+      out.decision = Refusal("shutdown",
+                             "the session is moving off this draining replica: resume it through "
+                             "the balancer",
+                             100.0);
+    } else {
+      out.decision =
+          Refusal("resume_unknown",
+                  "no session holds this token here: it was used, it expired (the "
+                  "resume window is " +
+                      FormatValue(continuity_.resume_window_s) + " s), or it was never issued");
+    }
+    if (done) done(out);
+  });
+}
+
+void EngineService::ImportMoved(std::vector<std::byte> state, double away_ms, SessionSink sink,
+                                std::function<void(const ResumeOutcome&)> done) {
+  Post([this, state = std::move(state), away_ms, sink = std::move(sink),
+        done = std::move(done)]() mutable {
+    ResumeOutcome out;
+    auto decoded = realtime::DecodeSessionState(state, model_identity_);
+    if (draining_) {
+      out.decision = Refusal("shutdown", "the server is shutting down");
+    } else if (auto* error = std::get_if<realtime::SessionStateError>(&decoded)) {
+      out.decision =
+          Refusal(error->kind == realtime::SessionStateError::Kind::kForeignModel ? "resume_model"
+                                                                                  : "resume_state",
+                  error->message);
+    } else {
+      const realtime::SessionState& moved = std::get<realtime::SessionState>(decoded);
+      try {
+        const realtime::Supervisor::AdmitResult r =
+            supervisor_.AdmitMoved(moved, supervisor_.Now());
+        out.decision = r.decision;
+        if (r.decision.admit) {
+          Live l;
+          l.started_s = supervisor_.Now();
+          l.period_ms = moved.spec.period_ms;
+          l.deadline_ms = moved.spec.deadline_ms;
+          l.work = r.work;
+          l.frames = moved.frames;
+          l.attached = false;
+          live_.emplace(r.id, std::move(l));
+          out = Resumed(r.id, std::move(sink), away_ms);
+          out.decision = r.decision;
+          supervisor_.ReportContinuity(realtime::Supervisor::Continuity::kMovedIn, r.id,
+                                       out.missed_frames);
+        }
+      } catch (const ConfigError& e) {
+        out.decision = Refusal("resume_state", std::string("session state: ") + e.what());
+      }
+    }
+    if (done) done(out);
+  });
+}
+
+void EngineService::FetchMoved(std::string token, std::function<void(MovedState)> done) {
+  Post([this, token = std::move(token), done = std::move(done)] {
+    MovedState out;
+    const std::optional<ResumeToken> t = ParseResumeToken(token);
+    if (t) {
+      const auto it = moved_.find(t->secret);
+      if (it != moved_.end() && it->second.id == t->session) {
+        out.found = true;
+        out.state = it->second.state;
+        out.away_ms = (supervisor_.Now() - it->second.last_frame_s) * 1e3;
+      }
+    }
+    if (done) done(std::move(out));
+  });
+}
+
+void EngineService::ReleaseMoved(std::string token) {
+  Post([this, token = std::move(token)] {
+    const std::optional<ResumeToken> t = ParseResumeToken(token);
+    if (!t) return;
+    const auto it = moved_.find(t->secret);
+    if (it != moved_.end() && it->second.id == t->session) moved_.erase(it);
+    Publish();
+  });
+}
+
+void EngineService::BeginHandoff() {
+  Post([this] {
+    draining_ = true;
+    if (continuity_.can_move()) {
+      handing_off_ = true;
+      for (auto& [id, l] : live_) l.moving = true;
+    }
+    Publish();
+  });
+}
+
+void EngineService::MoveOut(RealtimeSessionId id) {
+  Live& l = live_.at(id);
+  realtime::SessionState state;
+  if (!supervisor_.ExportSession(id, &state)) return;  // frames in flight: next turn
+  state.frames = l.frames;
+  Moved moved{.id = id,
+              .state = realtime::EncodeSessionState(state, model_identity_),
+              .moved_s = supervisor_.Now(),
+              .last_frame_s = l.last_frame_s};
+  const std::string token = TokenFor(id, l.secret);
+  SessionSink sink = std::move(l.sink);
+  const bool attached = l.attached;
+  moved_.emplace(l.secret, std::move(moved));
+  live_.erase(id);  // the end below reaches no sink: the client hears session.moving
+  supervisor_.End(id, supervisor_.Now(), EndReason::kMoved);
+  supervisor_.ReportContinuity(realtime::Supervisor::Continuity::kMovedOut, id);
+  if (attached && sink.on_moving) sink.on_moving(token, state.next_frame);
+}
+
+void EngineService::ContinuityTurn() {
+  if (!continuity_.enabled()) return;
+  const double now = supervisor_.Now();
+  std::vector<RealtimeSessionId> expired;
+  std::vector<RealtimeSessionId> movable;
+  for (const auto& [id, l] : live_) {
+    if (l.moving && !supervisor_.HasFrames(id)) {
+      movable.push_back(id);
+    } else if (!l.attached && !l.moving && now - l.detached_s > continuity_.resume_window_s) {
+      expired.push_back(id);
+    }
+  }
+  for (const RealtimeSessionId id : movable) MoveOut(id);
+  for (const RealtimeSessionId id : expired) supervisor_.End(id, now, EndReason::kDisconnect);
+  for (auto it = moved_.begin(); it != moved_.end();) {
+    if (now - it->second.moved_s > continuity_.resume_window_s) {
+      supervisor_.ReportContinuity(realtime::Supervisor::Continuity::kMoveLost, it->second.id);
+      it = moved_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 void EngineService::StatsAsync(std::size_t max_listed, std::function<void(nlohmann::json)> done) {
@@ -185,9 +444,25 @@ nlohmann::json EngineService::Snapshot(std::size_t max_listed) const {
   j["forecast"] = {
       {"t_sat_s", std::isfinite(s.t_sat_s) ? nlohmann::json(s.t_sat_s) : nlohmann::json(nullptr)},
       {"warning", s.forecast_warning}};
-  j["frames"] = {{"total", ls.frames},       {"ok", ls.ok},
-                 {"late", ls.late},          {"starved", ls.starved},
-                 {"short", ls.short_frames}, {"mute_alarms", ls.mute_alarms}};
+  j["frames"] = {{"total", ls.frames},
+                 {"ok", ls.ok},
+                 {"late", ls.late},
+                 {"starved", ls.starved},
+                 {"short", ls.short_frames},
+                 {"missed", supervisor_.missed_frames()},
+                 {"mute_alarms", ls.mute_alarms}};
+  std::int64_t detached = 0;
+  std::int64_t moving = 0;
+  for (const auto& [id, l] : live_) {
+    detached += l.attached ? 0 : 1;
+    moving += l.moving ? 1 : 0;
+  }
+  j["continuity"] = {{"resume_window_s", continuity_.resume_window_s},
+                     {"advertise_url", continuity_.advertise_url},
+                     {"model", model_identity_},
+                     {"detached", detached},
+                     {"moving", moving},
+                     {"moved_waiting", moved_.size()}};
   const double p50 = supervisor_.LatencyQuantileMs(0.5);
   const double p99 = supervisor_.LatencyQuantileMs(0.99);
   j["latency_ms"] = {{"p50", std::isfinite(p50) ? nlohmann::json(p50) : nlohmann::json(nullptr)},
@@ -247,11 +522,14 @@ ReplicaState EngineService::replica_state() const {
 }
 
 void EngineService::Publish() {
+  std::int64_t moving = static_cast<std::int64_t>(moved_.size());
+  for (const auto& [id, l] : live_) moving += l.moving ? 1 : 0;
   const ReplicaState now{.draining = draining_,
                          .limit = supervisor_.admission_limit(),
                          .active = admission::WholeUnits(supervisor_.admitted_load()),
                          .sessions = supervisor_.active_sessions(),
-                         .max_sessions = max_sessions_};
+                         .max_sessions = max_sessions_,
+                         .moving = moving};
   const base::MutexLock lock(&state_mu_);
   replica_state_ = now;
 }
@@ -277,6 +555,7 @@ void EngineService::Run() {
     for (auto& command : batch) command();
     batch.clear();
     if (stop) break;
+    ContinuityTurn();
     supervisor_.Tick(supervisor_.Now());
     Publish();
     if (supervisor_.RunIteration()) continue;

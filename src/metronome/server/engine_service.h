@@ -46,6 +46,45 @@ struct SessionSink {
   std::function<void(EndReason)> on_ended;                     // once, last
   // kind e.g. "mute"; detail: what happened, with the numbers behind it.
   std::function<void(std::string_view kind, std::string_view detail)> on_alarm;
+  // The session went to another connection (session.resume there): forget it without ending it.
+  // Last, instead of on_ended.
+  std::function<void()> on_taken;
+  // The session's state was exported for another replica (a drain's handoff): tell the client
+  // (session.moving) and forget the session. Last, instead of on_ended.
+  std::function<void(const std::string& resume_token, std::int64_t next_frame)> on_moving;
+};
+
+// Continuity (docs/protocol.md, "Resuming a session"): sessions outlive their connection for a
+// while, and a drain hands them to other replicas instead of ending them.
+struct ContinuityOptions {
+  // How long a session whose connection dropped waits for session.resume before it ends
+  // (reason disconnect), and how long a drained replica keeps a moved session's state for another
+  // replica to fetch, s; 0: sessions end with their connection and a drain ends them (no tokens).
+  double resume_window_s = 15.0;
+  // This replica's address as the other replicas reach it (http://host:port), written into
+  // tokens; empty: a token resumes only here, and a drain cannot hand sessions on.
+  std::string advertise_url;
+  void Validate() const;  // ConfigError naming the field and value
+  [[nodiscard]] bool enabled() const { return resume_window_s > 0.0; }
+  [[nodiscard]] bool can_move() const { return enabled() && !advertise_url.empty(); }
+};
+
+// What became of a session.resume (or a moved session's import).
+struct ResumeOutcome {
+  bool resumed = false;
+  RealtimeSessionId id = 0;
+  std::int64_t next_frame = 0;
+  std::int64_t missed_frames = 0;
+  std::string resume_token;      // the next one
+  realtime::SessionSpec spec;    // what the session runs with (period, deadline, tokens)
+  admission::Decision decision;  // refused: reason, detail, retry_after_ms
+};
+
+// The origin's answer to a fetch of a moved session's state.
+struct MovedState {
+  bool found = false;
+  std::vector<std::byte> state;  // realtime/session_state.h's bytes
+  double away_ms = 0.0;          // since the session's last frame (for the missed-frame count)
 };
 
 struct StartOutcome {
@@ -56,6 +95,7 @@ struct StartOutcome {
   // Tokens the session may append before it ends with kContextFull (full KV: its KV budget or the
   // model's context limit); 0: no limit.
   TokenPos max_context = 0;
+  std::string resume_token;  // session.resume's token; empty without continuity
 };
 
 // The service's bookkeeping (tests: every ended session's state is freed).
@@ -77,7 +117,7 @@ class EngineService final : private realtime::SessionObserver {
   EngineService(realtime::Backend* backend, Clock* clock,
                 const realtime::SupervisorOptions& options,
                 telemetry::MetricsRegistry* registry = nullptr,
-                telemetry::EventLog* events = nullptr);
+                telemetry::EventLog* events = nullptr, const ContinuityOptions& continuity = {});
   // Shutdown() if not done yet.
   ~EngineService() override;
   EngineService(const EngineService&) = delete;
@@ -94,6 +134,35 @@ class EngineService final : private realtime::SessionObserver {
   // Ends a session (its blocks return to the pool at once); its sink hears `reason` (kClient: the
   // client asked; kIdle: the connection saw no frame for the idle timeout).
   void EndSession(RealtimeSessionId id, EndReason reason = EndReason::kClient);
+
+  // Continuity. The connection of a session is gone: without continuity the session ends
+  // (disconnect); with it, it keeps running without a sink (results of frames in flight are kept
+  // for the next one) for resume_window_s, then ends (disconnect).
+  void DetachSession(RealtimeSessionId id);
+  // session.resume of a token this replica issued: the session (held here, detached or still on
+  // another connection, whose sink then hears on_taken) goes on with `sink`, which first gets the
+  // results kept while it was away (after `done`). Refusals: reason "resume_token" (not a token),
+  // "resume_model" (another model's), "resume_unknown" (spent, expired or never issued here),
+  // "shutdown" (its state is moving off this draining replica: retry through the balancer).
+  void ResumeSession(std::string token, SessionSink sink,
+                     std::function<void(const ResumeOutcome&)> done);
+  // A session moved from another replica (its origin's FetchMoved bytes; away_ms: since its last
+  // frame there): admission decides as for a new session (Supervisor::AdmitMoved); refusals as
+  // there, plus "resume_state" (the bytes: corrupt, another version, another model, a bad spec).
+  void ImportMoved(std::vector<std::byte> state, double away_ms, SessionSink sink,
+                   std::function<void(const ResumeOutcome&)> done);
+  // The origin side of a move: the state of the moved session `token` names (found false for an
+  // unknown, spent or expired one); kept until ReleaseMoved or the window ends.
+  void FetchMoved(std::string token, std::function<void(MovedState)> done);
+  // The receiving replica has the session: forget its state here.
+  void ReleaseMoved(std::string token);
+  // Drain by moving (ContinuityOptions::can_move): BeginDrain, then every session, once its frames
+  // in flight are answered, is exported, kept for another replica to fetch and its sink hears
+  // on_moving; frames sent meanwhile are refused (kMoving). replica_state().moving counts the
+  // sessions not yet fetched. Without can_move, BeginDrain alone.
+  void BeginHandoff();
+  [[nodiscard]] const ContinuityOptions& continuity() const { return continuity_; }
+  [[nodiscard]] const std::string& model_identity() const { return model_identity_; }
 
   // A JSON snapshot (sessions with a per-session table of at most max_listed, pool, admission,
   // forecast, frame counts, latency percentiles, the tightest live deadline); blocks until the
@@ -123,6 +192,11 @@ class EngineService final : private realtime::SessionObserver {
   [[nodiscard]] nlohmann::json Snapshot(std::size_t max_listed) const;  // engine thread
   void EndAll(EndReason reason);
   void Publish();  // engine thread: replica_state_ from the supervisor
+  // Engine thread: continuity's turn (exports of moving sessions, expiries).
+  void ContinuityTurn();
+  void MoveOut(RealtimeSessionId id);
+  [[nodiscard]] std::string TokenFor(RealtimeSessionId id, const std::string& secret) const;
+  ResumeOutcome Resumed(RealtimeSessionId id, SessionSink sink, double away_ms);
   // realtime::SessionObserver, engine thread.
   void OnFrame(const realtime::FrameRecord& r) override;
   void OnMuteAlarm(const realtime::MuteAlarm& a) override;
@@ -137,6 +211,20 @@ class EngineService final : private realtime::SessionObserver {
     double work = 1.0;         // its price, units of work (SessionRequest::work)
     realtime::FrameCounts frames;
     double last_latency_ms = 0.0;
+    // Continuity.
+    std::string secret;         // the current resume token's; empty without continuity
+    double last_frame_s = 0.0;  // when its latest frame arrived (its start before one did)
+    bool attached = true;       // a connection holds it (its sink is set)
+    double detached_s = 0.0;    // when its connection dropped (while !attached)
+    bool moving = false;        // being handed on: no frame is taken
+    std::deque<realtime::FrameRecord> kept;  // results while detached, for the next connection
+  };
+  // A moved session's state, until fetched and released, or the window ends.
+  struct Moved {
+    RealtimeSessionId id = 0;
+    std::vector<std::byte> state;
+    double moved_s = 0.0;       // when it was exported
+    double last_frame_s = 0.0;  // for the receiving replica's missed-frame count
   };
 
   realtime::Backend* backend_;
@@ -145,6 +233,10 @@ class EngineService final : private realtime::SessionObserver {
   const std::int64_t max_sessions_;  // the operator's hard cap (0: none), for ReplicaState
   std::unordered_map<RealtimeSessionId, Live> live_;  // engine thread only
   bool draining_ = false;  // engine thread only: shutting down, admit nobody
+  const ContinuityOptions continuity_;
+  const std::string model_identity_;
+  bool handing_off_ = false;                      // engine thread only: BeginHandoff ran
+  std::unordered_map<std::string, Moved> moved_;  // engine thread only, by token secret
 
   mutable base::Mutex state_mu_;  // held only to copy replica_state_: never for long
   ReplicaState replica_state_ GUARDED_BY(state_mu_);

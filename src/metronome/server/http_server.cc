@@ -24,7 +24,9 @@
 #include "metronome/server/agent_check.h"
 #include "metronome/server/dashboard_assets.h"
 #include "metronome/server/http_access.h"
+#include "metronome/server/resume_token.h"
 #include "metronome/server/session_start.h"
+#include "metronome/server/state_fetch.h"
 
 namespace metronome::server {
 namespace {
@@ -445,7 +447,9 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
 
   void OnRead(beast::error_code ec) {
     if (ec) {
-      Gone();
+      // A message over the size cap is the client's fault (Beast closes with 1009): its sessions
+      // end. A network failure leaves them to be resumed.
+      Gone(/*keep_sessions=*/ec != websocket::error::message_too_big);
       HardClose();
       return;
     }
@@ -482,7 +486,162 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
       OnEnd(*e);
     } else if (auto* p = std::get_if<wire::PingRequest>(&m)) {
       Send(wire::Pong{.nonce = p->nonce}.Serialize());
+    } else if (auto* r = std::get_if<wire::ResumeRequest>(&m)) {
+      OnResume(std::move(*r));
     }
+  }
+
+  // What the engine says about a session of this connection, posted to the strand. `id` is set
+  // on the engine thread before the sink's first use.
+  SessionSink MakeSink(const std::shared_ptr<RealtimeSessionId>& id) {
+    auto self = shared_from_this();
+    return SessionSink{
+        .on_frame =
+            [self, id](const realtime::FrameRecord& rec) {
+              net::post(self->strand_, [self, sid = *id, rec] { self->OnResult(sid, rec); });
+            },
+        .on_ended =
+            [self, id](EndReason e) {
+              net::post(self->strand_, [self, sid = *id, e] { self->OnEnded(sid, e); });
+            },
+        .on_alarm =
+            [self, id](std::string_view kind, std::string_view detail) {
+              net::post(self->strand_, [self, sid = *id, k = std::string(kind),
+                                        d = std::string(detail)] { self->OnAlarm(sid, k, d); });
+            },
+        .on_taken = [self,
+                     id] { net::post(self->strand_, [self, sid = *id] { self->Forget(sid); }); },
+        .on_moving =
+            [self, id](const std::string& token, std::int64_t next_frame) {
+              net::post(self->strand_, [self, sid = *id, token, next_frame] {
+                self->OnMoving(sid, token, next_frame);
+              });
+            }};
+  }
+
+  // A session went elsewhere (resumed on another connection, or moving): no session.ended.
+  void Forget(RealtimeSessionId sid) {
+    if (sessions_.erase(sid) > 0) UpdateIdle();
+  }
+
+  void OnMoving(RealtimeSessionId sid, const std::string& token, std::int64_t next_frame) {
+    if (!sessions_.contains(sid)) return;
+    Forget(sid);
+    Send(wire::SessionMoving{
+        .session = sid, .resume_token = token, .reason = "drain", .next_frame = next_frame}
+             .Serialize());
+  }
+
+  // session.resume: a session of this replica (or, by fetching its state with the cluster secret,
+  // of the token's origin) goes on on this connection.
+  void OnResume(wire::ResumeRequest&& r) {
+    const ServerOptions& o = srv_->options;
+    const auto open = static_cast<int>(sessions_.size());
+    if (open + pending_starts_ >= o.max_sessions_per_connection) {
+      wire::ProtocolError e =
+          Error(wire::ErrorCode::kTooManySessions,
+                "session.resume: this connection has " + std::to_string(open) + " sessions and " +
+                    std::to_string(pending_starts_) + " pending, its limit");
+      e.client_ref = r.client_ref;
+      SendError(e);
+      return;
+    }
+    const std::optional<ResumeToken> token = ParseResumeToken(r.resume_token);
+    const std::string& here = srv_->service->continuity().advertise_url;
+    const bool remote = token && !token->origin.empty() && token->origin != here;
+    if (remote && o.cluster_secret.empty()) {
+      Reject(r.client_ref, {.admit = false,
+                            .reason = "resume_origin",
+                            .detail = "the session is held by " + token->origin +
+                                      " and this replica has no cluster secret to fetch it",
+                            .retry_after_ms = 0.0});
+      return;
+    }
+    if (remote && token->model != srv_->service->model_identity()) {
+      Reject(r.client_ref, {.admit = false,
+                            .reason = "resume_model",
+                            .detail = "the token is for model " + token->model +
+                                      ", this replica serves " + srv_->service->model_identity(),
+                            .retry_after_ms = 0.0});
+      return;
+    }
+    ++pending_starts_;
+    UpdateIdle();
+    auto self = shared_from_this();
+    auto id = std::make_shared<RealtimeSessionId>(0);
+    auto answered = [self, id, client_ref = r.client_ref, token = r.resume_token,
+                     origin = remote ? token->origin : std::string()](const ResumeOutcome& out) {
+      *id = out.id;
+      net::post(self->strand_, [self, out, client_ref, token, origin] {
+        self->OnResumed(out, client_ref, token, origin);
+      });
+    };
+    if (!remote) {
+      srv_->service->ResumeSession(r.resume_token, MakeSink(id), std::move(answered));
+      return;
+    }
+    FetchMovedState(strand_, token->origin, r.resume_token, o.cluster_secret,
+                    [self, id, answered = std::move(answered),
+                     client_ref = r.client_ref](StateFetchResult fetched) mutable {
+                      if (!fetched.ok) {
+                        ResumeOutcome out;
+                        out.decision = {.admit = false,
+                                        .reason = "resume_origin",
+                                        .detail = "fetching the session's state: " + fetched.error,
+                                        .retry_after_ms = 0.0};
+                        answered(out);
+                        return;
+                      }
+                      self->srv_->service->ImportMoved(std::move(fetched.state), fetched.away_ms,
+                                                       self->MakeSink(id), std::move(answered));
+                    });
+  }
+
+  void OnResumed(const ResumeOutcome& out, const std::optional<std::string>& client_ref,
+                 const std::string& token, const std::string& origin) {
+    --pending_starts_;
+    UpdateIdle();
+    if (!out.resumed) {
+      Reject(client_ref, out.decision);
+      return;
+    }
+    if (!origin.empty()) {
+      ReleaseMovedState(strand_, origin, token, srv_->options.cluster_secret);
+    }
+    if (gone_) {
+      srv_->service->DetachSession(out.id);
+      return;
+    }
+    consecutive_rejections_ = 0;
+    AddSession(out.id, out.spec.input_tokens_per_frame, out.spec.period_ms, out.next_frame);
+    Send(wire::SessionResumed{.session = out.id,
+                              .client_ref = client_ref,
+                              .next_frame = out.next_frame,
+                              .missed_frames = out.missed_frames,
+                              .resume_token = out.resume_token,
+                              .period_ms = out.spec.period_ms,
+                              .deadline_ms = out.spec.deadline_ms,
+                              .tokens_per_frame = out.spec.input_tokens_per_frame,
+                              .output_tokens_per_frame = out.spec.output_tokens_per_frame,
+                              .replica = srv_->options.replica_id.empty()
+                                             ? std::nullopt
+                                             : std::optional(srv_->options.replica_id)}
+             .Serialize());
+  }
+
+  // A session admitted or resumed on this connection: its bookkeeping and its idle clock.
+  // next_frame: the loop's index of its next frame (a resumed session's is not 0).
+  void AddSession(RealtimeSessionId sid, int tokens_per_frame, double period_ms,
+                  std::int64_t next_frame = 0) {
+    SessionState state;
+    state.accepted = next_frame;
+    state.tokens_per_frame = tokens_per_frame;
+    state.period_ms = period_ms;
+    state.last_heard = std::chrono::steady_clock::now();
+    state.idle_after = std::chrono::milliseconds(srv_->options.session_idle.TimeoutMs(period_ms));
+    if (state.idle_after.count() > 0) ArmIdleCheck(state.last_heard + state.idle_after);
+    sessions_.insert_or_assign(sid, std::move(state));
+    UpdateIdle();
   }
 
   void OnStart(wire::StartRequest&& r) {
@@ -525,26 +684,14 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
                                  .output_tokens_per_frame = spec.output_tokens_per_frame,
                                  .kv = KvSettingsOf(spec),
                                  .max_context = std::nullopt,
-                                 .replica = std::nullopt};
+                                 .replica = std::nullopt,
+                                 .resume_token = std::nullopt};
     ++pending_starts_;
     UpdateIdle();
     auto self = shared_from_this();
     // Set on the engine thread by `done`, read there by the sink: no lock needed.
     auto id = std::make_shared<RealtimeSessionId>(0);
-    SessionSink sink{
-        .on_frame =
-            [self, id](const realtime::FrameRecord& rec) {
-              net::post(self->strand_, [self, sid = *id, rec] { self->OnResult(sid, rec); });
-            },
-        .on_ended =
-            [self, id](EndReason e) {
-              net::post(self->strand_, [self, sid = *id, e] { self->OnEnded(sid, e); });
-            },
-        .on_alarm =
-            [self, id](std::string_view kind, std::string_view detail) {
-              net::post(self->strand_, [self, sid = *id, k = std::string(kind),
-                                        d = std::string(detail)] { self->OnAlarm(sid, k, d); });
-            }};
+    SessionSink sink = MakeSink(id);
     srv_->service->StartSession(
         std::move(spec), std::move(sink),
         [self, id, started = std::move(started)](const StartOutcome& out) mutable {
@@ -560,21 +707,14 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     UpdateIdle();
     if (out.admitted) {
       if (gone_) {
-        srv_->service->EndSession(out.id, EndReason::kDisconnect);
+        srv_->service->DetachSession(out.id);
         return;
       }
-      SessionState state;
-      state.tokens_per_frame = started.tokens_per_frame;
-      state.period_ms = started.period_ms;
-      state.last_heard = std::chrono::steady_clock::now();
-      state.idle_after =
-          std::chrono::milliseconds(srv_->options.session_idle.TimeoutMs(started.period_ms));
-      if (state.idle_after.count() > 0) ArmIdleCheck(state.last_heard + state.idle_after);
-      sessions_.emplace(out.id, std::move(state));
-      UpdateIdle();
+      AddSession(out.id, started.tokens_per_frame, started.period_ms);
       started.session = out.id;
       if (out.max_context > 0) started.max_context = out.max_context;
       if (!srv_->options.replica_id.empty()) started.replica = srv_->options.replica_id;
+      if (!out.resume_token.empty()) started.resume_token = out.resume_token;
       Send(started.Serialize());
     } else if (!out.error.empty()) {
       wire::ProtocolError e = Error(wire::ErrorCode::kBadField, "session.start: " + out.error);
@@ -697,6 +837,12 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
       case SubmitResult::kEmpty:
         fail(wire::ErrorCode::kBadField, "frame: no tokens");
         return;
+      case SubmitResult::kMoving:
+        fail(wire::ErrorCode::kSessionMoving,
+             "frame: session " + std::to_string(sid) +
+                 " is moving to another replica (session.moving follows): resume it there and "
+                 "send this frame again");
+        return;
     }
   }
 
@@ -795,7 +941,9 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
   void CloseWith(websocket::close_code code, std::string_view reason = {}) {
     if (closed_) return;
     closed_ = true;
-    Gone();
+    // Closed for the client's own fault (a reader too slow for its queue): its sessions end; any
+    // other close (idle, shutdown) leaves them to be resumed.
+    Gone(/*keep_sessions=*/code != websocket::close_code::policy_error);
     close_code_ = code;
     close_reason_ = reason;
     if (writing_) {
@@ -832,14 +980,21 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     idle_timer_.cancel();
   }
 
-  // The connection is gone (or going): every session ends at once (reason disconnect, for the
-  // log, events and metrics); nobody is told.
-  void Gone() {
+  // The connection is gone (or going): every session is detached (EngineService::DetachSession:
+  // it waits for session.resume within the resume window, or ends at once, reason disconnect,
+  // without continuity), or, with keep_sessions false, ends (disconnect); nobody is told.
+  void Gone(bool keep_sessions = true) {
     if (gone_) return;
     gone_ = true;
     closed_ = true;
     for (auto& [sid, st] : sessions_) {
-      if (!st.ending) srv_->service->EndSession(sid, EndReason::kDisconnect);
+      if (!st.ending) {
+        if (keep_sessions) {
+          srv_->service->DetachSession(sid);
+        } else {
+          srv_->service->EndSession(sid, EndReason::kDisconnect);
+        }
+      }
       st.ending = true;
     }
   }
@@ -980,6 +1135,10 @@ class HttpSession final : public Closable, public std::enable_shared_from_this<H
       if (srv_->RegisterWebSocket(ws, address_)) ws->Run(std::move(req));
       return;
     }
+    if (path == kSessionStatePath) {
+      ServeSessionState(std::move(req));
+      return;
+    }
     // HEAD is answered wherever GET is: the same status and headers, no body.
     if (req.method() != http::verb::get && req.method() != http::verb::head) {
       Respond(req, http::status::method_not_allowed, "method not allowed\n", "text/plain");
@@ -1025,22 +1184,75 @@ class HttpSession final : public Closable, public std::enable_shared_from_this<H
     }
   }
 
+  // GET / DELETE /v1/session-state (state_fetch.h): another replica of the cluster fetches a
+  // moved session's state, then releases it. Only with the cluster secret; 404 without one, so a
+  // server that moves nothing does not say it could.
+  void ServeSessionState(Request req) {
+    const std::string& secret = srv_->options.cluster_secret;
+    if (secret.empty()) {
+      Respond(req, http::status::not_found, "not found\n", "text/plain");
+      return;
+    }
+    if (!ConstantTimeEquals(View(req[std::string(kClusterSecretHeader)]), secret)) {
+      Respond(req, http::status::unauthorized,
+              "unauthorized: " + std::string(kClusterSecretHeader) +
+                  " is missing or is not this cluster's secret\n",
+              "text/plain");
+      return;
+    }
+    std::string token(View(req[std::string(kResumeTokenHeader)]));
+    if (req.method() == http::verb::delete_) {
+      srv_->service->ReleaseMoved(std::move(token));
+      Respond(req, http::status::no_content, "", "text/plain");
+      return;
+    }
+    if (req.method() != http::verb::get) {
+      Respond(req, http::status::method_not_allowed, "method not allowed\n", "text/plain");
+      return;
+    }
+    auto self = shared_from_this();
+    auto shared_req = std::make_shared<Request>(std::move(req));
+    srv_->service->FetchMoved(std::move(token), [self, shared_req](MovedState moved) {
+      net::post(self->stream_.get_executor(), [self, shared_req, moved = std::move(moved)]() {
+        if (!moved.found) {
+          self->Respond(*shared_req, http::status::not_found,
+                        "no moved session holds this token here (released, expired or never "
+                        "issued)\n",
+                        "text/plain");
+          return;
+        }
+        self->Respond(
+            *shared_req, http::status::ok,
+            std::string(reinterpret_cast<const char*>(moved.state.data()), moved.state.size()),
+            "application/octet-stream", "no-store", {{kAwayMsHeader, FormatValue(moved.away_ms)}});
+      });
+    });
+  }
+
   void RespondStats(const Request& req, nlohmann::json stats) {
     stats["caps"] = srv_->options.caps;  // wire::ServerCaps' to_json
     Respond(req, http::status::ok, stats.dump(), "application/json");
   }
 
+  using Headers = std::vector<std::pair<std::string_view, std::string>>;
   void Respond(const Request& req, http::status status, std::string body,
-               std::string_view content_type, std::string_view cache_control = {}) {
+               std::string_view content_type, std::string_view cache_control = {},
+               const Headers& headers = {}) {
     auto res = std::make_shared<http::response<http::string_body>>(status, req.version());
     res->set(http::field::server, "metronome");
+    for (const auto& [name, value] : headers) {
+      res->set(beast::string_view(name.data(), name.size()), value);
+    }
     res->set(http::field::content_type,
              beast::string_view(content_type.data(), content_type.size()));
     if (!cache_control.empty()) {
       res->set(http::field::cache_control,
                beast::string_view(cache_control.data(), cache_control.size()));
     }
-    if (status == http::status::method_not_allowed) res->set(http::field::allow, "GET, HEAD");
+    if (status == http::status::method_not_allowed) {
+      res->set(http::field::allow,
+               View(req.target()).starts_with(kSessionStatePath) ? "GET, DELETE" : "GET, HEAD");
+    }
     if (status == http::status::service_unavailable) {
       res->set(http::field::retry_after, std::to_string(kNoSlotRetryAfterS));
     }

@@ -26,7 +26,7 @@ using OutJson = nlohmann::ordered_json;
 constexpr std::array<std::string_view, kNumErrorCodes> kErrorNames = {
     "bad_json",          "too_large",    "unknown_type",    "unknown_field",      "missing_field",
     "bad_field",         "over_cap",     "unknown_session", "token_out_of_range", "frame_too_early",
-    "too_many_sessions", "unauthorized", "internal",
+    "too_many_sessions", "unauthorized", "internal",        "session_moving",
 };
 
 // Strings longer than this (bytes) are cut when an error message quotes them, so an error never
@@ -433,21 +433,28 @@ bool ReadKv(Reader& r, const Json& kv, const ServerCaps& caps, KvRequest* out) {
   return true;
 }
 
+// client_ref, when given: at most kMaxClientRefBytes; every later error carries it.
+bool ReadClientRef(Reader& r, const Json& msg, std::optional<std::string>* out) {
+  const Json* v = Find(msg, "client_ref");
+  if (v == nullptr) return true;
+  const std::string* s = nullptr;
+  if (!r.String(*v, "client_ref", &s)) return false;
+  if (s->size() > kMaxClientRefBytes) {
+    return r.FailValue(ErrorCode::kBadField, "client_ref", *v,
+                       "must have at most " + std::to_string(kMaxClientRefBytes) + " bytes");
+  }
+  *out = *s;
+  r.error().client_ref = *s;
+  return true;
+}
+
 bool ReadStart(Reader& r, const Json& msg, const ServerCaps& caps, StartRequest* out) {
   constexpr std::array<std::string_view, 8> kFields = {
       "type", "period_ms", "deadline_ms", "tokens_per_frame", "output_tokens_per_frame",
       "kv",   "prompt",    "client_ref"};
-  if (!r.OnlyKnownFields(msg, "", kFields)) return false;
   // client_ref first, so every later error carries it.
-  if (const Json* v = Find(msg, "client_ref")) {
-    const std::string* s = nullptr;
-    if (!r.String(*v, "client_ref", &s)) return false;
-    if (s->size() > kMaxClientRefBytes) {
-      return r.FailValue(ErrorCode::kBadField, "client_ref", *v,
-                         "must have at most " + std::to_string(kMaxClientRefBytes) + " bytes");
-    }
-    out->client_ref = *s;
-    r.error().client_ref = *s;
+  if (!r.OnlyKnownFields(msg, "", kFields) || !ReadClientRef(r, msg, &out->client_ref)) {
+    return false;
   }
 
   const std::string period_range =
@@ -547,6 +554,23 @@ bool ReadFrame(Reader& r, const Json& msg, const ServerCaps& caps, FrameRequest*
 bool ReadEnd(Reader& r, const Json& msg, EndRequest* out) {
   constexpr std::array<std::string_view, 2> kFields = {"type", "session"};
   return r.OnlyKnownFields(msg, "", kFields) && ReadSession(r, msg, &out->session);
+}
+
+bool ReadResume(Reader& r, const Json& msg, ResumeRequest* out) {
+  constexpr std::array<std::string_view, 3> kFields = {"type", "resume_token", "client_ref"};
+  if (!r.OnlyKnownFields(msg, "", kFields) || !ReadClientRef(r, msg, &out->client_ref)) {
+    return false;
+  }
+  const Json* v = Find(msg, "resume_token");
+  if (v == nullptr) return r.Missing("resume_token");
+  const std::string* token = nullptr;
+  if (!r.String(*v, "resume_token", &token)) return false;
+  if (token->empty() || token->size() > kMaxResumeTokenBytes) {
+    return r.FailValue(ErrorCode::kBadField, "resume_token", *v,
+                       "must have 1 to " + std::to_string(kMaxResumeTokenBytes) + " bytes");
+  }
+  out->resume_token = *token;
+  return true;
 }
 
 bool ReadPing(Reader& r, const Json& msg, PingRequest* out) {
@@ -662,6 +686,12 @@ std::variant<ClientMessage, ProtocolError> ParseClientMessageImpl(std::string_vi
     if (!ReadEnd(end, msg, &req)) return end.TakeError();
     return ClientMessage(req);
   }
+  if (*type == "session.resume") {
+    Reader resume("session.resume");
+    ResumeRequest req;
+    if (!ReadResume(resume, msg, &req)) return resume.TakeError();
+    return ClientMessage(std::move(req));
+  }
   if (*type == "ping") {
     Reader ping("ping");
     PingRequest req;
@@ -669,7 +699,8 @@ std::variant<ClientMessage, ProtocolError> ParseClientMessageImpl(std::string_vi
     return ClientMessage(req);
   }
   r.FailValue(ErrorCode::kUnknownType, "type", *type_value,
-              "is not a client message (session.start, frame, session.end, ping)");
+              "is not a client message (session.start, frame, session.end, session.resume, "
+              "ping)");
   return r.TakeError();
 }
 
@@ -854,6 +885,31 @@ std::string SessionStarted::Serialize() const {
   j["kv"] = std::move(k);
   j["max_context"] = max_context ? OutJson(*max_context) : OutJson(nullptr);
   if (replica) j["replica"] = *replica;
+  if (resume_token) j["resume_token"] = *resume_token;
+  return ToText(j);
+}
+
+std::string SessionResumed::Serialize() const {
+  OutJson j = Message("session.resumed");
+  j["session"] = session;
+  if (client_ref) j["client_ref"] = *client_ref;
+  j["next_frame"] = next_frame;
+  j["missed_frames"] = missed_frames;
+  j["resume_token"] = resume_token;
+  j["period_ms"] = period_ms;
+  j["deadline_ms"] = deadline_ms;
+  j["tokens_per_frame"] = tokens_per_frame;
+  j["output_tokens_per_frame"] = output_tokens_per_frame;
+  if (replica) j["replica"] = *replica;
+  return ToText(j);
+}
+
+std::string SessionMoving::Serialize() const {
+  OutJson j = Message("session.moving");
+  j["session"] = session;
+  j["resume_token"] = resume_token;
+  j["reason"] = reason;
+  j["next_frame"] = next_frame;
   return ToText(j);
 }
 

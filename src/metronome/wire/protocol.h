@@ -43,8 +43,11 @@ enum class ErrorCode : std::uint8_t {
   kTooManySessions,  // "too_many_sessions" (server): the connection's session limit is reached
   kUnauthorized,     // "unauthorized" (server): missing or wrong access token
   kInternal,         // "internal": the server's fault, not the message's
+  // "session_moving" (server): the session is being handed to another replica (session.moving
+  // follows); resume it there and send the frame again.
+  kSessionMoving,
 };
-inline constexpr int kNumErrorCodes = 13;
+inline constexpr int kNumErrorCodes = 14;
 
 [[nodiscard]] std::string_view ToString(ErrorCode code);
 // The inverse of ToString (for clients and tests); nullopt for an unknown name.
@@ -149,7 +152,16 @@ struct PingRequest {
   std::optional<double> nonce;  // echoed in the pong
 };
 
-using ClientMessage = std::variant<StartRequest, FrameRequest, EndRequest, PingRequest>;
+// "session.resume": a session back after a dropped connection, or on this replica after a move.
+struct ResumeRequest {
+  std::string resume_token;  // as session.started / session.resumed / session.moving gave it
+  std::optional<std::string> client_ref;  // <= kMaxClientRefBytes, echoed in the answer
+};
+// A token is at most this long (the server's format is shorter; longer is bad_field).
+inline constexpr std::size_t kMaxResumeTokenBytes = 1024;
+
+using ClientMessage =
+    std::variant<StartRequest, FrameRequest, EndRequest, PingRequest, ResumeRequest>;
 
 // One WebSocket text message. Checks the size first (too_large), then UTF-8, JSON syntax, nesting
 // (at most kMaxJsonDepth levels) and duplicate keys (bad_json), then "type", unknown fields, and
@@ -204,6 +216,36 @@ struct SessionStarted {
   std::optional<std::int64_t> max_context;
   // The replica serving the session (serve --replica-id); nullopt: omitted.
   std::optional<std::string> replica;
+  // What session.resume takes to get the session back (nullopt: this server keeps no session
+  // after its connection; omitted).
+  std::optional<std::string> resume_token;
+  [[nodiscard]] std::string Serialize() const;
+};
+
+// "session.resumed": session.resume's answer. The session goes on as it was (the same KV,
+// positions, sampler, counters); the frames that fell due while it was away are counted as missed.
+struct SessionResumed {
+  std::uint64_t session = 0;  // its id on this connection from now on
+  std::optional<std::string> client_ref;
+  std::int64_t next_frame = 0;     // the index of the frame the server takes next
+  std::int64_t missed_frames = 0;  // periods that passed with no frame while it was away
+  std::string resume_token;        // the next resume's token (the one presented is spent)
+  double period_ms = 0.0;
+  double deadline_ms = 0.0;
+  int tokens_per_frame = 0;
+  int output_tokens_per_frame = 0;
+  std::optional<std::string> replica;
+  [[nodiscard]] std::string Serialize() const;
+};
+
+// "session.moving": the replica hands the session on (reason "drain": it is shutting down); no
+// frame is taken any more. Reconnect (through the balancer, or to any replica) and send
+// session.resume with this token.
+struct SessionMoving {
+  std::uint64_t session = 0;
+  std::string resume_token;
+  std::string reason = "drain";
+  std::int64_t next_frame = 0;  // the index of the frame the session takes next, wherever it goes
   [[nodiscard]] std::string Serialize() const;
 };
 
