@@ -826,7 +826,7 @@ void Engine::MoeFfnLayer(Batch& b, int l) {
     ForRows(pool, rows, k * dim, [&](int t) {
       float* x = &b.x[Floats(r0 + t, dim)];
       for (int j = 0; j < k; ++j) {
-        const auto i = static_cast<std::size_t>(t * k + j);
+        const std::size_t i = Floats(t, k) + static_cast<std::size_t>(j);
         kernels::Axpy(moe.weight[i], &moe.in[Floats(moe.slot[i], dim)], x, dim);
       }
     });
