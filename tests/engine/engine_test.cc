@@ -571,7 +571,7 @@ TEST(EngineMoeTest, GroupedExpertsMatchEachSessionAlone) {
   std::vector<std::vector<TokenId>> prompts(kSessions);
   std::vector<std::vector<TokenId>> decodes(kSessions);
   for (int s = 0; s < kSessions; ++s) {
-    prompts[s].resize(static_cast<std::size_t>(1 + 3 * s));  // 1 (a decode) .. 13 tokens
+    prompts[s].resize(1 + 3 * static_cast<std::size_t>(s));  // 1 (a decode) .. 13 tokens
     for (TokenId& t : prompts[s]) t = static_cast<TokenId>(rng() % 4096);
     decodes[s].resize(kDecodes);
     for (TokenId& t : decodes[s]) t = static_cast<TokenId>(rng() % 4096);

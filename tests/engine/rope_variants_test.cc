@@ -112,7 +112,7 @@ Vec SwiGluFfn(const model::MatrixGroup& gate_up, const quant::WeightMatrix& down
   Vec hidden(static_cast<std::size_t>(ffn));
   for (int i = 0; i < ffn; ++i) {
     const double gate = gu[i];
-    hidden[i] = gate / (1.0 + std::exp(-gate)) * gu[static_cast<std::size_t>(ffn + i)];
+    hidden[i] = gate / (1.0 + std::exp(-gate)) * gu[static_cast<std::size_t>(ffn) + i];
   }
   return MatVec(down, hidden);
 }
