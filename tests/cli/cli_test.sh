@@ -52,6 +52,28 @@ check "exported f32 GGUF generates the same ids" cmp -s "$tmp/tiny.ids" "$tmp/ti
 check "f16 export loads and encodes text" \
   "$bin" generate --model "$tmp/tiny16.gguf" --prompt "hello" --steps 4 --print-ids >/dev/null 2>&1
 
+# qwen3 / qwen3moe: the presets export in llama.cpp's conventions, the file generates what the
+# preset does, and a quantised mixture of experts loads and says what it is.
+for preset in qwen3-small qwen3moe-small; do
+  "$bin" generate --model "synthetic:$preset" --prompt-ids "1 5 9" --steps 8 --print-ids \
+    >"$tmp/$preset.ids" 2>/dev/null
+  "$bin" export-gguf --model "synthetic:$preset" --out "$tmp/$preset.gguf" --dtype f32 >/dev/null
+  "$bin" generate --model "$tmp/$preset.gguf" --prompt-ids "1 5 9" --steps 8 --print-ids \
+    >"$tmp/${preset}_gguf.ids" 2>/dev/null
+  check "$preset: exported f32 GGUF generates the same ids" \
+    cmp -s "$tmp/$preset.ids" "$tmp/${preset}_gguf.ids"
+  rm -f "$tmp/$preset.gguf"
+done
+"$bin" quantize --model synthetic:qwen3moe-small --type q4_k_m --out "$tmp/moe.gguf" >/dev/null
+out="$("$bin" info --model "$tmp/moe.gguf")"
+check "info: a q4_k_m qwen3moe is supported, with its experts" \
+  grep -q "^experts        8 per layer, 2 per token" <<<"$out"
+check "info: qwen3moe architecture, supported" \
+  grep -Eq "^supported +yes" <<<"$(grep -E "^(architecture +qwen3moe|supported)" <<<"$out")"
+check "q4_k_m qwen3moe generates" \
+  "$bin" generate --model "$tmp/moe.gguf" --prompt-ids "1 5 9" --steps 4 --print-ids >/dev/null 2>&1
+rm -f "$tmp/moe.gguf"
+
 # info: the table and --json agree with each other and with the file.
 out="$("$bin" info --model "$tmp/tiny16.gguf")"
 check "info names the architecture and the F16 matrices" \

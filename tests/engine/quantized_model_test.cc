@@ -68,7 +68,8 @@ std::vector<TokenId> GreedySequence(const model::Model& m, std::vector<TokenId> 
 struct Errors {
   double max_rel = 0.0;  // max |diff| / max |ref logit| over all positions
   double mean_abs = 0.0;
-  double top1 = 0.0;  // fraction of positions with the same argmax
+  double top1 = 0.0;      // fraction of positions with the same argmax
+  double mean_ref = 0.0;  // mean |ref logit|
 };
 
 Errors Compare(const std::vector<std::vector<float>>& ref,
@@ -77,6 +78,7 @@ Errors Compare(const std::vector<std::vector<float>>& ref,
   double max_abs = 0.0;
   double max_ref = 0.0;
   double sum = 0.0;
+  double sum_ref = 0.0;
   std::size_t n = 0;
   int same = 0;
   for (std::size_t p = 0; p < ref.size(); ++p) {
@@ -85,6 +87,7 @@ Errors Compare(const std::vector<std::vector<float>>& ref,
       max_abs = std::max(max_abs, d);
       max_ref = std::max(max_ref, std::fabs(static_cast<double>(ref[p][i])));
       sum += d;
+      sum_ref += std::fabs(static_cast<double>(ref[p][i]));
       ++n;
     }
     same += kernels::Argmax(ref[p].data(), static_cast<int>(ref[p].size())) ==
@@ -92,6 +95,7 @@ Errors Compare(const std::vector<std::vector<float>>& ref,
   }
   e.max_rel = max_abs / std::max(max_ref, 1e-30);
   e.mean_abs = sum / static_cast<double>(std::max<std::size_t>(n, 1));
+  e.mean_ref = sum_ref / static_cast<double>(std::max<std::size_t>(n, 1));
   e.top1 = static_cast<double>(same) / static_cast<double>(ref.size());
   return e;
 }
@@ -146,11 +150,25 @@ void ExpectSameProducts(const model::Model& file, const model::Model& relaid,
       check(f.layers[l].w_gate_up[p], r.layers[l].w_gate_up[p], "w_gate_up");
     }
     check(f.layers[l].w_down, r.layers[l].w_down, "w_down");
+    if (f.layers[l].router.rows > 0) check(f.layers[l].router, r.layers[l].router, "router");
+    for (std::size_t e = 0; e < f.layers[l].expert_gate_up.size(); ++e) {
+      for (std::size_t p = 0; p < f.layers[l].expert_gate_up[e].size(); ++p) {
+        check(f.layers[l].expert_gate_up[e][p], r.layers[l].expert_gate_up[e][p], "expert gate_up");
+      }
+      check(f.layers[l].expert_down[e], r.layers[l].expert_down[e], "expert down");
+    }
   }
   check(f.output, r.output, "output");
 }
 
-void CheckQuantized(const model::Model& f32, const std::string& label, bool check_top1) {
+// `routed`: a mixture of experts, where a rounding that reorders two near-equal router
+// probabilities swaps an expert and moves that position by an expert's whole output (measured on
+// qwen3moe-small: max_rel 0.18 already at f16). Its bound is on the mean error instead, relative
+// to the mean logit (measured 0.04 .. 0.25 of it, q4_0 the most), which a wrong layout or kernel
+// still exceeds (its error is the size of the logits).
+constexpr double kRoutedMeanBound = 0.4;
+void CheckQuantized(const model::Model& f32, const std::string& label, bool check_top1,
+                    bool routed = false) {
   const std::vector<TokenId> seq = GreedySequence(f32, {1}, 24);
   const auto ref = AllLogits(f32, seq);
   for (const TypeBound& b : kBounds) {
@@ -165,10 +183,15 @@ void CheckQuantized(const model::Model& f32, const std::string& label, bool chec
     EXPECT_EQ(q.weights->WeightBytes(), tensor_bytes) << b.type;
     const Errors e = Compare(ref, AllLogits(q, seq));
     const std::vector<TokenId> greedy = GreedySequence(q, {1}, 24);
-    std::printf("[quantized] %-12s %-7s %8.2f KiB  max_rel %.5f  mean_abs %.5f  top1 %.3f  %s\n",
-                label.c_str(), b.type, static_cast<double>(tensor_bytes) / 1024.0, e.max_rel,
-                e.mean_abs, e.top1, greedy == seq ? "greedy equal" : "greedy differs");
-    EXPECT_LE(e.max_rel, b.max_rel) << label << " " << b.type;
+    std::printf(
+        "[quantized] %-12s %-7s %8.2f KiB  max_rel %.5f  mean_abs %.5f (of %.3f)  top1 %.3f  %s\n",
+        label.c_str(), b.type, static_cast<double>(tensor_bytes) / 1024.0, e.max_rel, e.mean_abs,
+        e.mean_ref, e.top1, greedy == seq ? "greedy equal" : "greedy differs");
+    if (routed) {
+      EXPECT_LE(e.mean_abs, kRoutedMeanBound * e.mean_ref) << label << " " << b.type;
+    } else {
+      EXPECT_LE(e.max_rel, b.max_rel) << label << " " << b.type;
+    }
     if (check_top1) {
       EXPECT_GE(e.top1, b.top1) << label << " " << b.type;
       if (b.same_greedy) {
@@ -205,6 +228,37 @@ void CheckQuantized(const model::Model& f32, const std::string& label, bool chec
 TEST(QuantizedModelTest, SyntheticSmallEveryType) {
   // dim 256, ffn 768: every matrix takes whole K-quant super-blocks.
   CheckQuantized(model::MakeSyntheticModel("small", 21), "small", false);
+}
+
+TEST(QuantizedModelTest, SyntheticQwen3EveryType) {
+  // q/k norms stay F32; q has 512 rows over dim 256 (head_dim 64 x 8 heads).
+  CheckQuantized(model::MakeSyntheticModel("qwen3-small", 23), "qwen3-small", false);
+}
+
+TEST(QuantizedModelTest, SyntheticQwen3MoeEveryType) {
+  // The experts' 3-D tensors quantised per expert row, the router kept F32 (as llama.cpp does).
+  const model::Model m = model::MakeSyntheticModel("qwen3moe-small", 24);
+  const auto table =
+      model::ExportGguf(m, TempPath("qwen3moe_q4km.gguf"), *model::ParseExportTypes("q4_k_m"));
+  int experts = 0;
+  for (const auto& t : table) {
+    if (t.name.ends_with("ffn_gate_inp.weight")) {
+      EXPECT_EQ(t.type, quant::GgmlType::kF32);
+    }
+    if (t.name.ends_with("ffn_gate_exps.weight")) {
+      EXPECT_EQ(t.type, quant::GgmlType::kQ4_K);
+    }
+    if (t.name.ends_with("ffn_down_exps.weight")) {
+      EXPECT_EQ(t.type, quant::GgmlType::kQ6_K);
+    }
+    if (t.name.find("_exps.") != std::string::npos) {
+      ++experts;
+      EXPECT_EQ(t.shape.size(), 3u) << t.name;
+    }
+  }
+  EXPECT_EQ(experts, 3 * m.config.num_layers);
+  std::filesystem::remove(TempPath("qwen3moe_q4km.gguf"));
+  CheckQuantized(m, "qwen3moe-small", false, /*routed=*/true);
 }
 
 TEST(QuantizedModelTest, SyntheticTinyFallsBackFromSuperBlocks) {

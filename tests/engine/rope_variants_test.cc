@@ -17,6 +17,7 @@
 #include "metronome/engine/feed.h"
 #include "metronome/model/model.h"
 #include "metronome/model/weights.h"
+#include "metronome/quant/weight_matrix.h"
 
 namespace metronome::engine {
 namespace {
@@ -95,6 +96,50 @@ Vec RmsNorm(const Vec& x, const float* w, double eps) {
   return y;
 }
 
+// qwen3: each head_dim slice of `v` RMS-normalised with the same weights.
+void NormHeads(Vec& v, const float* w, int head_dim, double eps) {
+  for (std::size_t h = 0; h * head_dim < v.size(); ++h) {
+    const auto begin = v.begin() + static_cast<std::ptrdiff_t>(h * head_dim);
+    const Vec y = RmsNorm(Vec(begin, begin + head_dim), w, eps);
+    std::copy(y.begin(), y.end(), begin);
+  }
+}
+
+// SwiGLU FFN of hidden width `ffn` over `xn`: gate|up rows of `gate_up`, then `down`.
+Vec SwiGluFfn(const model::MatrixGroup& gate_up, const quant::WeightMatrix& down, int ffn,
+              const Vec& xn) {
+  const Vec gu = GroupVec(gate_up, 2 * ffn, xn);
+  Vec hidden(static_cast<std::size_t>(ffn));
+  for (int i = 0; i < ffn; ++i) {
+    const double gate = gu[i];
+    hidden[i] = gate / (1.0 + std::exp(-gate)) * gu[static_cast<std::size_t>(ffn) + i];
+  }
+  return MatVec(down, hidden);
+}
+
+// qwen3moe's FFN from its definition: softmax over the router's logits, the k most probable
+// experts, their probabilities renormalised to sum 1, the experts' SwiGLU outputs summed with
+// those weights.
+Vec MoeFfn(const model::ModelConfig& c, const model::LayerWeights& lw, const Vec& xn) {
+  Vec p = MatVec(lw.router, xn);
+  const double mx = *std::max_element(p.begin(), p.end());
+  double total = 0.0;
+  for (double& v : p) total += (v = std::exp(v - mx));
+  for (double& v : p) v /= total;
+  std::vector<int> order(p.size());
+  for (std::size_t e = 0; e < order.size(); ++e) order[e] = static_cast<int>(e);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
+  double chosen = 0.0;
+  for (int j = 0; j < c.num_experts_used; ++j) chosen += p[order[j]];
+  Vec out(static_cast<std::size_t>(c.dim), 0.0);
+  for (int j = 0; j < c.num_experts_used; ++j) {
+    const auto e = static_cast<std::size_t>(order[j]);
+    const Vec y = SwiGluFfn(lw.expert_gate_up[e], lw.expert_down[e], c.expert_ffn_dim, xn);
+    for (int i = 0; i < c.dim; ++i) out[i] += p[e] / chosen * y[i];
+  }
+  return out;
+}
+
 // Logits after every token. window 0: full attention; else window + sinks, rolling positions.
 std::vector<Vec> ReferenceLogits(const model::Model& m, const std::vector<TokenId>& tokens,
                                  int window, int sinks) {
@@ -115,6 +160,10 @@ std::vector<Vec> ReferenceLogits(const model::Model& m, const std::vector<TokenI
       q[t].assign(qkv.begin(), qkv.begin() + c.q_dim());
       k[t].assign(qkv.begin() + c.q_dim(), qkv.begin() + c.q_dim() + c.kv_dim());
       v[t].assign(qkv.begin() + c.q_dim() + c.kv_dim(), qkv.end());
+      if (c.has_qk_norm) {
+        NormHeads(q[t], lw.q_norm, hd, c.rms_eps);
+        NormHeads(k[t], lw.k_norm, hd, c.rms_eps);
+      }
     }
     for (int p = 0; p < T; ++p) {
       // Visible keys and the position the query is seen from for each.
@@ -153,13 +202,9 @@ std::vector<Vec> ReferenceLogits(const model::Model& m, const std::vector<TokenI
       for (int i = 0; i < c.dim; ++i) x[p][i] += o[i];
     }
     for (int t = 0; t < T; ++t) {
-      const Vec gu = GroupVec(lw.w_gate_up, 2 * c.ffn_dim, RmsNorm(x[t], lw.ffn_norm, c.rms_eps));
-      Vec hidden(static_cast<std::size_t>(c.ffn_dim));
-      for (int i = 0; i < c.ffn_dim; ++i) {
-        const double gate = gu[i];
-        hidden[i] = gate / (1.0 + std::exp(-gate)) * gu[static_cast<std::size_t>(c.ffn_dim + i)];
-      }
-      const Vec d = MatVec(lw.w_down, hidden);
+      const Vec xn = RmsNorm(x[t], lw.ffn_norm, c.rms_eps);
+      const Vec d =
+          c.is_moe() ? MoeFfn(c, lw, xn) : SwiGluFfn(lw.w_gate_up, lw.w_down, c.ffn_dim, xn);
       for (int i = 0; i < c.dim; ++i) x[t][i] += d[i];
     }
   }
@@ -244,6 +289,67 @@ TEST(RopeVariantsTest, EngineMatchesScalarReferenceFullAndRolling) {
       }
     }
   }
+}
+
+// max |got - want| over every position, relative to the largest reference logit (the qwen3
+// preset's tied embeddings make logits of ~100).
+double MaxRelativeDiff(const std::vector<std::vector<float>>& got, const std::vector<Vec>& want) {
+  double diff = 0.0;
+  double largest = 0.0;
+  for (std::size_t t = 0; t < want.size(); ++t) {
+    EXPECT_EQ(got[t].size(), want[t].size());
+    for (std::size_t i = 0; i < want[t].size() && i < got[t].size(); ++i) {
+      diff = std::max(diff, std::abs(got[t][i] - want[t][i]));
+      largest = std::max(largest, std::abs(want[t][i]));
+    }
+  }
+  return diff / largest;
+}
+
+// qwen3 (per-head q/k norms before NeoX RoPE, head_dim 64 != dim / heads = 32) and qwen3moe (8
+// experts, 2 per token) against the reference, full attention and window + sinks.
+TEST(Qwen3ReferenceTest, EngineMatchesScalarReference) {
+  std::mt19937 rng(5);
+  std::vector<TokenId> tokens(24);
+  for (TokenId& t : tokens) t = static_cast<TokenId>(rng() % 4096);
+  for (const char* preset : {"qwen3-small", "qwen3moe-small"}) {
+    const model::Model m = model::MakeSyntheticModel(preset, 11);
+    ASSERT_TRUE(m.config.has_qk_norm);
+    ASSERT_NE(m.config.q_dim(), m.config.dim);
+    for (const int window : {0, 7}) {
+      const int sinks = 2;
+      const kv::KvPolicy policy =
+          window == 0 ? kv::KvPolicy::Full()
+                      : kv::KvPolicy::Window(window, sinks, kv::PositionMode::kRolling);
+      const double rel = MaxRelativeDiff(EngineLogits(m, tokens, policy),
+                                         ReferenceLogits(m, tokens, window, sinks));
+      EXPECT_LT(rel, 1e-5) << preset << (window == 0 ? " full" : " window 7 + 2 sinks");
+    }
+  }
+}
+
+// The reference's qwen3 parts matter: without the q/k norms, or with the router's top-k weights
+// left unnormalised, its logits move by far more than the tolerance above.
+TEST(Qwen3ReferenceTest, NormsAndRenormalisationChangeTheLogits) {
+  std::vector<TokenId> tokens = {5, 900, 17, 2048, 33, 4000, 1, 77};
+  const model::Model dense = model::MakeSyntheticModel("qwen3-small", 11);
+  model::Model no_norm = model::MakeSyntheticModel("qwen3-small", 11);
+  no_norm.config.has_qk_norm = false;
+  std::vector<std::vector<float>> without(tokens.size());
+  const std::vector<Vec> ref_without = ReferenceLogits(no_norm, tokens, 0, 0);
+  for (std::size_t t = 0; t < tokens.size(); ++t) {
+    without[t].assign(ref_without[t].begin(), ref_without[t].end());
+  }
+  EXPECT_GT(MaxRelativeDiff(without, ReferenceLogits(dense, tokens, 0, 0)), 1e-2);
+
+  // Every expert used: the renormalised top-k is then the plain softmax mixture, a different
+  // model from top-2 of 8.
+  const model::Model moe = model::MakeSyntheticModel("qwen3moe-small", 11);
+  model::Model all = model::MakeSyntheticModel("qwen3moe-small", 11);
+  all.config.num_experts_used = all.config.num_experts;
+  const std::vector<std::vector<float>> got_all = EngineLogits(all, tokens, kv::KvPolicy::Full());
+  EXPECT_LT(MaxRelativeDiff(got_all, ReferenceLogits(all, tokens, 0, 0)), 1e-5);
+  EXPECT_GT(MaxRelativeDiff(got_all, ReferenceLogits(moe, tokens, 0, 0)), 1e-2);
 }
 
 // The variants must change the logits (a test that passes with the variant ignored would be

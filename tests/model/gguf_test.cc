@@ -82,7 +82,10 @@ struct TinySpec {
   std::string arch = "llama";
   int dim = 8, layers = 1, heads = 2, kv_heads = 1, ffn = 16, vocab = 6;
   bool tied = false;
-  bool bias = false;  // write qwen2 attn_{q,k,v}.bias
+  bool bias = false;     // write qwen2 attn_{q,k,v}.bias
+  bool qk_norm = false;  // write qwen3 attn_{q,k}_norm
+  int head_dim = 0;      // > 0: written as key_length / value_length (else dim / heads)
+  int experts = 0, experts_used = 0, expert_ffn = 0;  // qwen3moe: 3-D expert tensors, no ffn_*
   GgmlType matrix_type = GgmlType::kF32;
   std::string skip_tensor;
   // Written as these raw bytes of this type instead (hostile-file tests).
@@ -110,8 +113,21 @@ TinyFile BuildTiny(const TinySpec& s) {
   w.SetFloat32(a + ".attention.layer_norm_rms_epsilon", 1e-6f);
   w.SetFloat32(a + ".rope.freq_base", 500000.0f);
   const auto dim = static_cast<std::uint64_t>(s.dim);
-  const auto hd = dim / static_cast<std::uint64_t>(s.heads);
+  const auto hd = s.head_dim > 0 ? static_cast<std::uint64_t>(s.head_dim)
+                                 : dim / static_cast<std::uint64_t>(s.heads);
+  const auto q = hd * static_cast<std::uint64_t>(s.heads);
   const auto kv = hd * static_cast<std::uint64_t>(s.kv_heads);
+  if (s.head_dim > 0) {
+    w.SetUint32(a + ".attention.key_length", static_cast<std::uint32_t>(s.head_dim));
+    w.SetUint32(a + ".attention.value_length", static_cast<std::uint32_t>(s.head_dim));
+  }
+  const auto experts = static_cast<std::uint64_t>(s.experts);
+  const auto ffn_exp = static_cast<std::uint64_t>(s.expert_ffn);
+  if (s.experts > 0) {
+    w.SetUint32(a + ".expert_count", static_cast<std::uint32_t>(s.experts));
+    w.SetUint32(a + ".expert_used_count", static_cast<std::uint32_t>(s.experts_used));
+    w.SetUint32(a + ".expert_feed_forward_length", static_cast<std::uint32_t>(s.expert_ffn));
+  }
   const auto ffn = static_cast<std::uint64_t>(s.ffn);
   const auto vocab = static_cast<std::uint64_t>(s.vocab);
   float start = 0.0f;
@@ -135,7 +151,7 @@ TinyFile BuildTiny(const TinySpec& s) {
   for (int l = 0; l < s.layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     add(p + "attn_norm.weight", {dim}, GgmlType::kF32);
-    add(p + "attn_q.weight", {dim, dim}, s.matrix_type);
+    add(p + "attn_q.weight", {dim, q}, s.matrix_type);
     add(p + "attn_k.weight", {dim, kv}, s.matrix_type);
     add(p + "attn_v.weight", {dim, kv}, s.matrix_type);
     if (s.bias) {
@@ -143,8 +159,19 @@ TinyFile BuildTiny(const TinySpec& s) {
       add(p + "attn_k.bias", {kv}, GgmlType::kF32);
       add(p + "attn_v.bias", {kv}, GgmlType::kF32);
     }
-    add(p + "attn_output.weight", {dim, dim}, s.matrix_type);
+    if (s.qk_norm) {
+      add(p + "attn_q_norm.weight", {hd}, GgmlType::kF32);
+      add(p + "attn_k_norm.weight", {hd}, GgmlType::kF32);
+    }
+    add(p + "attn_output.weight", {q, dim}, s.matrix_type);
     add(p + "ffn_norm.weight", {dim}, GgmlType::kF32);
+    if (s.experts > 0) {
+      add(p + "ffn_gate_inp.weight", {dim, experts}, GgmlType::kF32);
+      add(p + "ffn_gate_exps.weight", {dim, ffn_exp, experts}, s.matrix_type);
+      add(p + "ffn_up_exps.weight", {dim, ffn_exp, experts}, s.matrix_type);
+      add(p + "ffn_down_exps.weight", {ffn_exp, dim, experts}, s.matrix_type);
+      continue;
+    }
     add(p + "ffn_gate.weight", {dim, ffn}, s.matrix_type);
     add(p + "ffn_up.weight", {dim, ffn}, s.matrix_type);
     add(p + "ffn_down.weight", {ffn, dim}, s.matrix_type);
@@ -1337,6 +1364,112 @@ TEST(GgufSchemaTest, RopeFreqsIsALlamaTensorOnly) {
   TinyFile tf = BuildTiny(spec);
   tf.writer.AddTensor("rope_freqs.weight", {2}, GgmlType::kF32, std::vector<float>{1, 2});
   EXPECT_NE(ModelErrorOf(tf.writer.Serialize()).find("'rope_freqs.weight'"), std::string::npos);
+}
+
+TinySpec TinyQwen3Moe() {
+  TinySpec spec;
+  spec.arch = "qwen3moe";
+  spec.qk_norm = true;
+  spec.head_dim = 8;  // q: 2 heads x 8 = 16 rows over dim 8
+  spec.experts = 4;
+  spec.experts_used = 2;
+  spec.expert_ffn = 8;
+  return spec;
+}
+
+// A qwen3moe file: the configuration from its keys, q/k norms, the router, and each expert a
+// slice of its 3-D tensors (expert e's rows at e x rows-per-expert), read in place.
+TEST(GgufLoaderTest, Qwen3MoeLoadsNormsRouterAndExpertSlices) {
+  const TinySpec spec = TinyQwen3Moe();
+  TinyFile tf = BuildTiny(spec);
+  const Bytes bytes = tf.writer.Serialize();
+  const Model m = internal::LoadGgufModelFromBytes(bytes, "q.gguf");
+  const ModelConfig& c = m.config;
+  EXPECT_EQ(c.architecture, Architecture::kQwen3Moe);
+  EXPECT_EQ(c.rope_style, RopeStyle::kNeox);
+  EXPECT_TRUE(c.has_qk_norm);
+  EXPECT_FALSE(c.has_qkv_bias);
+  EXPECT_EQ(c.head_dim, 8);
+  EXPECT_EQ(c.q_dim(), 16);
+  EXPECT_EQ(c.num_experts, 4);
+  EXPECT_EQ(c.num_experts_used, 2);
+  EXPECT_EQ(c.expert_ffn_dim, 8);
+  const LayerWeights& lw = m.weights->layers[0];
+  ASSERT_NE(lw.q_norm, nullptr);
+  EXPECT_EQ(lw.q_norm[3], tf.values["blk.0.attn_q_norm.weight"][3]);
+  EXPECT_EQ(lw.k_norm[5], tf.values["blk.0.attn_k_norm.weight"][5]);
+  EXPECT_TRUE(lw.w_gate_up.empty());
+  EXPECT_EQ(lw.router.rows, 4);
+  ASSERT_EQ(lw.expert_gate_up.size(), 4U);
+  ASSERT_EQ(lw.expert_down.size(), 4U);
+  const std::size_t dim = 8;
+  const std::size_t ffe = 8;
+  for (std::size_t e = 0; e < 4; ++e) {
+    const std::vector<float> gu = DequantizeRows(lw.expert_gate_up[e], 0, 16);
+    EXPECT_EQ(gu[1], tf.values["blk.0.ffn_gate_exps.weight"][e * ffe * dim + 1]) << e;
+    EXPECT_EQ(gu[ffe * dim + 2], tf.values["blk.0.ffn_up_exps.weight"][e * ffe * dim + 2]) << e;
+    const std::vector<float> down = DequantizeRows(lw.expert_down[e], 0, 8);
+    EXPECT_EQ(down[9], tf.values["blk.0.ffn_down_exps.weight"][e * dim * ffe + 9]) << e;
+  }
+  // A qwen3 file (dense) loads with its norms and without experts.
+  TinySpec dense = TinyQwen3Moe();
+  dense.arch = "qwen3";
+  dense.experts = 0;
+  TinyFile df = BuildTiny(dense);
+  const Model d = internal::LoadGgufModelFromBytes(df.writer.Serialize(), "d.gguf");
+  EXPECT_EQ(d.config.architecture, Architecture::kQwen3);
+  EXPECT_TRUE(d.config.has_qk_norm);
+  EXPECT_FALSE(d.config.is_moe());
+}
+
+// What qwen3moe files may say about their experts: llama.cpp's qwen3moe values are accepted, the
+// others refused by name.
+TEST(GgufSchemaTest, Qwen3MoeExpertKeysAcceptedAndRefused) {
+  {
+    TinyFile tf = BuildTiny(TinyQwen3Moe());
+    tf.writer.SetBool("qwen3moe.expert_weights_norm", true);
+    tf.writer.SetUint32("qwen3moe.expert_gating_func", 1);
+    tf.writer.SetFloat32("qwen3moe.expert_weights_scale", 1.0f);
+    tf.writer.SetUint32("qwen3moe.expert_shared_count", 0);
+    tf.writer.SetUint32("qwen3moe.expert_group_count", 0);
+    EXPECT_EQ(ModelErrorOf(tf.writer.Serialize()), "");
+  }
+  const Refusal refusals[] = {
+      {"qwen3moe.expert_weights_norm",
+       [](TinyFile& f) { f.writer.SetBool("qwen3moe.expert_weights_norm", false); }},
+      {"qwen3moe.expert_gating_func",
+       [](TinyFile& f) { f.writer.SetUint32("qwen3moe.expert_gating_func", 2); }},
+      {"qwen3moe.expert_weights_scale",
+       [](TinyFile& f) { f.writer.SetFloat32("qwen3moe.expert_weights_scale", 2.5f); }},
+      {"qwen3moe.expert_shared_count",
+       [](TinyFile& f) { f.writer.SetUint32("qwen3moe.expert_shared_count", 1); }},
+      {"qwen3moe.expert_group_count",
+       [](TinyFile& f) { f.writer.SetUint32("qwen3moe.expert_group_count", 2); }},
+      {"blk.0.ffn_gate_shexp.weight",
+       [](TinyFile& f) {
+         f.writer.AddTensor("blk.0.ffn_gate_shexp.weight", {8, 2}, GgmlType::kF32,
+                            std::vector<float>(16, 0.0f));
+       }},
+  };
+  for (const Refusal& r : refusals) {
+    TinyFile tf = BuildTiny(TinyQwen3Moe());
+    r.damage(tf);
+    const Bytes bytes = tf.writer.Serialize();
+    EXPECT_NE(ModelErrorOf(bytes).find(std::string("'") + r.what + "'"), std::string::npos)
+        << r.what;
+    const GgufFile g(bytes, "x.gguf");
+    const ModelConfig c = internal::ReadGgufConfig(g);
+    const std::vector<std::string> listed = internal::UnsupportedInGguf(g, &c);
+    ASSERT_EQ(listed.size(), 1U) << r.what;
+    EXPECT_NE(listed[0].find(r.what), std::string::npos) << listed[0];
+  }
+  // Experts in a dense architecture's namespace stay refused.
+  TinySpec dense = TinyQwen3Moe();
+  dense.arch = "qwen3";
+  dense.experts = 0;
+  TinyFile tf = BuildTiny(dense);
+  tf.writer.SetUint32("qwen3.expert_count", 8);
+  EXPECT_NE(ModelErrorOf(tf.writer.Serialize()).find("'qwen3.expert_count'"), std::string::npos);
 }
 
 TEST(GgufSchemaTest, EveryRuleIsUnderAKnownNamespace) {

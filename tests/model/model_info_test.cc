@@ -147,13 +147,15 @@ TEST(ModelInfoTest, ExportedGgufKeepsShapesVocabularyAndStoredTypes) {
 TEST(ModelConfigJsonTest, NamesThePlainFields) {
   const ModelConfig c = MakeSyntheticModel("tiny").config;
   const nlohmann::json j = c;
-  EXPECT_EQ(j.size(), 11u);
+  EXPECT_EQ(j.size(), 15u);
   EXPECT_EQ(j.at("dim"), c.dim);
   EXPECT_EQ(j.at("num_kv_heads"), c.num_kv_heads);
   EXPECT_EQ(j.at("context_length"), c.context_length);
   EXPECT_EQ(j.at("rms_eps").get<float>(), c.rms_eps);
   EXPECT_EQ(j.at("rope_theta"), c.rope_theta);
   EXPECT_EQ(j.at("tied_embeddings"), c.tied_embeddings);
+  EXPECT_EQ(j.at("num_experts"), 0);
+  EXPECT_EQ(j.at("has_qk_norm"), false);
   EXPECT_FALSE(j.contains("rope_dim"));
   EXPECT_FALSE(j.contains("name"));
 }

@@ -26,11 +26,14 @@ const std::array<Command, 13> kCommands = {{
     {"score", "Teacher-forced scoring: perplexity of a sequence", &kAddScoreFlags},
     {"bench-decode", "Decode throughput: N sessions at context C, K batched decode steps",
      &kAddBenchDecodeFlags},
-    {"export-gguf", "Write a model as GGUF (llama architecture, with vocabulary) for llama.cpp",
+    {"export-gguf",
+     "Write a model as GGUF (llama, qwen3 or qwen3moe architecture, with vocabulary) for "
+     "llama.cpp",
      &kAddExportGgufFlags},
     {"info",
-     "Describe a model: architecture, hyper-parameters, tensors (type, shape, bytes), "
-     "vocabulary and special tokens",
+     "Describe a model: architecture (llama, qwen2, qwen3 and qwen3moe run; others are "
+     "named and refused), hyper-parameters, tensors (type, shape, bytes), vocabulary and "
+     "special tokens",
      &kAddInfoFlags},
     {"tokenize", "Print the token ids of a text (BOS prepended when the model's convention is to)",
      &kAddTokenizeFlags},

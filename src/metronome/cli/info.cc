@@ -169,6 +169,11 @@ void PrintTable(const std::string& spec, const model::ModelInfo& info) {
         c.context_length, static_cast<double>(c.rms_eps), c.rope_theta, c.rotary_dim(),
         RopeStyleName(c.rope_style), c.has_qkv_bias ? "yes" : "no",
         c.tied_embeddings ? "yes" : "no", RopeVariant(c).c_str());
+    if (c.has_qk_norm) std::printf("q/k norms      per head, before RoPE\n");
+    if (c.is_moe()) {
+      std::printf("experts        %d per layer, %d per token, ffn %d each\n", c.num_experts,
+                  c.num_experts_used, c.expert_ffn_dim);
+    }
   } else {
     std::printf("hyper-params   unavailable: %s\n", info.config_error.c_str());
   }

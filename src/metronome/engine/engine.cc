@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <span>
@@ -162,6 +163,14 @@ double ProductWeightBytes(const model::ModelWeights& weights, Product product) n
     for (const quant::WeightMatrix& m : LayerMatrices(lw, product)) {
       bytes += static_cast<double>(m.Bytes());
     }
+    if (product == Product::kGateUp) {
+      bytes += static_cast<double>(lw.router.Bytes());
+      for (const model::MatrixGroup& g : lw.expert_gate_up) {
+        for (const quant::WeightMatrix& m : g) bytes += static_cast<double>(m.Bytes());
+      }
+    } else if (product == Product::kDown) {
+      for (const quant::WeightMatrix& m : lw.expert_down) bytes += static_cast<double>(m.Bytes());
+    }
   }
   return bytes;
 }
@@ -231,6 +240,21 @@ struct Engine::Batch {
   double attn_flops_per_layer = 0.0;
   std::int64_t min_work_per_chunk = 1;
   int num_slots = 0;
+  // The mixture-of-experts stage (MoeFfnLayer), for one block of at most kFfnRowsPerBlock rows of
+  // k = num_experts_used slots each; a slot is one (row, chosen expert) pair, and the slots are
+  // laid out grouped by expert.
+  struct Moe {
+    std::vector<float> probs;   // [rows, num_experts]: router logits, then their softmax
+    std::vector<int> expert;    // [rows * k]: row t's j-th choice at t k + j
+    std::vector<float> weight;  // [rows * k]: its renormalised weight
+    std::vector<int> first;     // [num_experts + 1]: expert e's slots are [first[e], first[e+1])
+    std::vector<int> cursor;    // [num_experts]: grouping cursor
+    std::vector<int> slot;      // [rows * k]: where row t's j-th choice sits in expert order
+    std::vector<int> slot_row;  // [rows * k]: the row of each slot
+    // [slots, dim] the slots' normalised rows, then (overwritten) the experts' outputs;
+    // [slots, 2 expert_ffn_dim] gate|up; [slots, expert_ffn_dim] SwiGLU.
+    std::vector<float> in, gate_up, hidden;
+  } moe;
 
   [[nodiscard]] const Item& ItemOfRow(int t) const {
     return items[static_cast<std::size_t>(item_of_row[static_cast<std::size_t>(t)])];
@@ -425,7 +449,11 @@ void Engine::Forward(Batch& b) {
   PlanAttention(b);
   for (int l = 0; l < model_.config.num_layers; ++l) {
     AttentionLayer(b, l);
-    FfnLayer(b, l);
+    if (model_.config.is_moe()) {
+      MoeFfnLayer(b, l);
+    } else {
+      FfnLayer(b, l);
+    }
   }
   Logits(b);
   last_step_.flops = StepFlops(b);
@@ -437,9 +465,30 @@ void Engine::SizeActivations(Batch& b) const {
   const int pairs = rope_.num_pairs();
   EnsureSize(b.x, Floats(T, c.dim));
   EnsureSize(b.xb, Floats(T, c.dim));
-  EnsureSize(b.layer_acts, std::max({Floats(T, c.qkv_dim() + c.q_dim()),
-                                     FfnBlockFloats(std::min(T, kFfnRowsPerBlock), c.ffn_dim),
-                                     FfnBlockFloats(T % kFfnRowsPerBlock, c.ffn_dim)}));
+  const std::size_t dense_ffn_floats =
+      c.is_moe() ? 0
+                 : std::max(FfnBlockFloats(std::min(T, kFfnRowsPerBlock), c.ffn_dim),
+                            FfnBlockFloats(T % kFfnRowsPerBlock, c.ffn_dim));
+  EnsureSize(b.layer_acts, std::max(Floats(T, c.qkv_dim() + c.q_dim()), dense_ffn_floats));
+  if (c.is_moe()) {
+    const int rows = std::min(T, kFfnRowsPerBlock);
+    const int slots = rows * c.num_experts_used;
+    const auto n = static_cast<std::size_t>(slots);
+    const auto experts = static_cast<std::size_t>(c.num_experts);
+    Batch::Moe& moe = b.moe;
+    EnsureSize(moe.probs, Floats(rows, c.num_experts));
+    if (moe.expert.size() < n) {
+      moe.expert.resize(n);
+      moe.weight.resize(n);
+      moe.slot.resize(n);
+      moe.slot_row.resize(n);
+    }
+    moe.first.resize(experts + 1);
+    moe.cursor.resize(experts);
+    EnsureSize(moe.in, Floats(slots, c.dim));
+    EnsureSize(moe.gate_up, Floats(slots, 2 * c.expert_ffn_dim));
+    EnsureSize(moe.hidden, Floats(slots, c.expert_ffn_dim));
+  }
   EnsureSize(b.rope_cos, Floats(T, pairs));
   EnsureSize(b.rope_sin, Floats(T, pairs));
   EnsureSize(b.sink_cos, Floats(T, pairs));
@@ -601,11 +650,22 @@ void Engine::AttentionLayer(Batch& b, int l) {
   TimedProduct(&last_step_, Product::kQkv,
                [&] { kernels::MatMul(pool, b.xb.data(), T, lw.wqkv, qkv, false); });
 
-  // Bias, RoPE (q and k at absolute positions), then K/V into the session's blocks.
+  // Bias, q/k norms, RoPE (q and k at absolute positions), then K/V into the session's blocks.
   const int pairs = rope_.num_pairs();
   ForRows(pool, T, qkvd, [&](int t) {
     float* row = qkv + Floats(t, qkvd);
     if (lw.bqkv != nullptr) kernels::Axpy(1.0f, lw.bqkv, row, qkvd);
+    if (lw.q_norm != nullptr) {
+      // qwen3: every q and k head RMS-normalised before its rotation.
+      for (int h = 0; h < c.num_heads; ++h) {
+        float* head = row + Floats(h, c.head_dim);
+        kernels::RmsNorm(head, lw.q_norm, c.rms_eps, head, c.head_dim);
+      }
+      for (int h = 0; h < c.num_kv_heads; ++h) {
+        float* head = row + qd + Floats(h, c.head_dim);
+        kernels::RmsNorm(head, lw.k_norm, c.rms_eps, head, c.head_dim);
+      }
+    }
     const float* cs = &b.rope_cos[Floats(t, pairs)];
     const float* sn = &b.rope_sin[Floats(t, pairs)];
     rope_.Apply(row, c.num_heads, cs, sn);
@@ -713,6 +773,122 @@ void Engine::FfnLayer(Batch& b, int l) {
   }
 }
 
+// Layer l's mixture-of-experts FFN (qwen3moe) over blocks of at most kFfnRowsPerBlock rows: the
+// router (RouteRows), then the block's slots grouped by expert, so that each chosen expert's
+// matrices are read once per block (once per step for any decode step), not once per row: its
+// slots' rows gathered, the gate|up product, SwiGLU, the down product; finally every row adds its
+// experts' outputs times their weights in its own choice order, so that a row's result does not
+// depend on which other rows share the step.
+void Engine::MoeFfnLayer(Batch& b, int l) {
+  const model::ModelConfig& c = model_.config;
+  const model::LayerWeights& lw = model_.weights->layers[static_cast<std::size_t>(l)];
+  base::ThreadPool& pool = *threads_;
+  const int T = b.num_tokens;
+  const int dim = c.dim;
+  const int k = c.num_experts_used;
+  const int ffn = c.expert_ffn_dim;
+  Batch::Moe& moe = b.moe;
+
+  ForRows(pool, T, dim, [&](int t) {
+    kernels::RmsNorm(&b.x[Floats(t, dim)], lw.ffn_norm, c.rms_eps, &b.xb[Floats(t, dim)], dim);
+  });
+  for (int r0 = 0; r0 < T; r0 += kFfnRowsPerBlock) {
+    const int rows = std::min(kFfnRowsPerBlock, T - r0);
+    const int slots = rows * k;
+    const float* xb = &b.xb[Floats(r0, dim)];
+    RouteRows(b, l, xb, rows);
+
+    // Counting sort of the slots by expert (a few hundred at most: on the caller).
+    std::fill(moe.first.begin(), moe.first.end(), 0);
+    for (int i = 0; i < slots; ++i) {
+      ++moe.first[static_cast<std::size_t>(moe.expert[static_cast<std::size_t>(i)]) + 1];
+    }
+    for (int e = 0; e < c.num_experts; ++e) {
+      moe.first[static_cast<std::size_t>(e) + 1] += moe.first[static_cast<std::size_t>(e)];
+    }
+    std::copy(moe.first.begin(), moe.first.end() - 1, moe.cursor.begin());
+    for (int i = 0; i < slots; ++i) {
+      const int g = moe.cursor[static_cast<std::size_t>(moe.expert[static_cast<std::size_t>(i)])]++;
+      moe.slot[static_cast<std::size_t>(i)] = g;
+      moe.slot_row[static_cast<std::size_t>(g)] = i / k;
+    }
+    ForRows(pool, slots, dim, [&](int g) {
+      std::memcpy(&moe.in[Floats(g, dim)],
+                  xb + Floats(moe.slot_row[static_cast<std::size_t>(g)], dim),
+                  Floats(dim, sizeof(float)));
+    });
+    // Each expert over its slots (experts in turn; each product on the whole pool).
+    const auto for_each_expert = [&](auto&& fn) {
+      for (int e = 0; e < c.num_experts; ++e) {
+        const int g0 = moe.first[static_cast<std::size_t>(e)];
+        const int n = moe.first[static_cast<std::size_t>(e) + 1] - g0;
+        if (n > 0) fn(e, g0, n);
+      }
+    };
+    TimedProduct(&last_step_, Product::kGateUp, [&] {
+      for_each_expert([&](int e, int g0, int n) {
+        kernels::MatMul(pool, &moe.in[Floats(g0, dim)], n,
+                        lw.expert_gate_up[static_cast<std::size_t>(e)],
+                        &moe.gate_up[Floats(g0, 2 * ffn)], false);
+      });
+    });
+    ForRows(pool, slots, 2 * ffn, [&](int g) {
+      const float* gu = &moe.gate_up[Floats(g, 2 * ffn)];
+      kernels::SwiGlu(gu, gu + ffn, &moe.hidden[Floats(g, ffn)], ffn);
+    });
+    TimedProduct(&last_step_, Product::kDown, [&] {
+      for_each_expert([&](int e, int g0, int n) {
+        kernels::MatMul(pool, &moe.hidden[Floats(g0, ffn)], n,
+                        {&lw.expert_down[static_cast<std::size_t>(e)], 1}, &moe.in[Floats(g0, dim)],
+                        false);
+      });
+    });
+    ForRows(pool, rows, k * dim, [&](int t) {
+      float* x = &b.x[Floats(r0 + t, dim)];
+      for (int j = 0; j < k; ++j) {
+        const std::size_t i = Floats(t, k) + static_cast<std::size_t>(j);
+        kernels::Axpy(moe.weight[i], &moe.in[Floats(moe.slot[i], dim)], x, dim);
+      }
+    });
+  }
+}
+
+// The router of layer l over `rows` normalised rows, as llama.cpp's build_moe_ffn computes it for
+// qwen3moe: softmax over every expert's logit, the num_experts_used most probable (ties to the
+// lower index), their probabilities divided by their sum (clamped below at the smallest normal
+// f16, llama.cpp's guard against 0). A row of NaN logits still picks k distinct experts.
+void Engine::RouteRows(Batch& b, int l, const float* xb, int rows) {
+  const model::ModelConfig& c = model_.config;
+  const model::LayerWeights& lw = model_.weights->layers[static_cast<std::size_t>(l)];
+  const int num_experts = c.num_experts;
+  const int k = c.num_experts_used;
+  Batch::Moe& moe = b.moe;
+  TimedProduct(&last_step_, Product::kGateUp, [&] {
+    kernels::MatMul(*threads_, xb, rows, {&lw.router, 1}, moe.probs.data(), false);
+  });
+  constexpr float kMinWeightSum = 6.103515625e-5f;
+  ForRows(*threads_, rows, num_experts, [&](int t) {
+    float* p = &moe.probs[Floats(t, num_experts)];
+    kernels::Softmax(p, num_experts);
+    int* chosen = &moe.expert[Floats(t, k)];
+    float* weight = &moe.weight[Floats(t, k)];
+    float sum = 0.0f;
+    for (int j = 0; j < k; ++j) {
+      int best = -1;
+      for (int e = 0; e < num_experts; ++e) {
+        if (p[e] < 0.0f) continue;  // taken
+        if (best < 0 || p[e] > p[best]) best = e;
+      }
+      chosen[j] = best;
+      weight[j] = p[best];
+      sum += std::isnan(p[best]) ? 0.0f : p[best];
+      p[best] = -1.0f;  // probabilities are >= 0 (or NaN): -1 marks a taken expert
+    }
+    const float inv = 1.0f / std::max(sum, kMinWeightSum);
+    for (int j = 0; j < k; ++j) weight[j] *= inv;
+  });
+}
+
 // Final norm and output projection only for the rows whose logits were asked for.
 void Engine::Logits(Batch& b) {
   const model::ModelConfig& c = model_.config;
@@ -735,9 +911,12 @@ void Engine::Logits(Batch& b) {
 double Engine::StepFlops(const Batch& b) const {
   const model::ModelConfig& c = model_.config;
   const double dim = c.dim;
-  const double proj_flops_per_token = 2.0 * c.num_layers *
-                                      (dim * c.qkv_dim() + static_cast<double>(c.q_dim()) * dim +
-                                       dim * 2 * c.ffn_dim + static_cast<double>(c.ffn_dim) * dim);
+  // A token's FFN: the dense one, or the router and its k experts.
+  const double ffn_macs =
+      c.is_moe() ? dim * c.num_experts + 3.0 * dim * c.expert_ffn_dim * c.num_experts_used
+                 : 3.0 * dim * c.ffn_dim;
+  const double proj_flops_per_token =
+      2.0 * c.num_layers * (dim * c.qkv_dim() + static_cast<double>(c.q_dim()) * dim + ffn_macs);
   return proj_flops_per_token * b.num_tokens + b.attn_flops_per_layer * c.num_layers +
          2.0 * dim * static_cast<double>(c.vocab_size) * static_cast<double>(b.logit_rows.size());
 }

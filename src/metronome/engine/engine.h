@@ -87,7 +87,8 @@ inline constexpr int kNumProducts = 5;
 // "qkv", "attn_out", "gate_up", "down", "logits".
 [[nodiscard]] std::string_view Name(Product product) noexcept;
 // Weight bytes one step reads for `product`: its matrices over all layers (what a decode step
-// streams for it; the numerator of its read rate).
+// streams for it; the numerator of its read rate). A mixture of experts counts every expert (and
+// its router as gate_up): the most a step can read, which a decode step of few sessions does not.
 [[nodiscard]] double ProductWeightBytes(const model::ModelWeights& weights,
                                         Product product) noexcept;
 
@@ -164,6 +165,8 @@ class Engine {
   void AttentionLayer(Batch& batch, int layer);
   void RunAttention(Batch& batch, int layer, const float* qkv, float* att) const;
   void FfnLayer(Batch& batch, int layer);
+  void MoeFfnLayer(Batch& batch, int layer);
+  void RouteRows(Batch& batch, int layer, const float* xb, int rows);
   void Logits(Batch& batch);
   [[nodiscard]] double StepFlops(const Batch& batch) const;
 

@@ -1,5 +1,6 @@
-// Export to GGUF v3 in llama.cpp's `llama` conventions, so that a model we can run (notably a
-// synthetic one) can also be run by llama.cpp, and so that the GGUF loader has a round-trip test.
+// Export to GGUF v3 in llama.cpp's `llama`, `qwen3` and `qwen3moe` conventions, so that a model we
+// can run (notably a synthetic one) can also be run by llama.cpp, and so that the GGUF loader has a
+// round-trip test.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -82,6 +83,10 @@ const float* NormOf(const ModelWeights& mw, const internal::TensorSpec& t) {
       return layer().attn_norm;
     case internal::TensorPart::kFfnNorm:
       return layer().ffn_norm;
+    case internal::TensorPart::kAttnQNorm:
+      return layer().q_norm;
+    case internal::TensorPart::kAttnKNorm:
+      return layer().k_norm;
     default:
       throw ConfigError("cannot export tensor '" + t.name + "'");
   }
@@ -116,6 +121,27 @@ std::vector<float> MatrixValues(const ModelWeights& mw, const ModelConfig& c,
       return DequantizeRows(layer().w_gate_up, c.ffn_dim, c.ffn_dim);
     case internal::TensorPart::kFfnDown:
       return all(layer().w_down);
+    case internal::TensorPart::kFfnRouter:
+      return all(layer().router);
+    case internal::TensorPart::kFfnGateExps:
+    case internal::TensorPart::kFfnUpExps: {
+      // Expert e's gate (or up) rows, experts in order: the 3-D tensor's [n_expert, ff, dim].
+      const int first = t.part == internal::TensorPart::kFfnGateExps ? 0 : c.expert_ffn_dim;
+      std::vector<float> out;
+      for (const MatrixGroup& g : layer().expert_gate_up) {
+        const std::vector<float> rows = DequantizeRows(g, first, c.expert_ffn_dim);
+        out.insert(out.end(), rows.begin(), rows.end());
+      }
+      return out;
+    }
+    case internal::TensorPart::kFfnDownExps: {
+      std::vector<float> out;
+      for (const quant::WeightMatrix& m : layer().expert_down) {
+        const std::vector<float> rows = all(m);
+        out.insert(out.end(), rows.begin(), rows.end());
+      }
+      return out;
+    }
     default:
       throw ConfigError("cannot export tensor '" + t.name + "'");
   }
@@ -138,8 +164,11 @@ std::string ExportTypeNames() {
 
 ExportedTensor ChooseTensorType(const ExportTypes& types, const std::string& name,
                                 std::uint64_t cols) {
+  // llama.cpp's quantize keeps the router in its source type (it is tiny, and its top-k choice is
+  // sensitive to rounding); ours are fp32 at export.
+  if (name.ends_with(".ffn_gate_inp.weight")) return {name, {}, GgmlType::kF32, 0, "router"};
   const bool high = name == "output.weight" || name.ends_with(".attn_v.weight") ||
-                    name.ends_with(".ffn_down.weight");
+                    name.ends_with(".ffn_down.weight") || name.ends_with(".ffn_down_exps.weight");
   GgmlType t = high ? types.high : types.matrices;
   std::string why = high && types.high != types.matrices ? "more bits (_M mix)" : "";
   if (cols % quant::Traits(t).block_elems != 0) {
@@ -178,11 +207,20 @@ std::vector<float> Llama3RopeFreqFactors(double theta, int rotary_dim, double fa
 std::vector<ExportedTensor> ExportGguf(const Model& model, const std::string& path,
                                        const ExportTypes& types) {
   const ModelConfig& c = model.config;
-  if (c.architecture != Architecture::kLlama || c.rope_style != RopeStyle::kInterleaved ||
-      c.has_qkv_bias) {
+  // What each architecture's llama.cpp graph computes; a model that differs (qwen2's biases, a
+  // llama with NeoX pairs) has no file that says so.
+  const bool llama = c.architecture == Architecture::kLlama;
+  const bool qwen3 =
+      c.architecture == Architecture::kQwen3 || c.architecture == Architecture::kQwen3Moe;
+  const bool exportable =
+      !c.has_qkv_bias &&
+      ((llama && c.rope_style == RopeStyle::kInterleaved && !c.has_qk_norm && !c.is_moe()) ||
+       (qwen3 && c.rope_style == RopeStyle::kNeox && c.has_qk_norm &&
+        c.is_moe() == (c.architecture == Architecture::kQwen3Moe)));
+  if (!exportable) {
     throw ConfigError(path +
-                      ": only llama-style models (interleaved RoPE, no Q/K/V bias) can be "
-                      "exported as GGUF 'llama'");
+                      ": only llama (interleaved RoPE), qwen3 and qwen3moe (NeoX RoPE, q/k "
+                      "norms) models without Q/K/V biases can be exported as GGUF");
   }
   if (model.weights == nullptr) throw ConfigError(path + ": model has no weights");
   c.Validate(c.name);
@@ -190,35 +228,41 @@ std::vector<ExportedTensor> ExportGguf(const Model& model, const std::string& pa
   const Vocabulary vocab = ExportVocabulary(model, path, &ggml_model);
 
   GgufWriter w;
-  w.SetString("general.architecture", "llama");
+  const std::string arch = ArchitectureName(c.architecture);
+  const auto key = [&arch](const char* suffix) { return arch + "." + suffix; };
+  w.SetString("general.architecture", arch);
   w.SetString("general.name", c.name);
   w.SetUint32("general.file_type", types.file_type);
   const auto u32 = [](int v) { return static_cast<std::uint32_t>(v); };
-  w.SetUint32("llama.context_length", u32(c.context_length));
-  w.SetUint32("llama.embedding_length", u32(c.dim));
-  w.SetUint32("llama.block_count", u32(c.num_layers));
-  w.SetUint32("llama.feed_forward_length", u32(c.ffn_dim));
-  w.SetUint32("llama.rope.dimension_count", u32(c.rotary_dim()));
-  w.SetUint32("llama.attention.head_count", u32(c.num_heads));
-  w.SetUint32("llama.attention.head_count_kv", u32(c.num_kv_heads));
+  w.SetUint32(key("context_length"), u32(c.context_length));
+  w.SetUint32(key("embedding_length"), u32(c.dim));
+  w.SetUint32(key("block_count"), u32(c.num_layers));
+  w.SetUint32(key("feed_forward_length"), u32(c.ffn_dim));
+  w.SetUint32(key("rope.dimension_count"), u32(c.rotary_dim()));
+  w.SetUint32(key("attention.head_count"), u32(c.num_heads));
+  w.SetUint32(key("attention.head_count_kv"), u32(c.num_kv_heads));
+  if (c.is_moe()) {
+    w.SetUint32(key("expert_count"), u32(c.num_experts));
+    w.SetUint32(key("expert_used_count"), u32(c.num_experts_used));
+    w.SetUint32(key("expert_feed_forward_length"), u32(c.expert_ffn_dim));
+  }
   if (c.q_dim() != c.dim) {
     // llama.cpp assumes head_dim = dim / heads unless told otherwise.
-    w.SetUint32("llama.attention.key_length", u32(c.head_dim));
-    w.SetUint32("llama.attention.value_length", u32(c.head_dim));
+    w.SetUint32(key("attention.key_length"), u32(c.head_dim));
+    w.SetUint32(key("attention.value_length"), u32(c.head_dim));
   }
-  w.SetFloat32("llama.attention.layer_norm_rms_epsilon", c.rms_eps);
-  w.SetFloat32("llama.rope.freq_base", static_cast<float>(c.rope_theta));
-  w.SetUint32("llama.vocab_size", u32(c.vocab_size));
+  w.SetFloat32(key("attention.layer_norm_rms_epsilon"), c.rms_eps);
+  w.SetFloat32(key("rope.freq_base"), static_cast<float>(c.rope_theta));
+  w.SetUint32(key("vocab_size"), u32(c.vocab_size));
   if (c.rope_scaling != RopeScaling::kNone) {
-    w.SetString("llama.rope.scaling.type",
-                c.rope_scaling == RopeScaling::kYarn ? "yarn" : "linear");
-    w.SetFloat32("llama.rope.scaling.factor", static_cast<float>(c.rope_scaling_factor));
+    w.SetString(key("rope.scaling.type"), c.rope_scaling == RopeScaling::kYarn ? "yarn" : "linear");
+    w.SetFloat32(key("rope.scaling.factor"), static_cast<float>(c.rope_scaling_factor));
     if (c.rope_original_context > 0) {
-      w.SetUint32("llama.rope.scaling.original_context_length", u32(c.rope_original_context));
+      w.SetUint32(key("rope.scaling.original_context_length"), u32(c.rope_original_context));
     }
   }
   if (c.rope_attn_factor != 1.0) {
-    w.SetFloat32("llama.rope.scaling.attn_factor", static_cast<float>(c.rope_attn_factor));
+    w.SetFloat32(key("rope.scaling.attn_factor"), static_cast<float>(c.rope_attn_factor));
   }
 
   w.SetString("tokenizer.ggml.model", ggml_model);
@@ -252,12 +296,13 @@ std::vector<ExportedTensor> ExportGguf(const Model& model, const std::string& pa
       continue;
     }
     const std::uint64_t in = t.shape[0];
-    const std::uint64_t out = t.shape[1];
+    std::uint64_t elems = 1;
+    for (const std::uint64_t d : t.shape) elems *= d;
     ExportedTensor e = ChooseTensorType(types, t.name, in);
     e.shape = t.shape;
-    e.bytes = quant::TensorBytes(e.type, in * out).value_or(0);
+    e.bytes = quant::TensorBytes(e.type, elems).value_or(0);
     const std::vector<float> values = MatrixValues(mw, c, t);
-    w.AddTensor(t.name, e.shape, e.type, std::span<const float>(values.data(), in * out));
+    w.AddTensor(t.name, e.shape, e.type, std::span<const float>(values.data(), elems));
     table.push_back(std::move(e));
   }
   w.Write(path);

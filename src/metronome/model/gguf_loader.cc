@@ -81,26 +81,51 @@ void ReadRopeScaling(const GgufFile& g, const Key& key, ModelConfig& c) {
   c.rope_attn_factor = g.GetFloat(key("rope.scaling.attn_factor")).value_or(1.0);
 }
 
+// qwen3moe's experts as llama.cpp reads them: expert_count and expert_used_count required; each
+// expert's width from expert_feed_forward_length, else feed_forward_length / expert_used_count.
+// feed_forward_length (the dense width, which no layer has) only fills that default.
+template <typename Key>
+void ReadExperts(const GgufFile& g, const Key& key, ModelConfig& c) {
+  c.num_experts = RequireIntField(g, key("expert_count"));
+  c.num_experts_used = RequireIntField(g, key("expert_used_count"));
+  const auto ff = g.GetInt(key("feed_forward_length"));
+  if (ff) c.ffn_dim = ToInt(g, key("feed_forward_length"), *ff);
+  if (const auto fe = g.GetInt(key("expert_feed_forward_length"))) {
+    c.expert_ffn_dim = ToInt(g, key("expert_feed_forward_length"), *fe);
+  } else if (ff && c.num_experts_used > 0) {
+    c.expert_ffn_dim = c.ffn_dim / c.num_experts_used;
+  } else {
+    throw LoadError(g.source() + ": missing metadata key '" + key("expert_feed_forward_length") +
+                    "' (and no '" + key("feed_forward_length") + "' to derive it from)");
+  }
+  if (!ff) c.ffn_dim = c.expert_ffn_dim * c.num_experts_used;  // informational only
+}
+
 ModelConfig ReadConfig(const GgufFile& g) {
   const std::string arch = g.RequireString("general.architecture");
   ModelConfig c;
-  if (arch == "llama") {
-    c.architecture = Architecture::kLlama;
-    c.rope_style = RopeStyle::kInterleaved;
-    c.has_qkv_bias = false;
-  } else if (arch == "qwen2") {
-    c.architecture = Architecture::kQwen2;
-    c.rope_style = RopeStyle::kNeox;
-    c.has_qkv_bias = true;
-  } else {
+  const std::optional<Architecture> parsed = ParseArchitecture(arch);
+  if (!parsed) {
     throw LoadError(g.source() + ": unsupported architecture '" + arch +
-                    "' (supported: llama, qwen2)");
+                    "' (supported: " + ArchitectureNames() + ")");
   }
+  // llama.cpp's conventions per architecture: llama's q/k rows are permuted for interleaved pairs,
+  // the Qwen families' are not (NeoX pairs); qwen2 has Q/K/V biases, qwen3 per-head q/k norms.
+  c.architecture = *parsed;
+  c.rope_style =
+      c.architecture == Architecture::kLlama ? RopeStyle::kInterleaved : RopeStyle::kNeox;
+  c.has_qkv_bias = c.architecture == Architecture::kQwen2;
+  c.has_qk_norm =
+      c.architecture == Architecture::kQwen3 || c.architecture == Architecture::kQwen3Moe;
   const auto key = [&arch](const char* suffix) { return arch + "." + suffix; };
   c.name = std::filesystem::path(g.source()).filename().string();
   c.dim = RequireIntField(g, key("embedding_length"));
   c.num_layers = RequireIntField(g, key("block_count"));
-  c.ffn_dim = RequireIntField(g, key("feed_forward_length"));
+  if (c.architecture == Architecture::kQwen3Moe) {
+    ReadExperts(g, key, c);
+  } else {
+    c.ffn_dim = RequireIntField(g, key("feed_forward_length"));
+  }
   c.num_heads = RequireIntField(g, key("attention.head_count"));
   const auto kv_heads = g.GetInt(key("attention.head_count_kv"));
   c.num_kv_heads = kv_heads ? ToInt(g, key("attention.head_count_kv"), *kv_heads) : c.num_heads;
@@ -348,7 +373,10 @@ Model LoadGgufModelFromBytes(std::span<const std::uint8_t> bytes, const std::str
   const auto matrix = [&](std::size_t i) {
     const GgufTensorInfo& t = *infos[i];
     const auto cols = static_cast<int>(specs[i].shape[0]);
-    const auto rows = static_cast<int>(specs[i].shape[1]);
+    // The experts' 3-D tensors are one matrix of every expert's rows; each expert is a slice.
+    std::uint64_t all_rows = 1;
+    for (std::size_t d = 1; d < specs[i].shape.size(); ++d) all_rows *= specs[i].shape[d];
+    const auto rows = static_cast<int>(all_rows);
     if (arena_offset[i] == SIZE_MAX)
       return quant::MakeWeightMatrix(t.type, rows, cols, t.data.data());
     std::byte* dst = arena + arena_offset[i];
@@ -384,8 +412,25 @@ Model LoadGgufModelFromBytes(std::span<const std::uint8_t> bytes, const std::str
       lw.bqkv = q;
       i += 3;
     }
+    if (c.has_qk_norm) {
+      lw.q_norm = vector(i++);
+      lw.k_norm = vector(i++);
+    }
     lw.wo = matrix(i++);
     lw.ffn_norm = vector(i++);
+    if (c.is_moe()) {
+      lw.router = matrix(i++);
+      const quant::WeightMatrix gate = matrix(i);
+      const quant::WeightMatrix up = matrix(i + 1);
+      const quant::WeightMatrix down = matrix(i + 2);
+      i += 3;
+      for (int e = 0; e < c.num_experts; ++e) {
+        lw.expert_gate_up.push_back({gate.RowSlice(e * c.expert_ffn_dim, c.expert_ffn_dim),
+                                     up.RowSlice(e * c.expert_ffn_dim, c.expert_ffn_dim)});
+        lw.expert_down.push_back(down.RowSlice(e * c.dim, c.dim));
+      }
+      continue;
+    }
     lw.w_gate_up = {matrix(i), matrix(i + 1)};
     i += 2;
     lw.w_down = matrix(i++);

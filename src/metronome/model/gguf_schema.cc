@@ -38,15 +38,54 @@ std::string CheckCausal(const GgufFile& g, const std::string& key) {
 // A number the key may only carry with the value llama.cpp assumes for llama / qwen2 (it does not
 // read these keys for them; the engine computes what llama.cpp computes, and refuses a file that
 // means something else).
+constexpr double kZero = 0.0;
+constexpr double kOne = 1.0;
 template <const double& kNeutral>
 std::string CheckNeutral(const GgufFile& g, const std::string& key) {
   const auto v = g.GetFloat(key);
   if (!v || *v == kNeutral) return "";
   return "value " + std::to_string(*v) + " is not implemented (only " + std::to_string(kNeutral) +
-         ", what llama.cpp computes with for llama and qwen2)";
+         ", what llama.cpp computes with for this architecture)";
 }
-constexpr double kZero = 0.0;
-constexpr double kOne = 1.0;
+
+// The architecture a `{arch}.*` key belongs to.
+std::string KeyArchitecture(const std::string& key) { return key.substr(0, key.find('.')); }
+
+bool HasExperts(const std::string& arch) {
+  return ParseArchitecture(arch) == Architecture::kQwen3Moe;
+}
+
+// Expert counts: read for qwen3moe (ModelConfig::Validate bounds them); a dense architecture may
+// only say 0.
+std::string CheckExpertCount(const GgufFile& g, const std::string& key) {
+  if (HasExperts(KeyArchitecture(key))) return "";
+  return CheckNeutral<kZero>(g, key);
+}
+
+// llama.cpp's qwen3moe always renormalises the chosen experts' weights and never scales them; a
+// file may say so, not the opposite.
+std::string CheckExpertWeightsNorm(const GgufFile& g, const std::string& key) {
+  const auto* b = std::get_if<bool>(g.Find(key));
+  if (b == nullptr || *b) return "";
+  return "false (unnormalised expert weights) is not implemented";
+}
+std::string CheckExpertWeightsScale(const GgufFile& g, const std::string& key) {
+  const auto v = g.GetFloat(key);
+  if (!v || *v == 0.0 || *v == 1.0) return "";  // llama.cpp: 0 and 1 both mean "not scaled"
+  return "value " + std::to_string(*v) + " is not implemented (only 0 or 1: unscaled)";
+}
+// llama_expert_gating_func_type: 0 none (the architecture's default), 1 softmax (qwen3moe's).
+std::string CheckExpertGating(const GgufFile& g, const std::string& key) {
+  const auto v = g.GetInt(key);
+  if (!v || *v == 0 || *v == 1) return "";
+  return "gating function " + std::to_string(*v) + " is not implemented (only 1, softmax)";
+}
+// Grouped expert selection (DeepSeek V3): llama.cpp applies it for any architecture above 1 group.
+std::string CheckExpertGroups(const GgufFile& g, const std::string& key) {
+  const auto v = g.GetInt(key);
+  if (!v || *v <= 1) return "";
+  return "value " + std::to_string(*v) + " (grouped expert selection) is not implemented";
+}
 
 std::string CheckValueLength(const GgufFile& g, const std::string& key) {
   const auto v = g.GetInt(key);
@@ -82,7 +121,8 @@ std::string CheckSpacePrefix(const GgufFile& g, const std::string& key) {
 // The table. Keys under general.* and outside the architecture's and tokenizer.* namespaces are
 // all harmless (names, licences, quantisation provenance) and need no row.
 constexpr GgufKeyRule kRules[] = {
-    {"general.architecture", KeyUse::kRead, "llama or qwen2 (ReadConfig refuses others)"},
+    {"general.architecture", KeyUse::kRead,
+     "llama, qwen2, qwen3 or qwen3moe (ReadConfig refuses others)"},
     {"general.alignment", KeyUse::kRead, "tensor data alignment (the parser)"},
     {"{arch}.context_length", KeyUse::kRead, "trained context; YaRN's default original context"},
     {"{arch}.embedding_length", KeyUse::kRead, "residual width"},
@@ -111,8 +151,23 @@ constexpr GgufKeyRule kRules[] = {
     {"{arch}.rope.scaling.yarn_log_multiplier", KeyUse::kRead, "DeepSeek-style mscale: only 0",
      CheckNeutral<kZero>},
     {"{arch}.attention.causal", KeyUse::kRead, "causal attention: only true", CheckCausal},
-    {"{arch}.expert_count", KeyUse::kRead, "mixture of experts: only 0", CheckNeutral<kZero>},
-    {"{arch}.expert_used_count", KeyUse::kRead, "mixture of experts: only 0", CheckNeutral<kZero>},
+    {"{arch}.expert_count", KeyUse::kRead, "experts per layer (qwen3moe; others: only 0)",
+     CheckExpertCount},
+    {"{arch}.expert_used_count", KeyUse::kRead, "experts per token (qwen3moe; others: only 0)",
+     CheckExpertCount},
+    {"{arch}.expert_feed_forward_length", KeyUse::kRead, "an expert's SwiGLU hidden width"},
+    {"{arch}.expert_shared_count", KeyUse::kRead, "shared experts: only 0", CheckNeutral<kZero>},
+    {"{arch}.expert_shared_feed_forward_length", KeyUse::kRead, "shared experts: only 0",
+     CheckNeutral<kZero>},
+    {"{arch}.expert_weights_norm", KeyUse::kRead, "renormalised top-k weights: only true",
+     CheckExpertWeightsNorm},
+    {"{arch}.expert_weights_scale", KeyUse::kRead, "expert weight scale: only 0 or 1",
+     CheckExpertWeightsScale},
+    {"{arch}.expert_gating_func", KeyUse::kRead, "router gating: only softmax", CheckExpertGating},
+    {"{arch}.expert_group_count", KeyUse::kRead, "grouped expert selection: only 0 or 1",
+     CheckExpertGroups},
+    {"{arch}.expert_group_used_count", KeyUse::kRead, "grouped expert selection: only 0 or 1",
+     CheckExpertGroups},
     {"{arch}.vocab_size", KeyUse::kIgnored, "the token list and matrices give the vocabulary"},
     {"{arch}.rope.scaling.finetuned", KeyUse::kIgnored, "provenance flag"},
     {"{arch}.tensor_data_layout", KeyUse::kIgnored, "provenance of the q/k permutation"},
@@ -211,6 +266,10 @@ std::vector<std::string> UnsupportedInGguf(const GgufFile& g, const ModelConfig*
     for (const TensorSpec& t : RequiredTensors(*c)) expected.insert(t.name);
     for (const GgufTensorInfo& t : g.tensors()) {
       if (expected.contains(t.name) || OptionalTensor(t.name, arch)) continue;
+      if (t.name.find("_shexp.") != std::string::npos) {
+        out.push_back("tensor " + Quoted(t.name) + ": shared experts are not implemented");
+        continue;
+      }
       out.push_back("tensor " + Quoted(t.name) + " is not part of a " + arch +
                     " model this engine computes");
     }

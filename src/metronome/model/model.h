@@ -26,8 +26,9 @@ struct Model {
 
 // `spec` is one of:
 //   synthetic:<preset>   seeded random weights of a preset shape (see SyntheticPresetNames())
-//   <path>.gguf          GGUF v3, architectures llama / qwen2, tensor types F32, F16, BF16,
-//                        Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K (mixed per tensor)
+//   <path>.gguf          GGUF v3, architectures llama / qwen2 / qwen3 / qwen3moe, tensor
+//                        types F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K
+//                        (mixed per tensor)
 //   <path>.bin (other)   llama2.c checkpoint
 // `tokenizer_path` (may be empty) is a llama2.c tokenizer file; for GGUF it overrides the embedded
 // vocabulary only if given. Throws LoadError / ConfigError naming the file and the problem.

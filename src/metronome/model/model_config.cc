@@ -13,6 +13,7 @@ namespace {
 constexpr int kMaxDim = 1 << 16;
 constexpr int kMaxLayers = 1024;
 constexpr int kMaxVocab = 1 << 22;
+constexpr int kMaxExperts = 512;  // llama.cpp's LLAMA_MAX_EXPERTS
 
 void RequireRange(const std::string& source, const char* field, long long value, long long lo,
                   long long hi) {
@@ -23,6 +24,12 @@ void RequireRange(const std::string& source, const char* field, long long value,
 }
 
 }  // namespace
+
+std::string ArchitectureNames() {
+  std::string s;
+  for (const auto& a : kArchitectureNames) s += (s.empty() ? "" : ", ") + std::string(a.name);
+  return s;
+}
 
 void ModelConfig::Validate(const std::string& source) const {
   RequireRange(source, "dim", dim, 1, kMaxDim);
@@ -43,6 +50,15 @@ void ModelConfig::Validate(const std::string& source) const {
   RequireRange(source, "rope_dim", rope_dim, 0, head_dim);
   if (rope_dim % 2 != 0) {
     throw ConfigError(source + ": rope_dim = " + std::to_string(rope_dim) + " must be even");
+  }
+  if (num_experts > 0) {
+    RequireRange(source, "num_experts", num_experts, 2, kMaxExperts);
+    RequireRange(source, "num_experts_used", num_experts_used, 1, num_experts);
+    RequireRange(source, "expert_ffn_dim", expert_ffn_dim, 1, 4 * kMaxDim);
+  } else {
+    RequireRange(source, "num_experts", num_experts, 0, 0);
+    RequireRange(source, "num_experts_used", num_experts_used, 0, 0);
+    RequireRange(source, "expert_ffn_dim", expert_ffn_dim, 0, 0);
   }
   if (!(rms_eps > 0.0f && rms_eps < 1.0f)) {
     throw ConfigError(source + ": rms_eps = " + std::to_string(rms_eps) + " is outside (0, 1)");

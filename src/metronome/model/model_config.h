@@ -2,13 +2,38 @@
 // llama2.c header, synthetic presets); read by the runtime. Immutable once loaded.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "metronome/base/enum_names.h"
 
 namespace metronome::model {
 
-enum class Architecture : std::uint8_t { kLlama, kQwen2 };
+// The decoder families the engine computes, by GGUF general.architecture.
+enum class Architecture : std::uint8_t {
+  kLlama,    // "llama"
+  kQwen2,    // "qwen2": NeoX pairs, Q/K/V biases
+  kQwen3,    // "qwen3": NeoX pairs, per-head RMSNorm of q and k, no biases
+  kQwen3Moe  // "qwen3moe": qwen3's attention, a mixture-of-experts FFN in every layer
+};
+inline constexpr std::array<EnumName<Architecture>, 4> kArchitectureNames = {{
+    {Architecture::kLlama, "llama"},
+    {Architecture::kQwen2, "qwen2"},
+    {Architecture::kQwen3, "qwen3"},
+    {Architecture::kQwen3Moe, "qwen3moe"},
+}};
+[[nodiscard]] inline const char* ArchitectureName(Architecture a) noexcept {
+  return NameOf(kArchitectureNames, a, "?");
+}
+[[nodiscard]] inline std::optional<Architecture> ParseArchitecture(std::string_view name) noexcept {
+  return ValueOf(kArchitectureNames, name);
+}
+// "llama, qwen2, qwen3, qwen3moe" (for messages).
+[[nodiscard]] std::string ArchitectureNames();
 
 // How RoPE pairs the dimensions of a head.
 enum class RopeStyle : std::uint8_t {
@@ -50,7 +75,18 @@ struct ModelConfig {
   // rotary_dim()/2 finite values > 0.
   std::vector<float> rope_freq_factors;
   bool has_qkv_bias = false;     // qwen2
+  bool has_qk_norm = false;      // qwen3*: RMSNorm (weights [head_dim], rms_eps) of every q and k
+                                 // head before RoPE
   bool tied_embeddings = false;  // output projection shares token_embedding
+  // Mixture of experts (qwen3moe): 0 experts is a dense SwiGLU FFN of ffn_dim. Otherwise each
+  // layer's FFN is num_experts SwiGLU experts of expert_ffn_dim; a router ([num_experts, dim])
+  // picks num_experts_used of them per token (softmax over all, the best k, weights renormalised
+  // to sum 1) and their outputs are summed with those weights.
+  int num_experts = 0;
+  int num_experts_used = 0;
+  int expert_ffn_dim = 0;
+
+  [[nodiscard]] bool is_moe() const { return num_experts > 0; }
 
   [[nodiscard]] int q_dim() const { return num_heads * head_dim; }
   [[nodiscard]] int kv_dim() const { return num_kv_heads * head_dim; }

@@ -14,6 +14,7 @@ namespace metronome::model {
 // are the caller's).
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ModelConfig, dim, num_layers, num_heads, num_kv_heads, head_dim,
                                    ffn_dim, vocab_size, context_length, rms_eps, rope_theta,
-                                   tied_embeddings)
+                                   tied_embeddings, has_qk_norm, num_experts, num_experts_used,
+                                   expert_ffn_dim)
 
 }  // namespace metronome::model

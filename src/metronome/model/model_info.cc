@@ -164,8 +164,16 @@ WeightCheck CheckWeights(const std::string& spec, const std::string& tokenizer_p
     CheckVector(blk + "attn_qkv.bias", lw.bqkv, GroupRows(lw.wqkv), &check);
     CheckMatrix(blk + "attn_output.weight", lw.wo, &check);
     CheckVector(blk + "ffn_norm.weight", lw.ffn_norm, c.dim, &check);
+    CheckVector(blk + "attn_q_norm.weight", lw.q_norm, c.head_dim, &check);
+    CheckVector(blk + "attn_k_norm.weight", lw.k_norm, c.head_dim, &check);
     CheckGroup(blk + "ffn_gate_up", lw.w_gate_up, &check);
     CheckMatrix(blk + "ffn_down.weight", lw.w_down, &check);
+    CheckMatrix(blk + "ffn_gate_inp.weight", lw.router, &check);
+    for (std::size_t e = 0; e < lw.expert_gate_up.size(); ++e) {
+      const std::string expert = blk + "expert." + std::to_string(e) + ".";
+      CheckGroup(expert + "ffn_gate_up", lw.expert_gate_up[e], &check);
+      CheckMatrix(expert + "ffn_down", lw.expert_down[e], &check);
+    }
   }
   CheckVector("output_norm.weight", w.final_norm, c.dim, &check);
   if (!c.tied_embeddings) CheckMatrix("output.weight", w.output, &check);
@@ -178,7 +186,7 @@ ModelInfo DescribeModel(const std::string& spec, const std::string& tokenizer_pa
   const Model m = LoadModel(spec, tokenizer_path);
   ModelInfo info;
   info.format = format;
-  info.architecture = m.config.architecture == Architecture::kQwen2 ? "qwen2" : "llama";
+  info.architecture = ArchitectureName(m.config.architecture);
   info.config = m.config;
   for (const internal::TensorSpec& t : internal::RequiredTensors(m.config)) {
     std::uint64_t elems = 1;

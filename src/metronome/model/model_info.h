@@ -39,7 +39,7 @@ struct ModelInfo {
   ModelFormat format = ModelFormat::kSynthetic;
   std::string architecture;  // GGUF general.architecture (may be one the engine cannot run)
   // The engine's configuration of the model; nullopt with `config_error` when the file's
-  // metadata cannot give one (e.g. an architecture other than llama / qwen2).
+  // metadata cannot give one (e.g. an architecture the engine does not run).
   std::optional<ModelConfig> config;
   std::string config_error;
   // GGUF: why the engine would refuse to compute the file (internal::UnsupportedInGguf: each line

@@ -19,13 +19,20 @@ struct Preset {
   const char* name;
   int dim, num_layers, num_heads, num_kv_heads, head_dim, ffn_dim, vocab_size, context_length;
   bool tied_embeddings;
+  Architecture architecture = Architecture::kLlama;
+  int num_experts = 0, num_experts_used = 0, expert_ffn_dim = 0;
 };
 
-// smol-135m has the shape of SmolLM-135M.
+// smol-135m has the shape of SmolLM-135M. The qwen3 presets have Qwen3's traits at a small size:
+// head_dim != dim / heads (q has 2 dim rows), every matrix's rows whole 256-element blocks (so
+// q4_k_m quantises them all as K-quants); the qwen3moe one 8 experts, 2 used per token.
 constexpr Preset kPresets[] = {
     {"tiny", 64, 2, 4, 2, 16, 128, 512, 4096, false},
     {"smol-135m", 576, 30, 9, 3, 64, 1536, 49152, 8192, true},
     {"small", 256, 4, 8, 4, 32, 768, 4096, 4096, false},
+    {"qwen3-small", 256, 4, 8, 2, 64, 768, 4096, 4096, true, Architecture::kQwen3},
+    {"qwen3moe-small", 256, 4, 8, 4, 64, 768, 4096, 4096, false, Architecture::kQwen3Moe, 8, 2,
+     256},
 };
 
 // splitmix64's output function: a bijective 64-bit mixer with good avalanche.
@@ -129,6 +136,17 @@ ModelConfig SyntheticPresetConfig(const std::string& preset) {
     c.rope_theta = 10000.0;
     c.rope_style = RopeStyle::kInterleaved;
     c.tied_embeddings = p.tied_embeddings;
+    if (p.architecture != Architecture::kLlama) {
+      // Qwen3's conventions (its config.json: rms_norm_eps 1e-6, rope_theta 1e6).
+      c.architecture = p.architecture;
+      c.rms_eps = 1e-6f;
+      c.rope_theta = 1e6;
+      c.rope_style = RopeStyle::kNeox;
+      c.has_qk_norm = true;
+      c.num_experts = p.num_experts;
+      c.num_experts_used = p.num_experts_used;
+      c.expert_ffn_dim = p.expert_ffn_dim;
+    }
     return c;
   }
   throw ConfigError("unknown synthetic preset '" + preset + "' (known: " + SyntheticPresetNames() +
@@ -150,13 +168,22 @@ Model MakeSyntheticModel(const std::string& preset, std::uint64_t seed, int num_
   const auto ffn = static_cast<std::size_t>(c.ffn_dim);
   const auto qkv = static_cast<std::size_t>(c.qkv_dim());
   const auto q = static_cast<std::size_t>(c.q_dim());
+  const auto hd = static_cast<std::size_t>(c.head_dim);
+  const auto experts = static_cast<std::size_t>(c.num_experts);
+  const auto ffn_exp = static_cast<std::size_t>(c.expert_ffn_dim);
 
   // Tensor ids are part of the output's definition: changing them changes every synthetic model.
   constexpr std::uint64_t kEmbeddingId = 0;
   constexpr std::uint64_t kOutputId = 1;
   constexpr std::uint64_t kFirstLayerId = 16;
   constexpr std::uint64_t kIdsPerLayer = 8;
+  constexpr std::uint64_t kFirstExtraId = std::uint64_t{1} << 32;
   std::vector<UniformJob> jobs;
+  struct Span {
+    float* data;
+    std::size_t n;
+  };
+  std::vector<Span> offset_by_one;  // filled in [-a, a), then moved to [1 - a, 1 + a)
   jobs.push_back({w.MutableFloats(w.token_embedding), vocab * dim, TensorKey(seed, kEmbeddingId),
                   std::sqrt(3.0f)});
   for (std::size_t l = 0; l < w.layers.size(); ++l) {
@@ -168,10 +195,30 @@ Model MakeSyntheticModel(const std::string& preset, std::uint64_t seed, int num_
         {w.MutableFloats(lw.wqkv[0]), qkv * dim, TensorKey(seed, id + 0), MatrixAmplitude(c.dim)});
     jobs.push_back(
         {w.MutableFloats(lw.wo), dim * q, TensorKey(seed, id + 1), MatrixAmplitude(c.q_dim())});
-    jobs.push_back({w.MutableFloats(lw.w_gate_up[0]), 2 * ffn * dim, TensorKey(seed, id + 2),
-                    MatrixAmplitude(c.dim)});
-    jobs.push_back({w.MutableFloats(lw.w_down), dim * ffn, TensorKey(seed, id + 3),
-                    MatrixAmplitude(c.ffn_dim)});
+    if (!c.is_moe()) {
+      jobs.push_back({w.MutableFloats(lw.w_gate_up[0]), 2 * ffn * dim, TensorKey(seed, id + 2),
+                      MatrixAmplitude(c.dim)});
+      jobs.push_back({w.MutableFloats(lw.w_down), dim * ffn, TensorKey(seed, id + 3),
+                      MatrixAmplitude(c.ffn_dim)});
+    }
+    // The qwen3 tensors take ids of their own, so the llama presets' weights stay what they were.
+    const std::uint64_t extra = kFirstExtraId + l * kIdsPerLayer;
+    if (c.has_qk_norm) {
+      // Around 1 but not 1, so that a norm applied to the wrong head or not at all shows.
+      jobs.push_back({lw.q_norm, hd, TensorKey(seed, extra + 0), 0.5f});
+      jobs.push_back({lw.k_norm, hd, TensorKey(seed, extra + 1), 0.5f});
+      offset_by_one.push_back({lw.q_norm, hd});
+      offset_by_one.push_back({lw.k_norm, hd});
+    }
+    if (c.is_moe()) {
+      // One job per tensor: each layer's experts are consecutive slices of one arena matrix.
+      jobs.push_back({w.MutableFloats(lw.router), experts * dim, TensorKey(seed, extra + 2),
+                      MatrixAmplitude(c.dim)});
+      jobs.push_back({w.MutableFloats(lw.expert_gate_up[0][0]), experts * 2 * ffn_exp * dim,
+                      TensorKey(seed, extra + 3), MatrixAmplitude(c.dim)});
+      jobs.push_back({w.MutableFloats(lw.expert_down[0]), experts * dim * ffn_exp,
+                      TensorKey(seed, extra + 4), MatrixAmplitude(c.expert_ffn_dim)});
+    }
   }
   FillConstant(w.final_norm, dim, 1.0f);
   if (!c.tied_embeddings) {
@@ -180,6 +227,9 @@ Model MakeSyntheticModel(const std::string& preset, std::uint64_t seed, int num_
   }
   base::ThreadPool pool(base::ThreadPoolOptions{.num_threads = num_threads});
   FillUniform(pool, jobs);
+  for (const Span& sp : offset_by_one) {
+    for (std::size_t i = 0; i < sp.n; ++i) sp.data[i] += 1.0f;
+  }
   m.tokenizer = MakeSentencePieceTokenizer(MakeSyntheticVocabulary(c.vocab_size));
   return m;
 }

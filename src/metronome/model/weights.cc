@@ -29,6 +29,11 @@ void ForEachMatrix(Weights& w, Fn fn) {
     fn(l.wo);
     for (auto& part : l.w_gate_up) fn(part);
     fn(l.w_down);
+    fn(l.router);
+    for (auto& group : l.expert_gate_up) {
+      for (auto& part : group) fn(part);
+    }
+    for (auto& down : l.expert_down) fn(down);
   }
   fn(w.output);
 }
@@ -93,6 +98,9 @@ ModelWeights::ModelWeights(const ModelConfig& c) {
   const auto ffn = static_cast<std::size_t>(c.ffn_dim);
   const auto qkv = static_cast<std::size_t>(c.qkv_dim());
   const auto qd = static_cast<std::size_t>(c.q_dim());
+  const auto hd = static_cast<std::size_t>(c.head_dim);
+  const auto experts = static_cast<std::size_t>(c.num_experts);
+  const auto ffn_exp = static_cast<std::size_t>(c.expert_ffn_dim);
 
   // Two passes over the same layout: the first sizes the arena, the second hands out pointers.
   std::size_t cursor = 0;
@@ -116,10 +124,30 @@ ModelWeights::ModelWeights(const ModelConfig& c) {
       l.attn_norm = take(dim);
       l.wqkv = {matrix(qkv, dim)};
       l.bqkv = c.has_qkv_bias ? take(qkv) : nullptr;
+      if (c.has_qk_norm) {
+        l.q_norm = take(hd);
+        l.k_norm = take(hd);
+        vector_floats_ += 2 * hd;
+      }
       l.wo = matrix(dim, qd);
       l.ffn_norm = take(dim);
-      l.w_gate_up = {matrix(2 * ffn, dim)};
-      l.w_down = matrix(dim, ffn);
+      if (c.is_moe()) {
+        // All experts' gate|up rows in one matrix, then all their down rows: each expert a slice
+        // (taken in the pass that has the storage).
+        l.router = matrix(experts, dim);
+        const quant::WeightMatrix gate_up = matrix(experts * 2 * ffn_exp, dim);
+        const quant::WeightMatrix down = matrix(experts * dim, ffn_exp);
+        l.expert_gate_up.clear();
+        l.expert_down.clear();
+        for (std::size_t e = 0; base != nullptr && e < experts; ++e) {  // sized: pass 1 only
+          l.expert_gate_up.push_back(
+              {gate_up.RowSlice(static_cast<int>(e * 2 * ffn_exp), static_cast<int>(2 * ffn_exp))});
+          l.expert_down.push_back(down.RowSlice(static_cast<int>(e * dim), static_cast<int>(dim)));
+        }
+      } else {
+        l.w_gate_up = {matrix(2 * ffn, dim)};
+        l.w_down = matrix(dim, ffn);
+      }
       vector_floats_ += 2 * dim + (c.has_qkv_bias ? qkv : 0);
     }
     final_norm = take(dim);

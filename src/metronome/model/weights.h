@@ -37,12 +37,21 @@ struct LayerWeights {
   // [qkv_dim, dim]: rows [0, q_dim) = Wq, [q_dim, q_dim+kv_dim) = Wk, then Wv. Q/K rows use the
   // pair layout of ModelConfig::rope_style (no permutation is applied by the runtime).
   MatrixGroup wqkv;
-  float* bqkv = nullptr;      // [qkv_dim], only when config.has_qkv_bias; else nullptr
-  quant::WeightMatrix wo;     // [dim, q_dim]
+  float* bqkv = nullptr;   // [qkv_dim], only when config.has_qkv_bias; else nullptr
+  quant::WeightMatrix wo;  // [dim, q_dim]
+  // [head_dim] each, only when config.has_qk_norm: RMSNorm weights of every q resp. k head.
+  float* q_norm = nullptr;
+  float* k_norm = nullptr;
   float* ffn_norm = nullptr;  // [dim]
+  // Dense FFN (not config.is_moe(); else empty):
   // [2 * ffn_dim, dim]: rows [0, ffn_dim) = gate (w1), rows [ffn_dim, 2 ffn_dim) = up (w3)
   MatrixGroup w_gate_up;
   quant::WeightMatrix w_down;  // [dim, ffn_dim] (w2)
+  // Mixture of experts (config.is_moe()): the router and, per expert e, the same two products as
+  // the dense FFN at expert_ffn_dim (views of rows of the file's 3-D tensors, or of the arena).
+  quant::WeightMatrix router;                    // [num_experts, dim]
+  std::vector<MatrixGroup> expert_gate_up;       // [num_experts] x [2 * expert_ffn_dim, dim]
+  std::vector<quant::WeightMatrix> expert_down;  // [num_experts] x [dim, expert_ffn_dim]
 };
 
 // Rows [row_begin, row_begin + count) of a matrix, or of a group's concatenated rows, as fp32

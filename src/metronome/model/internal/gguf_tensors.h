@@ -24,16 +24,23 @@ enum class TensorPart : std::uint8_t {
   kAttnQBias,  // the three biases only with has_qkv_bias
   kAttnKBias,
   kAttnVBias,
+  kAttnQNorm,  // the two per-head norms only with has_qk_norm
+  kAttnKNorm,
   kAttnOutput,
   kFfnNorm,
-  kFfnGate,
+  kFfnGate,  // gate, up, down: the dense FFN (not is_moe)
   kFfnUp,
   kFfnDown,
+  kFfnRouter,    // ffn_gate_inp: [dim] -> [num_experts] (is_moe)
+  kFfnGateExps,  // the experts' gate, up, down, all experts in one 3-D tensor each (is_moe)
+  kFfnUpExps,
+  kFfnDownExps,
 };
 
 // A tensor the runtime needs: its llama.cpp name, its ggml shape ([in, out] for a matrix over our
-// row-major [out, in] storage; [n] for a vector), and whether it is a weight matrix (kept in its
-// stored type) or a vector (norms, biases: fp32 at run time).
+// row-major [out, in] storage; [in, out, n_expert] for the experts' matrices, expert e's rows
+// being [e out, (e + 1) out) of the [n_expert out, in] rows; [n] for a vector), and whether it is
+// a weight matrix (kept in its stored type) or a vector (norms, biases: fp32 at run time).
 struct TensorSpec {
   std::string name;
   std::vector<std::uint64_t> shape;
@@ -44,7 +51,8 @@ struct TensorSpec {
 
 // Every tensor of `c`, in the order the runtime's layout lists them (and the exporter writes
 // them): token_embd, output_norm, output, then per block attn_norm, attn_q/k/v, their biases,
-// attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down.
+// attn_q_norm, attn_k_norm, attn_output, ffn_norm, then ffn_gate, ffn_up, ffn_down (dense) or
+// ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps (mixture of experts).
 [[nodiscard]] std::vector<TensorSpec> RequiredTensors(const ModelConfig& c);
 
 }  // namespace metronome::model::internal
