@@ -123,34 +123,24 @@ inline void LoadNibblesWithFifthBits(const std::byte* q, __m512i (&v)[kWords]) n
         _mm512_ternarylogic_epi32(_mm512_srli_epi16(x, 4), _mm512_slli_epi16(h, 4), low, kSelect);
   }
 }
-struct Q4_0I {
-  static constexpr GgmlType kType = GgmlType::kQ4_0;
-  static constexpr std::int32_t kOffset = 8;
-  static constexpr bool kHasMin = false;
-  static void Load(const std::byte* q, __m512i (&v)[kWords]) noexcept { LoadNibbles(q, v); }
-};
-struct Q4_1I {
-  static constexpr GgmlType kType = GgmlType::kQ4_1;
-  static constexpr std::int32_t kOffset = 0;
-  static constexpr bool kHasMin = true;
-  static void Load(const std::byte* q, __m512i (&v)[kWords]) noexcept { LoadNibbles(q, v); }
-};
-struct Q5_0I {
-  static constexpr GgmlType kType = GgmlType::kQ5_0;
-  static constexpr std::int32_t kOffset = 16;
-  static constexpr bool kHasMin = false;
+// The four nibble types: an offset (kOffset) or a min per block (kHasMin); fifth bits for Q5_x.
+template <GgmlType kT, std::int32_t kOff, bool kMin, bool kFifthBits>
+struct NibbleI {
+  static constexpr GgmlType kType = kT;
+  static constexpr std::int32_t kOffset = kOff;
+  static constexpr bool kHasMin = kMin;
   static void Load(const std::byte* q, __m512i (&v)[kWords]) noexcept {
-    LoadNibblesWithFifthBits(q, v);
+    if constexpr (kFifthBits) {
+      LoadNibblesWithFifthBits(q, v);
+    } else {
+      LoadNibbles(q, v);
+    }
   }
 };
-struct Q5_1I {
-  static constexpr GgmlType kType = GgmlType::kQ5_1;
-  static constexpr std::int32_t kOffset = 0;
-  static constexpr bool kHasMin = true;
-  static void Load(const std::byte* q, __m512i (&v)[kWords]) noexcept {
-    LoadNibblesWithFifthBits(q, v);
-  }
-};
+using Q4_0I = NibbleI<GgmlType::kQ4_0, 8, false, false>;
+using Q4_1I = NibbleI<GgmlType::kQ4_1, 0, true, false>;
+using Q5_0I = NibbleI<GgmlType::kQ5_0, 16, false, true>;
+using Q5_1I = NibbleI<GgmlType::kQ5_1, 0, true, true>;
 
 template <class T>
 constexpr quant::InterleavedGeometry kGeometry = quant::InterleavedGeometryOf(T::kType);
