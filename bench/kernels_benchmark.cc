@@ -131,9 +131,10 @@ void BM_PagedAttention(benchmark::State& state) {
   const std::int64_t visible = policy.VisibleKeys(p);
   std::vector<float> scratch(kernels::AttentionScratchFloats(shape, visible));
   const kernels::Rope rope(64, 64, 10000.0, kernels::RopePairing::kInterleaved);
+  const base::QueryKeys keys[] = {policy.KeysOf(p)};
   for (auto _ : state) {
     for (int g = 0; g < shape.num_kv_heads; ++g) {
-      kernels::PagedAttention(shape, session.View(), policy, rope, 0, g, p, 1, q.data(), out.data(),
+      kernels::PagedAttention(shape, session.View(), keys, rope, 0, g, q.data(), out.data(),
                               q.size(), q.size(), scratch.data(), bench_impl.impl);
     }
     benchmark::DoNotOptimize(out.data());
@@ -194,6 +195,7 @@ void BM_PagedAttentionDecodeStep(benchmark::State& state) {
   std::vector<float> scratch(kernels::AttentionScratchFloats(shape, context + 1));
   const kernels::Rope rope(64, 64, 10000.0, kernels::RopePairing::kInterleaved);
   const auto row = static_cast<std::size_t>(shape.q_dim());
+  const base::QueryKeys keys[] = {policy.KeysOf(context)};
   for (auto _ : state) {
     for (int l = 0; l < layers; ++l) {
       for (int s = 0; s < sessions; ++s) {
@@ -201,13 +203,12 @@ void BM_PagedAttentionDecodeStep(benchmark::State& state) {
         const float* qs = q.data() + static_cast<std::size_t>(s) * row;
         float* os = out.data() + static_cast<std::size_t>(s) * row;
         if (together) {
-          kernels::PagedAttentionHeads(shape, session.View(), policy, rope, l, 0,
-                                       shape.num_kv_heads, context, 1, qs, os, row, row,
-                                       scratch.data());
+          kernels::PagedAttentionHeads(shape, session.View(), keys, rope, l, 0, shape.num_kv_heads,
+                                       qs, os, row, row, scratch.data());
         } else {
           for (int g = 0; g < shape.num_kv_heads; ++g) {
-            kernels::PagedAttention(shape, session.View(), policy, rope, l, g, context, 1, qs, os,
-                                    row, row, scratch.data());
+            kernels::PagedAttention(shape, session.View(), keys, rope, l, g, qs, os, row, row,
+                                    scratch.data());
           }
         }
       }

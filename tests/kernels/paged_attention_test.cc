@@ -25,6 +25,14 @@ namespace {
 using kv::KvPolicy;
 using kv::PositionMode;
 
+// The keys queries pos0 .. pos0 + n - 1 attend to under `policy`, as the engine hands them to the
+// kernels.
+std::vector<QueryKeys> KeysOf(const KvPolicy& policy, TokenPos pos0, int n) {
+  std::vector<QueryKeys> keys;
+  for (int i = 0; i < n; ++i) keys.push_back(policy.KeysOf(pos0 + i));
+  return keys;
+}
+
 struct Dims {
   int heads = 4;
   int kv_heads = 2;
@@ -103,9 +111,9 @@ class StreamHarness {
       const AttentionShape shape{d_.heads, d_.kv_heads, d_.hd};
       std::vector<float> scratch(AttentionScratchFloats(shape, pos0 + n + 1));
       for (int g = 0; g < d_.kv_heads; ++g) {
-        PagedAttention(shape, session_.View(), policy_, rope_, l, g, pos0, n, q.data(), out.data(),
-                       static_cast<std::size_t>(d_.q_dim()), static_cast<std::size_t>(d_.q_dim()),
-                       scratch.data());
+        PagedAttention(shape, session_.View(), KeysOf(policy_, pos0, n), rope_, l, g, q.data(),
+                       out.data(), static_cast<std::size_t>(d_.q_dim()),
+                       static_cast<std::size_t>(d_.q_dim()), scratch.data());
       }
       last_out_ = out;
       for (int t = 0; t < n; ++t) {
@@ -326,16 +334,17 @@ ImplComparison CompareImpl(const ImplCase& c, AttentionImpl impl, double u_q,
       std::fill(want.begin(), want.end(), 7.0f);
       const auto stride = static_cast<std::size_t>(d.q_dim());
       if (heads_together) {
-        PagedAttentionHeads(shape, session.View(), c.policy, rope, l, 0, d.kv_heads, pos0, n,
-                            ql.data(), got.data(), stride, stride, scratch.data(), impl);
+        PagedAttentionHeads(shape, session.View(), KeysOf(c.policy, pos0, n), rope, l, 0,
+                            d.kv_heads, ql.data(), got.data(), stride, stride, scratch.data(),
+                            impl);
       }
       for (int g = 0; g < d.kv_heads; ++g) {
         if (!heads_together) {
-          PagedAttention(shape, session.View(), c.policy, rope, l, g, pos0, n, ql.data(),
+          PagedAttention(shape, session.View(), KeysOf(c.policy, pos0, n), rope, l, g, ql.data(),
                          got.data(), stride, stride, scratch.data(), impl);
         }
-        PagedAttention(shape, session.View(), c.policy, rope, l, g, pos0, n, ql.data(), want.data(),
-                       stride, stride, scratch.data(), AttentionImpl::kPortable);
+        PagedAttention(shape, session.View(), KeysOf(c.policy, pos0, n), rope, l, g, ql.data(),
+                       want.data(), stride, stride, scratch.data(), AttentionImpl::kPortable);
       }
       for (int t = 0; t < n; ++t) {
         const auto visible = static_cast<double>(c.policy.VisibleKeys(pos0 + t));
@@ -502,7 +511,7 @@ struct RandomSession {
     std::vector<float> scratch(AttentionScratchFloats(shape, pos0 + n + 1));
     const auto stride = static_cast<std::size_t>(dims.q_dim());
     for (int g = 0; g < dims.kv_heads; ++g) {
-      PagedAttention(shape, session.View(), session.policy(), rope, 0, g, pos0, n, q.data(),
+      PagedAttention(shape, session.View(), KeysOf(session.policy(), pos0, n), rope, 0, g, q.data(),
                      out.data(), stride, stride, scratch.data(), impl, sink_angles);
     }
     return out;
@@ -516,9 +525,9 @@ struct RandomSession {
     std::vector<float> out(q.size(), -7.0f);
     std::vector<float> scratch(AttentionScratchFloats(shape, pos0 + n + 1));
     const auto stride = static_cast<std::size_t>(dims.q_dim());
-    PagedAttentionHeads(shape, session.View(), session.policy(), rope, layer, kv_head, kv_heads,
-                        pos0, n, q.data(), out.data(), stride, stride, scratch.data(), impl,
-                        sink_angles);
+    PagedAttentionHeads(shape, session.View(), KeysOf(session.policy(), pos0, n), rope, layer,
+                        kv_head, kv_heads, q.data(), out.data(), stride, stride, scratch.data(),
+                        impl, sink_angles);
     return out;
   }
   // The same with one PagedAttention call per kv head.
@@ -529,8 +538,8 @@ struct RandomSession {
     std::vector<float> scratch(AttentionScratchFloats(shape, pos0 + n + 1));
     const auto stride = static_cast<std::size_t>(dims.q_dim());
     for (int g = kv_head; g < kv_head + kv_heads; ++g) {
-      PagedAttention(shape, session.View(), session.policy(), rope, layer, g, pos0, n, q.data(),
-                     out.data(), stride, stride, scratch.data(), impl, sink_angles);
+      PagedAttention(shape, session.View(), KeysOf(session.policy(), pos0, n), rope, layer, g,
+                     q.data(), out.data(), stride, stride, scratch.data(), impl, sink_angles);
     }
     return out;
   }
@@ -710,7 +719,7 @@ TEST_P(AttentionSliceTest, MergedSlicesEqualTheUnsplitKernel) {
               const AttentionKeySlice slice{s * slice_keys, std::min(visible, (s + 1) * slice_keys),
                                             &outs[static_cast<std::size_t>(s) * span_floats],
                                             &stats[static_cast<std::size_t>(s * 2 * group * span)]};
-              PagedAttentionSlice(shape, rs.session.View(), c.policy, rs.rope, 0, g, span, p,
+              PagedAttentionSlice(shape, rs.session.View(), c.policy.KeysOf(p), rs.rope, 0, g, span,
                                   rs.q.data(), slice, scratch.data(), impl);
             }
             std::vector<float> merged(span_floats, -5.0f);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace metronome::kv {
 namespace {
@@ -27,6 +28,34 @@ TEST(KvPolicyTest, VisibleKeysCountsWhatVisibleAdmits) {
     }
   }
   for (TokenPos p = 0; p < 40; ++p) EXPECT_EQ(KvPolicy::Full().VisibleKeys(p), p + 1);
+}
+
+// KeysOf's two ranges hold exactly the keys Visible() admits, sinks before the window, and the
+// sinks' rotation is set exactly when the rolling gap is open, by the distance to S + W - 1.
+TEST(KvPolicyTest, KeysOfHoldsExactlyTheVisibleKeys) {
+  std::vector<KvPolicy> policies = {KvPolicy::Full()};
+  for (const TokenPos window : {1, 2, 3, 7, 16}) {
+    for (const TokenPos sinks : {0, 1, 4, 9}) {
+      for (const PositionMode pos : {PositionMode::kAbsolute, PositionMode::kRolling}) {
+        policies.push_back(KvPolicy::Window(window, sinks, pos));
+      }
+    }
+  }
+  for (const KvPolicy& policy : policies) {
+    for (TokenPos p = 0; p < 40; ++p) {
+      const base::QueryKeys keys = policy.KeysOf(p);
+      ASSERT_LE(keys.sink_end, keys.window_begin) << policy.ToString() << " at p=" << p;
+      ASSERT_LE(keys.window_begin, keys.window_end) << policy.ToString() << " at p=" << p;
+      for (TokenPos j = 0; j <= p + 1; ++j) {
+        const bool in_ranges = j < keys.sink_end || (j >= keys.window_begin && j < keys.window_end);
+        EXPECT_EQ(in_ranges, j <= p && policy.Visible(p, j))
+            << policy.ToString() << " at p=" << p << " j=" << j;
+      }
+      EXPECT_EQ(keys.count(), CountVisible(policy, p));
+      EXPECT_EQ(keys.rotate_sinks, policy.RollingGap(p));
+      if (keys.rotate_sinks) EXPECT_EQ(p + keys.sink_rotation, policy.sinks + policy.window - 1);
+    }
+  }
 }
 
 TEST(KvPolicyTest, VisibleKeysOfChunkSumsTheChunksQueries) {

@@ -103,7 +103,7 @@ enum class CooldownMode : std::uint8_t {
   // threshold while it still carries the load admitted before the cut (or on three such windows in
   // the dead band): what caused the crossing has passed (a co-tenant that left, a stall the
   // confirmation could not tell from load), and with sessions that never end, waiting for the drain
-  // would hold the limit below that load for good. The limit then follows the load it measured,
+  // would hold the limit below that load for good. The limit then follows the load it read,
   // and grows again only after a session has left (growth admits for good, while a cut sheds
   // nothing until someone leaves).
   kDrain,

@@ -183,9 +183,10 @@ void AimdController::Seed(double now_s) {
     why = Format("seed: the cost model's predicted N* %lld",
                  static_cast<long long>(options_.predicted_limit));
     // The prediction is where the low target is expected: no doubling from it, and past it only
-    // paced steps (below). Measured cause: drive's start-up calibration seeded 74 on the CPU engine
-    // (N_true 83); the first 0.5 s window read p99 0.10 D (a fast phase, windows 70% filled) and
-    // slow start admitted 148: 99% of frames late for the rest of the run.
+    // paced steps (below): one early window in a fast phase of a shared machine, with windows still
+    // filling, reads far under the target, and doubling from the seed on it admits well past the
+    // real limit, whose sessions then stay (tests/admission/aimd_closed_loop_test.cc,
+    // PredictedLimitSeedsTheFirstDecisionCappedByThePool).
     EndSlowStart();
     last_increase_s_ = now_s;
   } else {
@@ -322,7 +323,7 @@ std::optional<AimdController::LimitDecision> AimdController::OnCoolingDown(const
   // The load admitted before the cut stayed the whole window (nobody left). Once it reads
   // healthy, under the low target at once or at or under the high target kRecoverWindows
   // windows in a row, the crossing has passed and the cut's limit is stale: it follows the
-  // load just measured (which admits nobody: active is not below it), and the next window
+  // load just read (which admits nobody: active is not below it), and the next window
   // acts as usual.
   const bool measured = w.num_frames >= options_.window.min_samples && r.has_samples &&
                         w.miss_ratio <= options_.miss_ratio_threshold;
@@ -357,7 +358,7 @@ AimdController::GrowthInputs AimdController::ReadGrowthInputs(const Reading& r) 
   // Growth looks ahead to the load already admitted: windows still filling make every frame
   // cheaper than it will be, so the signal is projected to full KV, as if the KV-dependent share of
   // latency (kKvLatencyShare) grew in proportion to the KV held. Cuts, and the end of slow start
-  // (a congestion signal), act on the signal measured.
+  // (a congestion signal), act on the signal as read.
   g.kv_growth = 1.0 + kKvLatencyShare * (1.0 / kv_fill_ - 1.0);
   g.growth_signal = w.signal * g.kv_growth;
   // The queue model's floor is compared with the signal at the same (full) KV: a floor read at an
@@ -393,7 +394,7 @@ std::optional<AimdController::LimitDecision> AimdController::OnCrossing(const Re
       w.signal > options_.high_target || w.miss_ratio > options_.miss_ratio_threshold;
   // A short window's p99 is about its maximum, so one engine stall reads as a crossing. Count the
   // evidence in bursts of late frames instead of frames, over the consecutive crossing windows,
-  // against the stall rate measured in the windows that did not cut: a rise that tracks the load
+  // against the stall rate seen in the windows that did not cut: a rise that tracks the load
   // fills most slots at once; stalls that come at their usual rate hold the limit.
   const double slots =
       deadline_s_ > 0.0 ? r.closed.duration_s / (kBurstDeadlines * deadline_s_) : 0.0;
@@ -467,7 +468,7 @@ AimdController::LimitDecision AimdController::OnHeldUntilDeparture(const Reading
   // After a recovery the limit is the load no session left since the cut: it grows again only
   // once one has (a window that carried less than the limit). Growth admits for good, a cut sheds
   // nothing while nobody leaves, so growing on the calm windows between bursts would ratchet the
-  // load up past what the bursts say (the CPU engine near capacity: 66 -> 75 sessions, p99 9.5 D).
+  // load up past what the bursts say, each ratchet step a stall more per window.
   if (r.closed.least_active >= limit()) return {};
   phase_ = Phase::kGrowing;
   return Grow(r, g);
@@ -525,7 +526,7 @@ AimdController::LimitDecision AimdController::Grow(const Reading& r, const Growt
     if (limit() >= miss_ceiling_) phase = "additive above the last miss cut";
   }
   // Past a calibrated prediction only by the least step, once per growth horizon: the prediction
-  // rests on the engine's measured cost, a few calm windows on one phase of a shared machine.
+  // rests on the engine's timed cost, which a shared machine's slow phases may not have shown.
   const bool paced = r.now_s - last_increase_s_ >= options_.growth_horizon_s;
   if (options_.predicted_limit > 0 && to > options_.predicted_limit) {
     to = std::max(options_.predicted_limit, paced ? limit() + options_.increase_step : limit());

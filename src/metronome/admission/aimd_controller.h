@@ -1,12 +1,12 @@
 // `aimd`: a deadline-anchored AIMD limit on the number of sessions. Per control window the signal
-// is a percentile of per-frame latency / deadline (latency measured from frame arrival, so queueing
+// is a percentile of per-frame latency / deadline (latency counted from frame arrival, so queueing
 // counts) plus the deadline-miss ratio. A window closes on enough frames or at window_s. Grow only
 // when the limit binds and the signal is below the low target: multiplicatively in slow start,
 // then by a step scaled to the headroom left to the target, never jumping past where a queue model
 // projects the low target when frames cost a sliver of the deadline, and only additively above the
 // limit of the last miss-triggered cut; cut to floor(beta * active) when it
 // exceeds the high target or misses pass a threshold, once confirmed (bursts of late frames
-// unlikely at the measured stall rate), at most once per cooldown; hold in between
+// unlikely at the observed stall rate), at most once per cooldown; hold in between
 // (the dead band gives a fixed point instead of a sawtooth). Growth also needs the pooled
 // percentile of the last growth_horizon_s under the low target, and stops where the engine's
 // work utilization (StepLoad, from OnStep) at its slowest recent speed would pass

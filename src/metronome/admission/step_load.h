@@ -27,10 +27,9 @@ struct StepCost {
   // The dearest per-token cost of the recent past (>= per_token_s): the highest reading of a
   // short fit (time constant StepCostFit::kSpeedTauS), forgotten towards per_token_s with time
   // constant StepCostFit::kSlowestTauS. The speed a machine whose cores are shared falls back to.
-  // Measured cause: synthetic:tiny on one thread of this 2-core VM, 60 sessions (busy 0.55, no
-  // backlog), ran its steps at 5.2-5.5 us a token and, in phases of 4-6 s every 10-50 s, at
-  // 6.6-6.8 (+25%); isolated calibrate steps of one shape took 1.24 or 1.56 ms from run to run.
-  // Sessions admitted in a fast phase are not shed in a slow one.
+  // Shared cores run the same steps a fraction slower in phases lasting seconds, and a calibration
+  // may fall in either: admitting at the slowest recent speed means sessions admitted in a fast
+  // phase are not shed in a slow one.
   double slowest_per_token_s = 0;
 };
 

@@ -1,5 +1,5 @@
 // metronome bench-decode: N sessions prefilled to C tokens, then K batched decode steps; reports
-// throughput, the fraction of this machine's fp32 GEMM peak and its read bandwidth, both measured
+// throughput, the fraction of this machine's fp32 GEMM peak and its read bandwidth, both taken
 // in the same run (the bandwidth right before and after each stretch of the steps, see
 // kRooflineStretches). With --cotenant N the same decode measurement runs again with N busy
 // processes on the machine, and the ratio to the quiet figure is printed (how the engine holds up
@@ -67,12 +67,12 @@ void BenchFlags::Register(CLI::App* sub) {
       ->check(CLI::Range(0, 64));
 }
 
-// The measured steps are cut into this many stretches (at most one a step), with the read
-// bandwidth probed before the first and after each: on a machine whose speed comes in phases (a
-// shared or virtual one: this project's 2-vCPU VM read 26-56 GB/s from one probe to the next) a
-// probe seconds away from the steps, in another phase, moved the roofline fraction of the same
-// kernels from 0.52 to 1.41. A stretch's fraction is its gemm rate over the mean of the probes on
-// either side; the run reports the median stretch.
+// The timed steps are cut into this many stretches (at most one a step), with the read bandwidth
+// probed before the first and after each: on a machine whose speed comes in phases (shared or
+// virtual cores) a probe seconds away from the steps may fall in another phase, and the roofline
+// fraction it yields is then off by any factor; probes on either side of each stretch share its
+// phase. A stretch's fraction is its gemm rate over the mean of the probes on either side; the run
+// reports the median stretch (the spread shows in bench-decode's probe_gbps).
 constexpr int kRooflineStretches = 4;
 constexpr int kProbeRepeats = 3;  // passes per probe (best of): ~0.1 s at 1 GiB and ~30 GB/s
 
@@ -80,12 +80,12 @@ constexpr int kProbeRepeats = 3;  // passes per probe (best of): ~0.1 s at 1 GiB
 struct DecodeRun {
   std::vector<double> step_ms, step_gflops, gemm_ms, attn_ms, attn_kv_bytes;
   std::array<std::vector<double>, engine::kNumProducts> product_ms;  // gemm_ms by product
-  // Jobs the engine's thread pool ran over the measured steps: split across threads, or inline
+  // Jobs the engine's thread pool ran over the timed steps: split across threads, or inline
   // (one chunk, or nested). Times BM_PoolJobHot (bench/thread_pool_benchmark) = its overhead.
   std::int64_t pool_jobs_parallel = 0;
   std::int64_t pool_jobs_inline = 0;
   // With a probe: the read bandwidth before stretch i at [i] and after the last at the end
-  // (stretches + 1 figures, GB/s), and each stretch's measured steps [first, end) in step_ms.
+  // (stretches + 1 figures, GB/s), and each stretch's timed steps [first, end) in step_ms.
   std::vector<double> probe_gbps;
   std::vector<std::size_t> stretch_begin;
 };
@@ -117,7 +117,8 @@ class DecodeBench {
   // The quiet measurement: decode with the bandwidth probed around the stretches, and the memory
   // the engine holds after it (*mem_decoded). Returns 0, or the exit status of a failed step.
   int MeasureQuiet(DecodeRun* quiet, std::optional<base::ProcessMemory>* mem_decoded);
-  // This machine's fp32 GEMM peak, GFLOP/s, measured in the run (after the quiet measurement).
+  // The fp32 GEMM peak, GFLOP/s, taken in the same run (after the quiet decode), as its
+  // denominator.
   [[nodiscard]] double MeasurePeakGflops() const {
     return kernels::MeasureGemmPeakGflops(eng_.thread_pool(), f_.peak_n, 5);
   }
@@ -135,7 +136,7 @@ class DecodeBench {
     const int runs = f.cotenants > 0 ? 2 : 1;
     return f.context + runs * (f.warmup + f.steps) + 1;
   }
-  // Fills *run, or returns the exit status of a failed step. With a probe, the measured steps
+  // Fills *run, or returns the exit status of a failed step. With a probe, the timed steps
   // run in stretches with the bandwidth probed around each (kRooflineStretches).
   int Decode(DecodeRun* run, const kernels::ReadBandwidthProbe* probe);
   // One decode step of every session, greedy: 0, or the exit status of a failed step.
@@ -217,7 +218,7 @@ int DecodeBench::Decode(DecodeRun* run, const kernels::ReadBandwidthProbe* probe
       parallel_before = pool.jobs_run_parallel();
       inline_before = pool.jobs_run_inline();
     }
-    // Stretch i starts at measured step i * steps / stretches (the probe's own pool jobs are not
+    // Stretch i starts at timed step i * steps / stretches (the probe's own pool jobs are not
     // the step's: counted apart).
     if (stretches > 0 && k >= f_.warmup &&
         static_cast<std::int64_t>(run->stretch_begin.size()) < stretches &&

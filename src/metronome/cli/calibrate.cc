@@ -188,7 +188,7 @@ engine::EngineOptions EngineOptionsFor(const CalibrateFlags& f, const model::Mod
   return eo;
 }
 
-// Measures every grid point into *measured: 0, or the exit status of a failed point.
+// Times every grid point into *measured: 0, or the exit status of a failed point.
 int MeasureGrid(engine::Engine& eng, const kv::KvPolicy& policy, const CalibrateFlags& f,
                 const Grid& grid, std::vector<serving::CalibrationMeasurement>* measured) {
   std::mt19937 rng(7);  // token ids only; they do not affect the timing
@@ -206,7 +206,7 @@ int MeasureGrid(engine::Engine& eng, const kv::KvPolicy& policy, const Calibrate
   return 0;
 }
 
-// Prints the table of measured against modelled step times and the fit; returns the points as
+// Prints the table of timed against modelled step times and the fit; returns the points as
 // JSON (for --out).
 nlohmann::json PrintFit(const engine::Engine& eng, const kv::KvPolicy& policy,
                         const CalibrateFlags& f,

@@ -1,5 +1,5 @@
 // metronome loadgen: paced real-time sessions against `metronome serve` over WebSocket, with the
-// workload flags of sim and drive, measured on the client side.
+// workload flags of sim and drive, every frame judged on the client's clock.
 #include <cmath>
 #include <cstdio>
 #include <fstream>

@@ -219,7 +219,10 @@ struct Engine::Batch {
   std::vector<float> slice_out, slice_stats;  // [slots, group * head_dim], [slots, 2 * group]
   std::vector<TokenId> tokens;                // [T]
   std::vector<TokenPos> positions;            // [T]
-  std::vector<int> item_of_row;               // [T]
+  // [T]: the keys each row's query attends to, by its session's policy (kv::KvPolicy::KeysOf): what
+  // the attention kernels follow.
+  std::vector<base::QueryKeys> query_keys;
+  std::vector<int> item_of_row;  // [T]
   int num_tokens = 0;
   std::vector<float> x, xb;  // [T, dim]: the residual stream, its normalised copy
   // A layer's two halves never hold their activations at the same time, so they share one buffer:
@@ -371,6 +374,7 @@ void Engine::Step(std::span<const StepItem> items, std::vector<StepItemResult>* 
   b.items.clear();
   b.tokens.clear();
   b.positions.clear();
+  b.query_keys.clear();
   b.item_of_row.clear();
   results->assign(items.size(), StepItemResult{});
 
@@ -414,6 +418,7 @@ void Engine::Step(std::span<const StepItem> items, std::vector<StepItemResult>* 
     for (int t = 0; t < n; ++t) {
       b.tokens.push_back(it.tokens[static_cast<std::size_t>(t)]);
       b.positions.push_back(bi.pos0 + t);
+      b.query_keys.push_back(kv->policy().KeysOf(bi.pos0 + t));
       b.item_of_row.push_back(static_cast<int>(b.items.size()));
     }
     b.items.push_back(bi);
@@ -508,10 +513,10 @@ void Engine::EmbedAndRotate(Batch& b) const {
                                &b.x[Floats(t, dim)]);
     const TokenPos pos = b.positions[static_cast<std::size_t>(t)];
     rope_.PositionAngles(pos, &b.rope_cos[Floats(t, pairs)], &b.rope_sin[Floats(t, pairs)]);
-    const kv::KvPolicy& policy = b.ItemOfRow(t).kv->policy();
-    if (policy.RollingGap(pos)) {
+    const base::QueryKeys& keys = b.query_keys[static_cast<std::size_t>(t)];
+    if (keys.rotate_sinks) {
       // A pure rotation (not PositionAngles): the query already carries the rope magnitude.
-      rope_.Angles(policy.sinks + policy.window - 1 - pos, &b.sink_cos[Floats(t, pairs)],
+      rope_.Angles(keys.sink_rotation, &b.sink_cos[Floats(t, pairs)],
                    &b.sink_sin[Floats(t, pairs)]);
     }
   });
@@ -697,6 +702,8 @@ void Engine::RunAttention(Batch& b, int l, const float* qkv, float* att) const {
           const Batch::AttnWork& aw = work[wi];
           const Batch::Item& bi = b.items[static_cast<std::size_t>(aw.item)];
           const int row = bi.row0 + aw.begin;
+          const auto row_keys =
+              std::span<const base::QueryKeys>(b.query_keys).subspan(static_cast<std::size_t>(row));
           const kernels::RopeAngleRows sink_angles{&b.sink_cos[Floats(row, pairs)],
                                                    &b.sink_sin[Floats(row, pairs)],
                                                    static_cast<std::size_t>(pairs)};
@@ -704,17 +711,16 @@ void Engine::RunAttention(Batch& b, int l, const float* qkv, float* att) const {
             const kernels::AttentionKeySlice slice{
                 aw.key_begin, aw.key_end, &b.slice_out[Floats(aw.slice, group_floats)],
                 &b.slice_stats[Floats(aw.slice, 2 * shape.group())]};
-            kernels::PagedAttentionSlice(shape, bi.kv->View(), bi.kv->policy(), rope_, l,
-                                         aw.kv_head, aw.kv_heads, bi.pos0 + aw.begin,
-                                         qkv + Floats(row, qkvd), slice, scratch,
+            kernels::PagedAttentionSlice(shape, bi.kv->View(), row_keys[0], rope_, l, aw.kv_head,
+                                         aw.kv_heads, qkv + Floats(row, qkvd), slice, scratch,
                                          kernels::AttentionImpl::kAuto, &sink_angles);
             continue;
           }
-          kernels::PagedAttentionHeads(shape, bi.kv->View(), bi.kv->policy(), rope_, l, aw.kv_head,
-                                       aw.kv_heads, bi.pos0 + aw.begin, aw.n,
-                                       qkv + Floats(row, qkvd), att + Floats(row, qd),
-                                       static_cast<std::size_t>(qkvd), static_cast<std::size_t>(qd),
-                                       scratch, kernels::AttentionImpl::kAuto, &sink_angles);
+          kernels::PagedAttentionHeads(
+              shape, bi.kv->View(), row_keys.first(static_cast<std::size_t>(aw.n)), rope_, l,
+              aw.kv_head, aw.kv_heads, qkv + Floats(row, qkvd), att + Floats(row, qd),
+              static_cast<std::size_t>(qkvd), static_cast<std::size_t>(qd), scratch,
+              kernels::AttentionImpl::kAuto, &sink_angles);
         }
       });
 

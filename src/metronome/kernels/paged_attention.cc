@@ -8,6 +8,7 @@
 
 #include "metronome/base/check.h"
 #include "metronome/base/enum_names.h"
+#include "metronome/base/half.h"
 #include "metronome/kernels/cpu_features.h"
 #include "metronome/kernels/internal/attention_loop.h"
 #include "metronome/kernels/vector_ops.h"
@@ -61,15 +62,15 @@ struct GenericOps {
 };
 
 template <typename E>
-void RunAvx512(const AttentionShape& shape, const kv::PagedKvView& kv, const kv::KvPolicy& policy,
-               const Rope& rope, int layer, int kv_head, TokenPos pos0, int n, const float* q,
-               float* out, std::size_t q_stride, std::size_t out_stride, float* scratch,
+void RunAvx512(const AttentionShape& shape, const PagedKvView& kv, const QueryKeys* queries, int n,
+               const Rope& rope, int layer, int kv_head, const float* q, float* out,
+               std::size_t q_stride, std::size_t out_stride, float* scratch,
                const RopeAngleRows* sink_angles, const AttentionKeySlice* slice) noexcept {
 #if defined(__AVX512F__)
   const bool ran = WithSimdHeadDim(shape.head_dim, [&](auto hd) {
-    AttendQueries<SimdOps<decltype(hd)::value / 16>, E>(shape, kv, policy, rope, layer, kv_head,
-                                                        pos0, n, q, out, q_stride, out_stride,
-                                                        scratch, sink_angles, slice);
+    AttendQueries<SimdOps<decltype(hd)::value / 16>, E>(shape, kv, queries, n, rope, layer, kv_head,
+                                                        q, out, q_stride, out_stride, scratch,
+                                                        sink_angles, slice);
   });
   if (ran) return;
 #endif
@@ -79,7 +80,7 @@ void RunAvx512(const AttentionShape& shape, const kv::PagedKvView& kv, const kv:
 }  // namespace
 
 bool AttentionImplAvailable(AttentionImpl impl, const AttentionShape& shape,
-                            kv::KvDtype dtype) noexcept {
+                            KvDtype dtype) noexcept {
   switch (impl) {
     case AttentionImpl::kAuto:
     case AttentionImpl::kPortable:
@@ -92,13 +93,13 @@ bool AttentionImplAvailable(AttentionImpl impl, const AttentionShape& shape,
 #endif
     case AttentionImpl::kAvx512Bf16:
     case AttentionImpl::kAvx512Bf16RoundedQ:
-      return dtype == kv::KvDtype::kBF16 && CpuHasAvx512Bf16() &&
+      return dtype == KvDtype::kBF16 && CpuHasAvx512Bf16() &&
              internal::Bf16DotHeadDim(shape.head_dim);
   }
   return false;
 }
 
-AttentionImpl ResolveAttentionImpl(const AttentionShape& shape, kv::KvDtype dtype) noexcept {
+AttentionImpl ResolveAttentionImpl(const AttentionShape& shape, KvDtype dtype) noexcept {
   for (const AttentionImpl impl : {AttentionImpl::kAvx512Bf16, AttentionImpl::kAvx512}) {
     if (AttentionImplAvailable(impl, shape, dtype)) return impl;
   }
@@ -107,11 +108,11 @@ AttentionImpl ResolveAttentionImpl(const AttentionShape& shape, kv::KvDtype dtyp
 
 namespace {
 
-// Runs `impl` (kAuto resolved, checked available) for queries pos0 .. pos0 + n - 1 and kv heads
-// [kv_head, kv_head + kv_heads), or for the single query pos0 restricted to `slice`.
-void Dispatch(AttentionImpl impl, const AttentionShape& shape, const kv::PagedKvView& kv,
-              const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head, int kv_heads,
-              TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
+// Runs `impl` (kAuto resolved, checked available) for queries[0 .. n) and kv heads
+// [kv_head, kv_head + kv_heads), or for the single query queries[0] restricted to `slice`.
+void Dispatch(AttentionImpl impl, const AttentionShape& shape, const PagedKvView& kv,
+              const QueryKeys* queries, int n, const Rope& rope, int layer, int kv_head,
+              int kv_heads, const float* q, float* out, std::size_t q_stride,
               std::size_t out_stride, float* scratch, const RopeAngleRows* sink_angles,
               const AttentionKeySlice* slice) noexcept {
   MTR_DCHECK(kv_heads >= 1 && kv_head + kv_heads <= shape.num_kv_heads,
@@ -122,13 +123,13 @@ void Dispatch(AttentionImpl impl, const AttentionShape& shape, const kv::PagedKv
     MTR_CHECK(AttentionImplAvailable(impl, shape, kv.dtype),
               "attention implementation unavailable");
   }
-  const bool bf16 = kv.dtype == kv::KvDtype::kBF16;
+  const bool bf16 = kv.dtype == KvDtype::kBF16;
   switch (impl) {
     case AttentionImpl::kAvx512Bf16:
     case AttentionImpl::kAvx512Bf16RoundedQ:
-      (void)internal::PagedAttentionBf16Dot(impl == AttentionImpl::kAvx512Bf16, shape, kv, policy,
-                                            rope, layer, kv_head, kv_heads, pos0, n, q, out,
-                                            q_stride, out_stride, scratch, sink_angles, slice);
+      (void)internal::PagedAttentionBf16Dot(impl == AttentionImpl::kAvx512Bf16, shape, kv, queries,
+                                            n, rope, layer, kv_head, kv_heads, q, out, q_stride,
+                                            out_stride, scratch, sink_angles, slice);
       return;
     case AttentionImpl::kAvx512:
     case AttentionImpl::kAuto:
@@ -144,17 +145,17 @@ void Dispatch(AttentionImpl impl, const AttentionShape& shape, const kv::PagedKv
     }
     if (impl == AttentionImpl::kAvx512) {
       if (bf16) {
-        RunAvx512<std::uint16_t>(shape, kv, policy, rope, layer, g, pos0, n, q, out, q_stride,
+        RunAvx512<std::uint16_t>(shape, kv, queries, n, rope, layer, g, q, out, q_stride,
                                  out_stride, scratch, sink_angles, s);
       } else {
-        RunAvx512<float>(shape, kv, policy, rope, layer, g, pos0, n, q, out, q_stride, out_stride,
+        RunAvx512<float>(shape, kv, queries, n, rope, layer, g, q, out, q_stride, out_stride,
                          scratch, sink_angles, s);
       }
     } else if (bf16) {
-      AttendQueries<GenericOps, std::uint16_t>(shape, kv, policy, rope, layer, g, pos0, n, q, out,
+      AttendQueries<GenericOps, std::uint16_t>(shape, kv, queries, n, rope, layer, g, q, out,
                                                q_stride, out_stride, scratch, sink_angles, s);
     } else {
-      AttendQueries<GenericOps, float>(shape, kv, policy, rope, layer, g, pos0, n, q, out, q_stride,
+      AttendQueries<GenericOps, float>(shape, kv, queries, n, rope, layer, g, q, out, q_stride,
                                        out_stride, scratch, sink_angles, s);
     }
   }
@@ -162,37 +163,35 @@ void Dispatch(AttentionImpl impl, const AttentionShape& shape, const kv::PagedKv
 
 }  // namespace
 
-void PagedAttention(const AttentionShape& shape, const kv::PagedKvView& kv,
-                    const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
-                    TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
-                    std::size_t out_stride, float* scratch, AttentionImpl impl,
-                    const RopeAngleRows* sink_angles) noexcept {
-  Dispatch(impl, shape, kv, policy, rope, layer, kv_head, 1, pos0, n, q, out, q_stride, out_stride,
-           scratch, sink_angles, nullptr);
+void PagedAttention(const AttentionShape& shape, const PagedKvView& kv,
+                    std::span<const QueryKeys> queries, const Rope& rope, int layer, int kv_head,
+                    const float* q, float* out, std::size_t q_stride, std::size_t out_stride,
+                    float* scratch, AttentionImpl impl, const RopeAngleRows* sink_angles) noexcept {
+  Dispatch(impl, shape, kv, queries.data(), static_cast<int>(queries.size()), rope, layer, kv_head,
+           1, q, out, q_stride, out_stride, scratch, sink_angles, nullptr);
 }
 
-void PagedAttentionHeads(const AttentionShape& shape, const kv::PagedKvView& kv,
-                         const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
-                         int kv_heads, TokenPos pos0, int n, const float* q, float* out,
+void PagedAttentionHeads(const AttentionShape& shape, const PagedKvView& kv,
+                         std::span<const QueryKeys> queries, const Rope& rope, int layer,
+                         int kv_head, int kv_heads, const float* q, float* out,
                          std::size_t q_stride, std::size_t out_stride, float* scratch,
                          AttentionImpl impl, const RopeAngleRows* sink_angles) noexcept {
   MTR_CHECK(kv_heads >= 1 && kv_head >= 0 && kv_head + kv_heads <= shape.num_kv_heads,
             "attention kv heads outside the shape");
-  Dispatch(impl, shape, kv, policy, rope, layer, kv_head, kv_heads, pos0, n, q, out, q_stride,
-           out_stride, scratch, sink_angles, nullptr);
+  Dispatch(impl, shape, kv, queries.data(), static_cast<int>(queries.size()), rope, layer, kv_head,
+           kv_heads, q, out, q_stride, out_stride, scratch, sink_angles, nullptr);
 }
 
-void PagedAttentionSlice(const AttentionShape& shape, const kv::PagedKvView& kv,
-                         const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
-                         int kv_heads, TokenPos p, const float* q_row,
+void PagedAttentionSlice(const AttentionShape& shape, const PagedKvView& kv, const QueryKeys& keys,
+                         const Rope& rope, int layer, int kv_head, int kv_heads, const float* q_row,
                          const AttentionKeySlice& slice, float* scratch, AttentionImpl impl,
                          const RopeAngleRows* sink_angles) noexcept {
   MTR_CHECK(kv_heads >= 1 && kv_head >= 0 && kv_head + kv_heads <= shape.num_kv_heads,
             "attention kv heads outside the shape");
-  MTR_CHECK(0 <= slice.key_begin && slice.key_begin < slice.key_end &&
-                slice.key_end <= policy.VisibleKeys(p),
-            "attention key slice outside the query's visible keys");
-  Dispatch(impl, shape, kv, policy, rope, layer, kv_head, kv_heads, p, 1, q_row, slice.out, 0, 0,
+  MTR_CHECK(
+      0 <= slice.key_begin && slice.key_begin < slice.key_end && slice.key_end <= keys.count(),
+      "attention key slice outside the query's visible keys");
+  Dispatch(impl, shape, kv, &keys, 1, rope, layer, kv_head, kv_heads, q_row, slice.out, 0, 0,
            scratch, sink_angles, &slice);
 }
 

@@ -1,11 +1,13 @@
 // Attention of a chunk of query tokens of one session over that session's paged KV, for one layer
-// and one KV head (all query heads of its GQA group), with the session's window/sink mask applied
-// token-exactly: key j is visible to query p iff j <= p and (j < S or j > p - W).
+// and one KV head (all query heads of its GQA group). Which keys each query sees is decided
+// outside, by the session's KV policy (kv::KvPolicy::KeysOf, the window/sink rule), and comes in as
+// one base::QueryKeys per query: its sink range, its window range and the sinks' query rotation.
+// The kernels apply those ranges token-exactly and know nothing of windows, sinks or positions.
 //
 // Keys in the pool were rotated once, at their absolute positions, when written. For `rolling`
 // positions the window scores are therefore already exact (they depend on p - j only); the sink
 // scores use the query moved to position S + W - 1, obtained by rotating the (absolutely rotated)
-// query by (S + W - 1) - p. No stored key is ever re-rotated.
+// query by QueryKeys::sink_rotation = (S + W - 1) - p. No stored key is ever re-rotated.
 //
 // Implementations (AttentionImpl): a portable one for every CPU and head dim (the test reference;
 // bf16 K/V widened to fp32 on load), an AVX-512 one with q and the output accumulator in registers
@@ -19,13 +21,17 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
+#include "metronome/base/paged_kv.h"
 #include "metronome/base/types.h"
 #include "metronome/kernels/rope.h"
-#include "metronome/kv/kv_policy.h"
-#include "metronome/kv/paged_kv_view.h"
 
 namespace metronome::kernels {
+
+using base::KvDtype;
+using base::PagedKvView;
+using base::QueryKeys;
 
 struct AttentionShape {
   int num_heads = 0;
@@ -47,30 +53,29 @@ enum class AttentionImpl : std::uint8_t {
 
 // Whether `impl` can run here for this shape and pool dtype (kAuto and kPortable always can).
 [[nodiscard]] bool AttentionImplAvailable(AttentionImpl impl, const AttentionShape& shape,
-                                          kv::KvDtype dtype) noexcept;
+                                          KvDtype dtype) noexcept;
 // The implementation kAuto runs for this shape and pool dtype.
 [[nodiscard]] AttentionImpl ResolveAttentionImpl(const AttentionShape& shape,
-                                                 kv::KvDtype dtype) noexcept;
+                                                 KvDtype dtype) noexcept;
 
 // Floats of scratch PagedAttention (and PagedAttentionHeads over any kv heads) needs when no query
 // sees more than `max_visible` keys.
 [[nodiscard]] std::size_t AttentionScratchFloats(const AttentionShape& shape,
                                                  std::int64_t max_visible);
 
-// Queries are at positions pos0 .. pos0+n-1; q and out hold one row per query (row strides
-// `q_stride` and `out_stride` floats, query heads first in each row); only the columns of
-// `kv_head`'s group are read and written.
-// `scratch` holds AttentionScratchFloats(shape, max visible keys of these queries) floats.
+// One query per element of `queries` (its visible keys, kv::KvPolicy::KeysOf of its position);
+// q and out hold one row per query (row strides `q_stride` and `out_stride` floats, query heads
+// first in each row); only the columns of `kv_head`'s group are read and written.
+// `scratch` holds AttentionScratchFloats(shape, max count() of these queries) floats.
 // An explicit `impl` must be AttentionImplAvailable (checked: a bug otherwise).
-// `sink_angles` (optional): row i holds rope.Angles(S + W - 1 - (pos0 + i)) for every query i with
-// policy.RollingGap (other rows are not read), the rotation that moves the query to the sinks'
+// `sink_angles` (optional): row i holds rope.Angles(queries[i].sink_rotation) for every query i
+// with rotate_sinks (other rows are not read), the rotation that moves the query to the sinks'
 // frame; callers running many layers and kv heads per step prepare it once per step. Without it
 // the kernel evaluates those angles itself on every call. The result is the same either way.
-void PagedAttention(const AttentionShape& shape, const kv::PagedKvView& kv,
-                    const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
-                    TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
-                    std::size_t out_stride, float* scratch,
-                    AttentionImpl impl = AttentionImpl::kAuto,
+void PagedAttention(const AttentionShape& shape, const PagedKvView& kv,
+                    std::span<const QueryKeys> queries, const Rope& rope, int layer, int kv_head,
+                    const float* q, float* out, std::size_t q_stride, std::size_t out_stride,
+                    float* scratch, AttentionImpl impl = AttentionImpl::kAuto,
                     const RopeAngleRows* sink_angles = nullptr) noexcept;
 
 // PagedAttention for kv heads [kv_head, kv_head + kv_heads) in one call: the outputs of one
@@ -79,16 +84,16 @@ void PagedAttention(const AttentionShape& shape, const kv::PagedKvView& kv,
 // ([token][kv_dim]), so they are used while in L1, and the next block's rows are prefetched as the
 // walk goes (a session's blocks are scattered over the pool, which hardware prefetchers cannot
 // follow). That is what a decode query wants; the other implementations loop over the heads.
-void PagedAttentionHeads(const AttentionShape& shape, const kv::PagedKvView& kv,
-                         const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
-                         int kv_heads, TokenPos pos0, int n, const float* q, float* out,
+void PagedAttentionHeads(const AttentionShape& shape, const PagedKvView& kv,
+                         std::span<const QueryKeys> queries, const Rope& rope, int layer,
+                         int kv_head, int kv_heads, const float* q, float* out,
                          std::size_t q_stride, std::size_t out_stride, float* scratch,
                          AttentionImpl impl = AttentionImpl::kAuto,
                          const RopeAngleRows* sink_angles = nullptr) noexcept;
 
 // Flash-decoding: the visible keys of one query split into slices attended independently (on
 // different threads), then merged exactly. A slice is the visible-key indices [key_begin, key_end)
-// in sinks-then-window order (0 <= key_begin < key_end <= policy.VisibleKeys(p)) of one or more
+// in sinks-then-window order (0 <= key_begin < key_end <= QueryKeys::count()) of one or more
 // adjacent kv heads; its result is the softmax-weighted mean of V over those keys for each query
 // head h of those kv heads' groups (h counted from the first kv head's group), written to
 // out[h * head_dim ...], and the slice's maximum scaled score and sum of exp(score - maximum) to
@@ -100,14 +105,13 @@ struct AttentionKeySlice {
   float* stats = nullptr;  // 2 * kv_heads * group floats
 };
 
-// PagedAttentionHeads of the single query at position p (row q_row: all query heads) over kv
+// PagedAttentionHeads of the single query `keys` (row q_row: all query heads) over kv
 // heads [kv_head, kv_head + kv_heads), restricted to `slice`. Several kv heads in one slice walk
 // each block's rows of all of them together (see PagedAttentionHeads): that is what one long
 // session wants, whose few kv heads alone cannot keep the threads busy. sink_angles: row 0 as in
 // PagedAttention, for this query.
-void PagedAttentionSlice(const AttentionShape& shape, const kv::PagedKvView& kv,
-                         const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
-                         int kv_heads, TokenPos p, const float* q_row,
+void PagedAttentionSlice(const AttentionShape& shape, const PagedKvView& kv, const QueryKeys& keys,
+                         const Rope& rope, int layer, int kv_head, int kv_heads, const float* q_row,
                          const AttentionKeySlice& slice, float* scratch,
                          AttentionImpl impl = AttentionImpl::kAuto,
                          const RopeAngleRows* sink_angles = nullptr) noexcept;

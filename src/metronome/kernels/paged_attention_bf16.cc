@@ -24,8 +24,6 @@
 #include "metronome/kernels/paged_attention.h"
 #include "metronome/kernels/rope.h"
 #include "metronome/kernels/vector_ops.h"
-#include "metronome/kv/kv_policy.h"
-#include "metronome/kv/paged_kv_view.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -141,7 +139,7 @@ struct Blockwise {
   // Prefetches the K and V rows of `head_off` in the block holding key j (up to 16 rows). Always
   // inlined: GCC finds a function whose only effect is prefetching to be pure and deletes its calls
   // (it did: until this was inlined, no prefetch instruction was in the object file).
-  [[gnu::always_inline]] static inline void PrefetchBlock(const kv::PagedKvView& kv, int layer,
+  [[gnu::always_inline]] static inline void PrefetchBlock(const PagedKvView& kv, int layer,
                                                           std::size_t head_off, TokenPos j) {
     const std::int64_t b = j / kv.block_tokens;
     const std::byte* base = kv.BlockKeys(layer, b);
@@ -259,9 +257,9 @@ struct Blockwise {
 
   // Heads [h0, h0 + NH) of the group for the query at row q_row / sink_q (rolling sinks).
   template <int NH>
-  static void Tile(const kv::PagedKvView& kv, int layer, std::size_t head_off,
-                   const KeyRange* ranges, int num_ranges, bool rolling, const float* q_row,
-                   const float* sink_q, float scale, float* out_row, float* stats) {
+  static void Tile(const PagedKvView& kv, int layer, std::size_t head_off, const KeyRange* ranges,
+                   int num_ranges, bool rolling, const float* q_row, const float* sink_q,
+                   float scale, float* out_row, float* stats) {
     Acc<NH> a;
     a.Reset();
     const int bt = kv.block_tokens;
@@ -302,7 +300,7 @@ struct Blockwise {
   // Written out here, not through a lambda or helper: GCC finds a function whose only effect is
   // prefetching to be pure and deletes its calls (see PrefetchBlock). Into L1 (T0), unlike the
   // next-block prefetches (internal::kStreamPrefetchHint): these rows are loaded right after.
-  [[gnu::always_inline]] static inline void PrefetchSpan(const kv::PagedKvView& kv, int layer,
+  [[gnu::always_inline]] static inline void PrefetchSpan(const PagedKvView& kv, int layer,
                                                          std::int64_t b, std::size_t head_off,
                                                          std::size_t span) {
     const std::byte* base = kv.BlockKeys(layer, b);
@@ -333,7 +331,7 @@ struct Blockwise {
   // V row per key: the whole next block requested at once (192 lines) stalls on the core's miss
   // buffers (bench/kernels_benchmark BM_PagedAttentionDecodeStep).
   template <int NH>
-  static void Walk(const kv::PagedKvView& kv, int layer, int kv_head0, int kv_heads,
+  static void Walk(const PagedKvView& kv, int layer, int kv_head0, int kv_heads,
                    const KeyRange* ranges, int num_ranges, bool rolling, const float* q_row,
                    const float* sink_q, float scale, float* out_row, float* stats) {
     Acc<NH> accs[kMaxWalkHeads];
@@ -395,12 +393,32 @@ struct Blockwise {
     }
   }
 
-  // Queries pos0 .. pos0 + n - 1 over kv heads [kv_head0, kv_head0 + kv_heads), restricted to
-  // `slice` when not null (n == 1): one walk per query when every group fits one tile, else kv
-  // head after kv head.
-  static void AttendHeads(const AttentionShape& shape, const kv::PagedKvView& kv,
-                          const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head0,
-                          int kv_heads, TokenPos pos0, int n, const float* q, float* out,
+  // Calls fn.template operator()<NH>() for NH = nh, a tile of 1 to kMaxTile heads (the tile sizes
+  // this head dim instantiates).
+  template <typename Fn>
+  [[gnu::always_inline]] static inline void WithTileHeads(int nh, Fn&& fn) {
+    switch (nh) {
+      case 1:
+        fn.template operator()<1>();
+        break;
+      case 2:
+        fn.template operator()<2>();
+        break;
+      case 3:
+        if constexpr (kMaxTile >= 3) fn.template operator()<3>();
+        break;
+      default:
+        if constexpr (kMaxTile >= 4) fn.template operator()<4>();
+        break;
+    }
+  }
+
+  // Queries queries[0 .. n) over kv heads [kv_head0, kv_head0 + kv_heads), restricted to `slice`
+  // when not null (n == 1): one walk per query when every group fits one tile, else kv head after
+  // kv head.
+  static void AttendHeads(const AttentionShape& shape, const PagedKvView& kv,
+                          const QueryKeys* queries, int n, const Rope& rope, int layer,
+                          int kv_head0, int kv_heads, const float* q, float* out,
                           std::size_t q_stride, std::size_t out_stride, float* scratch,
                           const RopeAngleRows* sink_angles, const AttentionKeySlice* slice) {
     const int group = shape.group();
@@ -408,7 +426,7 @@ struct Blockwise {
       for (int g = kv_head0; g < kv_head0 + kv_heads; ++g) {
         AttentionKeySlice head_slice{};
         if (slice != nullptr) head_slice = KvHeadSlice(*slice, shape, g - kv_head0);
-        Attend(shape, kv, policy, rope, layer, g, pos0, n, q, out, q_stride, out_stride, scratch,
+        Attend(shape, kv, queries, n, rope, layer, g, q, out, q_stride, out_stride, scratch,
                sink_angles, slice != nullptr ? &head_slice : nullptr);
       }
       return;
@@ -417,88 +435,39 @@ struct Blockwise {
     const std::size_t group_off = static_cast<std::size_t>(kv_head0 * group) * HD;
     float* sink_q = scratch;  // kv_heads * group * HD floats
     for (int i = 0; i < n; ++i) {
-      const TokenPos p = pos0 + i;
-      KeyRange ranges[2];
-      const int num_ranges = SliceRanges(policy, p, slice, ranges);
-      const float* q_row = q + static_cast<std::size_t>(i) * q_stride + group_off;
-      float* out_row = slice != nullptr
-                           ? slice->out
-                           : out + static_cast<std::size_t>(i) * out_stride + group_off;
+      const QueryRow row = RowOfQuery(queries, i, slice, q, q_stride, out, out_stride, group_off);
       float* stats = slice != nullptr ? slice->stats : nullptr;
-      const bool rolling = MoveQueryToSinkPosition(rope, policy, p, sink_angles, i, q_row,
+      const bool rolling = MoveQueryToSinkPosition(rope, queries[i], sink_angles, i, row.q,
                                                    group * kv_heads, HD, sink_q);
-      switch (group) {
-        case 1:
-          Walk<1>(kv, layer, kv_head0, kv_heads, ranges, num_ranges, rolling, q_row, sink_q, scale,
-                  out_row, stats);
-          break;
-        case 2:
-          Walk<2>(kv, layer, kv_head0, kv_heads, ranges, num_ranges, rolling, q_row, sink_q, scale,
-                  out_row, stats);
-          break;
-        case 3:
-          if constexpr (kMaxTile >= 3) {
-            Walk<3>(kv, layer, kv_head0, kv_heads, ranges, num_ranges, rolling, q_row, sink_q,
-                    scale, out_row, stats);
-          }
-          break;
-        default:
-          if constexpr (kMaxTile >= 4) {
-            Walk<4>(kv, layer, kv_head0, kv_heads, ranges, num_ranges, rolling, q_row, sink_q,
-                    scale, out_row, stats);
-          }
-          break;
-      }
+      WithTileHeads(group, [&]<int NH>() {
+        Walk<NH>(kv, layer, kv_head0, kv_heads, row.ranges, row.num_ranges, rolling, row.q, sink_q,
+                 scale, row.out, stats);
+      });
     }
   }
 
-  static void Attend(const AttentionShape& shape, const kv::PagedKvView& kv,
-                     const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
-                     TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
-                     std::size_t out_stride, float* scratch, const RopeAngleRows* sink_angles,
-                     const AttentionKeySlice* slice) {
+  static void Attend(const AttentionShape& shape, const PagedKvView& kv, const QueryKeys* queries,
+                     int n, const Rope& rope, int layer, int kv_head, const float* q, float* out,
+                     std::size_t q_stride, std::size_t out_stride, float* scratch,
+                     const RopeAngleRows* sink_angles, const AttentionKeySlice* slice) {
     const int group = shape.group();
     const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
     const std::size_t head_off = static_cast<std::size_t>(kv_head) * HD;
     const std::size_t group_off = static_cast<std::size_t>(kv_head * group) * HD;
     float* sink_q = scratch;  // group * HD floats
     for (int i = 0; i < n; ++i) {
-      const TokenPos p = pos0 + i;
-      KeyRange ranges[2];
-      const int num_ranges = SliceRanges(policy, p, slice, ranges);
-      const float* q_row = q + static_cast<std::size_t>(i) * q_stride + group_off;
-      float* out_row = slice != nullptr
-                           ? slice->out
-                           : out + static_cast<std::size_t>(i) * out_stride + group_off;
+      const QueryRow row = RowOfQuery(queries, i, slice, q, q_stride, out, out_stride, group_off);
       const bool rolling =
-          MoveQueryToSinkPosition(rope, policy, p, sink_angles, i, q_row, group, HD, sink_q);
+          MoveQueryToSinkPosition(rope, queries[i], sink_angles, i, row.q, group, HD, sink_q);
       for (int h0 = 0; h0 < group;) {
         const int nh = std::min(kMaxTile, group - h0);
         const auto off = static_cast<std::ptrdiff_t>(h0) * HD;
         const float* sq = sink_q + off;
         float* st = slice != nullptr ? slice->stats + 2 * h0 : nullptr;
-        switch (nh) {
-          case 1:
-            Tile<1>(kv, layer, head_off, ranges, num_ranges, rolling, q_row + off, sq, scale,
-                    out_row + off, st);
-            break;
-          case 2:
-            Tile<2>(kv, layer, head_off, ranges, num_ranges, rolling, q_row + off, sq, scale,
-                    out_row + off, st);
-            break;
-          case 3:
-            if constexpr (kMaxTile >= 3) {
-              Tile<3>(kv, layer, head_off, ranges, num_ranges, rolling, q_row + off, sq, scale,
-                      out_row + off, st);
-            }
-            break;
-          default:
-            if constexpr (kMaxTile >= 4) {
-              Tile<4>(kv, layer, head_off, ranges, num_ranges, rolling, q_row + off, sq, scale,
-                      out_row + off, st);
-            }
-            break;
-        }
+        WithTileHeads(nh, [&]<int NH>() {
+          Tile<NH>(kv, layer, head_off, row.ranges, row.num_ranges, rolling, row.q + off, sq, scale,
+                   row.out + off, st);
+        });
         h0 += nh;
       }
     }
@@ -506,13 +475,13 @@ struct Blockwise {
 };
 
 template <bool kSplitQ>
-bool Run(const AttentionShape& shape, const kv::PagedKvView& kv, const kv::KvPolicy& policy,
-         const Rope& rope, int layer, int kv_head, int kv_heads, TokenPos pos0, int n,
-         const float* q, float* out, std::size_t q_stride, std::size_t out_stride, float* scratch,
+bool Run(const AttentionShape& shape, const PagedKvView& kv, const QueryKeys* queries, int n,
+         const Rope& rope, int layer, int kv_head, int kv_heads, const float* q, float* out,
+         std::size_t q_stride, std::size_t out_stride, float* scratch,
          const RopeAngleRows* sink_angles, const AttentionKeySlice* slice) noexcept {
   return WithSimdHeadDim(shape.head_dim, [&](auto hd) {
-    Blockwise<decltype(hd)::value, kSplitQ>::AttendHeads(shape, kv, policy, rope, layer, kv_head,
-                                                         kv_heads, pos0, n, q, out, q_stride,
+    Blockwise<decltype(hd)::value, kSplitQ>::AttendHeads(shape, kv, queries, n, rope, layer,
+                                                         kv_head, kv_heads, q, out, q_stride,
                                                          out_stride, scratch, sink_angles, slice);
   });
 }
@@ -531,22 +500,22 @@ bool Bf16DotHeadDim(int head_dim) noexcept {
 #endif
 }
 
-bool PagedAttentionBf16Dot(bool split_q, const AttentionShape& shape, const kv::PagedKvView& kv,
-                           const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
-                           int kv_heads, TokenPos pos0, int n, const float* q, float* out,
+bool PagedAttentionBf16Dot(bool split_q, const AttentionShape& shape, const PagedKvView& kv,
+                           const QueryKeys* queries, int n, const Rope& rope, int layer,
+                           int kv_head, int kv_heads, const float* q, float* out,
                            std::size_t q_stride, std::size_t out_stride, float* scratch,
                            const RopeAngleRows* sink_angles,
                            const AttentionKeySlice* slice) noexcept {
 #if defined(MTR_HAVE_BF16_DOT)
-  MTR_DCHECK(kv.dtype == kv::KvDtype::kBF16, "bf16 dot kernel on an fp32 pool");
-  return split_q ? Run<true>(shape, kv, policy, rope, layer, kv_head, kv_heads, pos0, n, q, out,
+  MTR_DCHECK(kv.dtype == KvDtype::kBF16, "bf16 dot kernel on an fp32 pool");
+  return split_q ? Run<true>(shape, kv, queries, n, rope, layer, kv_head, kv_heads, q, out,
                              q_stride, out_stride, scratch, sink_angles, slice)
-                 : Run<false>(shape, kv, policy, rope, layer, kv_head, kv_heads, pos0, n, q, out,
+                 : Run<false>(shape, kv, queries, n, rope, layer, kv_head, kv_heads, q, out,
                               q_stride, out_stride, scratch, sink_angles, slice);
 #else
-  (void)split_q, (void)shape, (void)kv, (void)policy, (void)rope, (void)layer, (void)kv_head;
+  (void)split_q, (void)shape, (void)kv, (void)queries, (void)rope, (void)layer, (void)kv_head;
   (void)kv_heads;
-  (void)pos0, (void)n, (void)q, (void)out, (void)q_stride, (void)out_stride, (void)scratch;
+  (void)n, (void)q, (void)out, (void)q_stride, (void)out_stride, (void)scratch;
   (void)sink_angles, (void)slice;
   return false;
 #endif

@@ -65,6 +65,13 @@ inline void TileActivations(const RowsKernelArgs& a, int r, const Act* (&act)[MT
 }
 
 // y[r + i, row .. row + 16) = (or +=) the tile's outputs acc[i], the group's 16 rows in lanes.
+// A tile's MT accumulators, zeroed.
+template <int MT>
+inline void ZeroTile(__m512 (&acc)[MT]) noexcept {
+#pragma GCC unroll 8
+  for (auto& v : acc) v = _mm512_setzero_ps();
+}
+
 template <int MT>
 inline void StoreTile(const RowsKernelArgs& a, int r, int row, const __m512 (&acc)[MT]) noexcept {
 #pragma GCC unroll 8
@@ -116,34 +123,24 @@ inline void LoadNibblesWithFifthBits(const std::byte* q, __m512i (&v)[kWords]) n
         _mm512_ternarylogic_epi32(_mm512_srli_epi16(x, 4), _mm512_slli_epi16(h, 4), low, kSelect);
   }
 }
-struct Q4_0I {
-  static constexpr GgmlType kType = GgmlType::kQ4_0;
-  static constexpr std::int32_t kOffset = 8;
-  static constexpr bool kHasMin = false;
-  static void Load(const std::byte* q, __m512i (&v)[kWords]) noexcept { LoadNibbles(q, v); }
-};
-struct Q4_1I {
-  static constexpr GgmlType kType = GgmlType::kQ4_1;
-  static constexpr std::int32_t kOffset = 0;
-  static constexpr bool kHasMin = true;
-  static void Load(const std::byte* q, __m512i (&v)[kWords]) noexcept { LoadNibbles(q, v); }
-};
-struct Q5_0I {
-  static constexpr GgmlType kType = GgmlType::kQ5_0;
-  static constexpr std::int32_t kOffset = 16;
-  static constexpr bool kHasMin = false;
+// The four nibble types: an offset (kOffset) or a min per block (kHasMin); fifth bits for Q5_x.
+template <GgmlType kT, std::int32_t kOff, bool kMin, bool kFifthBits>
+struct NibbleI {
+  static constexpr GgmlType kType = kT;
+  static constexpr std::int32_t kOffset = kOff;
+  static constexpr bool kHasMin = kMin;
   static void Load(const std::byte* q, __m512i (&v)[kWords]) noexcept {
-    LoadNibblesWithFifthBits(q, v);
+    if constexpr (kFifthBits) {
+      LoadNibblesWithFifthBits(q, v);
+    } else {
+      LoadNibbles(q, v);
+    }
   }
 };
-struct Q5_1I {
-  static constexpr GgmlType kType = GgmlType::kQ5_1;
-  static constexpr std::int32_t kOffset = 0;
-  static constexpr bool kHasMin = true;
-  static void Load(const std::byte* q, __m512i (&v)[kWords]) noexcept {
-    LoadNibblesWithFifthBits(q, v);
-  }
-};
+using Q4_0I = NibbleI<GgmlType::kQ4_0, 8, false, false>;
+using Q4_1I = NibbleI<GgmlType::kQ4_1, 0, true, false>;
+using Q5_0I = NibbleI<GgmlType::kQ5_0, 16, false, true>;
+using Q5_1I = NibbleI<GgmlType::kQ5_1, 0, true, true>;
 
 template <class T>
 constexpr quant::InterleavedGeometry kGeometry = quant::InterleavedGeometryOf(T::kType);
@@ -191,8 +188,7 @@ void GroupTile(const RowsKernelArgs& a, int r, const std::byte* group, int block
   const ActQ8Block32* act[MT];
   TileActivations(a, r, act);
   __m512 acc[MT];
-#pragma GCC unroll 8
-  for (auto& v : acc) v = _mm512_setzero_ps();
+  ZeroTile(acc);
   constexpr quant::InterleavedGeometry kGeo = kGeometry<T>;
   constexpr std::size_t kBlocksAt = kGeo.scale_lines * quant::kInterleavedLineBytes;
   constexpr std::size_t kPairBytes = kGeo.PairBytes();
@@ -261,16 +257,14 @@ void GroupTileQ6K(const RowsKernelArgs& a, int r, const std::byte* group, int su
   const quant::BlockQ8_K* act[MT];
   TileActivations(a, r, act);
   __m512 acc[MT];
-#pragma GCC unroll 8
-  for (auto& v : acc) v = _mm512_setzero_ps();
+  ZeroTile(acc);
   const __m512i low = _mm512_set1_epi8(0x0F);
   const __m512i two_bits = _mm512_set1_epi8(0x30);
   const std::byte* tail = group + static_cast<std::size_t>(supers) * quant::kQ6KBodyBytes;
   for (int sb = 0; sb < supers; ++sb) {
     const std::byte* body = group + static_cast<std::size_t>(sb) * quant::kQ6KBodyBytes;
     __m512 sum[MT];
-#pragma GCC unroll 8
-    for (auto& v : sum) v = _mm512_setzero_ps();
+    ZeroTile(sum);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
 #pragma GCC unroll 2
@@ -392,8 +386,7 @@ void GroupTileK(const RowsKernelArgs& a, int r, const std::byte* group, int supe
   const quant::BlockQ8_K* act[MT];
   TileActivations(a, r, act);
   __m512 acc[MT];
-#pragma GCC unroll 8
-  for (auto& v : acc) v = _mm512_setzero_ps();
+  ZeroTile(acc);
   const __m512i low = _mm512_set1_epi8(0x0F);
   const __m512i six = _mm512_set1_epi8(0x3F);
   const __m512i bits45 = _mm512_set1_epi8(0x30);
@@ -492,20 +485,19 @@ void RowsK(const RowsKernelArgs& a, int row_begin, int row_end) {
                      });
 }
 
+// Rows<T> for the block type T of `type` among Ts; nullptr if none.
+template <class... Ts>
+RowsKernel BlockRows(GgmlType type) noexcept {
+  RowsKernel kernel = nullptr;
+  (void)((type == Ts::kType && ((kernel = Rows<Ts>), true)) || ...);
+  return kernel;
+}
+
 }  // namespace
 
 RowsKernel InterleavedKernel(GgmlType type) noexcept {
+  if (const RowsKernel k = BlockRows<Q8_0I, Q4_0I, Q4_1I, Q5_0I, Q5_1I>(type)) return k;
   switch (type) {
-    case GgmlType::kQ8_0:
-      return Rows<Q8_0I>;
-    case GgmlType::kQ4_0:
-      return Rows<Q4_0I>;
-    case GgmlType::kQ4_1:
-      return Rows<Q4_1I>;
-    case GgmlType::kQ5_0:
-      return Rows<Q5_0I>;
-    case GgmlType::kQ5_1:
-      return Rows<Q5_1I>;
     case GgmlType::kQ4_K:
       return RowsK<false>;
     case GgmlType::kQ5_K:

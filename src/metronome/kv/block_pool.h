@@ -21,14 +21,15 @@
 #include <vector>
 
 #include "metronome/base/half.h"
+#include "metronome/base/paged_kv.h"
 #include "metronome/base/streamed_memory.h"
 
 namespace metronome::kv {
 
-using BlockId = std::int32_t;
-inline constexpr BlockId kNoBlock = -1;
-
-enum class KvDtype : std::uint8_t { kF32, kBF16 };
+// Plain vocabulary the attention kernels share (base/paged_kv.h); the pool gives them meaning.
+using base::BlockId;
+using base::kNoBlock;
+using base::KvDtype;
 // The KV element type unless a caller asks otherwise (engine, CLI, layouts): bf16 halves the
 // memory and the attention traffic per token; its quality cost is in docs/performance.md
 // ("KV element type"). The one place this default is written.

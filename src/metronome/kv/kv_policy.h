@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 
+#include "metronome/base/paged_kv.h"
 #include "metronome/base/types.h"
 
 namespace metronome::kv {
@@ -56,14 +57,23 @@ struct KvPolicy {
     return j <= p && (j < effective_sinks() || j > p - effective_window());
   }
 
-  // Keys a query at position p attends to (the length of its scores row): min(p + 1, S) sinks
-  // plus the window keys after them, the count of j with Visible(p, j). The one count the engine
-  // (scratch sizing, attention flops), the cost model and its calibration use.
-  [[nodiscard]] std::int64_t VisibleKeys(TokenPos p) const {
+  // The keys a query at position p attends to, as the attention kernels take them: the sinks
+  // [0, min(S, p + 1)) and the window [max(S, p - W + 1), p] (empty while p < S), the j with
+  // Visible(p, j); in full mode S = 0 and W is "infinite", so only [0, p] remains. With a rolling
+  // gap the sinks are scored against the query moved to S + W - 1 (see the file comment).
+  [[nodiscard]] base::QueryKeys KeysOf(TokenPos p) const {
     const TokenPos s = effective_sinks();
-    const TokenPos sink_keys = std::min(s, p + 1);
-    return sink_keys + std::max<TokenPos>(0, p - std::max(p - effective_window(), s - 1));
+    base::QueryKeys keys;
+    keys.sink_end = std::min(s, p + 1);
+    keys.window_end = p + 1;
+    keys.window_begin = std::min(std::max(s, p - effective_window() + 1), keys.window_end);
+    keys.rotate_sinks = RollingGap(p);
+    if (keys.rotate_sinks) keys.sink_rotation = sinks + window - 1 - p;
+    return keys;
   }
+  // Keys a query at position p attends to (the length of its scores row): KeysOf(p)'s count. The
+  // one count the engine (scratch sizing, attention flops), the cost model and its calibration use.
+  [[nodiscard]] std::int64_t VisibleKeys(TokenPos p) const { return KeysOf(p).count(); }
   // VisibleKeys summed over the n queries pos0 .. pos0 + n - 1 of one chunk: the cost model's
   // visible_kv_tokens for one item of a step.
   [[nodiscard]] std::int64_t VisibleKeysOfChunk(TokenPos pos0, TokenPos n) const {

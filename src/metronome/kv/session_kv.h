@@ -22,9 +22,10 @@
 #include "metronome/base/types.h"
 #include "metronome/kv/block_pool.h"
 #include "metronome/kv/kv_policy.h"
-#include "metronome/kv/paged_kv_view.h"
 
 namespace metronome::kv {
+
+using base::PagedKvView;  // what View() hands the attention kernels
 
 enum class ReserveResult : std::uint8_t {
   kOk,

@@ -398,9 +398,16 @@ std::uint64_t GgufTensorInfo::num_elements() const {
   return n;
 }
 
-GgufFile::GgufFile(std::span<const std::uint8_t> bytes, std::string source)
-    : source_(std::move(source)) {
-  Reader r(bytes, source_);
+namespace {
+
+struct Header {
+  std::uint32_t version = 0;
+  std::uint64_t tensor_count = 0;
+  std::uint64_t metadata_count = 0;
+};
+
+// The magic, the version and the two counts, each count bounded by the bytes left to hold it.
+Header ReadHeader(Reader& r) {
   std::uint8_t magic[4];
   for (auto& m : magic) m = r.Read<std::uint8_t>("the magic");
   if (std::memcmp(magic, kMagic, sizeof(kMagic)) != 0) {
@@ -408,84 +415,105 @@ GgufFile::GgufFile(std::span<const std::uint8_t> bytes, std::string source)
     std::snprintf(hex, sizeof(hex), "%02x %02x %02x %02x", magic[0], magic[1], magic[2], magic[3]);
     r.Fail(std::string("not a GGUF file (magic bytes ") + hex + ", expected 47 47 55 46 \"GGUF\")");
   }
-  version_ = r.Read<std::uint32_t>("the version");
+  Header h;
+  h.version = r.Read<std::uint32_t>("the version");
   // v1 used 32-bit counts and lengths; v2 and v3 share the layout read here.
-  if (version_ != 2 && version_ != 3) {
-    r.Fail("unsupported GGUF version " + std::to_string(version_) + " (supported: 2, 3)");
+  if (h.version != 2 && h.version != 3) {
+    r.Fail("unsupported GGUF version " + std::to_string(h.version) + " (supported: 2, 3)");
   }
-  const auto tensor_count = r.Read<std::uint64_t>("the tensor count");
-  const auto kv_count = r.Read<std::uint64_t>("the metadata count");
+  h.tensor_count = r.Read<std::uint64_t>("the tensor count");
+  h.metadata_count = r.Read<std::uint64_t>("the metadata count");
   // Smallest possible encodings: key length + type + 1 value byte; name length + n_dims + one dim
   // + type + offset.
   constexpr std::uint64_t kMinKvBytes = 8 + 4 + 1;
   constexpr std::uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;
-  if (kv_count > r.remaining() / kMinKvBytes) {
-    r.Fail("metadata count " + std::to_string(kv_count) + " is more than the " +
+  if (h.metadata_count > r.remaining() / kMinKvBytes) {
+    r.Fail("metadata count " + std::to_string(h.metadata_count) + " is more than the " +
            std::to_string(r.remaining()) + " bytes left in the file can hold");
   }
-  if (tensor_count > r.remaining() / kMinTensorInfoBytes) {
-    r.Fail("tensor count " + std::to_string(tensor_count) + " is more than the " +
+  if (h.tensor_count > r.remaining() / kMinTensorInfoBytes) {
+    r.Fail("tensor count " + std::to_string(h.tensor_count) + " is more than the " +
            std::to_string(r.remaining()) + " bytes left in the file can hold");
   }
+  return h;
+}
 
-  for (std::uint64_t i = 0; i < kv_count; ++i) {
+// `count` key/value pairs; a key given twice is refused.
+std::map<std::string, GgufValue> ReadMetadata(Reader& r, std::uint64_t count) {
+  std::map<std::string, GgufValue> metadata;
+  for (std::uint64_t i = 0; i < count; ++i) {
     std::string key = r.ReadString("metadata key #" + std::to_string(i));
     const auto type = r.Read<std::uint32_t>("the value type of metadata key '" + key + "'");
     GgufValue value = ReadValue(r, type, key);
-    if (metadata_.contains(key)) {
+    if (metadata.contains(key)) {
       r.Fail("duplicate metadata key '" + key + "'");
     }
-    metadata_.emplace(std::move(key), std::move(value));
+    metadata.emplace(std::move(key), std::move(value));
   }
+  return metadata;
+}
 
-  tensors_.reserve(static_cast<std::size_t>(tensor_count));
-  for (std::uint64_t i = 0; i < tensor_count; ++i) {
+// A tensor's shape: 1 to kMaxDims non-zero dimensions of at most kMaxElements elements in all.
+void ReadShape(Reader& r, const std::string& what, std::vector<std::uint64_t>* shape) {
+  const auto n_dims = r.Read<std::uint32_t>("the dimension count of " + what);
+  if (n_dims == 0 || n_dims > kMaxDims) {
+    r.Fail(what + " has " + std::to_string(n_dims) + " dimensions (supported: 1 to " +
+           std::to_string(kMaxDims) + ")");
+  }
+  std::uint64_t elements = 1;
+  for (std::uint32_t d = 0; d < n_dims; ++d) {
+    const auto dim = r.Read<std::uint64_t>("the shape of " + what);
+    shape->push_back(dim);
+    if (dim == 0) r.Fail(what + " has a zero dimension in shape " + ShapeString(*shape));
+    if (dim > kMaxElements / elements) {
+      r.Fail(what + " has an absurd shape " + ShapeString(*shape) + " (more than 2^56 elements)");
+    }
+    elements *= dim;
+  }
+}
+
+// `count` tensor infos (name, shape, type, offset; no data yet) into *tensors and *index by name.
+void ReadTensorInfos(Reader& r, std::uint64_t count, std::vector<GgufTensorInfo>* tensors,
+                     std::map<std::string, std::size_t>* index) {
+  tensors->reserve(static_cast<std::size_t>(count));
+  for (std::uint64_t i = 0; i < count; ++i) {
     GgufTensorInfo t;
     t.name = r.ReadString("the name of tensor #" + std::to_string(i));
     const std::string what = "tensor '" + t.name + "'";
     if (t.name.empty()) r.Fail("tensor #" + std::to_string(i) + " has an empty name");
-    if (tensor_index_.contains(t.name)) r.Fail("duplicate " + what);
-    const auto n_dims = r.Read<std::uint32_t>("the dimension count of " + what);
-    if (n_dims == 0 || n_dims > kMaxDims) {
-      r.Fail(what + " has " + std::to_string(n_dims) + " dimensions (supported: 1 to " +
-             std::to_string(kMaxDims) + ")");
-    }
-    std::uint64_t elements = 1;
-    for (std::uint32_t d = 0; d < n_dims; ++d) {
-      const auto dim = r.Read<std::uint64_t>("the shape of " + what);
-      t.shape.push_back(dim);
-      if (dim == 0) r.Fail(what + " has a zero dimension in shape " + ShapeString(t.shape));
-      if (dim > kMaxElements / elements) {
-        r.Fail(what + " has an absurd shape " + ShapeString(t.shape) +
-               " (more than 2^56 elements)");
-      }
-      elements *= dim;
-    }
+    if (index->contains(t.name)) r.Fail("duplicate " + what);
+    ReadShape(r, what, &t.shape);
     const auto type = r.Read<std::uint32_t>("the type of " + what);
     if (!quant::FindGgmlType(type)) {
       r.Fail(what + " has unknown ggml type id " + std::to_string(type));
     }
     t.type = static_cast<GgmlType>(type);
     t.offset = r.Read<std::uint64_t>("the data offset of " + what);
-    tensor_index_.emplace(t.name, tensors_.size());
-    tensors_.push_back(std::move(t));
+    index->emplace(t.name, tensors->size());
+    tensors->push_back(std::move(t));
   }
+}
 
-  std::uint64_t alignment = kDefaultAlignment;
-  if (const GgufValue* a = Find("general.alignment")) {
-    const auto* v = std::get_if<std::uint64_t>(a);
-    if (v == nullptr || *v == 0 || !std::has_single_bit(*v) || *v > kMaxAlignment) {
-      r.Fail("metadata key 'general.alignment' must be a power of two in [1, " +
-             std::to_string(kMaxAlignment) + "]" +
-             (v != nullptr ? ", got " + std::to_string(*v)
-                           : std::string(", got a ") + ValueTypeName(*a)));
-    }
-    alignment = *v;
+// general.alignment (a power of two up to kMaxAlignment) when present, else kDefaultAlignment.
+std::uint64_t DataAlignment(const Reader& r, const GgufValue* a) {
+  if (a == nullptr) return kDefaultAlignment;
+  const auto* v = std::get_if<std::uint64_t>(a);
+  if (v == nullptr || *v == 0 || !std::has_single_bit(*v) || *v > kMaxAlignment) {
+    r.Fail("metadata key 'general.alignment' must be a power of two in [1, " +
+           std::to_string(kMaxAlignment) + "]" +
+           (v != nullptr ? ", got " + std::to_string(*v)
+                         : std::string(", got a ") + ValueTypeName(*a)));
   }
+  return *v;
+}
+
+// Points every tensor at its bytes in the data section from data_start on: a whole number of
+// blocks of its type, at an aligned offset, inside the file.
+void PlaceTensorData(const Reader& r, std::span<const std::uint8_t> bytes, std::uint64_t data_start,
+                     std::uint64_t alignment, std::vector<GgufTensorInfo>* tensors) {
   const std::uint64_t size = bytes.size();
-  const std::uint64_t data_start = AlignUp(r.pos(), alignment);
   const std::uint64_t data_size = data_start <= size ? size - data_start : 0;
-  for (auto& t : tensors_) {
+  for (auto& t : *tensors) {
     const std::string what = "tensor '" + t.name + "'";
     const auto nbytes = quant::TensorBytes(t.type, t.num_elements());
     if (!nbytes) {
@@ -503,11 +531,14 @@ GgufFile::GgufFile(std::span<const std::uint8_t> bytes, std::string source)
     t.data = bytes.subspan(static_cast<std::size_t>(data_start + t.offset),
                            static_cast<std::size_t>(*nbytes));
   }
-  // Overlapping tensors would let a small file expand into a huge model (every layer reading the
-  // same bytes), so the data ranges must be disjoint.
+}
+
+// Overlapping tensors would let a small file expand into a huge model (every layer reading the
+// same bytes), so the data ranges must be disjoint.
+void CheckDisjoint(const Reader& r, const std::vector<GgufTensorInfo>& tensors) {
   std::vector<const GgufTensorInfo*> by_offset;
-  by_offset.reserve(tensors_.size());
-  for (const auto& t : tensors_) by_offset.push_back(&t);
+  by_offset.reserve(tensors.size());
+  for (const auto& t : tensors) by_offset.push_back(&t);
   std::sort(by_offset.begin(), by_offset.end(),
             [](const GgufTensorInfo* a, const GgufTensorInfo* b) { return a->offset < b->offset; });
   for (std::size_t i = 1; i < by_offset.size(); ++i) {
@@ -517,6 +548,21 @@ GgufFile::GgufFile(std::span<const std::uint8_t> bytes, std::string source)
              std::to_string(by_offset[i]->offset) + " overlapping tensor '" + prev.name + "'");
     }
   }
+}
+
+}  // namespace
+
+GgufFile::GgufFile(std::span<const std::uint8_t> bytes, std::string source)
+    : source_(std::move(source)) {
+  Reader r(bytes, source_);
+  const Header header = ReadHeader(r);
+  version_ = header.version;
+  metadata_ = ReadMetadata(r, header.metadata_count);
+  ReadTensorInfos(r, header.tensor_count, &tensors_, &tensor_index_);
+  const std::uint64_t alignment = DataAlignment(r, Find("general.alignment"));
+  // The data section starts at the first aligned offset after the tensor infos.
+  PlaceTensorData(r, bytes, AlignUp(r.pos(), alignment), alignment, &tensors_);
+  CheckDisjoint(r, tensors_);
 }
 
 const GgufValue* GgufFile::Find(const std::string& key) const {

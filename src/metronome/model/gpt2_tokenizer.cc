@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "metronome/base/errors.h"
+#include "metronome/model/internal/bpe_merge.h"
 #include "metronome/model/internal/gguf_vocabulary.h"
 #include "metronome/model/internal/pre_tokenizer.h"
 #include "metronome/model/tokenizer.h"
@@ -703,9 +704,7 @@ void Gpt2Tokenizer::EncodeWord(std::string_view word, std::vector<TokenId>& out)
       return;
     }
   }
-  constexpr std::size_t kNone = static_cast<std::size_t>(-1);
-  // One symbol per byte to start with, linked in text order; a merge keeps the left symbol and
-  // kills the right one, so indices stay in text order.
+  // One symbol per byte to start with, merged by rank (internal/bpe_merge.h).
   struct Symbol {
     TokenId id;
     std::size_t prev;
@@ -714,9 +713,9 @@ void Gpt2Tokenizer::EncodeWord(std::string_view word, std::vector<TokenId>& out)
   };
   std::vector<Symbol> symbols(word.size());
   for (std::size_t i = 0; i < word.size(); ++i) {
-    symbols[i] = {byte_to_id_[static_cast<unsigned char>(word[i])], i == 0 ? kNone : i - 1,
-                  i + 1 == word.size() ? kNone : i + 1, true};
+    symbols[i] = {byte_to_id_[static_cast<unsigned char>(word[i])], 0, 0, true};
   }
+  internal::LinkInOrder(symbols);
   struct Candidate {
     std::int32_t rank;
     std::size_t left;
@@ -729,33 +728,24 @@ void Gpt2Tokenizer::EncodeWord(std::string_view word, std::vector<TokenId>& out)
     if (a.rank != b.rank) return a.rank > b.rank;
     return a.left > b.left;
   };
-  std::priority_queue<Candidate, std::vector<Candidate>, decltype(worse)> queue(worse);
-  const auto try_pair = [&](std::size_t left, std::size_t right) {
-    if (left == kNone || right == kNone) return;
+  const auto propose = [&](std::size_t left, std::size_t right) -> std::optional<Candidate> {
     const auto it = merges_.find(PairKey(symbols[left].id, symbols[right].id));
-    if (it == merges_.end()) return;
-    queue.push(
-        {it->second.rank, left, right, symbols[left].id, symbols[right].id, it->second.result});
+    if (it == merges_.end()) return std::nullopt;
+    return Candidate{it->second.rank,  left, right, symbols[left].id, symbols[right].id,
+                     it->second.result};
   };
-  for (std::size_t i = 0; i + 1 < symbols.size(); ++i) try_pair(i, i + 1);
-  while (!queue.empty()) {
-    const Candidate c = queue.top();
-    queue.pop();
+  const auto merge = [&](const Candidate& c) {
     Symbol& l = symbols[c.left];
     Symbol& r = symbols[c.right];
-    if (!l.alive || !r.alive || l.next != c.right || l.id != c.left_id || r.id != c.right_id) {
-      continue;
-    }
+    if (!l.alive || !r.alive || l.id != c.left_id || r.id != c.right_id) return false;
     l.id = c.result;
-    l.next = r.next;
-    if (r.next != kNone) symbols[r.next].prev = c.left;
     r.alive = false;
-    try_pair(l.prev, c.left);
-    try_pair(c.left, l.next);
-  }
-  for (std::size_t i = symbols.empty() ? kNone : 0; i != kNone; i = symbols[i].next) {
-    if (symbols[i].id >= 0) out.push_back(symbols[i].id);
-  }
+    return true;
+  };
+  internal::MergeBestFirst<Candidate>(symbols, propose, worse, merge);
+  internal::ForEachLinked(symbols, [&](const Symbol& s) {
+    if (s.id >= 0) out.push_back(s.id);
+  });
 }
 
 std::string Gpt2Tokenizer::DecodeToken(TokenId /*prev*/, TokenId id) const {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <queue>
 #include <string>
 #include <string_view>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "metronome/base/errors.h"
+#include "metronome/model/internal/bpe_merge.h"
 #include "metronome/model/internal/gguf_vocabulary.h"
 #include "metronome/model/tokenizer.h"
 
@@ -144,9 +146,8 @@ std::vector<TokenId> SentencePieceTokenizer::Encode(std::string_view text, bool 
   buf.push_back(' ');
   buf.append(text);
 
-  constexpr std::size_t kNone = static_cast<std::size_t>(-1);
-  // Symbols form a doubly linked list in text order; a merge grows the left symbol and kills the
-  // right one (len = 0), so a symbol's index also orders it by text position.
+  // Symbols form a doubly linked list in text order (internal/bpe_merge.h); a merge grows the left
+  // symbol and kills the right one (len = 0).
   struct Symbol {
     std::size_t start;
     std::size_t len;
@@ -162,23 +163,20 @@ std::vector<TokenId> SentencePieceTokenizer::Encode(std::string_view text, bool 
     const std::size_t len = CharLength(view, i);
     const auto it = piece_to_id_.find(view.substr(i, len));
     if (it != piece_to_id_.end()) {
-      symbols.push_back({i, len, kNone, kNone, it->second, true});
+      symbols.push_back({i, len, 0, 0, it->second, true});
     } else {
       for (std::size_t b = 0; b < len; ++b) {
         const TokenId id = byte_to_id_[static_cast<unsigned char>(view[i + b])];
         // A vocabulary without byte tokens maps unknown bytes to <unk>, or drops them if it has
         // no <unk> either: Encode must not fail on user text.
         if (id >= 0 || unk_id() >= 0) {
-          symbols.push_back({i + b, 1, kNone, kNone, id >= 0 ? id : unk_id(), false});
+          symbols.push_back({i + b, 1, 0, 0, id >= 0 ? id : unk_id(), false});
         }
       }
     }
     i += len;
   }
-  for (std::size_t i = 0; i < symbols.size(); ++i) {
-    symbols[i].prev = i == 0 ? kNone : i - 1;
-    symbols[i].next = i + 1 == symbols.size() ? kNone : i + 1;
-  }
+  internal::LinkInOrder(symbols);
 
   struct Candidate {
     float score;
@@ -192,37 +190,26 @@ std::vector<TokenId> SentencePieceTokenizer::Encode(std::string_view text, bool 
     if (a.score != b.score) return a.score < b.score;
     return a.left > b.left;
   };
-  std::priority_queue<Candidate, std::vector<Candidate>, decltype(worse)> queue(worse);
-  const auto try_pair = [&](std::size_t left, std::size_t right) {
-    if (left == kNone || right == kNone) return;
+  const auto propose = [&](std::size_t left, std::size_t right) -> std::optional<Candidate> {
     const Symbol& l = symbols[left];
     const Symbol& r = symbols[right];
-    if (!l.mergeable || !r.mergeable) return;
+    if (!l.mergeable || !r.mergeable) return std::nullopt;
     const auto it = piece_to_id_.find(view.substr(l.start, l.len + r.len));
-    if (it == piece_to_id_.end()) return;
-    queue.push(
-        {scores_[static_cast<std::size_t>(it->second)], left, right, l.len + r.len, it->second});
+    if (it == piece_to_id_.end()) return std::nullopt;
+    return Candidate{scores_[static_cast<std::size_t>(it->second)], left, right, l.len + r.len,
+                     it->second};
   };
-  for (std::size_t i = 0; i + 1 < symbols.size(); ++i) try_pair(i, i + 1);
-
-  while (!queue.empty()) {
-    const Candidate c = queue.top();
-    queue.pop();
+  const auto merge = [&](const Candidate& c) {
     Symbol& l = symbols[c.left];
     Symbol& r = symbols[c.right];
-    if (l.len == 0 || r.len == 0 || l.next != c.right || l.len + r.len != c.len) continue;
+    if (l.len == 0 || r.len == 0 || l.len + r.len != c.len) return false;
     l.len += r.len;
     l.id = c.id;
-    l.next = r.next;
-    if (r.next != kNone) symbols[r.next].prev = c.left;
     r.len = 0;
-    try_pair(l.prev, c.left);
-    try_pair(c.left, l.next);
-  }
-
-  for (std::size_t i = symbols.empty() ? kNone : 0; i != kNone; i = symbols[i].next) {
-    out.push_back(symbols[i].id);
-  }
+    return true;
+  };
+  internal::MergeBestFirst<Candidate>(symbols, propose, worse, merge);
+  internal::ForEachLinked(symbols, [&](const Symbol& s) { out.push_back(s.id); });
   return out;
 }
 

@@ -48,7 +48,7 @@ class Backend {
   // hold before Step answers kContextFull, below full_kv_context_limit() (0: that limit).
   virtual BackendSessionId Open(const kv::KvPolicy& policy, TokenPos max_context = 0) = 0;
   virtual void Close(BackendSessionId id) = 0;
-  // Runs one batched step; returns its duration in seconds (measured or modelled).
+  // Runs one batched step; returns its duration in seconds (timed on the clock or modelled).
   virtual double Step(std::span<const BackendItem> items, std::vector<BackendItemResult>* out) = 0;
   // A session's state in the backend (its KV, its sampler), as bytes another backend of the same
   // model identity imports, between steps; empty for an unknown id. The one exporter and importer

@@ -1,6 +1,7 @@
 // The simulator's iteration-time model, in one place: the model (CostModel), the backend that runs
-// the real KV bookkeeping with modelled step times (CostModelBackend), its fit to measured engine
-// steps, and its JSON form (the file `metronome calibrate --out` writes and the simulator loads).
+// the real KV bookkeeping with modelled step times (CostModelBackend), its fit to the engine's
+// timed steps, and its JSON form (the file `metronome calibrate --out` writes and the simulator
+// loads).
 //
 // The fit is least squares of the relative error (each point weighted 1/t^2, so small decode steps
 // count as much as large prefills) on t = c0 + c1 * batch_tokens + c2 * visible_kv_tokens with
@@ -68,17 +69,17 @@ class CostModelBackend final : public Backend {
   BackendSessionId next_id_ = 1;
 };
 
-// One measured step (or the median of several at one operating point).
+// One timed engine step (or the median of several at one operating point).
 struct StepObservation {
   double batch_tokens = 0.0;       // query tokens in the step, all sessions; >= 0
   double visible_kv_tokens = 0.0;  // sum over those query tokens of the keys each attends to; >= 0
-  double seconds = 0.0;            // measured step duration; > 0
+  double seconds = 0.0;            // the step's wall-clock duration; > 0
 };
 
 struct CostModelFit {
   CostModel model;  // every coefficient >= 0
   double r2 = 0.0;  // 1 - SSE / SST of the seconds (1 when SST is 0 and the fit is exact)
-  // |model - measured| / measured over the points (dimensionless; 0.05 is 5 %).
+  // |model - observed| / observed over the points (dimensionless; 0.05 is 5 %).
   double median_abs_rel_error = 0.0;
   double max_abs_rel_error = 0.0;
   std::int64_t num_points = 0;

@@ -14,7 +14,8 @@
 
 namespace metronome::realtime {
 
-// A summary value as JSON: a number, or null when it is NaN or infinite (none measured, never).
+// A summary value as JSON: a number, or null when it is NaN or infinite (no sample: never a fake
+// 0).
 inline nlohmann::json NullIfNan(double v) {
   return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
 }

@@ -491,7 +491,7 @@ bool RealtimeLoop::RunIteration() {
 
   const double duration = backend_->Step(items_, &results_);
   ++stats_.iterations;
-  // Virtual clock: jump by the step's (modelled or measured) duration. Real clock: the time has
+  // Virtual clock: jump by the step's (modelled or timed) duration. Real clock: the time has
   // passed already and this returns at once.
   clock_->SleepUntil(now + Nanos(std::llround(duration * 1e9)));
   const Nanos done = std::max(clock_->Now(), now + Nanos(std::llround(duration * 1e9)));

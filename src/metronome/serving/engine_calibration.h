@@ -46,14 +46,14 @@ struct CalibrationMeasurement {
 // Tokens per session per prefill step; a pool for a point must hold chunks this large.
 inline constexpr int kCalibrationPrefillChunk = 256;
 
-// The point measured on fresh sessions, or the reason a step failed ("prefill step failed:
+// The point timed on fresh sessions, or the reason a step failed ("prefill step failed:
 // pool_exhausted").
 [[nodiscard]] std::variant<CalibrationMeasurement, std::string> MeasureCalibrationPoint(
     engine::Engine& engine, const kv::KvPolicy& policy, const CalibrationSettings& settings,
     const CalibrationPoint& point, std::mt19937& rng);
 
 // The design (batch_tokens, visible_kv_tokens) each point will have, with unit times: what
-// FitCostModel needs to tell, before anything is measured, whether the grid separates the terms.
+// FitCostModel needs to tell, before anything is timed, whether the grid separates the terms.
 [[nodiscard]] std::vector<realtime::StepObservation> CalibrationDesign(
     const std::vector<CalibrationPoint>& grid, const kv::KvPolicy& policy,
     const CalibrationSettings& settings);

@@ -15,14 +15,13 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "metronome/base/check.h"
 #include "metronome/base/types.h"
 #include "metronome/kernels/paged_attention.h"
 #include "metronome/kernels/rope.h"
 #include "metronome/kernels/vector_ops.h"
-#include "metronome/kv/kv_policy.h"
-#include "metronome/kv/paged_kv_view.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -38,39 +37,23 @@ struct KeyRange {
   bool sinks;  // the pinned range [0, S)
 };
 
-// The (at most two) visible ranges for query p: sinks [0, min(S, p+1)) and the window
-// [max(S, p-W+1), p]. In full mode S = 0 and W is "infinite", so only [0, p] remains.
-inline int VisibleRanges(const kv::KvPolicy& policy, TokenPos p, KeyRange out[2]) {
-  const TokenPos s = policy.effective_sinks();
-  const TokenPos w = policy.effective_window();
+// The (at most two) non-empty visible ranges of a query, sinks first.
+inline int VisibleRanges(const QueryKeys& keys, KeyRange out[2]) {
   int n = 0;
-  const TokenPos sink_end = std::min(s, p + 1);
-  if (sink_end > 0) out[n++] = {0, sink_end, true};
-  const TokenPos win_begin = std::max(s, p - w + 1);
-  if (win_begin <= p) out[n++] = {win_begin, p + 1, false};
+  if (keys.sink_end > 0) out[n++] = {0, keys.sink_end, true};
+  if (keys.window_begin < keys.window_end) out[n++] = {keys.window_begin, keys.window_end, false};
   return n;
 }
 
 // The head dims the SIMD kernels are instantiated for: calls fn(std::integral_constant<int, HD>)
 // for HD = head_dim if it is one of them and returns whether it was (the one list of them).
+template <typename Fn, int... kHeadDims>
+inline bool WithHeadDimOf(int head_dim, Fn&& fn, std::integer_sequence<int, kHeadDims...>) {
+  return ((head_dim == kHeadDims && (fn(std::integral_constant<int, kHeadDims>{}), true)) || ...);
+}
 template <typename Fn>
 inline bool WithSimdHeadDim(int head_dim, Fn&& fn) {
-  switch (head_dim) {
-    case 16:
-      fn(std::integral_constant<int, 16>{});
-      return true;
-    case 32:
-      fn(std::integral_constant<int, 32>{});
-      return true;
-    case 64:
-      fn(std::integral_constant<int, 64>{});
-      return true;
-    case 128:
-      fn(std::integral_constant<int, 128>{});
-      return true;
-    default:
-      return false;
-  }
+  return WithHeadDimOf(head_dim, fn, std::integer_sequence<int, 16, 32, 64, 128>{});
 }
 
 // Keeps of `ranges` only the visible keys with index [key_begin, key_end) in the order the ranges
@@ -90,11 +73,30 @@ inline int ClipRanges(KeyRange ranges[2], int num_ranges, std::int64_t key_begin
   return kept;
 }
 
-// The visible ranges of query p (VisibleRanges), restricted to `slice`'s keys when not null.
-inline int SliceRanges(const kv::KvPolicy& policy, TokenPos p, const AttentionKeySlice* slice,
-                       KeyRange out[2]) {
-  const int n = VisibleRanges(policy, p, out);
+// The visible ranges of a query (VisibleRanges), restricted to `slice`'s keys when not null.
+inline int SliceRanges(const QueryKeys& keys, const AttentionKeySlice* slice, KeyRange out[2]) {
+  const int n = VisibleRanges(keys, out);
   return slice != nullptr ? ClipRanges(out, n, slice->key_begin, slice->key_end) : n;
+}
+
+// What the kernels need of query i of a call: its visible ranges (restricted to `slice` when not
+// null), its q row and its output row, both from the column group_off on (the slice's own output
+// for a key slice).
+struct QueryRow {
+  KeyRange ranges[2];
+  int num_ranges;
+  const float* q;
+  float* out;
+};
+inline QueryRow RowOfQuery(const QueryKeys* queries, int i, const AttentionKeySlice* slice,
+                           const float* q, std::size_t q_stride, float* out, std::size_t out_stride,
+                           std::size_t group_off) {
+  QueryRow row;
+  row.num_ranges = SliceRanges(queries[i], slice, row.ranges);
+  row.q = q + static_cast<std::size_t>(i) * q_stride + group_off;
+  row.out =
+      slice != nullptr ? slice->out : out + static_cast<std::size_t>(i) * out_stride + group_off;
+  return row;
 }
 
 #if defined(__AVX512F__)
@@ -166,7 +168,7 @@ struct SimdOps {
 
 // Calls fn(key_pointer, column) for every visible key of `range`, walking the block table once.
 template <typename E, typename Fn>
-inline void ForEachKey(const kv::PagedKvView& kv, int layer, std::size_t plane_offset,
+inline void ForEachKey(const PagedKvView& kv, int layer, std::size_t plane_offset,
                        std::size_t head_off, const KeyRange& range, std::int64_t col, Fn&& fn) {
   const int bt = kv.block_tokens;
   for (TokenPos j = range.begin; j < range.end;) {
@@ -182,21 +184,21 @@ inline void ForEachKey(const kv::PagedKvView& kv, int layer, std::size_t plane_o
   }
 }
 
-// Rolling positions (policy.RollingGap(p)): sinks are scored against the query moved to
-// S + W - 1, so copies the group's `heads` query heads of q_row to sink_q and rotates them by
-// S + W - 1 - p; returns whether it did. The angles of that delta come from `sink_angles` row i
-// when the caller prepared them (once per query and step, not per layer and kv head), else they
-// are evaluated here.
-inline bool MoveQueryToSinkPosition(const Rope& rope, const kv::KvPolicy& policy, TokenPos p,
+// Rolling positions (keys.rotate_sinks): sinks are scored against the query moved to S + W - 1,
+// so copies the group's `heads` query heads of q_row to sink_q and rotates them by
+// keys.sink_rotation; returns whether it did. The angles of that delta come from `sink_angles`
+// row i when the caller prepared them (once per query and step, not per layer and kv head), else
+// they are evaluated here.
+inline bool MoveQueryToSinkPosition(const Rope& rope, const QueryKeys& keys,
                                     const RopeAngleRows* sink_angles, int i, const float* q_row,
                                     int heads, int hd, float* sink_q) noexcept {
-  if (!policy.RollingGap(p)) return false;
+  if (!keys.rotate_sinks) return false;
   std::memcpy(sink_q, q_row, sizeof(float) * static_cast<std::size_t>(heads * hd));
   if (sink_angles != nullptr) {
     const std::size_t row = static_cast<std::size_t>(i) * sink_angles->stride;
     rope.Apply(sink_q, heads, sink_angles->cos + row, sink_angles->sin + row);
   } else {
-    rope.Rotate(sink_q, heads, policy.sinks + policy.window - 1 - p);
+    rope.Rotate(sink_q, heads, keys.sink_rotation);
   }
   return true;
 }
@@ -211,12 +213,12 @@ inline AttentionKeySlice KvHeadSlice(const AttentionKeySlice& slice, const Atten
           slice.stats + static_cast<std::ptrdiff_t>(2 * index * group)};
 }
 
+// Queries queries[0 .. n) of kv_head's group, restricted to `slice` when not null (then n == 1).
 template <typename Ops, typename E>
-void AttendQueries(const AttentionShape& shape, const kv::PagedKvView& kv,
-                   const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
-                   TokenPos pos0, int n, const float* q, float* out, std::size_t q_stride,
-                   std::size_t out_stride, float* scratch, const RopeAngleRows* sink_angles,
-                   const AttentionKeySlice* slice) noexcept {
+void AttendQueries(const AttentionShape& shape, const PagedKvView& kv, const QueryKeys* queries,
+                   int n, const Rope& rope, int layer, int kv_head, const float* q, float* out,
+                   std::size_t q_stride, std::size_t out_stride, float* scratch,
+                   const RopeAngleRows* sink_angles, const AttentionKeySlice* slice) noexcept {
   MTR_DCHECK(slice == nullptr || n == 1, "a key slice belongs to one query");
   const int hd = shape.head_dim;
   const int group = shape.group();
@@ -226,20 +228,19 @@ void AttendQueries(const AttentionShape& shape, const kv::PagedKvView& kv,
       static_cast<std::size_t>(kv_head * group) * static_cast<std::size_t>(hd);
 
   for (int i = 0; i < n; ++i) {
-    const TokenPos p = pos0 + i;
-    KeyRange ranges[2];
-    const int num_ranges = SliceRanges(policy, p, slice, ranges);
+    const QueryRow row = RowOfQuery(queries, i, slice, q, q_stride, out, out_stride, group_off);
+    const KeyRange* ranges = row.ranges;
+    const int num_ranges = row.num_ranges;
     std::int64_t visible = 0;
     for (int r = 0; r < num_ranges; ++r) visible += ranges[r].end - ranges[r].begin;
     MTR_DCHECK(visible >= 1, "a query always sees itself");
 
-    const float* q_row = q + static_cast<std::size_t>(i) * q_stride + group_off;
-    float* out_row =
-        slice != nullptr ? slice->out : out + static_cast<std::size_t>(i) * out_stride + group_off;
+    const float* q_row = row.q;
+    float* out_row = row.out;
     float* sink_q = scratch + static_cast<std::size_t>(group) * static_cast<std::size_t>(visible);
 
     const bool rolling =
-        MoveQueryToSinkPosition(rope, policy, p, sink_angles, i, q_row, group, hd, sink_q);
+        MoveQueryToSinkPosition(rope, queries[i], sink_angles, i, q_row, group, hd, sink_q);
 
     for (int h = 0; h < group; ++h) {
       float* scores = scratch + static_cast<std::size_t>(h) * static_cast<std::size_t>(visible);
@@ -283,12 +284,12 @@ void AttendQueries(const AttentionShape& shape, const kv::PagedKvView& kv,
 namespace internal {
 // The AVX512_BF16 kernel for bf16 KV (paged_attention_bf16.cc). `split_q`: q enters vdpbf16ps as
 // two bf16 terms (hi + lo, ~16 mantissa bits) instead of one rounded bf16 (8 bits). kv heads
-// [kv_head, kv_head + kv_heads), restricted to `slice` when not null (then n == 1). Returns false,
-// doing nothing, when this build has no such kernel or head_dim has no instantiation; callers
-// check CpuHasAvx512Bf16() first.
-bool PagedAttentionBf16Dot(bool split_q, const AttentionShape& shape, const kv::PagedKvView& kv,
-                           const kv::KvPolicy& policy, const Rope& rope, int layer, int kv_head,
-                           int kv_heads, TokenPos pos0, int n, const float* q, float* out,
+// [kv_head, kv_head + kv_heads) for queries[0 .. n), restricted to `slice` when not null (then
+// n == 1). Returns false, doing nothing, when this build has no such kernel or head_dim has no
+// instantiation; callers check CpuHasAvx512Bf16() first.
+bool PagedAttentionBf16Dot(bool split_q, const AttentionShape& shape, const PagedKvView& kv,
+                           const QueryKeys* queries, int n, const Rope& rope, int layer,
+                           int kv_head, int kv_heads, const float* q, float* out,
                            std::size_t q_stride, std::size_t out_stride, float* scratch,
                            const RopeAngleRows* sink_angles,
                            const AttentionKeySlice* slice) noexcept;

@@ -270,54 +270,36 @@ struct Q8_0W {
         _mm512_permutex2var_epi16(_mm512_loadu_si512(p), words, _mm512_loadu_si512(p + 64))));
   }
 };
-struct Q4_0W : NibbleRunDecoders<quant::BlockQ4_0> {
-  using Block = quant::BlockQ4_0;
+// The four 32-element nibble types: u = the 4-bit quants, plus 16 where qh's fifth bit is set
+// (Q5_x); d per lane, and the min m for the types that have one (kMin), else the offset kOffset.
+template <class B, float kOffsetValue>
+struct NibbleW : NibbleRunDecoders<B> {
+  using Block = B;
   static constexpr bool kSuperBlock = false;
-  static constexpr bool kMin = false;
-  static constexpr float kOffset = 8.0f;
+  static constexpr bool kMin = requires { &Block::m; };
+  static constexpr bool kHighBit = requires { &Block::qh; };
+  static constexpr float kOffset = kOffsetValue;
   static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
-    return {Nibbles2(a->qs, b->qs), Halves(Half(a->d), Half(b->d)), _mm512_setzero_ps()};
-  }
-  static UnpackedQuad UnpackQuad(const Block* const (&b)[4]) noexcept { return NibblesQuad(b); }
-};
-struct Q4_1W : NibbleRunDecoders<quant::BlockQ4_1> {
-  using Block = quant::BlockQ4_1;
-  static constexpr bool kSuperBlock = false;
-  static constexpr bool kMin = true;
-  static constexpr float kOffset = 0.0f;
-  static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
-    return {Nibbles2(a->qs, b->qs), Halves(Half(a->d), Half(b->d)), Halves(Half(a->m), Half(b->m))};
-  }
-  static UnpackedQuad UnpackQuad(const Block* const (&b)[4]) noexcept { return NibblesQuad(b); }
-};
-struct Q5_0W : NibbleRunDecoders<quant::BlockQ5_0> {
-  using Block = quant::BlockQ5_0;
-  static constexpr bool kSuperBlock = false;
-  static constexpr bool kMin = false;
-  static constexpr float kOffset = 16.0f;
-  static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
-    const __m512i lo = Nibbles2(a->qs, b->qs);
-    const __m512i u = _mm512_mask_add_epi8(lo, HighBits2(a->qh, b->qh), lo, _mm512_set1_epi8(16));
-    return {u, Halves(Half(a->d), Half(b->d)), _mm512_setzero_ps()};
+    __m512i u = Nibbles2(a->qs, b->qs);
+    if constexpr (kHighBit) {
+      u = _mm512_mask_add_epi8(u, HighBits2(a->qh, b->qh), u, _mm512_set1_epi8(16));
+    }
+    __m512 mw = _mm512_setzero_ps();
+    if constexpr (kMin) mw = Halves(Half(a->m), Half(b->m));
+    return {u, Halves(Half(a->d), Half(b->d)), mw};
   }
   static UnpackedQuad UnpackQuad(const Block* const (&b)[4]) noexcept {
-    return AddHighBitsQuad(NibblesQuad(b), b);
+    if constexpr (kHighBit) {
+      return AddHighBitsQuad(NibblesQuad(b), b);
+    } else {
+      return NibblesQuad(b);
+    }
   }
 };
-struct Q5_1W : NibbleRunDecoders<quant::BlockQ5_1> {
-  using Block = quant::BlockQ5_1;
-  static constexpr bool kSuperBlock = false;
-  static constexpr bool kMin = true;
-  static constexpr float kOffset = 0.0f;
-  static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
-    const __m512i lo = Nibbles2(a->qs, b->qs);
-    const __m512i u = _mm512_mask_add_epi8(lo, HighBits2(a->qh, b->qh), lo, _mm512_set1_epi8(16));
-    return {u, Halves(Half(a->d), Half(b->d)), Halves(Half(a->m), Half(b->m))};
-  }
-  static UnpackedQuad UnpackQuad(const Block* const (&b)[4]) noexcept {
-    return AddHighBitsQuad(NibblesQuad(b), b);
-  }
-};
+using Q4_0W = NibbleW<quant::BlockQ4_0, 8.0f>;
+using Q4_1W = NibbleW<quant::BlockQ4_1, 0.0f>;
+using Q5_0W = NibbleW<quant::BlockQ5_0, 16.0f>;
+using Q5_1W = NibbleW<quant::BlockQ5_1, 0.0f>;
 
 // ---- K-quants: a 256-element super-block unpacked into four 64-byte chunks of unsigned values
 // (chunk c = elements [64 c, 64 c + 64)), the fp32 scale of each int32 lane of a chunk's
@@ -494,37 +476,23 @@ struct Q6_KW : SuperMemoryForm<Q6_KW> {  // bytes q + 32; wm = -32 * scale
 // The one map from an integer ggml type to its decoder: f.template operator()<W>() for the W of
 // `type` (W::kSuperBlock tells the two families apart); false, without calling f, for a type
 // with no decoder here (F32, F16, BF16).
+template <quant::GgmlType kType, class W>
+struct DecoderFor {
+  static constexpr quant::GgmlType type = kType;
+  using Decoder = W;
+};
+template <class... Entry, class F>
+bool VisitDecoderOf(quant::GgmlType type, F& f) noexcept {
+  return ((type == Entry::type && (f.template operator()<typename Entry::Decoder>(), true)) || ...);
+}
 template <class F>
 [[maybe_unused]] bool VisitBlockDecoder(quant::GgmlType type, F&& f) noexcept {
   using quant::GgmlType;
-  switch (type) {
-    case GgmlType::kQ8_0:
-      f.template operator()<Q8_0W>();
-      return true;
-    case GgmlType::kQ4_0:
-      f.template operator()<Q4_0W>();
-      return true;
-    case GgmlType::kQ4_1:
-      f.template operator()<Q4_1W>();
-      return true;
-    case GgmlType::kQ5_0:
-      f.template operator()<Q5_0W>();
-      return true;
-    case GgmlType::kQ5_1:
-      f.template operator()<Q5_1W>();
-      return true;
-    case GgmlType::kQ4_K:
-      f.template operator()<Q4_KW>();
-      return true;
-    case GgmlType::kQ5_K:
-      f.template operator()<Q5_KW>();
-      return true;
-    case GgmlType::kQ6_K:
-      f.template operator()<Q6_KW>();
-      return true;
-    default:
-      return false;
-  }
+  return VisitDecoderOf<DecoderFor<GgmlType::kQ8_0, Q8_0W>, DecoderFor<GgmlType::kQ4_0, Q4_0W>,
+                        DecoderFor<GgmlType::kQ4_1, Q4_1W>, DecoderFor<GgmlType::kQ5_0, Q5_0W>,
+                        DecoderFor<GgmlType::kQ5_1, Q5_1W>, DecoderFor<GgmlType::kQ4_K, Q4_KW>,
+                        DecoderFor<GgmlType::kQ5_K, Q5_KW>, DecoderFor<GgmlType::kQ6_K, Q6_KW>>(
+      type, f);
 }
 
 }  // namespace
