@@ -30,6 +30,7 @@ namespace {
 using metronome::TokenPos;
 namespace kernels = metronome::kernels;
 namespace kv = metronome::kv;
+namespace base = metronome::base;
 
 double PeakGflops() {
   static const double peak =

@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
-#include <utility>  // before Asio: its awaitable.hpp uses std::exchange
 #include <utility>
 
 namespace metronome::server {

@@ -14,12 +14,14 @@
 // Thread-safety: the callbacks run on `executor`.
 #pragma once
 
+// Before Asio: its awaitable.hpp uses std::exchange without including <utility>.
 #include <boost/asio/any_io_executor.hpp>
 #include <cstddef>
 #include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace metronome::server {
