@@ -53,7 +53,9 @@ TEST(KvPolicyTest, KeysOfHoldsExactlyTheVisibleKeys) {
       }
       EXPECT_EQ(keys.count(), CountVisible(policy, p));
       EXPECT_EQ(keys.rotate_sinks, policy.RollingGap(p));
-      if (keys.rotate_sinks) EXPECT_EQ(p + keys.sink_rotation, policy.sinks + policy.window - 1);
+      if (keys.rotate_sinks) {
+        EXPECT_EQ(p + keys.sink_rotation, policy.sinks + policy.window - 1);
+      }
     }
   }
 }

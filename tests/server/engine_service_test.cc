@@ -56,7 +56,9 @@ struct Client {
                   const std::lock_guard<std::mutex> lock(mu);
                   ends.push_back(e);
                 },
-            .on_alarm = {}};
+            .on_alarm = {},
+            .on_taken = {},
+            .on_moving = {}};
   }
   std::size_t num_frames() {
     const std::lock_guard<std::mutex> lock(mu);
@@ -269,7 +271,9 @@ TEST(EngineServiceTest, StartingAndEndingSessionsLeavesNothingBehind) {
                            [&ended, all_ended](EndReason) {
                              if (ended.fetch_add(1) + 1 == kPerRound) all_ended->set_value();
                            },
-                       .on_alarm = {}};
+                       .on_alarm = {},
+                       .on_taken = {},
+                       .on_moving = {}};
       service.StartSession(std::move(spec), std::move(sink),
                            [&ids, &started, all_started, i](const StartOutcome& o) {
                              ids[static_cast<std::size_t>(i)] = o.admitted ? o.id : 0;
