@@ -146,6 +146,10 @@ bool DecodeSnapshot(base::ByteReader* in, const KvLayout& layout, SessionKvSnaps
     *error = "kv: the blocks are cut short";
     return false;
   }
+  if (bytes < in->remaining()) {
+    *error = std::to_string(in->remaining() - bytes) + " bytes after the KV";
+    return false;
+  }
   snapshot->length = length;
   const auto data = in->GetBytes(static_cast<std::size_t>(bytes));
   snapshot->blocks.assign(data.begin(), data.end());

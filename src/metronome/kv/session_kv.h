@@ -58,7 +58,8 @@ void EncodeSnapshot(const SessionKvSnapshot& snapshot, const KvLayout& layout,
                     base::ByteWriter* out);
 // EncodeSnapshot's form for a pool of `layout`: false, with *error naming the first field that
 // differs from it (e.g. "kv element type bf16, this pool's is f32") or the bytes that are
-// missing. The blocks' count is Restore's to check.
+// missing, or bytes after them (the snapshot ends its bytes). The blocks' count is Restore's
+// to check.
 [[nodiscard]] bool DecodeSnapshot(base::ByteReader* in, const KvLayout& layout,
                                   SessionKvSnapshot* snapshot, std::string* error);
 

@@ -17,6 +17,7 @@
 #include "metronome/base/types.h"
 #include "metronome/kv/block_pool.h"
 #include "metronome/kv/kv_policy.h"
+#include "metronome/kv/session_kv.h"
 
 namespace metronome::realtime {
 
@@ -40,6 +41,20 @@ struct BackendImport {
   std::string error;            // the bytes are not a session of this backend: what differs
   [[nodiscard]] bool ok() const { return !pool_exhausted && error.empty(); }
 };
+
+// The one reading of a KV restore as an import's answer (id: the session opened when kOk).
+[[nodiscard]] inline BackendImport ImportOf(kv::RestoreResult restored, BackendSessionId id,
+                                            const std::string& error) {
+  BackendImport out;
+  if (restored == kv::RestoreResult::kOk) {
+    out.id = id;
+  } else if (restored == kv::RestoreResult::kPoolExhausted) {
+    out.pool_exhausted = true;
+  } else {
+    out.error = "kv: " + error;
+  }
+  return out;
+}
 
 class Backend {
  public:

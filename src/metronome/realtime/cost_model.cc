@@ -51,26 +51,11 @@ BackendImport CostModelBackend::ImportSession(const kv::KvPolicy& policy, TokenP
   base::ByteReader in(state);
   kv::SessionKvSnapshot snapshot;
   if (!kv::DecodeSnapshot(&in, pool_.layout(), &snapshot, &result.error)) return result;
-  if (in.remaining() != 0) {
-    result.error = std::to_string(in.remaining()) + " bytes after the KV";
-    return result;
-  }
   auto kv = NewSession(policy, max_context);
   std::string error;
-  switch (kv->Restore(snapshot, &error)) {
-    case kv::RestoreResult::kOk:
-      result.id = next_id_++;
-      sessions_.emplace(result.id, std::move(kv));
-      return result;
-    case kv::RestoreResult::kPoolExhausted:
-      result.pool_exhausted = true;
-      return result;
-    case kv::RestoreResult::kInvalid:
-      result.error = "kv: " + error;
-      return result;
-  }
-  result.error = "kv: unknown restore result";
-  return result;
+  const kv::RestoreResult restored = kv->Restore(snapshot, &error);
+  if (restored == kv::RestoreResult::kOk) sessions_.emplace(next_id_, std::move(kv));
+  return ImportOf(restored, restored == kv::RestoreResult::kOk ? next_id_++ : 0, error);
 }
 
 std::string CostModelBackend::model_identity() const {

@@ -97,25 +97,12 @@ realtime::BackendImport EngineBackend::ImportSession(const kv::KvPolicy& policy,
   }
   kv::SessionKvSnapshot snapshot;
   if (!kv::DecodeSnapshot(&in, engine_->kv_layout(), &snapshot, &result.error)) return result;
-  if (in.remaining() != 0) {
-    result.error = std::to_string(in.remaining()) + " bytes after the KV";
-    return result;
-  }
   engine::SessionId sid{};
   std::string error;
-  switch (engine_->ImportSession(SessionOptionsFor(policy, max_context), snapshot, &sid, &error)) {
-    case kv::RestoreResult::kOk:
-      result.id = static_cast<BackendSessionId>(sid);
-      samplers_.insert_or_assign(result.id, std::move(sampler));
-      return result;
-    case kv::RestoreResult::kPoolExhausted:
-      result.pool_exhausted = true;
-      return result;
-    case kv::RestoreResult::kInvalid:
-      result.error = "kv: " + error;
-      return result;
-  }
-  result.error = "kv: unknown restore result";
+  const kv::RestoreResult restored =
+      engine_->ImportSession(SessionOptionsFor(policy, max_context), snapshot, &sid, &error);
+  result = realtime::ImportOf(restored, static_cast<BackendSessionId>(sid), error);
+  if (result.ok()) samplers_.insert_or_assign(result.id, std::move(sampler));
   return result;
 }
 
