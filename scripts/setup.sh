@@ -17,6 +17,7 @@ packages=(
   libcli11-dev           # command line
   nlohmann-json3-dev     # JSON (event log, summaries)
   libboost-dev           # Beast/Asio (header-only): the network server
+  libssl-dev             # libcrypto's HMAC-SHA256: the cluster seal of resume tokens
   libgtest-dev libbenchmark-dev
   nodejs npm chromium    # the dashboard: npm ci (uPlot, playwright-core) and its browser test
   gnuplot-nox            # the evaluation suite's plots (experiments/eval)

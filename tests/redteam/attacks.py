@@ -225,14 +225,79 @@ def attack_http_statuses(port):
         check(f"HTTP: {name} is {want}", got == want, f"status {got}")
 
 
-def attack_abrupt_disconnects(port, n):
-    """Sessions opened, fed and dropped without a close frame: every block must come back."""
+def continuity(port):
+    return get_json(port, "/v1/stats")["continuity"]
+
+
+def no_session_left(port, resume_window_s):
+    """Waits out the resume window of dropped sessions; True once none is left and no block used."""
+    return served_within(lambda: get_json(port, "/v1/stats")["sessions"]["active"] == 0
+                         and kv_used(port) == 0, resume_window_s + 5) is not None
+
+
+def attack_abrupt_disconnects(port, n, max_detached, resume_window_s):
+    """Sessions opened, fed and dropped without a close frame: they wait for session.resume, at
+    most max_detached of them from this address, and every block comes back after the window."""
+    most = 0
     for _ in range(n):
         c = WsClient(port)
         sid = c.start(kv={"policy": "full"})
         for i in range(3):
             c.send_json({"type": "frame", "session": sid, "index": i, "ids": [1, 2]})
         c.close_socket()
+        most = max(most, continuity(port)["detached"])
+    time.sleep(0.2)
+    most = max(most, continuity(port)["detached"])
+    check("abrupt: one address keeps at most --max-detached-per-address sessions waiting",
+          0 < most <= max_detached, f"at most {most} waiting of {n} dropped, cap {max_detached}")
+    check("abrupt: after the resume window every session ended and every block came back",
+          no_session_left(port, resume_window_s),
+          f"{get_json(port, '/v1/stats')['sessions']['active']} sessions, {kv_used(port)} blocks")
+
+
+def attack_resume(port, max_sessions_per_connection):
+    """Hostile session.resume: a flood of garbage tokens, an oversized one, a forged origin (this
+    server has no cluster secret: refused before any request leaves it), a token resumed twice,
+    and a resume into a connection already at its session cap."""
+    c = WsClient(port)
+    reasons = set()
+    for i in range(300):
+        c.send_json({"type": "session.resume", "resume_token": f"mtr1.x.{i}.{'0' * 32}.bQ"})
+        reasons.add(c.read_type("session.rejected").get("reason"))
+    check("resume: 300 garbage tokens are each refused as resume_token", reasons == {"resume_token"},
+          str(reasons))
+    c.send_json({"type": "ping"})
+    check("resume: the connection goes on after them", c.read_type("pong").get("type") == "pong")
+    c.send_json({"type": "session.resume", "resume_token": "mtr1." + "A" * 60000})
+    reply = c.read_json()
+    check("resume: a 60 kB token is refused as a bad field, named",
+          reply.get("code") == "bad_field" and "resume_token" in reply.get("message", ""),
+          str(reply)[:200])
+    owner = WsClient(port)
+    owner.start()
+    token = owner.last_started["resume_token"]
+    parts = token.split(".")
+    # The same session and secret, but another origin: a client cannot point the server at an
+    # address of its choosing.
+    forged = ".".join(["mtr1", "aHR0cDovLzEyNy4wLjAuMTox"] + parts[2:])  # http://127.0.0.1:1
+    c.send_json({"type": "session.resume", "resume_token": forged})
+    reply = c.read_json()
+    check("resume: a forged origin is refused without a fetch", reply.get("reason") in
+          ("resume_origin", "resume_token"), str(reply)[:200])
+    c.send_json({"type": "session.resume", "resume_token": token})
+    first = c.read_type("session.resumed")
+    c.send_json({"type": "session.resume", "resume_token": token})
+    reply = c.read_json()
+    check("resume: a spent token is refused", first.get("type") == "session.resumed"
+          and reply.get("reason") == "resume_unknown", f"{first} then {reply}"[:300])
+    for _ in range(max_sessions_per_connection - 1):
+        c.start()
+    c.send_json({"type": "session.resume", "resume_token": first["resume_token"]})
+    reply = c.read_json()
+    check("resume: a resume into a full connection is too_many_sessions",
+          reply.get("code") == "too_many_sessions", str(reply)[:200])
+    owner.close_socket()
+    c.close_socket()
 
 
 # --- hog (part A) -------------------------------------------------------------------------------
@@ -492,6 +557,9 @@ def main():
     p.add_argument("--idle-max-ms", type=int, default=2000)
     p.add_argument("--connection-idle-ms", type=int, default=2000)
     p.add_argument("--limit", type=int, default=64, help="the server's static admission limit")
+    p.add_argument("--resume-window-s", type=float, default=2.0)
+    p.add_argument("--max-detached-per-address", type=int, default=8)
+    p.add_argument("--max-sessions-per-connection", type=int, default=4)
     p.add_argument("--shutdown-client")
     a = p.parse_args()
     if a.shutdown_client:
@@ -504,13 +572,18 @@ def main():
         attack_bad_json(a.port)
         attack_handshake(a.port)
         attack_http_statuses(a.port)
-        attack_abrupt_disconnects(a.port, 20 if a.short else 200)
+        attack_abrupt_disconnects(a.port, 20 if a.short else 200, a.max_detached_per_address,
+                                  a.resume_window_s)
+        attack_resume(a.port, a.max_sessions_per_connection)
         attack_slowloris(a.port, a.max_connections + 10, 3 if a.short else 30)
     if a.section in ("hog", "all"):
         attack_text_hog(a.port)
         attack_rate_hog(a.port, 3 if a.short else 20)
         attack_churn_leak(a.port, a.pid, 2000 if a.short else 20000)
     if a.section in ("squat", "all"):
+        # The hog attacks' dropped sessions wait out their resume window first: the squat counts
+        # every slot.
+        check("squat: no session left from before", no_session_left(a.port, a.resume_window_s))
         attack_squat(a.port, a.agent_port, a.max_connections, a.idle_max_ms,
                      a.connection_idle_ms, a.limit)
     health(a.port, a.pid, baseline_fds, baseline_rss)

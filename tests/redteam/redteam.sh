@@ -41,6 +41,9 @@ handshake_ms=1000
 idle_max_ms=2000
 connection_idle_ms=2000
 limit=64
+# Dropped sessions wait this long for session.resume, at most max_detached of them per address.
+resume_window_s=2
+max_detached=8
 agent_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 
 if ! serve_start "$bin" "$tmp/serve" --model synthetic:tiny --host 127.0.0.1 --port 0 --threads 1 \
@@ -48,7 +51,8 @@ if ! serve_start "$bin" "$tmp/serve" --model synthetic:tiny --host 127.0.0.1 --p
   --max-http-connections "$max_connections" \
   --handshake-timeout-ms "$handshake_ms" --drain-timeout-s 0 --quiet --agent-port "$agent_port" \
   --idle-periods 2 --idle-min-ms 500 --idle-max-ms "$idle_max_ms" \
-  --connection-idle-ms "$connection_idle_ms"; then
+  --connection-idle-ms "$connection_idle_ms" --resume-window-s "$resume_window_s" \
+  --max-detached-per-address "$max_detached"; then
   echo "FAIL: serve did not start"
   exit 1
 fi
@@ -60,7 +64,8 @@ if [ "$section" != work ]; then  # work_attacks.py runs below, against its own s
   timeout 600 python3 "$here/attacks.py" --port "$port" --pid "$serve_pid" --section "$section" \
     --max-connections "$max_connections" --handshake-timeout-ms "$handshake_ms" \
     --agent-port "$agent_port" --idle-max-ms "$idle_max_ms" \
-    --connection-idle-ms "$connection_idle_ms" --limit "$limit" $short || rc=1
+    --connection-idle-ms "$connection_idle_ms" --limit "$limit" \
+    --resume-window-s "$resume_window_s" --max-detached-per-address "$max_detached" $short || rc=1
 fi
 
 # Weights that hold NaN (issue 36, item 7): nonfinite.py serves its own patched files.

@@ -165,4 +165,5 @@ class WsClient:
         reply = self.read_json()
         if reply.get("type") != "session.started":
             raise RuntimeError(f"session.start refused: {reply}")
+        self.last_started = reply  # its resume_token, for session.resume
         return reply["session"]

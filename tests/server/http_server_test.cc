@@ -24,6 +24,7 @@
 #include "metronome/model/tokenizer.h"
 #include "metronome/server/dashboard_assets.h"
 #include "metronome/server/http_access.h"
+#include "metronome/server/resume_token.h"
 #include "support/loopback_server.h"
 #include "support/process_memory.h"
 
@@ -86,7 +87,9 @@ class Client {
     }
     return {};
   }
-  std::uint64_t Start(const json& extra = json::object()) {
+  // session.start (2 tokens a frame every 20 ms, a 32-token window with 4 sinks, and `extra`);
+  // the answer, which should be session.started.
+  json Started(const json& extra = json::object()) {
     json start = {{"type", "session.start"},
                   {"period_ms", 20},
                   {"tokens_per_frame", 2},
@@ -94,9 +97,12 @@ class Client {
                   {"kv", {{"window", 32}, {"sinks", 4}}}};
     start.update(extra);
     Send(start);
-    const json j = Read();
+    json j = Read();
     EXPECT_EQ(j["type"], "session.started") << j.dump();
-    return j.value("session", std::uint64_t{0});
+    return j;
+  }
+  std::uint64_t Start(const json& extra = json::object()) {
+    return Started(extra).value("session", std::uint64_t{0});
   }
   websocket::stream<tcp::socket>& ws() { return ws_; }
 
@@ -1068,13 +1074,8 @@ TEST(HttpServerContinuityTest, ADroppedConnectionResumesWhereItWasAndCountsMisse
     EXPECT_EQ(c.ReadType("session.ended")["reason"], "client");
   }
   Client c(s.http.port());
-  c.Send({{"type", "session.start"},
-          {"period_ms", 20},
-          {"tokens_per_frame", 2},
-          {"output_tokens_per_frame", 2},
-          {"kv", {{"window", 32}, {"sinks", 4}}}});
-  const json started = c.Read();
-  ASSERT_EQ(started["type"], "session.started") << started.dump();
+  const json started = c.Started();
+  ASSERT_EQ(started["type"], "session.started");
   ASSERT_TRUE(started.contains("resume_token")) << started.dump();
   const std::uint64_t id = started["session"];
   std::vector<json> got = RunFrames(c, id, 0, 5);
@@ -1152,13 +1153,41 @@ TEST(HttpServerContinuityTest, AfterTheWindowTheSessionEndsAndItsTokenIsRefused)
   EXPECT_NE(refused["detail"].get<std::string>().find("resume window"), std::string::npos);
 }
 
+// A client that starts sessions and drops their connections holds no more of them than
+// max_detached_per_address: past it, its oldest waiting session ends and its token is spent.
+TEST(HttpServerContinuityTest, OneAddressLeavesAtMostItsCapOfSessionsWaiting) {
+  Server s("static:8", {},
+           {.resume_window_s = 30.0, .advertise_url = {}, .max_detached_per_address = 2});
+  std::vector<json> started;
+  for (int i = 0; i < 3; ++i) {
+    Client c(s.http.port());
+    started.push_back(c.Started({{"period_ms", 1000}}));
+    DropConnection(c);
+    // One at a time, so the order of the drops is the order of their age.
+    const int waiting = std::min(i + 1, 2);
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          const json stats = s.service.Stats();
+          return stats["continuity"]["detached"] == waiting &&
+                 stats["sessions"]["active"] == waiting;
+        },
+        std::chrono::milliseconds(3000)));
+  }
+  EXPECT_EQ(s.service.Stats()["sessions"]["active"], 2);
+  Client back(s.http.port());
+  back.Send({{"type", "session.resume"}, {"resume_token", started[0]["resume_token"]}});
+  EXPECT_EQ(back.Read()["reason"], "resume_unknown") << "the oldest was ended";
+  for (int i = 1; i < 3; ++i) {
+    back.Send({{"type", "session.resume"}, {"resume_token", started[i]["resume_token"]}});
+    EXPECT_EQ(back.ReadType("session.resumed")["type"], "session.resumed") << i;
+  }
+}
+
 // Two replicas of one cluster: a drain hands the session over, the other replica fetches its
 // state with the cluster secret and the conversation goes on with the same outputs.
 TEST(HttpServerContinuityTest, ADrainHandsTheSessionToAnotherReplica) {
-  ServerOptions with_secret;
-  with_secret.cluster_secret = "correct horse battery staple";
-  ServerOptions origin_options = with_secret;
-  origin_options.port = 0;
+  const std::string secret = "correct horse battery staple";
+  ServerOptions origin_options;
   // The origin's advertise URL needs its port: bind one first.
   net::io_context io;
   tcp::acceptor probe(io, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
@@ -1166,9 +1195,11 @@ TEST(HttpServerContinuityTest, ADrainHandsTheSessionToAnotherReplica) {
   probe.close();
   origin_options.port = origin_port;
   const std::string origin_url = "http://127.0.0.1:" + std::to_string(origin_port);
-  Server origin("static:8", origin_options, {.resume_window_s = 5.0, .advertise_url = origin_url});
-  Server target("static:8", with_secret,
-                {.resume_window_s = 5.0, .advertise_url = "http://127.0.0.1:1"});
+  Server origin("static:8", origin_options,
+                {.resume_window_s = 5.0, .advertise_url = origin_url, .cluster_secret = secret});
+  Server target(
+      "static:8", {},
+      {.resume_window_s = 5.0, .advertise_url = "http://127.0.0.1:1", .cluster_secret = secret});
   Server stranger("static:8", {}, {.resume_window_s = 5.0, .advertise_url = {}});
 
   std::vector<json> uninterrupted;
@@ -1177,12 +1208,7 @@ TEST(HttpServerContinuityTest, ADrainHandsTheSessionToAnotherReplica) {
     uninterrupted = RunFrames(c, c.Start(), 0, 10);
   }
   Client c(origin.http.port());
-  c.Send({{"type", "session.start"},
-          {"period_ms", 20},
-          {"tokens_per_frame", 2},
-          {"output_tokens_per_frame", 2},
-          {"kv", {{"window", 32}, {"sinks", 4}}}});
-  const json started = c.Read();
+  const json started = c.Started();
   std::vector<json> got = RunFrames(c, started["session"], 0, 4);
   origin.service.BeginHandoff();
   const json moving = c.ReadType("session.moving");
@@ -1205,6 +1231,27 @@ TEST(HttpServerContinuityTest, ADrainHandsTheSessionToAnotherReplica) {
   elsewhere.Send({{"type", "session.resume"}, {"resume_token", token}});
   EXPECT_EQ(elsewhere.Read()["reason"], "resume_origin") << "no secret to fetch with";
 
+  // A token naming another origin is fetched only when its seal holds: a forged one (the
+  // stranger's URL as origin, no seal) is refused before any request leaves the target.
+  tcp::acceptor bait(io, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+  const std::optional<ResumeToken> real = ParseResumeToken(token);
+  ASSERT_TRUE(real.has_value());
+  ResumeToken forged = *real;
+  forged.origin = "http://127.0.0.1:" + std::to_string(bait.local_endpoint().port());
+  forged.seal.clear();
+  Client forger(target.http.port());
+  forger.Send({{"type", "session.resume"}, {"resume_token", EncodeResumeToken(forged)}});
+  const json forged_answer = forger.Read();
+  EXPECT_EQ(forged_answer["reason"], "resume_token") << forged_answer.dump();
+  forged = Sealed(forged, "not the cluster's secret");
+  forger.Send({{"type", "session.resume"}, {"resume_token", EncodeResumeToken(forged)}});
+  EXPECT_EQ(forger.Read()["reason"], "resume_token") << "sealed with another secret";
+  bait.non_blocking(true);
+  boost::system::error_code no_connection;
+  tcp::socket caught(io);
+  bait.accept(caught, no_connection);
+  EXPECT_EQ(no_connection, net::error::would_block) << "the target called the forged origin";
+
   Client moved(target.http.port());
   moved.Send({{"type", "session.resume"}, {"resume_token", token}});
   const json resumed = moved.ReadType("session.resumed");
@@ -1216,9 +1263,7 @@ TEST(HttpServerContinuityTest, ADrainHandsTheSessionToAnotherReplica) {
   // Released: the origin holds nothing more and may exit; the token is spent.
   ASSERT_TRUE(WaitFor([&] { return origin.service.replica_state().moving == 0; },
                       std::chrono::milliseconds(2000)));
-  EXPECT_EQ(
-      StateRequest(origin.http.port(), http::verb::get, token, with_secret.cluster_secret).status,
-      404);
+  EXPECT_EQ(StateRequest(origin.http.port(), http::verb::get, token, secret).status, 404);
   EXPECT_NE(
       target.registry.ExpositionText().find("metronome_sessions_moved_total{direction=\"in\"} 1"),
       std::string::npos);

@@ -27,6 +27,43 @@ TEST(ResumeTokenTest, RoundTripsEveryField) {
   }
 }
 
+// The seal is HMAC-SHA256 (RFC 2104) of the unsealed token, its first 16 bytes in hex; the
+// expected value is Python's hmac.new(b"correct horse", token, hashlib.sha256).hexdigest()[:32].
+TEST(ResumeTokenTest, TheSealIsTheHmacOfTheToken) {
+  const ResumeToken t = Sealed({.origin = "http://10.0.0.7:8080",
+                                .session = 42,
+                                .secret = "0123456789abcdef0123456789abcdef",
+                                .model = "m-1"},
+                               "correct horse");
+  EXPECT_EQ(t.seal, "a019461453be1ebd4b4c852d5f1fdb60");
+  EXPECT_EQ(EncodeResumeToken(t),
+            "mtr1.aHR0cDovLzEwLjAuMC43OjgwODA.42.0123456789abcdef0123456789abcdef.bS0x."
+            "a019461453be1ebd4b4c852d5f1fdb60");
+  const auto parsed = ParseResumeToken(EncodeResumeToken(t));
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed->seal, t.seal);
+  EXPECT_TRUE(SealHolds(*parsed, "correct horse"));
+}
+
+TEST(ResumeTokenTest, TheSealHoldsOnlyForItsSecretAndItsFields) {
+  const ResumeToken t = Sealed(
+      {.origin = "http://a:1", .session = 7, .secret = NewResumeSecret(), .model = "m"}, "k");
+  EXPECT_TRUE(SealHolds(t, "k"));
+  EXPECT_FALSE(SealHolds(t, "K"));
+  EXPECT_FALSE(SealHolds(t, "")) << "no secret: nothing holds";
+  EXPECT_FALSE(SealHolds(Sealed(t, ""), "k")) << "unsealed";
+  EXPECT_TRUE(Sealed(t, "").seal.empty());
+  ResumeToken other_origin = t;
+  other_origin.origin = "http://attacker:1";
+  EXPECT_FALSE(SealHolds(other_origin, "k"));
+  ResumeToken other_session = t;
+  other_session.session = 8;
+  EXPECT_FALSE(SealHolds(other_session, "k"));
+  ResumeToken other_model = t;
+  other_model.model = "n";
+  EXPECT_FALSE(SealHolds(other_model, "k"));
+}
+
 TEST(ResumeTokenTest, SecretsAre128RandomBits) {
   std::set<std::string> seen;
   for (int i = 0; i < 1000; ++i) {
@@ -44,10 +81,14 @@ TEST(ResumeTokenTest, MalformedTokensAreRefused) {
            std::string(""),
            std::string("mtr2.aHR0cDovL3g.7." + secret + ".bS0x"),
            std::string("mtr1.aHR0cDovL3g.7." + secret),              // a field short
-           std::string("mtr1.aHR0cDovL3g.7." + secret + ".bS0x.x"),  // a field more
-           std::string("mtr1.a*b.7." + secret + ".bS0x"),            // not base64url
-           std::string("mtr1.aHR0cDovL3g.07." + secret + ".bS0x"),   // a leading zero
-           std::string("mtr1.aHR0cDovL3g.-7." + secret + ".bS0x"),   // negative
+           std::string("mtr1.aHR0cDovL3g.7." + secret + ".bS0x.x"),  // not a seal
+           std::string("mtr1.aHR0cDovL3g.7." + secret + ".bS0x." + std::string(31, 'a')),
+           std::string("mtr1.aHR0cDovL3g.7." + secret + ".bS0x." + std::string(32, 'A')),
+           std::string("mtr1.aHR0cDovL3g.7." + secret + ".bS0x." + secret + ".x"),  // a field more
+           std::string("mtr1.aHR0cDovL3g.7." + secret + ".bS0x."),                  // an empty seal
+           std::string("mtr1.a*b.7." + secret + ".bS0x"),                           // not base64url
+           std::string("mtr1.aHR0cDovL3g.07." + secret + ".bS0x"),  // a leading zero
+           std::string("mtr1.aHR0cDovL3g.-7." + secret + ".bS0x"),  // negative
            std::string("mtr1.aHR0cDovL3g.99999999999999999999." + secret + ".bS0x"),  // > 2^64
            std::string("mtr1.aHR0cDovL3g.7." + std::string(31, 'a') + ".bS0x"),       // short
            std::string("mtr1.aHR0cDovL3g.7." + std::string(32, 'A') + ".bS0x"),       // not lower

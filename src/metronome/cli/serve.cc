@@ -97,6 +97,11 @@ void ServeFlags::Register(CLI::App* sub) {
                   "for another replica to fetch, s (0: sessions end with their connection)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 3600.0));
+  sub->add_option("--max-detached-per-address", continuity.max_detached_per_address,
+                  "The most sessions one client address may leave waiting for session.resume at "
+                  "once; past it, its oldest detached session ends")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--advertise-url", continuity.advertise_url,
                   "This replica's address as the other replicas reach it (http://host:port), "
                   "written into resume tokens; with a cluster secret, SIGTERM hands every "
@@ -356,8 +361,8 @@ int RunServe(const ServeFlags& f) {
   server::ServerOptions so2 = f.server;
   so2.allowed_origins = server::ParseAllowedOrigins(f.allowed_origins);
   so2.auth_token = ResolveAuthToken(f);
-  so2.cluster_secret = ResolveClusterSecret(f);
   server::ContinuityOptions continuity = f.continuity;
+  continuity.cluster_secret = ResolveClusterSecret(f);
   ReportingFlags([&] {
     so2.session_idle.Validate();
     continuity.Validate();
@@ -469,8 +474,7 @@ int RunServe(const ServeFlags& f) {
   signals_io.run();  // returns after the first signal
 
   if (signal_number == SIGTERM && f.drain_timeout_s > 0.0) {
-    Drain(&service, continuity.can_move() && !so2.cluster_secret.empty(), &signals_io, &signals,
-          f.drain_timeout_s);
+    Drain(&service, continuity.can_move(), &signals_io, &signals, f.drain_timeout_s);
   }
   std::printf("shutting down\n");
   std::fflush(stdout);

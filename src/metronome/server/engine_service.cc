@@ -43,6 +43,10 @@ void ContinuityOptions::Validate() const {
     throw ConfigError("resume_window_s = " + FormatValue(resume_window_s) +
                       " must be in [0, 3600]");
   }
+  if (max_detached_per_address < 1) {
+    throw ConfigError("max_detached_per_address = " + std::to_string(max_detached_per_address) +
+                      " must be at least 1");
+  }
   if (!advertise_url.empty() && !advertise_url.starts_with("http://")) {
     throw ConfigError("advertise_url = '" + advertise_url +
                       "' must be an http:// URL the other replicas reach this one at");
@@ -175,14 +179,15 @@ void EngineService::EndSession(RealtimeSessionId id, EndReason reason) {
 }
 
 std::string EngineService::TokenFor(RealtimeSessionId id, const std::string& secret) const {
-  return EncodeResumeToken({.origin = continuity_.advertise_url,
-                            .session = id,
-                            .secret = secret,
-                            .model = model_identity_});
+  return EncodeResumeToken(Sealed({.origin = continuity_.advertise_url,
+                                   .session = id,
+                                   .secret = secret,
+                                   .model = model_identity_},
+                                  continuity_.cluster_secret));
 }
 
-void EngineService::DetachSession(RealtimeSessionId id) {
-  Post([this, id] {
+void EngineService::DetachSession(RealtimeSessionId id, std::string address) {
+  Post([this, id, address = std::move(address)]() mutable {
     const auto it = live_.find(id);
     if (it == live_.end()) return;
     if (!continuity_.enabled() || it->second.moving) {
@@ -195,7 +200,27 @@ void EngineService::DetachSession(RealtimeSessionId id) {
     it->second.sink = {};
     it->second.attached = false;
     it->second.detached_s = supervisor_.Now();
+    it->second.detached_from = std::move(address);
+    EndOldestDetachedOver(it->second.detached_from);
   });
+}
+
+void EngineService::EndOldestDetachedOver(const std::string& address) {
+  // O(live sessions), once per dropped connection's session.
+  std::int64_t detached = 0;
+  RealtimeSessionId oldest = 0;
+  double oldest_s = 0.0;
+  for (const auto& [id, l] : live_) {
+    if (l.attached || l.moving || l.detached_from != address) continue;
+    ++detached;
+    if (detached == 1 || l.detached_s < oldest_s) {
+      oldest = id;
+      oldest_s = l.detached_s;
+    }
+  }
+  if (detached > continuity_.max_detached_per_address) {
+    supervisor_.End(oldest, supervisor_.Now(), EndReason::kDisconnect);
+  }
 }
 
 ResumeOutcome EngineService::Resumed(RealtimeSessionId id, SessionSink sink, double away_ms) {

@@ -64,9 +64,21 @@ struct ContinuityOptions {
   // This replica's address as the other replicas reach it (http://host:port), written into
   // tokens; empty: a token resumes only here, and a drain cannot hand sessions on.
   std::string advertise_url;
+  // The secret the replicas of one cluster share to move sessions: it seals the tokens this
+  // replica issues (resume_token.h), the server answers GET/DELETE /v1/session-state only with it
+  // and fetches from other replicas with it (state_fetch.h). Empty: no state leaves or enters by
+  // fetch (a token of another replica is refused).
+  std::string cluster_secret{};
+  // The most sessions one client address may leave detached at once: a client that starts
+  // sessions and drops their connections cannot hold the admission budget and the pool beyond
+  // what it could hold connected; past it, its oldest detached session ends (reason disconnect).
+  int max_detached_per_address = 16;
   void Validate() const;  // ConfigError naming the field and value
   [[nodiscard]] bool enabled() const { return resume_window_s > 0.0; }
-  [[nodiscard]] bool can_move() const { return enabled() && !advertise_url.empty(); }
+  // A drain hands sessions on only when other replicas can find this one and fetch from it.
+  [[nodiscard]] bool can_move() const {
+    return enabled() && !advertise_url.empty() && !cluster_secret.empty();
+  }
 };
 
 // What became of a session.resume (or a moved session's import).
@@ -138,7 +150,8 @@ class EngineService final : private realtime::SessionObserver {
   // Continuity. The connection of a session is gone: without continuity the session ends
   // (disconnect); with it, it keeps running without a sink (results of frames in flight are kept
   // for the next one) for resume_window_s, then ends (disconnect).
-  void DetachSession(RealtimeSessionId id);
+  // `address`: the client's, for max_detached_per_address.
+  void DetachSession(RealtimeSessionId id, std::string address);
   // session.resume of a token this replica issued: the session (held here, detached or still on
   // another connection, whose sink then hears on_taken) goes on with `sink`, which first gets the
   // results kept while it was away (after `done`). Refusals: reason "resume_token" (not a token),
@@ -195,6 +208,8 @@ class EngineService final : private realtime::SessionObserver {
   // Engine thread: continuity's turn (exports of moving sessions, expiries).
   void ContinuityTurn();
   void MoveOut(RealtimeSessionId id);
+  // Ends `address`'s oldest detached session when it holds more than max_detached_per_address.
+  void EndOldestDetachedOver(const std::string& address);
   [[nodiscard]] std::string TokenFor(RealtimeSessionId id, const std::string& secret) const;
   ResumeOutcome Resumed(RealtimeSessionId id, SessionSink sink, double away_ms);
   // realtime::SessionObserver, engine thread.
@@ -216,6 +231,7 @@ class EngineService final : private realtime::SessionObserver {
     double last_frame_s = 0.0;  // when its latest frame arrived (its start before one did)
     bool attached = true;       // a connection holds it (its sink is set)
     double detached_s = 0.0;    // when its connection dropped (while !attached)
+    std::string detached_from;  // the address of the connection that dropped (while !attached)
     bool moving = false;        // being handed on: no frame is taken
     std::deque<realtime::FrameRecord> kept;  // results while detached, for the next connection
   };

@@ -292,12 +292,13 @@ using Impl = HttpServer::Impl;
 
 class WsConnection final : public Closable, public std::enable_shared_from_this<WsConnection> {
  public:
-  WsConnection(tcp::socket&& socket, Impl* srv)
+  WsConnection(tcp::socket&& socket, Impl* srv, std::string address)
       : ws_(std::move(socket)),
         strand_(ws_.get_executor()),
         timer_(strand_),
         idle_timer_(strand_),
-        srv_(srv) {}
+        srv_(srv),
+        address_(std::move(address)) {}
   ~WsConnection() override { srv_->Unregister(this); }
   WsConnection(const WsConnection&) = delete;
   WsConnection& operator=(const WsConnection&) = delete;
@@ -549,11 +550,21 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     const std::optional<ResumeToken> token = ParseResumeToken(r.resume_token);
     const std::string& here = srv_->service->continuity().advertise_url;
     const bool remote = token && !token->origin.empty() && token->origin != here;
-    if (remote && o.cluster_secret.empty()) {
+    const std::string& cluster_secret = srv_->service->continuity().cluster_secret;
+    if (remote && cluster_secret.empty()) {
       Reject(r.client_ref, {.admit = false,
                             .reason = "resume_origin",
                             .detail = "the session is held by " + token->origin +
                                       " and this replica has no cluster secret to fetch it",
+                            .retry_after_ms = 0.0});
+      return;
+    }
+    if (remote && !SealHolds(*token, cluster_secret)) {
+      // Only a replica of this cluster gets a request (and the secret) from here.
+      Reject(r.client_ref, {.admit = false,
+                            .reason = "resume_token",
+                            .detail = "the token names another replica (" + token->origin +
+                                      ") but carries no seal of this cluster's secret",
                             .retry_after_ms = 0.0});
       return;
     }
@@ -580,7 +591,7 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
       srv_->service->ResumeSession(r.resume_token, MakeSink(id), std::move(answered));
       return;
     }
-    FetchMovedState(strand_, token->origin, r.resume_token, o.cluster_secret,
+    FetchMovedState(strand_, token->origin, r.resume_token, cluster_secret,
                     [self, id, answered = std::move(answered),
                      client_ref = r.client_ref](StateFetchResult fetched) mutable {
                       if (!fetched.ok) {
@@ -606,10 +617,10 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
       return;
     }
     if (!origin.empty()) {
-      ReleaseMovedState(strand_, origin, token, srv_->options.cluster_secret);
+      ReleaseMovedState(strand_, origin, token, srv_->service->continuity().cluster_secret);
     }
     if (gone_) {
-      srv_->service->DetachSession(out.id);
+      srv_->service->DetachSession(out.id, address_);
       return;
     }
     consecutive_rejections_ = 0;
@@ -707,7 +718,7 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     UpdateIdle();
     if (out.admitted) {
       if (gone_) {
-        srv_->service->DetachSession(out.id);
+        srv_->service->DetachSession(out.id, address_);
         return;
       }
       AddSession(out.id, started.tokens_per_frame, started.period_ms);
@@ -990,7 +1001,7 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     for (auto& [sid, st] : sessions_) {
       if (!st.ending) {
         if (keep_sessions) {
-          srv_->service->DetachSession(sid);
+          srv_->service->DetachSession(sid, address_);
         } else {
           srv_->service->EndSession(sid, EndReason::kDisconnect);
         }
@@ -1006,6 +1017,7 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
   std::optional<SteadyTime> idle_check_at_;  // when idle_timer_ is due; nullopt: not armed
   SteadyTime no_session_since_;              // while idle(): since when
   Impl* srv_;
+  std::string address_;  // the client's: its detached sessions are capped per address
   beast::flat_buffer buf_;
   std::deque<std::string> queue_;
   bool writing_ = false;
@@ -1131,7 +1143,7 @@ class HttpSession final : public Closable, public std::enable_shared_from_this<H
         return;
       }
       stream_.expires_never();
-      auto ws = std::make_shared<WsConnection>(stream_.release_socket(), srv_);
+      auto ws = std::make_shared<WsConnection>(stream_.release_socket(), srv_, address_);
       if (srv_->RegisterWebSocket(ws, address_)) ws->Run(std::move(req));
       return;
     }
@@ -1188,7 +1200,7 @@ class HttpSession final : public Closable, public std::enable_shared_from_this<H
   // moved session's state, then releases it. Only with the cluster secret; 404 without one, so a
   // server that moves nothing does not say it could.
   void ServeSessionState(Request req) {
-    const std::string& secret = srv_->options.cluster_secret;
+    const std::string& secret = srv_->service->continuity().cluster_secret;
     if (secret.empty()) {
       Respond(req, http::status::not_found, "not found\n", "text/plain");
       return;

@@ -91,10 +91,6 @@ struct ServerOptions {
   // HAProxy's agent-check (agent_check.h) on this TCP port of `host`: nullopt, none; 0, an
   // ephemeral port (agent_port() says which). Each connection gets one line and is closed.
   std::optional<int> agent_port;
-  // The secret replicas of one cluster share to move sessions (state_fetch.h): this server
-  // answers GET/DELETE /v1/session-state only with it, and fetches from other replicas with it.
-  // Empty: no state leaves or enters by fetch (a token of another replica is refused).
-  std::string cluster_secret;
 };
 
 class HttpServer {

@@ -1,5 +1,8 @@
 #include "metronome/server/resume_token.h"
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <sys/random.h>
 
 #include <array>
@@ -58,23 +61,69 @@ bool IsLowerHex(std::string_view s) {
   return true;
 }
 
+std::string ToHex(const unsigned char* bytes, std::size_t n) {
+  static constexpr std::string_view kHex = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    out.push_back(kHex[bytes[i] >> 4]);
+    out.push_back(kHex[bytes[i] & 15u]);
+  }
+  return out;
+}
+
+// The token's text before the seal: what the seal covers.
+std::string Unsealed(const ResumeToken& token) {
+  return std::string(kPrefix) + Base64Url(token.origin) + "." + std::to_string(token.session) +
+         "." + token.secret + "." + Base64Url(token.model);
+}
+
+std::string SealOf(const ResumeToken& token, std::string_view cluster_secret) {
+  const std::string text = Unsealed(token);
+  std::array<unsigned char, EVP_MAX_MD_SIZE> mac{};
+  unsigned int mac_bytes = 0;
+  if (HMAC(EVP_sha256(), cluster_secret.data(), static_cast<int>(cluster_secret.size()),
+           reinterpret_cast<const unsigned char*>(text.data()), text.size(), mac.data(),
+           &mac_bytes) == nullptr ||
+      mac_bytes < kResumeSealHexDigits / 2) {
+    throw std::runtime_error("HMAC-SHA256 failed: cannot seal a resume token");
+  }
+  return ToHex(mac.data(), kResumeSealHexDigits / 2);
+}
+
 }  // namespace
 
 std::string EncodeResumeToken(const ResumeToken& token) {
-  return std::string(kPrefix) + Base64Url(token.origin) + "." + std::to_string(token.session) +
-         "." + token.secret + "." + Base64Url(token.model);
+  std::string text = Unsealed(token);
+  if (!token.seal.empty()) text += "." + token.seal;
+  return text;
+}
+
+ResumeToken Sealed(ResumeToken token, std::string_view cluster_secret) {
+  token.seal = cluster_secret.empty() ? std::string() : SealOf(token, cluster_secret);
+  return token;
+}
+
+bool SealHolds(const ResumeToken& token, std::string_view cluster_secret) {
+  if (cluster_secret.empty() || token.seal.size() != kResumeSealHexDigits) return false;
+  const std::string want = SealOf(token, cluster_secret);
+  return CRYPTO_memcmp(want.data(), token.seal.data(), want.size()) == 0;
 }
 
 std::optional<ResumeToken> ParseResumeToken(std::string_view text) {
   if (text.size() > kMaxResumeTokenBytes || !text.starts_with(kPrefix)) return std::nullopt;
   text.remove_prefix(kPrefix.size());
-  std::array<std::string_view, 4> parts;
-  for (std::size_t i = 0; i < parts.size(); ++i) {
+  // Four fields, or five with the seal.
+  std::array<std::string_view, 5> parts;
+  std::size_t fields = 0;
+  for (bool more = true; more;) {
+    if (fields == parts.size()) return std::nullopt;
     const std::size_t dot = text.find('.');
-    if ((dot == std::string_view::npos) != (i == parts.size() - 1)) return std::nullopt;
-    parts[i] = text.substr(0, dot);
-    if (dot != std::string_view::npos) text.remove_prefix(dot + 1);
+    more = dot != std::string_view::npos;
+    parts[fields++] = text.substr(0, dot);
+    if (more) text.remove_prefix(dot + 1);
   }
+  if (fields < 4) return std::nullopt;
   ResumeToken token;
   const auto origin = FromBase64Url(parts[0]);
   if (!origin) return std::nullopt;
@@ -88,6 +137,10 @@ std::optional<ResumeToken> ParseResumeToken(std::string_view text) {
   const auto model = FromBase64Url(parts[3]);
   if (!model || model->empty()) return std::nullopt;
   token.model = *model;
+  if (fields == 5) {
+    if (parts[4].size() != kResumeSealHexDigits || !IsLowerHex(parts[4])) return std::nullopt;
+    token.seal = parts[4];
+  }
   return token;
 }
 
@@ -102,14 +155,7 @@ std::string NewResumeSecret() {
     }
     got += static_cast<std::size_t>(n);
   }
-  static constexpr std::string_view kHex = "0123456789abcdef";
-  std::string out;
-  out.reserve(kResumeSecretHexDigits);
-  for (const unsigned char b : bytes) {
-    out.push_back(kHex[b >> 4]);
-    out.push_back(kHex[b & 15u]);
-  }
-  return out;
+  return ToHex(bytes.data(), bytes.size());
 }
 
 }  // namespace metronome::server
