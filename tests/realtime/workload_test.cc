@@ -121,13 +121,13 @@ TEST(SessionMixTest, ErrorsNameTheClassKeyAndValue) {
     return "";
   };
   const std::pair<const char*, const char*> cases[] = {
-      {"speech:in=x", "mix = 'speech:in=x': class 'speech': in = 'x' is not a number"},
-      {"speech:in=0", "class 'speech': in = '0' must be an integer >= 1"},
-      {"speech:in=1.5", "in = '1.5' must be an integer >= 1"},
-      {"speech:out=-1", "out = '-1' must be an integer >= 0"},
-      {"s:period_ms=0", "period_ms = '0' must be > 0"},
-      {"s:share=0", "share = '0' must be > 0"},
-      {"s:deadline_ms=-1", "deadline_ms = '-1' must be >= 0"},
+      {"speech:in=x", "mix = 'speech:in=x': class 'speech': in=x is not a number"},
+      {"speech:in=0", "class 'speech': in=0 must be an integer >= 1"},
+      {"speech:in=1.5", "in=1.5 must be an integer >= 1"},
+      {"speech:out=-1", "out=-1 must be an integer >= 0"},
+      {"s:period_ms=0", "period_ms=0 must be > 0"},
+      {"s:share=0", "share=0 must be > 0"},
+      {"s:deadline_ms=-1", "deadline_ms=-1 must be >= 0"},
       {"s:speed=3", "unknown key 'speed'"},
       {"s:in=1,in=2", "in is given twice"},
       {"s:in", "'in' must be KEY=VALUE"},
@@ -135,7 +135,7 @@ TEST(SessionMixTest, ErrorsNameTheClassKeyAndValue) {
       {"Speech:in=1", "NAME of [a-z0-9_-]"},
       {"speech", "must be NAME:KEY=VALUE"},
       {"", "no class given"},
-      {"s:prompt=nan", "prompt = 'nan' is not a number"},
+      {"s:prompt=nan", "prompt=nan is not a number"},
   };
   for (const auto& [spec, expected] : cases) {
     EXPECT_NE(message(spec).find(expected), std::string::npos) << spec << ": " << message(spec);

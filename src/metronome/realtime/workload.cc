@@ -223,7 +223,7 @@ std::vector<SessionClass> ParseSessionMix(const std::string& spec) {
       seen.push_back(key);
       const std::optional<double> parsed = ParseNumber(value);
       if (!parsed) {
-        throw SpecError(flag, spec, in_class + key + " = '" + value + "' is not a number");
+        throw SpecError(flag, spec, in_class + key + "=" + value + " is not a number");
       }
       const double v = *parsed;
       const bool integral = v == std::floor(v) && std::fabs(v) <= (1 << 30);

@@ -94,7 +94,7 @@ struct SessionClass {
 // e.g. "speech:period_ms=80,in=1,out=1,share=6;omni:period_ms=1000,in=25,out=1,prompt=2048,
 // share=2;assistant:period_ms=2000,in=64,out=32,share=2". Only the syntax and each value's sign
 // are checked here; the shape's domain is ResolveSession's. Throws ConfigError naming the field
-// (mix), the class, the key and the value.
+// (mix), the class, the key and the value as spelled ("class 'omni': in=0 must be ...").
 [[nodiscard]] std::vector<SessionClass> ParseSessionMix(const std::string& spec);
 
 }  // namespace metronome::realtime
