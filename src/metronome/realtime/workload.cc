@@ -231,15 +231,14 @@ std::vector<SessionClass> ParseSessionMix(const std::string& spec) {
         if (!integral || v < lo) {
           throw SpecError(
               flag, spec,
-              in_class + key + " = '" + value + "' must be an integer >= " + std::to_string(lo));
+              in_class + key + "=" + value + " must be an integer >= " + std::to_string(lo));
         }
         return static_cast<int>(v);
       };
       auto positive = [&](bool zero_ok) {
         if (!(v > 0.0 || (zero_ok && v == 0.0))) {
-          throw SpecError(
-              flag, spec,
-              in_class + key + " = '" + value + "' must be " + (zero_ok ? ">= 0" : "> 0"));
+          throw SpecError(flag, spec,
+                          in_class + key + "=" + value + " must be " + (zero_ok ? ">= 0" : "> 0"));
         }
         return v;
       };
