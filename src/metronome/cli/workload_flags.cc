@@ -459,6 +459,16 @@ int RunWorkload(realtime::Backend* backend, Clock* clock, const WorkloadFlags& f
   telemetry::MetricsRegistry registry;
   realtime::WorkloadRunner runner(backend, clock, options, &registry, events.get());
   std::printf("%s", header.c_str());
+  double shares = 0.0;
+  for (const realtime::WorkloadClass& c : options.classes) shares += c.share;
+  for (const realtime::WorkloadClass& c : options.classes) {
+    std::printf(
+        "  class %s: %.0f%% of arrivals, %g ms frames (deadline %g ms), a=%d o=%d, prompt %zu "
+        "tokens\n",
+        c.name.c_str(), 100.0 * c.share / shares, c.session.period_ms, c.session.deadline_ms,
+        c.session.input_tokens_per_frame, c.session.output_tokens_per_frame,
+        c.session.prompt.size());
+  }
   std::fflush(stdout);
 
   std::ofstream timeseries;
