@@ -214,32 +214,32 @@ std::vector<SessionClass> ParseSessionMix(const std::string& spec) {
       const auto eq = field.find('=');
       const std::string key = field.substr(0, eq);
       const std::string value = eq == std::string::npos ? "" : field.substr(eq + 1);
-      if (eq == std::string::npos || value.empty()) {
-        throw SpecError(flag, spec, in_class + "'" + field + "' must be KEY=VALUE");
-      }
-      if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
-        throw SpecError(flag, spec, in_class + key + " is given twice");
-      }
+      // "class 'NAME': <subject><what>", thrown as the mix's error.
+      const auto bad = [&](const std::string& subject, const char* what) {
+        std::string m = in_class;
+        m += subject;
+        m += what;
+        return SpecError(flag, spec, m);
+      };
+      if (eq == std::string::npos || value.empty()) throw bad("'" + field, "' must be KEY=VALUE");
+      if (std::find(seen.begin(), seen.end(), key) != seen.end()) throw bad(key, " is given twice");
       seen.push_back(key);
+      std::string as_given = key;  // as the spec spells it
+      as_given += '=';
+      as_given += value;
       const std::optional<double> parsed = ParseNumber(value);
-      if (!parsed) {
-        throw SpecError(flag, spec, in_class + key + "=" + value + " is not a number");
-      }
+      if (!parsed) throw bad(as_given, " is not a number");
       const double v = *parsed;
       const bool integral = v == std::floor(v) && std::fabs(v) <= (1 << 30);
-      auto integer = [&](int lo) {
+      auto integer = [&](int lo) {  // lo: 0 or 1
         if (!integral || v < lo) {
-          throw SpecError(
-              flag, spec,
-              in_class + key + "=" + value + " must be an integer >= " + std::to_string(lo));
+          throw bad(as_given, lo == 0 ? " must be an integer >= 0" : " must be an integer >= 1");
         }
         return static_cast<int>(v);
       };
       auto positive = [&](bool zero_ok) {
-        if (!(v > 0.0 || (zero_ok && v == 0.0))) {
-          throw SpecError(flag, spec,
-                          in_class + key + "=" + value + " must be " + (zero_ok ? ">= 0" : "> 0"));
-        }
+        if (!(v > 0.0 || (zero_ok && v == 0.0)))
+          throw bad(as_given, zero_ok ? " must be >= 0" : " must be > 0");
         return v;
       };
       if (key == "period_ms") {
@@ -256,9 +256,8 @@ std::vector<SessionClass> ParseSessionMix(const std::string& spec) {
       } else if (key == "share") {
         c.share = positive(false);
       } else {
-        throw SpecError(flag, spec,
-                        in_class + "unknown key '" + key +
-                            "' (expected period_ms, deadline_ms, in, out, prompt or share)");
+        throw bad("unknown key '" + key,
+                  "' (expected period_ms, deadline_ms, in, out, prompt or share)");
       }
     }
     classes.push_back(std::move(c));
