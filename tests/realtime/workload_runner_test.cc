@@ -236,5 +236,49 @@ TEST(WorkloadRunnerTest, RejectsBadOptionsWithTheFlagName) {
   EXPECT_THROW(WorkloadRunner(&backend, &clock, o), ConfigError);
 }
 
+// A mix: each client draws its class by share; every arrival, admission, rejection and frame is
+// counted in exactly one class, and a priced class's work is its price.
+TEST(WorkloadRunnerTest, AMixIsReportedPerClassAndTheClassesAddUp) {
+  const CostModel cost{.c0_s = 0.002, .c1_s_per_token = 1e-4};
+  CostModelBackend backend(cost, 100000, 16);
+  ManualClock clock;
+  WorkloadOptions o = Options(kv::KvPolicy::Window(64, 4), 0, 60.0);
+  o.population.arrival = "poisson:20";
+  o.population.session_duration = "fixed:5";
+  o.supervisor.admission = "static:30";
+  o.supervisor.cost_model = cost;
+  o.supervisor.reference_session = o.session;
+  WorkloadClass light{.name = "light", .session = o.session, .share = 3.0};
+  WorkloadClass heavy{.name = "heavy", .session = o.session, .share = 1.0};
+  heavy.session.period_ms = 400.0;
+  heavy.session.deadline_ms = 400.0;
+  heavy.session.input_tokens_per_frame = 30;
+  o.classes = {light, heavy};
+  WorkloadRunner runner(&backend, &clock, o);
+  const RunSummary s = runner.Run();
+  ASSERT_EQ(s.classes.size(), 2U);
+  EXPECT_EQ(s.classes[0].name, "light");
+  EXPECT_EQ(s.classes[1].name, "heavy");
+  EXPECT_EQ(s.classes[0].arrivals + s.classes[1].arrivals, s.arrivals);
+  EXPECT_EQ(s.classes[0].admitted + s.classes[1].admitted, s.admitted);
+  EXPECT_EQ(s.classes[0].rejected + s.classes[1].rejected, s.rejected);
+  EXPECT_EQ(s.classes[0].frames + s.classes[1].frames, s.frames);
+  // Shares 3:1 of 1200 expected arrivals.
+  EXPECT_NEAR(static_cast<double>(s.classes[0].arrivals) / static_cast<double>(s.arrivals), 0.75,
+              0.05);
+  EXPECT_DOUBLE_EQ(s.classes[0].admitted_work, static_cast<double>(s.classes[0].admitted));
+  // Per second: light 3 + 1 tokens every 80 ms (50), heavy 30 + 1 every 400 ms (77.5): 1.55 units.
+  EXPECT_NEAR(s.classes[1].admitted_work / static_cast<double>(s.classes[1].admitted), 1.55, 0.05);
+  EXPECT_DOUBLE_EQ(s.classes[1].deadline_ms, 400.0);
+  EXPECT_GT(s.classes[1].active_work_mean_second_half, 0.0);
+  const nlohmann::json j = s.ToJson();
+  ASSERT_EQ(j["classes"].size(), 2U);
+  EXPECT_EQ(j["classes"][1]["name"], "heavy");
+  EXPECT_EQ(j["classes"][1]["frames"], s.classes[1].frames);
+  // Without a mix there is no "classes" key.
+  WorkloadRunner plain(&backend, &clock, Options(kv::KvPolicy::Window(64, 4), 4, 5.0));
+  EXPECT_FALSE(plain.Run().ToJson().contains("classes"));
+}
+
 }  // namespace
 }  // namespace metronome::realtime

@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
 
 #include "metronome/base/errors.h"
 
@@ -84,6 +88,58 @@ TEST(WorkloadParseTest, ErrorsNameTheFieldAndValue) {
             std::string::npos);
   EXPECT_NE(message([] { (void)SessionDuration::Parse("fixed:nan"); }).find("not a number"),
             std::string::npos);
+}
+
+TEST(SessionMixTest, ParsesTheIssuesThreeClasses) {
+  const std::vector<SessionClass> mix = ParseSessionMix(
+      "speech:period_ms=80,in=1,out=1,share=6;omni:period_ms=1000,in=25,out=1,prompt=2048,"
+      "share=2;assistant:period_ms=2000,in=64,out=32,deadline_ms=1500,share=2");
+  ASSERT_EQ(mix.size(), 3U);
+  EXPECT_EQ(mix[0].name, "speech");
+  EXPECT_EQ(mix[0].shape.period_ms, 80.0);
+  EXPECT_EQ(mix[0].shape.tokens_per_frame, 1);
+  EXPECT_DOUBLE_EQ(mix[0].share, 6.0);
+  EXPECT_FALSE(mix[0].shape.deadline_ms.has_value());  // unset: the defaults'
+  EXPECT_EQ(std::get<SyntheticPrompt>(mix[1].shape.prompt).tokens, 2048);
+  EXPECT_EQ(mix[1].shape.tokens_per_frame, 25);
+  EXPECT_EQ(mix[2].shape.output_tokens_per_frame, 32);
+  EXPECT_EQ(mix[2].shape.deadline_ms, 1500.0);
+  // A class with no keys takes every default and a share of 1.
+  const std::vector<SessionClass> plain = ParseSessionMix("a:;b:in=2");
+  ASSERT_EQ(plain.size(), 2U);
+  EXPECT_FALSE(plain[0].shape.period_ms.has_value());
+  EXPECT_DOUBLE_EQ(plain[0].share, 1.0);
+}
+
+TEST(SessionMixTest, ErrorsNameTheClassKeyAndValue) {
+  auto message = [](const std::string& spec) -> std::string {
+    try {
+      (void)ParseSessionMix(spec);
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::pair<const char*, const char*> cases[] = {
+      {"speech:in=x", "mix = 'speech:in=x': class 'speech': in=x is not a number"},
+      {"speech:in=0", "class 'speech': in=0 must be an integer >= 1"},
+      {"speech:in=1.5", "in=1.5 must be an integer >= 1"},
+      {"speech:out=-1", "out=-1 must be an integer >= 0"},
+      {"s:period_ms=0", "period_ms=0 must be > 0"},
+      {"s:share=0", "share=0 must be > 0"},
+      {"s:deadline_ms=-1", "deadline_ms=-1 must be >= 0"},
+      {"s:speed=3", "unknown key 'speed'"},
+      {"s:in=1,in=2", "in is given twice"},
+      {"s:in", "'in' must be KEY=VALUE"},
+      {"s:in=1;s:in=2", "class 's' is given twice"},
+      {"Speech:in=1", "NAME of [a-z0-9_-]"},
+      {"speech", "must be NAME:KEY=VALUE"},
+      {"", "no class given"},
+      {"s:prompt=nan", "prompt=nan is not a number"},
+  };
+  for (const auto& [spec, expected] : cases) {
+    EXPECT_NE(message(spec).find(expected), std::string::npos) << spec << ": " << message(spec);
+  }
 }
 
 }  // namespace

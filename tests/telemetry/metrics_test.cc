@@ -292,7 +292,7 @@ TEST(EngineMetricsTest, ExposesEveryEngineMetricAsValidText) {
   m.kv_blocks_freed_by_window.Inc(4);
   EXPECT_EQ(m.admission_limit.value(), kInf);  // no limit until told
   EXPECT_EQ(m.admission_headroom.value(), kInf);
-  m.SetAdmissionCapacity(/*limit=*/32, /*work_used=*/29.3);  // 30 whole units
+  m.SetAdmissionCapacity(/*limit=*/32, /*work_used=*/29.3, /*whole_units_used=*/30);
   m.sessions_active.Set(30);
   m.sessions_admitted.Inc(31);
   m.sessions_rejected("limit").Inc();
@@ -343,9 +343,10 @@ TEST(EngineMetricsTest, ExposesEveryEngineMetricAsValidText) {
   EXPECT_EQ(m.saturation_forecast_seconds.value(), 12.5);
   m.SetSaturationForecastSeconds(std::numeric_limits<double>::quiet_NaN());
   EXPECT_EQ(m.saturation_forecast_seconds.value(), kInf);
-  m.SetAdmissionCapacity(/*limit=*/4, /*work_used=*/6.0);  // a limit cut below the active count
+  m.SetAdmissionCapacity(/*limit=*/4, /*work_used=*/6.0,
+                         /*whole_units_used=*/6);  // a limit cut below the active count
   EXPECT_EQ(m.admission_headroom.value(), 0.0);
-  m.SetAdmissionCapacity(/*limit=*/-1, 6);
+  m.SetAdmissionCapacity(/*limit=*/-1, 6, 6);
   EXPECT_EQ(m.admission_limit.value(), kInf);
   EXPECT_EQ(m.admission_headroom.value(), kInf);
   EXPECT_THROW(EngineMetrics{registry}, ConfigError);  // already registered

@@ -81,10 +81,18 @@ double RetryHint::ExpectedEndGapS(double now_s) const {
 }
 
 double RetryHint::Ms(double now_s, double period_ms, double decision_in_s) {
-  const double change_s = std::min(decision_in_s, ExpectedEndGapS(now_s));
-  const double base_ms =
-      std::isfinite(change_s) ? std::max(period_ms, 1000.0 * change_s) : period_ms;
   const double u = static_cast<double>(NextRandom(rng_state_) >> 11) * 0x1.0p-53;
+  const double gap_s = ExpectedEndGapS(now_s);
+  const double queued_wait_s = QueuedS(now_s) + gap_s;  // +inf while no end has been seen
+  if (std::isfinite(queued_wait_s) && queued_wait_s <= decision_in_s) {
+    // Take the next unpromised end; the queue never reaches past the longest hint.
+    const double wait_s = std::min(queued_wait_s, kMaxHintMs / 1000.0);
+    queue_until_s_ = now_s + wait_s;
+    return std::min(kMaxHintMs,
+                    std::max(period_ms, 1000.0 * wait_s) + 1000.0 * gap_s * kJitterFraction * u);
+  }
+  const double base_ms =
+      std::isfinite(decision_in_s) ? std::max(period_ms, 1000.0 * decision_in_s) : period_ms;
   return std::min(kMaxHintMs, base_ms * (1.0 + kJitterFraction * u));
 }
 

@@ -6,6 +6,7 @@
 // Thread-safety: a controller is not thread-safe; one thread (the engine's) owns and calls it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -209,13 +210,20 @@ struct Gradient2Options {
 // Retry-after hints drawn from a controller's state: the expected time until its answer can
 // change (its next decision, or the next session end), jittered so that clients refused together
 // do not come back together. Ends are counted from the active counts the controller is shown: a
-// count below what admissions predicted means sessions ended. Deterministic: a fixed-seed
-// generator, so a simulated run is reproducible.
+// count below what admissions predicted means sessions ended.
+//
+// A crowd is spread over the ends to come: each refusal that waits for an end is given the next
+// end not yet promised to a client refused before it (a virtual queue: `queue_until_s`, one
+// expected end gap further per refusal, drained by time), so with k clients waiting the hint is
+// about k end gaps, not one, and each end sees about one retry instead of the whole crowd. With
+// no crowd the queue is empty and the hint is one end gap. A client that gave up keeps its place
+// only until its turn passes. Deterministic: a fixed-seed generator, so a simulated run is
+// reproducible.
 class RetryHint {
  public:
-  static constexpr double kJitterFraction = 0.5;  // hint x U[1, 1 + kJitterFraction)
+  static constexpr double kJitterFraction = 0.5;  // one end gap x U[0, kJitterFraction) is added
   static constexpr double kEndRateTauS = 60.0;    // time constant of the end-rate average, s
-  static constexpr double kMaxHintMs = 30'000.0;  // no hint exceeds this, ms
+  static constexpr double kMaxHintMs = 30'000.0;  // no hint exceeds this, ms (nor the queue)
 
   explicit RetryHint(std::uint64_t seed = 0x243f6a8885a308d3ULL) : rng_state_(seed) {}
 
@@ -224,9 +232,13 @@ class RetryHint {
   void OnAdmit() { ++expected_active_; }
   // Expected seconds until the next session ends (1 / the decaying end rate); +inf before any end.
   [[nodiscard]] double ExpectedEndGapS(double now_s) const;
+  // Seconds until the last end promised to a refused client (0: no one is waiting for one).
+  [[nodiscard]] double QueuedS(double now_s) const { return std::max(0.0, queue_until_s_ - now_s); }
   // Hint for a refusal that a decision due in `decision_in_s` could reverse (+inf: only a session
-  // end can): max(period_ms, 1000 * min(decision_in_s, ExpectedEndGapS)), one period when neither
-  // is known, times the jitter, at most kMaxHintMs.
+  // end can). With the end gap g known and the decision no sooner than the next unpromised end,
+  // the refusal takes that end: wait = QueuedS + g, hint = max(period_ms, 1000 x wait) + 1000 x g
+  // x U[0, kJitterFraction). Otherwise max(period_ms, 1000 x decision_in_s) (one period when
+  // neither is known) x U[1, 1 + kJitterFraction). At most kMaxHintMs.
   [[nodiscard]] double Ms(double now_s, double period_ms, double decision_in_s);
 
  private:
@@ -236,6 +248,7 @@ class RetryHint {
   double last_end_s_ = 0.0;
   double decayed_ends_ = 0.0;  // sum of ends weighted exp(-(now - t) / tau), as of last_end_s_
   std::int64_t expected_active_ = 0;
+  double queue_until_s_ = 0.0;  // the last end promised to a refused client, s
 };
 
 // How a client spaces its retries: after the n-th refusal in a row (n >= 1) it waits

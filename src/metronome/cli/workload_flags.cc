@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 
 #include "metronome/base/errors.h"
 #include "metronome/serving/engine_backend.h"
@@ -88,6 +89,14 @@ void PrintSummary(const realtime::RunSummary& s) {
     std::printf("sessions ended by an error (context limit): %lld\n",
                 static_cast<long long>(s.ended_by_error));
   }
+  for (const realtime::ClassSummary& c : s.classes) {
+    std::printf(
+        "class %s: %lld arrivals, %lld admitted (%.1f units of work; %.1f active over the second "
+        "half), %lld rejected; frames %s; p99 %.2f ms (deadline %g ms)\n",
+        c.name.c_str(), static_cast<long long>(c.arrivals), static_cast<long long>(c.admitted),
+        c.admitted_work, c.active_work_mean_second_half, static_cast<long long>(c.rejected),
+        FrameBreakdown(c).c_str(), c.p99_frame_latency_ms, c.deadline_ms);
+  }
 }
 
 }  // namespace
@@ -119,6 +128,12 @@ std::string ArrivalsLine(const realtime::FrameSummary& s) {
 void WorkloadFlags::Register(CLI::App* app) {
   RegisterSessionShape(app);
   RegisterPopulation(app);
+  app->add_option("--mix", mix,
+                  "A mix of session classes, NAME:KEY=VALUE,...;NAME:... with keys period_ms, "
+                  "deadline_ms, in, out, prompt (tokens) and share (relative weight of its "
+                  "arrivals), e.g. 'speech:period_ms=80,in=1,out=1,share=6;assistant:period_ms="
+                  "2000,in=64,out=32,share=2'; unset keys take the session-shape flags, which "
+                  "stay the reference session (one unit of work). The summary reports each class");
   RegisterAdmission(app);
   RegisterOutputs(app, /*with_metrics_out=*/true);
 }
@@ -337,6 +352,7 @@ std::string WithFlagNames(const std::string& message) {
       {"prompt_tokens", "--prompt-tokens"},
       {"sessions", "--sessions"},
       {"arrival", "--arrival"},
+      {"mix", "--mix"},
       {"session_duration", "--session-duration"},
       {"duration_s", "--duration"},
       {"seed", "--seed"},
@@ -416,6 +432,16 @@ realtime::WorkloadOptions WorkloadFlags::Options(SessionDefaults defaults, int v
     defaults.vocab_size = vocab;
     o.session = realtime::ResolveSessionOrThrow(Shape(), defaults);
     o.population = Population();
+    if (!mix.empty()) {
+      // Each class's keys over the flags' shape (and --prompt-tokens when it gives no prompt).
+      const SessionDefaults base = realtime::WithOverrides(defaults, Shape());
+      for (realtime::SessionClass& c : realtime::ParseSessionMix(mix)) {
+        if (std::holds_alternative<std::monostate>(c.shape.prompt)) c.shape.prompt = Shape().prompt;
+        o.classes.push_back({.name = c.name,
+                             .session = realtime::ResolveSessionOrThrow(c.shape, base),
+                             .share = c.share});
+      }
+    }
     o.supervisor = admission.Supervisor(o.session.period_ms);
     // Short runs (drive on a small pool hits its wall in seconds) sample and settle faster.
     o.supervisor.sample_interval_s = std::min(0.5, duration_s / 200.0);
@@ -435,6 +461,16 @@ int RunWorkload(realtime::Backend* backend, Clock* clock, const WorkloadFlags& f
   telemetry::MetricsRegistry registry;
   realtime::WorkloadRunner runner(backend, clock, options, &registry, events.get());
   std::printf("%s", header.c_str());
+  double shares = 0.0;
+  for (const realtime::WorkloadClass& c : options.classes) shares += c.share;
+  for (const realtime::WorkloadClass& c : options.classes) {
+    std::printf(
+        "  class %s: %.0f%% of arrivals, %g ms frames (deadline %g ms), a=%d o=%d, prompt %zu "
+        "tokens\n",
+        c.name.c_str(), 100.0 * c.share / shares, c.session.period_ms, c.session.deadline_ms,
+        c.session.input_tokens_per_frame, c.session.output_tokens_per_frame,
+        c.session.prompt.size());
+  }
   std::fflush(stdout);
 
   std::ofstream timeseries;

@@ -107,6 +107,9 @@ struct WorkloadFlags {
   std::optional<int> tokens_per_frame;
   std::optional<int> output_tokens_per_frame;
   int prompt_tokens = 0;
+  // A mix of session classes (realtime::ParseSessionMix; sim and drive): each class's fields
+  // override the shape above, which stays the reference (one unit of work). Empty: no mix.
+  std::string mix;
   SessionKvFlags kv;  // unset: SessionDefaults' (loadgen: the server's)
   // Who asks for sessions and for how long.
   std::int64_t sessions = 0;

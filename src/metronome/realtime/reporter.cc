@@ -137,7 +137,7 @@ void Reporter::Moved(RealtimeSessionId id, double now_s, std::string_view direct
 }
 
 void Reporter::Capacity(std::int64_t limit, double work_used) {
-  if (metrics_) metrics_->SetAdmissionCapacity(limit, work_used);
+  if (metrics_) metrics_->SetAdmissionCapacity(limit, work_used, admission::WholeUnits(work_used));
 }
 
 void Reporter::ForecastWarning(double now_s, double t_sat_s, double occupancy,

@@ -1,8 +1,11 @@
 #include "metronome/realtime/workload.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "metronome/base/errors.h"
@@ -20,6 +23,19 @@ ConfigError SpecError(const std::string& flag, const std::string& spec, const st
   return ConfigError(msg);
 }
 
+// The whole of `text` as a finite number, or nothing.
+std::optional<double> ParseNumber(const std::string& text) {
+  std::size_t used = 0;
+  double v = 0.0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (text.empty() || used != text.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
 // "a,b,c" -> numbers; ConfigError naming the flag and the whole value on any junk.
 std::vector<double> ParseNumbers(const std::string& text, const std::string& flag,
                                  const std::string& spec) {
@@ -27,17 +43,9 @@ std::vector<double> ParseNumbers(const std::string& text, const std::string& fla
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    std::size_t used = 0;
-    double v = 0.0;
-    try {
-      v = std::stod(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (item.empty() || used != item.size() || !std::isfinite(v)) {
-      throw SpecError(flag, spec, "'" + item + "' is not a number");
-    }
-    out.push_back(v);
+    const std::optional<double> v = ParseNumber(item);
+    if (!v) throw SpecError(flag, spec, "'" + item + "' is not a number");
+    out.push_back(*v);
   }
   return out;
 }
@@ -176,6 +184,86 @@ void PopulationOptions::Validate() const {
   }
   if (!arrival.empty()) (void)ArrivalProcess::Parse(arrival);
   if (!session_duration.empty()) (void)SessionDuration::Parse(session_duration);
+}
+
+std::vector<SessionClass> ParseSessionMix(const std::string& spec) {
+  const std::string flag = "mix";
+  std::vector<SessionClass> classes;
+  std::stringstream items(spec);
+  std::string item;
+  while (std::getline(items, item, ';')) {
+    const auto colon = item.find(':');
+    const std::string name = item.substr(0, colon);
+    const bool name_ok = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+    });
+    if (colon == std::string::npos || !name_ok) {
+      throw SpecError(flag, spec,
+                      "class '" + item + "' must be NAME:KEY=VALUE,... with NAME of [a-z0-9_-]");
+    }
+    for (const SessionClass& c : classes) {
+      if (c.name == name) throw SpecError(flag, spec, "class '" + name + "' is given twice");
+    }
+    SessionClass c;
+    c.name = name;
+    const std::string in_class = "class '" + name + "': ";
+    std::stringstream fields(item.substr(colon + 1));
+    std::string field;
+    std::vector<std::string> seen;
+    while (std::getline(fields, field, ',')) {
+      const auto eq = field.find('=');
+      const std::string key = field.substr(0, eq);
+      const std::string value = eq == std::string::npos ? "" : field.substr(eq + 1);
+      // "class 'NAME': <subject><what>", thrown as the mix's error.
+      const auto bad = [&](const std::string& subject, const char* what) {
+        std::string m = in_class;
+        m += subject;
+        m += what;
+        return SpecError(flag, spec, m);
+      };
+      if (eq == std::string::npos || value.empty()) throw bad("'" + field, "' must be KEY=VALUE");
+      if (std::find(seen.begin(), seen.end(), key) != seen.end()) throw bad(key, " is given twice");
+      seen.push_back(key);
+      std::string as_given = key;  // as the spec spells it
+      as_given += '=';
+      as_given += value;
+      const std::optional<double> parsed = ParseNumber(value);
+      if (!parsed) throw bad(as_given, " is not a number");
+      const double v = *parsed;
+      const bool integral = v == std::floor(v) && std::fabs(v) <= (1 << 30);
+      auto integer = [&](int lo) {  // lo: 0 or 1
+        if (!integral || v < lo) {
+          throw bad(as_given, lo == 0 ? " must be an integer >= 0" : " must be an integer >= 1");
+        }
+        return static_cast<int>(v);
+      };
+      auto positive = [&](bool zero_ok) {
+        if (!(v > 0.0 || (zero_ok && v == 0.0)))
+          throw bad(as_given, zero_ok ? " must be >= 0" : " must be > 0");
+        return v;
+      };
+      if (key == "period_ms") {
+        c.shape.period_ms = positive(false);
+      } else if (key == "deadline_ms") {
+        c.shape.deadline_ms = positive(true);
+      } else if (key == "in") {
+        c.shape.tokens_per_frame = integer(1);
+      } else if (key == "out") {
+        c.shape.output_tokens_per_frame = integer(0);
+      } else if (key == "prompt") {
+        const int tokens = integer(0);
+        if (tokens > 0) c.shape.prompt = SyntheticPrompt{.tokens = tokens};
+      } else if (key == "share") {
+        c.share = positive(false);
+      } else {
+        throw bad("unknown key '" + key,
+                  "' (expected period_ms, deadline_ms, in, out, prompt or share)");
+      }
+    }
+    classes.push_back(std::move(c));
+  }
+  if (classes.empty()) throw SpecError(flag, spec, "no class given");
+  return classes;
 }
 
 }  // namespace metronome::realtime

@@ -12,6 +12,9 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <vector>
+
+#include "metronome/realtime/session_resolve.h"
 
 namespace metronome::realtime {
 
@@ -74,5 +77,24 @@ class SessionDuration {
   double a_ = 0.0;  // fixed: S; exp: mean; lognormal: mu
   double b_ = 0.0;  // lognormal: sigma
 };
+
+// One class of a mixed population: a name, the shape its sessions ask for (unset fields take the
+// workload's defaults) and its weight among the classes' arrivals.
+struct SessionClass {
+  std::string name;
+  SessionShape shape;
+  double share = 1.0;  // relative weight, > 0; a class's share of arrivals is share / sum
+};
+
+// A mix of session classes, the one spelling sim, drive and loadgen take (PopulationOptions' mix):
+//   NAME:KEY=VALUE,KEY=VALUE;NAME:...
+// NAME: [a-z0-9_-]+, unique. KEYs (each at most once, any order; unset ones take the defaults):
+//   period_ms=P  deadline_ms=D  in=A (tokens per frame)  out=O (output tokens per frame)
+//   prompt=N (prompt tokens)  share=W (relative weight of its arrivals, default 1)
+// e.g. "speech:period_ms=80,in=1,out=1,share=6;omni:period_ms=1000,in=25,out=1,prompt=2048,
+// share=2;assistant:period_ms=2000,in=64,out=32,share=2". Only the syntax and each value's sign
+// are checked here; the shape's domain is ResolveSession's. Throws ConfigError naming the field
+// (mix), the class, the key and the value as spelled ("class 'omni': in=0 must be ...").
+[[nodiscard]] std::vector<SessionClass> ParseSessionMix(const std::string& spec);
 
 }  // namespace metronome::realtime

@@ -28,6 +28,7 @@ struct Request {
   double first_t_s = 0.0;
   bool population = false;    // population clients never give up
   std::int64_t refusals = 0;  // in a row, for the retry backoff
+  std::size_t cls = 0;        // its class (WorkloadOptions::classes), 0 without a mix
   bool operator>(const Request& o) const { return t_s > o.t_s; }
 };
 
@@ -35,11 +36,33 @@ struct Request {
 
 void WorkloadOptions::Validate() const {
   session.Validate();
+  for (const WorkloadClass& c : classes) {
+    c.session.Validate();
+    if (!(c.share > 0.0 && std::isfinite(c.share))) {
+      throw ConfigError("mix: class '" + c.name + "' share = " + FormatValue(c.share) +
+                        " must be > 0");
+    }
+  }
   population.Validate();
   supervisor.Validate();
   if (!(forecast_settle_s >= 0.0 && std::isfinite(forecast_settle_s))) {
     throw ConfigError("forecast_settle_s = " + FormatValue(forecast_settle_s) + " must be >= 0");
   }
+}
+
+nlohmann::json ClassSummary::ToJson() const {
+  nlohmann::json j;
+  j["name"] = name;
+  j["arrivals"] = arrivals;
+  j["admitted"] = admitted;
+  j["rejected"] = rejected;
+  j["admitted_work"] = admitted_work;
+  j["active_work_mean_second_half"] = active_work_mean_second_half;
+  AddOutcomesTo(j);
+  j["deadline_misses"] = late;
+  j["p99_frame_latency_ms"] = NullIfNan(p99_frame_latency_ms);
+  j["deadline_ms"] = deadline_ms;
+  return j;
 }
 
 nlohmann::json RunSummary::ToJson() const {
@@ -54,6 +77,11 @@ nlohmann::json RunSummary::ToJson() const {
   j["limit_changes"] = limit_changes;
   j["iterations"] = iterations;
   j["admission"] = admission;
+  if (!classes.empty()) {
+    nlohmann::json c = nlohmann::json::array();
+    for (const ClassSummary& x : classes) c.push_back(x.ToJson());
+    j["classes"] = std::move(c);
+  }
   return j;
 }
 
@@ -71,7 +99,22 @@ struct WorkloadRunner::State final : SessionObserver {
     if (!o.population.session_duration.empty()) {
       duration = SessionDuration::Parse(o.population.session_duration);
     }
+    std::vector<double> shares;
+    for (const WorkloadClass& k : o.classes) {
+      shares.push_back(k.share);
+      ClassSummary cs;
+      cs.name = k.name;
+      cs.deadline_ms = k.session.deadline_ms;
+      summary.classes.push_back(std::move(cs));
+    }
+    class_of_draw = std::discrete_distribution<std::size_t>(shares.begin(), shares.end());
+    class_latency_ms.resize(o.classes.size());
+    class_active_work.assign(o.classes.size(), 0.0);
+    class_weighted_work.assign(o.classes.size(), 0.0);
   }
+  // A new client's class: drawn by share in a mix (0 without one; no draw, so a run without a mix
+  // keeps its random stream).
+  std::size_t DrawClass() { return options.classes.empty() ? 0 : class_of_draw(rng); }
 
   void OnFrame(const FrameRecord& r) override;
   void OnMuteAlarm(const MuteAlarm& /*alarm*/) override {}
@@ -102,6 +145,13 @@ struct WorkloadRunner::State final : SessionObserver {
   RunSummary summary;
   telemetry::QuantileSketch interval_latency_ms;  // frames since the last sample
   std::int64_t interval_tokens = 0;
+  // A mix: the class of each admitted session and its price, per class the frames' latencies,
+  // the active work and its integral over the second half.
+  std::discrete_distribution<std::size_t> class_of_draw;
+  std::unordered_map<RealtimeSessionId, std::pair<std::size_t, double>> class_of_session;
+  std::vector<telemetry::QuantileSketch> class_latency_ms;
+  std::vector<double> class_active_work;
+  std::vector<double> class_weighted_work;
 
   double last_turn_s = 0.0;
   double weighted_active = 0.0;  // integral of active over the second half, session-seconds
@@ -116,6 +166,10 @@ void WorkloadRunner::State::OnFrame(const FrameRecord& r) {
   if (it != record_of.end()) ++records[it->second].frames;
   interval_latency_ms.Add(r.latency_ms);
   interval_tokens += static_cast<std::int64_t>(r.tokens.size());
+  if (const auto c = class_of_session.find(r.session); c != class_of_session.end()) {
+    summary.classes[c->second.first].Count(r.outcome);
+    class_latency_ms[c->second.first].Add(r.latency_ms);
+  }
   if (owner.on_frame) owner.on_frame(r);
 }
 
@@ -124,6 +178,9 @@ void WorkloadRunner::State::OnSessionEnded(const SessionEnded& e) {
   if (it == record_of.end()) return;
   records[it->second].ended_s = e.t_s;
   records[it->second].ended_by_error = e.by_loop();
+  if (const auto c = class_of_session.find(e.session); c != class_of_session.end()) {
+    class_active_work[c->second.first] -= c->second.second;
+  }
 }
 
 void WorkloadRunner::State::Admitted(RealtimeSessionId id, double now) {
@@ -140,14 +197,19 @@ void WorkloadRunner::State::Admitted(RealtimeSessionId id, double now) {
 
 void WorkloadRunner::State::HandleRequests(double now) {
   while (arrival && next_arrival_s <= now + kDueSlackSeconds) {
-    requests.push({next_arrival_s, next_arrival_s, false});
+    requests.push({.t_s = next_arrival_s,
+                   .first_t_s = next_arrival_s,
+                   .population = false,
+                   .cls = DrawClass()});
     next_arrival_s = arrival->NextAfter(next_arrival_s, rng);
   }
   while (!requests.empty() && requests.top().t_s <= now + kDueSlackSeconds) {
     Request req = requests.top();
     requests.pop();
     if (req.refusals == 0) ++summary.arrivals;  // its first ask
-    SessionSpec spec = options.session;
+    ClassSummary* cs = options.classes.empty() ? nullptr : &summary.classes[req.cls];
+    if (cs != nullptr && req.refusals == 0) ++cs->arrivals;
+    SessionSpec spec = options.classes.empty() ? options.session : options.classes[req.cls].session;
     if (req.population && !options.population.aligned_phases) {
       spec.phase_ms = std::uniform_real_distribution<double>(0.0, spec.period_ms)(rng);
       if (spec.phase_ms >= spec.period_ms) spec.phase_ms = 0.0;
@@ -155,6 +217,12 @@ void WorkloadRunner::State::HandleRequests(double now) {
     const Supervisor::AdmitResult r = supervisor.Admit(spec, now);
     if (r.decision.admit) {
       Admitted(r.id, now);
+      if (cs != nullptr) {
+        ++cs->admitted;
+        cs->admitted_work += r.work;
+        class_active_work[req.cls] += r.work;
+        class_of_session.emplace(r.id, std::make_pair(req.cls, r.work));
+      }
       // The forecast reported is the one made forecast_settle_s after the latest new peak.
       if (supervisor.peak_active() > peak_active) {
         peak_active = supervisor.peak_active();
@@ -162,11 +230,12 @@ void WorkloadRunner::State::HandleRequests(double now) {
       }
       continue;
     }
+    if (cs != nullptr) ++cs->rejected;
     // Exponential backoff from the hint, as loadgen's clients do.
     const double retry_s =
         std::max(admission::RetryBackoffMs(r.decision.retry_after_ms, ++req.refusals,
                                            admission::kRetryBackoffCapMs),
-                 options.session.period_ms) /
+                 spec.period_ms) /
         1e3;
     req.t_s = now + retry_s;
     if (req.population || req.t_s - req.first_t_s <= options.population.patience_s) {
@@ -223,6 +292,9 @@ void WorkloadRunner::State::Accumulate(double now) {
       weighted_limit += static_cast<double>(limit) * dt;
       weighted_limit_s += dt;
     }
+    for (std::size_t c = 0; c < class_active_work.size(); ++c) {
+      class_weighted_work[c] += class_active_work[c] * dt;
+    }
   }
   last_turn_s = now;
 }
@@ -241,7 +313,7 @@ RunSummary WorkloadRunner::Run() {
   sup.Start();
   const double end = st.options.population.duration_s;
   for (std::int64_t i = 0; i < st.options.population.sessions; ++i)
-    st.requests.push({0.0, 0.0, true});
+    st.requests.push({.t_s = 0.0, .first_t_s = 0.0, .population = true, .cls = st.DrawClass()});
   if (st.arrival) st.next_arrival_s = st.arrival->NextAfter(0.0, st.rng);
 
   while (true) {
@@ -283,6 +355,12 @@ RunSummary WorkloadRunner::Run() {
   s.iterations = ls.iterations;
   s.admission = sup.controller().Describe();
   s.kv_policy = st.options.session.policy.ToString();
+  for (std::size_t c = 0; c < s.classes.size(); ++c) {
+    s.classes[c].active_work_mean_second_half = st.class_weighted_work[c] / (end - half);
+    if (st.class_latency_ms[c].count() > 0) {
+      s.classes[c].p99_frame_latency_ms = st.class_latency_ms[c].Quantile(0.99);
+    }
+  }
   if (st.events != nullptr) st.events->Flush();
   return s;
 }

@@ -30,9 +30,21 @@
 
 namespace metronome::realtime {
 
-// A workload: one session shape, who asks for sessions, and the serving core's options.
+// One class of a mixed workload (ParseSessionMix), resolved.
+struct WorkloadClass {
+  std::string name;
+  SessionSpec session;
+  double share = 1.0;  // relative weight of its arrivals (and of a fixed population), > 0
+};
+
+// A workload: one session shape or a mix of classes, who asks for sessions, and the serving core's
+// options.
 struct WorkloadOptions {
-  SessionSpec session;  // every session's resolved shape (ResolveSession): P, D, a, o, KV, prompt
+  // Every session's resolved shape (ResolveSession): P, D, a, o, KV, prompt; with classes, the
+  // reference shape (one unit of work) and nothing else.
+  SessionSpec session;
+  // A mix: each asking client draws its class by share. Empty: every session is `session`.
+  std::vector<WorkloadClass> classes;
   PopulationOptions population;
   SupervisorOptions supervisor;  // admission, cap, forecast, sampling, alarms, logging
   // The forecast reported in the summary is the one made this long after the active count first
@@ -67,6 +79,21 @@ struct SessionRecord {
   bool ended_by_error = false;  // the loop ended it (full-mode context limit)
 };
 
+// One class of a mixed run, as the engine saw it: its clients' asks and its sessions' frames.
+struct ClassSummary : FrameCounts {
+  std::string name;
+  std::int64_t arrivals = 0;  // clients of this class that asked (each once)
+  std::int64_t admitted = 0;
+  std::int64_t rejected = 0;
+  double admitted_work = 0.0;  // the admitted sessions' prices summed, units of work
+  // The class's active work (units), time-weighted over the second half of the run.
+  double active_work_mean_second_half = 0.0;
+  double p99_frame_latency_ms = std::numeric_limits<double>::quiet_NaN();
+  double deadline_ms = 0.0;
+
+  [[nodiscard]] nlohmann::json ToJson() const;  // NaN as null; frames under FrameCounts' keys
+};
+
 // Everything `--summary-json` prints. NaN fields are written as null.
 // The engine's summary of a sim or drive run.
 struct RunSummary : FrameSummary {
@@ -80,7 +107,8 @@ struct RunSummary : FrameSummary {
   double active_mean_second_half = 0.0;                                      // time-weighted
   std::int64_t limit_changes = 0;
   std::int64_t iterations = 0;
-  std::string admission;  // the controller with every parameter
+  std::string admission;              // the controller with every parameter
+  std::vector<ClassSummary> classes;  // a mixed run's classes (WorkloadOptions::classes' order)
 
   [[nodiscard]] nlohmann::json ToJson() const;
 };

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <limits>
 
 #include "metronome/base/enum_names.h"
@@ -113,20 +112,19 @@ EngineMetrics::EngineMetrics(MetricsRegistry& registry)
   }
   saturation_forecast_seconds.Set(std::numeric_limits<double>::infinity());
   engine_work_utilization.Set(std::numeric_limits<double>::quiet_NaN());
-  SetAdmissionCapacity(-1, 0);
+  SetAdmissionCapacity(-1, 0, 0);
 }
 
-void EngineMetrics::SetAdmissionCapacity(std::int64_t limit, double work_used) const noexcept {
+void EngineMetrics::SetAdmissionCapacity(std::int64_t limit, double work_used,
+                                         std::int64_t whole_units_used) const noexcept {
   admission_work_used.Set(work_used);
-  // Whole units, with the tolerance admission::WholeUnits uses for sums of prices.
-  const auto active = static_cast<std::int64_t>(std::ceil(std::max(0.0, work_used) - 1e-9));
   if (limit < 0) {
     admission_limit.Set(std::numeric_limits<double>::infinity());
     admission_headroom.Set(std::numeric_limits<double>::infinity());
     return;
   }
   admission_limit.Set(static_cast<double>(limit));
-  admission_headroom.Set(static_cast<double>(std::max<std::int64_t>(0, limit - active)));
+  admission_headroom.Set(static_cast<double>(std::max<std::int64_t>(0, limit - whole_units_used)));
 }
 
 void EngineMetrics::SetSaturationForecastSeconds(double seconds) const noexcept {

@@ -106,8 +106,10 @@ struct EngineMetrics {
     return sessions_ended_by_reason.WithLabels({ToString(reason)});
   }
   // admission_limit, admission_headroom and admission_work_used from a limit (< 0: none, exposed
-  // as +Inf) and the admitted work (units; >= 0).
-  void SetAdmissionCapacity(std::int64_t limit, double work_used) const noexcept;
+  // as +Inf), the admitted work (units; >= 0) and that work in the whole units the limit is
+  // compared with (admission::WholeUnits, rounded by the caller: the rule lives there).
+  void SetAdmissionCapacity(std::int64_t limit, double work_used,
+                            std::int64_t whole_units_used) const noexcept;
   // seconds < 0 or NaN means "no forecast" and is exposed as +Inf, like an infinite horizon.
   void SetSaturationForecastSeconds(double seconds) const noexcept;
 
