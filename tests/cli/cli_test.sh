@@ -74,6 +74,30 @@ check "q4_k_m qwen3moe generates" \
   "$bin" generate --model "$tmp/moe.gguf" --prompt-ids "1 5 9" --steps 4 --print-ids >/dev/null 2>&1
 rm -f "$tmp/moe.gguf"
 
+# synth-gguf streams a preset into a file tensor by tensor: it must write exactly the bytes that
+# quantize writes from the model in memory (any thread count), and its f32 file must compute what
+# the preset does.
+for preset in qwen3-small qwen3moe-tiny; do
+  "$bin" quantize --model "synthetic:$preset" --type q4_k_m --out "$tmp/q.gguf" >/dev/null
+  "$bin" synth-gguf --shape "$preset" --type q4_k_m --out "$tmp/s.gguf" >/dev/null
+  check "$preset: synth-gguf q4_k_m is byte-identical to quantize" cmp -s "$tmp/q.gguf" "$tmp/s.gguf"
+  "$bin" synth-gguf --shape "$preset" --type q4_k_m --threads 1 --out "$tmp/s1.gguf" >/dev/null
+  check "$preset: synth-gguf writes the same bytes on one thread" cmp -s "$tmp/s.gguf" "$tmp/s1.gguf"
+  "$bin" synth-gguf --shape "$preset" --type f32 --out "$tmp/s32.gguf" >/dev/null
+  "$bin" generate --model "synthetic:$preset" --prompt-ids "1 5 9" --steps 8 --print-ids \
+    >"$tmp/mem.ids" 2>/dev/null
+  "$bin" generate --model "$tmp/s32.gguf" --prompt-ids "1 5 9" --steps 8 --print-ids \
+    >"$tmp/s32.ids" 2>/dev/null
+  check "$preset: synth-gguf f32 file loads and generates the preset's ids" \
+    cmp -s "$tmp/mem.ids" "$tmp/s32.ids"
+  "$bin" synth-gguf --shape "$preset" --seed 99 --type q4_k_m --out "$tmp/s99.gguf" >/dev/null
+  check "$preset: synth-gguf --seed changes the weights" \
+    bash -c '! cmp -s "$0" "$1"' "$tmp/s.gguf" "$tmp/s99.gguf"
+  rm -f "$tmp"/q.gguf "$tmp"/s.gguf "$tmp"/s1.gguf "$tmp"/s32.gguf "$tmp"/s99.gguf
+done
+fails_with "synth-gguf names an unknown shape" "unknown synthetic preset 'qwen9'" synth-gguf \
+  --shape qwen9 --out "$tmp/x.gguf"
+
 # info: the table and --json agree with each other and with the file.
 out="$("$bin" info --model "$tmp/tiny16.gguf")"
 check "info names the architecture and the F16 matrices" \

@@ -19,7 +19,7 @@ struct Command {
   const char* description;
   const AddCommandFlags* add_flags;
 };
-const std::array<Command, 13> kCommands = {{
+const std::array<Command, 14> kCommands = {{
     {"demo", "Multi-session generation with full and windowed KV from one pool (default job)",
      &kAddDemoFlags},
     {"generate", "Generate tokens from a prompt (one session)", &kAddGenerateFlags},
@@ -42,6 +42,11 @@ const std::array<Command, 13> kCommands = {{
      "attn_v, ffn_down and output Q6_K; rows that are not whole blocks fall back to a "
      "32-element type or F16); prints the type chosen per tensor",
      &kAddQuantizeFlags},
+    {"synth-gguf",
+     "Write a synthetic preset (real shapes included: qwen3-8b, qwen3-30b-a3b, qwen3moe-mid) as "
+     "quantize would, streaming: each tensor generated and quantised in row chunks, never the "
+     "whole model in memory",
+     &kAddSynthGgufFlags},
     {"calibrate",
      "Fit the simulator's step-time model t = c0 + c1 * batch_tokens + c2 * visible_kv_tokens "
      "to timed steps of the real engine over a grid of batch sizes, contexts and chunk sizes",

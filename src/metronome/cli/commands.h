@@ -28,6 +28,6 @@ CommandRun AddFlagsAndRun(CLI::App* sub) {
 // One per command file (kAddServeFlags in serve.cc, ...); cli.cc names and describes them.
 extern const AddCommandFlags kAddDemoFlags, kAddGenerateFlags, kAddScoreFlags, kAddBenchDecodeFlags,
     kAddExportGgufFlags, kAddInfoFlags, kAddTokenizeFlags, kAddQuantizeFlags, kAddCalibrateFlags,
-    kAddSimFlags, kAddDriveFlags, kAddServeFlags, kAddLoadgenFlags;
+    kAddSimFlags, kAddDriveFlags, kAddServeFlags, kAddLoadgenFlags, kAddSynthGgufFlags;
 
 }  // namespace metronome::cli

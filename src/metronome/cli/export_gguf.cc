@@ -1,5 +1,6 @@
 // metronome export-gguf: write a model (e.g. a synthetic preset) as a standard GGUF file.
 // metronome quantize: the same, with the matrices in a quantised type or llama.cpp-style mix.
+// metronome synth-gguf: a synthetic preset's file as quantize writes it, without making the model.
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -94,14 +95,18 @@ void QuantizeFlags::Register(CLI::App* sub) {
   sub->add_option("--type", type, "Tensor types: " + model::ExportTypeNames())->required();
 }
 
-int RunQuantize(const QuantizeFlags& f) {
-  const auto types = model::ParseExportTypes(f.type);
+// The --type mix, or a ConfigError naming the flag.
+model::ExportTypes TypesFlag(const std::string& type) {
+  const auto types = model::ParseExportTypes(type);
   if (!types) {
-    throw ConfigError("--type: unknown type '" + f.type + "' (known: " + model::ExportTypeNames() +
+    throw ConfigError("--type: unknown type '" + type + "' (known: " + model::ExportTypeNames() +
                       ")");
   }
-  const model::Model m = f.model.Load();
-  const auto table = model::ExportGguf(m, f.out, *types);
+  return *types;
+}
+
+void PrintTable(const std::vector<model::ExportedTensor>& table, const std::string& out,
+                const std::string& name, const std::string& type) {
   std::uint64_t total = 0;
   std::printf("%-28s %-14s %-6s %10s  %s\n", "tensor", "shape", "type", "bytes", "note");
   for (const auto& t : table) {
@@ -112,8 +117,40 @@ int RunQuantize(const QuantizeFlags& f) {
                 t.reason.c_str());
     total += t.bytes;
   }
-  std::printf("wrote %s (%s, %s): %.2f MiB of tensors\n", f.out.c_str(), m.config.name.c_str(),
-              f.type.c_str(), static_cast<double>(total) / (1 << 20));
+  std::printf("wrote %s (%s, %s): %.2f MiB of tensors\n", out.c_str(), name.c_str(), type.c_str(),
+              static_cast<double>(total) / (1 << 20));
+}
+
+int RunQuantize(const QuantizeFlags& f) {
+  const model::ExportTypes types = TypesFlag(f.type);
+  const model::Model m = f.model.Load();
+  PrintTable(model::ExportGguf(m, f.out, types), f.out, m.config.name, f.type);
+  return 0;
+}
+
+struct SynthFlags {
+  std::string shape;
+  std::string out;
+  std::string type = "q4_k_m";
+  std::uint64_t seed = 1234;  // MakeSyntheticModel's default: the file equals quantize's
+  int threads = 0;
+  void Register(CLI::App* sub);
+};
+
+void SynthFlags::Register(CLI::App* sub) {
+  sub->add_option("--shape", shape, "Synthetic preset: " + model::SyntheticPresetNames())
+      ->required();
+  sub->add_option("--out", out, "Output .gguf path")->required();
+  sub->add_option("--type", type, "Tensor types: " + model::ExportTypeNames());
+  sub->add_option("--seed", seed, "Weight seed (the default is synthetic:<preset>'s)");
+  sub->add_option("--threads", threads, "Quantising threads (0: all cores)")
+      ->check(CLI::Range(0, 4096));
+}
+
+int RunSynth(const SynthFlags& f) {
+  const model::ExportTypes types = TypesFlag(f.type);
+  PrintTable(model::WriteSyntheticGguf(f.shape, f.seed, f.out, types, f.threads), f.out,
+             "synthetic:" + f.shape, f.type);
   return 0;
 }
 
@@ -122,5 +159,7 @@ int RunQuantize(const QuantizeFlags& f) {
 const AddCommandFlags kAddExportGgufFlags = &AddFlagsAndRun<ExportFlags, RunExport>;
 
 const AddCommandFlags kAddQuantizeFlags = &AddFlagsAndRun<QuantizeFlags, RunQuantize>;
+
+const AddCommandFlags kAddSynthGgufFlags = &AddFlagsAndRun<SynthFlags, RunSynth>;
 
 }  // namespace metronome::cli

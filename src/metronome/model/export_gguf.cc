@@ -1,9 +1,11 @@
 // Export to GGUF v3 in llama.cpp's `llama`, `qwen3` and `qwen3moe` conventions, so that a model we
 // can run (notably a synthetic one) can also be run by llama.cpp, and so that the GGUF loader has a
 // round-trip test.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <numbers>
 #include <optional>
 #include <span>
@@ -12,10 +14,13 @@
 #include <vector>
 
 #include "metronome/base/errors.h"
+#include "metronome/base/thread_pool.h"
 #include "metronome/model/gguf.h"
 #include "metronome/model/internal/gguf_schema.h"
 #include "metronome/model/internal/gguf_tensors.h"
+#include "metronome/model/internal/synthetic_values.h"
 #include "metronome/model/model.h"
+#include "metronome/quant/codec.h"
 #include "metronome/quant/ggml_type.h"
 
 namespace metronome::model {
@@ -147,87 +152,10 @@ std::vector<float> MatrixValues(const ModelWeights& mw, const ModelConfig& c,
   }
 }
 
-}  // namespace
-
-std::optional<ExportTypes> ParseExportTypes(std::string_view name) {
-  for (const auto& m : kMixes) {
-    if (m.name == name) return m.types;
-  }
-  return std::nullopt;
-}
-
-std::string ExportTypeNames() {
-  std::string s;
-  for (const auto& m : kMixes) s += (s.empty() ? "" : "|") + std::string(m.name);
-  return s;
-}
-
-ExportedTensor ChooseTensorType(const ExportTypes& types, const std::string& name,
-                                std::uint64_t cols) {
-  // llama.cpp's quantize keeps the router in its source type (it is tiny, and its top-k choice is
-  // sensitive to rounding); ours are fp32 at export.
-  if (name.ends_with(".ffn_gate_inp.weight")) return {name, {}, GgmlType::kF32, 0, "router"};
-  const bool high = name == "output.weight" || name.ends_with(".attn_v.weight") ||
-                    name.ends_with(".ffn_down.weight") || name.ends_with(".ffn_down_exps.weight");
-  GgmlType t = high ? types.high : types.matrices;
-  std::string why = high && types.high != types.matrices ? "more bits (_M mix)" : "";
-  if (cols % quant::Traits(t).block_elems != 0) {
-    const GgmlType fallback = FallbackType(t);
-    const GgmlType chosen =
-        cols % quant::Traits(fallback).block_elems == 0 ? fallback : GgmlType::kF16;
-    why = "rows of " + std::to_string(cols) + " are not whole " + std::string(quant::Name(t)) +
-          " blocks";
-    t = chosen;
-  }
-  return {name, {}, t, 0, why};
-}
-
-std::vector<float> Llama3RopeFreqFactors(double theta, int rotary_dim, double factor,
-                                         double low_freq_factor, double high_freq_factor,
-                                         double original_context) {
-  const double low_freq_wavelen = original_context / low_freq_factor;
-  const double high_freq_wavelen = original_context / high_freq_factor;
-  std::vector<float> out;
-  for (int i = 0; i < rotary_dim / 2; ++i) {
-    const double freq = std::pow(theta, -2.0 * i / rotary_dim);
-    const double wavelen = 2.0 * std::numbers::pi / freq;
-    double f = 1.0;
-    if (wavelen > low_freq_wavelen) {
-      f = factor;
-    } else if (wavelen >= high_freq_wavelen) {
-      const double smooth =
-          (original_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
-      f = 1.0 / ((1.0 - smooth) / factor + smooth);
-    }
-    out.push_back(static_cast<float>(f));
-  }
-  return out;
-}
-
-std::vector<ExportedTensor> ExportGguf(const Model& model, const std::string& path,
-                                       const ExportTypes& types) {
-  const ModelConfig& c = model.config;
-  // What each architecture's llama.cpp graph computes; a model that differs (qwen2's biases, a
-  // llama with NeoX pairs) has no file that says so.
-  const bool llama = c.architecture == Architecture::kLlama;
-  const bool qwen3 =
-      c.architecture == Architecture::kQwen3 || c.architecture == Architecture::kQwen3Moe;
-  const bool exportable =
-      !c.has_qkv_bias &&
-      ((llama && c.rope_style == RopeStyle::kInterleaved && !c.has_qk_norm && !c.is_moe()) ||
-       (qwen3 && c.rope_style == RopeStyle::kNeox && c.has_qk_norm &&
-        c.is_moe() == (c.architecture == Architecture::kQwen3Moe)));
-  if (!exportable) {
-    throw ConfigError(path +
-                      ": only llama (interleaved RoPE), qwen3 and qwen3moe (NeoX RoPE, q/k "
-                      "norms) models without Q/K/V biases can be exported as GGUF");
-  }
-  if (model.weights == nullptr) throw ConfigError(path + ": model has no weights");
-  c.Validate(c.name);
-  std::string ggml_model;
-  const Vocabulary vocab = ExportVocabulary(model, path, &ggml_model);
-
-  GgufWriter w;
+// The metadata llama.cpp reads for `c` (and rope_freqs.weight, the one tensor before the
+// model's), vocabulary included: the one place the exporter's keys are written.
+void WriteHeader(GgufWriter& w, const ModelConfig& c, const Vocabulary& vocab,
+                 const std::string& ggml_model, const ExportTypes& types) {
   const std::string arch = ArchitectureName(c.architecture);
   const auto key = [&arch](const char* suffix) { return arch + "." + suffix; };
   w.SetString("general.architecture", arch);
@@ -283,26 +211,181 @@ std::vector<ExportedTensor> ExportGguf(const Model& model, const std::string& pa
     w.AddTensor(std::string(internal::kRopeFreqsTensor), {f.size()}, GgmlType::kF32,
                 std::span<const float>(f.data(), f.size()));
   }
+}
+
+// Throws ConfigError naming `path` unless llama.cpp computes what we compute for `c`.
+void CheckExportable(const ModelConfig& c, const std::string& path) {
+  // What each architecture's llama.cpp graph computes; a model that differs (qwen2's biases, a
+  // llama with NeoX pairs) has no file that says so.
+  const bool llama = c.architecture == Architecture::kLlama;
+  const bool qwen3 =
+      c.architecture == Architecture::kQwen3 || c.architecture == Architecture::kQwen3Moe;
+  const bool exportable =
+      !c.has_qkv_bias &&
+      ((llama && c.rope_style == RopeStyle::kInterleaved && !c.has_qk_norm && !c.is_moe()) ||
+       (qwen3 && c.rope_style == RopeStyle::kNeox && c.has_qk_norm &&
+        c.is_moe() == (c.architecture == Architecture::kQwen3Moe)));
+  if (!exportable) {
+    throw ConfigError(path +
+                      ": only llama (interleaved RoPE), qwen3 and qwen3moe (NeoX RoPE, q/k "
+                      "norms) models without Q/K/V biases can be exported as GGUF");
+  }
+  c.Validate(c.name);
+}
+
+}  // namespace
+
+std::optional<ExportTypes> ParseExportTypes(std::string_view name) {
+  for (const auto& m : kMixes) {
+    if (m.name == name) return m.types;
+  }
+  return std::nullopt;
+}
+
+std::string ExportTypeNames() {
+  std::string s;
+  for (const auto& m : kMixes) s += (s.empty() ? "" : "|") + std::string(m.name);
+  return s;
+}
+
+ExportedTensor ChooseTensorType(const ExportTypes& types, const std::string& name,
+                                std::uint64_t cols) {
+  // llama.cpp's quantize keeps the router in its source type (it is tiny, and its top-k choice is
+  // sensitive to rounding); ours are fp32 at export.
+  if (name.ends_with(".ffn_gate_inp.weight")) return {name, {}, GgmlType::kF32, 0, "router"};
+  const bool high = name == "output.weight" || name.ends_with(".attn_v.weight") ||
+                    name.ends_with(".ffn_down.weight") || name.ends_with(".ffn_down_exps.weight");
+  GgmlType t = high ? types.high : types.matrices;
+  std::string why = high && types.high != types.matrices ? "more bits (_M mix)" : "";
+  if (cols % quant::Traits(t).block_elems != 0) {
+    const GgmlType fallback = FallbackType(t);
+    const GgmlType chosen =
+        cols % quant::Traits(fallback).block_elems == 0 ? fallback : GgmlType::kF16;
+    why = "rows of " + std::to_string(cols) + " are not whole " + std::string(quant::Name(t)) +
+          " blocks";
+    t = chosen;
+  }
+  return {name, {}, t, 0, why};
+}
+
+namespace {
+
+// The elements of a tensor of the table.
+std::uint64_t ElementCount(const internal::TensorSpec& t) {
+  std::uint64_t n = 1;
+  for (const std::uint64_t d : t.shape) n *= d;
+  return n;
+}
+
+// What `types` writes `t` as: a matrix per ChooseTensorType, a vector (norm) F32, as llama.cpp
+// expects whatever the file type.
+ExportedTensor TensorTypeOf(const ExportTypes& types, const internal::TensorSpec& t) {
+  ExportedTensor e = t.matrix ? ChooseTensorType(types, t.name, t.shape[0])
+                              : ExportedTensor{t.name, {}, GgmlType::kF32, 0, "norm"};
+  e.shape = t.shape;
+  e.bytes = quant::TensorBytes(e.type, ElementCount(t)).value_or(0);
+  return e;
+}
+
+}  // namespace
+
+std::vector<float> Llama3RopeFreqFactors(double theta, int rotary_dim, double factor,
+                                         double low_freq_factor, double high_freq_factor,
+                                         double original_context) {
+  const double low_freq_wavelen = original_context / low_freq_factor;
+  const double high_freq_wavelen = original_context / high_freq_factor;
+  std::vector<float> out;
+  for (int i = 0; i < rotary_dim / 2; ++i) {
+    const double freq = std::pow(theta, -2.0 * i / rotary_dim);
+    const double wavelen = 2.0 * std::numbers::pi / freq;
+    double f = 1.0;
+    if (wavelen > low_freq_wavelen) {
+      f = factor;
+    } else if (wavelen >= high_freq_wavelen) {
+      const double smooth =
+          (original_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+      f = 1.0 / ((1.0 - smooth) / factor + smooth);
+    }
+    out.push_back(static_cast<float>(f));
+  }
+  return out;
+}
+
+std::vector<ExportedTensor> ExportGguf(const Model& model, const std::string& path,
+                                       const ExportTypes& types) {
+  const ModelConfig& c = model.config;
+  CheckExportable(c, path);
+  if (model.weights == nullptr) throw ConfigError(path + ": model has no weights");
+  std::string ggml_model;
+  const Vocabulary vocab = ExportVocabulary(model, path, &ggml_model);
+
+  GgufWriter w;
+  WriteHeader(w, c, vocab, ggml_model, types);
 
   // Shapes in ggml order ([in, out]) over our row-major [out, in] storage.
   std::vector<ExportedTensor> table;
   const ModelWeights& mw = *model.weights;
   for (const internal::TensorSpec& t : internal::RequiredTensors(c)) {
+    ExportedTensor e = TensorTypeOf(types, t);
+    const std::uint64_t elems = ElementCount(t);
     if (!t.matrix) {
-      // llama.cpp expects norms in F32 whatever the file type.
-      const std::uint64_t n = t.shape[0];
-      w.AddTensor(t.name, t.shape, GgmlType::kF32, std::span<const float>(NormOf(mw, t), n));
-      table.push_back({t.name, t.shape, GgmlType::kF32, n * sizeof(float), "norm"});
-      continue;
+      w.AddTensor(t.name, t.shape, e.type, std::span<const float>(NormOf(mw, t), elems));
+    } else {
+      const std::vector<float> values = MatrixValues(mw, c, t);
+      w.AddTensor(t.name, e.shape, e.type, std::span<const float>(values.data(), elems));
     }
-    const std::uint64_t in = t.shape[0];
-    std::uint64_t elems = 1;
-    for (const std::uint64_t d : t.shape) elems *= d;
-    ExportedTensor e = ChooseTensorType(types, t.name, in);
-    e.shape = t.shape;
-    e.bytes = quant::TensorBytes(e.type, elems).value_or(0);
-    const std::vector<float> values = MatrixValues(mw, c, t);
-    w.AddTensor(t.name, e.shape, e.type, std::span<const float>(values.data(), elems));
+    table.push_back(std::move(e));
+  }
+  w.Write(path);
+  return table;
+}
+
+std::vector<ExportedTensor> WriteSyntheticGguf(const std::string& preset, std::uint64_t seed,
+                                               const std::string& path, const ExportTypes& types,
+                                               int num_threads) {
+  if (num_threads < 0) {
+    throw ConfigError("num_threads = " + std::to_string(num_threads) + " must be >= 0");
+  }
+  Model shell;  // the configuration and vocabulary of the preset, no weights
+  shell.config = SyntheticPresetConfig(preset);
+  const ModelConfig& c = shell.config;
+  CheckExportable(c, path);
+  shell.tokenizer = MakeSentencePieceTokenizer(MakeSyntheticVocabulary(c.vocab_size));
+  std::string ggml_model;
+  const Vocabulary vocab = ExportVocabulary(shell, path, &ggml_model);
+  GgufWriter w;
+  WriteHeader(w, c, vocab, ggml_model, types);
+
+  auto pool =
+      std::make_shared<base::ThreadPool>(base::ThreadPoolOptions{.num_threads = num_threads});
+  std::vector<ExportedTensor> table;
+  for (const internal::TensorSpec& t : internal::RequiredTensors(c)) {
+    ExportedTensor e = TensorTypeOf(types, t);
+    const std::uint64_t cols = t.shape[0];
+    const std::uint64_t rows = ElementCount(t) / cols;
+    const GgmlType type = e.type;
+    const std::uint64_t row_bytes = quant::TensorBytes(type, cols).value_or(0);
+    // Each chunk of rows is generated into its own fp32 buffer and quantised in place in the
+    // output: the only full-tensor memory is the writer's buffer of encoded bytes.
+    w.AddStreamedTensor(
+        t.name, t.shape, type,
+        [pool, t, c, seed, cols, rows, type, row_bytes](std::span<std::uint8_t> out) {
+          constexpr std::uint64_t kChunkElems = std::uint64_t{1} << 16;
+          const std::uint64_t chunk_rows = std::max<std::uint64_t>(1, kChunkElems / cols);
+          const std::uint64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+          pool->ParallelFor(
+              static_cast<std::int64_t>(chunks), 1, [&](std::int64_t k0, std::int64_t k1) {
+                std::vector<float> values(static_cast<std::size_t>(chunk_rows * cols));
+                for (auto k = static_cast<std::uint64_t>(k0); k < static_cast<std::uint64_t>(k1);
+                     ++k) {
+                  const std::uint64_t r0 = k * chunk_rows;
+                  const std::uint64_t n = std::min(chunk_rows, rows - r0);
+                  internal::SyntheticTensorRows(c, seed, t, r0, n, values.data());
+                  quant::QuantizeRow(type, values.data(), static_cast<std::int64_t>(n * cols),
+                                     out.data() + r0 * row_bytes);
+                }
+              });
+        });
     table.push_back(std::move(e));
   }
   w.Write(path);

@@ -368,15 +368,22 @@ void EmitGguf(const std::vector<std::vector<std::uint8_t>>& kv, const Tensors& t
     for (const std::uint64_t d : t.shape) Put<std::uint64_t>(head, d);
     Put<std::uint32_t>(head, static_cast<std::uint32_t>(t.type));
     Put<std::uint64_t>(head, offset);
-    offset = AlignUp(offset + t.data.size(), alignment);
+    offset = AlignUp(offset + t.bytes, alignment);
   }
   head.resize(static_cast<std::size_t>(AlignUp(head.size(), alignment)), 0);
   sink(head.data(), head.size());
   const std::vector<std::uint8_t> zeros(static_cast<std::size_t>(alignment), 0);
   for (const auto& t : tensors) {
-    sink(t.data.data(), t.data.size());
-    const std::size_t pad =
-        static_cast<std::size_t>(AlignUp(t.data.size(), alignment)) - t.data.size();
+    const auto n = static_cast<std::size_t>(t.bytes);
+    if (t.encode) {
+      // Freed before the next tensor: at most one streamed tensor's bytes are held.
+      std::vector<std::uint8_t> buffer(n);
+      t.encode(std::span<std::uint8_t>(buffer));
+      sink(buffer.data(), n);
+    } else {
+      sink(t.data.data(), n);
+    }
+    const std::size_t pad = static_cast<std::size_t>(AlignUp(t.bytes, alignment)) - n;
     if (pad > 0) sink(zeros.data(), pad);
   }
 }
@@ -701,9 +708,7 @@ void GgufWriter::AddTensor(const std::string& name, std::vector<std::uint64_t> s
     throw ConfigError("GgufWriter: tensor '" + name + "' has shape " + ShapeString(shape) +
                       " but " + std::to_string(values.size()) + " values");
   }
-  for (const auto& t : tensors_) {
-    if (t.name == name) throw ConfigError("GgufWriter: duplicate tensor '" + name + "'");
-  }
+  CheckNewTensor(name);
   if (!IsDequantizable(type)) {
     throw ConfigError("GgufWriter: tensor '" + name + "': cannot encode ggml type " +
                       GgmlTypeName(type) + " (supported: " + quant::ComputableTypeNames() + ")");
@@ -717,7 +722,14 @@ void GgufWriter::AddTensor(const std::string& name, std::vector<std::uint64_t> s
   const auto nbytes = quant::TensorBytes(type, count);
   std::vector<std::uint8_t> data(static_cast<std::size_t>(nbytes.value_or(0)));
   quant::QuantizeRow(type, values.data(), static_cast<std::int64_t>(count), data.data());
-  tensors_.push_back({name, std::move(shape), type, std::move(data)});
+  const std::uint64_t bytes = data.size();
+  tensors_.push_back({name, std::move(shape), type, bytes, std::move(data), {}});
+}
+
+void GgufWriter::CheckNewTensor(const std::string& name) const {
+  for (const auto& t : tensors_) {
+    if (t.name == name) throw ConfigError("GgufWriter: duplicate tensor '" + name + "'");
+  }
 }
 
 void GgufWriter::AddEncodedTensor(const std::string& name, std::vector<std::uint64_t> shape,
@@ -730,10 +742,21 @@ void GgufWriter::AddEncodedTensor(const std::string& name, std::vector<std::uint
                       (nbytes ? std::to_string(*nbytes) : std::string("whole blocks, not")) +
                       " bytes, got " + std::to_string(data.size()));
   }
-  for (const auto& t : tensors_) {
-    if (t.name == name) throw ConfigError("GgufWriter: duplicate tensor '" + name + "'");
+  CheckNewTensor(name);
+  tensors_.push_back({name, std::move(shape), type, data.size(), {data.begin(), data.end()}, {}});
+}
+
+void GgufWriter::AddStreamedTensor(const std::string& name, std::vector<std::uint64_t> shape,
+                                   GgmlType type, TensorEncoder encode) {
+  const std::uint64_t count = WritableElementCount(name, shape);
+  const auto nbytes = quant::TensorBytes(type, count);
+  if (shape.empty() || shape.size() > kMaxDims || !nbytes || !encode) {
+    throw ConfigError("GgufWriter: streamed tensor '" + name + "' of shape " + ShapeString(shape) +
+                      " as " + GgmlTypeName(type) +
+                      (encode ? " is not whole blocks" : " has no encoder"));
   }
-  tensors_.push_back({name, std::move(shape), type, {data.begin(), data.end()}});
+  CheckNewTensor(name);
+  tensors_.push_back({name, std::move(shape), type, *nbytes, {}, std::move(encode)});
 }
 
 std::vector<std::uint8_t> GgufWriter::Serialize() const {

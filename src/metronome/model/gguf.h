@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -91,6 +92,13 @@ class GgufWriter {
   void AddEncodedTensor(const std::string& name, std::vector<std::uint64_t> shape, GgmlType type,
                         std::span<const std::uint8_t> data);
 
+  // A tensor whose bytes are produced while the file is written: `encode` is called once, in file
+  // order, with a buffer of exactly TensorBytes(type, elements) bytes to fill. The writer then
+  // holds one tensor's encoded bytes at a time, so a file larger than memory can be written.
+  using TensorEncoder = std::function<void(std::span<std::uint8_t> out)>;
+  void AddStreamedTensor(const std::string& name, std::vector<std::uint64_t> shape, GgmlType type,
+                         TensorEncoder encode);
+
   [[nodiscard]] std::vector<std::uint8_t> Serialize() const;
   // Throws LoadError naming `path` if it cannot be written.
   void Write(const std::string& path) const;
@@ -101,8 +109,11 @@ class GgufWriter {
     std::string name;
     std::vector<std::uint64_t> shape;
     GgmlType type;
-    std::vector<std::uint8_t> data;
+    std::uint64_t bytes = 0;         // the encoded size: data.size(), or what `encode` writes
+    std::vector<std::uint8_t> data;  // empty for a streamed tensor
+    TensorEncoder encode;            // set only for a streamed tensor
   };
+  void CheckNewTensor(const std::string& name) const;
   std::vector<PendingTensor> tensors_;
 };
 

@@ -100,6 +100,14 @@ std::vector<float> Llama3RopeFreqFactors(double theta, int rotary_dim, double fa
 // rope_freqs.weight). Throws ConfigError for a model it cannot write, LoadError on I/O errors.
 std::vector<ExportedTensor> ExportGguf(const Model& model, const std::string& path,
                                        const ExportTypes& types);
+// Writes the synthetic model `preset` made with `seed` (the weights MakeSyntheticModel gives) as
+// ExportGguf writes it, without making the model: each tensor is generated and quantised a chunk
+// of rows at a time on a pool of `num_threads` threads (0: the detected CPU count), so memory is
+// bounded by one tensor's encoded bytes, and a shape too large to hold in fp32 can be written.
+// Throws as MakeSyntheticModel and ExportGguf do.
+std::vector<ExportedTensor> WriteSyntheticGguf(const std::string& preset, std::uint64_t seed,
+                                               const std::string& path, const ExportTypes& types,
+                                               int num_threads = 0);
 // Every matrix in `type` (F32 or F16 file types).
 void ExportGguf(const Model& model, const std::string& path, GgmlType type);
 
