@@ -22,8 +22,9 @@ constexpr std::uint64_t kMaxStateBytes = std::uint64_t{1} << 31;
 
 class Exchange : public std::enable_shared_from_this<Exchange> {
  public:
-  Exchange(const net::any_io_executor& ex, HttpOrigin origin, http::verb verb, std::string token,
-           std::string secret, std::function<void(StateFetchResult)> done, int timeout_ms)
+  Exchange(const net::any_io_executor& ex, HttpOrigin origin, http::verb verb,
+           const std::string& token, const std::string& secret,
+           std::function<void(StateFetchResult)> done, int timeout_ms)
       : resolver_(ex),
         stream_(ex),
         origin_(std::move(origin)),

@@ -272,13 +272,14 @@ struct Q8_0W {
 };
 // The four 32-element nibble types: u = the 4-bit quants, plus 16 where qh's fifth bit is set
 // (Q5_x); d per lane, and the min m for the types that have one (kMin), else the offset kOffset.
-template <class B, float kOffsetValue>
+// The offset is an integer template argument (a float one needs C++20 support clang 14 lacks).
+template <class B, int kOffsetValue>
 struct NibbleW : NibbleRunDecoders<B> {
   using Block = B;
   static constexpr bool kSuperBlock = false;
   static constexpr bool kMin = requires { &Block::m; };
   static constexpr bool kHighBit = requires { &Block::qh; };
-  static constexpr float kOffset = kOffsetValue;
+  static constexpr float kOffset = static_cast<float>(kOffsetValue);
   static UnpackedPair Unpack(const Block* a, const Block* b) noexcept {
     __m512i u = Nibbles2(a->qs, b->qs);
     if constexpr (kHighBit) {
@@ -296,10 +297,10 @@ struct NibbleW : NibbleRunDecoders<B> {
     }
   }
 };
-using Q4_0W = NibbleW<quant::BlockQ4_0, 8.0f>;
-using Q4_1W = NibbleW<quant::BlockQ4_1, 0.0f>;
-using Q5_0W = NibbleW<quant::BlockQ5_0, 16.0f>;
-using Q5_1W = NibbleW<quant::BlockQ5_1, 0.0f>;
+using Q4_0W = NibbleW<quant::BlockQ4_0, 8>;
+using Q4_1W = NibbleW<quant::BlockQ4_1, 0>;
+using Q5_0W = NibbleW<quant::BlockQ5_0, 16>;
+using Q5_1W = NibbleW<quant::BlockQ5_1, 0>;
 
 // ---- K-quants: a 256-element super-block unpacked into four 64-byte chunks of unsigned values
 // (chunk c = elements [64 c, 64 c + 64)), the fp32 scale of each int32 lane of a chunk's
