@@ -66,11 +66,32 @@ struct ServeFlags {
   AdmissionFlags admission = ServingAdmissionFlags();
   bool quiet = false;
   void Register(CLI::App* sub);
+  // Register's groups, in --help's order.
+  void RegisterListening(CLI::App* sub);
+  void RegisterContinuity(CLI::App* sub);
+  void RegisterAccess(CLI::App* sub);
+  void RegisterConnectionLimits(CLI::App* sub);
+  void RegisterSessionDefaults(CLI::App* sub);
 };
 
 void ServeFlags::Register(CLI::App* sub) {
   model.Register(sub, /*required=*/false);
   engine.Register(sub);
+  RegisterListening(sub);
+  RegisterContinuity(sub);
+  RegisterAccess(sub);
+  RegisterConnectionLimits(sub);
+  RegisterSessionDefaults(sub);
+  sub->add_option("--temperature", temperature, "Sampling temperature (0: greedy)");
+  admission.Register(sub);
+  sub->get_option("--aimd-window-s")
+      ->description(
+          "AIMD control window, s (default 2; give about 25 frame periods when the "
+          "sessions' periods are longer than 80 ms)");
+  sub->add_flag("--quiet", quiet, "No alarm or limit-change lines on stderr");
+}
+
+void ServeFlags::RegisterListening(CLI::App* sub) {
   server::ServerOptions& so = server;
   sub->add_option("--host", so.host, "Address to listen on");
   sub->add_option("--port", so.port, "TCP port (0: an ephemeral port, printed)")
@@ -87,6 +108,9 @@ void ServeFlags::Register(CLI::App* sub) {
       ->check(CLI::Range(0, 65535));
   sub->add_option("--replica-id", replica_id,
                   "This replica's name in session.started (default: <hostname>:<port>)");
+}
+
+void ServeFlags::RegisterContinuity(CLI::App* sub) {
   sub->add_option("--drain-timeout-s", drain_timeout_s,
                   "On SIGTERM, stop admitting and let running sessions finish for at most this "
                   "long before shutting down (0: shut down at once; SIGINT always does)")
@@ -109,6 +133,9 @@ void ServeFlags::Register(CLI::App* sub) {
   sub->add_option("--cluster-secret-file", cluster_secret_file,
                   "The secret the replicas of a cluster share to move sessions (or the "
                   "environment variable METRONOME_CLUSTER_SECRET; never on the command line)");
+}
+
+void ServeFlags::RegisterAccess(CLI::App* sub) {
   sub->add_option("--auth-token", auth_token,
                   "Require 'Authorization: Bearer TOKEN' on the upgrade and on /v1/* (visible to "
                   "local users in the process list: prefer --auth-token-file or the environment "
@@ -116,6 +143,14 @@ void ServeFlags::Register(CLI::App* sub) {
                   "whitespace-only token is an error)");
   sub->add_option("--auth-token-file", auth_token_file,
                   "Read the token from this file (its trailing line end dropped)");
+  sub->add_option("--allowed-origins", allowed_origins,
+                  "Comma list of Origin values (scheme://host[:port]) a browser may upgrade from, "
+                  "or '*' for any (default: with no --auth-token, only pages served from this "
+                  "host or a loopback name; with one, any). Requests without Origin are allowed");
+}
+
+void ServeFlags::RegisterConnectionLimits(CLI::App* sub) {
+  server::ServerOptions& so = server;
   sub->add_option("--max-sessions-per-connection", so.max_sessions_per_connection,
                   "Sessions one connection may hold (too_many_sessions beyond)")
       ->check(CLI::Range(1, 1 << 20));
@@ -158,10 +193,9 @@ void ServeFlags::Register(CLI::App* sub) {
                   "Time a connection has to send a complete HTTP request (or the next one on a "
                   "kept-alive connection) and to finish the WebSocket handshake, ms")
       ->check(CLI::Range(std::int64_t{100}, std::int64_t{600000}));
-  sub->add_option("--allowed-origins", allowed_origins,
-                  "Comma list of Origin values (scheme://host[:port]) a browser may upgrade from, "
-                  "or '*' for any (default: with no --auth-token, only pages served from this "
-                  "host or a loopback name; with one, any). Requests without Origin are allowed");
+}
+
+void ServeFlags::RegisterSessionDefaults(CLI::App* sub) {
   sub->add_option("--kv-pool-fraction", kv_pool_fraction,
                   "Without --kv-blocks/--kv-pool-mb: the KV pool is this fraction of the memory "
                   "available after the weights (MemAvailable or the cgroup's limit, whichever is "
@@ -192,13 +226,6 @@ void ServeFlags::Register(CLI::App* sub) {
   sub->add_option("--max-context", max_context,
                   "Context limit of full-KV sessions in tokens (0: the model's trained context)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
-  sub->add_option("--temperature", temperature, "Sampling temperature (0: greedy)");
-  admission.Register(sub);
-  sub->get_option("--aimd-window-s")
-      ->description(
-          "AIMD control window, s (default 2; give about 25 frame periods when the "
-          "sessions' periods are longer than 80 ms)");
-  sub->add_flag("--quiet", quiet, "No alarm or limit-change lines on stderr");
 }
 
 // Writes "PORT\n" to `path` atomically: a temp file beside it, then rename, so a script polling
@@ -353,79 +380,67 @@ realtime::SessionDefaults ServerDefaults(const ServeFlags& f, const model::Model
       realtime::ServingSessionDefaults(config.context_length, f.max_window), overrides);
 }
 
-int RunServe(const ServeFlags& f) {
-  // Validated before the model loads: a typo fails at once. (--window, --sinks and --max-context
-  // are range-checked by CLI11 at parse time.)
-  realtime::SupervisorOptions sup = f.admission.Supervisor(/*period_ms=*/0.0);
-  ReportingFlags([&] { sup.Validate(); });
-  server::ServerOptions so2 = f.server;
-  so2.allowed_origins = server::ParseAllowedOrigins(f.allowed_origins);
-  so2.auth_token = ResolveAuthToken(f);
-  server::ContinuityOptions continuity = f.continuity;
-  continuity.cluster_secret = ResolveClusterSecret(f);
-  ReportingFlags([&] {
-    so2.session_idle.Validate();
-    continuity.Validate();
-  });
-  const model::Model m = f.model.Load();
-  const realtime::SessionDefaults defaults = ServerDefaults(f, m.config);
-  // The server's reference session: the default shape (SessionDefaults' period, a and o) with the
-  // default KV. The pool's line and the AIMD seed are stated for it.
-  const realtime::SessionSpec reference = realtime::ResolveSessionOrThrow({}, defaults);
-  const kv::KvPolicy& policy = reference.policy;
-  // The pool's size is set below (a given size, or PoolFromMachine).
-  engine::EngineOptions eo = f.engine.Options(m.config, policy, /*sessions=*/1,
-                                              /*needed_tokens_per_session=*/1, /*chunk_tokens=*/1);
-  const std::int64_t per_session =
-      realtime::ProjectedBlocks(reference, eo.block_tokens, sup.memory, /*context_limit=*/0);
-  bool pool_capped = false;
-  if (!f.engine.pool_given()) {
-    // No more than the most sessions admission can ever hold need (and int-sized block ids).
-    const std::int64_t max_sessions = sup.max_sessions > 0
-                                          ? std::min(sup.max_sessions, sup.aimd.window.max_limit)
-                                          : sup.aimd.window.max_limit;
-    const std::int64_t max_blocks = std::min<std::int64_t>(
-        std::int64_t{1} << 30, per_session * std::max<std::int64_t>(1, max_sessions));
-    const MachinePool machine = PoolFromMachine(m, eo, f.kv_pool_fraction, max_blocks);
-    eo.kv_blocks = machine.blocks;
-    pool_capped = machine.capped;
-  }
-  engine::Engine eng(m, eo);
-  // A pool that cannot hold one default session would refuse every client while /healthz says ok.
-  // (Full KV: a session grows until it ends; one block lets it start.)
-  const std::int64_t one_session = policy.mode == kv::KvMode::kWindow ? per_session : 1;
-  if (eng.pool_stats().num_blocks < one_session) {
-    throw ConfigError("the KV pool has " + std::to_string(eng.pool_stats().num_blocks) +
-                      " blocks, fewer than one default session needs (" +
-                      std::to_string(one_session) + " blocks for " + policy.ToString() +
-                      "): raise --kv-blocks or --kv-pool-mb, or lower --window");
-  }
-  eng.WarmUp();  // before the first client: its frames must not pay for JIT and first touch
-  engine::SamplerOptions so;
-  so.temperature = f.temperature;
-  so.Validate();
-  serving::EngineBackend backend(&eng, so, f.max_context);
-  SteadyClock clock;
+// The KV pool for the reference session: a given size (--kv-blocks/--kv-pool-mb), or
+// PoolFromMachine capped at what the most sessions admission can ever hold need.
+struct PoolPlan {
+  engine::EngineOptions options;
+  std::int64_t blocks_per_session = 0;  // the reference session's projected blocks
+  bool capped = false;                  // PoolFromMachine stopped at admission's sessions
+};
 
-  const kv::PoolStats pool = eng.pool_stats();
-  // What the KV guard will allow for the reference session on the empty pool.
+PoolPlan PlanPool(const ServeFlags& f, const model::Model& m,
+                  const realtime::SessionSpec& reference, const realtime::SupervisorOptions& sup) {
+  PoolPlan plan;
+  plan.options = f.engine.Options(m.config, reference.policy, /*sessions=*/1,
+                                  /*needed_tokens_per_session=*/1, /*chunk_tokens=*/1);
+  plan.blocks_per_session = realtime::ProjectedBlocks(reference, plan.options.block_tokens,
+                                                      sup.memory, /*context_limit=*/0);
+  if (f.engine.pool_given()) return plan;
+  // No more than the most sessions admission can ever hold need (and int-sized block ids).
+  const std::int64_t max_sessions = sup.max_sessions > 0
+                                        ? std::min(sup.max_sessions, sup.aimd.window.max_limit)
+                                        : sup.aimd.window.max_limit;
+  const std::int64_t max_blocks = std::min<std::int64_t>(
+      std::int64_t{1} << 30, plan.blocks_per_session * std::max<std::int64_t>(1, max_sessions));
+  const MachinePool machine = PoolFromMachine(m, plan.options, f.kv_pool_fraction, max_blocks);
+  plan.options.kv_blocks = machine.blocks;
+  plan.capped = machine.capped;
+  return plan;
+}
+
+// A pool that cannot hold one default session would refuse every client while /healthz says ok.
+// (Full KV: a session grows until it ends; one block lets it start.)
+void CheckPoolHoldsOneSession(const kv::PoolStats& pool, const kv::KvPolicy& policy,
+                              std::int64_t blocks_per_session) {
+  const std::int64_t one_session = policy.mode == kv::KvMode::kWindow ? blocks_per_session : 1;
+  if (pool.num_blocks >= one_session) return;
+  throw ConfigError("the KV pool has " + std::to_string(pool.num_blocks) +
+                    " blocks, fewer than one default session needs (" +
+                    std::to_string(one_session) + " blocks for " + policy.ToString() +
+                    "): raise --kv-blocks or --kv-pool-mb, or lower --window");
+}
+
+// One line: the pool's size, how many default sessions the KV guard lets it hold, the engine it
+// belongs to and how it steps.
+void PrintPoolLine(const ServeFlags& f, const kv::PoolStats& pool, const kv::KvPolicy& policy,
+                   const PoolPlan& plan, const realtime::SupervisorOptions& sup) {
   admission::SessionRequest request;
-  request.projected_blocks = per_session;
+  request.projected_blocks = plan.blocks_per_session;
   admission::SystemState empty;
   empty.total_blocks = empty.free_blocks = pool.num_blocks;
   const std::int64_t pool_sessions = admission::SessionsThatFit(request, empty, sup.memory);
-  const std::string per_what =
-      policy.mode == kv::KvMode::kWindow
-          ? "at the default window (" + std::to_string(policy.window) + " tokens + " +
-                std::to_string(policy.sinks) + " sinks)"
-          : "at the default full KV (" + std::to_string(per_session) + " blocks projected each)";
+  const std::string per_what = policy.mode == kv::KvMode::kWindow
+                                   ? "at the default window (" + std::to_string(policy.window) +
+                                         " tokens + " + std::to_string(policy.sinks) + " sinks)"
+                                   : "at the default full KV (" +
+                                         std::to_string(plan.blocks_per_session) +
+                                         " blocks projected each)";
   std::string why;
   if (!f.engine.pool_given()) {
-    why = pool_capped ? " (capped at what the admission limit's sessions need)"
+    why = plan.capped ? " (capped at what the admission limit's sessions need)"
                       : " (" + FormatValue(f.kv_pool_fraction) +
                             " of the memory available after the weights)";
   }
-  // One line: the pool's size, what it holds, and the engine it belongs to and how it steps.
   const int step_tokens = sup.loop.max_step_tokens;
   const std::string steps = step_tokens > 0
                                 ? "steps of at most " + std::to_string(step_tokens) + " tokens"
@@ -435,36 +450,38 @@ int RunServe(const ServeFlags& f) {
               static_cast<long long>(pool.num_blocks), static_cast<long long>(pool_sessions),
               per_what.c_str(), why.c_str(), static_cast<long long>(pool.block_tokens),
               f.model.model.c_str(), f.engine.ThreadsLine().c_str(), steps.c_str());
-  CalibrateAtStart(&eng, reference, f.admission.aimd_initial_given(), &sup);
+}
 
-  sup.log_to_stderr = !f.quiet;
-  sup.reference_session_blocks = per_session;  // memory admission's limit: default sessions
-  telemetry::MetricsRegistry registry;
-  server::EngineService service(&backend, &clock, sup, &registry, /*events=*/nullptr, continuity);
+// The network server's options from the flags, the origins and the token resolved (before the
+// model loads: a bad one fails at once). The model's caps and defaults are set once it has.
+server::ServerOptions ServerOptionsFrom(const ServeFlags& f) {
+  server::ServerOptions so = f.server;
+  so.allowed_origins = server::ParseAllowedOrigins(f.allowed_origins);
+  so.auth_token = ResolveAuthToken(f);
+  if (f.agent_port > 0) so.agent_port = f.agent_port;
+  so.replica_id = f.replica_id;
+  if (so.replica_id.empty()) so.replica_id = HostName() + ":{port}";  // the bound port
+  so.caps.allow_full_kv = !f.no_full_kv;
+  return so;
+}
 
-  so2.session_defaults = defaults;
-  so2.caps.vocab_size = m.config.vocab_size;
-  so2.caps.allow_full_kv = !f.no_full_kv;
-  if (f.agent_port > 0) so2.agent_port = f.agent_port;
-  so2.replica_id = f.replica_id;
-  if (so2.replica_id.empty()) so2.replica_id = HostName() + ":{port}";  // the bound port
-  server::HttpServer http(&service, &registry, so2, m.tokenizer.get());
-  http.Start();
-
-  std::printf("listening on http://%s:%d\n", so2.host.c_str(), http.port());
-  std::printf("dashboard: http://%s:%d/%s\n", so2.host.c_str(), http.port(),
-              so2.auth_token.empty() ? "" : "#token=<the --auth-token>");
+// Serves until SIGINT or SIGTERM (a SIGTERM drains or hands sessions on first), then shuts down
+// in order. Returns the exit code.
+int ServeUntilSignal(const ServeFlags& f, const server::ServerOptions& so,
+                     server::EngineService* service, server::HttpServer* http, bool can_move) {
+  std::printf("listening on http://%s:%d\n", so.host.c_str(), http->port());
+  std::printf("dashboard: http://%s:%d/%s\n", so.host.c_str(), http->port(),
+              so.auth_token.empty() ? "" : "#token=<the --auth-token>");
   std::fflush(stdout);
   if (!f.port_file.empty()) {
-    const std::string error = WritePortFile(f.port_file, http.port());
+    const std::string error = WritePortFile(f.port_file, http->port());
     if (!error.empty()) {  // the server is up: shut it down in order, as on a signal
       std::fprintf(stderr, "error: %s\n", error.c_str());
-      service.Shutdown();
-      http.Stop();
+      service->Shutdown();
+      http->Stop();
       return 2;
     }
   }
-
   boost::asio::io_context signals_io;
   boost::asio::signal_set signals(signals_io, SIGINT, SIGTERM);
   int signal_number = 0;
@@ -472,18 +489,57 @@ int RunServe(const ServeFlags& f) {
     signal_number = signal;
   });
   signals_io.run();  // returns after the first signal
-
   if (signal_number == SIGTERM && f.drain_timeout_s > 0.0) {
-    Drain(&service, continuity.can_move(), &signals_io, &signals, f.drain_timeout_s);
+    Drain(service, can_move, &signals_io, &signals, f.drain_timeout_s);
   }
   std::printf("shutting down\n");
   std::fflush(stdout);
   // The engine first: every session ends with reason server_shutdown (in the events and metrics
   // too) and each client is sent session.ended; then every connection gets what is queued and a
   // 1001 close. Bounded: HttpServer::Stop returns within about 3 s.
-  service.Shutdown();
-  http.Stop();
+  service->Shutdown();
+  http->Stop();
   return 0;
+}
+
+int RunServe(const ServeFlags& f) {
+  // Validated before the model loads: a typo fails at once. (--window, --sinks and --max-context
+  // are range-checked by CLI11 at parse time.)
+  realtime::SupervisorOptions sup = f.admission.Supervisor(/*period_ms=*/0.0);
+  ReportingFlags([&] { sup.Validate(); });
+  server::ServerOptions so = ServerOptionsFrom(f);
+  server::ContinuityOptions continuity = f.continuity;
+  continuity.cluster_secret = ResolveClusterSecret(f);
+  ReportingFlags([&] {
+    so.session_idle.Validate();
+    continuity.Validate();
+  });
+  const model::Model m = f.model.Load();
+  const realtime::SessionDefaults defaults = ServerDefaults(f, m.config);
+  so.session_defaults = defaults;
+  so.caps.vocab_size = m.config.vocab_size;
+  // The server's reference session: the default shape (SessionDefaults' period, a and o) with the
+  // default KV. The pool's line and the AIMD seed are stated for it.
+  const realtime::SessionSpec reference = realtime::ResolveSessionOrThrow({}, defaults);
+  const PoolPlan plan = PlanPool(f, m, reference, sup);
+  engine::Engine eng(m, plan.options);
+  CheckPoolHoldsOneSession(eng.pool_stats(), reference.policy, plan.blocks_per_session);
+  eng.WarmUp();  // before the first client: its frames must not pay for JIT and first touch
+  engine::SamplerOptions sampler;
+  sampler.temperature = f.temperature;
+  sampler.Validate();
+  serving::EngineBackend backend(&eng, sampler, f.max_context);
+  SteadyClock clock;
+  PrintPoolLine(f, eng.pool_stats(), reference.policy, plan, sup);
+  CalibrateAtStart(&eng, reference, f.admission.aimd_initial_given(), &sup);
+
+  sup.log_to_stderr = !f.quiet;
+  sup.reference_session_blocks = plan.blocks_per_session;  // memory admission: default sessions
+  telemetry::MetricsRegistry registry;
+  server::EngineService service(&backend, &clock, sup, &registry, /*events=*/nullptr, continuity);
+  server::HttpServer http(&service, &registry, so, m.tokenizer.get());
+  http.Start();
+  return ServeUntilSignal(f, so, &service, &http, continuity.can_move());
 }
 
 }  // namespace
