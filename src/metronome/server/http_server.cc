@@ -533,6 +533,29 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
              .Serialize());
   }
 
+  // Why a token naming another replica cannot be fetched from here (reason, detail); nullopt: it
+  // can. Checked before any request leaves: only a replica of this cluster gets one (and the
+  // secret).
+  [[nodiscard]] std::optional<std::pair<std::string, std::string>> RemoteTokenRefusal(
+      const ResumeToken& token, const std::string& cluster_secret) const {
+    if (cluster_secret.empty()) {
+      return std::pair{std::string("resume_origin"),
+                       "the session is held by " + token.origin +
+                           " and this replica has no cluster secret to fetch it"};
+    }
+    if (!SealHolds(token, cluster_secret)) {
+      return std::pair{std::string("resume_token"),
+                       "the token names another replica (" + token.origin +
+                           ") but carries no seal of this cluster's secret"};
+    }
+    if (token.model != srv_->service->model_identity()) {
+      return std::pair{std::string("resume_model"), "the token is for model " + token.model +
+                                                        ", this replica serves " +
+                                                        srv_->service->model_identity()};
+    }
+    return std::nullopt;
+  }
+
   // session.resume: a session of this replica (or, by fetching its state with the cluster secret,
   // of the token's origin) goes on on this connection.
   void OnResume(wire::ResumeRequest&& r) {
@@ -551,30 +574,16 @@ class WsConnection final : public Closable, public std::enable_shared_from_this<
     const std::string& here = srv_->service->continuity().advertise_url;
     const bool remote = token && !token->origin.empty() && token->origin != here;
     const std::string& cluster_secret = srv_->service->continuity().cluster_secret;
-    if (remote && cluster_secret.empty()) {
-      Reject(r.client_ref, {.admit = false,
-                            .reason = "resume_origin",
-                            .detail = "the session is held by " + token->origin +
-                                      " and this replica has no cluster secret to fetch it",
-                            .retry_after_ms = 0.0});
-      return;
-    }
-    if (remote && !SealHolds(*token, cluster_secret)) {
-      // Only a replica of this cluster gets a request (and the secret) from here.
-      Reject(r.client_ref, {.admit = false,
-                            .reason = "resume_token",
-                            .detail = "the token names another replica (" + token->origin +
-                                      ") but carries no seal of this cluster's secret",
-                            .retry_after_ms = 0.0});
-      return;
-    }
-    if (remote && token->model != srv_->service->model_identity()) {
-      Reject(r.client_ref, {.admit = false,
-                            .reason = "resume_model",
-                            .detail = "the token is for model " + token->model +
-                                      ", this replica serves " + srv_->service->model_identity(),
-                            .retry_after_ms = 0.0});
-      return;
+    if (remote) {
+      const std::optional<std::pair<std::string, std::string>> refusal =
+          RemoteTokenRefusal(*token, cluster_secret);
+      if (refusal) {
+        Reject(r.client_ref, {.admit = false,
+                              .reason = refusal->first,
+                              .detail = refusal->second,
+                              .retry_after_ms = 0.0});
+        return;
+      }
     }
     ++pending_starts_;
     UpdateIdle();
@@ -1075,33 +1084,7 @@ class HttpSession final : public Closable, public std::enable_shared_from_this<H
   }
 
   void OnRead(beast::error_code ec) {
-    if (ec) {
-      // A request that cannot be parsed is answered (and the connection closed); a peer that went
-      // away or missed the deadline is not.
-      if (ec == http::error::header_limit) {
-        return RespondAndClose(http::status::request_header_fields_too_large,
-                               "request header too large: more than " +
-                                   std::to_string(kHeaderLimitBytes) + " bytes\n");
-      }
-      if (ec == http::error::body_limit) {
-        return RespondAndClose(http::status::payload_too_large,
-                               "request body too large: more than " +
-                                   std::to_string(srv_->options.caps.max_message_bytes) +
-                                   " bytes\n");
-      }
-      if (ec == http::error::bad_version) {  // Beast parses HTTP/1.x only
-        return RespondAndClose(http::status::http_version_not_supported,
-                               "HTTP version not supported: this server speaks HTTP/1.0 and "
-                               "HTTP/1.1\n");
-      }
-      if (ec.category() == http::make_error_code(http::error::bad_target).category() &&
-          ec != http::error::end_of_stream && ec != http::error::partial_message) {
-        return RespondAndClose(http::status::bad_request,
-                               "malformed HTTP request: " + ec.message() + "\n");
-      }
-      stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-      return;
-    }
+    if (ec) return OnReadError(ec);
     set_idle(false);
     Request req = parser_->release();
     if (req.version() != 10 && req.version() != 11) {
@@ -1119,34 +1102,7 @@ class HttpSession final : public Closable, public std::enable_shared_from_this<H
               "text/plain");
       return;
     }
-    if (websocket::is_upgrade(req) && path == "/v1/realtime") {
-      // Beast accepts any Sec-WebSocket-Key; RFC 6455 asks for base64 of 16 bytes.
-      if (!IsValidWebSocketKey(View(req[http::field::sec_websocket_key]))) {
-        Respond(req, http::status::bad_request,
-                "bad Sec-WebSocket-Key: must be the base64 encoding of 16 bytes\n", "text/plain");
-        return;
-      }
-      if (!OriginAllowed(View(req[http::field::origin]), View(req[http::field::host]),
-                         srv_->options.allowed_origins, !srv_->expected_authorization.empty())) {
-        Respond(req, http::status::forbidden, "origin not allowed\n", "text/plain");
-        return;
-      }
-      if (!srv_->Authorized(req)) {
-        Respond(req, http::status::unauthorized, "unauthorized\n", "text/plain");
-        return;
-      }
-      if (!srv_->ReserveWebSocketSlot()) {
-        Respond(req, http::status::service_unavailable,
-                "every WebSocket slot is taken (" + std::to_string(srv_->options.max_connections) +
-                    ", each holding a session): try again later\n",
-                "text/plain");
-        return;
-      }
-      stream_.expires_never();
-      auto ws = std::make_shared<WsConnection>(stream_.release_socket(), srv_, address_);
-      if (srv_->RegisterWebSocket(ws, address_)) ws->Run(std::move(req));
-      return;
-    }
+    if (websocket::is_upgrade(req) && path == "/v1/realtime") return Upgrade(std::move(req));
     if (path == kSessionStatePath) {
       ServeSessionState(std::move(req));
       return;
@@ -1157,21 +1113,7 @@ class HttpSession final : public Closable, public std::enable_shared_from_this<H
     } else if (path == "/healthz") {
       Respond(req, http::status::ok, "ok", "text/plain");
     } else if (path == "/readyz") {
-      const ReplicaState state = srv_->State();
-      const Readiness r = ReadinessOf(state);
-      const auto count = [](std::int64_t n) {
-        return n < 0 ? nlohmann::json(nullptr) : nlohmann::json(n);
-      };
-      const nlohmann::json body = {{"ready", r.ready},
-                                   {"reason", r.reason},
-                                   {"draining", state.draining},
-                                   {"sessions", state.sessions},
-                                   {"work_used_units", state.active},
-                                   {"limit", count(state.limit)},
-                                   {"headroom", count(state.headroom())},
-                                   {"free_connection_slots", count(state.free_connection_slots)}};
-      Respond(req, r.ready ? http::status::ok : http::status::service_unavailable, body.dump(),
-              "application/json", "no-store");
+      RespondReadiness(req);
     } else if (path == "/metrics") {
       Respond(req, http::status::ok,
               srv_->registry != nullptr ? srv_->registry->ExpositionText() : std::string(),
@@ -1194,6 +1136,81 @@ class HttpSession final : public Closable, public std::enable_shared_from_this<H
     } else {
       Respond(req, http::status::not_found, "not found\n", "text/plain");
     }
+  }
+
+  // A read that failed: a request that cannot be parsed is answered (and the connection closed);
+  // a peer that went away or missed the deadline is not.
+  void OnReadError(beast::error_code ec) {
+    if (ec == http::error::header_limit) {
+      return RespondAndClose(
+          http::status::request_header_fields_too_large,
+          "request header too large: more than " + std::to_string(kHeaderLimitBytes) + " bytes\n");
+    }
+    if (ec == http::error::body_limit) {
+      return RespondAndClose(http::status::payload_too_large,
+                             "request body too large: more than " +
+                                 std::to_string(srv_->options.caps.max_message_bytes) + " bytes\n");
+    }
+    if (ec == http::error::bad_version) {  // Beast parses HTTP/1.x only
+      return RespondAndClose(http::status::http_version_not_supported,
+                             "HTTP version not supported: this server speaks HTTP/1.0 and "
+                             "HTTP/1.1\n");
+    }
+    if (ec.category() == http::make_error_code(http::error::bad_target).category() &&
+        ec != http::error::end_of_stream && ec != http::error::partial_message) {
+      return RespondAndClose(http::status::bad_request,
+                             "malformed HTTP request: " + ec.message() + "\n");
+    }
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+  }
+
+  // GET /v1/realtime with the upgrade: checked (key, origin, token, a free slot), then handed to
+  // a WsConnection.
+  void Upgrade(Request req) {
+    // Beast accepts any Sec-WebSocket-Key; RFC 6455 asks for base64 of 16 bytes.
+    if (!IsValidWebSocketKey(View(req[http::field::sec_websocket_key]))) {
+      Respond(req, http::status::bad_request,
+              "bad Sec-WebSocket-Key: must be the base64 encoding of 16 bytes\n", "text/plain");
+      return;
+    }
+    if (!OriginAllowed(View(req[http::field::origin]), View(req[http::field::host]),
+                       srv_->options.allowed_origins, !srv_->expected_authorization.empty())) {
+      Respond(req, http::status::forbidden, "origin not allowed\n", "text/plain");
+      return;
+    }
+    if (!srv_->Authorized(req)) {
+      Respond(req, http::status::unauthorized, "unauthorized\n", "text/plain");
+      return;
+    }
+    if (!srv_->ReserveWebSocketSlot()) {
+      Respond(req, http::status::service_unavailable,
+              "every WebSocket slot is taken (" + std::to_string(srv_->options.max_connections) +
+                  ", each holding a session): try again later\n",
+              "text/plain");
+      return;
+    }
+    stream_.expires_never();
+    auto ws = std::make_shared<WsConnection>(stream_.release_socket(), srv_, address_);
+    if (srv_->RegisterWebSocket(ws, address_)) ws->Run(std::move(req));
+  }
+
+  // /readyz: 200 when this replica takes new sessions, else 503 with the reason (ReadinessOf).
+  void RespondReadiness(const Request& req) {
+    const ReplicaState state = srv_->State();
+    const Readiness r = ReadinessOf(state);
+    const auto count = [](std::int64_t n) {
+      return n < 0 ? nlohmann::json(nullptr) : nlohmann::json(n);
+    };
+    const nlohmann::json body = {{"ready", r.ready},
+                                 {"reason", r.reason},
+                                 {"draining", state.draining},
+                                 {"sessions", state.sessions},
+                                 {"work_used_units", state.active},
+                                 {"limit", count(state.limit)},
+                                 {"headroom", count(state.headroom())},
+                                 {"free_connection_slots", count(state.free_connection_slots)}};
+    Respond(req, r.ready ? http::status::ok : http::status::service_unavailable, body.dump(),
+            "application/json", "no-store");
   }
 
   // GET / DELETE /v1/session-state (state_fetch.h): another replica of the cluster fetches a
