@@ -16,9 +16,18 @@
 namespace metronome::cli {
 namespace {
 
-struct ExportFlags {
+// The model to write and the file to write it to: export-gguf's and quantize's common flags.
+struct ModelToFileFlags {
   ModelFlags model;
   std::string out;
+  void Register(CLI::App* sub) {
+    model.Register(sub, /*required=*/true);
+    sub->add_option("--out", out, "Output .gguf path")->required();
+  }
+};
+
+struct ExportFlags {
+  ModelToFileFlags io;
   std::string dtype = "f32";
   double rope_theta = 0.0;
   std::string rope_freqs;
@@ -27,8 +36,7 @@ struct ExportFlags {
 };
 
 void ExportFlags::Register(CLI::App* sub) {
-  model.Register(sub, true);
-  sub->add_option("--out", out, "Output .gguf path")->required();
+  io.Register(sub);
   sub->add_option("--dtype", dtype, "Matrix type: f32 | f16")->check(CLI::IsMember({"f32", "f16"}));
   sub->add_option("--rope-theta", rope_theta, "Write this RoPE base instead of the model's");
   sub->add_option("--rope-freqs", rope_freqs,
@@ -70,28 +78,26 @@ void ApplyRopeScaling(const std::string& spec, model::ModelConfig& c) {
 }
 
 int RunExport(const ExportFlags& f) {
-  model::Model m = f.model.Load();
+  model::Model m = f.io.model.Load();
   if (f.rope_theta != 0.0) m.config.rope_theta = f.rope_theta;
   if (!f.rope_scaling.empty()) ApplyRopeScaling(f.rope_scaling, m.config);
   if (f.rope_freqs == "llama3") {
     m.config.rope_freq_factors = model::Llama3RopeFreqFactors(
         m.config.rope_theta, m.config.rotary_dim(), 8.0, 1.0, 4.0, 8192.0);
   }
-  model::ExportGguf(m, f.out, f.dtype == "f16" ? model::GgmlType::kF16 : model::GgmlType::kF32);
-  std::printf("wrote %s (%s, %s)\n", f.out.c_str(), m.config.name.c_str(), f.dtype.c_str());
+  model::ExportGguf(m, f.io.out, f.dtype == "f16" ? model::GgmlType::kF16 : model::GgmlType::kF32);
+  std::printf("wrote %s (%s, %s)\n", f.io.out.c_str(), m.config.name.c_str(), f.dtype.c_str());
   return 0;
 }
 
 struct QuantizeFlags {
-  ModelFlags model;
-  std::string out;
+  ModelToFileFlags io;
   std::string type;
   void Register(CLI::App* sub);
 };
 
 void QuantizeFlags::Register(CLI::App* sub) {
-  model.Register(sub, true);
-  sub->add_option("--out", out, "Output .gguf path")->required();
+  io.Register(sub);
   sub->add_option("--type", type, "Tensor types: " + model::ExportTypeNames())->required();
 }
 
@@ -123,8 +129,8 @@ void PrintTable(const std::vector<model::ExportedTensor>& table, const std::stri
 
 int RunQuantize(const QuantizeFlags& f) {
   const model::ExportTypes types = TypesFlag(f.type);
-  const model::Model m = f.model.Load();
-  PrintTable(model::ExportGguf(m, f.out, types), f.out, m.config.name, f.type);
+  const model::Model m = f.io.model.Load();
+  PrintTable(model::ExportGguf(m, f.io.out, types), f.io.out, m.config.name, f.type);
   return 0;
 }
 

@@ -453,11 +453,13 @@ void Engine::Forward(Batch& b) {
   EmbedAndRotate(b);
   PlanAttention(b);
   for (int l = 0; l < model_.config.num_layers; ++l) {
+    const model::LayerWeights& lw = model_.weights->layers[static_cast<std::size_t>(l)];
     AttentionLayer(b, l);
+    NormRows(b, lw.ffn_norm);
     if (model_.config.is_moe()) {
-      MoeFfnLayer(b, l);
+      MoeFfnLayer(b, lw);
     } else {
-      FfnLayer(b, l);
+      FfnLayer(b, lw);
     }
   }
   Logits(b);
@@ -642,16 +644,13 @@ void Engine::AttentionLayer(Batch& b, int l) {
   const model::LayerWeights& lw = model_.weights->layers[static_cast<std::size_t>(l)];
   base::ThreadPool& pool = *threads_;
   const int T = b.num_tokens;
-  const int dim = c.dim;
   const int qd = c.q_dim();
   const int kvd = c.kv_dim();
   const int qkvd = c.qkv_dim();
   float* const qkv = b.layer_acts.data();
   float* const att = qkv + Floats(T, qkvd);
 
-  ForRows(pool, T, dim, [&](int t) {
-    kernels::RmsNorm(&b.x[Floats(t, dim)], lw.attn_norm, c.rms_eps, &b.xb[Floats(t, dim)], dim);
-  });
+  NormRows(b, lw.attn_norm);
   TimedProduct(&last_step_, Product::kQkv,
                [&] { kernels::MatMul(pool, b.xb.data(), T, lw.wqkv, qkv, false); });
 
@@ -733,22 +732,26 @@ void Engine::RunAttention(Batch& b, int l, const float* qkv, float* att) const {
   }
 }
 
-// Layer l's FFN half over blocks of at most kFfnRowsPerBlock rows, so its [rows, 2 ffn] gate|up
-// rows (the largest activations of a prefill step) are bounded. A block of at least
+// Every row's residual RMS-normalised with `weight` into xb: the input of a layer's attention and
+// of its FFN.
+void Engine::NormRows(Batch& b, const float* weight) const {
+  const int dim = model_.config.dim;
+  const float eps = model_.config.rms_eps;
+  ForRows(*threads_, b.num_tokens, dim, [&](int t) {
+    kernels::RmsNorm(&b.x[Floats(t, dim)], weight, eps, &b.xb[Floats(t, dim)], dim);
+  });
+}
+
+// A layer's dense FFN half over blocks of at most kFfnRowsPerBlock rows, so its [rows, 2 ffn]
+// gate|up rows (the largest activations of a prefill step) are bounded. A block of at least
 // kHiddenOverGateUpMinRows rows writes its hidden rows over its gate|up rows (in passes, below), a
 // smaller one (decode steps) into a region of its own, in one parallel pass.
-void Engine::FfnLayer(Batch& b, int l) {
-  const model::ModelConfig& c = model_.config;
-  const model::LayerWeights& lw = model_.weights->layers[static_cast<std::size_t>(l)];
+void Engine::FfnLayer(Batch& b, const model::LayerWeights& lw) {
   base::ThreadPool& pool = *threads_;
   const int T = b.num_tokens;
-  const int dim = c.dim;
-  const int ffn = c.ffn_dim;
+  const int dim = model_.config.dim;
+  const int ffn = model_.config.ffn_dim;
   float* const gate_up = b.layer_acts.data();
-
-  ForRows(pool, T, dim, [&](int t) {
-    kernels::RmsNorm(&b.x[Floats(t, dim)], lw.ffn_norm, c.rms_eps, &b.xb[Floats(t, dim)], dim);
-  });
   for (int r0 = 0; r0 < T; r0 += kFfnRowsPerBlock) {
     const int rows = std::min(kFfnRowsPerBlock, T - r0);
     const bool over = rows >= kHiddenOverGateUpMinRows;
@@ -779,30 +782,25 @@ void Engine::FfnLayer(Batch& b, int l) {
   }
 }
 
-// Layer l's mixture-of-experts FFN (qwen3moe) over blocks of at most kFfnRowsPerBlock rows: the
+// A layer's mixture-of-experts FFN (qwen3moe) over blocks of at most kFfnRowsPerBlock rows: the
 // router (RouteRows), then the block's slots grouped by expert, so that each chosen expert's
 // matrices are read once per block (once per step for any decode step), not once per row: its
 // slots' rows gathered, the gate|up product, SwiGLU, the down product; finally every row adds its
 // experts' outputs times their weights in its own choice order, so that a row's result does not
 // depend on which other rows share the step.
-void Engine::MoeFfnLayer(Batch& b, int l) {
+void Engine::MoeFfnLayer(Batch& b, const model::LayerWeights& lw) {
   const model::ModelConfig& c = model_.config;
-  const model::LayerWeights& lw = model_.weights->layers[static_cast<std::size_t>(l)];
   base::ThreadPool& pool = *threads_;
   const int T = b.num_tokens;
   const int dim = c.dim;
   const int k = c.num_experts_used;
   const int ffn = c.expert_ffn_dim;
   Batch::Moe& moe = b.moe;
-
-  ForRows(pool, T, dim, [&](int t) {
-    kernels::RmsNorm(&b.x[Floats(t, dim)], lw.ffn_norm, c.rms_eps, &b.xb[Floats(t, dim)], dim);
-  });
   for (int r0 = 0; r0 < T; r0 += kFfnRowsPerBlock) {
     const int rows = std::min(kFfnRowsPerBlock, T - r0);
     const int slots = rows * k;
     const float* xb = &b.xb[Floats(r0, dim)];
-    RouteRows(b, l, xb, rows);
+    RouteRows(b, lw, xb, rows);
 
     // Counting sort of the slots by expert (a few hundred at most: on the caller).
     std::fill(moe.first.begin(), moe.first.end(), 0);
@@ -863,9 +861,8 @@ void Engine::MoeFfnLayer(Batch& b, int l) {
 // qwen3moe: softmax over every expert's logit, the num_experts_used most probable (ties to the
 // lower index), their probabilities divided by their sum (clamped below at the smallest normal
 // f16, llama.cpp's guard against 0). A row of NaN logits still picks k distinct experts.
-void Engine::RouteRows(Batch& b, int l, const float* xb, int rows) {
+void Engine::RouteRows(Batch& b, const model::LayerWeights& lw, const float* xb, int rows) {
   const model::ModelConfig& c = model_.config;
-  const model::LayerWeights& lw = model_.weights->layers[static_cast<std::size_t>(l)];
   const int num_experts = c.num_experts;
   const int k = c.num_experts_used;
   Batch::Moe& moe = b.moe;

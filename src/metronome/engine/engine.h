@@ -164,9 +164,10 @@ class Engine {
   void SizeAttentionScratch(Batch& batch) const;
   void AttentionLayer(Batch& batch, int layer);
   void RunAttention(Batch& batch, int layer, const float* qkv, float* att) const;
-  void FfnLayer(Batch& batch, int layer);
-  void MoeFfnLayer(Batch& batch, int layer);
-  void RouteRows(Batch& batch, int layer, const float* xb, int rows);
+  void NormRows(Batch& batch, const float* weight) const;
+  void FfnLayer(Batch& batch, const model::LayerWeights& weights);
+  void MoeFfnLayer(Batch& batch, const model::LayerWeights& weights);
+  void RouteRows(Batch& batch, const model::LayerWeights& weights, const float* xb, int rows);
   void Logits(Batch& batch);
   [[nodiscard]] double StepFlops(const Batch& batch) const;
 

@@ -61,6 +61,20 @@ inline void TransposeUnit(const std::uint16_t* const* rows, int u, int k,
   Transpose16x8(in, out);
 }
 
+// A panel's NT groups of kLanes rows, unit by unit: put(g, u, t, v) takes TransposeUnit's out[t]
+// of unit u of group g (how the panel stores it is the caller's).
+template <int NT, class Put>
+inline void TransposePanel(const std::uint16_t* const* rows, int units, int k, Put&& put) noexcept {
+  for (int g = 0; g < NT; ++g) {
+    for (int u = 0; u < units; ++u) {
+      __m512i out[8];
+      TransposeUnit(rows + kLanes * g, u, k, out);
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) put(g, u, t, out[t]);
+    }
+  }
+}
+
 // Runs `panel_fn.template operator()<NT>(rows, n, j)` for each panel of up to 32 weight rows
 // starting at row j (rows past row_end repeat the last one; n valid).
 template <class F>
@@ -171,16 +185,9 @@ void Bf16Rows(const RowsKernelArgs& a, int row_begin, int row_end) {
   Panels(w, row_begin, row_end, [&]<int NT>(const std::uint16_t* const* rows, int n, int j) {
     const auto need = static_cast<std::size_t>(pairs) * NT;
     if (panel.size() < need) panel.resize(need);
-    for (int g = 0; g < NT; ++g) {
-      for (int u = 0; u < units; ++u) {
-        __m512i out[8];
-        TransposeUnit(rows + kLanes * g, u, k, out);
-#pragma GCC unroll 8
-        for (int t = 0; t < 8; ++t) {
-          panel[static_cast<std::size_t>(8 * u + t) * NT + g].v = out[t];
-        }
-      }
-    }
+    TransposePanel<NT>(rows, units, k, [&](int g, int u, int t, __m512i v) {
+      panel[static_cast<std::size_t>(8 * u + t) * NT + g].v = v;
+    });
     const __mmask16 last = LaneMask(n - kLanes * (NT - 1));
     constexpr int kMt = ActTile(NT);
     int r = 0;
@@ -206,20 +213,13 @@ void F16Rows(const RowsKernelArgs& a, int row_begin, int row_end) {
   Panels(w, row_begin, row_end, [&]<int NT>(const std::uint16_t* const* rows, int n, int j) {
     const auto need = static_cast<std::size_t>(units) * kUnit * NT;
     if (panel.size() < need) panel.resize(need);
-    for (int g = 0; g < NT; ++g) {
-      for (int u = 0; u < units; ++u) {
-        __m512i out[8];
-        TransposeUnit(rows + kLanes * g, u, k, out);
-#pragma GCC unroll 8
-        for (int t = 0; t < 8; ++t) {
-          // Lane r of out[t]: elements 2t (low 16 bits) and 2t + 1 of row r, widened.
-          const __m512 even = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(out[t]));
-          const __m512 odd = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(out[t], 16)));
-          panel[static_cast<std::size_t>(kUnit * u + 2 * t) * NT + g].v = even;
-          panel[static_cast<std::size_t>(kUnit * u + 2 * t + 1) * NT + g].v = odd;
-        }
-      }
-    }
+    TransposePanel<NT>(rows, units, k, [&](int g, int u, int t, __m512i v) {
+      // Lane r of v: elements 2t (low 16 bits) and 2t + 1 of row r, widened.
+      const __m512 even = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
+      const __m512 odd = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
+      panel[static_cast<std::size_t>(kUnit * u + 2 * t) * NT + g].v = even;
+      panel[static_cast<std::size_t>(kUnit * u + 2 * t + 1) * NT + g].v = odd;
+    });
     const __mmask16 last = LaneMask(n - kLanes * (NT - 1));
     constexpr int kMt = ActTile(NT);
     int r = 0;

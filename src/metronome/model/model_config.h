@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -92,6 +93,15 @@ struct ModelConfig {
   [[nodiscard]] int kv_dim() const { return num_kv_heads * head_dim; }
   [[nodiscard]] int qkv_dim() const { return q_dim() + 2 * kv_dim(); }
   [[nodiscard]] int rotary_dim() const { return rope_dim > 0 ? rope_dim : head_dim; }
+  // The sizes the weights are laid out by, as element counts (one conversion for every layout).
+  struct Extents {
+    std::size_t dim, vocab, ffn, q, kv, qkv, head, experts, expert_ffn;
+  };
+  [[nodiscard]] Extents extents() const {
+    const auto n = [](int v) { return static_cast<std::size_t>(v); };
+    return {n(dim),       n(vocab_size), n(ffn_dim),     n(q_dim()),       n(kv_dim()),
+            n(qkv_dim()), n(head_dim),   n(num_experts), n(expert_ffn_dim)};
+  }
   // rope_original_context, or context_length when the file does not give one.
   [[nodiscard]] int yarn_original_context() const {
     return rope_original_context > 0 ? rope_original_context : context_length;

@@ -268,14 +268,7 @@ Model MakeSyntheticModel(const std::string& preset, std::uint64_t seed, int num_
   c.Validate(c.name);
   m.weights = std::make_unique<ModelWeights>(c);
   ModelWeights& w = *m.weights;
-  const auto dim = static_cast<std::size_t>(c.dim);
-  const auto vocab = static_cast<std::size_t>(c.vocab_size);
-  const auto ffn = static_cast<std::size_t>(c.ffn_dim);
-  const auto qkv = static_cast<std::size_t>(c.qkv_dim());
-  const auto q = static_cast<std::size_t>(c.q_dim());
-  const auto hd = static_cast<std::size_t>(c.head_dim);
-  const auto experts = static_cast<std::size_t>(c.num_experts);
-  const auto ffn_exp = static_cast<std::size_t>(c.expert_ffn_dim);
+  const ModelConfig::Extents size = c.extents();
 
   std::vector<UniformJob> jobs;
   struct Span {
@@ -290,35 +283,35 @@ Model MakeSyntheticModel(const std::string& preset, std::uint64_t seed, int num_
     const Stream s = StreamOf(c, seed, part, layer);
     jobs.push_back({dst, n, s.key, s.amplitude});
   };
-  job(w.MutableFloats(w.token_embedding), vocab * dim, TensorPart::kTokenEmbedding, -1);
+  job(w.MutableFloats(w.token_embedding), size.vocab * size.dim, TensorPart::kTokenEmbedding, -1);
   for (std::size_t l = 0; l < w.layers.size(); ++l) {
     LayerWeights& lw = w.layers[l];
     const int layer = static_cast<int>(l);
-    FillConstant(lw.attn_norm, dim, 1.0f);
-    FillConstant(lw.ffn_norm, dim, 1.0f);
-    job(w.MutableFloats(lw.wqkv[0]), qkv * dim, TensorPart::kAttnQ, layer);
-    job(w.MutableFloats(lw.wo), dim * q, TensorPart::kAttnOutput, layer);
+    FillConstant(lw.attn_norm, size.dim, 1.0f);
+    FillConstant(lw.ffn_norm, size.dim, 1.0f);
+    job(w.MutableFloats(lw.wqkv[0]), size.qkv * size.dim, TensorPart::kAttnQ, layer);
+    job(w.MutableFloats(lw.wo), size.dim * size.q, TensorPart::kAttnOutput, layer);
     if (!c.is_moe()) {
-      job(w.MutableFloats(lw.w_gate_up[0]), 2 * ffn * dim, TensorPart::kFfnGate, layer);
-      job(w.MutableFloats(lw.w_down), dim * ffn, TensorPart::kFfnDown, layer);
+      job(w.MutableFloats(lw.w_gate_up[0]), 2 * size.ffn * size.dim, TensorPart::kFfnGate, layer);
+      job(w.MutableFloats(lw.w_down), size.dim * size.ffn, TensorPart::kFfnDown, layer);
     }
     if (c.has_qk_norm) {
-      job(lw.q_norm, hd, TensorPart::kAttnQNorm, layer);
-      job(lw.k_norm, hd, TensorPart::kAttnKNorm, layer);
-      offset_by_one.push_back({lw.q_norm, hd});
-      offset_by_one.push_back({lw.k_norm, hd});
+      job(lw.q_norm, size.head, TensorPart::kAttnQNorm, layer);
+      job(lw.k_norm, size.head, TensorPart::kAttnKNorm, layer);
+      offset_by_one.push_back({lw.q_norm, size.head});
+      offset_by_one.push_back({lw.k_norm, size.head});
     }
     if (c.is_moe()) {
-      job(w.MutableFloats(lw.router), experts * dim, TensorPart::kFfnRouter, layer);
-      job(w.MutableFloats(lw.expert_gate_up[0][0]), experts * 2 * ffn_exp * dim,
+      job(w.MutableFloats(lw.router), size.experts * size.dim, TensorPart::kFfnRouter, layer);
+      job(w.MutableFloats(lw.expert_gate_up[0][0]), size.experts * 2 * size.expert_ffn * size.dim,
           TensorPart::kFfnGateExps, layer);
-      job(w.MutableFloats(lw.expert_down[0]), experts * dim * ffn_exp, TensorPart::kFfnDownExps,
-          layer);
+      job(w.MutableFloats(lw.expert_down[0]), size.experts * size.dim * size.expert_ffn,
+          TensorPart::kFfnDownExps, layer);
     }
   }
-  FillConstant(w.final_norm, dim, 1.0f);
+  FillConstant(w.final_norm, size.dim, 1.0f);
   if (!c.tied_embeddings) {
-    job(w.MutableFloats(w.output), vocab * dim, TensorPart::kOutput, -1);
+    job(w.MutableFloats(w.output), size.vocab * size.dim, TensorPart::kOutput, -1);
   }
   base::ThreadPool pool(base::ThreadPoolOptions{.num_threads = num_threads});
   FillUniform(pool, jobs);

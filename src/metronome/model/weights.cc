@@ -93,14 +93,7 @@ float* ModelWeights::MutableFloats(const quant::WeightMatrix& w) {
 }
 
 ModelWeights::ModelWeights(const ModelConfig& c) {
-  const auto dim = static_cast<std::size_t>(c.dim);
-  const auto vocab = static_cast<std::size_t>(c.vocab_size);
-  const auto ffn = static_cast<std::size_t>(c.ffn_dim);
-  const auto qkv = static_cast<std::size_t>(c.qkv_dim());
-  const auto qd = static_cast<std::size_t>(c.q_dim());
-  const auto hd = static_cast<std::size_t>(c.head_dim);
-  const auto experts = static_cast<std::size_t>(c.num_experts);
-  const auto ffn_exp = static_cast<std::size_t>(c.expert_ffn_dim);
+  const ModelConfig::Extents size = c.extents();
 
   // Two passes over the same layout: the first sizes the arena, the second hands out pointers.
   std::size_t cursor = 0;
@@ -119,40 +112,41 @@ ModelWeights::ModelWeights(const ModelConfig& c) {
     cursor = 0;
     vector_floats_ = 0;
     layers.assign(static_cast<std::size_t>(c.num_layers), LayerWeights{});
-    token_embedding = matrix(vocab, dim);
+    token_embedding = matrix(size.vocab, size.dim);
     for (auto& l : layers) {
-      l.attn_norm = take(dim);
-      l.wqkv = {matrix(qkv, dim)};
-      l.bqkv = c.has_qkv_bias ? take(qkv) : nullptr;
+      l.attn_norm = take(size.dim);
+      l.wqkv = {matrix(size.qkv, size.dim)};
+      l.bqkv = c.has_qkv_bias ? take(size.qkv) : nullptr;
       if (c.has_qk_norm) {
-        l.q_norm = take(hd);
-        l.k_norm = take(hd);
-        vector_floats_ += 2 * hd;
+        l.q_norm = take(size.head);
+        l.k_norm = take(size.head);
+        vector_floats_ += 2 * size.head;
       }
-      l.wo = matrix(dim, qd);
-      l.ffn_norm = take(dim);
+      l.wo = matrix(size.dim, size.q);
+      l.ffn_norm = take(size.dim);
       if (c.is_moe()) {
         // All experts' gate|up rows in one matrix, then all their down rows: each expert a slice
         // (taken in the pass that has the storage).
-        l.router = matrix(experts, dim);
-        const quant::WeightMatrix gate_up = matrix(experts * 2 * ffn_exp, dim);
-        const quant::WeightMatrix down = matrix(experts * dim, ffn_exp);
+        l.router = matrix(size.experts, size.dim);
+        const quant::WeightMatrix gate_up = matrix(size.experts * 2 * size.expert_ffn, size.dim);
+        const quant::WeightMatrix down = matrix(size.experts * size.dim, size.expert_ffn);
         l.expert_gate_up.clear();
         l.expert_down.clear();
-        for (std::size_t e = 0; base != nullptr && e < experts; ++e) {  // sized: pass 1 only
-          l.expert_gate_up.push_back(
-              {gate_up.RowSlice(static_cast<int>(e * 2 * ffn_exp), static_cast<int>(2 * ffn_exp))});
-          l.expert_down.push_back(down.RowSlice(static_cast<int>(e * dim), static_cast<int>(dim)));
+        for (std::size_t e = 0; base != nullptr && e < size.experts; ++e) {  // sized: pass 1 only
+          l.expert_gate_up.push_back({gate_up.RowSlice(static_cast<int>(e * 2 * size.expert_ffn),
+                                                       static_cast<int>(2 * size.expert_ffn))});
+          l.expert_down.push_back(
+              down.RowSlice(static_cast<int>(e * size.dim), static_cast<int>(size.dim)));
         }
       } else {
-        l.w_gate_up = {matrix(2 * ffn, dim)};
-        l.w_down = matrix(dim, ffn);
+        l.w_gate_up = {matrix(2 * size.ffn, size.dim)};
+        l.w_down = matrix(size.dim, size.ffn);
       }
-      vector_floats_ += 2 * dim + (c.has_qkv_bias ? qkv : 0);
+      vector_floats_ += 2 * size.dim + (c.has_qkv_bias ? size.qkv : 0);
     }
-    final_norm = take(dim);
-    vector_floats_ += dim;
-    output = c.tied_embeddings ? token_embedding : matrix(vocab, dim);
+    final_norm = take(size.dim);
+    vector_floats_ += size.dim;
+    output = c.tied_embeddings ? token_embedding : matrix(size.vocab, size.dim);
     if (pass == 0) base = AllocateArena(cursor);
   }
 }

@@ -867,14 +867,22 @@ std::vector<std::byte> EncodeBinaryFrame(const FrameRequest& frame) {
   return out;
 }
 
+namespace {
+// The session's terms, as session.started and session.resumed both state them.
+template <class SessionMessage>
+void AddTerms(const SessionMessage& m, OutJson& j) {
+  j["period_ms"] = m.period_ms;
+  j["deadline_ms"] = m.deadline_ms;
+  j["tokens_per_frame"] = m.tokens_per_frame;
+  j["output_tokens_per_frame"] = m.output_tokens_per_frame;
+}
+}  // namespace
+
 std::string SessionStarted::Serialize() const {
   OutJson j = Message("session.started");
   j["session"] = session;
   if (client_ref) j["client_ref"] = *client_ref;
-  j["period_ms"] = period_ms;
-  j["deadline_ms"] = deadline_ms;
-  j["tokens_per_frame"] = tokens_per_frame;
-  j["output_tokens_per_frame"] = output_tokens_per_frame;
+  AddTerms(*this, j);
   OutJson k = OutJson::object();
   k["policy"] = ToString(kv.policy);
   if (kv.policy == KvPolicyKind::kWindow) {
@@ -896,10 +904,7 @@ std::string SessionResumed::Serialize() const {
   j["next_frame"] = next_frame;
   j["missed_frames"] = missed_frames;
   j["resume_token"] = resume_token;
-  j["period_ms"] = period_ms;
-  j["deadline_ms"] = deadline_ms;
-  j["tokens_per_frame"] = tokens_per_frame;
-  j["output_tokens_per_frame"] = output_tokens_per_frame;
+  AddTerms(*this, j);
   if (replica) j["replica"] = *replica;
   return ToText(j);
 }
