@@ -5,8 +5,9 @@
 # session-count admission (static:N, N = the budget aimd settles at for uniform speech sessions:
 # the count an operator would set from a speech benchmark) and work admission (aimd over work,
 # the default). Measured per class: admitted sessions and work, late and starved frames, p99 / D;
-# per run: the work admitted over the second half against the speech budget (the schedulable
-# work, in units of speech sessions) and the time the limit first reaches 0.9 of its settled value.
+# per run: the work admitted over the second half, prompts' prefill included, against the speech
+# budget (the schedulable work, in units of speech sessions) and the time the limit first reaches
+# 0.9 of its settled value.
 source "$(dirname "$0")/common.sh"
 eval_init 09_mixed_population "$@"
 record_seed "sim and drive (all runs)" "$SEED"
@@ -59,17 +60,18 @@ first_reach() {
 
 : >"$OUT/09_data.csv"
 {
-  echo "The mix \`$MIX\` (shares: relative weights of arrivals), arrivals $ARRIVAL with lifetimes $SESSION_DURATION on the simulator ($RUN_S s, window KV at each preset's window, a $STEP_TOKENS-token step budget), $CPU_ARRIVAL / $CPU_SESSION_DURATION on the CPU engine ($CPU_RUN_S s, real clock), seed $SEED. One unit of work = one 80 ms speech session (\`PriceSession\`). **count**: static:N, N = the budget aimd settles at for uniform speech sessions (its second-half mean limit); **work**: aimd over work. **work / budget**: the mix's admitted work (units, mean over the second half) / N, the schedulable work in speech units. **late**: frames past their own deadline (an omni session's first frames carry its prompt, paced to delay only itself: those are late by the session's own doing). **0.9 reach**: the first time the active sessions reach 0.9 of their second-half mean."
+  echo "The mix \`$MIX\` (shares: relative weights of arrivals), arrivals $ARRIVAL with lifetimes $SESSION_DURATION on the simulator ($RUN_S s, window KV at each preset's window, a $STEP_TOKENS-token step budget), $CPU_ARRIVAL / $CPU_SESSION_DURATION on the CPU engine ($CPU_RUN_S s, real clock), seed $SEED. One unit of work = one 80 ms speech session (\`PriceSession\`). **count**: static:N, N = the budget aimd settles at for uniform speech sessions (its second-half mean limit); **work**: aimd over work. **active work** and **prompt work**: the second half's mean steady work of the live sessions and the prefill of the prompts admitted in it (units; \`PriceSession\`'s prompt_work_s). **waited for own prompt**: frames that arrived before their session's own prompt was in (its start, delayed by its own declaration: \`FrameRecord::behind_own_prompt\`); **late** and **p99 / D** are over the other frames. **work / budget**: (active + prompt work) / N, the schedulable work in speech units. **0.9 reach**: the first time the active sessions reach 0.9 of their second-half mean."
   echo
-  echo "| system | admission | class | admitted | admitted work (units) | active work, 2nd half | late | starved | p99 / D | work / budget | 0.9 reach (s) |"
-  echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  echo "| system | admission | class | admitted | active work | prompt work | waited for own prompt | late | starved | p99 / D | work / budget | 0.9 reach (s) |"
+  echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
   while IFS=, read -r preset n label ctl run_s; do
     g="$OUT/09_${preset}_$label"
-    total=$(jq '[.classes[].active_work_mean_second_half] | add' "$g.json")
+    total=$(jq '[.classes[] | .active_work_mean_second_half + .prompt_work_mean_second_half] | add' "$g.json")
     ratio=$(awk -v t="$total" -v n="$n" 'BEGIN { printf "%.2f", t / n }')
     reach=$(first_reach "$g.csv")
     jq -r --arg sys "$(run_label "$preset")" --arg adm "$label ($ctl)" --arg ratio "$ratio" --arg reach "$reach" \
-      '.classes[] | "| \($sys) | \($adm) | \(.name) | \(.admitted) | \(.admitted_work | . * 10 | round / 10) | \(.active_work_mean_second_half | . * 10 | round / 10) | \(if .frames > 0 then (.late_frames * 10000 / .frames | round / 100 | tostring) + "%" else "-" end) | \(.starved_frames) | \(if .p99_frame_latency_ms == null then "-" else (.p99_frame_latency_ms / .deadline_ms * 100 | round / 100 | tostring) end) | \($ratio) | \($reach) |"' "$g.json"
+      'def pct(a; b): if b > 0 then (a * 10000 / b | round / 100 | tostring) + "%" else "-" end;
+       .classes[] | "| \($sys) | \($adm) | \(.name) | \(.admitted) | \(.active_work_mean_second_half | . * 10 | round / 10) | \(.prompt_work_mean_second_half | . * 10 | round / 10) | \(pct(.own_prompt_frames; .frames)) | \(pct(.late_frames - .own_prompt_late_frames; .frames - .own_prompt_frames)) | \(.starved_frames) | \(if .p99_after_own_prompt_ms == null then "-" else (.p99_after_own_prompt_ms / .deadline_ms * 100 | round / 100 | tostring) end) | \($ratio) | \($reach) |"' "$g.json"
     echo "$preset,$label,$ratio,$reach" >>"$OUT/09_data.csv"
   done <"$OUT/09_runs.csv"
   echo

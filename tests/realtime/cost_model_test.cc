@@ -245,6 +245,22 @@ TEST(PredictedSessionLimitTest, IsTheLargestNWithinTheLatencyBudget) {
   EXPECT_LT(PredictedSessionLimit(m, WindowSession(4, 2, 600, 4, 100.0), 0.65), n);
 }
 
+// A prompt's prefill, computed by hand: 100 tokens under W = 60 + 4 sinks; the query at position p
+// sees p + 1 keys until the window is full (64), then 64: 1 + ... + 64 + 36 x 64 = 4384 keys.
+TEST(PriceSessionTest, APromptIsPricedOnceByTheWindowsRule) {
+  const CostModel m{.c0_s = 0.002, .c1_s_per_token = 1e-4, .c2_s_per_kv_token = 1e-6};
+  SessionSpec s = WindowSession(4, 2, 60, 4, 100.0);
+  EXPECT_EQ(PriceSession(m, s).prompt_work_s, 0.0) << "no prompt, no prefill";
+  const SessionPrice steady = PriceSession(m, s);
+  s.prompt.assign(100, 7);
+  const SessionPrice priced = PriceSession(m, s);
+  EXPECT_DOUBLE_EQ(priced.prompt_work_s, 100 * 1e-4 + 4384 * 1e-6);
+  EXPECT_DOUBLE_EQ(priced.work_share, steady.work_share) << "the steady share is the frames'";
+  // Full KV: every earlier token stays visible, 1 + ... + 100 keys.
+  s.policy = kv::KvPolicy::Full();
+  EXPECT_DOUBLE_EQ(PriceSession(m, s).prompt_work_s, 100 * 1e-4 + 5050 * 1e-6);
+}
+
 TEST(PredictedSessionLimitTest, NothingForFullKvOrWhenOneSessionDoesNotFit) {
   const CostModel m{.c0_s = 0.002, .c1_s_per_token = 1e-4, .c2_s_per_kv_token = 1e-6};
   SessionSpec full = WindowSession(4, 2, 60, 4, 100.0);

@@ -450,6 +450,41 @@ TEST(RealtimeLoopTest, APromptTakesOnlyWhatOtherFramesLeaveOfAStep) {
   }
 }
 
+// The frames that wait for their session's own prompt are marked (FrameRecord::
+// behind_own_prompt): the prompt's frame and every frame that arrived before the prompt was in,
+// no other frame and no frame of a session without a prompt.
+TEST(RealtimeLoopTest, FramesThatWaitForTheirOwnPromptAreMarked) {
+  CostModelBackend backend({.c0_s = 1e-3, .c1_s_per_token = 1e-4}, 4096, 16);
+  ManualClock clock;
+  RealtimeLoop loop(&backend, &clock,
+                    {.mute_after_starved = 3, .pacing = {}, .max_step_tokens = 16, .prompt = {}});
+  SessionSpec prompted = Spec(kv::KvPolicy::Window(256, 4), 1, 1);
+  prompted.prompt.assign(2000, 7);  // 125 steps of >= 2.6 ms: several periods
+  const RealtimeSessionId p = loop.AddSession(prompted);
+  const RealtimeSessionId plain = loop.AddSession(Spec(kv::KvPolicy::Window(256, 4), 1, 1));
+  std::map<std::int64_t, FrameRecord> of_prompted;
+  int plain_frames = 0;
+  Observer obs(loop);
+  obs.frame = [&](const FrameRecord& r) {
+    if (r.session == p) of_prompted[r.index] = r;
+    if (r.session == plain) {
+      ++plain_frames;
+      EXPECT_FALSE(r.behind_own_prompt) << "frame " << r.index << " of a session with no prompt";
+    }
+  };
+  loop.RunUntil(2.0);
+  ASSERT_TRUE(of_prompted.contains(0));
+  EXPECT_GT(plain_frames, 10);
+  const double prompt_in_s = of_prompted[0].delivered_s;
+  int behind = 0;
+  for (const auto& [index, r] : of_prompted) {
+    EXPECT_EQ(r.behind_own_prompt, index == 0 || r.arrival_s < prompt_in_s) << "frame " << index;
+    behind += r.behind_own_prompt ? 1 : 0;
+  }
+  EXPECT_GE(behind, 3) << "the prompt takes several periods";
+  EXPECT_LT(behind, static_cast<int>(of_prompted.size()));
+}
+
 TEST(RealtimeLoopTest, ANegativeStepBudgetIsRefused) {
   CostModelBackend backend({}, 10, 16);
   ManualClock clock;

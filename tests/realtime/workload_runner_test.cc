@@ -280,5 +280,75 @@ TEST(WorkloadRunnerTest, AMixIsReportedPerClassAndTheClassesAddUp) {
   EXPECT_FALSE(plain.Run().ToJson().contains("classes"));
 }
 
+// A class with a prompt: its prefill is charged as work (PriceSession's prompt_work_s of each
+// session admitted in the second half, in unit-seconds over the half), and the frames that waited
+// for their session's own prompt are counted apart; a class without one has neither.
+TEST(WorkloadRunnerTest, AMixChargesPromptsAndCountsTheFramesBehindThemApart) {
+  const CostModel cost{.c0_s = 0.002, .c1_s_per_token = 1e-4, .c2_s_per_kv_token = 1e-7};
+  CostModelBackend backend(cost, 100000, 16);
+  ManualClock clock;
+  WorkloadOptions o = Options(kv::KvPolicy::Window(64, 4), 0, 60.0);
+  o.population.arrival = "poisson:4";
+  o.population.session_duration = "fixed:5";
+  o.supervisor.admission = "static:40";
+  o.supervisor.cost_model = cost;
+  o.supervisor.loop.max_step_tokens = 64;
+  o.supervisor.reference_session = o.session;
+  WorkloadClass plain{.name = "plain", .session = o.session, .share = 1.0};
+  WorkloadClass prompted{.name = "prompted", .session = o.session, .share = 1.0};
+  prompted.session.prompt.assign(1000, 7);
+  o.classes = {plain, prompted};
+  WorkloadRunner runner(&backend, &clock, o);
+  const RunSummary s = runner.Run();
+  ASSERT_EQ(s.classes.size(), 2U);
+  const ClassSummary& without = s.classes[0];
+  const ClassSummary& with = s.classes[1];
+  EXPECT_EQ(without.own_prompt_frames, 0);
+  EXPECT_EQ(without.prompt_work_mean_second_half, 0.0);
+  ASSERT_GT(with.admitted, 10);
+  // Every session's prompt frame, and the frames that arrived during its prefill.
+  EXPECT_GE(with.own_prompt_frames, with.admitted - 1);
+  EXPECT_LT(with.own_prompt_frames, with.frames);
+  EXPECT_LE(with.own_prompt_late_frames, with.own_prompt_frames);
+  EXPECT_LE(with.p99_after_own_prompt_ms, with.p99_frame_latency_ms);
+  // The charge is a whole number of sessions' prompts over the 30 s half.
+  const double units_per_prompt =
+      PriceSession(cost, prompted.session).prompt_work_s / PriceSession(cost, o.session).work_share;
+  const double sessions = with.prompt_work_mean_second_half * 30.0 / units_per_prompt;
+  EXPECT_GT(sessions, 10.0);
+  EXPECT_LE(sessions, static_cast<double>(with.admitted) + 1e-6);
+  EXPECT_NEAR(sessions, std::round(sessions), 1e-6);
+  const nlohmann::json j = s.ToJson()["classes"][1];
+  for (const char* key : {"prompt_work_mean_second_half", "own_prompt_frames",
+                          "own_prompt_late_frames", "p99_after_own_prompt_ms"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+}
+
+// Twenty sessions start together, each with a prompt that takes several of its periods: every
+// one's first frames are late, by its own declaration. AIMD's signal leaves them out, so the
+// budget is not cut for the load the prompts' owners chose (without the rule it is: their late
+// frames are far more than one session's share).
+TEST(WorkloadRunnerTest, FramesBehindTheirOwnPromptDoNotCutTheBudget) {
+  const CostModel cost{.c0_s = 0.002, .c1_s_per_token = 2e-5, .c2_s_per_kv_token = 1e-8};
+  CostModelBackend backend(cost, 100000, 16);
+  ManualClock clock;
+  WorkloadOptions o = Options(kv::KvPolicy::Window(64, 4), 20, 20.0);
+  o.session.prompt.assign(3000, 7);
+  o.supervisor.admission = "aimd";
+  o.supervisor.aimd.initial_limit = 20;
+  o.supervisor.cost_model = cost;
+  o.supervisor.loop.max_step_tokens = 256;
+  o.supervisor.reference_session = o.session;
+  o.supervisor.reference_session.prompt.clear();
+  WorkloadRunner runner(&backend, &clock, o);
+  const RunSummary s = runner.Run();
+  EXPECT_EQ(s.admitted, 20);
+  EXPECT_GT(s.late, 20) << "the prompts' frames are late: the case this test is about";
+  for (const admission::LimitChange& c : runner.limit_changes()) {
+    EXPECT_GE(c.to, c.from) << "at " << c.t_s << " s: " << c.reason;
+  }
+}
+
 }  // namespace
 }  // namespace metronome::realtime

@@ -407,6 +407,10 @@ SessionPrice PriceSession(const CostModel& model, const SessionSpec& session,
   price.frame_work_s = model.c1_s_per_token * tokens + model.c2_s_per_kv_token * visible;
   price.lone_frame_s = iterations * model.c0_s + price.frame_work_s;
   price.work_share = price.frame_work_s / (session.period_ms / 1000.0);
+  const auto prompt_tokens = static_cast<TokenPos>(session.prompt.size());
+  price.prompt_work_s =
+      model.c1_s_per_token * static_cast<double>(prompt_tokens) +
+      model.c2_s_per_kv_token * static_cast<double>(policy.VisibleKeysOfChunk(0, prompt_tokens));
   return price;
 }
 

@@ -120,6 +120,10 @@ struct SessionPrice {
   double lone_frame_s = 0.0;
   // Share of the engine the session takes per second: frame_work_s / period (1 = all of it).
   double work_share = 0.0;
+  // Marginal compute of the session's prompt, once, at its start: c1 x its tokens + c2 x the keys
+  // they attend to (the window's rule), s. Prompt prefill is work too: reports add it to the
+  // steady share to say how much of the engine a mix took.
+  double prompt_work_s = 0.0;
 };
 // `session` must be resolved (period > 0); `full_kv_context_tokens` >= 0 is where a full-KV
 // session is priced (its projected size; ignored in window mode).

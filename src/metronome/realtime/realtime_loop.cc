@@ -129,6 +129,7 @@ RealtimeSessionId RealtimeLoop::AddSession(const SessionSpec& spec) {
   s.start = clock_->Now() + FromMs(spec.phase_ms);
   s.next_arrival = s.start;
   s.prompt_fed = spec.prompt.empty();
+  s.prompt_in = s.prompt_fed ? Nanos::min() : Nanos::max();
   const RealtimeSessionId id = next_id_++;
   const Nanos first = s.next_arrival;
   Session& stored = sessions_.emplace(id, std::move(s)).first->second;
@@ -204,6 +205,7 @@ BackendImport RealtimeLoop::ImportSession(const SessionState& state, RealtimeSes
   s.next_arrival = s.start;
   s.next_index = state.next_frame;
   s.prompt_fed = state.prompt_fed || s.spec.prompt.empty();
+  s.prompt_in = s.prompt_fed ? Nanos::min() : Nanos::max();
   s.pending_output = state.pending_output;
   s.consecutive_starved = state.consecutive_starved;
   *id = next_id_++;
@@ -314,6 +316,7 @@ void RealtimeLoop::Deliver(RealtimeSessionId id, Session& s, Nanos when, FrameOu
   r.outcome = outcome;
   r.deadline_ms = s.spec.deadline_ms;
   r.resident_blocks = backend_->resident_blocks(s.backend_id);
+  r.behind_own_prompt = f.arrival < s.prompt_in;
   r.tokens = std::move(f.outputs);
   if (!r.tokens.empty()) s.pending_output = r.tokens.back();
   s.frames.pop_front();
@@ -468,6 +471,7 @@ void RealtimeLoop::AdvanceFrame(RealtimeSessionId id, Session& s, const Planned&
       // The prompt is in the KV now: drop the session's copies (up to max_prompt_tokens ids
       // each, for the rest of its life otherwise). The step is over, so no item points at them.
       s.prompt_fed = true;
+      s.prompt_in = done;
       s.spec.prompt = {};
       s.chunk.shrink_to_fit();
     }

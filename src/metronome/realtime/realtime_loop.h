@@ -229,6 +229,8 @@ class RealtimeLoop {
     std::int64_t next_index = 0;
     std::deque<Frame> frames;
     bool prompt_fed = false;
+    // When the prompt went into the KV: Nanos::min() without one, Nanos::max() until it has.
+    Nanos prompt_in = Nanos::min();
     TokenId pending_output = -1;  // last output of the previous frame, appended next
     int consecutive_starved = 0;
     Nanos rate_tat = Nanos::min();  // FramePacing's theoretical arrival time (external frames)

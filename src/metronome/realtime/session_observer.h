@@ -36,6 +36,9 @@ struct FrameRecord {
   FrameOutcome outcome = FrameOutcome::kOk;
   std::vector<TokenId> tokens;       // the outputs (fewer than o for short, none for starved)
   std::int64_t resident_blocks = 0;  // KV blocks the session holds at delivery
+  // It arrived before the session's own prompt was in the KV (the prompt's frame too): its wait
+  // is the session's own doing, not the load's (admission leaves it out of its signal).
+  bool behind_own_prompt = false;
 };
 
 // k consecutive starved frames of a session (LoopOptions::mute_after_starved).

@@ -123,8 +123,7 @@ struct Supervisor::State final : SessionObserver {
   struct Projection {
     std::int64_t blocks = 0;
     bool bounded = false;
-    double work = 1.0;        // SessionRequest::work
-    bool has_prompt = false;  // its first frame carries the prompt's prefill
+    double work = 1.0;  // SessionRequest::work
   };
   double active_work = 0.0;  // sum of the live sessions' work
   // Hints for the max_sessions refusal: only a session end frees a place under the hard cap.
@@ -289,10 +288,9 @@ std::optional<admission::Decision> Supervisor::State::PriceRequest(
 
 void Supervisor::State::OnFrame(const FrameRecord& r) {
   const auto it = projected.find(r.session);
-  // The frame that carried the prompt waited for its prefill, scheduled after everyone else's
-  // frames: its latency is the session's own doing and says nothing about the load.
-  const bool prompt_frame = it != projected.end() && it->second.has_prompt && r.index == 0;
-  if (!prompt_frame) {
+  // A frame that waited for its session's own prompt (scheduled after everyone else's frames)
+  // says nothing about the load.
+  if (!r.behind_own_prompt) {
     controller->OnFrame(
         admission::FrameSample{.now_s = r.delivered_s,
                                .latency_ms = r.latency_ms,
@@ -460,11 +458,13 @@ Supervisor::AdmitResult Supervisor::AdmitAndOpen(const SessionSpec& spec, double
   st.projected.emplace(result.id,
                        State::Projection{.blocks = request.projected_blocks,
                                          .bounded = spec.policy.mode == kv::KvMode::kWindow,
-                                         .work = request.work,
-                                         .has_prompt = !spec.prompt.empty()});
+                                         .work = request.work});
   st.active_work += request.work;
   st.max_sessions_hint.OnAdmit();
   result.work = request.work;
+  if (st.reference_share > 0.0 && !spec.prompt.empty()) {
+    result.prompt_work_unit_s = st.PriceOf(spec).prompt_work_s / st.reference_share;
+  }
   // The new session holds nothing yet: all of its projection is reserved.
   ++system.active_sessions;
   system.active_work = st.active_work;

@@ -139,6 +139,9 @@ class Supervisor {
     TokenPos max_context_tokens = 0;
     // The session's price in units of work (SessionRequest::work): 1 when sessions are not priced.
     double work = 1.0;
+    // Its prompt's prefill in unit-seconds (PriceSession's prompt_work_s over the reference
+    // session's share: seconds of one unit's work); 0 without a prompt or a cost model.
+    double prompt_work_unit_s = 0.0;
   };
   // Asks the controller whether a session with `spec` may join now; if so adds it to the loop.
   // Throws ConfigError for an invalid spec (before asking).

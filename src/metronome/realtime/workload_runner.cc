@@ -58,10 +58,14 @@ nlohmann::json ClassSummary::ToJson() const {
   j["rejected"] = rejected;
   j["admitted_work"] = admitted_work;
   j["active_work_mean_second_half"] = active_work_mean_second_half;
+  j["prompt_work_mean_second_half"] = prompt_work_mean_second_half;
   AddOutcomesTo(j);
   j["deadline_misses"] = late;
   j["p99_frame_latency_ms"] = NullIfNan(p99_frame_latency_ms);
   j["deadline_ms"] = deadline_ms;
+  j["own_prompt_frames"] = own_prompt_frames;
+  j["own_prompt_late_frames"] = own_prompt_late_frames;
+  j["p99_after_own_prompt_ms"] = NullIfNan(p99_after_own_prompt_ms);
   return j;
 }
 
@@ -109,8 +113,10 @@ struct WorkloadRunner::State final : SessionObserver {
     }
     class_of_draw = std::discrete_distribution<std::size_t>(shares.begin(), shares.end());
     class_latency_ms.resize(o.classes.size());
+    class_latency_after_prompt_ms.resize(o.classes.size());
     class_active_work.assign(o.classes.size(), 0.0);
     class_weighted_work.assign(o.classes.size(), 0.0);
+    class_prompt_work_unit_s.assign(o.classes.size(), 0.0);
   }
   // A new client's class: drawn by share in a mix (0 without one; no draw, so a run without a mix
   // keeps its random stream).
@@ -148,10 +154,16 @@ struct WorkloadRunner::State final : SessionObserver {
   // A mix: the class of each admitted session and its price, per class the frames' latencies,
   // the active work and its integral over the second half.
   std::discrete_distribution<std::size_t> class_of_draw;
-  std::unordered_map<RealtimeSessionId, std::pair<std::size_t, double>> class_of_session;
+  struct Member {
+    std::size_t cls = 0;
+    double work = 0.0;  // its price, units
+  };
+  std::unordered_map<RealtimeSessionId, Member> class_of_session;
   std::vector<telemetry::QuantileSketch> class_latency_ms;
+  std::vector<telemetry::QuantileSketch> class_latency_after_prompt_ms;
   std::vector<double> class_active_work;
   std::vector<double> class_weighted_work;
+  std::vector<double> class_prompt_work_unit_s;  // admitted in the second half
 
   double last_turn_s = 0.0;
   double weighted_active = 0.0;  // integral of active over the second half, session-seconds
@@ -167,8 +179,16 @@ void WorkloadRunner::State::OnFrame(const FrameRecord& r) {
   interval_latency_ms.Add(r.latency_ms);
   interval_tokens += static_cast<std::int64_t>(r.tokens.size());
   if (const auto c = class_of_session.find(r.session); c != class_of_session.end()) {
-    summary.classes[c->second.first].Count(r.outcome);
-    class_latency_ms[c->second.first].Add(r.latency_ms);
+    const Member& m = c->second;
+    ClassSummary& cs = summary.classes[m.cls];
+    cs.Count(r.outcome);
+    class_latency_ms[m.cls].Add(r.latency_ms);
+    if (r.behind_own_prompt) {
+      ++cs.own_prompt_frames;
+      if (r.outcome == FrameOutcome::kLate) ++cs.own_prompt_late_frames;
+    } else {
+      class_latency_after_prompt_ms[m.cls].Add(r.latency_ms);
+    }
   }
   if (owner.on_frame) owner.on_frame(r);
 }
@@ -179,7 +199,7 @@ void WorkloadRunner::State::OnSessionEnded(const SessionEnded& e) {
   records[it->second].ended_s = e.t_s;
   records[it->second].ended_by_error = e.by_loop();
   if (const auto c = class_of_session.find(e.session); c != class_of_session.end()) {
-    class_active_work[c->second.first] -= c->second.second;
+    class_active_work[c->second.cls] -= c->second.work;
   }
 }
 
@@ -221,7 +241,10 @@ void WorkloadRunner::State::HandleRequests(double now) {
         ++cs->admitted;
         cs->admitted_work += r.work;
         class_active_work[req.cls] += r.work;
-        class_of_session.emplace(r.id, std::make_pair(req.cls, r.work));
+        class_of_session.emplace(r.id, Member{.cls = req.cls, .work = r.work});
+        if (now >= options.population.duration_s / 2.0) {
+          class_prompt_work_unit_s[req.cls] += r.prompt_work_unit_s;
+        }
       }
       // The forecast reported is the one made forecast_settle_s after the latest new peak.
       if (supervisor.peak_active() > peak_active) {
@@ -357,8 +380,12 @@ RunSummary WorkloadRunner::Run() {
   s.kv_policy = st.options.session.policy.ToString();
   for (std::size_t c = 0; c < s.classes.size(); ++c) {
     s.classes[c].active_work_mean_second_half = st.class_weighted_work[c] / (end - half);
+    s.classes[c].prompt_work_mean_second_half = st.class_prompt_work_unit_s[c] / (end - half);
     if (st.class_latency_ms[c].count() > 0) {
       s.classes[c].p99_frame_latency_ms = st.class_latency_ms[c].Quantile(0.99);
+    }
+    if (st.class_latency_after_prompt_ms[c].count() > 0) {
+      s.classes[c].p99_after_own_prompt_ms = st.class_latency_after_prompt_ms[c].Quantile(0.99);
     }
   }
   if (st.events != nullptr) st.events->Flush();

@@ -88,8 +88,17 @@ struct ClassSummary : FrameCounts {
   double admitted_work = 0.0;  // the admitted sessions' prices summed, units of work
   // The class's active work (units), time-weighted over the second half of the run.
   double active_work_mean_second_half = 0.0;
+  // The prompts' prefill of the sessions admitted in the second half (PriceSession's
+  // prompt_work_s, in unit-seconds), over its length: units of work, like the active work.
+  double prompt_work_mean_second_half = 0.0;
   double p99_frame_latency_ms = std::numeric_limits<double>::quiet_NaN();
   double deadline_ms = 0.0;
+  // Frames that arrived before their session's own prompt was in (the prompt's frame included):
+  // their wait is the session's own doing (counted above as any frame, and here apart). The
+  // other frames' late count and p99 say whether the class met its deadline.
+  std::int64_t own_prompt_frames = 0;
+  std::int64_t own_prompt_late_frames = 0;
+  double p99_after_own_prompt_ms = std::numeric_limits<double>::quiet_NaN();
 
   [[nodiscard]] nlohmann::json ToJson() const;  // NaN as null; frames under FrameCounts' keys
 };
