@@ -82,8 +82,11 @@ have() {
 summary() { "$BIN" "$@" --summary-json --quiet | tail -n 1; }
 
 # run_label PRESET: how tables and plots name a run's system; the pseudo-preset "cpu" is the real
-# engine (drive synthetic:tiny on the real clock), the others are simulator presets.
-run_label() { if [ "$1" = cpu ]; then echo "synthetic:tiny, CPU engine (drive)"; else echo "$1"; fi; }
+# engine (drive on the real clock: synthetic:tiny, or the experiment's CPU_MODEL), the others are
+# simulator presets.
+run_label() {
+  if [ "$1" = cpu ]; then echo "${CPU_MODEL:-synthetic:tiny}, CPU engine (drive)"; else echo "$1"; fi
+}
 
 # engine_kv_args KV WINDOW: the real engine's KV flags (the global array KV_ARGS). Window KV:
 # W = WINDOW + 4 sinks, absolute positions (what the published CPU rows measured; the serving

@@ -190,18 +190,18 @@ void EngineService::DetachSession(RealtimeSessionId id, std::string address) {
   Post([this, id, address = std::move(address)]() mutable {
     const auto it = live_.find(id);
     if (it == live_.end()) return;
-    if (!continuity_.enabled() || it->second.moving) {
-      // A moving session's client reconnects elsewhere with session.moving's token (or lost it).
-      if (!it->second.moving) supervisor_.End(id, supervisor_.Now(), EndReason::kDisconnect);
-      it->second.sink = {};
-      it->second.attached = false;
+    if (!it->second.moving && !continuity_.enabled()) {
+      // Ending it erases its entry (OnSessionEnded): `it` is not used after this.
+      supervisor_.End(id, supervisor_.Now(), EndReason::kDisconnect);
       return;
     }
     it->second.sink = {};
     it->second.attached = false;
+    // A moving session's client reconnects elsewhere with session.moving's token (or lost it).
+    if (it->second.moving) return;
     it->second.detached_s = supervisor_.Now();
-    it->second.detached_from = std::move(address);
-    EndOldestDetachedOver(it->second.detached_from);
+    it->second.detached_from = address;
+    EndOldestDetachedOver(address);  // may end another entry: pass no reference into live_
   });
 }
 
