@@ -4,9 +4,13 @@
 // the client side, the trace parses, and bad options or an absent server fail with clear errors.
 #include "metronome/loadgen/load_generator.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <boost/asio.hpp>
@@ -19,6 +23,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -391,6 +397,225 @@ TEST(ReplicaFiguresTest, TheJsonIsTheTextScriptsRead) {
 // An upgrade answered 503 (HAProxy's when no replica has room, a replica's with no slot free) is
 // counted by status and as a rejection, not an error, and asked again after the backoff from the
 // period (40 ms, doubling): several tries in 0.6 s.
+// A balancer in miniature, on plain sockets: each connection accepted on its loopback port is
+// forwarded to the backend port of the moment (set_backend), and CutAll closes every forwarded
+// connection at once, as a network blip would (no close frame).
+class Forwarder {
+ public:
+  explicit Forwarder(int backend_port) : backend_(backend_port) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a = Loopback(0);
+    if (listen_fd_ < 0 || ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::listen(listen_fd_, 64) != 0) {
+      throw std::runtime_error("forwarder: cannot listen");
+    }
+    socklen_t len = sizeof a;
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    acceptor_ = std::jthread([this] { Accept(); });
+  }
+  ~Forwarder() {
+    ::shutdown(listen_fd_, SHUT_RDWR);  // accept() returns
+    acceptor_.join();
+    CutAll();
+    const std::lock_guard lock(mu_);
+    for (auto& c : conns_) {
+      c->up.join();
+      c->down.join();
+      ::close(c->client);
+      ::close(c->server);
+    }
+    ::close(listen_fd_);
+  }
+  Forwarder(const Forwarder&) = delete;
+  Forwarder& operator=(const Forwarder&) = delete;
+
+  [[nodiscard]] std::string url() const { return "ws://127.0.0.1:" + std::to_string(port_); }
+  void set_backend(int port) { backend_ = port; }
+  void CutAll() {
+    const std::lock_guard lock(mu_);
+    for (auto& c : conns_) {
+      ::shutdown(c->client, SHUT_RDWR);
+      ::shutdown(c->server, SHUT_RDWR);
+    }
+  }
+
+ private:
+  struct Conn {
+    int client = -1;
+    int server = -1;
+    std::thread up;
+    std::thread down;
+  };
+  static sockaddr_in Loopback(int port) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return a;
+  }
+  static void Pump(int from, int to) {
+    char buf[16384];
+    for (;;) {
+      const ssize_t n = ::read(from, buf, sizeof buf);
+      if (n <= 0) break;
+      ssize_t off = 0;
+      while (off < n) {
+        const ssize_t w = ::write(to, buf + off, static_cast<std::size_t>(n - off));
+        if (w <= 0) break;
+        off += w;
+      }
+      if (off < n) break;
+    }
+    ::shutdown(to, SHUT_RDWR);
+    ::shutdown(from, SHUT_RDWR);
+  }
+  void Accept() {
+    for (;;) {
+      const int client = ::accept(listen_fd_, nullptr, nullptr);
+      if (client < 0) return;  // shut down
+      const int server = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a = Loopback(backend_.load());
+      if (::connect(server, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+        ::close(server);
+        ::close(client);
+        continue;
+      }
+      const int one = 1;
+      ::setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      ::setsockopt(server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      auto c = std::make_unique<Conn>();
+      c->client = client;
+      c->server = server;
+      c->up = std::thread([client, server] { Pump(client, server); });
+      c->down = std::thread([client, server] { Pump(server, client); });
+      const std::lock_guard lock(mu_);
+      conns_.push_back(std::move(c));
+    }
+  }
+
+  std::atomic<int> backend_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Conn>> conns_;  // guarded by mu_
+  std::jthread acceptor_;                     // last: joined before the members it uses go
+};
+
+// Two of 40 ms through the forwarder, for `duration_s`.
+LoadGenOptions Through(const Forwarder& f, double duration_s) {
+  LoadGenOptions o;
+  o.url = f.url();
+  o.session.period_ms = 40.0;
+  o.population.sessions = 2;
+  o.population.duration_s = duration_s;
+  o.vocab = 100;
+  o.sample_interval_s = 0.2;
+  return o;
+}
+
+// A connection cut under a streaming session (a network blip): the client takes the session back
+// on a new connection (session.resume) and goes on; nothing is dropped, the frames that fell due
+// meanwhile are counted as missed, and every frame sent is answered, lost or refused. Against a
+// server that keeps no session after its connection, the same cut drops the sessions (counted)
+// and the clients start new ones.
+TEST(LoadGeneratorTest, AClientResumesItsSessionAfterADroppedConnection) {
+  Server server("static:8", 256, {}, nullptr, {.resume_window_s = 5.0, .advertise_url = {}});
+  Forwarder balancer(server.port());
+  LoadGenerator gen(Through(balancer, 1.6));
+  std::jthread blip([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    balancer.CutAll();
+  });
+  const LoadGenSummary s = gen.Run();
+  EXPECT_EQ(s.admitted, 2);
+  EXPECT_EQ(s.sessions_resumed, 2);
+  EXPECT_EQ(s.sessions_dropped, 0);
+  EXPECT_TRUE(s.resume_failures.empty());
+  EXPECT_EQ(s.moves_followed, 0);
+  EXPECT_GE(s.p50_resume_pause_ms, 0.0);
+  EXPECT_LE(s.max_resume_pause_ms, 1000.0);
+  EXPECT_EQ(s.frames + s.lost_frames + s.refused_frames, s.frames_sent);
+  EXPECT_GT(s.frames, 2 * 20) << "both sessions went on after the cut";
+  EXPECT_EQ(s.errors, 0);
+  const nlohmann::json j = s.ToJson();
+  EXPECT_EQ(j["sessions_resumed"], 2);
+  EXPECT_TRUE(j.contains("p99_resume_pause_ms"));
+
+  Server forgetful("static:8", 256, {}, nullptr, {.resume_window_s = 0.0, .advertise_url = {}});
+  Forwarder to_forgetful(forgetful.port());
+  LoadGenerator again(Through(to_forgetful, 1.6));
+  std::jthread blip2([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    to_forgetful.CutAll();
+  });
+  const LoadGenSummary lost = again.Run();
+  EXPECT_EQ(lost.sessions_resumed, 0);
+  EXPECT_EQ(lost.sessions_dropped, 2) << "no token: the cut ends them, counted";
+  EXPECT_GE(lost.admitted, 4) << "and the clients start new sessions";
+}
+
+// A drain hands the sessions on (session.moving): the clients reconnect through the balancer,
+// which now sends them to the other replica, and resume there; the other replica fetches each
+// state from the origin with the cluster secret. A resume the new replica cannot serve (no
+// secret to fetch with) drops the session, counted by its reason, and the client starts anew.
+TEST(LoadGeneratorTest, AClientFollowsSessionMovingToAnotherReplica) {
+  const std::string secret = "correct horse battery staple";
+  net::io_context io;
+  tcp::acceptor probe(io, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+  const int origin_port = probe.local_endpoint().port();
+  probe.close();
+  server::ServerOptions origin_options;
+  origin_options.port = origin_port;
+  origin_options.replica_id = "origin";
+  server::ServerOptions target_options;
+  target_options.replica_id = "target";
+  Server origin("static:8", 256, origin_options, nullptr,
+                {.resume_window_s = 5.0,
+                 .advertise_url = "http://127.0.0.1:" + std::to_string(origin_port),
+                 .cluster_secret = secret});
+  Server target(
+      "static:8", 256, target_options, nullptr,
+      {.resume_window_s = 5.0, .advertise_url = "http://127.0.0.1:1", .cluster_secret = secret});
+  Forwarder balancer(origin.port());
+  LoadGenerator gen(Through(balancer, 1.6));
+  std::jthread drain([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    balancer.set_backend(target.port());
+    origin.service.BeginHandoff();
+  });
+  const LoadGenSummary s = gen.Run();
+  EXPECT_EQ(s.admitted, 2);
+  EXPECT_EQ(s.moves_followed, 2);
+  EXPECT_EQ(s.sessions_resumed, 2);
+  EXPECT_EQ(s.sessions_dropped, 0);
+  EXPECT_TRUE(s.resume_failures.empty());
+  EXPECT_EQ(s.frames + s.lost_frames + s.refused_frames, s.frames_sent);
+  ASSERT_TRUE(s.replicas.contains("origin"));
+  ASSERT_TRUE(s.replicas.contains("target"));
+  EXPECT_EQ(s.replicas.at("origin").admitted, 2);
+  EXPECT_GT(s.replicas.at("target").frames, 2 * 10) << "the sessions went on on the target";
+
+  Server stranger("static:8", 256, target_options, nullptr,
+                  {.resume_window_s = 5.0, .advertise_url = {}});
+  Server origin2(
+      "static:8", 256, {}, nullptr,
+      {.resume_window_s = 5.0, .advertise_url = "http://127.0.0.1:2", .cluster_secret = secret});
+  Forwarder balancer2(origin2.port());
+  LoadGenerator gen2(Through(balancer2, 1.6));
+  std::jthread drain2([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    balancer2.set_backend(stranger.port());
+    origin2.service.BeginHandoff();
+  });
+  const LoadGenSummary refused = gen2.Run();
+  EXPECT_EQ(refused.moves_followed, 2);
+  EXPECT_EQ(refused.sessions_resumed, 0);
+  EXPECT_EQ(refused.sessions_dropped, 2);
+  EXPECT_EQ(refused.resume_failures.count("resume_origin"), 1U);
+  EXPECT_GE(refused.admitted, 4) << "new sessions on the stranger";
+}
+
 TEST(LoadGeneratorTest, ARefusedUpgradeIsARejectionCountedByStatusAndRetried) {
   FakeReplica fake(FakeReplica::Mode::kRefuse);
   const LoadGenOptions o = AgainstFake(fake, /*sessions=*/2, /*duration_s=*/0.6);

@@ -1270,6 +1270,15 @@ TEST(HttpServerContinuityTest, ADrainHandsTheSessionToAnotherReplica) {
   EXPECT_NE(
       origin.registry.ExpositionText().find("metronome_sessions_moved_total{direction=\"out\"} 1"),
       std::string::npos);
+  // The bytes that moved: the same state out of the origin and into the target, a window's KV.
+  const auto bytes = [](const std::string& text, const std::string& direction) {
+    const std::string key = "metronome_session_state_bytes_total{direction=\"" + direction + "\"} ";
+    const std::size_t at = text.find(key);
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + key.size()));
+  };
+  const double out_bytes = bytes(origin.registry.ExpositionText(), "out");
+  EXPECT_GT(out_bytes, 0.0);
+  EXPECT_EQ(out_bytes, bytes(target.registry.ExpositionText(), "in"));
 }
 
 }  // namespace

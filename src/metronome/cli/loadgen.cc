@@ -22,6 +22,7 @@ struct LoadgenFlags {
   std::string encoding = "binary";
   int vocab = 0;
   bool no_reconnect = false;
+  bool no_resume = false;
   WorkloadFlags workload;
   LoadgenFlags() { workload.report_every_s = 2.0; }  // progress lines on by default
   void Register(CLI::App* sub);
@@ -42,6 +43,10 @@ void LoadgenFlags::Register(CLI::App* sub) {
                 "A client whose session's connection drops, or whose upgrade is refused with an "
                 "HTTP status (a balancer with no room), leaves instead of asking again on a new "
                 "connection after the retry backoff");
+  sub->add_flag("--no-resume", no_resume,
+                "A session whose server sends session.moving (a drain) or whose connection drops "
+                "ends (counted as dropped) instead of being taken back with session.resume on a "
+                "new connection");
   workload.RegisterSessionShape(sub);
   workload.RegisterPopulation(sub);
   workload.RegisterOutputs(sub, /*with_metrics_out=*/false);
@@ -65,6 +70,7 @@ loadgen::LoadGenOptions OptionsOf(const LoadgenFlags& f) {
     o.binary_frames = f.encoding == "binary";
     o.vocab = f.vocab;
     o.reconnect = !f.no_reconnect;
+    o.resume = !f.no_resume;
     o.sample_interval_s = std::min(0.5, w.duration_s / 20.0);
     if (w.quiet) o.alarms_to_stderr = 0;
     o.Validate();
@@ -118,6 +124,18 @@ void PrintSummary(const loadgen::LoadGenSummary& s) {
       "reset, upgrades refused: %s\n",
       static_cast<long long>(s.sessions_dropped), static_cast<long long>(s.reconnects),
       static_cast<long long>(s.connections_refused), refused.empty() ? "none" : refused.c_str());
+  if (s.moves_followed > 0 || s.sessions_resumed > 0 || !s.resume_failures.empty()) {
+    std::string failures;
+    for (const auto& [reason, n] : s.resume_failures) {
+      failures += (failures.empty() ? "" : ", ") + std::to_string(n) + " x " + reason;
+    }
+    std::printf(
+        "continuity: %lld moves followed, %lld sessions resumed, resumes refused: %s; %lld "
+        "frames missed while away; pause p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
+        static_cast<long long>(s.moves_followed), static_cast<long long>(s.sessions_resumed),
+        failures.empty() ? "none" : failures.c_str(), static_cast<long long>(s.missed),
+        s.p50_resume_pause_ms, s.p99_resume_pause_ms, s.max_resume_pause_ms);
+  }
   // Per replica only when some server named itself (session.started's replica).
   if (!s.replicas.empty() && !(s.replicas.size() == 1 && s.replicas.begin()->first.empty())) {
     std::printf("%-28s %8s %6s %8s %8s %9s %9s %6s %8s %6s\n", "replica", "admitted", "ended",

@@ -209,6 +209,12 @@ nlohmann::json LoadGenSummary::ToJson() const {
   j["upgrade_refusals"] = std::move(refusals);
   j["sessions_dropped"] = sessions_dropped;
   j["reconnects"] = reconnects;
+  j["moves_followed"] = moves_followed;
+  j["sessions_resumed"] = sessions_resumed;
+  j["resume_failures"] = resume_failures;
+  j["p50_resume_pause_ms"] = realtime::NullIfNan(p50_resume_pause_ms);
+  j["p99_resume_pause_ms"] = realtime::NullIfNan(p99_resume_pause_ms);
+  j["max_resume_pause_ms"] = realtime::NullIfNan(max_resume_pause_ms);
   nlohmann::json by_replica = nlohmann::json::object();
   for (const auto& [replica, figures] : replicas) by_replica[replica] = figures.ToJson();
   j["replicas"] = std::move(by_replica);
@@ -240,6 +246,20 @@ struct LoadGenerator::State {
   }
 
   struct Client;
+  // A session to take back on a new connection (LoadGenOptions::resume): its latest token and
+  // everything the client keeps of it (its frame clock, lifetime, payload cursor, replica).
+  struct ResumeTicket {
+    std::string token;
+    double lost_s = 0.0;  // when it was lost: session.moving, or the connection's drop
+    std::uint64_t session = 0;
+    std::string replica;
+    double admitted_s = 0.0;
+    double first_ask_s = 0.0;
+    double lifetime_s = 0.0;
+    SteadyTime first_frame;
+    std::int64_t next_index = 0;  // the first frame not sent
+    std::size_t cursor = 0;
+  };
 
   LoadGenOptions options;
   telemetry::EventLog* events;
@@ -273,6 +293,7 @@ struct LoadGenerator::State {
   telemetry::QuantileSketch client_latency;
   telemetry::QuantileSketch server_latency;
   telemetry::QuantileSketch send_lag;
+  telemetry::QuantileSketch resume_pause;
   std::unique_ptr<telemetry::QuantileSketch> recent = std::make_unique<telemetry::QuantileSketch>();
   std::function<void(const LoadGenSample&)>* on_sample = nullptr;
   std::function<void(const ClientFrame&)>* on_frame = nullptr;
@@ -293,10 +314,13 @@ struct LoadGenerator::State {
   }
   // The same client on a new connection after wait_ms (counted in reconnects); it keeps its
   // refusals in a row (`tries`) and when it first asked (first_ask_s, for its patience).
-  void Respawn(bool population, std::int64_t tries, double wait_ms, double first_ask_s);
+  // With a ticket the new connection takes that session back instead of asking for one.
+  void Respawn(bool population, std::int64_t tries, double wait_ms, double first_ask_s,
+               std::optional<ResumeTicket> ticket = std::nullopt);
   // A new connection; a reconnect passes on the client's refusals in a row and first ask.
   std::shared_ptr<Client> SpawnClient(bool population, std::int64_t refusals = 0,
-                                      std::optional<double> first_ask_s = std::nullopt);
+                                      std::optional<double> first_ask_s = std::nullopt,
+                                      std::optional<ResumeTicket> ticket = std::nullopt);
   // A client that asks for the first time (an arrival, or one of the fixed population): counted
   // in the summary's arrivals, then spawned. Reconnects (Respawn) are the same client.
   void Arrive(bool population) {
@@ -315,6 +339,7 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
   enum class Phase : std::uint8_t {
     kConnecting,
     kAsking,
+    kResuming,  // session.resume sent, waiting for session.resumed
     kRetryWait,
     kStreaming,
     kDraining,
@@ -355,7 +380,9 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
   std::int64_t refusals = 0;  // in a row, for the retry backoff
   double admitted_s = 0.0;
   std::uint64_t session = 0;
-  std::string replica;  // session.started's, once admitted
+  std::string replica;                   // session.started's, once admitted
+  std::string resume_token;              // the latest session.started / session.resumed gave
+  std::optional<ResumeTicket> resuming;  // this connection takes that session back
   std::int64_t next_index = 0;
   SteadyTime first_frame;
   websocket::response_type upgrade_response;  // the server's (or a balancer's) answer
@@ -400,6 +427,7 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
     ws.set_option(websocket::stream_base::timeout::suggested(beast::role_type::client));
     ws.read_message_max(std::size_t{16} << 20);
     Read();
+    if (resuming) return Resume();
     Ask();
   }
 
@@ -417,6 +445,7 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
         ++st->summary.upgrade_refusals[status];
         again = true;
       }
+      again = again || resuming.has_value();  // a session to take back is never dropped here
       st->Trace("error", {{"client", ordinal},
                           {"what", what},
                           {"message", ec.message()},
@@ -424,7 +453,12 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
     } else if (phase != Phase::kEnding) {
       st->Trace("error", {{"client", ordinal}, {"what", what}, {"message", ec.message()}});
       // Lost while asking or waiting to ask again: the server went away before admitting it.
-      again = phase == Phase::kAsking || phase == Phase::kRetryWait;
+      again = phase == Phase::kAsking || phase == Phase::kRetryWait || phase == Phase::kResuming;
+    }
+    if (phase == Phase::kStreaming && st->options.resume && !resume_token.empty() &&
+        st->options.reconnect && !st->finishing) {
+      // The conversation is not over: take it back on a new connection.
+      return HandOver(/*moving=*/false);
     }
     if (phase == Phase::kStreaming || phase == Phase::kDraining) {
       // The session was open and nobody ended it: the connection (the server) went away.
@@ -438,10 +472,141 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
       refusals = 0;
     }
     const std::int64_t tries = refusals + 1;
+    std::optional<ResumeTicket> ticket = std::move(resuming);
+    const double asked_since_s = ticket ? ticket->first_ask_s : st->Now();
     Done();
     if (again && st->options.reconnect && !st->finishing) {
-      st->Respawn(population, tries, BackoffMs(st->spec.period_ms, tries), st->Now());
+      st->Respawn(population, tries, BackoffMs(st->spec.period_ms, tries), asked_since_s,
+                  std::move(ticket));
     }
+  }
+
+  // The session goes on elsewhere (session.moving) or after its connection dropped: this
+  // connection closes without ending it, and a new one takes it back with session.resume (at
+  // once after a move, after the first backoff step after a drop).
+  void HandOver(bool moving) {
+    ResumeTicket t{.token = resume_token,
+                   .lost_s = st->Now(),
+                   .session = session,
+                   .replica = replica,
+                   .admitted_s = admitted_s,
+                   .first_ask_s = first_ask_s,
+                   .lifetime_s = lifetime_s,
+                   .first_frame = first_frame,
+                   .next_index = next_index,
+                   .cursor = cursor};
+    st->Trace("session_moving", {{"session", session},
+                                 {"replica", replica},
+                                 {"cause", moving ? "session.moving" : "dropped"}});
+    if (moving) ++st->summary.moves_followed;
+    // Not ended: the session is between connections (Respawn counts it as waiting, then the new
+    // connection does until session.resumed). Frames sent and not answered here are lost.
+    --st->active;
+    st->summary.lost_frames += static_cast<std::int64_t>(outstanding.size());
+    outstanding.clear();
+    phase = Phase::kDone;
+    --st->open_clients;
+    timer.cancel();
+    beast::error_code ignored;
+    beast::get_lowest_layer(ws).socket().shutdown(tcp::socket::shutdown_both, ignored);
+    beast::get_lowest_layer(ws).close();
+    const double wait_ms = moving ? 0.0 : BackoffMs(st->spec.period_ms, 1);
+    st->Respawn(population, 0, wait_ms, t.first_ask_s, std::move(t));
+  }
+
+  void Resume() {
+    phase = Phase::kResuming;
+    Send(nlohmann::json{{"type", "session.resume"},
+                        {"resume_token", resuming->token},
+                        {"client_ref", "c" + std::to_string(ordinal)}}
+             .dump(),
+         false);
+  }
+
+  // session.resumed: the session goes on here, from the server's next frame, on its own clock.
+  void OnResumed(const nlohmann::json& j) {
+    const ResumeTicket t = std::move(*resuming);
+    resuming.reset();
+    session = j.value("session", std::uint64_t{0});
+    resume_token = j.value("resume_token", "");
+    replica = j.contains("replica") && j["replica"].is_string() ? j["replica"].get<std::string>()
+                                                                : std::string();
+    admitted_s = t.admitted_s;
+    lifetime_s = t.lifetime_s;
+    first_frame = t.first_frame;
+    cursor = t.cursor;
+    // On the session's own clock: the frame due within the last period is sent now (late, if at
+    // all); the ones due before it were missed (never sent). The server counts its own missed
+    // frames by the same rule (session.resumed's missed_frames, in the trace).
+    const double behind_periods =
+        MsBetween(t.first_frame, std::chrono::steady_clock::now()) / st->spec.period_ms;
+    next_index = std::max(t.next_index, static_cast<std::int64_t>(std::floor(behind_periods)));
+    const std::int64_t missed = next_index - t.next_index;
+    for (std::int64_t i = 0; i < missed; ++i) {
+      st->counts.Count(realtime::FrameOutcome::kMissed);
+      st->summary.replicas[replica].Count(realtime::FrameOutcome::kMissed);
+    }
+    const double pause_ms = (st->Now() - t.lost_s) * 1000.0;
+    st->resume_pause.Add(pause_ms);
+    st->summary.max_resume_pause_ms = std::isnan(st->summary.max_resume_pause_ms)
+                                          ? pause_ms
+                                          : std::max(st->summary.max_resume_pause_ms, pause_ms);
+    ++st->summary.sessions_resumed;
+    --st->waiting;
+    ++st->active;
+    refusals = 0;
+    st->Trace("resumed", {{"session", session},
+                          {"was", t.session},
+                          {"replica", replica},
+                          {"from_replica", t.replica},
+                          {"next_frame", next_index},
+                          {"missed_frames", missed},
+                          {"server_next_frame", j.value("next_frame", std::int64_t{0})},
+                          {"server_missed_frames", j.value("missed_frames", std::int64_t{0})},
+                          {"pause_ms", pause_ms}});
+    phase = Phase::kStreaming;
+    ScheduleFrame();
+  }
+
+  // A refusal with a retry hint (a draining replica reached before the balancer saw it drain, a
+  // full one) is a rejection: the session is taken back on a new connection after the hint's
+  // backoff, through the balancer. Without one (the token is spent, expired or unknown, or the
+  // state cannot be fetched) the session is lost.
+  void OnResumeRejected(const nlohmann::json& j) {
+    const double hint_ms = j.value("retry_after_ms", 0.0);
+    if (!(hint_ms > 0.0) || !st->options.reconnect || st->finishing) {
+      return ResumeRefused(j.value("reason", "rejected"));
+    }
+    ++st->summary.rejected;
+    const double retry_ms = BackoffMs(hint_ms, ++refusals);
+    st->Trace("admission", {{"client", ordinal},
+                            {"admitted", false},
+                            {"reason", j.value("reason", "")},
+                            {"resuming", resuming->session},
+                            {"retry_after_ms", hint_ms},
+                            {"wait_ms", retry_ms}});
+    const std::int64_t tries = refusals;
+    std::optional<ResumeTicket> ticket = std::move(resuming);
+    const double asked_since_s = ticket->first_ask_s;
+    Done();
+    st->Respawn(population, tries, retry_ms, asked_since_s, std::move(ticket));
+  }
+
+  // The server would not take the session back: it is lost (counted as dropped, by the reason),
+  // and this client asks for a new one on this connection, as after a drop without resume.
+  void ResumeRefused(const std::string& reason) {
+    const ResumeTicket t = std::move(*resuming);
+    resuming.reset();
+    ++st->summary.resume_failures[reason];
+    ++st->summary.sessions_dropped;
+    ++st->summary.replicas[t.replica].dropped;
+    ++st->summary.replicas[t.replica].ended;
+    st->Trace("session_end", {{"session", t.session},
+                              {"reason", "dropped"},
+                              {"resume_refused", reason},
+                              {"replica", t.replica},
+                              {"lifetime_s", st->Now() - t.admitted_s}});
+    Ask();
   }
 
   // Refused before the session could be asked for (IsRefusal): a rejection, not an error. The
@@ -466,9 +631,10 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
     if (OutOfPatience(retry_ms)) return Done();
     const std::int64_t tries = refusals;
     const double asked_since_s = first_ask_s;
+    std::optional<ResumeTicket> ticket = std::move(resuming);
     Done();
     if (st->options.reconnect && !st->finishing) {
-      st->Respawn(population, tries, retry_ms, asked_since_s);
+      st->Respawn(population, tries, retry_ms, asked_since_s, std::move(ticket));
     }
   }
 
@@ -476,7 +642,9 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
   // An arriving client whose next try, retry_ms from now, would fall past its patience gives up:
   // counted and traced as abandoned. Population clients never do.
   bool OutOfPatience(double retry_ms) {
-    if (population ||
+    // A session being taken back is not a new client's ask: it waits as long as the server lets
+    // it (a resume refused for its window ends it, counted).
+    if (population || resuming ||
         st->Now() + retry_ms / 1000.0 - first_ask_s <= st->options.population.patience_s) {
       return false;
     }
@@ -569,6 +737,18 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
     const std::string type = j["type"];
     if (type == "session.started") {
       OnStarted(j);
+    } else if (type == "session.resumed" && phase == Phase::kResuming) {
+      OnResumed(j);
+    } else if (type == "session.moving") {
+      if (phase == Phase::kStreaming && st->options.resume && !st->finishing) {
+        resume_token = j.value("resume_token", resume_token);
+        return HandOver(/*moving=*/true);
+      }
+      // Ending anyway (or not resuming): the move ends it here.
+      st->Trace("session_end", {{"session", session}, {"reason", "moving"}});
+      Done();
+    } else if (type == "session.rejected" && phase == Phase::kResuming) {
+      OnResumeRejected(j);
     } else if (type == "session.rejected") {
       OnRejected(j);
     } else if (type == "frame.result") {
@@ -604,6 +784,7 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
 
   void OnStarted(const nlohmann::json& j) {
     session = j.value("session", std::uint64_t{0});
+    resume_token = j.value("resume_token", "");
     replica = j.contains("replica") && j["replica"].is_string() ? j["replica"].get<std::string>()
                                                                 : std::string();
     --st->waiting;
@@ -721,6 +902,8 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
         outstanding.erase(it);
         ++st->summary.refused_frames;
       }
+    } else if (phase == Phase::kResuming) {
+      ResumeRefused(code);  // e.g. bad_field: a token the server cannot read
     } else if (phase == Phase::kAsking) {
       // session.start itself was refused (bad parameters): retrying unchanged cannot help.
       std::fprintf(stderr, "loadgen: session.start refused: %s: %s\n", code.c_str(),
@@ -822,6 +1005,7 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
         break;
       case Phase::kConnecting:
       case Phase::kAsking:
+      case Phase::kResuming:
       case Phase::kRetryWait:
         Done();
         break;
@@ -867,9 +1051,11 @@ void LoadGenerator::State::FetchVocab() {
 }
 
 std::shared_ptr<LoadGenerator::State::Client> LoadGenerator::State::SpawnClient(
-    bool population, std::int64_t refusals, std::optional<double> first_ask_s) {
+    bool population, std::int64_t refusals, std::optional<double> first_ask_s,
+    std::optional<ResumeTicket> ticket) {
   auto c = std::make_shared<Client>(this, next_ordinal++, population);
   c->refusals = refusals;
+  c->resuming = std::move(ticket);
   clients.push_back(c);
   ++open_clients;
   c->Start(first_ask_s);
@@ -877,17 +1063,20 @@ std::shared_ptr<LoadGenerator::State::Client> LoadGenerator::State::SpawnClient(
 }
 
 void LoadGenerator::State::Respawn(bool population, std::int64_t tries, double wait_ms,
-                                   double first_ask_s) {
+                                   double first_ask_s, std::optional<ResumeTicket> ticket) {
   auto timer = std::make_shared<net::steady_timer>(io);
   respawns.push_back(timer);
-  ++open_clients;  // the client to come: the run does not end while it is pending
+  ++open_clients;         // the client to come: the run does not end while it is pending
+  if (ticket) ++waiting;  // a session between connections
   timer->expires_after(FromMs(wait_ms));
-  timer->async_wait([this, timer, population, tries, first_ask_s](beast::error_code ec) {
+  timer->async_wait([this, timer, population, tries, first_ask_s,
+                     ticket = std::move(ticket)](beast::error_code ec) mutable {
     std::erase(respawns, timer);
     --open_clients;
+    if (ticket) --waiting;
     if (ec || finishing) return StopWhenIdle();
     ++summary.reconnects;
-    SpawnClient(population, tries, first_ask_s);
+    SpawnClient(population, tries, first_ask_s, std::move(ticket));
   });
 }
 
@@ -988,6 +1177,8 @@ LoadGenSummary LoadGenerator::Run() {
   s.p50_server_latency_ms = st.server_latency.Quantile(0.5);
   s.p99_server_latency_ms = st.server_latency.Quantile(0.99);
   s.p99_send_lag_ms = st.send_lag.Quantile(0.99);
+  s.p50_resume_pause_ms = st.resume_pause.Quantile(0.5);
+  s.p99_resume_pause_ms = st.resume_pause.Quantile(0.99);
   const realtime::SessionShape& shape = st.options.session;
   s.kv_policy =
       !shape.kv_mode ? std::string("server default")

@@ -80,6 +80,15 @@ struct LoadGenOptions {
   // is a rejection (counted in rejected, not connect_failures) retried on a new connection with
   // session.rejected's backoff, from Retry-After (seconds) when given, else from the period.
   bool reconnect = true;
+  // Conversations survive (docs/protocol.md, "Resume"): a session whose server sends
+  // session.moving (a drain hands it on) or whose connection drops while it streams is taken back
+  // on a new connection (through the balancer) with session.resume and its latest resume_token,
+  // and goes on from the server's next_frame on the same frame clock; the frames that fell due
+  // meanwhile are counted as missed (session.resumed's missed_frames). A resume the server refuses
+  // (the window passed, the state was lost with a killed replica) counts the session as dropped,
+  // by the refusal's reason, and the client asks for a new session. Off: a move or a drop ends the
+  // session (dropped) as without a server that resumes.
+  bool resume = true;
 
   void Validate() const;  // ConfigError naming the field and value
 };
@@ -155,6 +164,18 @@ struct LoadGenSummary : realtime::FrameSummary {
   std::int64_t connections_refused = 0;
   std::int64_t sessions_dropped = 0;  // sessions whose connection closed while they were open
   std::int64_t reconnects = 0;        // new connections after a drop or an upgrade refusal
+  // Continuity (LoadGenOptions::resume): session.moving messages followed, sessions taken back by
+  // session.resume (after a move or a drop), refused resumes by reason (each also a dropped
+  // session), and the pause of each resume: from the move or the drop to session.resumed, ms.
+  // Frames that fell due during a pause are never sent: the FrameCounts' `missed`. Every frame
+  // due is accounted for: frames_sent = frames + lost_frames + refused_frames (+ the ones still
+  // outstanding when the run was cut off), and missed frames were due but not sent.
+  std::int64_t moves_followed = 0;
+  std::int64_t sessions_resumed = 0;
+  std::map<std::string, std::int64_t> resume_failures;
+  double p50_resume_pause_ms = std::numeric_limits<double>::quiet_NaN();
+  double p99_resume_pause_ms = std::numeric_limits<double>::quiet_NaN();
+  double max_resume_pause_ms = std::numeric_limits<double>::quiet_NaN();
   std::map<std::string, ReplicaFigures> replicas;  // by session.started's replica
   double p50_server_latency_ms = std::numeric_limits<double>::quiet_NaN();  // the server's clock
   double p99_server_latency_ms = std::numeric_limits<double>::quiet_NaN();

@@ -121,9 +121,13 @@ void Reporter::Resumed(RealtimeSessionId id, double now_s, std::int64_t missed_f
 }
 
 void Reporter::Moved(RealtimeSessionId id, double now_s, std::string_view direction,
-                     std::int64_t missed_frames) {
+                     std::int64_t missed_frames, std::int64_t state_bytes) {
   if (metrics_) {
     metrics_->sessions_moved_by_direction.WithLabels({direction}).Inc();
+    if (state_bytes > 0) {
+      metrics_->session_state_bytes_by_direction.WithLabels({direction})
+          .Inc(static_cast<std::uint64_t>(state_bytes));
+    }
     metrics_->frames(FrameOutcome::kMissed).Inc(static_cast<std::uint64_t>(missed_frames));
   }
   if (log_to_stderr_ && direction == "lost") {
@@ -132,7 +136,10 @@ void Reporter::Moved(RealtimeSessionId id, double now_s, std::string_view direct
   }
   if (Logging()) {
     events_->Write(now_s * 1e3, "session_moved",
-                   {{"session", id}, {"direction", direction}, {"missed_frames", missed_frames}});
+                   {{"session", id},
+                    {"direction", direction},
+                    {"missed_frames", missed_frames},
+                    {"state_bytes", state_bytes}});
   }
 }
 

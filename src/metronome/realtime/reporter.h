@@ -36,8 +36,9 @@ class Reporter {
   // Continuity: a session resumed after a dropped connection, or moved "out", "in" or "lost"
   // (Supervisor::Continuity), with the frames it missed while away (FrameOutcome::kMissed).
   void Resumed(RealtimeSessionId id, double now_s, std::int64_t missed_frames);
+  // `state_bytes`: the size of the state that moved (0 for "lost").
   void Moved(RealtimeSessionId id, double now_s, std::string_view direction,
-             std::int64_t missed_frames);
+             std::int64_t missed_frames, std::int64_t state_bytes);
   // The budget admission allows now (Supervisor::admission_limit, units of work;
   // admission::kNoLimit: none) and the admitted work: the limit, headroom and work gauges.
   void Capacity(std::int64_t limit, double work_used);

@@ -385,7 +385,7 @@ std::int64_t Supervisor::next_frame(RealtimeSessionId id) const {
 }
 
 void Supervisor::ReportContinuity(Continuity event, RealtimeSessionId id,
-                                  std::int64_t missed_frames) {
+                                  std::int64_t missed_frames, std::int64_t state_bytes) {
   State& st = *state_;
   st.missed_frames += missed_frames;
   const double now_s = Now();
@@ -394,13 +394,13 @@ void Supervisor::ReportContinuity(Continuity event, RealtimeSessionId id,
       st.reporter.Resumed(id, now_s, missed_frames);
       return;
     case Continuity::kMovedOut:
-      st.reporter.Moved(id, now_s, "out", missed_frames);
+      st.reporter.Moved(id, now_s, "out", missed_frames, state_bytes);
       return;
     case Continuity::kMovedIn:
-      st.reporter.Moved(id, now_s, "in", missed_frames);
+      st.reporter.Moved(id, now_s, "in", missed_frames, state_bytes);
       return;
     case Continuity::kMoveLost:
-      st.reporter.Moved(id, now_s, "lost", missed_frames);
+      st.reporter.Moved(id, now_s, "lost", missed_frames, 0);
       return;
   }
 }

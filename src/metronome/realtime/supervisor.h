@@ -163,7 +163,9 @@ class Supervisor {
   // after its connection dropped, or moved out / in / lost between replicas, with the frames that
   // fell due while it was away (FrameOutcome::kMissed).
   enum class Continuity : std::uint8_t { kResumed, kMovedOut, kMovedIn, kMoveLost };
-  void ReportContinuity(Continuity event, RealtimeSessionId id, std::int64_t missed_frames = 0);
+  // `state_bytes`: the size of the moved state (kMovedOut, kMovedIn).
+  void ReportContinuity(Continuity event, RealtimeSessionId id, std::int64_t missed_frames = 0,
+                        std::int64_t state_bytes = 0);
   [[nodiscard]] std::int64_t missed_frames() const;
   // Ends a session (its blocks return to the pool) and reports it to the observer with `reason`;
   // nothing for a session that is unknown or already ended.

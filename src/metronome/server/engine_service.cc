@@ -317,7 +317,7 @@ void EngineService::ImportMoved(std::vector<std::byte> state, double away_ms, Se
           out = Resumed(r.id, std::move(sink), away_ms);
           out.decision = r.decision;
           supervisor_.ReportContinuity(realtime::Supervisor::Continuity::kMovedIn, r.id,
-                                       out.missed_frames);
+                                       out.missed_frames, static_cast<std::int64_t>(state.size()));
         }
       } catch (const ConfigError& e) {
         out.decision = Refusal("resume_state", std::string("session state: ") + e.what());
@@ -376,10 +376,11 @@ void EngineService::MoveOut(RealtimeSessionId id) {
   const std::string token = TokenFor(id, l.secret);
   SessionSink sink = std::move(l.sink);
   const bool attached = l.attached;
+  const auto state_bytes = static_cast<std::int64_t>(moved.state.size());
   moved_.emplace(l.secret, std::move(moved));
   live_.erase(id);  // the end below reaches no sink: the client hears session.moving
   supervisor_.End(id, supervisor_.Now(), EndReason::kMoved);
-  supervisor_.ReportContinuity(realtime::Supervisor::Continuity::kMovedOut, id);
+  supervisor_.ReportContinuity(realtime::Supervisor::Continuity::kMovedOut, id, 0, state_bytes);
   if (attached && sink.on_moving) sink.on_moving(token, state.next_frame);
 }
 

@@ -95,6 +95,11 @@ EngineMetrics::EngineMetrics(MetricsRegistry& registry)
           "Sessions handed between replicas: out (exported on a drain), in (imported), lost (an "
           "exported state nobody fetched within the resume window).",
           {"direction"})),
+      session_state_bytes_by_direction(registry.AddCounterFamily(
+          "session_state_bytes_total",
+          "Bytes of moved sessions' state (the transfer form: KV window and sinks, positions, "
+          "sampler, spec): out (exported on a drain), in (imported).",
+          {"direction"})),
       saturation_forecast_seconds(registry.AddGauge(
           "saturation_forecast_seconds",
           "Forecast time until the KV pool runs out at current rates (s); +Inf when never.")),

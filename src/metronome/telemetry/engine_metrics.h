@@ -82,6 +82,8 @@ enum class EndReason : std::uint8_t {
 //   sessions_moved_total{direction}  counter  sessions handed between replicas: "out" (state
 //                                           exported on a drain), "in" (imported), "lost" (an
 //                                           exported state nobody fetched within the window)
+//   session_state_bytes_total{direction}  counter  bytes of those states (the KV window and
+//                                           sinks, positions, sampler, spec: the transfer form)
 //   saturation_forecast_seconds  gauge      s until the KV pool is forecast to run out; +Inf when
 //                                           it never does at the current rates
 //   engine_busy_fraction         gauge      share of the last sample interval the engine spent
@@ -133,7 +135,8 @@ struct EngineMetrics {
   Family<Counter>& sessions_rejected_by_reason;
   Family<Counter>& sessions_ended_by_reason;  // children by ToString(EndReason)
   Counter& sessions_resumed;
-  Family<Counter>& sessions_moved_by_direction;  // children "out", "in", "lost"
+  Family<Counter>& sessions_moved_by_direction;       // children "out", "in", "lost"
+  Family<Counter>& session_state_bytes_by_direction;  // children "out", "in"
   Gauge& saturation_forecast_seconds;
   Gauge& engine_busy_fraction;
   Gauge& engine_work_utilization;
