@@ -16,7 +16,8 @@ if [ "$CPU" = 1 ]; then PRESETS="$PRESETS cpu"; fi
 # base PRESET: the command of a run on PRESET (global array BASE) and its run settings.
 base() {
   if [ "$1" = cpu ]; then
-    BASE=(drive --model "$CPU_MODEL" --threads 1 --kv window --window "$CPU_WINDOW")
+    BASE=(drive --model "$CPU_MODEL" --threads 1 --kv window --window "$CPU_WINDOW"
+      --kv-blocks "$CPU_BLOCKS")
     run_s=$CPU_RUN_S arrival=$CPU_ARRIVAL lifetime=$CPU_SESSION_DURATION
     crowd=$CPU_BASELINE_CROWD baseline_s=$CPU_BASELINE_RUN_S
   else
