@@ -14,8 +14,14 @@
 #   drain     SIGTERM of a replica while sessions come and go (just after it took one): the
 #             agent says drain, HAProxy sends it nothing new, its sessions run to their end, it
 #             exits 0.
-#   all       the three in order (the default).
-# Usage: scripts/cluster.sh [capacity|kill|drain|all] [--bin PATH] [--out DIR]
+#   roll      a rolling update: the replicas share a cluster secret (a file) and each advertises
+#             its URL; under paced load (80 ms sessions longer than the roll) each replica in
+#             turn gets SIGTERM, hands its sessions on (session.moving), exits 0 and is started
+#             again. Every conversation survives (0 lost, 0 new sessions), every frame is
+#             accounted for; it reports the pause per move (p50/p99), the bytes moved per
+#             session and the time from SIGTERM to exit. kill -9 stays the lossy case (kill).
+#   all       the four in order (the default).
+# Usage: scripts/cluster.sh [capacity|kill|drain|roll|all] [--bin PATH] [--out DIR]
 #   --bin: a metronome binary (default build/ci/apps/metronome, then build/release/apps/metronome)
 #   --out: keep logs, configs and results.json there (default: a temporary directory, removed)
 # Needs haproxy (Debian's 2.6: scripts/setup.sh), jq, curl and python3 (for free ports).
@@ -29,10 +35,10 @@ bin=""
 out=""
 while (($#)); do
   case "$1" in
-    capacity | kill | drain | all) scenario="$1" ;;
+    capacity | kill | drain | roll | all) scenario="$1" ;;
     --bin) bin="$2"; shift ;;
     --out) out="$2"; shift ;;
-    -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "cluster.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -80,14 +86,22 @@ done
 fe_port="$(free_port)"
 stats_port="$(free_port)"
 starts=0
+# Set by the roll scenario: the replicas then share a cluster secret and advertise their URLs, so
+# a SIGTERM hands their sessions on.
+cluster_secret_file=""
 
 # start_replica I: serve synthetic:tiny as replica I on its fixed ports (a restart reuses them).
 start_replica() {
   local i="$1"
   starts=$((starts + 1))
+  local continuity=()
+  if [[ -n "$cluster_secret_file" ]]; then
+    continuity=(--cluster-secret-file "$cluster_secret_file"
+      --advertise-url "http://127.0.0.1:${http_ports[$i]}")
+  fi
   serve_start "$bin" "$out/${names[$i]}.$starts" --model synthetic:tiny --host 127.0.0.1 \
     --port "${http_ports[$i]}" --agent-port "${agent_ports[$i]}" --replica-id "${names[$i]}" \
-    --admission "static:${limits[$i]}" --threads 1 --quiet || exit 1
+    --admission "static:${limits[$i]}" --threads 1 --quiet "${continuity[@]}" || exit 1
   pids[i]=$SERVE_PID
   SERVE_PID=""  # lib.sh's single-server slot: this script tracks its three itself
 }
@@ -169,11 +183,14 @@ sessions_on_replicas() {  # the sum of HAProxy's current sessions per server equ
   ((sum == $1))
 }
 
-# loadgen_run NAME ARGS...: loadgen through HAProxy; its --summary-json line into $out/NAME.json.
+# loadgen_run NAME ARGS...: loadgen through HAProxy (100 ms frames unless ARGS give a period); its
+# --summary-json line into $out/NAME.json.
 loadgen_run() {
   local name="$1"
   shift
-  "$bin" loadgen --url "ws://127.0.0.1:$fe_port" --period-ms 100 --kv window --report-every 0 \
+  local period=(--period-ms 100)
+  [[ " $* " == *" --period-ms "* ]] && period=()
+  "$bin" loadgen --url "ws://127.0.0.1:$fe_port" "${period[@]}" --kv window --report-every 0 \
     --summary-json --quiet "$@" >"$out/$name.out" 2>"$out/$name.err"
   tail -n 1 "$out/$name.out" >"$out/$name.json"
   sed '$d' "$out/$name.out"
@@ -372,11 +389,114 @@ scenario_drain() {
   wait_until 30 agent_in_charge || true
 }
 
+# moved_in_bytes: the state bytes every live replica has taken in (metronome_session_state_bytes_
+# total{direction="in"}), summed.
+moved_in_bytes() {
+  local i sum=0 v
+  for i in 0 1 2; do
+    [[ -n "${pids[$i]}" ]] || continue
+    v="$(curl -sf -m 2 "http://127.0.0.1:${http_ports[$i]}/metrics" |
+      awk '/^metronome_session_state_bytes_total\{direction="in"\}/ { print $2 }')"
+    sum=$((sum + ${v:-0}))
+  done
+  echo "$sum"
+}
+
+# stop_replica I: SIGTERM, then wait (at most 60 s) for the exit; sets STOP_RC and STOP_S (the
+# time from the signal to the exit).
+stop_replica() {
+  local i="$1" t0 t1
+  t0="$(now_s)"
+  kill -TERM "${pids[$i]}"
+  local w=$SECONDS
+  while kill -0 "${pids[$i]}" 2>/dev/null && ((SECONDS - w < 60)); do sleep 0.05; done
+  t1="$(now_s)"
+  STOP_RC=0
+  wait "${pids[$i]}" || STOP_RC=$?
+  pids[i]=""
+  STOP_S="$(elapsed "$t0" "$t1")"
+}
+
+scenario_roll() {
+  local clients=6 period=80 duration=40
+  echo
+  echo "== roll: the replicas share a cluster secret; $clients sessions of $period ms through HAProxy; each replica in turn gets SIGTERM, hands its sessions on and is started again; ${duration} s"
+  # The secret, in a file only this user reads (never on a command line).
+  cluster_secret_file="$out/cluster.secret"
+  (umask 077 && head -c 32 /dev/urandom | base64 >"$cluster_secret_file")
+  local i
+  for i in 0 1 2; do  # idle: each exits at once and comes back with the secret
+    stop_replica "$i"
+    start_replica "$i"
+  done
+  wait_until 30 agent_in_charge || echo "  (replicas not all UP after the restart with the secret)"
+  settle
+  loadgen_run roll --sessions "$clients" --duration "$duration" --period-ms "$period" \
+    --events-out "$out/roll.events" &
+  local loadgen_pid=$!
+  wait_until 20 sessions_on_replicas "$clients" || echo "  (not every session placed in 20 s)"
+  sleep 1
+  local held_sum=0 exits="[]" exit_codes=0 bytes=0 before after
+  for i in 0 1 2; do
+    local r="${names[$i]}" held
+    held="$(server_field "$r" scur)"
+    held_sum=$((held_sum + held))
+    before="$(moved_in_bytes)"
+    stop_replica "$i"
+    after="$(moved_in_bytes)"
+    bytes=$((bytes + after - before))
+    echo "$r: held $held sessions at SIGTERM, exited $STOP_S s later (status $STOP_RC): $(grep -h '^drained' "$out/${r}".*.out | tail -n 1)"
+    ((STOP_RC == 0)) || exit_codes=$((exit_codes + 1))
+    exits="$(jq -c --arg r "$r" --argjson h "$held" --argjson s "$STOP_S" --argjson rc "$STOP_RC" \
+      '. + [{replica: $r, held: $h, exit_after_sigterm_s: $s, status: $rc}]' <<<"$exits")"
+    start_replica "$i"
+    wait_until 30 status_is "$r" UP || echo "  ($r not UP 30 s after its restart)"
+    wait_until 10 agent_in_charge || true
+  done
+  wait "$loadgen_pid"
+  local admitted dropped moves resumed failures sent frames lost refused missed p50 p99 pmax late
+  admitted="$(value roll .admitted)"
+  dropped="$(value roll .sessions_dropped)"
+  moves="$(value roll .moves_followed)"
+  resumed="$(value roll .sessions_resumed)"
+  failures="$(value roll '[.resume_failures[]] | add // 0')"
+  sent="$(value roll .frames_sent)"
+  frames="$(value roll .frames)"
+  lost="$(value roll .lost_frames)"
+  refused="$(value roll .refused_frames)"
+  missed="$(value roll .missed_frames)"
+  late="$(value roll .late_frames)"
+  p50="$(value roll '.p50_resume_pause_ms // 0 | . * 10 | round / 10')"
+  p99="$(value roll '.p99_resume_pause_ms // 0 | . * 10 | round / 10')"
+  pmax="$(value roll '.max_resume_pause_ms // 0 | . * 10 | round / 10')"
+  local per_session=0
+  ((moves > 0)) && per_session=$((bytes / moves))
+  local answered=$((frames - missed))  # the summary's frames count the missed ones too
+  echo "client side: $admitted sessions, $moves moves followed, $resumed resumed, $dropped dropped ($failures resumes refused); pause per move p50 $p50 ms, p99 $p99 ms, max $pmax ms; $sent frames sent: $answered answered ($late late), $lost lost, $refused refused; $missed fell due while moving (missed, not sent)"
+  echo "state moved: $bytes bytes in $moves moves, $per_session bytes a session"
+  check "every replica exited 0 after its SIGTERM ($exit_codes did not)" test "$exit_codes" -eq 0
+  check "no conversation lost: $dropped dropped, $failures resumes refused" \
+    test "$dropped" -eq 0 -a "$failures" -eq 0
+  check "no new session was needed ($admitted admitted = $clients clients)" test "$admitted" -eq "$clients"
+  check "every session held at a SIGTERM moved ($moves moves >= $held_sum held) and resumed ($resumed)" \
+    test "$moves" -ge "$held_sum" -a "$resumed" -eq "$moves"
+  check "every frame sent was answered, lost or refused ($answered + $lost + $refused = $sent)" \
+    test $((answered + lost + refused)) -eq "$sent"
+  check "the pause per move stays under one period: p99 $p99 ms < $period ms" \
+    awk -v p="$p99" -v d="$period" 'BEGIN { exit !(p < d) }'
+  record roll "$(jq -nc --argjson exits "$exits" --argjson moves "$moves" --argjson resumed "$resumed" \
+    --argjson dropped "$dropped" --argjson p50 "$p50" --argjson p99 "$p99" --argjson pmax "$pmax" \
+    --argjson missed "$missed" --argjson bytes "$per_session" --argjson sent "$sent" \
+    --argjson late "$late" \
+    '{replicas: $exits, moves: $moves, resumed: $resumed, dropped: $dropped, pause_p50_ms: $p50, pause_p99_ms: $p99, pause_max_ms: $pmax, missed_frames: $missed, bytes_per_session: $bytes, frames_sent: $sent, late_frames: $late}')"
+}
+
 case "$scenario" in
   capacity) scenario_capacity ;;
   kill) scenario_kill ;;
   drain) scenario_drain ;;
-  all) scenario_capacity; scenario_kill; scenario_drain ;;
+  roll) scenario_roll ;;
+  all) scenario_capacity; scenario_kill; scenario_drain; scenario_roll ;;
 esac
 echo "$results" | jq . >"$out/results.json"
 echo

@@ -666,9 +666,12 @@ TEST(HttpServerTest, TheAgentReportsHeadroomAndDrainAndSessionsNameTheReplica) {
   EXPECT_TRUE(WaitFor([&] { return AgentLine(s.http.agent_port()) == "up ready 50% maxconn:2\n"; },
                       std::chrono::seconds(5)));
 
+  // A full replica's "drain" is not a drain: no balancer has been told this one goes away.
+  EXPECT_EQ(s.http.drain_announcements(), 0);
   s.service.BeginDrain();
   EXPECT_TRUE(WaitFor([&] { return AgentLine(s.http.agent_port()) == "up drain maxconn:2\n"; },
                       std::chrono::seconds(5)));
+  EXPECT_GE(s.http.drain_announcements(), 1) << "the agent's answer told HAProxy";
   EXPECT_EQ(s.service.replica_state().active, 1);
   c.Send({{"type", "session.start"}, {"period_ms", 20}, {"tokens_per_frame", 1}});
   const json refused = c.ReadType("session.rejected");

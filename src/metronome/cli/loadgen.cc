@@ -129,12 +129,18 @@ void PrintSummary(const loadgen::LoadGenSummary& s) {
     for (const auto& [reason, n] : s.resume_failures) {
       failures += (failures.empty() ? "" : ", ") + std::to_string(n) + " x " + reason;
     }
+    std::string pause = "no resume";
+    if (s.sessions_resumed > 0) {
+      pause = "pause p50 " + FormatValue(s.p50_resume_pause_ms) + " ms, p99 " +
+              FormatValue(s.p99_resume_pause_ms) + " ms, max " +
+              FormatValue(s.max_resume_pause_ms) + " ms";
+    }
     std::printf(
         "continuity: %lld moves followed, %lld sessions resumed, resumes refused: %s; %lld "
-        "frames missed while away; pause p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
+        "frames missed while away; %s\n",
         static_cast<long long>(s.moves_followed), static_cast<long long>(s.sessions_resumed),
         failures.empty() ? "none" : failures.c_str(), static_cast<long long>(s.missed),
-        s.p50_resume_pause_ms, s.p99_resume_pause_ms, s.max_resume_pause_ms);
+        pause.c_str());
   }
   // Per replica only when some server named itself (session.started's replica).
   if (!s.replicas.empty() && !(s.replicas.size() == 1 && s.replicas.begin()->first.empty())) {

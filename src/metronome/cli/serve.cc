@@ -126,6 +126,12 @@ void ServeFlags::RegisterContinuity(CLI::App* sub) {
                   "once; past it, its oldest detached session ends")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--handoff-wait-s", continuity.handoff_wait_s,
+                  "On SIGTERM with a cluster secret, keep serving the sessions until a balancer "
+                  "has heard the drain (an agent-check answer or a /readyz response), at most "
+                  "this long, then hand them on, s")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 60.0));
   sub->add_option("--advertise-url", continuity.advertise_url,
                   "This replica's address as the other replicas reach it (http://host:port), "
                   "written into resume tokens; with a cluster secret, SIGTERM hands every "
@@ -333,24 +339,32 @@ std::string HostName() {
 
 // SIGTERM: stop admitting (new sessions are rejected with reason shutdown, the agent says drain,
 // so HAProxy sends nothing new). With continuity that can move (--advertise-url and a cluster
-// secret) every session is handed on (session.moving) and the replica waits until another one
-// has fetched each state, or the resume window ends; otherwise the running sessions may finish.
+// secret) every session is handed on (session.moving) once a balancer has heard the drain (or
+// after handoff_wait_s), so that the clients' new connections reach other replicas, and the
+// replica waits until another one has fetched each state, or the resume window ends; otherwise
+// the running sessions may finish.
 // Either for at most timeout_s or until a second SIGINT/SIGTERM; the caller then shuts down as
 // before (whatever still runs ends with server_shutdown).
-void Drain(server::EngineService* service, bool hand_off, boost::asio::io_context* signals_io,
-           boost::asio::signal_set* signals, double timeout_s) {
+void Drain(server::EngineService* service, const server::HttpServer& http, bool hand_off,
+           boost::asio::io_context* signals_io, boost::asio::signal_set* signals,
+           double timeout_s) {
   bool again = false;
   signals_io->restart();
   signals->async_wait([&again](const boost::system::error_code& ec, int /*signal*/) {
     if (!ec) again = true;
   });
   const auto t0 = std::chrono::steady_clock::now();
-  if (hand_off) {
-    service->BeginHandoff();
-  } else {
-    service->BeginDrain();
-  }
   const auto give_up = t0 + std::chrono::duration<double>(timeout_s);
+  service->BeginDrain();
+  if (hand_off) {
+    const auto announce_by =
+        t0 + std::chrono::duration<double>(service->continuity().handoff_wait_s);
+    while (!again && http.drain_announcements() == 0 &&
+           std::chrono::steady_clock::now() < std::min(announce_by, give_up)) {
+      signals_io->run_for(std::chrono::milliseconds(20));
+    }
+    service->BeginHandoff();
+  }
   std::printf("draining: no new sessions; %s %lld running ones for up to %s s\n",
               hand_off ? "handing on" : "waiting for",
               static_cast<long long>(service->replica_state().sessions),
@@ -490,7 +504,7 @@ int ServeUntilSignal(const ServeFlags& f, const server::ServerOptions& so,
   });
   signals_io.run();  // returns after the first signal
   if (signal_number == SIGTERM && f.drain_timeout_s > 0.0) {
-    Drain(service, can_move, &signals_io, &signals, f.drain_timeout_s);
+    Drain(service, *http, can_move, &signals_io, &signals, f.drain_timeout_s);
   }
   std::printf("shutting down\n");
   std::fflush(stdout);

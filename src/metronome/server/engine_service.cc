@@ -43,6 +43,9 @@ void ContinuityOptions::Validate() const {
     throw ConfigError("resume_window_s = " + FormatValue(resume_window_s) +
                       " must be in [0, 3600]");
   }
+  if (!(handoff_wait_s >= 0.0 && handoff_wait_s <= 60.0)) {
+    throw ConfigError("handoff_wait_s = " + FormatValue(handoff_wait_s) + " must be in [0, 60]");
+  }
   if (max_detached_per_address < 1) {
     throw ConfigError("max_detached_per_address = " + std::to_string(max_detached_per_address) +
                       " must be at least 1");

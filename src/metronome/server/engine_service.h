@@ -73,6 +73,10 @@ struct ContinuityOptions {
   // sessions and drops their connections cannot hold the admission budget and the pool beyond
   // what it could hold connected; past it, its oldest detached session ends (reason disconnect).
   int max_detached_per_address = 16;
+  // On a drain that hands sessions on: how long to keep serving them while waiting for a balancer
+  // to hear the drain (HttpServer::drain_announcements: HAProxy's agent, a readiness probe), so
+  // their clients' new connections go elsewhere, s. Past it they move anyway. In [0, 60].
+  double handoff_wait_s = 3.0;
   void Validate() const;  // ConfigError naming the field and value
   [[nodiscard]] bool enabled() const { return resume_window_s > 0.0; }
   // A drain hands sessions on only when other replicas can find this one and fetch from it.

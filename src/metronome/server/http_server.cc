@@ -137,6 +137,7 @@ struct HttpServer::Impl {
   std::vector<std::thread> threads;
   std::atomic<int> bound_port{0};
   std::atomic<int> bound_agent_port{0};
+  std::atomic<std::int64_t> drain_announcements{0};  // HttpServer::drain_announcements
   bool started = false;
   bool stopped = false;
 
@@ -1197,6 +1198,7 @@ class HttpSession final : public Closable, public std::enable_shared_from_this<H
   // /readyz: 200 when this replica takes new sessions, else 503 with the reason (ReadinessOf).
   void RespondReadiness(const Request& req) {
     const ReplicaState state = srv_->State();
+    if (state.draining) ++srv_->drain_announcements;
     const Readiness r = ReadinessOf(state);
     const auto count = [](std::int64_t n) {
       return n < 0 ? nlohmann::json(nullptr) : nlohmann::json(n);
@@ -1350,7 +1352,9 @@ void HttpServer::Impl::DoAgentAccept() {
         if (ec == net::error::operation_aborted || !agent_acceptor.is_open()) return;
         if (!ec) {
           auto conn = std::make_shared<tcp::socket>(std::move(socket));
-          auto line = std::make_shared<std::string>(AgentResponse(State()));
+          const ReplicaState state = State();
+          if (state.draining) ++drain_announcements;
+          auto line = std::make_shared<std::string>(AgentResponse(state));
           net::async_write(*conn, net::buffer(*line),
                            [conn, line](beast::error_code /*ec*/, std::size_t /*bytes*/) {
                              beast::error_code ignored;
@@ -1443,6 +1447,7 @@ void HttpServer::Start() {
 
 int HttpServer::port() const { return impl_->bound_port.load(); }
 int HttpServer::agent_port() const { return impl_->bound_agent_port.load(); }
+std::int64_t HttpServer::drain_announcements() const { return impl_->drain_announcements.load(); }
 
 void HttpServer::Stop() {
   Impl& s = *impl_;

@@ -110,6 +110,10 @@ class HttpServer {
   [[nodiscard]] int port() const;
   // The agent's bound port; 0 when ServerOptions::agent_port is nullopt or before Start().
   [[nodiscard]] int agent_port() const;
+  // How many times a balancer has been told this replica drains: agent answers and /readyz
+  // responses given while ReplicaState::draining. A drain hands sessions on once it is > 0, so
+  // that their clients' new connections go to other replicas.
+  [[nodiscard]] std::int64_t drain_announcements() const;
   // Graceful: closes the listener and HTTP connections; every WebSocket is told session.ended
   // (reason server_shutdown) for each session still open, gets what was queued for it, then a
   // close frame 1001 (going away); its sessions end. A peer that does not complete the close
