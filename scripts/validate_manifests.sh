@@ -34,6 +34,7 @@ negatives=(
   "hpa.yaml|s/kind: HorizontalPodAutoscaler/kind: HorizontalPodScaler/|an unknown kind"
   "hpa.yaml|s/name: metronome}/}/|a required field missing (scaleTargetRef.name)"
   "metronome.yaml|s/^    matchLabels:/    matchLabel:/|a misspelt selector"
+  "metronome.yaml|s/secretName: metronome-cluster/secretNam: metronome-cluster/|a misspelt secret volume field"
 )
 for n in "${negatives[@]}"; do
   IFS='|' read -r file expr what <<<"$n"
