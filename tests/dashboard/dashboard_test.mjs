@@ -216,6 +216,11 @@ async function main() {
   check(s.series.ok.some((v) => v > 0), 'no ok frames per interval');
   check(s.rows >= 1 && s.rows === s.stats.sessions.list.length, `session rows: ${s.rows}`);
   check(s.errors === 0, `failed polls: ${s.errors} (${s.lastError})`);
+  // The continuity tile shows /v1/stats' counts (nothing moved here: 0 in, 0 out, 0 resumed).
+  const moves = await page.$eval('#tile-moves', (e) => e.textContent.replace(/\s+/g, ' ').trim());
+  check(/Moves in \/ out 0 \/ 0 resumed 0 · lost 0/.test(moves), `continuity tile: "${moves}"`);
+  check(s.stats.continuity && s.stats.continuity.moved_in === 0 && s.stats.continuity.resumed === 0,
+        `/v1/stats continuity: ${JSON.stringify(s.stats.continuity)}`);
   const tiles = await page.$$eval('.tile-value', (els) => els.map((e) => e.textContent.trim()));
   check(tiles.every((t) => t !== '–'), `empty tiles: ${tiles}`);
   check(await page.isHidden('#notice-lib') && await page.isHidden('#notice-auth'),

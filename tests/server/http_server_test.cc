@@ -1103,6 +1103,7 @@ TEST(HttpServerContinuityTest, ADroppedConnectionResumesWhereItWasAndCountsMisse
   const json st = s.service.Stats();
   EXPECT_EQ(st["sessions"]["active"], 1) << st.dump();
   EXPECT_GE(st["frames"]["missed"].get<int>(), 4) << st.dump();
+  EXPECT_EQ(s.service.Stats()["continuity"]["resumed"], 1) << "/v1/stats counts it too";
   EXPECT_NE(s.registry.ExpositionText().find("metronome_sessions_resumed_total 1"),
             std::string::npos);
 
@@ -1282,6 +1283,9 @@ TEST(HttpServerContinuityTest, ADrainHandsTheSessionToAnotherReplica) {
   const double out_bytes = bytes(origin.registry.ExpositionText(), "out");
   EXPECT_GT(out_bytes, 0.0);
   EXPECT_EQ(out_bytes, bytes(target.registry.ExpositionText(), "in"));
+  EXPECT_EQ(origin.service.Stats()["continuity"]["moved_out"], 1);
+  EXPECT_EQ(target.service.Stats()["continuity"]["moved_in"], 1);
+  EXPECT_EQ(target.service.Stats()["continuity"]["state_bytes_in"].get<double>(), out_bytes);
 }
 
 }  // namespace

@@ -408,6 +408,15 @@
             `ok ${okPct == null ? '–' : okPct.toFixed(okPct >= 99.95 ? 0 : 1)}% · late ${num(fr.late)} · starved ${num(fr.starved)} · mute ${num(fr.mute_alarms)}`,
             bad > 0 || fr.mute_alarms > 0 ? 'bad' : fr.late > 0 ? 'warn' : fr.total > 0 ? 'good' : null);
 
+    // Continuity: sessions handed between replicas (a drain), taken back after a dropped
+    // connection, and any whose moved state nobody fetched (lost: their clients start over).
+    const c = stats.continuity || {};
+    const kib = (b) => `${num(Math.round((b || 0) / 1024))} KiB`;
+    setTile('moves', `${num(c.moved_in || 0)}<small> / ${num(c.moved_out || 0)}</small>`,
+            `resumed ${num(c.resumed || 0)} · lost ${num(c.moved_lost || 0)} · ` +
+            `${kib(c.state_bytes_in)} in / ${kib(c.state_bytes_out)} out`,
+            c.moved_lost > 0 ? 'bad' : c.detached > 0 || c.moving > 0 ? 'warn' : null);
+
     $('admission-hint').textContent =
       limit == null ? 'active sessions; this controller sets no limit' : 'limit vs active sessions';
     $('controller').textContent = `admission: ${stats.admission.controller}`;

@@ -141,6 +141,7 @@ struct Supervisor::State final : SessionObserver {
   std::int64_t admitted = 0;
   std::int64_t rejected = 0;
   std::int64_t missed_frames = 0;  // FrameOutcome::kMissed, from ReportContinuity
+  Supervisor::ContinuityCounts continuity;
   std::int64_t ended_by_error = 0;
   std::int64_t peak_active = 0;
   double kv_peak_fraction = 0.0;
@@ -389,20 +390,31 @@ void Supervisor::ReportContinuity(Continuity event, RealtimeSessionId id,
   State& st = *state_;
   st.missed_frames += missed_frames;
   const double now_s = Now();
+  ContinuityCounts& c = st.continuity;
   switch (event) {
     case Continuity::kResumed:
+      ++c.resumed;
       st.reporter.Resumed(id, now_s, missed_frames);
       return;
     case Continuity::kMovedOut:
+      ++c.moved_out;
+      c.state_bytes_out += state_bytes;
       st.reporter.Moved(id, now_s, "out", missed_frames, state_bytes);
       return;
     case Continuity::kMovedIn:
+      ++c.moved_in;
+      c.state_bytes_in += state_bytes;
       st.reporter.Moved(id, now_s, "in", missed_frames, state_bytes);
       return;
     case Continuity::kMoveLost:
+      ++c.moved_lost;
       st.reporter.Moved(id, now_s, "lost", missed_frames, 0);
       return;
   }
+}
+
+const Supervisor::ContinuityCounts& Supervisor::continuity_counts() const {
+  return state_->continuity;
 }
 
 std::int64_t Supervisor::missed_frames() const { return state_->missed_frames; }

@@ -167,6 +167,17 @@ class Supervisor {
   void ReportContinuity(Continuity event, RealtimeSessionId id, std::int64_t missed_frames = 0,
                         std::int64_t state_bytes = 0);
   [[nodiscard]] std::int64_t missed_frames() const;
+  // What ReportContinuity has counted since the start (the sessions_resumed_total,
+  // sessions_moved_total and session_state_bytes_total metrics, for /v1/stats).
+  struct ContinuityCounts {
+    std::int64_t resumed = 0;
+    std::int64_t moved_out = 0;
+    std::int64_t moved_in = 0;
+    std::int64_t moved_lost = 0;
+    std::int64_t state_bytes_out = 0;
+    std::int64_t state_bytes_in = 0;
+  };
+  [[nodiscard]] const ContinuityCounts& continuity_counts() const;
   // Ends a session (its blocks return to the pool) and reports it to the observer with `reason`;
   // nothing for a session that is unknown or already ended.
   void End(RealtimeSessionId id, double now_s, EndReason reason);

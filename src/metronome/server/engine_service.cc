@@ -486,12 +486,19 @@ nlohmann::json EngineService::Snapshot(std::size_t max_listed) const {
     detached += l.attached ? 0 : 1;
     moving += l.moving ? 1 : 0;
   }
+  const realtime::Supervisor::ContinuityCounts& counts = supervisor_.continuity_counts();
   j["continuity"] = {{"resume_window_s", continuity_.resume_window_s},
                      {"advertise_url", continuity_.advertise_url},
                      {"model", model_identity_},
                      {"detached", detached},
                      {"moving", moving},
-                     {"moved_waiting", moved_.size()}};
+                     {"moved_waiting", moved_.size()},
+                     {"resumed", counts.resumed},
+                     {"moved_out", counts.moved_out},
+                     {"moved_in", counts.moved_in},
+                     {"moved_lost", counts.moved_lost},
+                     {"state_bytes_out", counts.state_bytes_out},
+                     {"state_bytes_in", counts.state_bytes_in}};
   const double p50 = supervisor_.LatencyQuantileMs(0.5);
   const double p99 = supervisor_.LatencyQuantileMs(0.99);
   j["latency_ms"] = {{"p50", std::isfinite(p50) ? nlohmann::json(p50) : nlohmann::json(nullptr)},
