@@ -511,7 +511,8 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
     beast::get_lowest_layer(ws).socket().shutdown(tcp::socket::shutdown_both, ignored);
     beast::get_lowest_layer(ws).close();
     const double wait_ms = moving ? 0.0 : BackoffMs(st->spec.period_ms, 1);
-    st->Respawn(population, 0, wait_ms, t.first_ask_s, std::move(t));
+    const double asked_since_s = t.first_ask_s;
+    st->Respawn(population, 0, wait_ms, asked_since_s, std::move(t));
   }
 
   void Resume() {
