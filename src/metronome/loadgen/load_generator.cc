@@ -502,14 +502,7 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
     // Not ended: the session is between connections (Respawn counts it as waiting, then the new
     // connection does until session.resumed). Frames sent and not answered here are lost.
     --st->active;
-    st->summary.lost_frames += static_cast<std::int64_t>(outstanding.size());
-    outstanding.clear();
-    phase = Phase::kDone;
-    --st->open_clients;
-    timer.cancel();
-    beast::error_code ignored;
-    beast::get_lowest_layer(ws).socket().shutdown(tcp::socket::shutdown_both, ignored);
-    beast::get_lowest_layer(ws).close();
+    Close();
     const double wait_ms = moving ? 0.0 : BackoffMs(st->spec.period_ms, 1);
     const double asked_since_s = t.first_ask_s;
     st->Respawn(population, 0, wait_ms, asked_since_s, std::move(t));
@@ -662,6 +655,13 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
     } else {
       --st->waiting;
     }
+    Close();
+    st->StopWhenIdle();
+  }
+
+  // This connection is over: its unanswered frames are lost, the socket closes. The session's
+  // counts are the caller's (Done ends it, HandOver keeps it for the next connection).
+  void Close() {
     st->summary.lost_frames += static_cast<std::int64_t>(outstanding.size());
     outstanding.clear();
     phase = Phase::kDone;
@@ -670,7 +670,6 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
     beast::error_code ignored;
     beast::get_lowest_layer(ws).socket().shutdown(tcp::socket::shutdown_both, ignored);
     beast::get_lowest_layer(ws).close();
-    st->StopWhenIdle();
   }
 
   void Ask() {

@@ -170,12 +170,8 @@ class Supervisor {
   // What ReportContinuity has counted since the start (the sessions_resumed_total,
   // sessions_moved_total and session_state_bytes_total metrics, for /v1/stats).
   struct ContinuityCounts {
-    std::int64_t resumed = 0;
-    std::int64_t moved_out = 0;
-    std::int64_t moved_in = 0;
-    std::int64_t moved_lost = 0;
-    std::int64_t state_bytes_out = 0;
-    std::int64_t state_bytes_in = 0;
+    std::int64_t resumed = 0, moved_out = 0, moved_in = 0, moved_lost = 0;  // sessions
+    std::int64_t state_bytes_out = 0, state_bytes_in = 0;                   // their states
   };
   [[nodiscard]] const ContinuityCounts& continuity_counts() const;
   // Ends a session (its blocks return to the pool) and reports it to the observer with `reason`;

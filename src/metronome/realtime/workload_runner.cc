@@ -51,21 +51,20 @@ void WorkloadOptions::Validate() const {
 }
 
 nlohmann::json ClassSummary::ToJson() const {
-  nlohmann::json j;
-  j["name"] = name;
-  j["arrivals"] = arrivals;
-  j["admitted"] = admitted;
-  j["rejected"] = rejected;
-  j["admitted_work"] = admitted_work;
-  j["active_work_mean_second_half"] = active_work_mean_second_half;
-  j["prompt_work_mean_second_half"] = prompt_work_mean_second_half;
+  nlohmann::json j = {{"name", name},
+                      {"arrivals", arrivals},
+                      {"admitted", admitted},
+                      {"rejected", rejected},
+                      {"admitted_work", admitted_work},
+                      {"active_work_mean_second_half", active_work_mean_second_half},
+                      {"prompt_work_mean_second_half", prompt_work_mean_second_half},
+                      {"deadline_misses", late},
+                      {"p99_frame_latency_ms", NullIfNan(p99_frame_latency_ms)},
+                      {"deadline_ms", deadline_ms},
+                      {"own_prompt_frames", own_prompt_frames},
+                      {"own_prompt_late_frames", own_prompt_late_frames},
+                      {"p99_after_own_prompt_ms", NullIfNan(p99_after_own_prompt_ms)}};
   AddOutcomesTo(j);
-  j["deadline_misses"] = late;
-  j["p99_frame_latency_ms"] = NullIfNan(p99_frame_latency_ms);
-  j["deadline_ms"] = deadline_ms;
-  j["own_prompt_frames"] = own_prompt_frames;
-  j["own_prompt_late_frames"] = own_prompt_late_frames;
-  j["p99_after_own_prompt_ms"] = NullIfNan(p99_after_own_prompt_ms);
   return j;
 }
 
