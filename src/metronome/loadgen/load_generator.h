@@ -167,9 +167,10 @@ struct LoadGenSummary : realtime::FrameSummary {
   // Continuity (LoadGenOptions::resume): session.moving messages followed, sessions taken back by
   // session.resume (after a move or a drop), refused resumes by reason (each also a dropped
   // session), and the pause of each resume: from the move or the drop to session.resumed, ms.
-  // Frames that fell due during a pause are never sent: the FrameCounts' `missed`. Every frame
-  // due is accounted for: frames_sent = frames + lost_frames + refused_frames (+ the ones still
-  // outstanding when the run was cut off), and missed frames were due but not sent.
+  // Frames that fell due during a pause are never sent: the FrameCounts' `missed` (counted in
+  // `frames` too, as every outcome is). Every frame due is accounted for: frames_sent = (frames -
+  // missed) + lost_frames + refused_frames (+ the ones still outstanding when the run was cut
+  // off), and the missed frames were due but not sent.
   std::int64_t moves_followed = 0;
   std::int64_t sessions_resumed = 0;
   std::map<std::string, std::int64_t> resume_failures;
