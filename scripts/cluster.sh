@@ -296,6 +296,11 @@ scenario_kill() {
   rended="$(replica_value kill "$r" ended)"
   admitted="$(value kill .admitted)"
   reconnects="$(value kill .reconnects)"
+  # The clients try to take their sessions back (loadgen resumes by default); the state died with
+  # the replica, so each resume is refused with a reason and the session counts as dropped.
+  local refused reasons
+  refused="$(value kill '[.resume_failures[]] | add // 0')"
+  reasons="$(value kill '.resume_failures | to_entries | map("\(.value) x \(.key)") | join(", ")')"
   # From the first dropped session to the last admission after it: how long the dropped clients
   # were without a session (the trace's times, ms from loadgen's start).
   local readmit_s
@@ -309,6 +314,8 @@ scenario_kill() {
   check "every session on $r ended, one way or another ($rended = $radmitted)" test "$rended" -eq "$radmitted"
   check "every dropped client got a new session ($admitted = $clients + $dropped)" \
     test "$admitted" -eq $((clients + dropped))
+  check "every dropped session's resume was refused with a reason ($refused = $dropped: ${reasons:-none})" \
+    test "$refused" -eq "$dropped"
   # What the survivors guarantee: every frame answered in full (room by construction: no starved
   # or short frame, no session of theirs dropped). Whether each answer beat its deadline on this
   # machine depends on who else shares its two cores (the restarting replica loads and warms up
@@ -331,7 +338,8 @@ scenario_kill() {
     --argjson reconnects "$reconnects" --argjson down "$down_s" --argjson back "$back_s" \
     --argjson readmit "$readmit_s" --argjson start "$start_s" \
     --argjson frames "$survivors_frames" --argjson late "$survivors_late" \
-    '{held: $held, dropped: $dropped, reconnects: $reconnects, readmitted_within_s: $readmit, down_after_kill_s: $down, restart_listening_s: $start, up_after_listening_s: $back, survivor_frames: $frames, survivor_late_frames: $late}')"
+    --argjson failures "$(jq -c .resume_failures "$out/kill.json")" \
+    '{held: $held, dropped: $dropped, resume_failures: $failures, reconnects: $reconnects, readmitted_within_s: $readmit, down_after_kill_s: $down, restart_listening_s: $start, up_after_listening_s: $back, survivor_frames: $frames, survivor_late_frames: $late}')"
 }
 
 stot_above() { (($(server_field "$1" stot) > $2)); }
