@@ -14,7 +14,9 @@ eval_init 08_convergence "$@"
 record_seed "sim (all runs)" "$SEED"
 
 if [ -z "$PRESETS" ]; then
-  PRESETS="$("$BIN" sim --list-presets --json | jq -r '.presets[].name' | tr '\n' ' ')"
+  # The GPU presets: a -cpu preset's sessions do not fit its own engine (results.md, 10).
+  PRESETS="$("$BIN" sim --list-presets --json |
+    jq -r '.presets[].name | select(endswith("-cpu") | not)' | tr '\n' ' ')"
 fi
 if [ "$CPU" = 1 ] && [[ " $PRESETS " != *" cpu "* ]]; then PRESETS="$PRESETS cpu"; fi
 cpu_drive_args

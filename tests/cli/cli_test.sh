@@ -294,9 +294,9 @@ check "sim window KV: same population never starves, forecast infinite" test \
   -a "$(jget "$sim_window" t_sat_predicted_s)" = null
 "$bin" sim --list-presets >"$tmp/presets.txt"
 check "sim --list-presets marks assumed numbers" test "$(grep -c '^  \[assumed\]' \
-  "$tmp/presets.txt")" -ge 4 -a "$(grep -c '^[a-z0-9.-]*: ' "$tmp/presets.txt")" -eq 4
+  "$tmp/presets.txt")" -ge 4 -a "$(grep -c '^[a-z0-9.-]*: ' "$tmp/presets.txt")" -eq 6
 "$bin" sim --list-presets --json >"$tmp/presets.json"
-check "sim --list-presets --json lists the same four presets" test "$(jq -r '.presets[].name' \
+check "sim --list-presets --json lists the same six presets" test "$(jq -r '.presets[].name' \
   "$tmp/presets.json" | tr '\n' ' ')" = "$(sed -n 's/^\([a-z0-9.-]*\): .*/\1/p' \
   "$tmp/presets.txt" | tr '\n' ' ')"
 check "sim --list-presets --json: every preset has assumptions and a pool of whole blocks" \

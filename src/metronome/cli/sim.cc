@@ -32,8 +32,9 @@ struct SimFlags {
 
 void SimFlags::Register(CLI::App* sub) {
   sub->add_option("--preset", preset,
-                  "Model + GPU preset: moshi-7b | qwen25-omni-7b | minicpm-o-4.5 | "
-                  "qwen3-omni-30b-a3b (see --list-presets)");
+                  "Model + GPU (or calibrated CPU) preset: moshi-7b | qwen25-omni-7b | "
+                  "minicpm-o-4.5 | qwen3-omni-30b-a3b | minicpm-o-4.5-cpu | "
+                  "qwen3-omni-30b-a3b-cpu (see --list-presets)");
   sub->add_flag("--list-presets", list_presets,
                 "Print the presets, their numbers and which are assumptions, and exit");
   sub->add_flag("--json", json,
@@ -132,7 +133,7 @@ int RunSim(const SimFlags& f) {
   char buf[1024];
   std::string header;
   std::snprintf(buf, sizeof buf,
-                "metronome sim --preset %s: virtual clock, cost model of one H200-class GPU\n"
+                "metronome sim --preset %s: virtual clock, the preset's cost model\n"
                 "  KV pool %.1f GB = %lld blocks x %d tokens (%.0f B/token); step = %g ms + %g "
                 "us/token + %g ns/(query,key)\n",
                 p.name.c_str(), p.pool_bytes / 1e9, static_cast<long long>(blocks), p.block_tokens,

@@ -127,8 +127,57 @@ SimPreset Qwen3Omni30bA3b() {
   };
 }
 
+// The CPU siblings of the two Qwen3 backbones: the same session shape as the GPU presets, the
+// cost fitted on the real engine over a real-size random-weight Q4_K_M file of the backbone
+// (`metronome synth-gguf --shape <backbone> --type q4_k_m`), the KV bytes of the engine's bf16
+// KV, and a pool of what a 24 GiB host keeps after the weights.
+
+// MiniCPM-o 4.5's backbone (Qwen3-8B, 36 layers x 8 KV heads x 128, bf16 KV) on the CPU.
+SimPreset MiniCpmO45Cpu() {
+  SimPreset p = MiniCpmO45();
+  p.name = "minicpm-o-4.5-cpu";
+  p.description = "MiniCPM-o 4.5's Qwen3-8B backbone on this CPU (Q4_K_M, calibrated), 1 s units";
+  p.pool_bytes = 12e9;
+  p.cost = {.c0_s = 0.311, .c1_s_per_token = 53.3e-3, .c2_s_per_kv_token = 6.71e-6};
+  p.assumed = {
+      "c0, c1, c2: calibrated with `metronome calibrate --model qwen3-8b-q4_k_m.gguf "
+      "--threads 1 --kv window --window 6000 --batch-sessions 1,2 --contexts 16,384 "
+      "--chunk-tokens 1,11 --repeats 3` on the file `metronome synth-gguf --shape qwen3-8b "
+      "--type q4_k_m` writes (random weights, the real shape, 4.9 GiB); c2 is per (query, key) "
+      "over all 36 layers, one core's attention",
+      "pool_bytes: 12 GB, what a 24 GiB host keeps after 5.4 GiB of resident weights and room "
+      "for the system",
+      "output_tokens_per_frame = 3: as minicpm-o-4.5",
+      "window 6000 tokens + 4 sinks: as minicpm-o-4.5",
+  };
+  return p;
+}
+
+// Qwen3-Omni-30B-A3B's thinker backbone (Qwen3-30B-A3B, 48 layers x 4 KV heads x 128, bf16 KV).
+SimPreset Qwen3Omni30bA3bCpu() {
+  SimPreset p = Qwen3Omni30bA3b();
+  p.name = "qwen3-omni-30b-a3b-cpu";
+  p.description =
+      "Qwen3-Omni-30B-A3B's thinker backbone on this CPU (Q4_K_M, calibrated), 1 s chunks";
+  p.pool_bytes = 2e9;
+  p.cost = {.c0_s = 0.143, .c1_s_per_token = 38.2e-3, .c2_s_per_kv_token = 25.1e-6};
+  p.assumed = {
+      "c0, c1, c2: calibrated with `metronome calibrate --model qwen3-30b-a3b-q4_k_m.gguf "
+      "--threads 1 --kv window --window 8192 --batch-sessions 1,2 --contexts 64,256 "
+      "--chunk-tokens 1,13 --repeats 3` on the file `metronome synth-gguf --shape "
+      "qwen3-30b-a3b --type q4_k_m` writes (random weights, the real shape, 18.4 GiB); c2 is "
+      "per (query, key) over all 48 layers, one core's attention",
+      "pool_bytes: 2 GB, what a 24 GiB host keeps after 18.8 GiB of resident weights and room "
+      "for the system",
+      "period_ms = 1000, output_tokens_per_frame = 2: as qwen3-omni-30b-a3b",
+      "window 8192 tokens + 4 sinks: as qwen3-omni-30b-a3b",
+  };
+  return p;
+}
+
 std::vector<SimPreset> MakePresets() {
-  return {Moshi7b(), Qwen25Omni7b(), MiniCpmO45(), Qwen3Omni30bA3b()};
+  return {Moshi7b(),         Qwen25Omni7b(),  MiniCpmO45(),
+          Qwen3Omni30bA3b(), MiniCpmO45Cpu(), Qwen3Omni30bA3bCpu()};
 }
 // NOLINTEND(bugprone-suspicious-missing-comma)
 

@@ -1,9 +1,10 @@
 // Built-in simulator presets: one full-duplex model served on one H200-class GPU (141 GB HBM,
-// 4.8 TB/s). Each gives the session shape (frame period, tokens per frame), the KV footprint, the
-// pool, a default window and the cost model of one batched iteration. Sources and assumptions are
-// in presets.cc next to each number (from docs/workloads.md's research note); every number that
-// is a modelling assumption rather than a published figure is listed in `assumed`, and
-// `metronome sim --list-presets` prints them.
+// 4.8 TB/s), or, for the `-cpu` presets, on the CPU whose cost `metronome calibrate` fitted on a
+// real-size file of the model's backbone. Each gives the session shape (frame period, tokens per
+// frame), the KV footprint, the pool, a default window and the cost model of one batched iteration.
+// Sources and assumptions are in presets.cc next to each number (from docs/workloads.md's research
+// note); every number that is a modelling assumption rather than a published figure is listed in
+// `assumed`, and `metronome sim --list-presets` prints them.
 //
 // Thread-safety: immutable data.
 #pragma once
@@ -26,7 +27,7 @@ struct SimPreset {
   int tokens_per_frame = 1;  // a: input tokens appended per frame
   int output_tokens_per_frame = 1;
   double kv_bytes_per_token = 0.0;  // all layers, K and V, bf16
-  double pool_bytes = 0.0;          // KV pool of the GPU
+  double pool_bytes = 0.0;          // KV pool of the GPU (of the host for -cpu)
   int block_tokens = 16;
   CostModel cost;
   std::int64_t window_tokens = 0;    // default W for --kv window
