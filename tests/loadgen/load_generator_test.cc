@@ -463,7 +463,8 @@ class Forwarder {
       if (n <= 0) break;
       ssize_t off = 0;
       while (off < n) {
-        const ssize_t w = ::write(to, buf + off, static_cast<std::size_t>(n - off));
+        // MSG_NOSIGNAL: a peer gone first must not raise SIGPIPE in the test process.
+        const ssize_t w = ::send(to, buf + off, static_cast<std::size_t>(n - off), MSG_NOSIGNAL);
         if (w <= 0) break;
         off += w;
       }
