@@ -517,14 +517,19 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
          false);
   }
 
+  // The replica a session.started or session.resumed names ("" when the server names none).
+  static std::string ReplicaOf(const nlohmann::json& j) {
+    return j.contains("replica") && j["replica"].is_string() ? j["replica"].get<std::string>()
+                                                             : std::string();
+  }
+
   // session.resumed: the session goes on here, from the server's next frame, on its own clock.
   void OnResumed(const nlohmann::json& j) {
     const ResumeTicket t = std::move(*resuming);
     resuming.reset();
     session = j.value("session", std::uint64_t{0});
     resume_token = j.value("resume_token", "");
-    replica = j.contains("replica") && j["replica"].is_string() ? j["replica"].get<std::string>()
-                                                                : std::string();
+    replica = ReplicaOf(j);
     admitted_s = t.admitted_s;
     lifetime_s = t.lifetime_s;
     first_frame = t.first_frame;
@@ -785,8 +790,7 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
   void OnStarted(const nlohmann::json& j) {
     session = j.value("session", std::uint64_t{0});
     resume_token = j.value("resume_token", "");
-    replica = j.contains("replica") && j["replica"].is_string() ? j["replica"].get<std::string>()
-                                                                : std::string();
+    replica = ReplicaOf(j);
     --st->waiting;
     ++st->active;
     st->summary.active_peak = std::max(st->summary.active_peak, st->active);
