@@ -259,6 +259,10 @@ struct LoadGenerator::State {
     SteadyTime first_frame;
     std::int64_t next_index = 0;  // the first frame not sent
     std::size_t cursor = 0;
+    // Sent on the lost connection and not answered there: counted lost when it closed, and
+    // outstanding again once the session is back (the server keeps results made meanwhile and
+    // sends them after session.resumed).
+    std::deque<Outstanding> unanswered;
   };
 
   LoadGenOptions options;
@@ -494,13 +498,15 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
                    .lifetime_s = lifetime_s,
                    .first_frame = first_frame,
                    .next_index = next_index,
-                   .cursor = cursor};
+                   .cursor = cursor,
+                   .unanswered = outstanding};
     st->Trace("session_moving", {{"session", session},
                                  {"replica", replica},
                                  {"cause", moving ? "session.moving" : "dropped"}});
     if (moving) ++st->summary.moves_followed;
     // Not ended: the session is between connections (Respawn counts it as waiting, then the new
-    // connection does until session.resumed). Frames sent and not answered here are lost.
+    // connection does until session.resumed). Frames sent and not answered here are lost until
+    // the session is back (the ticket keeps them).
     --st->active;
     Close();
     const double wait_ms = moving ? 0.0 : BackoffMs(st->spec.period_ms, 1);
@@ -525,8 +531,11 @@ struct LoadGenerator::State::Client : std::enable_shared_from_this<Client> {
 
   // session.resumed: the session goes on here, from the server's next frame, on its own clock.
   void OnResumed(const nlohmann::json& j) {
-    const ResumeTicket t = std::move(*resuming);
+    ResumeTicket t = std::move(*resuming);
     resuming.reset();
+    // Answered here if the server still has them (OnResult settles the rest as lost).
+    st->summary.lost_frames -= static_cast<std::int64_t>(t.unanswered.size());
+    outstanding = std::move(t.unanswered);
     session = j.value("session", std::uint64_t{0});
     resume_token = j.value("resume_token", "");
     replica = ReplicaOf(j);
