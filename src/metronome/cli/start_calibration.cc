@@ -31,9 +31,9 @@ void CalibrateAtStart(engine::Engine* engine, const realtime::SessionSpec& refer
   sup->reference_session = reference;
   const realtime::SessionPrice price = realtime::PriceSession(c.fit.model, reference);
   std::printf(
-      "calibration (%.2f s: c0 %.3g ms, c1 %.3g us/token, c2 %.3g ns/kv-token, r2 %.3f): one "
-      "unit of work = the reference session (%s) = %.4f of the engine per second\n",
-      c.seconds, c.fit.model.c0_s * 1e3, c.fit.model.c1_s_per_token * 1e6,
+      "calibration (%.2f s, %s: c0 %.3g ms, c1 %.3g us/token, c2 %.3g ns/kv-token, r2 %.3f): "
+      "one unit of work = the reference session (%s) = %.4f of the engine per second\n",
+      c.seconds, c.GridSummary().c_str(), c.fit.model.c0_s * 1e3, c.fit.model.c1_s_per_token * 1e6,
       c.fit.model.c2_s_per_kv_token * 1e9, c.fit.r2, shape.c_str(), price.work_share);
   if (sup->admission != "aimd") return;
   if (aimd.predicted_limit > 0) {

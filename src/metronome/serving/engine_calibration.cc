@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <span>
 #include <string>
 #include <utility>
@@ -60,6 +61,7 @@ std::variant<CalibrationMeasurement, std::string> MeasureCalibrationPoint(
   std::vector<engine::StepItemResult> results;
 
   // Prefill (untimed): chunks of kCalibrationPrefillChunk, several sessions per step.
+  const auto prefill_t0 = std::chrono::steady_clock::now();
   const std::int64_t per_step = std::max(1, kPrefillTokensPerStep / kCalibrationPrefillChunk);
   for (std::int64_t begin = 0; begin < g.context; begin += kCalibrationPrefillChunk) {
     const std::int64_t n = std::min<std::int64_t>(kCalibrationPrefillChunk, g.context - begin);
@@ -76,6 +78,9 @@ std::variant<CalibrationMeasurement, std::string> MeasureCalibrationPoint(
       }
     }
   }
+
+  const double prefill_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - prefill_t0).count();
 
   // Timed steps: every session submits `chunk` tokens and asks for its next token, as the
   // real-time loop's EngineBackend does. The clock brackets Engine::Step only, which is the part
@@ -104,10 +109,10 @@ std::variant<CalibrationMeasurement, std::string> MeasureCalibrationPoint(
   close_all();
   // visible_kv_tokens grows linearly over the timed steps, so its mean is the middle step's count:
   // the natural partner of the median time.
-  return CalibrationMeasurement{
-      .point = g,
-      .obs = {static_cast<double>(g.sessions * g.chunk), visible_sum / settings.repeats,
-              Median(std::move(seconds))}};
+  return CalibrationMeasurement{.point = g,
+                                .obs = {static_cast<double>(g.sessions * g.chunk),
+                                        visible_sum / settings.repeats, Median(std::move(seconds))},
+                                .prefill_seconds = prefill_seconds};
 }
 
 std::vector<realtime::StepObservation> CalibrationDesign(const std::vector<CalibrationPoint>& grid,
@@ -125,27 +130,73 @@ std::vector<realtime::StepObservation> CalibrationDesign(const std::vector<Calib
   return design;
 }
 
+std::string SessionCalibration::GridSummary() const {
+  std::vector<std::int64_t> batches;
+  std::vector<std::int64_t> contexts;
+  for (const CalibrationPoint& g : grid) {
+    if (std::find(batches.begin(), batches.end(), g.sessions) == batches.end())
+      batches.push_back(g.sessions);
+    if (std::find(contexts.begin(), contexts.end(), g.context) == contexts.end())
+      contexts.push_back(g.context);
+  }
+  const auto join = [](const std::vector<std::int64_t>& v) {
+    std::string out;
+    for (const std::int64_t x : v) out += (out.empty() ? "" : "/") + std::to_string(x);
+    return out;
+  };
+  return std::to_string(grid.size()) + " points: sessions " + join(batches) + ", contexts " +
+         join(contexts) + " tokens";
+}
+
+namespace {
+
+// What the measured (1 session, C0 tokens) pair predicts a (B, C) pair of the same chunks costs:
+// its prefill at the pair's per-token prefill time, and its steps at the single session's step
+// time plus the prefill's per-token time for each further session's tokens.
+struct PairCost {
+  double prefill_s_per_token = 0.0;
+  double step_s[2] = {0.0, 0.0};  // the single session's median step, chunk 1 and a + 1
+  std::int64_t chunk[2] = {1, 1};
+  std::int64_t context = 0;
+  int steps = 0;  // warmup + repeats
+
+  [[nodiscard]] double Predict(std::int64_t sessions, std::int64_t context_tokens) const {
+    double total = 0.0;
+    for (int k = 0; k < 2; ++k) {
+      const double tokens = static_cast<double>(sessions * context_tokens);
+      const double step =
+          step_s[k] + prefill_s_per_token * static_cast<double>((sessions - 1) * chunk[k]);
+      total += prefill_s_per_token * tokens + steps * step;
+    }
+    return total;
+  }
+};
+
+}  // namespace
+
 std::variant<SessionCalibration, std::string> CalibrateForSession(
-    engine::Engine& engine, const realtime::SessionSpec& session, double latency_fraction) {
+    engine::Engine& engine, const realtime::SessionSpec& session, double latency_fraction,
+    double budget_s) {
   const std::int64_t chunk = session.input_tokens_per_frame + 1;
   if (chunk > kCalibrationPrefillChunk) {
     return "a frame of " + std::to_string(session.input_tokens_per_frame) +
            " tokens is beyond the start-up calibration's grid";
   }
   const CalibrationSettings settings{.repeats = 3, .warmup = 1};
+  constexpr std::int64_t kShortContext = 32;
+  constexpr std::int64_t kLongContexts[] = {256, 128, 64};  // the first whose pair fits
   // As many sessions per point as the pool holds at the largest point (a server capped at a few
   // sessions sizes its pool to them): the grid's batch sizes are capped there, and one session
-  // still separates the terms (chunks 1 and a + 1, contexts 32 and 256).
+  // still separates the terms (chunks 1 and a + 1, contexts 32 and a longer one).
   const kv::PoolStats pool = engine.pool_stats();
   const std::int64_t largest_tokens =
-      CalibrationPoint{1, 256, chunk}.TotalTokens(settings.warmup + settings.repeats);
+      CalibrationPoint{1, kLongContexts[0], chunk}.TotalTokens(settings.warmup + settings.repeats);
   const std::int64_t blocks_each = (largest_tokens + pool.block_tokens - 1) / pool.block_tokens + 1;
   const std::int64_t most_sessions = pool.free_blocks / std::max<std::int64_t>(1, blocks_each);
   if (most_sessions < 1) {
     return "the KV pool's " + std::to_string(pool.free_blocks) +
            " free blocks hold no session of " + std::to_string(largest_tokens) + " tokens";
   }
-  std::vector<CalibrationPoint> grid;
   std::vector<std::int64_t> batches;
   for (const std::int64_t b : {1, 4, 16}) {
     const std::int64_t capped = std::min(b, most_sessions);
@@ -153,22 +204,53 @@ std::variant<SessionCalibration, std::string> CalibrateForSession(
       batches.push_back(capped);
     }
   }
-  for (const std::int64_t b : batches) {
-    for (const std::int64_t c : {32, 256}) {
-      // a >= 1, so the chunk is >= 2: two distinct points per (B, C).
-      for (const std::int64_t n : {std::int64_t{1}, chunk}) grid.push_back({b, c, n});
-    }
-  }
+
   std::mt19937 rng(7);  // token ids only; they do not affect the timing
+  SessionCalibration out;
   std::vector<realtime::StepObservation> observations;
   const auto t0 = std::chrono::steady_clock::now();
-  for (const CalibrationPoint& g : grid) {
-    auto m = MeasureCalibrationPoint(engine, session.policy, settings, g, rng);
-    if (auto* error = std::get_if<std::string>(&m)) return std::move(*error);
-    observations.push_back(std::get<CalibrationMeasurement>(m).obs);
+  const auto elapsed_s = [&t0] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  // The pair of points (chunks 1 and a + 1) at B sessions and context C; the measurements.
+  std::vector<CalibrationMeasurement> pair;
+  const auto measure_pair = [&](std::int64_t b, std::int64_t c) -> std::string {
+    pair.clear();
+    // a >= 1, so the chunk is >= 2: two distinct points per (B, C).
+    for (const std::int64_t n : {std::int64_t{1}, chunk}) {
+      const CalibrationPoint g{b, c, n};
+      auto m = MeasureCalibrationPoint(engine, session.policy, settings, g, rng);
+      if (auto* error = std::get_if<std::string>(&m)) return std::move(*error);
+      pair.push_back(std::get<CalibrationMeasurement>(m));
+      observations.push_back(pair.back().obs);
+      out.grid.push_back(g);
+    }
+    return "";
+  };
+
+  if (std::string error = measure_pair(1, kShortContext); !error.empty()) return error;
+  PairCost cost;
+  cost.prefill_s_per_token = pair[0].prefill_seconds / static_cast<double>(kShortContext);
+  cost.step_s[0] = pair[0].obs.seconds;
+  cost.step_s[1] = pair[1].obs.seconds;
+  cost.chunk[1] = chunk;
+  cost.steps = settings.warmup + settings.repeats;
+  std::int64_t long_context = kLongContexts[std::size(kLongContexts) - 1];
+  for (const std::int64_t c : kLongContexts) {
+    if (elapsed_s() + cost.Predict(1, c) <= budget_s) {
+      long_context = c;
+      break;
+    }
   }
-  SessionCalibration out;
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (std::string error = measure_pair(1, long_context); !error.empty()) return error;
+  for (const std::int64_t b : batches) {
+    if (b == 1) continue;
+    for (const std::int64_t c : {kShortContext, long_context}) {
+      if (elapsed_s() + cost.Predict(b, c) > budget_s) continue;
+      if (std::string error = measure_pair(b, c); !error.empty()) return error;
+    }
+  }
+  out.seconds = elapsed_s();
   try {
     out.fit = realtime::FitCostModel(observations);
   } catch (const ConfigError& e) {

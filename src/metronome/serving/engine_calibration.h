@@ -41,6 +41,7 @@ struct CalibrationSettings {
 struct CalibrationMeasurement {
   CalibrationPoint point;
   realtime::StepObservation obs;  // median seconds; mean visible_kv_tokens over the timed steps
+  double prefill_seconds = 0.0;   // wall time of the untimed prefill to the point's context
 };
 
 // Tokens per session per prefill step; a pool for a point must hold chunks this large.
@@ -58,19 +59,29 @@ inline constexpr int kCalibrationPrefillChunk = 256;
     const std::vector<CalibrationPoint>& grid, const kv::KvPolicy& policy,
     const CalibrationSettings& settings);
 
-// The start-up calibration of serve and drive: a small grid around `session` (B = 1, 4, 16
-// sessions; contexts 32 and 256 tokens; chunks 1 and a + 1; 3 timed steps after 1 untimed, so
-// about 12k prefill tokens and 72 timed steps: well under a second on synthetic:tiny), the fit,
-// and N* = PredictedSessionLimit(fit, session, latency_fraction), the fit's linear c2 extrapolated
-// to the session's full window. Batch sizes are capped at the sessions of 256 + 4 (a + 1) tokens
-// the pool's free blocks hold (a + 1 <= 256: larger chunks are not calibrated here). The failed
-// step's reason if a step failed, the pool holds no such session, or the fit did not.
+// The start-up calibration of serve and drive: a small grid around `session`, the fit, and
+// N* = PredictedSessionLimit(fit, session, latency_fraction), the fit's linear c2 extrapolated to
+// the session's full window. The grid: B = 1, 4, 16 sessions x contexts 32 and 256 tokens x chunks
+// 1 and a + 1, 3 timed steps after 1 untimed (about 12k prefill tokens and 72 timed steps: well
+// under a second on synthetic:tiny). Batch sizes are capped at the sessions of 256 + 4 (a + 1)
+// tokens the pool's free blocks hold (a + 1 <= 256: larger chunks are not calibrated here).
+// The grid is sized to the model within `budget_s` of wall time: the (1 session, 32 tokens) pair
+// runs first and its prefill and step times predict what every further (B, C) pair costs; the
+// second context (which separates c2) is the longest of 256, 128, 64 that fits (64 if none does),
+// then the larger batches while they fit. A model that decodes a few tokens a second thus
+// calibrates in about the budget, not in the full grid's minutes. The failed step's reason if a
+// step failed, the pool holds no such session, or the fit did not.
+inline constexpr double kStartCalibrationBudgetS = 30.0;
 struct SessionCalibration {
   realtime::CostModelFit fit;
-  std::int64_t predicted_limit = 0;  // PredictedSessionLimit; 0: none
-  double seconds = 0.0;              // wall time of the measuring
+  std::int64_t predicted_limit = 0;    // PredictedSessionLimit; 0: none
+  double seconds = 0.0;                // wall time of the measuring
+  std::vector<CalibrationPoint> grid;  // the points measured, in order
+  [[nodiscard]] std::string GridSummary()
+      const;  // "8 points: sessions 1/4, contexts 32/256 tokens"
 };
 [[nodiscard]] std::variant<SessionCalibration, std::string> CalibrateForSession(
-    engine::Engine& engine, const realtime::SessionSpec& session, double latency_fraction);
+    engine::Engine& engine, const realtime::SessionSpec& session, double latency_fraction,
+    double budget_s = kStartCalibrationBudgetS);
 
 }  // namespace metronome::serving
