@@ -1,6 +1,8 @@
 #include "metronome/realtime/presets.h"
 
 #include <cmath>
+#include <string>
+#include <utility>
 
 #include "metronome/base/errors.h"
 
@@ -131,48 +133,73 @@ SimPreset Qwen3Omni30bA3b() {
 // cost fitted on the real engine over a real-size random-weight Q4_K_M file of the backbone
 // (`metronome synth-gguf --shape <backbone> --type q4_k_m`), the KV bytes of the engine's bf16
 // KV, and a pool of what a 24 GiB host keeps after the weights.
+struct CpuCalibration {
+  std::string name;
+  std::string description;
+  std::string backbone;       // the synth-gguf shape the cost was fitted on
+  double file_gib = 0.0;      // that file's size
+  int layers = 0;             // c2 is per (query, key) over all of them
+  std::string grid;           // `metronome calibrate` flags past --model and --threads 1
+  CostModel cost;             // the fit
+  double resident_gib = 0.0;  // the engine's resident weights
+  double pool_bytes = 0.0;
+};
 
-// MiniCPM-o 4.5's backbone (Qwen3-8B, 36 layers x 8 KV heads x 128, bf16 KV) on the CPU.
-SimPreset MiniCpmO45Cpu() {
-  SimPreset p = MiniCpmO45();
-  p.name = "minicpm-o-4.5-cpu";
-  p.description = "MiniCPM-o 4.5's Qwen3-8B backbone on this CPU (Q4_K_M, calibrated), 1 s units";
-  p.pool_bytes = 12e9;
-  p.cost = {.c0_s = 0.311, .c1_s_per_token = 53.3e-3, .c2_s_per_kv_token = 6.71e-6};
+SimPreset OnThisCpu(SimPreset gpu, const CpuCalibration& c) {
+  SimPreset p = std::move(gpu);
+  const std::string gpu_name = p.name;
+  p.name = c.name;
+  p.description = c.description;
+  p.pool_bytes = c.pool_bytes;
+  p.cost = c.cost;
   p.assumed = {
-      "c0, c1, c2: calibrated with `metronome calibrate --model qwen3-8b-q4_k_m.gguf "
-      "--threads 1 --kv window --window 6000 --batch-sessions 1,2 --contexts 16,384 "
-      "--chunk-tokens 1,11 --repeats 3` on the file `metronome synth-gguf --shape qwen3-8b "
-      "--type q4_k_m` writes (random weights, the real shape, 4.9 GiB); c2 is per (query, key) "
-      "over all 36 layers, one core's attention",
-      "pool_bytes: 12 GB, what a 24 GiB host keeps after 5.4 GiB of resident weights and room "
-      "for the system",
-      "output_tokens_per_frame = 3: as minicpm-o-4.5",
-      "window 6000 tokens + 4 sinks: as minicpm-o-4.5",
+      "c0, c1, c2: calibrated with `metronome calibrate --model " + c.backbone +
+          "-q4_k_m.gguf --threads 1 " + c.grid + "` on the file `metronome synth-gguf --shape " +
+          c.backbone + " --type q4_k_m` writes (random weights, the real shape, " +
+          FormatValue(c.file_gib) + " GiB); c2 is per (query, key) over all " +
+          std::to_string(c.layers) + " layers, one core's attention",
+      "pool_bytes: " + FormatValue(c.pool_bytes / 1e9) + " GB, what a 24 GiB host keeps after " +
+          FormatValue(c.resident_gib) + " GiB of resident weights and room for the system",
+      "period_ms = " + FormatValue(p.period_ms) +
+          ", output_tokens_per_frame = " + std::to_string(p.output_tokens_per_frame) + ", window " +
+          std::to_string(p.window_tokens) + " tokens + " + std::to_string(p.sinks) + " sinks: as " +
+          gpu_name,
   };
   return p;
 }
 
+// MiniCPM-o 4.5's backbone (Qwen3-8B, 36 layers x 8 KV heads x 128, bf16 KV) on the CPU.
+SimPreset MiniCpmO45Cpu() {
+  return OnThisCpu(
+      MiniCpmO45(),
+      {.name = "minicpm-o-4.5-cpu",
+       .description =
+           "MiniCPM-o 4.5's Qwen3-8B backbone on this CPU (Q4_K_M, calibrated), 1 s units",
+       .backbone = "qwen3-8b",
+       .file_gib = 4.9,
+       .layers = 36,
+       .grid = "--kv window --window 6000 --batch-sessions 1,2 --contexts 16,384 "
+               "--chunk-tokens 1,11 --repeats 3",
+       .cost = {.c0_s = 0.311, .c1_s_per_token = 53.3e-3, .c2_s_per_kv_token = 6.71e-6},
+       .resident_gib = 5.4,
+       .pool_bytes = 12e9});
+}
+
 // Qwen3-Omni-30B-A3B's thinker backbone (Qwen3-30B-A3B, 48 layers x 4 KV heads x 128, bf16 KV).
 SimPreset Qwen3Omni30bA3bCpu() {
-  SimPreset p = Qwen3Omni30bA3b();
-  p.name = "qwen3-omni-30b-a3b-cpu";
-  p.description =
-      "Qwen3-Omni-30B-A3B's thinker backbone on this CPU (Q4_K_M, calibrated), 1 s chunks";
-  p.pool_bytes = 2e9;
-  p.cost = {.c0_s = 0.143, .c1_s_per_token = 38.2e-3, .c2_s_per_kv_token = 25.1e-6};
-  p.assumed = {
-      "c0, c1, c2: calibrated with `metronome calibrate --model qwen3-30b-a3b-q4_k_m.gguf "
-      "--threads 1 --kv window --window 8192 --batch-sessions 1,2 --contexts 64,256 "
-      "--chunk-tokens 1,13 --repeats 3` on the file `metronome synth-gguf --shape "
-      "qwen3-30b-a3b --type q4_k_m` writes (random weights, the real shape, 18.4 GiB); c2 is "
-      "per (query, key) over all 48 layers, one core's attention",
-      "pool_bytes: 2 GB, what a 24 GiB host keeps after 18.8 GiB of resident weights and room "
-      "for the system",
-      "period_ms = 1000, output_tokens_per_frame = 2: as qwen3-omni-30b-a3b",
-      "window 8192 tokens + 4 sinks: as qwen3-omni-30b-a3b",
-  };
-  return p;
+  return OnThisCpu(
+      Qwen3Omni30bA3b(),
+      {.name = "qwen3-omni-30b-a3b-cpu",
+       .description =
+           "Qwen3-Omni-30B-A3B's thinker backbone on this CPU (Q4_K_M, calibrated), 1 s chunks",
+       .backbone = "qwen3-30b-a3b",
+       .file_gib = 18.4,
+       .layers = 48,
+       .grid = "--kv window --window 8192 --batch-sessions 1,2 --contexts 64,256 "
+               "--chunk-tokens 1,13 --repeats 3",
+       .cost = {.c0_s = 0.143, .c1_s_per_token = 38.2e-3, .c2_s_per_kv_token = 25.1e-6},
+       .resident_gib = 18.8,
+       .pool_bytes = 2e9});
 }
 
 std::vector<SimPreset> MakePresets() {
