@@ -887,6 +887,35 @@ std::size_t PlacedMatrixBytes(const ModelWeights& w) {
   return bytes;
 }
 
+// The file bytes a page-release hook was handed, each byte once (placement hands a matrix's
+// chunks as they are copied, then the whole matrix for the pages the chunks shared), and how many
+// times it was called.
+class ReleasedBytes {
+ public:
+  ModelWeights::PageRelease Hook() {
+    return [this](const std::byte* p, std::size_t n) {
+      spans_.emplace_back(reinterpret_cast<std::uintptr_t>(p), n);
+    };
+  }
+  [[nodiscard]] std::size_t size() const {
+    std::vector<std::pair<std::uintptr_t, std::size_t>> spans = spans_;
+    std::sort(spans.begin(), spans.end());
+    std::size_t covered = 0;
+    std::uintptr_t end = 0;
+    for (const auto& [begin, n] : spans) {
+      const std::uintptr_t from = std::max(begin, end);
+      if (begin + n > from) covered += begin + n - from;
+      end = std::max(end, begin + n);
+    }
+    return covered;
+  }
+  [[nodiscard]] std::size_t calls() const { return spans_.size(); }
+  void clear() { spans_.clear(); }
+
+ private:
+  std::vector<std::pair<std::uintptr_t, std::size_t>> spans_;
+};
+
 // PlaceForKernels: the matrices a choice names are reordered (views into the file copied out, the
 // file's pages handed to the release hook; arena copies in place), tied matrices stay one, every
 // weight reads back the same, and the bytes are the same.
@@ -902,34 +931,40 @@ TEST(GgufLoaderTest, RowLayoutsKeepEveryWeight) {
                                                         : quant::RowLayout::kRowMajor;
   };
   const Model ref = internal::LoadGgufModelFromBytes(*aligned, "ref.gguf", aligned);
-  for (const bool view : {true, false}) {
-    Model m = view ? internal::LoadGgufModelFromBytes(*aligned, "a.gguf", aligned)
-                   : internal::LoadGgufModelFromBytes(odd, "b.gguf", shifted);
-    std::size_t released = 0;
-    m.weights->SetPageRelease([&](const std::byte*, std::size_t n) { released += n; });
-    const std::byte* down_before = m.weights->layers[0].w_down.data;
-    // token_embedding (= output), q, k, v, o, gate, up, down.
-    EXPECT_EQ(m.weights->PlaceForKernels(interleave), 8) << "view " << view;
-    EXPECT_EQ(m.weights->PlaceForKernels(interleave), 0) << "already in that layout";
-    const quant::WeightMatrix& down = m.weights->layers[0].w_down;
-    EXPECT_EQ(down.layout, quant::RowLayout::kInterleaved16);
-    EXPECT_EQ(down.data == down_before, !view) << "arena copies are reordered in place";
-    EXPECT_EQ(m.weights->output.data, m.weights->token_embedding.data);
-    EXPECT_EQ(m.weights->output.layout, quant::RowLayout::kInterleaved16);
-    EXPECT_EQ(released, view ? PlacedMatrixBytes(*m.weights) : 0u);
-    EXPECT_EQ(m.weights->WeightBytes(), ref.weights->WeightBytes());
-    EXPECT_NE(m.weights->Summary().find("8 in 16-row interleaved layout"), std::string::npos)
-        << m.weights->Summary();
-    const LayerWeights& a = m.weights->layers[0];
-    const LayerWeights& r = ref.weights->layers[0];
-    EXPECT_EQ(DequantizeRows(a.w_down, 0, a.w_down.rows),
-              DequantizeRows(r.w_down, 0, r.w_down.rows));
-    EXPECT_EQ(DequantizeRows(a.wqkv, 0, GroupRows(a.wqkv)),
-              DequantizeRows(r.wqkv, 0, GroupRows(r.wqkv)));
-    EXPECT_EQ(DequantizeRows(a.w_gate_up, 0, GroupRows(a.w_gate_up)),
-              DequantizeRows(r.w_gate_up, 0, GroupRows(r.w_gate_up)));
-    EXPECT_EQ(DequantizeRows(m.weights->output, 0, spec.vocab),
-              DequantizeRows(ref.weights->output, 0, spec.vocab));
+  // The default chunk (each matrix in one piece here) and one 16-row group per chunk.
+  for (const std::size_t chunk : {ModelWeights::kPlaceChunkBytes, std::size_t{1}}) {
+    for (const bool view : {true, false}) {
+      Model m = view ? internal::LoadGgufModelFromBytes(*aligned, "a.gguf", aligned)
+                     : internal::LoadGgufModelFromBytes(odd, "b.gguf", shifted);
+      ReleasedBytes released;
+      m.weights->SetPageRelease(released.Hook(), chunk);
+      const std::byte* down_before = m.weights->layers[0].w_down.data;
+      // token_embedding (= output), q, k, v, o, gate, up, down.
+      EXPECT_EQ(m.weights->PlaceForKernels(interleave), 8) << "view " << view;
+      EXPECT_EQ(m.weights->PlaceForKernels(interleave), 0) << "already in that layout";
+      const quant::WeightMatrix& down = m.weights->layers[0].w_down;
+      EXPECT_EQ(down.layout, quant::RowLayout::kInterleaved16);
+      EXPECT_EQ(down.data == down_before, !view) << "arena copies are reordered in place";
+      EXPECT_EQ(m.weights->output.data, m.weights->token_embedding.data);
+      EXPECT_EQ(m.weights->output.layout, quant::RowLayout::kInterleaved16);
+      EXPECT_EQ(released.size(), view ? PlacedMatrixBytes(*m.weights) : 0u);
+      if (view && chunk == 1) {
+        EXPECT_GT(released.calls(), 2u * 8u) << "released chunk by chunk";
+      }
+      EXPECT_EQ(m.weights->WeightBytes(), ref.weights->WeightBytes());
+      EXPECT_NE(m.weights->Summary().find("8 in 16-row interleaved layout"), std::string::npos)
+          << m.weights->Summary();
+      const LayerWeights& a = m.weights->layers[0];
+      const LayerWeights& r = ref.weights->layers[0];
+      EXPECT_EQ(DequantizeRows(a.w_down, 0, a.w_down.rows),
+                DequantizeRows(r.w_down, 0, r.w_down.rows));
+      EXPECT_EQ(DequantizeRows(a.wqkv, 0, GroupRows(a.wqkv)),
+                DequantizeRows(r.wqkv, 0, GroupRows(r.wqkv)));
+      EXPECT_EQ(DequantizeRows(a.w_gate_up, 0, GroupRows(a.w_gate_up)),
+                DequantizeRows(r.w_gate_up, 0, GroupRows(r.w_gate_up)));
+      EXPECT_EQ(DequantizeRows(m.weights->output, 0, spec.vocab),
+                DequantizeRows(ref.weights->output, 0, spec.vocab));
+    }
   }
 }
 
@@ -948,13 +983,13 @@ TEST(GgufLoaderTest, PlacingCopiesViewsOutOfTheFile) {
     const Model ref = internal::LoadGgufModelFromBytes(*bytes, "ref.gguf", bytes);
     Model m = internal::LoadGgufModelFromBytes(*bytes, "a.gguf", bytes);
     ASSERT_TRUE(in_file(m.weights->layers[0].w_down)) << "a view before placing";
-    std::size_t released = 0;
-    m.weights->SetPageRelease([&](const std::byte*, std::size_t n) { released += n; });
+    ReleasedBytes released;
+    m.weights->SetPageRelease(released.Hook());
     const auto row_major = [](const quant::WeightMatrix&) { return quant::RowLayout::kRowMajor; };
     EXPECT_EQ(m.weights->PlaceForKernels(row_major), 0) << Name(type);
     const LayerWeights& a = m.weights->layers[0];
     const LayerWeights& r = ref.weights->layers[0];
-    EXPECT_EQ(released, PlacedMatrixBytes(*m.weights)) << Name(type);
+    EXPECT_EQ(released.size(), PlacedMatrixBytes(*m.weights)) << Name(type);
     EXPECT_FALSE(in_file(a.w_down)) << Name(type);
     EXPECT_FALSE(in_file(m.weights->output)) << Name(type);
     EXPECT_EQ(a.w_down.layout, quant::RowLayout::kRowMajor);
@@ -967,9 +1002,9 @@ TEST(GgufLoaderTest, PlacingCopiesViewsOutOfTheFile) {
     EXPECT_EQ(DequantizeRows(m.weights->output, 0, spec.vocab),
               DequantizeRows(ref.weights->output, 0, spec.vocab));
     const std::byte* placed = a.w_down.data;
-    released = 0;
+    released.clear();
     EXPECT_EQ(m.weights->PlaceForKernels(row_major), 0);
-    EXPECT_EQ(released, 0u) << "nothing left in the file";
+    EXPECT_EQ(released.size(), 0u) << "nothing left in the file";
     EXPECT_EQ(a.w_down.data, placed);
   }
 }

@@ -199,13 +199,33 @@ int ModelWeights::PlaceForKernels(const RowLayoutChoice& preferred) {
       dst = cursor;
       cursor += RoundUp(m.Bytes());
     }
-    if (want != m.layout) {
-      m = quant::InterleaveRows(m, dst);  // in place when dst == old
+    if (want != m.layout && !from_backing) {
+      m = quant::InterleaveRows(m, dst);  // in place
       ++relaid;
     } else if (from_backing) {
-      std::memcpy(dst, old, m.Bytes());
+      // Out of the mapping a chunk of rows at a time, each chunk's file pages released once it is
+      // copied (SetPageRelease; a real model's output matrix is hundreds of MiB). Interleaved
+      // chunks are whole 16-row groups, each laid out on its own, so they compose to the whole
+      // matrix's form.
+      const int rows_per_chunk =
+          std::max(quant::kInterleaveRows,
+                   static_cast<int>(place_chunk_bytes_ / (quant::kInterleaveRows * m.row_bytes)) *
+                       quant::kInterleaveRows);
+      for (int r = 0; r < m.rows; r += rows_per_chunk) {
+        const quant::WeightMatrix chunk = m.RowSlice(r, std::min(rows_per_chunk, m.rows - r));
+        std::byte* to = dst + static_cast<std::size_t>(r) * m.row_bytes;
+        if (want != m.layout) {
+          (void)quant::InterleaveRows(chunk, to);
+        } else {
+          std::memcpy(to, chunk.data, chunk.Bytes());
+        }
+        if (release_pages_) release_pages_(chunk.data, chunk.Bytes());
+      }
+      if (want != m.layout) ++relaid;
       m.data = dst;
+      m.layout = want;
     }
+    // With the pages the chunks shared at their edges.
     if (from_backing && release_pages_) release_pages_(old, m.Bytes());
     done.emplace(old, m);
   });

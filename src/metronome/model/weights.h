@@ -86,9 +86,16 @@ class ModelWeights {
   // Loaders report the fp32 floats of the norms and biases they placed (for WeightBytes).
   void AddVectorFloats(std::size_t n) { vector_floats_ += n; }
   // How to drop from resident memory the backing's pages of a matrix that has been copied out of
-  // it (MappedFile::ReleasePages); unset, they stay.
+  // it (MappedFile::ReleasePages); unset, they stay. PlaceForKernels copies a matrix about
+  // `chunk_bytes` at a time (whole 16-row groups), hands each chunk to `release` once copied, then
+  // the whole matrix (the pages two chunks share): the resident peak while placing is the copies
+  // plus one chunk, not plus the largest matrix.
   using PageRelease = std::function<void(const std::byte* begin, std::size_t bytes)>;
-  void SetPageRelease(PageRelease release) { release_pages_ = std::move(release); }
+  static constexpr std::size_t kPlaceChunkBytes = std::size_t{8} << 20;
+  void SetPageRelease(PageRelease release, std::size_t chunk_bytes = kPlaceChunkBytes) {
+    release_pages_ = std::move(release);
+    place_chunk_bytes_ = chunk_bytes;
+  }
 
   // Puts every matrix where the kernels read it fastest: in the row layout `preferred` names for
   // it (kernels::PreferredRowLayout: the one the kernels of this CPU read fastest), and in
@@ -114,6 +121,7 @@ class ModelWeights {
   std::size_t vector_floats_ = 0;  // norms and biases
   std::shared_ptr<const void> backing_;
   PageRelease release_pages_;
+  std::size_t place_chunk_bytes_ = kPlaceChunkBytes;
   // The matrices moved out of backing_: one buffer per PlaceForKernels call that moved any.
   struct Buffer {
     base::StreamedBuffer data;
