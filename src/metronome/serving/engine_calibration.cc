@@ -157,16 +157,15 @@ struct PairCost {
   double prefill_s_per_token = 0.0;
   double step_s[2] = {0.0, 0.0};  // the single session's median step, chunk 1 and a + 1
   std::int64_t chunk[2] = {1, 1};
-  std::int64_t context = 0;
   int steps = 0;  // warmup + repeats
 
   [[nodiscard]] double Predict(std::int64_t sessions, std::int64_t context_tokens) const {
+    const double prefill_s = prefill_s_per_token * static_cast<double>(sessions * context_tokens);
     double total = 0.0;
     for (int k = 0; k < 2; ++k) {
-      const double tokens = static_cast<double>(sessions * context_tokens);
       const double step =
           step_s[k] + prefill_s_per_token * static_cast<double>((sessions - 1) * chunk[k]);
-      total += prefill_s_per_token * tokens + steps * step;
+      total += prefill_s + steps * step;
     }
     return total;
   }
