@@ -19,6 +19,10 @@
 //    this core, the clock from a chain of dependent adds, CoreGhz) and GB_per_s (per CPU second). A
 //    kernel is unpack-bound on this machine when bytes_per_cycle x 2 cores x clock is below the
 //    read bandwidth (bandwidth_GBps of BM_DecodeWeights, ~33 GB/s quiet).
+//  * BM_DecodeDram/type/m: every product of four Qwen3-8B-sized layers (~0.4 GB in Q4_K, far
+//    above the last-level cache) for m rows on the test pool, weights in the engine's layout and
+//    huge pages: what the kernels stream from DRAM at real size. Counters GB_per_s and
+//    roofline_fraction (over the in-process read bandwidth, bandwidth_GBps).
 //  * BM_RowLayout/type/m/interleaved: the matrices of a type with an interleaved form (Q8_0, Q4_0,
 //    Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) in the files' row-major layout against the 16-row
 //    interleaved layout (quant/row_layout.h), one thread, CPU time.
@@ -41,6 +45,7 @@
 #include <vector>
 
 #include "metronome/base/half.h"
+#include "metronome/base/streamed_memory.h"
 #include "metronome/kernels/cpu_features.h"
 #include "metronome/kernels/gemm.h"
 #include "metronome/kernels/memory_bandwidth.h"
@@ -349,6 +354,88 @@ BENCHMARK(BM_GemvResident)
     ->ArgsProduct({benchmark::CreateDenseRange(1, 10, 1), {1, 4}, {0, 1}})
     ->ArgNames({"type", "m", "interleaved"})
     ->Unit(benchmark::kMicrosecond);
+
+// One decoder layer of a Qwen3-8B (dim 4096, 32 query and 8 KV heads of 128, FFN 12288) in one
+// type and the engine's layout, kLayersInMemory of them (~0.4 GB in Q4_K): far above any last-level
+// cache, so every product streams its weights from DRAM as a real-size decode step does.
+struct RealSizeLayers {
+  GgmlType type = GgmlType::kF32;
+  metronome::base::StreamedBuffer memory;     // huge pages, as the engine places its weights
+  std::vector<quant::WeightMatrix> matrices;  // per layer: qkv, o, gate_up, down
+  std::size_t bytes = 0;
+};
+constexpr int kRealDim = 4096;
+constexpr int kRealQkv = 4096 + 2 * 1024;
+constexpr int kRealFfn = 12288;
+constexpr int kLayersInMemory = 4;
+
+const RealSizeLayers& RealLayers(GgmlType type) {
+  static RealSizeLayers w;
+  if (w.type == type && !w.matrices.empty()) return w;
+  struct Shape {
+    int n;
+    int k;
+  };
+  const Shape layer[] = {
+      {kRealQkv, kRealDim}, {kRealDim, kRealDim}, {2 * kRealFfn, kRealDim}, {kRealDim, kRealFfn}};
+  const auto bytes_of = [type](Shape s) {
+    return *quant::TensorBytes(TypeFor(type, s.k), static_cast<std::uint64_t>(s.n) * s.k);
+  };
+  std::size_t total = 0;
+  for (const Shape s : layer) total += bytes_of(s) * kLayersInMemory;
+  w.matrices.clear();
+  w.memory = metronome::base::AllocateStreamed(total);
+  w.type = type;
+  w.bytes = total;
+  auto* at = reinterpret_cast<std::uint8_t*>(w.memory.get());
+  for (int l = 0; l < kLayersInMemory; ++l) {
+    for (const Shape s : layer) {
+      const GgmlType t = TypeFor(type, s.k);
+      Fill(t, at, bytes_of(s));
+      quant::WeightMatrix view = quant::MakeWeightMatrix(t, s.n, s.k, at);
+      if (kernels::PreferredRowLayout(view) == quant::RowLayout::kInterleaved16) {
+        view = quant::InterleaveRows(view, reinterpret_cast<std::byte*>(at));
+      }
+      w.matrices.push_back(view);
+      at += bytes_of(s);
+    }
+  }
+  return w;
+}
+
+// BM_DecodeDram/type/m (see the top of the file): the ceiling the weight kernels put on a
+// real-size decode step.
+void BM_DecodeDram(benchmark::State& state) {
+  const GgmlType type = kTypes[state.range(0)];
+  const int m = static_cast<int>(state.range(1));
+  if (!Supported(type, state)) return;
+  const RealSizeLayers& w = RealLayers(type);
+  state.SetLabel(std::string(quant::Name(type)) + " " + PathName(type, m));
+  const std::vector<float> x_dim(static_cast<std::size_t>(m) * kRealDim, 0.5f);
+  const std::vector<float> x_ffn(static_cast<std::size_t>(m) * kRealFfn, 0.5f);
+  std::vector<float> y(static_cast<std::size_t>(m) * 2 * kRealFfn);
+  for (auto _ : state) {
+    for (const quant::WeightMatrix& mat : w.matrices) {
+      kernels::MatMul(metronome::testing::TestPool(), (mat.cols == kRealDim ? x_dim : x_ffn).data(),
+                      m, mat, y.data(), false);
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  // The bandwidth right after the products, not once per process: a shared machine's speed comes
+  // in phases.
+  static kernels::ReadBandwidthProbe probe(metronome::testing::TestPool());
+  const double bw = probe.MeasureGBps(3);
+  using C = benchmark::Counter;
+  const double gb = static_cast<double>(w.bytes) * 1e-9;
+  state.counters["GB_per_s"] = C(gb, C::kIsIterationInvariantRate);
+  state.counters["roofline_fraction"] = C(gb / bw, C::kIsIterationInvariantRate);
+  state.counters["bandwidth_GBps"] = bw;
+}
+BENCHMARK(BM_DecodeDram)
+    ->ArgsProduct({{3, 8, 9, 10}, {1, 8}})
+    ->ArgNames({"type", "m"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_Prefill(benchmark::State& state) {
   const GgmlType type = kTypes[state.range(0)];

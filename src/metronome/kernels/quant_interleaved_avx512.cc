@@ -9,8 +9,8 @@
 // block, one 32-byte load) times d_a, and for Q4_1 / Q5_1 one more FMA of m_w by d_a * sum.
 // The 16 lanes are the group's 16 output rows: no reduction, one store per activation row.
 // Weight bytes are read once per tile; at m <= kTileRows (decode) that is once, as a stream with a
-// software prefetch kPrefetchAheadBytes ahead; larger m re-read the group (at most 16 rows of
-// bytes: L1/L2) once per tile.
+// software prefetch ahead (kPrefetchAheadBytes; the K-quants kKQuantPrefetchAheadBytes); larger m
+// re-read the group (at most 16 rows of bytes: L1/L2) once per tile.
 #include "metronome/kernels/quant_interleaved_avx512.h"
 
 #include <immintrin.h>
@@ -37,20 +37,27 @@ using quant::kQk32;
 constexpr int kTileRows = 4;    // activation rows per register tile
 constexpr int kWords = 8;       // four-byte activation words of a 32-element block
 constexpr int kLineBytes = 64;  // one vector, one cache line
-// Software prefetch distance in the group stream (one thread's own contiguous rows): far enough
-// ahead to cover DRAM latency at one session's read rate; shorter leads were slower for Q4_0 and
-// level for Q8_0 (bench-decode at one session; docs/performance.md, "Decode per stored type").
+// Software prefetch distance in the group stream (one thread's own contiguous rows) of the
+// 32-element block types: far enough ahead to cover DRAM latency at one session's read rate;
+// shorter leads were slower for Q4_0 and level for Q8_0 (bench-decode at one session;
+// bench/quant_benchmark BM_DecodeDram).
 constexpr std::size_t kPrefetchAheadBytes = 8192;
+// The K-quants' distance: a third of a Q4_K super-block body ahead, into L2. Their bodies are one
+// ascending stream the hardware prefetcher follows, but with a super-block's unpacking between
+// its lines it runs too few lines ahead, and a stream read from DRAM loses a fifth of the
+// bandwidth to that (one session, two threads: Q4_K 0.80 -> 0.85 of the probe, Q6_K 0.73 -> 0.84,
+// Q5_K +20 %; 8 sessions +3-17 %). Longer leads gain less, and at 8 KiB Q4_K was slower than with
+// none (BM_DecodeDram, m = 1 and 8).
+constexpr std::size_t kKQuantPrefetchAheadBytes = 768;
 constexpr int kOrMasked = 0xF8;  // ternary logic: a | (b & c)
 
-// Software prefetch of the kBytes from p on, kPrefetchAheadBytes ahead, one per line, into L2
+// Software prefetch of the kBytes from p on, kAhead bytes ahead, one per line, into L2
 // (internal/stream_prefetch.h).
-template <std::size_t kBytes>
+template <std::size_t kBytes, std::size_t kAhead = kPrefetchAheadBytes>
 inline void PrefetchAhead(const std::byte* p) noexcept {
 #pragma GCC unroll 64
   for (std::size_t line = 0; line < kBytes; line += kLineBytes) {
-    _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchAheadBytes + line,
-                 internal::kStreamPrefetchHint);
+    _mm_prefetch(reinterpret_cast<const char*>(p) + kAhead + line, internal::kStreamPrefetchHint);
   }
 }
 
@@ -263,6 +270,7 @@ void GroupTileQ6K(const RowsKernelArgs& a, int r, const std::byte* group, int su
   const std::byte* tail = group + static_cast<std::size_t>(supers) * quant::kQ6KBodyBytes;
   for (int sb = 0; sb < supers; ++sb) {
     const std::byte* body = group + static_cast<std::size_t>(sb) * quant::kQ6KBodyBytes;
+    PrefetchAhead<quant::kQ6KBodyBytes, kKQuantPrefetchAheadBytes>(body);
     __m512 sum[MT];
     ZeroTile(sum);
 #pragma GCC unroll 2
@@ -394,11 +402,7 @@ void GroupTileK(const RowsKernelArgs& a, int r, const std::byte* group, int supe
   const __m512i low_words = _mm512_set1_epi32(0x00FF00FF);
   for (int sb = 0; sb < supers; ++sb) {
     const std::byte* body = group + static_cast<std::size_t>(sb) * kBodyBytes;
-    // Q5_K reads its fifth bits beside the nibbles, two streams the hardware prefetcher does not
-    // follow: the software prefetch keeps it fed. Q4_K's body is one ascending stream, which the
-    // hardware follows better alone (BM_RowLayout, m = 1, interleaved, one thread: Q4_K is faster
-    // without the prefetch, Q5_K several times slower).
-    if constexpr (kHighBits) PrefetchAhead<kBodyBytes>(body);
+    PrefetchAhead<kBodyBytes, kKQuantPrefetchAheadBytes>(body);
     // The scales and mins (quant/blocks.h): j < 4 the low 6 bits of bytes j, j + 4; j >= 4 a
     // nibble of byte j + 4 with the top 2 bits of byte j - 4 (scale) or j (min) above it.
     const __m512i v0 = _mm512_loadu_si512(body + kScalesAt);
