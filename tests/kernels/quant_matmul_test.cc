@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "metronome/quant/codec.h"
@@ -195,6 +196,50 @@ TEST(QuantMatMulTest, RowSliceMatchesTheFullMatrix) {
   for (int i = 0; i < 3; ++i) {
     for (int r = 0; r < 10; ++r) EXPECT_EQ(y[i * 10 + r], full[i * 24 + 8 + r]);
   }
+}
+
+// A set of products with activations of their own (a MoE layer's experts) computes each product
+// exactly as MatMul computes it alone: fused parts of mixed types, F32 through oneDNN, the
+// dequant+sgemm rows, accumulation, an empty product; outputs interleaved in one buffer.
+TEST(QuantMatMulTest, ASetOfProductsEqualsEachProductAlone) {
+  const Problem q4k = MakeProblem(GgmlType::kQ4_K, 3, 70, 512, 500);
+  const Problem q6k = MakeProblem(GgmlType::kQ6_K, 3, 40, 512, 501);
+  const Problem q8 = MakeProblem(GgmlType::kQ8_0, 1, 33, 512, 502);
+  const Problem f32 = MakeProblem(GgmlType::kF32, 2, 20, 512, 503);
+  const Problem prefill = MakeProblem(GgmlType::kQ5_K, 130, 48, 512, 504);
+  const std::vector<quant::WeightMatrix> fused = {q4k.w, q6k.w};  // q4k's x for both
+  struct Case {
+    const float* x;
+    int m;
+    std::span<const quant::WeightMatrix> parts;
+    bool accumulate;
+  };
+  const std::vector<Case> cases = {
+      {q4k.x.data(), 3, fused, false},
+      {q8.x.data(), 1, {&q8.w, 1}, true},
+      {f32.x.data(), 2, {&f32.w, 1}, false},
+      {q8.x.data(), 0, {&q8.w, 1}, false},
+      {prefill.x.data(), 130, {&prefill.w, 1}, true},
+  };
+  std::vector<MatMulProduct> products;
+  std::vector<std::size_t> offsets;
+  std::size_t total = 0;
+  for (const Case& c : cases) {
+    int rows = 0;
+    for (const auto& w : c.parts) rows += w.rows;
+    offsets.push_back(total);
+    total += static_cast<std::size_t>(c.m) * rows;
+  }
+  std::vector<float> together(total);
+  std::vector<float> alone(total);
+  for (std::size_t o = 0; o < total; ++o) together[o] = alone[o] = static_cast<float>(o % 7) - 3.0f;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    products.push_back({c.x, c.m, c.parts, together.data() + offsets[i], c.accumulate});
+    MatMul(testing::TestPool(), c.x, c.m, c.parts, alone.data() + offsets[i], c.accumulate);
+  }
+  MatMul(testing::TestPool(), products);
+  for (std::size_t o = 0; o < total; ++o) ASSERT_EQ(together[o], alone[o]) << "at " << o;
 }
 
 TEST(QuantMatMulTest, EveryComputableTypeHasAKernel) {

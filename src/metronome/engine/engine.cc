@@ -257,6 +257,8 @@ struct Engine::Batch {
     // [slots, dim] the slots' normalised rows, then (overwritten) the experts' outputs;
     // [slots, 2 expert_ffn_dim] gate|up; [slots, expert_ffn_dim] SwiGLU.
     std::vector<float> in, gate_up, hidden;
+    // [experts with slots]: one layer's expert products, run as one set (kernels::MatMul).
+    std::vector<kernels::MatMulProduct> products;
   } moe;
 
   [[nodiscard]] const Item& ItemOfRow(int t) const {
@@ -492,6 +494,7 @@ void Engine::SizeActivations(Batch& b) const {
     }
     moe.first.resize(experts + 1);
     moe.cursor.resize(experts);
+    moe.products.reserve(experts);
     EnsureSize(moe.in, Floats(slots, c.dim));
     EnsureSize(moe.gate_up, Floats(slots, 2 * c.expert_ffn_dim));
     EnsureSize(moe.hidden, Floats(slots, c.expert_ffn_dim));
@@ -821,31 +824,36 @@ void Engine::MoeFfnLayer(Batch& b, const model::LayerWeights& lw) {
                   xb + Floats(moe.slot_row[static_cast<std::size_t>(g)], dim),
                   Floats(dim, sizeof(float)));
     });
-    // Each expert over its slots (experts in turn; each product on the whole pool).
-    const auto for_each_expert = [&](auto&& fn) {
+    // Each expert with slots over its slots, all of a projection's experts as one set of products
+    // on the pool (one wake-up and one balanced split per projection, not per expert).
+    const auto expert_products = [&](auto&& product_of) {
+      moe.products.clear();
       for (int e = 0; e < c.num_experts; ++e) {
         const int g0 = moe.first[static_cast<std::size_t>(e)];
         const int n = moe.first[static_cast<std::size_t>(e) + 1] - g0;
-        if (n > 0) fn(e, g0, n);
+        if (n > 0) moe.products.push_back(product_of(static_cast<std::size_t>(e), g0, n));
       }
+      return std::span<const kernels::MatMulProduct>(moe.products);
     };
     TimedProduct(&last_step_, Product::kGateUp, [&] {
-      for_each_expert([&](int e, int g0, int n) {
-        kernels::MatMul(pool, &moe.in[Floats(g0, dim)], n,
-                        lw.expert_gate_up[static_cast<std::size_t>(e)],
-                        &moe.gate_up[Floats(g0, 2 * ffn)], false);
-      });
+      kernels::MatMul(pool, expert_products([&](std::size_t e, int g0, int n) {
+                        return kernels::MatMulProduct{&moe.in[Floats(g0, dim)], n,
+                                                      lw.expert_gate_up[e],
+                                                      &moe.gate_up[Floats(g0, 2 * ffn)], false};
+                      }));
     });
     ForRows(pool, slots, 2 * ffn, [&](int g) {
       const float* gu = &moe.gate_up[Floats(g, 2 * ffn)];
       kernels::SwiGlu(gu, gu + ffn, &moe.hidden[Floats(g, ffn)], ffn);
     });
     TimedProduct(&last_step_, Product::kDown, [&] {
-      for_each_expert([&](int e, int g0, int n) {
-        kernels::MatMul(pool, &moe.hidden[Floats(g0, ffn)], n,
-                        {&lw.expert_down[static_cast<std::size_t>(e)], 1}, &moe.in[Floats(g0, dim)],
-                        false);
-      });
+      kernels::MatMul(pool, expert_products([&](std::size_t e, int g0, int n) {
+                        return kernels::MatMulProduct{&moe.hidden[Floats(g0, ffn)],
+                                                      n,
+                                                      {&lw.expert_down[e], 1},
+                                                      &moe.in[Floats(g0, dim)],
+                                                      false};
+                      }));
     });
     ForRows(pool, rows, k * dim, [&](int t) {
       float* x = &b.x[Floats(r0 + t, dim)];

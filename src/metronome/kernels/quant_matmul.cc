@@ -349,19 +349,15 @@ void RowsDequantGemm(const RowsKernelArgs& a, int row_begin, int row_end) {
   }
 }
 
-// Per-calling-thread storage of the prepared activations, one buffer per format (grows to the
-// largest product seen).
-std::byte* ActivationScratch(ActivationFormat format, std::size_t bytes) {
-  thread_local std::array<std::vector<std::byte>, 3> scratch;
-  auto& buf = scratch[static_cast<std::size_t>(format)];
-  if (buf.size() < bytes) buf.resize(bytes);
-  return buf.data();
-}
+// A prepared activation block's bytes in the arena: rounded up to whole cache lines, so every block
+// starts on one.
+std::size_t ArenaBlockBytes(std::size_t bytes) noexcept { return (bytes + 63) / 64 * 64; }
 
-// Arguments for one part; the activations for its format are prepared unless `prepared` already
-// holds them (per format, for the parts of one product).
+// Arguments for one part; the activations for its format are prepared at `arena` (advanced past
+// them) unless `prepared` already holds them (per format, for the parts of one product).
 RowsKernelArgs MakeArgs(const float* x, int m, const quant::WeightMatrix& w, float* y, int ldy,
-                        bool accumulate, std::array<const std::byte*, 3>& prepared) {
+                        bool accumulate, std::array<const std::byte*, 3>& prepared,
+                        std::byte*& arena) {
   RowsKernelArgs args;
   args.m = m;
   args.w = &w;
@@ -375,9 +371,9 @@ RowsKernelArgs MakeArgs(const float* x, int m, const quant::WeightMatrix& w, flo
     if (format == ActivationFormat::kF32) {
       act = reinterpret_cast<const std::byte*>(x);
     } else {
-      std::byte* buf = ActivationScratch(format, args.act_row_bytes * static_cast<std::size_t>(m));
-      PrepareActivations(w.type, x, m, w.cols, buf);
-      act = buf;
+      PrepareActivations(w.type, x, m, w.cols, arena);
+      act = arena;
+      arena += ArenaBlockBytes(args.act_row_bytes * static_cast<std::size_t>(m));
     }
   }
   args.act = act;
@@ -387,6 +383,37 @@ RowsKernelArgs MakeArgs(const float* x, int m, const quant::WeightMatrix& w, flo
 bool IsPackedF32(const quant::WeightMatrix& w) {
   return w.type == GgmlType::kF32 &&
          w.row_bytes == static_cast<std::size_t>(w.cols) * sizeof(float);
+}
+
+// Whether a part of an m-row product runs as dequantised tiles through sgemm (prefill).
+bool UsesDequantGemm(const quant::WeightMatrix& w, int m) {
+  return m >= kDequantGemmMinRows && ActivationFormatFor(w.type) != ActivationFormat::kF32;
+}
+
+// The arena bytes a product's prepared activations take: one block per quantised format its
+// integer-kernel parts use.
+std::size_t ArenaBytes(const MatMulProduct& product) {
+  std::array<bool, 3> seen{};
+  std::size_t bytes = 0;
+  for (const auto& w : product.parts) {
+    const ActivationFormat format = ActivationFormatFor(w.type);
+    if (IsPackedF32(w) || UsesDequantGemm(w, product.m) || format == ActivationFormat::kF32 ||
+        seen[static_cast<std::size_t>(format)]) {
+      continue;
+    }
+    seen[static_cast<std::size_t>(format)] = true;
+    bytes += ArenaBlockBytes(ActivationRowBytes(w.type, w.cols) *
+                             static_cast<std::size_t>(std::max(product.m, 0)));
+  }
+  return bytes;
+}
+
+// Per-calling-thread storage of the prepared activations (grows to the largest set of products
+// seen; no allocation per call after that).
+std::byte* ActivationArena(std::size_t bytes) {
+  thread_local std::vector<std::byte> arena;
+  if (arena.size() < bytes) arena.resize(bytes);
+  return arena.data();
 }
 
 }  // namespace
@@ -463,50 +490,60 @@ quant::RowLayout PreferredRowLayout(const quant::WeightMatrix& w) noexcept {
              : quant::RowLayout::kRowMajor;
 }
 
-void MatMul(base::ThreadPool& pool, const float* x, int m,
-            std::span<const quant::WeightMatrix> parts, float* y, bool accumulate) noexcept {
-  int ldy = 0;
-  for (const auto& w : parts) ldy += w.rows;
-  if (m <= 0 || ldy <= 0) return;
-  constexpr std::size_t kMaxParts = 8;
-  MTR_CHECK(parts.size() <= kMaxParts, "MatMul: too many parts in a group");
-  std::array<PartWork, kMaxParts> work{};
-  std::array<const std::byte*, 3> prepared{};
-  std::size_t num_work = 0;
+void MatMul(base::ThreadPool& pool, std::span<const MatMulProduct> products) noexcept {
+  std::size_t arena_bytes = 0;
+  for (const MatMulProduct& product : products) arena_bytes += ArenaBytes(product);
+  std::byte* arena = ActivationArena(arena_bytes);
+  thread_local std::vector<PartWork> work;
+  work.clear();
   int tiles = 0;
   double macs = 0.0;
-  int column = 0;
-  for (const auto& w : parts) {
-    MTR_DCHECK(w.cols == parts[0].cols, "MatMul: parts of a group differ in cols");
-    MTR_DCHECK(quant::RowBytes(w.type, w.cols) != 0, "MatMul: cols not whole blocks");
-    float* y_part = y + column;
-    column += w.rows;
-    if (IsPackedF32(w)) {  // oneDNN
-      MatMulTransposedB(pool, x, m, w.cols, reinterpret_cast<const float*>(w.data), w.rows, y_part,
-                        accumulate, ldy);
-      continue;
+  for (const MatMulProduct& product : products) {
+    const int m = product.m;
+    int ldy = 0;
+    for (const auto& w : product.parts) ldy += w.rows;
+    if (m <= 0 || ldy <= 0) continue;
+    std::array<const std::byte*, 3> prepared{};
+    int column = 0;
+    for (const auto& w : product.parts) {
+      MTR_DCHECK(w.cols == product.parts[0].cols, "MatMul: parts of a product differ in cols");
+      MTR_DCHECK(quant::RowBytes(w.type, w.cols) != 0, "MatMul: cols not whole blocks");
+      float* y_part = product.y + column;
+      column += w.rows;
+      if (IsPackedF32(w)) {  // oneDNN
+        MatMulTransposedB(pool, product.x, m, w.cols, reinterpret_cast<const float*>(w.data),
+                          w.rows, y_part, product.accumulate, ldy);
+        continue;
+      }
+      if (UsesDequantGemm(w, m)) {
+        // Prefill: tiles of W dequantised and multiplied by sgemm on the unquantised x.
+        static const QuantKernel kDequantGemm{RowsDequantGemm, "dequant+sgemm"};
+        RowsKernelArgs args;
+        args.act = reinterpret_cast<const std::byte*>(product.x);
+        args.act_row_bytes = static_cast<std::size_t>(w.cols) * sizeof(float);
+        args.m = m;
+        args.w = &w;
+        args.y = y_part;
+        args.ldy = ldy;
+        args.accumulate = product.accumulate;
+        args.pool = &pool;
+        work.push_back({&kDequantGemm, args, w.rows, tiles});
+      } else {
+        work.push_back({&KernelFor(w),
+                        MakeArgs(product.x, m, w, y_part, ldy, product.accumulate, prepared, arena),
+                        w.rows, tiles});
+      }
+      tiles += (w.rows + kRowTile - 1) / kRowTile;
+      macs += static_cast<double>(m) * w.rows * w.cols;
     }
-    if (m >= kDequantGemmMinRows && ActivationFormatFor(w.type) != ActivationFormat::kF32) {
-      // Prefill: tiles of W dequantised and multiplied by sgemm on the unquantised x.
-      static const QuantKernel kDequantGemm{RowsDequantGemm, "dequant+sgemm"};
-      RowsKernelArgs args;
-      args.act = reinterpret_cast<const std::byte*>(x);
-      args.act_row_bytes = static_cast<std::size_t>(w.cols) * sizeof(float);
-      args.m = m;
-      args.w = &w;
-      args.y = y_part;
-      args.ldy = ldy;
-      args.accumulate = accumulate;
-      args.pool = &pool;
-      work[num_work++] = {&kDequantGemm, args, w.rows, tiles};
-    } else {
-      work[num_work++] = {&KernelFor(w), MakeArgs(x, m, w, y_part, ldy, accumulate, prepared),
-                          w.rows, tiles};
-    }
-    tiles += (w.rows + kRowTile - 1) / kRowTile;
-    macs += static_cast<double>(m) * w.rows * w.cols;
   }
-  if (num_work > 0) ParallelOverRowTiles(pool, std::span(work.data(), num_work), tiles, macs);
+  if (!work.empty()) ParallelOverRowTiles(pool, work, tiles, macs);
+}
+
+void MatMul(base::ThreadPool& pool, const float* x, int m,
+            std::span<const quant::WeightMatrix> parts, float* y, bool accumulate) noexcept {
+  const MatMulProduct product{x, m, parts, y, accumulate};
+  MatMul(pool, std::span(&product, 1));
 }
 
 void MatMul(base::ThreadPool& pool, const float* x, int m, const quant::WeightMatrix& w, float* y,
@@ -518,7 +555,8 @@ void MatMulRowsScalar(const float* x, int m, const quant::WeightMatrix& w, float
                       bool accumulate, int row_begin, int row_end) noexcept {
   if (m <= 0 || row_begin >= row_end) return;
   std::array<const std::byte*, 3> prepared{};
-  const RowsKernelArgs args = MakeArgs(x, m, w, y, w.rows, accumulate, prepared);
+  std::byte* arena = ActivationArena(ArenaBytes({x, m, std::span(&w, 1), y, accumulate}));
+  const RowsKernelArgs args = MakeArgs(x, m, w, y, w.rows, accumulate, prepared, arena);
   ScalarKernel(w.type).rows(args, row_begin, row_end);
 }
 

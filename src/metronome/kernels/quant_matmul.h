@@ -74,6 +74,22 @@ void MatMul(base::ThreadPool& pool, const float* x, int m, const quant::WeightMa
 void MatMul(base::ThreadPool& pool, const float* x, int m,
             std::span<const quant::WeightMatrix> parts, float* y, bool accumulate) noexcept;
 
+// One product of a set MatMul runs as one: y[m, sum of the parts' rows] (+)= x[m, cols] W^T, the
+// parts as in the grouped MatMul above.
+struct MatMulProduct {
+  const float* x = nullptr;
+  int m = 0;
+  std::span<const quant::WeightMatrix> parts;
+  float* y = nullptr;
+  bool accumulate = false;
+};
+// Several products, each with activations of its own (a MoE layer's experts, each over the rows
+// routed to it), as one: every product's activations prepared, then all their row tiles in one
+// parallel loop. The pool is woken once and its threads stay balanced over the whole set however
+// small each product is, where a product at a time pays the wake-up, the ramp of a new stream and
+// the wait for the slowest thread per product. The products' outputs must not overlap.
+void MatMul(base::ThreadPool& pool, std::span<const MatMulProduct> products) noexcept;
+
 // The single-threaded reference: output columns [row_begin, row_end) of y (all m rows), through
 // the scalar kernels regardless of the CPU (F32 too: a plain fp32 dot). For tests and as the
 // definition the fast kernels are checked against.
