@@ -17,10 +17,11 @@ namespace metronome::kernels {
 // machine whose speed comes in phases (a shared or virtual one) measures right before and after
 // each stretch of the work it compares with, not once at some other moment.
 // A pass reads the buffer on every thread of the pool it is given (pass the pool the kernels run
-// on), a few slices per thread, each slice as several independent streams with software
+// on), a few slices per thread, each slice either as several independent streams with software
 // prefetch into every cache level (prefetcht0: a non-temporal hint halves the figure, see the
-// .cc): what a kernel with several rows in flight per thread can stream, not what one sequential
-// reader gets.
+// .cc), what a kernel with several rows in flight per thread can stream, or as one plain stream,
+// what the hardware prefetcher alone draws. The figure is the best pass of either kind: neither
+// is always the faster.
 // Choose `buffer_bytes` well above the last-level cache (the default, 1 GiB, is) or the figure is
 // the cache's, not DRAM's.
 class ReadBandwidthProbe {
@@ -31,7 +32,7 @@ class ReadBandwidthProbe {
   explicit ReadBandwidthProbe(base::ThreadPool& pool,
                               std::size_t buffer_bytes = std::size_t{1} << 30);
 
-  // Best of `repeats` timed passes, in GB/s (1e9 bytes/s); 0 when unusable.
+  // Best of `repeats` timed passes of each kind, in GB/s (1e9 bytes/s); 0 when unusable.
   [[nodiscard]] double MeasureGBps(int repeats = 5) const;
 
  private:
