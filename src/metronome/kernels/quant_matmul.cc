@@ -276,30 +276,51 @@ struct PartWork {
   const QuantKernel* kernel;
   RowsKernelArgs args;
   int rows;
-  int first_tile;  // tiles of earlier parts
+  std::int64_t first_unit;      // cost units of earlier parts
+  std::int64_t units_per_tile;  // a row tile's cost (TileCostUnits)
 };
 
-// Runs every part's row tiles; the only place the output rows are split over threads.
-void ParallelOverRowTiles(base::ThreadPool& pool, std::span<const PartWork> parts, int tiles,
-                          double macs) {
+// A row tile's cost in the units the split balances: its weight bytes in KiB, once per 4 activation
+// rows (the kernels unpack a tile's weights once per register tile of rows). At a few rows a
+// tile's time is its bytes streamed, so a part of a heavier type (a Q6_K V beside Q4_K Q and K)
+// gets fewer tiles a chunk instead of leaving one thread the heavy tail of the product.
+std::int64_t TileCostUnits(const quant::WeightMatrix& w, int m) {
+  constexpr std::size_t kUnitBytes = 1024;
+  constexpr int kRowsPerPass = 4;
+  const std::size_t tile_bytes = w.row_bytes * static_cast<std::size_t>(kRowTile);
+  const auto units = static_cast<std::int64_t>((tile_bytes + kUnitBytes - 1) / kUnitBytes);
+  return std::max<std::int64_t>(1, units) * ((m + kRowsPerPass - 1) / kRowsPerPass);
+}
+
+// Runs every part's row tiles; the only place the output rows are split over threads. The split
+// is over cost units (parts[i].first_unit on), so each chunk carries about the same bytes; a tile
+// belongs to the chunk its first unit falls in.
+void ParallelOverRowTiles(base::ThreadPool& pool, std::span<const PartWork> parts,
+                          std::int64_t units, double macs) {
   // A product too small to be worth waking the team is one chunk: the pool runs it inline.
+  std::int64_t tiles = 0;
+  for (const PartWork& part : parts) tiles += (part.rows + kRowTile - 1) / kRowTile;
   const bool parallel = tiles > 1 && macs >= kMinParallelMacs;
-  pool.ParallelFor(tiles, parallel ? 1 : tiles, [parts](std::int64_t t0, std::int64_t t1) {
-    // A chunk's tiles of one part go to the kernel as one row range: a kernel call has a
-    // fixed cost (preparing its activation layout, filling its pipeline), paid once per chunk
-    // and part, not per work item.
-    auto t = static_cast<int>(t0);
-    while (t < static_cast<int>(t1)) {
-      std::size_t p = 0;
-      while (p + 1 < parts.size() && parts[p + 1].first_tile <= t) ++p;
-      const PartWork& part = parts[p];
-      const int part_tiles = (part.rows + kRowTile - 1) / kRowTile;
-      const int last = std::min(static_cast<int>(t1), part.first_tile + part_tiles);
-      const int begin = (t - part.first_tile) * kRowTile;
-      const int end = std::min((last - part.first_tile) * kRowTile, part.rows);
+  pool.ParallelFor(units, parallel ? 1 : units, [parts](std::int64_t u0, std::int64_t u1) {
+    // Per part, the tiles whose first unit lies in [u0, u1), as one row range: a kernel call has
+    // a fixed cost (preparing its activation layout, filling its pipeline), paid once per chunk
+    // and part, not per tile.
+    for (const PartWork& part : parts) {
+      const std::int64_t part_tiles = (part.rows + kRowTile - 1) / kRowTile;
+      const std::int64_t part_end = part.first_unit + part_tiles * part.units_per_tile;
+      if (part_end <= u0) continue;
+      if (part.first_unit >= u1) break;
+      const auto first_tile_at = [&](std::int64_t u) {
+        const std::int64_t rel = std::max<std::int64_t>(0, u - part.first_unit);
+        return std::min(part_tiles, (rel + part.units_per_tile - 1) / part.units_per_tile);
+      };
+      const std::int64_t t0 = first_tile_at(u0);
+      const std::int64_t t1 = first_tile_at(u1);
+      if (t0 >= t1) continue;
+      const int begin = static_cast<int>(t0) * kRowTile;
+      const int end = std::min(static_cast<int>(t1) * kRowTile, part.rows);
       const bool gemv = part.args.m <= kGemvMaxRows && part.kernel->gemv != nullptr;
       (gemv ? part.kernel->gemv : part.kernel->rows)(part.args, begin, end);
-      t = last;
     }
   });
 }
@@ -496,7 +517,7 @@ void MatMul(base::ThreadPool& pool, std::span<const MatMulProduct> products) noe
   std::byte* arena = ActivationArena(arena_bytes);
   thread_local std::vector<PartWork> work;
   work.clear();
-  int tiles = 0;
+  std::int64_t units = 0;
   double macs = 0.0;
   for (const MatMulProduct& product : products) {
     const int m = product.m;
@@ -527,17 +548,17 @@ void MatMul(base::ThreadPool& pool, std::span<const MatMulProduct> products) noe
         args.ldy = ldy;
         args.accumulate = product.accumulate;
         args.pool = &pool;
-        work.push_back({&kDequantGemm, args, w.rows, tiles});
+        work.push_back({&kDequantGemm, args, w.rows, units, TileCostUnits(w, m)});
       } else {
         work.push_back({&KernelFor(w),
                         MakeArgs(product.x, m, w, y_part, ldy, product.accumulate, prepared, arena),
-                        w.rows, tiles});
+                        w.rows, units, TileCostUnits(w, m)});
       }
-      tiles += (w.rows + kRowTile - 1) / kRowTile;
+      units += work.back().units_per_tile * ((w.rows + kRowTile - 1) / kRowTile);
       macs += static_cast<double>(m) * w.rows * w.cols;
     }
   }
-  if (!work.empty()) ParallelOverRowTiles(pool, work, tiles, macs);
+  if (!work.empty()) ParallelOverRowTiles(pool, work, units, macs);
 }
 
 void MatMul(base::ThreadPool& pool, const float* x, int m,
