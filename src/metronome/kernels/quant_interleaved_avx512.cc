@@ -42,13 +42,14 @@ constexpr int kLineBytes = 64;  // one vector, one cache line
 // shorter leads were slower for Q4_0 and level for Q8_0 (bench-decode at one session;
 // bench/quant_benchmark BM_DecodeDram).
 constexpr std::size_t kPrefetchAheadBytes = 8192;
-// The K-quants' distance: a third of a Q4_K super-block body ahead, into L2. Their bodies are one
-// ascending stream the hardware prefetcher follows, but with a super-block's unpacking between
-// its lines it runs too few lines ahead, and a stream read from DRAM loses a fifth of the
-// bandwidth to that (one session, two threads: Q4_K 0.80 -> 0.85 of the probe, Q6_K 0.73 -> 0.84,
-// Q5_K +20 %; 8 sessions +3-17 %). Longer leads gain less, and at 8 KiB Q4_K was slower than with
-// none (BM_DecodeDram, m = 1 and 8).
-constexpr std::size_t kKQuantPrefetchAheadBytes = 768;
+// The K-quants' distance: 2 KiB, most of a 16-row Q4_K super-block body (2304 bytes) ahead,
+// into L2. Their bodies are one ascending stream the hardware prefetcher follows, but with a
+// super-block's unpacking between its lines it runs too few lines ahead, and a stream read from
+// DRAM loses a fifth to two fifths of the bandwidth to that. A lead of a third of a body is enough
+// where DRAM latency is short; where it is longer (more lines in flight per core at the same read
+// rate) only 2 KiB keeps up; at 4 KiB and beyond the lead evicts lines still to be read
+// (BM_DecodeDram, m = 1 and 8, alternated builds).
+constexpr std::size_t kKQuantPrefetchAheadBytes = 2048;
 constexpr int kOrMasked = 0xF8;  // ternary logic: a | (b & c)
 
 // Software prefetch of the kBytes from p on, kAhead bytes ahead, one per line, into L2
