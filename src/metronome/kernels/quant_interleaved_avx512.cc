@@ -17,7 +17,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
 #include "metronome/kernels/internal/for_count.h"
@@ -42,14 +41,14 @@ constexpr int kLineBytes = 64;  // one vector, one cache line
 // shorter leads were slower for Q4_0 and level for Q8_0 (bench-decode at one session;
 // bench/quant_benchmark BM_DecodeDram).
 constexpr std::size_t kPrefetchAheadBytes = 8192;
-// The K-quants' distance: 2 KiB, most of a 16-row Q4_K super-block body (2304 bytes) ahead,
+// The K-quants' distance: 3 KiB, more than a 16-row Q4_K super-block body (2304 bytes) ahead,
 // into L2. Their bodies are one ascending stream the hardware prefetcher follows, but with a
 // super-block's unpacking between its lines it runs too few lines ahead, and a stream read from
 // DRAM loses a fifth to two fifths of the bandwidth to that. A lead of a third of a body is enough
 // where DRAM latency is short; where it is longer (more lines in flight per core at the same read
-// rate) only 2 KiB keeps up; at 4 KiB and beyond the lead evicts lines still to be read
-// (BM_DecodeDram, m = 1 and 8, alternated builds).
-constexpr std::size_t kKQuantPrefetchAheadBytes = 2048;
+// rate) 2-4 KiB keeps up, 3 KiB best with the one-operation dots below; from 8 KiB the lead evicts
+// lines still to be read (BM_DecodeDram, m = 1 and 8, alternated builds).
+constexpr std::size_t kKQuantPrefetchAheadBytes = 3072;
 constexpr int kOrMasked = 0xF8;  // ternary logic: a | (b & c)
 
 // Software prefetch of the kBytes from p on, kAhead bytes ahead, one per line, into L2
@@ -155,10 +154,15 @@ constexpr quant::InterleavedGeometry kGeometry = quant::InterleavedGeometryOf(T:
 static_assert(kGeometry<Q8_0I>.quant_vectors == kWords, "Q8_0: a vector per word");
 static_assert(kGeometry<Q5_1I>.quant_vectors == kWords / 2, "nibbles: a vector per 2 words");
 
-inline __m512i Broadcast(const std::int8_t* word) noexcept {
-  std::int32_t v = 0;
-  std::memcpy(&v, word, sizeof v);
-  return _mm512_set1_epi32(v);
+// acc + the 16 lanes' dots of w's unsigned bytes with the signed four-byte word at `word`, the word
+// broadcast by the instruction's own {1to16} memory form: GCC emits a separate broadcast load for
+// the intrinsic, one more operation per dot, which at eight sessions (eight dots per weight
+// vector) bounds the K-quant kernels (bench/quant_benchmark BM_DecodeDram, m = 8).
+inline __m512i DotWord(__m512i acc, __m512i w, const std::int8_t* word) noexcept {
+  asm("vpdpbusd %2%{1to16%}, %1, %0"
+      : "+v"(acc)
+      : "v"(w), "m"(*reinterpret_cast<const std::int8_t(*)[4]>(word)));
+  return acc;
 }
 
 // The 16 rows' fp16 values of one scale line's half (block 2p + half of the pair at `pair`).
@@ -179,8 +183,8 @@ inline void Block(const __m512i (&w)[kWords], __m512 dw, __m512 mw,
     __m512i odd = _mm512_setzero_si512();
 #pragma GCC unroll 8
     for (int k = 0; k < kWords; k += 2) {
-      even = _mm512_dpbusd_epi32(even, w[k], Broadcast(a.qs + 4 * k));
-      odd = _mm512_dpbusd_epi32(odd, w[k + 1], Broadcast(a.qs + 4 * k + 4));
+      even = DotWord(even, w[k], a.qs + 4 * k);
+      odd = DotWord(odd, w[k + 1], a.qs + 4 * k + 4);
     }
     const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(a.d));
     acc[i] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(_mm512_add_epi32(even, odd)), acc[i]);
@@ -304,8 +308,7 @@ void GroupTileQ6K(const RowsKernelArgs& a, int r, const std::byte* group, int su
           for (int i = 0; i < MT; ++i) {
 #pragma GCC unroll 4
             for (int k = 0; k < 4; ++k) {
-              dot[i][k] = _mm512_dpbusd_epi32(dot[i][k], w[k],
-                                              Broadcast(act[i][sb].qs + 128 * h + 32 * k + 4 * l));
+              dot[i][k] = DotWord(dot[i][k], w[k], act[i][sb].qs + 128 * h + 32 * k + 4 * l);
             }
           }
         }
@@ -455,8 +458,8 @@ void GroupTileK(const RowsKernelArgs& a, int r, const std::byte* group, int supe
 #pragma GCC unroll 8
         for (int i = 0; i < MT; ++i) {
           const std::int8_t* q = act[i][sb].qs + 64 * g + 4 * l;
-          dot[i][0][l % 2] = _mm512_dpbusd_epi32(dot[i][0][l % 2], lo, Broadcast(q));
-          dot[i][1][l % 2] = _mm512_dpbusd_epi32(dot[i][1][l % 2], hi, Broadcast(q + 32));
+          dot[i][0][l % 2] = DotWord(dot[i][0][l % 2], lo, q);
+          dot[i][1][l % 2] = DotWord(dot[i][1][l % 2], hi, q + 32);
         }
       }
       // Sub-blocks 2g and 2g + 1: scale bytes (2g) % 4 and (2g + 1) % 4 of sc[g / 2].
