@@ -46,8 +46,8 @@ constexpr std::size_t kPrefetchAheadBytes = 8192;
 // super-block's unpacking between its lines it runs too few lines ahead, and a stream read from
 // DRAM loses a fifth to two fifths of the bandwidth to that. A lead of a third of a body is enough
 // where DRAM latency is short; where it is longer (more lines in flight per core at the same read
-// rate) 2-4 KiB keeps up, 3 KiB best with the one-operation dots below; from 8 KiB the lead evicts
-// lines still to be read (BM_DecodeDram, m = 1 and 8, alternated builds).
+// rate) 2-4 KiB keeps up, level within the run-to-run spread; from 8 KiB the lead evicts lines
+// still to be read (BM_DecodeDram, m = 1 and 8, alternated builds).
 constexpr std::size_t kKQuantPrefetchAheadBytes = 3072;
 constexpr int kOrMasked = 0xF8;  // ternary logic: a | (b & c)
 
@@ -155,9 +155,9 @@ static_assert(kGeometry<Q8_0I>.quant_vectors == kWords, "Q8_0: a vector per word
 static_assert(kGeometry<Q5_1I>.quant_vectors == kWords / 2, "nibbles: a vector per 2 words");
 
 // acc + the 16 lanes' dots of w's unsigned bytes with the signed four-byte word at `word`, the word
-// broadcast by the instruction's own {1to16} memory form: GCC emits a separate broadcast load for
-// the intrinsic, one more operation per dot, which at eight sessions (eight dots per weight
-// vector) bounds the K-quant kernels (bench/quant_benchmark BM_DecodeDram, m = 8).
+// broadcast by the instruction's own {1to16} memory form: for the set1 intrinsic GCC emits a
+// separate broadcast load, one more operation per dot, and a dot is most of a decode kernel's
+// work once a few sessions share each weight vector (bench/quant_benchmark BM_DecodeDram).
 inline __m512i DotWord(__m512i acc, __m512i w, const std::int8_t* word) noexcept {
   asm("vpdpbusd %2%{1to16%}, %1, %0"
       : "+v"(acc)
