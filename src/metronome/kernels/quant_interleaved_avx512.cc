@@ -47,7 +47,10 @@ constexpr std::size_t kPrefetchAheadBytes = 8192;
 // DRAM loses a fifth to two fifths of the bandwidth to that. A lead of a third of a body is enough
 // where DRAM latency is short; where it is longer (more lines in flight per core at the same read
 // rate) 2-4 KiB keeps up, level within the run-to-run spread; from 8 KiB the lead evicts lines
-// still to be read (BM_DecodeDram, m = 1 and 8, alternated builds).
+// still to be read (BM_DecodeDram, m = 1 and 8, alternated builds). The prefetches go out a few
+// lines at a time as the kernel reads (PrefetchAhead beside the loads), not a body's 36-52 lines
+// at a super-block's start: such a burst holds the core's miss buffers while the loads behind it
+// wait, which cost Q6_K a fifth of its DRAM rate.
 constexpr std::size_t kKQuantPrefetchAheadBytes = 3072;
 constexpr int kOrMasked = 0xF8;  // ternary logic: a | (b & c)
 
@@ -275,7 +278,7 @@ void GroupTileQ6K(const RowsKernelArgs& a, int r, const std::byte* group, int su
   const std::byte* tail = group + static_cast<std::size_t>(supers) * quant::kQ6KBodyBytes;
   for (int sb = 0; sb < supers; ++sb) {
     const std::byte* body = group + static_cast<std::size_t>(sb) * quant::kQ6KBodyBytes;
-    PrefetchAhead<quant::kQ6KBodyBytes, kKQuantPrefetchAheadBytes>(body);
+    PrefetchAhead<quant::kQ6KScaleBytes, kKQuantPrefetchAheadBytes>(body);
     __m512 sum[MT];
     ZeroTile(sum);
 #pragma GCC unroll 2
@@ -292,7 +295,10 @@ void GroupTileQ6K(const RowsKernelArgs& a, int r, const std::byte* group, int su
         }
 #pragma GCC unroll 4
         for (int l = 4 * half; l < 4 * half + 4; ++l) {
-          const __m512i qh = _mm512_loadu_si512(body + quant::Q6KQhOffset(8 * h + l));
+          // The triple of lines from qh vector 8 h + l on (quant/row_layout.h).
+          const std::byte* triple = body + quant::Q6KQhOffset(8 * h + l);
+          PrefetchAhead<3 * kLineBytes, kKQuantPrefetchAheadBytes>(triple);
+          const __m512i qh = _mm512_loadu_si512(triple);
           const __m512i v0 = _mm512_loadu_si512(body + quant::Q6KQlOffset(16 * h + l));
           const __m512i v1 = _mm512_loadu_si512(body + quant::Q6KQlOffset(16 * h + 8 + l));
           __m512i w[4];
@@ -406,7 +412,7 @@ void GroupTileK(const RowsKernelArgs& a, int r, const std::byte* group, int supe
   const __m512i low_words = _mm512_set1_epi32(0x00FF00FF);
   for (int sb = 0; sb < supers; ++sb) {
     const std::byte* body = group + static_cast<std::size_t>(sb) * kBodyBytes;
-    PrefetchAhead<kBodyBytes, kKQuantPrefetchAheadBytes>(body);
+    PrefetchAhead<kQsAt, kKQuantPrefetchAheadBytes>(body);  // d, dmin, scales (and qh)
     // The scales and mins (quant/blocks.h): j < 4 the low 6 bits of bytes j, j + 4; j >= 4 a
     // nibble of byte j + 4 with the top 2 bits of byte j - 4 (scale) or j (min) above it.
     const __m512i v0 = _mm512_loadu_si512(body + kScalesAt);
@@ -447,7 +453,9 @@ void GroupTileK(const RowsKernelArgs& a, int r, const std::byte* group, int supe
       }
 #pragma GCC unroll 8
       for (int l = 0; l < 8; ++l) {
-        const __m512i x = _mm512_loadu_si512(body + kQsAt + kLineBytes * (8 * g + l));
+        const std::byte* qs_line = body + kQsAt + kLineBytes * (8 * g + l);
+        PrefetchAhead<kLineBytes, kKQuantPrefetchAheadBytes>(qs_line);
+        const __m512i x = _mm512_loadu_si512(qs_line);
         __m512i lo = _mm512_and_si512(x, low);
         __m512i hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), low);
         if constexpr (kHighBits) {
