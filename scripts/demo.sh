@@ -77,10 +77,12 @@ heavy=(--period-ms 40 --tokens-per-frame 64 --output-tokens-per-frame 4 --kv win
   --sinks 4)
 rows=()
 row() {  # row NAME JSON VERDICT
+  local p99
+  p99="$(jq -r 'if .p99_frame_latency_ms == null then "-"
+    else .p99_frame_latency_ms * 10 | round / 10 end' <<<"$2")"  # null: no frame came back
   rows+=("$(printf '%-34s %8s %8s %9s %7s %7s %8s %9s  %s' "$1" "$(jget "$2" admitted)" \
     "$(jget "$2" frames)" "$(jget "$2" starved_frames)" "$(jget "$2" mute_alarms)" \
-    "$(jget "$2" deadline_misses)" "$(printf '%.1f' "$(jget "$2" p99_frame_latency_ms)")" \
-    "$(jget "$2" rejected)" "$3")")
+    "$(jget "$2" deadline_misses)" "$p99" "$(jget "$2" rejected)" "$3")")
 }
 
 banner "Part 1: metronome serve on synthetic:tiny, driven by metronome loadgen over WebSocket"
@@ -177,9 +179,10 @@ banner "4. AIMD admission, heavy frames: clients arrive at $rate/s (~2 N_true), 
 start_server --kv-blocks $((16 * (3 * n_true + 64))) --admission aimd --aimd-initial 1 \
   --max-connections "$conns"
 t0="$(jget "$(stats)" .t_s)"
-# The server's limit once a second, beside the run: [t_s, limit, active].
+# The server's limit once a second, beside the run: [t_s, limit, active, work_used].
 (while :; do
-  stats | jq -c '[.t_s, .admission.limit, .sessions.active]' >>"$tmp/limit.jsonl" 2>/dev/null || true
+  stats | jq -c '[.t_s, .admission.limit, .sessions.active, .admission.work_used]' \
+    >>"$tmp/limit.jsonl" 2>/dev/null || true
   sleep 1
 done) &
 poll_pid=$!
@@ -190,7 +193,17 @@ wait "$poll_pid" 2>/dev/null || true
 poll_pid=""
 aimd="$last"
 s="$(stats)"
-limit="$(jget "$s" .admission.limit)"
+# The limit is a budget of work in units of the server's reference session; a heavy session costs
+# its price (work_used / active, the same for every session of one shape), so a budget of L units
+# admits floor(L / price) of them: the number to compare with step 3's N_true. From here on the
+# log's limit is in heavy sessions.
+price="$(jq -rs 'map(select(.[2] > 0)) | if length > 0 then .[0][3] / .[0][2] else 1 end' \
+  "$tmp/limit.jsonl")"
+jq -c --argjson p "$price" 'if .[1] == null then . else .[1] = (.[1] / $p + 1e-9 | floor) end' \
+  "$tmp/limit.jsonl" >"$tmp/limit_sessions.jsonl"
+mv "$tmp/limit_sessions.jsonl" "$tmp/limit.jsonl"
+limit="$(awk -v l="$(jget "$s" .admission.limit)" -v p="$price" \
+  'BEGIN { printf "%d", l / p + 1e-9 }')"
 t_reach="$(jq -rs --argjson t0 "$t0" --argjson target "$(awk -v n="$n_true" \
   'BEGIN { print 0.9 * n }')" 'map(select(.[1] != null and .[1] >= $target))
   | if length > 0 then "after \(.[0][0] - $t0 | round) s" else "not within the run" end' \
@@ -205,7 +218,9 @@ limit_mean="$(jq -rs 'map(select(.[1] != null)) | .[(length / 2 | floor):] | map
 ratio="$(awk -v a="$limit_mean" -v b="$n_true" 'BEGIN { printf "%.2f", a / b }')"
 p99_over_d="$(jq -r 'if .p99_frame_latency_ms == null then "-" else
   (.p99_frame_latency_ms / .deadline_ms * 100 | round / 100) end' <<<"$aimd")"
-echo "server: AIMD limit $limit at the end, $limit_mean on average over the second half =" \
+echo "server: a heavy session costs $(printf '%.2f' "$price") units of work;" \
+  "the AIMD budget admits $limit of them at the end, $limit_mean on average over the second" \
+  "half =" \
   "$ratio x N_true (step 3: $n_true) after $(jget "$s" .admission.limit_changes) changes; 0.9" \
   "N_true reached $t_reach; this run's client p99 = $p99_over_d D (step 3's bar: 0.85 D)"
 row "4. AIMD, arrivals ${rate}/s" "$aimd" \

@@ -50,6 +50,9 @@ struct Scenario {
   // Frame latency at N active sessions before jitter, ms (a pool overflow is handled separately).
   std::function<double(std::int64_t)> latency_ms;
   double period_ms = kPeriodMs;  // one tick per period; the deadline is the period
+  // Every session's price in units of work (SessionRequest::work): the controller's limit is then
+  // a budget of units while latency_ms still reads the session count.
+  double session_work = 1.0;
   // Latency step: from step_at_s on (until step_end_s, when that is >= 0), every frame's latency
   // is multiplied by step_factor.
   double step_at_s = -1.0;
@@ -195,7 +198,8 @@ Trace Simulate(const Scenario& s, AdmissionController& c, std::uint64_t seed = 1
   StepCostFit step_cost;  // the engine's, as the Supervisor keeps it
   const auto num_ticks = static_cast<std::int64_t>(s.duration_s / tick_s);
   auto state_at = [&](double now_s) {
-    SystemState st{.active_sessions = static_cast<std::int64_t>(sessions.size())};
+    SystemState st{.active_sessions = static_cast<std::int64_t>(sessions.size()),
+                   .active_work = static_cast<double>(sessions.size()) * s.session_work};
     if (s.total_blocks > 0) {
       std::int64_t used = 0;
       std::int64_t promised = 0;
@@ -236,7 +240,8 @@ Trace Simulate(const Scenario& s, AdmissionController& c, std::uint64_t seed = 1
       }
       const SessionRequest r{.period_ms = s.period_ms,
                              .deadline_ms = deadline_ms,
-                             .projected_blocks = s.projected_blocks};
+                             .projected_blocks = s.projected_blocks,
+                             .work = s.session_work};
       const Decision d = c.Decide(r, state_at(now_s), now_s);
       if (d.admit) {
         const double len_s = s.min_session_s + (s.max_session_s - s.min_session_s) * rng.Uniform();
@@ -584,6 +589,46 @@ TEST(AimdClosedLoopTest, FromLimitOneReachesAKneePlantFastAndSettlesWithoutMisse
   // one session (a window that mixes the loads before and after an admission reads a little
   // fast), and that one was cut without a miss.
   EXPECT_LE(t.max_limit, n_true + 1);
+}
+
+// Sessions heavier than the reference (6.4 units each) from a budget of 1 unit: the first is
+// admitted alone and the budget follows its price (without that, nobody is ever admitted and no
+// window moves the budget), then slow start grows the budget in units as for light sessions.
+TEST(AimdClosedLoopTest, HeavySessionsFromABudgetOfOneUnitReachTheKnee) {
+  Scenario s;
+  s.latency_ms = KneeLatencyMs;
+  s.session_work = 6.4;
+  const std::int64_t n_true = TrueCapacity(s, 0.85);
+  AimdController c(AimdOptions{.initial_limit = 1}, {});
+  const Trace t = Simulate(s, c);
+  ASSERT_FALSE(t.changes.empty());
+  EXPECT_NE(t.changes[0].reason.find("lone session's price"), std::string::npos)
+      << t.changes[0].reason;
+  // The sessions a budget admits: floor(limit / price).
+  const auto sessions_at = [&](std::int64_t limit) {
+    return static_cast<std::int64_t>(std::floor(static_cast<double>(limit) / s.session_work));
+  };
+  std::int64_t reached_at_tick = -1;
+  double mean_sessions = 0.0;
+  const std::size_t from = t.limit.size() / 2;
+  for (std::size_t i = 0; i < t.limit.size(); ++i) {
+    const std::int64_t n = sessions_at(t.limit[i]);
+    if (reached_at_tick < 0 && static_cast<double>(n) >= 0.9 * static_cast<double>(n_true)) {
+      reached_at_tick = static_cast<std::int64_t>(i);
+    }
+    if (i >= from) mean_sessions += static_cast<double>(n);
+  }
+  mean_sessions /= static_cast<double>(t.limit.size() - from);
+  std::printf(
+      "[heavy, from 1 unit] N_true=%lld sessions, 0.9 N_true reached after %.1f s, "
+      "second-half mean %.2f sessions, peak active %lld, %lld misses\n",
+      static_cast<long long>(n_true), static_cast<double>(reached_at_tick) * t.tick_s,
+      mean_sessions, static_cast<long long>(t.peak_active), static_cast<long long>(t.num_misses));
+  ASSERT_GE(reached_at_tick, 0);
+  EXPECT_LE(static_cast<double>(reached_at_tick) * t.tick_s, 20.0);
+  EXPECT_GE(mean_sessions, 0.9 * static_cast<double>(n_true));
+  EXPECT_LE(t.peak_active, n_true + 1);
+  EXPECT_EQ(t.num_misses, 0);
 }
 
 // A 2 s period (qwen25-omni-7b's audio blocks): windows close on frames, so the limit moves every

@@ -444,6 +444,55 @@ TEST(AimdControllerTest, TheLimitIsABudgetOfWork) {
   EXPECT_EQ(d.detail, "work 7.50 + 2.60 > budget 10 (4 sessions active)");
 }
 
+// A budget below one session's price would refuse it even into an empty engine, and with no
+// frames no window could ever raise it: the lone session is admitted and the budget follows its
+// price (logged). Only alone: with anything admitted, the budget rule holds as before.
+TEST(AimdControllerTest, ALoneSessionOverTheBudgetIsAdmittedAndTheBudgetFollowsItsPrice) {
+  AimdController c(Options(1), {});
+  const SessionRequest heavy{.period_ms = 40.0, .deadline_ms = 40.0, .work = 7.3};
+  EXPECT_TRUE(c.Decide(heavy, Active(0), 0.0).admit);
+  EXPECT_EQ(c.limit(), 8);
+  const std::vector<LimitChange> changes = c.TakeLimitChanges();
+  ASSERT_EQ(changes.size(), 1U);
+  EXPECT_EQ(changes[0].from, 1);
+  EXPECT_EQ(changes[0].to, 8);
+  EXPECT_NE(changes[0].reason.find("lone session's price: 7.30 units over budget 1"),
+            std::string::npos)
+      << changes[0].reason;
+  SystemState one = Active(1);
+  one.active_work = 7.3;
+  const Decision second = c.Decide(SessionRequest{.work = 1.0}, one, 0.1);  // 8.3 > 8
+  EXPECT_FALSE(second.admit);
+  EXPECT_EQ(second.reason, "limit");
+  EXPECT_EQ(c.limit(), 8);
+  EXPECT_TRUE(c.TakeLimitChanges().empty());
+}
+
+TEST(AimdControllerTest, OverTheBudgetBesideAnotherSessionOrPastMaxLimitIsRefused) {
+  const SessionRequest heavy{.period_ms = 40.0, .deadline_ms = 40.0, .work = 7.3};
+  AimdController busy(Options(1), {});
+  SystemState light = Active(1);
+  light.active_work = 0.4;
+  EXPECT_EQ(busy.Decide(heavy, light, 0.0).reason, "limit");
+  EXPECT_EQ(busy.limit(), 1);
+  // max_limit is the operator's bound on the budget: no lone session raises it past that.
+  AimdOptions capped = Options(1);
+  capped.window.max_limit = 4;
+  AimdController c(capped, {});
+  const Decision d = c.Decide(heavy, Active(0), 0.0);
+  EXPECT_FALSE(d.admit);
+  EXPECT_EQ(d.reason, "limit");
+  EXPECT_EQ(c.limit(), 1);
+  // Nor a pool that cannot hold the session's window.
+  AimdOptions guarded = Options(1);
+  guarded.window.kv_guard = true;
+  AimdController g(guarded, {});
+  SessionRequest big = heavy;
+  big.projected_blocks = 2000;
+  EXPECT_FALSE(g.Decide(big, Active(0), 0.0).admit);
+  EXPECT_EQ(g.limit(), 1);
+}
+
 // Runs one control window: `sessions` honest sessions (ids 1..sessions, one unit each) at
 // `latency_ms`, and optionally one more session (id 1000, `poison_work` units) whose every frame
 // is late by itself. The load noted is the sum of the work.

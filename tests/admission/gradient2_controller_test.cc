@@ -88,5 +88,16 @@ TEST(Gradient2ControllerTest, RejectsAtTheLimitAndWithTheKvGuard) {
   EXPECT_GE(limit.retry_after_ms, 80.0);
 }
 
+// The windowed controllers share the rule: a lone session over the budget is admitted into an
+// empty engine and the budget follows its price (gradient2's additive growth would otherwise
+// never reach it, with no frames to grow on).
+TEST(Gradient2ControllerTest, ALoneSessionOverTheBudgetIsAdmitted) {
+  Gradient2Controller c(Options(1), {});
+  EXPECT_TRUE(
+      c.Decide({.period_ms = 40.0, .deadline_ms = 40.0, .work = 5.5}, Active(0), 0.0).admit);
+  EXPECT_EQ(c.limit(), 6);
+  EXPECT_EQ(c.TakeLimitChanges().size(), 1U);
+}
+
 }  // namespace
 }  // namespace metronome::admission

@@ -59,7 +59,7 @@ Decision WindowedController::Decide(const SessionRequest& request, const SystemS
   const std::int64_t fit = kv_guard ? SessionsThatFit(request, state, memory_) : kNoLimit;
   OnDecide(request, state, fit, now_s);
   Advance(now_s, load);
-  if (!FitsBudget(request, state, limit_)) {
+  if (!FitsBudget(request, state, limit_) && !RaiseForLoneSession(request, state, fit, now_s)) {
     window_.NoteLimitRejection();
     return {.admit = false,
             .reason = "limit",
@@ -80,6 +80,26 @@ Decision WindowedController::Decide(const SessionRequest& request, const SystemS
   window_.NoteAdmitted(WholeUnits(state.Work() + request.work));
   retry_.OnAdmit();
   return {.admit = true};
+}
+
+bool WindowedController::RaiseForLoneSession(const SessionRequest& request,
+                                             const SystemState& state, std::int64_t fit,
+                                             double now_s) {
+  // A budget below one session's price refuses it even into an empty engine; with no session
+  // admitted no frame comes, no window measures anything and the budget never moves: a deadlock.
+  // An engine with nothing to do can run one session (the door's price cap, not this budget,
+  // refuses one no engine can serve), so the budget follows the lone session's price, within
+  // max_limit, the operator's bound.
+  const std::int64_t price = WholeUnits(request.work);
+  if (state.active_sessions != 0 || state.Work() > 0.0 || price > window_.options().max_limit ||
+      (window_.options().kv_guard && fit < 1)) {
+    return false;
+  }
+  SetLimit(now_s, price,
+           Format("raised to a lone session's price: %.2f units over budget %lld, which would "
+                  "admit nobody into an empty engine, and with no frames no window moves it",
+                  request.work, static_cast<long long>(limit_)));
+  return true;
 }
 
 void WindowedController::OnTick(double now_s, const SystemState& state) {

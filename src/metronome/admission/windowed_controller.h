@@ -109,7 +109,9 @@ class ControlWindow {
 // due, then refuse with "limit" when the request does not fit the budget (FitsBudget: the admitted
 // work plus the request's over the limit; retry after DecisionInS or a session end,
 // whichever is expected first), or "kv_guard" when the guard is on and active >= SessionsThatFit
-// (retry after a session end); otherwise admit.
+// (retry after a session end); otherwise admit. A session over the budget by itself is admitted
+// into an empty engine, the budget raised to its price (RaiseForLoneSession): a budget that
+// admits nobody gets no frames to move it.
 // Invariants: limit() changes only through SetLimit, every change logged; min_limit <= limit() <=
 // max_limit when the subclass clamps what it sets (both do).
 class WindowedController : public AdmissionController {
@@ -151,6 +153,11 @@ class WindowedController : public AdmissionController {
 
  private:
   void Advance(double now_s, std::int64_t active);
+  // When `request` alone is over the budget and the engine is empty: raises the limit to its
+  // price (logged) and returns true, unless the price is over max_limit or the KV guard holds no
+  // session (`fit` < 1).
+  bool RaiseForLoneSession(const SessionRequest& request, const SystemState& state,
+                           std::int64_t fit, double now_s);
 
   MemoryOptions memory_;
   std::int64_t limit_;
