@@ -127,8 +127,10 @@ struct WindowOptions {
   // (window_s still ends every window). >= 0.
   double min_window_s = 0.5;
   std::int64_t min_samples = 20;  // frames; windows with fewer frames hold. >= 1
-  std::int64_t min_limit = 1;     // sessions; >= 0
-  std::int64_t max_limit = 1024;  // sessions; >= min_limit
+  // The limits of the budget, in units of work (SessionRequest::work; one unit is one session of
+  // the reference shape).
+  std::int64_t min_limit = 1;     // units; >= 0
+  std::int64_t max_limit = 1024;  // units; >= min_limit
   // KV look-ahead guard: also require active < N_mem (SessionsThatFit), so a latency signal that
   // stays flat until the pool runs dry cannot over-admit. Uses MemoryOptions.
   bool kv_guard = false;
@@ -179,7 +181,7 @@ struct AimdOptions {
   double beta = 0.9;  // cut to floor(beta * active); in (0, 1)
   CooldownMode cooldown_mode = CooldownMode::kDrain;
   double cooldown_s = 4.0;  // only for kFixed; >= 0
-  // Warm start (e.g. the limit of a previous run), sessions; in [window.min_limit,
+  // Warm start (e.g. the limit of a previous run), units of work; in [window.min_limit,
   // window.max_limit].
   std::int64_t initial_limit = 4;
   // N* predicted before the first frame by a calibrated cost model (0: none). When set, the first
@@ -204,7 +206,7 @@ struct Gradient2Options {
   std::int64_t queue_size = 4;       // sessions added per window at gradient 1; >= 0
   std::int64_t long_window = 600;    // windows in the long-run average; >= 1
   std::int64_t warmup_windows = 10;  // the long-run value is a plain mean over these; >= 1
-  std::int64_t initial_limit = 4;    // sessions; in [window.min_limit, window.max_limit]
+  std::int64_t initial_limit = 4;    // units of work; in [window.min_limit, window.max_limit]
 };
 
 // Retry-after hints drawn from a controller's state: the expected time until its answer can

@@ -265,10 +265,13 @@ void AdmissionFlags::RegisterAimd(CLI::App* app) {
   app->add_option("--aimd-cooldown", aimd_cooldown,
                   "After a cut: drain (hold until a full window ran at or under the limit) | "
                   "fixed:SECONDS");
-  aimd_initial_option =
-      app->add_option("--aimd-initial", aimd.initial_limit, "AIMD starting limit (warm start)");
-  app->add_option("--aimd-min", window.min_limit, "AIMD/gradient2 lowest limit");
-  app->add_option("--aimd-max", window.max_limit, "AIMD/gradient2 highest limit");
+  aimd_initial_option = app->add_option(
+      "--aimd-initial", aimd.initial_limit,
+      "AIMD starting limit (warm start), in units of work: one unit is one session of the "
+      "server's reference shape; an empty engine admits one session over it and the limit "
+      "follows its price");
+  app->add_option("--aimd-min", window.min_limit, "AIMD/gradient2 lowest limit, units of work");
+  app->add_option("--aimd-max", window.max_limit, "AIMD/gradient2 highest limit, units of work");
   app->add_option("--aimd-min-samples", window.min_samples,
                   "AIMD/gradient2 hold on windows with fewer frames than this");
   app->add_flag("--kv-guard,!--no-kv-guard", window.kv_guard,
