@@ -23,6 +23,10 @@
 //    above the last-level cache) for m rows on the test pool, weights in the engine's layout and
 //    huge pages: what the kernels stream from DRAM at real size. Counters GB_per_s and
 //    roofline_fraction (over the in-process read bandwidth, bandwidth_GBps).
+//  * BM_ExpertsDram/type/m/placement: a Qwen3-MoE layer's expert products (64 experts of width
+//    768 on dim 2048, 8 a row, two layers' 3-D tensors in memory, ~0.3 GB in Q4_K) for m rows, as
+//    the engine's MoE stage runs them, against the same experts consecutive and as one product:
+//    what the expert path streams from DRAM and what its scatter and its many products cost.
 //  * BM_RowLayout/type/m/interleaved: the matrices of a type with an interleaved form (Q8_0, Q4_0,
 //    Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) in the files' row-major layout against the 16-row
 //    interleaved layout (quant/row_layout.h), one thread, CPU time.
@@ -41,7 +45,9 @@
 #include <cstring>
 #include <ctime>
 #include <memory>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "metronome/base/half.h"
@@ -435,6 +441,178 @@ BENCHMARK(BM_DecodeDram)
     ->ArgsProduct({{3, 8, 9, 10}, {1, 8}})
     ->ArgNames({"type", "m"})
     ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// A Qwen3-MoE layer's experts (the qwen3moe-mid shape: kMoeExperts experts of width kMoeFfn on
+// dim kMoeDim) as the 3-D tensors of a file, in the engine's layout and huge pages:
+// kMoeLayersInMemory layers, far above any last-level cache. Expert e of a layer is rows
+// [e x n, (e + 1) x n) of each tensor viewed as a matrix (16-row groups never cross an expert).
+struct MoeLayers {
+  GgmlType type = GgmlType::kF32;
+  metronome::base::StreamedBuffer memory;
+  // Per layer: the gate, up and down tensors as matrices of kMoeExperts x their rows.
+  std::vector<quant::WeightMatrix> gate, up, down;
+};
+constexpr int kMoeDim = 2048;
+constexpr int kMoeFfn = 768;
+constexpr int kMoeExperts = 64;
+constexpr int kMoeUsed = 8;
+constexpr int kMoeLayersInMemory = 2;
+
+const MoeLayers& MoeLayersOf(GgmlType type) {
+  static MoeLayers w;
+  if (w.type == type && !w.gate.empty()) return w;
+  const GgmlType t = TypeFor(type, kMoeFfn);  // both widths are whole K-quant super-blocks
+  const auto bytes_of = [t](int n, int k) {
+    return *quant::TensorBytes(t, static_cast<std::uint64_t>(n) * k);
+  };
+  const std::size_t tensor = bytes_of(kMoeExperts * kMoeFfn, kMoeDim);
+  w.gate.clear();
+  w.up.clear();
+  w.down.clear();
+  w.memory = metronome::base::AllocateStreamed(3 * tensor * kMoeLayersInMemory);
+  w.type = type;
+  auto* at = reinterpret_cast<std::uint8_t*>(w.memory.get());
+  const auto place = [&at, t, &bytes_of](int n, int k) {
+    Fill(t, at, bytes_of(n, k));
+    quant::WeightMatrix view = quant::MakeWeightMatrix(t, n, k, at);
+    if (kernels::PreferredRowLayout(view) == quant::RowLayout::kInterleaved16) {
+      view = quant::InterleaveRows(view, reinterpret_cast<std::byte*>(at));
+    }
+    at += bytes_of(n, k);
+    return view;
+  };
+  for (int l = 0; l < kMoeLayersInMemory; ++l) {
+    w.gate.push_back(place(kMoeExperts * kMoeFfn, kMoeDim));
+    w.up.push_back(place(kMoeExperts * kMoeFfn, kMoeDim));
+    w.down.push_back(place(kMoeExperts * kMoeDim, kMoeFfn));
+  }
+  return w;
+}
+
+// One routing of m rows to kMoeUsed distinct experts each, drawn uniformly: rows_of[e] the rows
+// routed to expert e.
+std::vector<int> DrawRouting(int m, std::uint64_t& seed) {
+  const auto next = [&seed] {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<int>(seed >> 33);
+  };
+  std::vector<int> rows_of(kMoeExperts, 0);
+  std::vector<int> experts(kMoeExperts);
+  for (int r = 0; r < m; ++r) {
+    for (int e = 0; e < kMoeExperts; ++e) experts[static_cast<std::size_t>(e)] = e;
+    for (int j = 0; j < kMoeUsed; ++j) {
+      std::swap(experts[static_cast<std::size_t>(j)],
+                experts[static_cast<std::size_t>(j + next() % (kMoeExperts - j))]);
+      ++rows_of[static_cast<std::size_t>(experts[static_cast<std::size_t>(j)])];
+    }
+  }
+  return rows_of;
+}
+
+// BM_ExpertsDram/type/m/placement: the expert products of every layer in memory for m rows of
+// kMoeUsed experts each, gate|up as one set of products (kernels::MatMul over MatMulProducts, one
+// per expert over the rows routed to it) and down as another, as the engine's MoE stage runs
+// them; an iteration runs kRoutings routings (drawn at random, seed 1), so the experts it reads
+// far exceed any last-level cache before they come round again. placement 2: the drawn experts
+// where they lie in the tensors (the engine's access); 1: as many experts with the same row
+// counts, consecutive in the tensors (what scattering costs); 0: those consecutive experts' rows
+// as one product per projection over all m rows (what splitting into products costs; at m = 1
+// the same work, above it every row meets every expert). Counters GB_per_s (the read experts'
+// bytes per second), roofline_fraction (over the in-process read bandwidth) and experts
+// (distinct experts a layer, mean over the routings).
+void BM_ExpertsDram(benchmark::State& state) {
+  constexpr int kRoutings = 8;
+  const GgmlType type = kTypes[state.range(0)];
+  const int m = static_cast<int>(state.range(1));
+  const int placement = static_cast<int>(state.range(2));
+  if (!Supported(type, state)) return;
+  const MoeLayers& w = MoeLayersOf(type);
+  state.SetLabel(std::string(quant::Name(type)) + " " + PathName(type, 1));
+  const int slots = m * kMoeUsed;
+  const std::vector<float> in(static_cast<std::size_t>(slots) * kMoeDim, 0.5f);
+  const std::vector<float> hidden(static_cast<std::size_t>(slots) * kMoeFfn, 0.5f);
+  // Outputs: [slots, n] for the products per expert, [m, experts x n] for placement 0.
+  const auto outputs = static_cast<std::size_t>(m) * kMoeExperts;
+  std::vector<float> gate_up(outputs * 2 * kMoeFfn);
+  std::vector<float> out(outputs * kMoeDim);
+  // Per (routing, layer): the parts of its products (gate, up, down per expert) and its two sets.
+  struct Step {
+    std::vector<quant::WeightMatrix> parts;
+    std::vector<kernels::MatMulProduct> first, second;
+  };
+  std::vector<Step> steps(static_cast<std::size_t>(kRoutings) * kMoeLayersInMemory);
+  std::size_t bytes = 0;
+  double experts_sum = 0.0;
+  std::uint64_t seed = 1;
+  for (int r = 0; r < kRoutings; ++r) {
+    const std::vector<int> rows_of = DrawRouting(m, seed);
+    std::vector<int> chosen;  // the experts the products read, with their row counts
+    std::vector<int> counts;
+    for (int e = 0; e < kMoeExperts; ++e) {
+      if (rows_of[static_cast<std::size_t>(e)] == 0) continue;
+      chosen.push_back(e);
+      counts.push_back(rows_of[static_cast<std::size_t>(e)]);
+    }
+    const int experts = static_cast<int>(chosen.size());
+    experts_sum += experts;
+    if (placement != 2) {  // consecutive, from an offset that moves with the routing
+      const int first = (r * experts) % (kMoeExperts - experts + 1);
+      for (int i = 0; i < experts; ++i) chosen[static_cast<std::size_t>(i)] = first + i;
+    }
+    for (int l = 0; l < kMoeLayersInMemory; ++l) {
+      Step& step = steps[static_cast<std::size_t>(r * kMoeLayersInMemory + l)];
+      auto& p = step.parts;
+      p.reserve(3 * static_cast<std::size_t>(experts));
+      if (placement == 0) {
+        const int e0 = chosen[0];
+        p.push_back(w.gate[l].RowSlice(e0 * kMoeFfn, experts * kMoeFfn));
+        p.push_back(w.up[l].RowSlice(e0 * kMoeFfn, experts * kMoeFfn));
+        p.push_back(w.down[l].RowSlice(e0 * kMoeDim, experts * kMoeDim));
+        step.first.push_back({in.data(), m, std::span(p.data(), 2), gate_up.data(), false});
+        step.second.push_back({hidden.data(), m, std::span(p.data() + 2, 1), out.data(), false});
+        for (const auto& part : p) bytes += part.Bytes();
+        continue;
+      }
+      int slot = 0;
+      for (int i = 0; i < experts; ++i) {
+        const int e = chosen[static_cast<std::size_t>(i)];
+        const int n = counts[static_cast<std::size_t>(i)];
+        p.push_back(w.gate[l].RowSlice(e * kMoeFfn, kMoeFfn));
+        p.push_back(w.up[l].RowSlice(e * kMoeFfn, kMoeFfn));
+        p.push_back(w.down[l].RowSlice(e * kMoeDim, kMoeDim));
+        const quant::WeightMatrix* q = &p[p.size() - 3];
+        const auto at = static_cast<std::size_t>(slot);
+        step.first.push_back(
+            {&in[at * kMoeDim], n, std::span(q, 2), &gate_up[at * 2 * kMoeFfn], false});
+        step.second.push_back(
+            {&hidden[at * kMoeFfn], n, std::span(q + 2, 1), &out[at * kMoeDim], false});
+        for (int j = 0; j < 3; ++j) bytes += q[j].Bytes();
+        slot += n;
+      }
+    }
+  }
+  auto& pool = metronome::testing::TestPool();
+  for (auto _ : state) {
+    for (const Step& step : steps) {
+      kernels::MatMul(pool, step.first);
+      kernels::MatMul(pool, step.second);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  static kernels::ReadBandwidthProbe probe(pool);
+  const double bw = probe.MeasureGBps(3);
+  using C = benchmark::Counter;
+  const double gb = static_cast<double>(bytes) * 1e-9;
+  state.counters["GB_per_s"] = C(gb, C::kIsIterationInvariantRate);
+  state.counters["roofline_fraction"] = C(gb / bw, C::kIsIterationInvariantRate);
+  state.counters["bandwidth_GBps"] = bw;
+  state.counters["experts"] = experts_sum / kRoutings;
+}
+BENCHMARK(BM_ExpertsDram)
+    ->ArgsProduct({{8, 10}, {1, 8}, {0, 1, 2}})
+    ->ArgNames({"type", "m", "placement"})
+    ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
 void BM_Prefill(benchmark::State& state) {

@@ -32,7 +32,8 @@ bash scripts/tidy.sh build/ci
 
 echo "== benchmark smoke run"
 build/ci/bench/kernels_benchmark --benchmark_min_time=0.01 >/dev/null
-build/ci/bench/quant_benchmark --benchmark_filter="BM_Prefill/type:(3|8)/m:(1|16)/" \
+build/ci/bench/quant_benchmark \
+  --benchmark_filter="BM_Prefill/type:(3|8)/m:(1|16)/|BM_ExpertsDram/type:8/m:8/placement:2" \
   --benchmark_min_time=0.01 >/dev/null
 build/ci/apps/metronome bench-decode --model synthetic:tiny --sessions 4 --context 64 --steps 4 \
   >/dev/null
