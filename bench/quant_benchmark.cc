@@ -375,6 +375,32 @@ constexpr int kRealQkv = 4096 + 2 * 1024;
 constexpr int kRealFfn = 12288;
 constexpr int kLayersInMemory = 4;
 
+// n x k weights of type t at `at`, synthetic contents in the layout the engine gives them at load
+// (kernels::PreferredRowLayout); `at` moves past them.
+quant::WeightMatrix PlaceMatrix(GgmlType t, int n, int k, std::uint8_t*& at) {
+  const std::size_t bytes = *quant::TensorBytes(t, static_cast<std::uint64_t>(n) * k);
+  Fill(t, at, bytes);
+  quant::WeightMatrix view = quant::MakeWeightMatrix(t, n, k, at);
+  if (kernels::PreferredRowLayout(view) == quant::RowLayout::kInterleaved16) {
+    view = quant::InterleaveRows(view, reinterpret_cast<std::byte*>(at));
+  }
+  at += bytes;
+  return view;
+}
+
+// The DRAM benchmarks' counters for `bytes` of weights read an iteration: GB_per_s, and
+// roofline_fraction over bandwidth_GBps, probed right after the products, not once per process
+// (a shared machine's speed comes in phases); one probe buffer for the process.
+void SetDramCounters(benchmark::State& state, std::size_t bytes) {
+  static kernels::ReadBandwidthProbe probe(metronome::testing::TestPool());
+  const double bw = probe.MeasureGBps(3);
+  using C = benchmark::Counter;
+  const double gb = static_cast<double>(bytes) * 1e-9;
+  state.counters["GB_per_s"] = C(gb, C::kIsIterationInvariantRate);
+  state.counters["roofline_fraction"] = C(gb / bw, C::kIsIterationInvariantRate);
+  state.counters["bandwidth_GBps"] = bw;
+}
+
 const RealSizeLayers& RealLayers(GgmlType type) {
   static RealSizeLayers w;
   if (w.type == type && !w.matrices.empty()) return w;
@@ -395,16 +421,7 @@ const RealSizeLayers& RealLayers(GgmlType type) {
   w.bytes = total;
   auto* at = reinterpret_cast<std::uint8_t*>(w.memory.get());
   for (int l = 0; l < kLayersInMemory; ++l) {
-    for (const Shape s : layer) {
-      const GgmlType t = TypeFor(type, s.k);
-      Fill(t, at, bytes_of(s));
-      quant::WeightMatrix view = quant::MakeWeightMatrix(t, s.n, s.k, at);
-      if (kernels::PreferredRowLayout(view) == quant::RowLayout::kInterleaved16) {
-        view = quant::InterleaveRows(view, reinterpret_cast<std::byte*>(at));
-      }
-      w.matrices.push_back(view);
-      at += bytes_of(s);
-    }
+    for (const Shape s : layer) w.matrices.push_back(PlaceMatrix(TypeFor(type, s.k), s.n, s.k, at));
   }
   return w;
 }
@@ -427,15 +444,7 @@ void BM_DecodeDram(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(y.data());
   }
-  // The bandwidth right after the products, not once per process: a shared machine's speed comes
-  // in phases.
-  static kernels::ReadBandwidthProbe probe(metronome::testing::TestPool());
-  const double bw = probe.MeasureGBps(3);
-  using C = benchmark::Counter;
-  const double gb = static_cast<double>(w.bytes) * 1e-9;
-  state.counters["GB_per_s"] = C(gb, C::kIsIterationInvariantRate);
-  state.counters["roofline_fraction"] = C(gb / bw, C::kIsIterationInvariantRate);
-  state.counters["bandwidth_GBps"] = bw;
+  SetDramCounters(state, w.bytes);
 }
 BENCHMARK(BM_DecodeDram)
     ->ArgsProduct({{3, 8, 9, 10}, {1, 8}})
@@ -463,29 +472,19 @@ const MoeLayers& MoeLayersOf(GgmlType type) {
   static MoeLayers w;
   if (w.type == type && !w.gate.empty()) return w;
   const GgmlType t = TypeFor(type, kMoeFfn);  // both widths are whole K-quant super-blocks
-  const auto bytes_of = [t](int n, int k) {
-    return *quant::TensorBytes(t, static_cast<std::uint64_t>(n) * k);
-  };
-  const std::size_t tensor = bytes_of(kMoeExperts * kMoeFfn, kMoeDim);
+  // Each of the three tensors holds kMoeExperts x kMoeFfn x kMoeDim weights.
+  const std::size_t tensor =
+      *quant::TensorBytes(t, static_cast<std::uint64_t>(kMoeExperts) * kMoeFfn * kMoeDim);
   w.gate.clear();
   w.up.clear();
   w.down.clear();
   w.memory = metronome::base::AllocateStreamed(3 * tensor * kMoeLayersInMemory);
   w.type = type;
   auto* at = reinterpret_cast<std::uint8_t*>(w.memory.get());
-  const auto place = [&at, t, &bytes_of](int n, int k) {
-    Fill(t, at, bytes_of(n, k));
-    quant::WeightMatrix view = quant::MakeWeightMatrix(t, n, k, at);
-    if (kernels::PreferredRowLayout(view) == quant::RowLayout::kInterleaved16) {
-      view = quant::InterleaveRows(view, reinterpret_cast<std::byte*>(at));
-    }
-    at += bytes_of(n, k);
-    return view;
-  };
   for (int l = 0; l < kMoeLayersInMemory; ++l) {
-    w.gate.push_back(place(kMoeExperts * kMoeFfn, kMoeDim));
-    w.up.push_back(place(kMoeExperts * kMoeFfn, kMoeDim));
-    w.down.push_back(place(kMoeExperts * kMoeDim, kMoeFfn));
+    w.gate.push_back(PlaceMatrix(t, kMoeExperts * kMoeFfn, kMoeDim, at));
+    w.up.push_back(PlaceMatrix(t, kMoeExperts * kMoeFfn, kMoeDim, at));
+    w.down.push_back(PlaceMatrix(t, kMoeExperts * kMoeDim, kMoeFfn, at));
   }
   return w;
 }
@@ -600,13 +599,7 @@ void BM_ExpertsDram(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(out.data());
   }
-  static kernels::ReadBandwidthProbe probe(pool);
-  const double bw = probe.MeasureGBps(3);
-  using C = benchmark::Counter;
-  const double gb = static_cast<double>(bytes) * 1e-9;
-  state.counters["GB_per_s"] = C(gb, C::kIsIterationInvariantRate);
-  state.counters["roofline_fraction"] = C(gb / bw, C::kIsIterationInvariantRate);
-  state.counters["bandwidth_GBps"] = bw;
+  SetDramCounters(state, bytes);
   state.counters["experts"] = experts_sum / kRoutings;
 }
 BENCHMARK(BM_ExpertsDram)
