@@ -244,11 +244,15 @@ check "bench-decode probes the bandwidth around every stretch of steps" \
   grep -Eq "^read bandwidth GB/s [0-9.]+ \(median of 4 in-run" <<<"$out"
 check "bench-decode reports the roofline fraction per stretch" \
   grep -Eq "roofline fraction [0-9.]+ \(median of 3 stretches, [0-9.]+-[0-9.]+\)$" <<<"$out"
-check "bench-decode splits the gemm time over the five products" grep -Eq \
+check "bench-decode splits a dense model's gemm time over its five products" grep -Eq \
   "^gemm by product, us per step \(weight GB/s\): qkv [0-9.]+ \([0-9.]+\), attn_out [0-9.]+ \([0-9.]+\), gate_up [0-9.]+ \([0-9.]+\), down [0-9.]+ \([0-9.]+\), logits [0-9.]+ \([0-9.]+\)$" \
   <<<"$out"
 check "bench-decode prints the thread count and the detected CPUs" \
   grep -Eq "threads=[0-9]+ \(detected CPUs [0-9]+\)" <<<"$out"
+out="$("$bin" bench-decode --model synthetic:qwen3moe-tiny --sessions 1 --context 8 --steps 2)"
+check "bench-decode times a mixture of experts' router as a product of its own" grep -Eq \
+  "^gemm by product, us per step \(weight GB/s\): qkv [0-9.]+ \([0-9.]+\), attn_out [0-9.]+ \([0-9.]+\), router [0-9.]+ \([0-9.]+\), gate_up [0-9.]+ \([0-9.]+\), down [0-9.]+ \([0-9.]+\), logits [0-9.]+ \([0-9.]+\)$" \
+  <<<"$out"
 out="$("$bin" bench-decode --model synthetic:tiny --sessions 2 --context 16 --steps 3 \
   --cotenant 1)"
 check "bench-decode --cotenant prints the ratio to quiet" \

@@ -457,18 +457,26 @@ TEST(EngineTest, ProductTimesAddUpToGemmTimeAndProductBytesToWeightBytes) {
   eng.Step(std::vector<StepItem>{{sid, ids, LogitsMode::kLast}}, &results);
   const StepStats& st = eng.last_step();
   double sum = 0.0;
+  double bytes = 0.0;
   for (int p = 0; p < kNumProducts; ++p) {
+    const auto product = static_cast<Product>(p);
     const double s = st.product_seconds[static_cast<std::size_t>(p)];
-    EXPECT_GT(s, 0.0) << Name(static_cast<Product>(p));
+    // A dense model has no router; every other product runs once a layer (the logits once).
+    if (product == Product::kRouter) {
+      EXPECT_EQ(s, 0.0);
+    } else {
+      EXPECT_GT(s, 0.0) << Name(product);
+    }
     sum += s;
+    // One FFN block of rows: the step read every matrix once.
+    EXPECT_DOUBLE_EQ(st.product_bytes[static_cast<std::size_t>(p)],
+                     ProductWeightBytes(*m.weights, product))
+        << Name(product);
+    bytes += ProductWeightBytes(*m.weights, product);
   }
   EXPECT_NEAR(sum, st.gemm_seconds, 1e-12 + 1e-9 * st.gemm_seconds);
   EXPECT_LE(st.gemm_seconds, st.seconds);
 
-  double bytes = 0.0;
-  for (int p = 0; p < kNumProducts; ++p) {
-    bytes += ProductWeightBytes(*m.weights, static_cast<Product>(p));
-  }
   const model::ModelConfig& c = m.config;
   const double norm_bytes =
       static_cast<double>((2 * c.num_layers + 1) * c.dim) * sizeof(float) +
@@ -478,6 +486,7 @@ TEST(EngineTest, ProductTimesAddUpToGemmTimeAndProductBytesToWeightBytes) {
   const double table_bytes = static_cast<double>(m.weights->token_embedding.Bytes());
   EXPECT_DOUBLE_EQ(bytes + norm_bytes + table_bytes, static_cast<double>(m.weights->WeightBytes()));
   EXPECT_EQ(Name(Product::kQkv), "qkv");
+  EXPECT_EQ(Name(Product::kRouter), "router");
   EXPECT_EQ(Name(Product::kLogits), "logits");
 }
 
@@ -558,6 +567,51 @@ TEST(EngineTest, LogitsFromANanAreNotFiniteAndFeedStopsAtThem) {
 
 namespace metronome::engine {
 namespace {
+
+// A mixture-of-experts step reads the router and the experts its rows were routed to, each chosen
+// expert's matrices once: one decode row reads k experts a layer, a longer step between k and all
+// of them, and the products' bytes say so (bench-decode's read rates and roofline divide them).
+TEST(EngineMoeTest, ProductBytesCountTheExpertsAStepRan) {
+  const model::Model m = model::MakeSyntheticModel("qwen3moe-small", 13);
+  const model::ModelConfig& c = m.config;
+  ASSERT_TRUE(c.is_moe());
+  ASSERT_LT(c.num_experts_used, c.num_experts);
+  const model::LayerWeights& l0 = m.weights->layers[0];
+  double expert_gate_up = 0.0;
+  for (const quant::WeightMatrix& w : l0.expert_gate_up[0]) {
+    expert_gate_up += static_cast<double>(w.Bytes());
+  }
+  const auto expert_down = static_cast<double>(l0.expert_down[0].Bytes());
+  const double layers = c.num_layers;
+  EngineOptions eo;
+  eo.kv_blocks = 64;
+  Engine eng(m, eo);
+  const SessionId sid = eng.OpenSession({});
+  std::vector<TokenId> prompt(48);
+  for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<TokenId>(37 * i % 4096);
+  std::vector<StepItemResult> results;
+  const auto bytes = [&](Product p) {
+    return eng.last_step().product_bytes[static_cast<std::size_t>(p)];
+  };
+
+  eng.Step(std::vector<StepItem>{{sid, prompt, LogitsMode::kLast}}, &results);
+  ASSERT_EQ(results[0].status, StepStatus::kOk);
+  const double prefill_experts = bytes(Product::kGateUp) / expert_gate_up;
+  EXPECT_DOUBLE_EQ(prefill_experts, std::round(prefill_experts));
+  EXPECT_GT(prefill_experts, layers * c.num_experts_used);
+  EXPECT_LE(prefill_experts, layers * c.num_experts);
+  EXPECT_DOUBLE_EQ(bytes(Product::kDown), prefill_experts * expert_down);
+
+  const TokenId next = 5;
+  eng.Step(std::vector<StepItem>{{sid, {&next, 1}, LogitsMode::kLast}}, &results);
+  ASSERT_EQ(results[0].status, StepStatus::kOk);
+  EXPECT_DOUBLE_EQ(bytes(Product::kGateUp), layers * c.num_experts_used * expert_gate_up);
+  EXPECT_DOUBLE_EQ(bytes(Product::kDown), layers * c.num_experts_used * expert_down);
+  EXPECT_DOUBLE_EQ(bytes(Product::kRouter), ProductWeightBytes(*m.weights, Product::kRouter));
+  EXPECT_DOUBLE_EQ(bytes(Product::kRouter), layers * static_cast<double>(l0.router.Bytes()));
+  EXPECT_DOUBLE_EQ(bytes(Product::kQkv), ProductWeightBytes(*m.weights, Product::kQkv));
+  EXPECT_LT(bytes(Product::kGateUp), ProductWeightBytes(*m.weights, Product::kGateUp));
+}
 
 // A mixture-of-experts step groups the rows of all its sessions by expert (each chosen expert's
 // matrices read once per step): every session's logits must still be those of the session run

@@ -80,6 +80,9 @@ constexpr int kProbeRepeats = 3;  // passes per probe (best of): ~0.1 s at 1 GiB
 struct DecodeRun {
   std::vector<double> step_ms, step_gflops, gemm_ms, attn_ms, attn_kv_bytes;
   std::array<std::vector<double>, engine::kNumProducts> product_ms;  // gemm_ms by product
+  // Weight bytes each step's products read (StepStats::product_bytes): by product, and in all.
+  std::array<std::vector<double>, engine::kNumProducts> product_bytes;
+  std::vector<double> weight_bytes;
   // Jobs the engine's thread pool ran over the timed steps: split across threads, or inline
   // (one chunk, or nested). Times BM_PoolJobHot (bench/thread_pool_benchmark) = its overhead.
   std::int64_t pool_jobs_parallel = 0;
@@ -93,6 +96,16 @@ struct DecodeRun {
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
+}
+// The median over steps [begin, end) of bytes[i] / ms[i], in GB/s (steps that took no time left
+// out; 0 if none did).
+double MedianRate(const std::vector<double>& bytes, const std::vector<double>& ms,
+                  std::size_t begin, std::size_t end) {
+  std::vector<double> rates;
+  for (std::size_t i = begin; i < end && i < bytes.size() && i < ms.size(); ++i) {
+    if (ms[i] > 0.0) rates.push_back(bytes[i] / (ms[i] * 1e6));
+  }
+  return Median(std::move(rates));
 }
 double Mean(const std::vector<double>& v) {
   double sum = 0.0;
@@ -266,9 +279,13 @@ void DecodeBench::RecordStep(DecodeRun* run) const {
   run->step_gflops.push_back(eng_.last_step().flops / eng_.last_step().seconds / 1e9);
   run->gemm_ms.push_back(eng_.last_step().gemm_seconds * 1e3);
   run->attn_ms.push_back(eng_.last_step().attention_seconds * 1e3);
+  double weight_bytes = 0.0;
   for (std::size_t p = 0; p < run->product_ms.size(); ++p) {
     run->product_ms[p].push_back(eng_.last_step().product_seconds[p] * 1e3);
+    run->product_bytes[p].push_back(eng_.last_step().product_bytes[p]);
+    weight_bytes += eng_.last_step().product_bytes[p];
   }
+  run->weight_bytes.push_back(weight_bytes);
   // K and V of the keys each session's query saw, all layers: what attention streamed.
   double kv_bytes = 0.0;
   for (const engine::SessionId id : ids_) {
@@ -319,16 +336,20 @@ void DecodeBench::PrintDecode(const DecodeRun& quiet, double peak_gflops) const 
               f_.sessions * 1e3 / mean_ms, mean_ms);
   std::printf("step breakdown ms: gemm %.2f attention %.2f other %.2f\n", Median(quiet.gemm_ms),
               Median(quiet.attn_ms), med_ms - Median(quiet.gemm_ms) - Median(quiet.attn_ms));
-  // Which product falls short of the read bandwidth: each one's weight bytes per step over its
-  // median time (the small per-layer products pay the thread team's hand-off and a stream start
-  // per call; the logits product is one long stream).
+  // Which product falls short of the read bandwidth: the weight bytes it read per step over its
+  // time, median over the steps (the small per-layer products pay the thread team's hand-off and
+  // a stream start per call; the logits product is one long stream). Products the model does not
+  // have (a dense model's router) are left out.
   std::printf("gemm by product, us per step (weight GB/s):");
+  const char* separator = "";
   for (int p = 0; p < engine::kNumProducts; ++p) {
-    const auto product = static_cast<engine::Product>(p);
-    const double ms = Median(quiet.product_ms[static_cast<std::size_t>(p)]);
-    const double bytes = engine::ProductWeightBytes(*m_.weights, product);
-    std::printf("%s %s %.1f (%.1f)", p == 0 ? "" : ",", std::string(engine::Name(product)).c_str(),
-                ms * 1e3, ms > 0.0 ? bytes / (ms * 1e6) : 0.0);
+    const auto i = static_cast<std::size_t>(p);
+    if (Median(quiet.product_bytes[i]) == 0.0) continue;
+    std::printf("%s %s %.1f (%.1f)", separator,
+                std::string(engine::Name(static_cast<engine::Product>(p))).c_str(),
+                Median(quiet.product_ms[i]) * 1e3,
+                MedianRate(quiet.product_bytes[i], quiet.product_ms[i], 0, quiet.step_ms.size()));
+    separator = ",";
   }
   std::printf("\n");
   // Attention is bound by the K/V it streams: the bytes every session's query sees, per step.
@@ -354,28 +375,25 @@ void DecodeBench::PrintRoofline(const DecodeRun& quiet) const {
       "steps, %.1f-%.1f)\n",
       Median(probes), probes.size(), *std::min_element(probes.begin(), probes.end()),
       *std::max_element(probes.begin(), probes.end()));
-  // The matrices' bytes a step streams (every product's; not an untied embedding table, of which a
-  // step looks up rows) over the step's gemm time: the rate the weight kernels stream W at, and
-  // its fraction of the read bandwidth (1.0 = at the roofline), stretch by stretch.
-  double weight_bytes = 0.0;
-  for (int p = 0; p < engine::kNumProducts; ++p) {
-    weight_bytes += engine::ProductWeightBytes(*m_.weights, static_cast<engine::Product>(p));
-  }
-  const double gemm_gbps = weight_bytes / (Median(quiet.gemm_ms) * 1e-3) / 1e9;
+  // The matrices' bytes each step read (every product's, a mixture of experts' chosen experts
+  // only; not an untied embedding table, of which a step looks up rows) over its gemm time: the
+  // rate the weight kernels stream W at, and its fraction of the read bandwidth (1.0 = at the
+  // roofline), stretch by stretch.
+  const double gemm_gbps = MedianRate(quiet.weight_bytes, quiet.gemm_ms, 0, quiet.gemm_ms.size());
   std::vector<double> fractions;
   for (std::size_t i = 0; i < quiet.stretch_begin.size(); ++i) {
     const std::size_t end =
         i + 1 < quiet.stretch_begin.size() ? quiet.stretch_begin[i + 1] : quiet.gemm_ms.size();
-    const std::vector<double> stretch(
-        quiet.gemm_ms.begin() + static_cast<std::ptrdiff_t>(quiet.stretch_begin[i]),
-        quiet.gemm_ms.begin() + static_cast<std::ptrdiff_t>(end));
     const double around = 0.5 * (probes[i] + probes[i + 1]);
-    if (around > 0.0) fractions.push_back(weight_bytes / (Median(stretch) * 1e6) / around);
+    if (around > 0.0) {
+      fractions.push_back(
+          MedianRate(quiet.weight_bytes, quiet.gemm_ms, quiet.stretch_begin[i], end) / around);
+    }
   }
   std::printf(
       "weights MB per step %.1f, gemm reads GB/s %.1f, roofline fraction %.2f (median of "
       "%zu stretches, %.2f-%.2f)\n",
-      weight_bytes / 1e6, gemm_gbps, Median(fractions), fractions.size(),
+      Median(quiet.weight_bytes) / 1e6, gemm_gbps, Median(fractions), fractions.size(),
       fractions.empty() ? 0.0 : *std::min_element(fractions.begin(), fractions.end()),
       fractions.empty() ? 0.0 : *std::max_element(fractions.begin(), fractions.end()));
 }

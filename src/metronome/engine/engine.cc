@@ -50,13 +50,28 @@ void Timed(double* acc, Fn&& fn) {
   *acc += std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Runs one weight product, its wall time added to the step's gemm time and to its product's.
-template <typename Fn>
-void TimedProduct(StepStats* stats, Product product, Fn&& fn) {
+// Runs a set of weight products as one (kernels::MatMul) for `product`: its wall time added to the
+// step's gemm time and to the product's, the bytes of the matrices it reads to the product's.
+void RunProducts(StepStats* stats, Product product, base::ThreadPool& pool,
+                 std::span<const kernels::MatMulProduct> set) {
+  double bytes = 0.0;
+  for (const kernels::MatMulProduct& p : set) {
+    if (p.m <= 0) continue;
+    for (const quant::WeightMatrix& w : p.parts) bytes += static_cast<double>(w.Bytes());
+  }
   double seconds = 0.0;
-  Timed(&seconds, std::forward<Fn>(fn));
+  Timed(&seconds, [&] { kernels::MatMul(pool, set); });
+  const auto i = static_cast<std::size_t>(product);
   stats->gemm_seconds += seconds;
-  stats->product_seconds[static_cast<std::size_t>(product)] += seconds;
+  stats->product_seconds[i] += seconds;
+  stats->product_bytes[i] += bytes;
+}
+
+// One weight product: y[m, rows of parts] (+)= x[m, cols] W^T, as RunProducts.
+void RunProduct(StepStats* stats, Product product, base::ThreadPool& pool, const float* x, int m,
+                std::span<const quant::WeightMatrix> parts, float* y, bool accumulate) {
+  const kernels::MatMulProduct one{x, m, parts, y, accumulate};
+  RunProducts(stats, product, pool, std::span(&one, 1));
 }
 
 // The matrices one layer's `product` multiplies by (none for the logits, which are not per layer).
@@ -71,6 +86,9 @@ std::span<const quant::WeightMatrix> LayerMatrices(const model::LayerWeights& lw
       return lw.w_gate_up;
     case Product::kDown:
       return {&lw.w_down, 1};
+    case Product::kRouter:
+      return lw.router.data != nullptr ? std::span<const quant::WeightMatrix>(&lw.router, 1)
+                                       : std::span<const quant::WeightMatrix>{};
     case Product::kLogits:
       break;
   }
@@ -150,8 +168,8 @@ void EnsureSize(std::vector<float>& v, std::size_t n) {
 }  // namespace
 
 std::string_view Name(Product product) noexcept {
-  constexpr std::array<std::string_view, kNumProducts> kNames = {"qkv", "attn_out", "gate_up",
-                                                                 "down", "logits"};
+  constexpr std::array<std::string_view, kNumProducts> kNames = {"qkv",     "attn_out", "router",
+                                                                 "gate_up", "down",     "logits"};
   const auto i = static_cast<std::size_t>(product);
   return i < kNames.size() ? kNames[i] : "?";
 }
@@ -164,7 +182,6 @@ double ProductWeightBytes(const model::ModelWeights& weights, Product product) n
       bytes += static_cast<double>(m.Bytes());
     }
     if (product == Product::kGateUp) {
-      bytes += static_cast<double>(lw.router.Bytes());
       for (const model::MatrixGroup& g : lw.expert_gate_up) {
         for (const quant::WeightMatrix& m : g) bytes += static_cast<double>(m.Bytes());
       }
@@ -654,8 +671,7 @@ void Engine::AttentionLayer(Batch& b, int l) {
   float* const att = qkv + Floats(T, qkvd);
 
   NormRows(b, lw.attn_norm);
-  TimedProduct(&last_step_, Product::kQkv,
-               [&] { kernels::MatMul(pool, b.xb.data(), T, lw.wqkv, qkv, false); });
+  RunProduct(&last_step_, Product::kQkv, pool, b.xb.data(), T, lw.wqkv, qkv, false);
 
   // Bias, q/k norms, RoPE (q and k at absolute positions), then K/V into the session's blocks.
   const int pairs = rope_.num_pairs();
@@ -683,8 +699,7 @@ void Engine::AttentionLayer(Batch& b, int l) {
 
   Timed(&last_step_.attention_seconds, [&] { RunAttention(b, l, qkv, att); });
 
-  TimedProduct(&last_step_, Product::kAttentionOut,
-               [&] { kernels::MatMul(pool, att, T, lw.wo, b.x.data(), true); });
+  RunProduct(&last_step_, Product::kAttentionOut, pool, att, T, {&lw.wo, 1}, b.x.data(), true);
 }
 
 // The planned attention units of layer l on the pool, then the merge of split queries.
@@ -759,9 +774,8 @@ void Engine::FfnLayer(Batch& b, const model::LayerWeights& lw) {
     const int rows = std::min(kFfnRowsPerBlock, T - r0);
     const bool over = rows >= kHiddenOverGateUpMinRows;
     float* const hidden = over ? gate_up : gate_up + Floats(rows, 2 * ffn);
-    TimedProduct(&last_step_, Product::kGateUp, [&] {
-      kernels::MatMul(pool, &b.xb[Floats(r0, dim)], rows, lw.w_gate_up, gate_up, false);
-    });
+    RunProduct(&last_step_, Product::kGateUp, pool, &b.xb[Floats(r0, dim)], rows, lw.w_gate_up,
+               gate_up, false);
     const auto swiglu = [&](int t) {  // row t of the block
       const float* gu = gate_up + Floats(t, 2 * ffn);
       kernels::SwiGlu(gu, gu + ffn, hidden + Floats(t, ffn), ffn);  // elementwise: in place is fine
@@ -779,9 +793,8 @@ void Engine::FfnLayer(Batch& b, const model::LayerWeights& lw) {
     } else {
       ForRows(pool, rows, 2 * ffn, swiglu);
     }
-    TimedProduct(&last_step_, Product::kDown, [&] {
-      kernels::MatMul(pool, hidden, rows, lw.w_down, &b.x[Floats(r0, dim)], true);
-    });
+    RunProduct(&last_step_, Product::kDown, pool, hidden, rows, {&lw.w_down, 1},
+               &b.x[Floats(r0, dim)], true);
   }
 }
 
@@ -835,26 +848,21 @@ void Engine::MoeFfnLayer(Batch& b, const model::LayerWeights& lw) {
       }
       return std::span<const kernels::MatMulProduct>(moe.products);
     };
-    TimedProduct(&last_step_, Product::kGateUp, [&] {
-      kernels::MatMul(pool, expert_products([&](std::size_t e, int g0, int n) {
-                        return kernels::MatMulProduct{&moe.in[Floats(g0, dim)], n,
-                                                      lw.expert_gate_up[e],
-                                                      &moe.gate_up[Floats(g0, 2 * ffn)], false};
-                      }));
-    });
+    RunProducts(&last_step_, Product::kGateUp, pool,
+                expert_products([&](std::size_t e, int g0, int n) {
+                  return kernels::MatMulProduct{&moe.in[Floats(g0, dim)], n, lw.expert_gate_up[e],
+                                                &moe.gate_up[Floats(g0, 2 * ffn)], false};
+                }));
     ForRows(pool, slots, 2 * ffn, [&](int g) {
       const float* gu = &moe.gate_up[Floats(g, 2 * ffn)];
       kernels::SwiGlu(gu, gu + ffn, &moe.hidden[Floats(g, ffn)], ffn);
     });
-    TimedProduct(&last_step_, Product::kDown, [&] {
-      kernels::MatMul(pool, expert_products([&](std::size_t e, int g0, int n) {
-                        return kernels::MatMulProduct{&moe.hidden[Floats(g0, ffn)],
-                                                      n,
-                                                      {&lw.expert_down[e], 1},
-                                                      &moe.in[Floats(g0, dim)],
-                                                      false};
-                      }));
-    });
+    RunProducts(&last_step_, Product::kDown, pool,
+                expert_products([&](std::size_t e, int g0, int n) {
+                  return kernels::MatMulProduct{&moe.hidden[Floats(g0, ffn)], n,
+                                                std::span(&lw.expert_down[e], 1),
+                                                &moe.in[Floats(g0, dim)], false};
+                }));
     ForRows(pool, rows, k * dim, [&](int t) {
       float* x = &b.x[Floats(r0 + t, dim)];
       for (int j = 0; j < k; ++j) {
@@ -874,9 +882,8 @@ void Engine::RouteRows(Batch& b, const model::LayerWeights& lw, const float* xb,
   const int num_experts = c.num_experts;
   const int k = c.num_experts_used;
   Batch::Moe& moe = b.moe;
-  TimedProduct(&last_step_, Product::kGateUp, [&] {
-    kernels::MatMul(*threads_, xb, rows, {&lw.router, 1}, moe.probs.data(), false);
-  });
+  RunProduct(&last_step_, Product::kRouter, *threads_, xb, rows, {&lw.router, 1}, moe.probs.data(),
+             false);
   constexpr float kMinWeightSum = 6.103515625e-5f;
   ForRows(*threads_, rows, num_experts, [&](int t) {
     float* p = &moe.probs[Floats(t, num_experts)];
@@ -913,9 +920,8 @@ void Engine::Logits(Batch& b) {
     kernels::RmsNorm(&b.x[Floats(b.logit_rows[static_cast<std::size_t>(r)], dim)], w.final_norm,
                      c.rms_eps, &b.final_rows[Floats(r, dim)], dim);
   });
-  TimedProduct(&last_step_, Product::kLogits, [&] {
-    kernels::MatMul(*threads_, b.final_rows.data(), R, w.output, logits_.data(), false);
-  });
+  RunProduct(&last_step_, Product::kLogits, *threads_, b.final_rows.data(), R, {&w.output, 1},
+             logits_.data(), false);
 }
 
 // The step's arithmetic: projections per token, attention over the visible keys, the logits rows.

@@ -81,14 +81,16 @@ struct StepItemResult {
   int num_logits_rows = 0;
 };
 
-// The weight products of a forward step, in the order a layer runs them (then the logits).
-enum class Product : int { kQkv, kAttentionOut, kGateUp, kDown, kLogits };
-inline constexpr int kNumProducts = 5;
-// "qkv", "attn_out", "gate_up", "down", "logits".
+// The weight products of a forward step, in the order a layer runs them (then the logits). A
+// mixture of experts' router (an fp32 matrix) is a product of its own; its experts' products are
+// gate_up and down.
+enum class Product : int { kQkv, kAttentionOut, kRouter, kGateUp, kDown, kLogits };
+inline constexpr int kNumProducts = 6;
+// "qkv", "attn_out", "router", "gate_up", "down", "logits".
 [[nodiscard]] std::string_view Name(Product product) noexcept;
-// Weight bytes one step reads for `product`: its matrices over all layers (what a decode step
-// streams for it; the numerator of its read rate). A mixture of experts counts every expert (and
-// its router as gate_up): the most a step can read, which a decode step of few sessions does not.
+// Bytes of `product`'s matrices over all layers: what a decode step of a dense model streams for
+// it. A mixture of experts counts every expert, the most a step can read; what a step did read is
+// StepStats::product_bytes.
 [[nodiscard]] double ProductWeightBytes(const model::ModelWeights& weights,
                                         Product product) noexcept;
 
@@ -103,6 +105,10 @@ struct StepStats {
   double attention_seconds = 0.0;
   // gemm_seconds by product (indexed by Product), summed over the layers; they add up to it.
   std::array<double, kNumProducts> product_seconds{};
+  // Weight bytes each product read (indexed by Product): the matrices of every call, once per
+  // call; of a mixture of experts only the experts with rows routed to them. The numerator of a
+  // product's read rate.
+  std::array<double, kNumProducts> product_bytes{};
 };
 
 class Engine {
