@@ -27,6 +27,9 @@
 //    768 on dim 2048, 8 a row, two layers' 3-D tensors in memory, ~0.3 GB in Q4_K) for m rows, as
 //    the engine's MoE stage runs them, against the same experts consecutive and as one product:
 //    what the expert path streams from DRAM and what its scatter and its many products cost.
+//  * BM_ReadStreams/streams/prefetch: 1 GiB read on the test pool as 1, 2 or 4 line-interleaved
+//    streams a slice, with no software prefetch, the kernels' (into L2) or the probe's (into L1):
+//    what a read pattern alone streams, against the probe (counters as BM_DecodeDram).
 //  * BM_RowLayout/type/m/interleaved: the matrices of a type with an interleaved form (Q8_0, Q4_0,
 //    Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) in the files' row-major layout against the 16-row
 //    interleaved layout (quant/row_layout.h), one thread, CPU time.
@@ -608,6 +611,86 @@ BENCHMARK(BM_ExpertsDram)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
+// BM_ReadStreams/streams/prefetch: how a read pattern streams from DRAM, beside the probe the
+// roofline divides by. 1 GiB in huge pages, 4 slices a pool thread, each slice read as `streams`
+// line-interleaved streams (1: what a decode kernel reads, one 16-row group after another; 4: the
+// probe's pattern) with software prefetch 0 none, 1 into L2 3 KiB ahead (the K-quant kernels'
+// hint and lead), 2 into L1 1 KiB ahead (the probe's). Nothing is computed: the read pattern alone.
+template <int kStreams, int kPrefetch>
+std::uint64_t ReadSlice(const std::uint64_t* slice, std::size_t lines_per_stream) {
+  constexpr std::size_t kLineWords = 8;
+  constexpr std::size_t kAheadWords = (kPrefetch == 1 ? 3072 : 1024) / sizeof(std::uint64_t);
+  const std::size_t stride = lines_per_stream * kLineWords;
+  std::uint64_t sums[kStreams][kLineWords] = {};
+  for (std::size_t i = 0; i < lines_per_stream; ++i) {
+    for (int st = 0; st < kStreams; ++st) {
+      const std::uint64_t* line = slice + static_cast<std::size_t>(st) * stride + i * kLineWords;
+      if constexpr (kPrefetch == 1) __builtin_prefetch(line + kAheadWords, 0, 2);  // prefetcht1
+      if constexpr (kPrefetch == 2) __builtin_prefetch(line + kAheadWords, 0, 3);  // prefetcht0
+      for (std::size_t w = 0; w < kLineWords; ++w) sums[st][w] += line[w];
+    }
+  }
+  std::uint64_t total = 0;
+  for (const auto& stream : sums) {
+    for (const std::uint64_t v : stream) total += v;
+  }
+  return total;
+}
+
+template <int kStreams>
+std::uint64_t ReadSliceWith(int prefetch, const std::uint64_t* slice, std::size_t lines) {
+  switch (prefetch) {
+    case 1:
+      return ReadSlice<kStreams, 1>(slice, lines);
+    case 2:
+      return ReadSlice<kStreams, 2>(slice, lines);
+    default:
+      return ReadSlice<kStreams, 0>(slice, lines);
+  }
+}
+
+void BM_ReadStreams(benchmark::State& state) {
+  const auto streams = static_cast<int>(state.range(0));
+  const auto prefetch = static_cast<int>(state.range(1));
+  constexpr std::size_t kBytes = std::size_t{1} << 30;
+  static const metronome::base::StreamedBuffer memory = [] {
+    metronome::base::StreamedBuffer m = metronome::base::AllocateStreamed(kBytes);
+    std::memset(m.get(), 1, kBytes);
+    return m;
+  }();
+  auto& pool = metronome::testing::TestPool();
+  const std::size_t slices = static_cast<std::size_t>(pool.num_threads()) * 4;
+  const std::size_t lines_per_stream = kBytes / 64 / slices / static_cast<std::size_t>(streams);
+  const std::size_t slice_words = lines_per_stream * 8 * static_cast<std::size_t>(streams);
+  const auto* words = reinterpret_cast<const std::uint64_t*>(memory.get());
+  std::vector<std::uint64_t> totals(slices);
+  for (auto _ : state) {
+    pool.ParallelFor(static_cast<std::int64_t>(slices), 1, [&](std::int64_t b, std::int64_t e) {
+      for (auto i = static_cast<std::size_t>(b); i < static_cast<std::size_t>(e); ++i) {
+        const std::uint64_t* slice = words + i * slice_words;
+        switch (streams) {
+          case 1:
+            totals[i] = ReadSliceWith<1>(prefetch, slice, lines_per_stream);
+            break;
+          case 2:
+            totals[i] = ReadSliceWith<2>(prefetch, slice, lines_per_stream);
+            break;
+          default:
+            totals[i] = ReadSliceWith<4>(prefetch, slice, lines_per_stream);
+            break;
+        }
+      }
+    });
+    benchmark::DoNotOptimize(totals.data());
+  }
+  SetDramCounters(state, slices * slice_words * sizeof(std::uint64_t));
+}
+BENCHMARK(BM_ReadStreams)
+    ->ArgsProduct({{1, 2, 4}, {0, 1, 2}})
+    ->ArgNames({"streams", "prefetch"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 void BM_Prefill(benchmark::State& state) {
   const GgmlType type = kTypes[state.range(0)];
   const int m = static_cast<int>(state.range(1));
@@ -748,7 +831,7 @@ void BM_RowLayout(benchmark::State& state) {
                                                   benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_RowLayout)
-    ->ArgsProduct({{3, 4, 5, 6, 7, 8, 9, 10}, {1, 4, 32}, {0, 1}})
+    ->ArgsProduct({{3, 4, 5, 6, 7, 8, 9, 10}, {1, 4, 8, 32}, {0, 1}})
     ->ArgNames({"type", "m", "interleaved"})
     ->Unit(benchmark::kMillisecond);
 
