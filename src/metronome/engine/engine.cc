@@ -86,9 +86,8 @@ std::span<const quant::WeightMatrix> LayerMatrices(const model::LayerWeights& lw
       return lw.w_gate_up;
     case Product::kDown:
       return {&lw.w_down, 1};
-    case Product::kRouter:
-      return lw.router.data != nullptr ? std::span<const quant::WeightMatrix>(&lw.router, 1)
-                                       : std::span<const quant::WeightMatrix>{};
+    case Product::kRouter:  // a dense layer's router is an empty matrix: 0 bytes
+      return {&lw.router, 1};
     case Product::kLogits:
       break;
   }
