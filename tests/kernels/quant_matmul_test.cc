@@ -166,6 +166,18 @@ TEST(QuantMatMulTest, MatMulEqualsReferenceAndAccumulates) {
   }
 }
 
+// The scalar reference multiplies a prefill's rows itself, however many (it never hands a product
+// to dequant+sgemm, so it prepares every quantised part's activations).
+TEST(QuantMatMulTest, ScalarReferenceTakesPrefillRows) {
+  for (const GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_K}) {
+    const int m = kDequantGemmMinRows + 2;
+    const Problem p = MakeProblem(type, m, 9, 256, 600);
+    std::vector<float> y(static_cast<std::size_t>(m) * 9);
+    MatMulRowsScalar(p.x.data(), m, p.w, y.data(), false, 0, 9);
+    ExpectNear(y, Expected(p), p, "scalar");
+  }
+}
+
 TEST(QuantMatMulTest, RowRangeWritesOnlyItsColumns) {
   for (const GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ8_0, GgmlType::kBF16}) {
     const Problem p = MakeProblem(type, 4, 20, 256, 300);

@@ -412,14 +412,15 @@ bool UsesDequantGemm(const quant::WeightMatrix& w, int m) {
 }
 
 // The arena bytes a product's prepared activations take: one block per quantised format its
-// integer-kernel parts use.
-std::size_t ArenaBytes(const MatMulProduct& product) {
+// integer-kernel parts use (all its quantised parts for the scalar reference, which never hands a
+// part to dequant+sgemm).
+std::size_t ArenaBytes(const MatMulProduct& product, bool scalar_reference = false) {
   std::array<bool, 3> seen{};
   std::size_t bytes = 0;
   for (const auto& w : product.parts) {
     const ActivationFormat format = ActivationFormatFor(w.type);
-    if (IsPackedF32(w) || UsesDequantGemm(w, product.m) || format == ActivationFormat::kF32 ||
-        seen[static_cast<std::size_t>(format)]) {
+    if (IsPackedF32(w) || (!scalar_reference && UsesDequantGemm(w, product.m)) ||
+        format == ActivationFormat::kF32 || seen[static_cast<std::size_t>(format)]) {
       continue;
     }
     seen[static_cast<std::size_t>(format)] = true;
@@ -576,7 +577,8 @@ void MatMulRowsScalar(const float* x, int m, const quant::WeightMatrix& w, float
                       bool accumulate, int row_begin, int row_end) noexcept {
   if (m <= 0 || row_begin >= row_end) return;
   std::array<const std::byte*, 3> prepared{};
-  std::byte* arena = ActivationArena(ArenaBytes({x, m, std::span(&w, 1), y, accumulate}));
+  std::byte* arena = ActivationArena(
+      ArenaBytes({x, m, std::span(&w, 1), y, accumulate}, /*scalar_reference=*/true));
   const RowsKernelArgs args = MakeArgs(x, m, w, y, w.rows, accumulate, prepared, arena);
   ScalarKernel(w.type).rows(args, row_begin, row_end);
 }
