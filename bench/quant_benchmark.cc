@@ -33,10 +33,11 @@
 //  * BM_RowLayout/type/m/interleaved: the matrices of a type with an interleaved form (Q8_0, Q4_0,
 //    Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) in the files' row-major layout against the 16-row
 //    interleaved layout (quant/row_layout.h), one thread, CPU time.
-//  * BM_Prefill/type/m/dequant: the down projection (1536 -> 576) for m rows, dequant 0 = the
-//    kernel table's integer kernel (activation preparation included), 1 = W dequantised to fp32
-//    (DequantizeRows) + oneDNN sgemm: the crossover row count behind MatMul's prefill dispatch
-//    (kDequantGemmMinRows). Counter rows_per_s.
+//  * BM_Prefill/type/m/path: the down projection (1536 -> 576) for m rows on the test pool in
+//    MatMul's 32-row tiles, through path 0 the kernel table's integer kernel (activation
+//    preparation included), 1 kernels::DequantGemmKernel (W's tiles dequantised, oneDNN sgemm on
+//    fp32 x), 2 the scalar integer kernel: the crossovers behind each kernel's
+//    dequant_gemm_min_rows (kDequantGemmMinRows). Counters rows_per_s, GFLOP_per_s.
 // Weight and activation contents are synthetic (valid scales, arbitrary codes): speed does not
 // depend on the values; tests/kernels checks the results.
 // Run: build/ci/bench/quant_benchmark --benchmark_repetitions=3 --benchmark_min_time=0.3s
@@ -219,15 +220,16 @@ const ModelWeights& Weights(GgmlType type, Layout layout = Layout::kPreferred) {
   return w;
 }
 
-// What MatMul runs for m rows of `type`: F32 goes to oneDNN, prefill rows of quantised types to
-// dequant+sgemm, the rest to the kernel table.
+// What MatMul runs for m rows of `type`: F32 goes to oneDNN, the rest to the kernel table, which
+// hands quantised types over to dequant+sgemm from its dequant_gemm_min_rows on.
 std::string PathName(GgmlType type, int m) {
   if (type == GgmlType::kF32) return "onednn";
-  if (m >= kernels::kDequantGemmMinRows &&
+  const kernels::QuantKernel& kernel = kernels::ActiveKernel(type);
+  if (m >= kernel.dequant_gemm_min_rows &&
       kernels::ActivationFormatFor(type) != kernels::ActivationFormat::kF32) {
-    return "dequant+sgemm";
+    return std::string(kernels::DequantGemmKernel().name);
   }
-  return std::string(kernels::ActiveKernel(type).name);
+  return std::string(kernel.name);
 }
 
 bool Supported(GgmlType type, benchmark::State& state) {
@@ -694,34 +696,30 @@ BENCHMARK(BM_ReadStreams)
 void BM_Prefill(benchmark::State& state) {
   const GgmlType type = kTypes[state.range(0)];
   const int m = static_cast<int>(state.range(1));
-  const bool dequant = state.range(2) != 0;
+  const auto path = static_cast<int>(state.range(2));
   if (!Supported(type, state)) return;
-  state.SetLabel(std::string(quant::Name(type)) + (dequant ? " dequant+sgemm" : " int8"));
+  const kernels::QuantKernel& kernel = path == 0   ? kernels::ActiveKernel(type)
+                                       : path == 1 ? kernels::DequantGemmKernel()
+                                                   : kernels::ScalarKernel(type);
+  state.SetLabel(std::string(quant::Name(type)) + " " + std::string(kernel.name));
   const Matrix w = MakeMatrix(type, kDim, kFfn);
   const std::vector<float> x(static_cast<std::size_t>(m) * kFfn, 0.5f);
   std::vector<float> y(static_cast<std::size_t>(m) * kDim);
-  std::vector<float> wf(static_cast<std::size_t>(kDim) * kFfn);
-  const std::size_t row_bytes = w.bytes / kDim;
   const quant::WeightMatrix wm = quant::MakeWeightMatrix(w.type, kDim, kFfn, w.data.get());
   std::vector<std::byte> act(kernels::ActivationRowBytes(type, kFfn) * static_cast<std::size_t>(m));
-  const kernels::RowsKernelArgs args = ArgsFor(wm, act, m, y.data());
+  auto& pool = metronome::testing::TestPool();
+  kernels::RowsKernelArgs args = ArgsFor(wm, act, m, y.data());
+  args.pool = &pool;
+  if (path == 1) {  // x as it is
+    args.act = reinterpret_cast<const std::byte*>(x.data());
+    args.act_row_bytes = static_cast<std::size_t>(kFfn) * sizeof(float);
+  }
+  constexpr int kTile = 32;  // MatMul's row tile
   for (auto _ : state) {
-    if (dequant) {
-#pragma omp parallel for schedule(static)
-      for (int r = 0; r < kDim; r += 16) {
-        avx512::DequantizeRows(type, w.data.get() + r * row_bytes, std::min(16, kDim - r), kFfn,
-                               wf.data() + static_cast<std::size_t>(r) * kFfn);
-      }
-      kernels::MatMulTransposedB(metronome::testing::TestPool(), x.data(), m, kFfn, wf.data(), kDim,
-                                 y.data(), false);
-    } else {
-      // The table's integer kernel for every m (MatMul itself switches to dequant+sgemm at 32).
-      kernels::PrepareActivations(type, x.data(), m, kFfn, act.data());
-      const kernels::QuantKernel& kernel = kernels::ActiveKernel(type);
-#pragma omp parallel for schedule(static)
-      // 32-row work items, as MatMul's split (one panel of the batched kernels each).
-      for (int r = 0; r < kDim; r += 32) kernel.rows(args, r, std::min(kDim, r + 32));
-    }
+    if (path != 1) kernels::PrepareActivations(type, x.data(), m, kFfn, act.data());
+    pool.ParallelFor((kDim + kTile - 1) / kTile, 1, [&](std::int64_t b, std::int64_t e) {
+      kernel.rows(args, static_cast<int>(b) * kTile, std::min(kDim, static_cast<int>(e) * kTile));
+    });
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["rows_per_s"] =
@@ -730,8 +728,8 @@ void BM_Prefill(benchmark::State& state) {
                                                      benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_Prefill)
-    ->ArgsProduct({{3, 4, 8, 10}, {1, 4, 16, 32, 64, 128, 256, 512}, {0, 1}})
-    ->ArgNames({"type", "m", "dequant"})
+    ->ArgsProduct({{3, 4, 8, 10}, {1, 4, 16, 32, 64, 128, 256, 512}, {0, 1, 2}})
+    ->ArgNames({"type", "m", "path"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

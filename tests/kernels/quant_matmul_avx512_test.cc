@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -462,43 +463,99 @@ TEST(Avx512KernelTable, ActiveKernelEqualsScalarReference) {
   }
 }
 
-// Prefill rows (m >= kDequantGemmMinRows) of quantised types run dequantised tiles and sgemm: y
-// must equal the fp32 product of the dequantised weights with unquantised x (no activation
-// quantisation on this path).
-TEST(PrefillPath, ManyRowsEqualDequantisedFp32Gemm) {
+// A quantised matrix of n x k from normal weights, and the weights it dequantises to.
+struct PrefillMatrix {
+  std::vector<std::uint8_t> bytes;
+  std::vector<float> dequantised;  // [n, k]
+  quant::WeightMatrix mat;
+};
+PrefillMatrix MakePrefillMatrix(GgmlType t, int n, int k, std::mt19937& rng) {
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  PrefillMatrix p;
+  const std::size_t row_bytes = quant::RowBytes(t, k);
+  p.bytes.resize(row_bytes * n);
+  p.dequantised.resize(static_cast<std::size_t>(n) * k);
+  std::vector<float> row(static_cast<std::size_t>(k));
+  for (int r = 0; r < n; ++r) {
+    for (float& v : row) v = g(rng);
+    quant::QuantizeRow(t, row.data(), k, p.bytes.data() + r * row_bytes);
+    quant::DequantizeRow(t, p.bytes.data() + r * row_bytes, k,
+                         p.dequantised.data() + static_cast<std::size_t>(r) * k);
+  }
+  p.mat = quant::MakeWeightMatrix(t, n, k, p.bytes.data());
+  return p;
+}
+
+// DequantGemmKernel (the prefill of types whose kernel is the scalar one) equals the fp32 product
+// of the dequantised weights with unquantised x: no activation quantisation on this path.
+TEST(DequantGemmKernel, EqualsDequantisedFp32Gemm) {
   std::mt19937 rng(11);
   std::normal_distribution<float> g(0.0f, 1.0f);
   for (const GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
     const int m = kDequantGemmMinRows + 7;
     const int n = 70;  // not a multiple of the row tile
     const int k = 512;
-    std::vector<float> wf(static_cast<std::size_t>(n) * k);
+    const PrefillMatrix w = MakePrefillMatrix(t, n, k, rng);
     std::vector<float> x(static_cast<std::size_t>(m) * k);
-    for (float& v : wf) v = g(rng);
     for (float& v : x) v = g(rng);
-    const std::size_t row_bytes = quant::RowBytes(t, k);
-    std::vector<std::uint8_t> w(row_bytes * n);
-    std::vector<float> wd(wf.size());
-    for (int r = 0; r < n; ++r) {
-      quant::QuantizeRow(t, wf.data() + static_cast<std::size_t>(r) * k, k,
-                         w.data() + r * row_bytes);
-      quant::DequantizeRow(t, w.data() + r * row_bytes, k,
-                           wd.data() + static_cast<std::size_t>(r) * k);
-    }
-    const quant::WeightMatrix mat = quant::MakeWeightMatrix(t, n, k, w.data());
     std::vector<float> y(static_cast<std::size_t>(m) * n, 1.0f);
-    MatMul(testing::TestPool(), x.data(), m, mat, y.data(), true);
+    RowsKernelArgs args;
+    args.act = reinterpret_cast<const std::byte*>(x.data());
+    args.act_row_bytes = static_cast<std::size_t>(k) * sizeof(float);
+    args.m = m;
+    args.w = &w.mat;
+    args.y = y.data();
+    args.ldy = n;
+    args.accumulate = true;
+    args.pool = &testing::TestPool();
+    DequantGemmKernel().rows(args, 0, n);
     for (int i = 0; i < m; ++i) {
       for (int j = 0; j < n; ++j) {
         double want = 1.0;
         double mag = 0.0;
         for (int e = 0; e < k; ++e) {
           const double p = static_cast<double>(x[static_cast<std::size_t>(i) * k + e]) *
-                           wd[static_cast<std::size_t>(j) * k + e];
+                           w.dequantised[static_cast<std::size_t>(j) * k + e];
           want += p;
           mag += std::fabs(p);
         }
         ASSERT_NEAR(y[static_cast<std::size_t>(i) * n + j], want, 1e-5 * mag + 1e-6)
+            << quant::Name(t) << " row " << i << " col " << j;
+      }
+    }
+  }
+}
+
+// Where the AVX-512 VNNI kernels run, a prefill's many rows stay on them (they beat dequantised
+// tiles + sgemm at every row count): MatMul equals the integer reference (activations quantised,
+// fp32 rounding apart), which the dequantised path, with x unquantised, misses by the activation
+// quantisation error (~1e-3 of sum |x w| here, a hundred times the bound).
+TEST(PrefillPath, VnniKernelsKeepEveryRowCount) {
+  if (!CpuHasAvx512Vnni()) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/VNNI";
+  std::mt19937 rng(12);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (const GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    EXPECT_EQ(ActiveKernel(t).dequant_gemm_min_rows, std::numeric_limits<int>::max());
+    EXPECT_EQ(ScalarKernel(t).dequant_gemm_min_rows, kDequantGemmMinRows);
+    const int m = 259;  // a prefill chunk and a tail
+    const int n = 70;
+    const int k = 512;
+    const PrefillMatrix w = MakePrefillMatrix(t, n, k, rng);
+    std::vector<float> x(static_cast<std::size_t>(m) * k);
+    for (float& v : x) v = g(rng);
+    std::vector<float> got(static_cast<std::size_t>(m) * n);
+    std::vector<float> want(got.size());
+    MatMul(testing::TestPool(), x.data(), m, w.mat, got.data(), false);
+    MatMulRowsScalar(x.data(), m, w.mat, want.data(), false, 0, n);
+    for (int i = 0; i < m; ++i) {
+      for (int j = 0; j < n; ++j) {
+        double mag = 0.0;
+        for (int e = 0; e < k; ++e) {
+          mag += std::fabs(static_cast<double>(x[static_cast<std::size_t>(i) * k + e]) *
+                           w.dequantised[static_cast<std::size_t>(j) * k + e]);
+        }
+        const std::size_t at = static_cast<std::size_t>(i) * n + j;
+        ASSERT_NEAR(got[at], want[at], 1e-5 * mag)
             << quant::Name(t) << " row " << i << " col " << j;
       }
     }

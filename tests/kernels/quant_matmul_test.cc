@@ -146,7 +146,7 @@ TEST(QuantMatMulTest, ThirtyTwoElementTypesTakeShortRows) {
 TEST(QuantMatMulTest, MatMulEqualsReferenceAndAccumulates) {
   std::uint32_t seed = 200;
   for (const GgmlType type : kTypes) {
-    for (const int m : {1, 2, 5, 13, 31, 37, 64, 130}) {  // 130: the dequant+sgemm path
+    for (const int m : {1, 2, 5, 13, 31, 37, 64, 130}) {  // from 16: dequant+sgemm if scalar
       const int rows = 70;
       const int cols = 512;
       const Problem p = MakeProblem(type, m, rows, cols, seed++);
@@ -167,7 +167,7 @@ TEST(QuantMatMulTest, MatMulEqualsReferenceAndAccumulates) {
 }
 
 // The scalar reference multiplies a prefill's rows itself, however many (it never hands a product
-// to dequant+sgemm, so it prepares every quantised part's activations).
+// to DequantGemmKernel, so it prepares every quantised part's activations).
 TEST(QuantMatMulTest, ScalarReferenceTakesPrefillRows) {
   for (const GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_K}) {
     const int m = kDequantGemmMinRows + 2;
@@ -211,8 +211,8 @@ TEST(QuantMatMulTest, RowSliceMatchesTheFullMatrix) {
 }
 
 // A set of products with activations of their own (a MoE layer's experts) computes each product
-// exactly as MatMul computes it alone: fused parts of mixed types, F32 through oneDNN, the
-// dequant+sgemm rows, accumulation, an empty product; outputs interleaved in one buffer.
+// exactly as MatMul computes it alone: fused parts of mixed types, F32 through oneDNN, prefill
+// rows, accumulation, an empty product; outputs interleaved in one buffer.
 TEST(QuantMatMulTest, ASetOfProductsEqualsEachProductAlone) {
   const Problem q4k = MakeProblem(GgmlType::kQ4_K, 3, 70, 512, 500);
   const Problem q6k = MakeProblem(GgmlType::kQ6_K, 3, 40, 512, 501);

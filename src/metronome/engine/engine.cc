@@ -118,9 +118,8 @@ constexpr std::int64_t kMinKeysPerSlice = 64;
 constexpr int kQueriesPerWork = 16;
 // The FFN runs over blocks of at most kFfnRowsPerBlock rows; a block of at least
 // kHiddenOverGateUpMinRows rows writes its hidden rows over its gate|up rows (Engine::FfnLayer).
-// Each block of a quantised prefill dequantises the FFN's weight tiles again; a block of 256 rows
-// keeps that within the prefill's noise (bench-decode --sessions 32 --context 512 --prefill-chunk
-// 512).
+// Each block of a prefill reads the FFN's weights again; a block of 256 rows keeps that within
+// the prefill's noise (bench-decode --sessions 32 --context 512 --prefill-chunk 512).
 constexpr int kFfnRowsPerBlock = 256;
 constexpr int kHiddenOverGateUpMinRows = 128;
 

@@ -1,6 +1,6 @@
 // AVX-512 VNNI kernels for weights in the 16-row interleaved layout (quant/row_layout.h): Q8_0,
-// Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K, every activation row count below the prefill path's
-// (kDequantGemmMinRows). Callable only after CpuHasAvx512Vnni() (cpu_features.h). They compute the
+// Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K, every activation row count, decode and prefill.
+// Callable only after CpuHasAvx512Vnni() (cpu_features.h). They compute the
 // same integer block dots and the same scale algebra as the scalar kernel (d_w d_a per block,
 // offsets folded in as -offset * sum of the activation block, mins as m * d_a * sum; the K-quants'
 // integer sub-block scales exactly in int32), so they agree with it within fp32 rounding.

@@ -197,7 +197,9 @@ std::size_t Index(GgmlType type) { return static_cast<std::size_t>(type); }
 
 KernelTable MakeScalarTable() {
   KernelTable t{};
-  const auto set = [&t](GgmlType type, RowsKernel k) { t[Index(type)] = {k, "scalar"}; };
+  const auto set = [&t](GgmlType type, RowsKernel k) {
+    t[Index(type)] = {k, "scalar", nullptr, kDequantGemmMinRows};
+  };
   set(GgmlType::kF32, RowsFloat<GgmlType::kF32>);
   set(GgmlType::kF16, RowsFloat<GgmlType::kF16>);
   set(GgmlType::kBF16, RowsFloat<GgmlType::kBF16>);
@@ -406,14 +408,16 @@ bool IsPackedF32(const quant::WeightMatrix& w) {
          w.row_bytes == static_cast<std::size_t>(w.cols) * sizeof(float);
 }
 
-// Whether a part of an m-row product runs as dequantised tiles through sgemm (prefill).
+// Whether a part of an m-row product runs as dequantised tiles through sgemm (prefill where the
+// type's kernel is the scalar one).
 bool UsesDequantGemm(const quant::WeightMatrix& w, int m) {
-  return m >= kDequantGemmMinRows && ActivationFormatFor(w.type) != ActivationFormat::kF32;
+  return m >= KernelFor(w).dequant_gemm_min_rows &&
+         ActivationFormatFor(w.type) != ActivationFormat::kF32;
 }
 
 // The arena bytes a product's prepared activations take: one block per quantised format its
 // integer-kernel parts use (all its quantised parts for the scalar reference, which never hands a
-// part to dequant+sgemm).
+// part to DequantGemmKernel).
 std::size_t ArenaBytes(const MatMulProduct& product, bool scalar_reference = false) {
   std::array<bool, 3> seen{};
   std::size_t bytes = 0;
@@ -499,6 +503,11 @@ const QuantKernel& ScalarKernel(GgmlType type) noexcept {
   return k;
 }
 
+const QuantKernel& DequantGemmKernel() noexcept {
+  static const QuantKernel kernel{RowsDequantGemm, "dequant+sgemm"};
+  return kernel;
+}
+
 const QuantKernel& ActiveKernel(GgmlType type) noexcept {
   const QuantKernel& k = ActiveTable()[Index(type) < kTableSize ? Index(type) : 0];
   MTR_CHECK(k.rows != nullptr, "no kernel for this weight type");
@@ -539,7 +548,6 @@ void MatMul(base::ThreadPool& pool, std::span<const MatMulProduct> products) noe
       }
       if (UsesDequantGemm(w, m)) {
         // Prefill: tiles of W dequantised and multiplied by sgemm on the unquantised x.
-        static const QuantKernel kDequantGemm{RowsDequantGemm, "dequant+sgemm"};
         RowsKernelArgs args;
         args.act = reinterpret_cast<const std::byte*>(product.x);
         args.act_row_bytes = static_cast<std::size_t>(w.cols) * sizeof(float);
@@ -549,7 +557,7 @@ void MatMul(base::ThreadPool& pool, std::span<const MatMulProduct> products) noe
         args.ldy = ldy;
         args.accumulate = product.accumulate;
         args.pool = &pool;
-        work.push_back({&kDequantGemm, args, w.rows, units, TileCostUnits(w, m)});
+        work.push_back({&DequantGemmKernel(), args, w.rows, units, TileCostUnits(w, m)});
       } else {
         work.push_back({&KernelFor(w),
                         MakeArgs(product.x, m, w, y_part, ldy, product.accumulate, prepared, arena),

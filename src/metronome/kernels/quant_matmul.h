@@ -9,9 +9,11 @@
 //   3. The output rows are split into 32-row tiles (the one parallel split: ParallelOverRowTiles)
 //      and each tile runs the type's RowsKernel for all m activation rows, so each weight block is
 //      read from memory once per product and unpacked once per tile.
-//   4. Prefill (m >= kDequantGemmMinRows) with integer-kernel weights: each tile of W is
-//      dequantised to fp32 and multiplied by oneDNN's sgemm instead (x unquantised), over the same
-//      split. F16/BF16 keep their kernels (widening is as cheap as dequantising).
+//   4. A compute-bound product (prefill) of integer-kernel weights on a CPU whose integer kernel
+//      for the type is the scalar one (m >= its dequant_gemm_min_rows): each tile of W is
+//      dequantised to fp32 and multiplied by oneDNN's sgemm instead (x unquantised), over the
+//      same split (DequantGemmKernel). The AVX-512 VNNI kernels never hand over: they beat it at
+//      every row count. F16/BF16 keep their kernels (widening is as cheap as dequantising).
 //
 // Kernels per type: a function table (QuantKernelTable) chosen once, at first use, from the CPU's
 // features. The portable scalar kernels (this file's .cc) are the reference: integer dot products
@@ -29,6 +31,7 @@
 #pragma once
 
 #include <cstddef>
+#include <limits>
 #include <span>
 #include <string_view>
 
@@ -41,13 +44,16 @@ class ThreadPool;
 
 namespace metronome::kernels {
 
-// From this many activation rows on, MatMul multiplies quantised weights by dequantising tiles of W
-// to fp32 and running oneDNN's sgemm instead of the batched integer kernels: the integer kernels
-// read each weight once as stored and win while the product is bandwidth-bound; with enough rows
-// the product is compute-bound and oneDNN's fp32 micro-kernel, near the fp32 peak, wins or ties
-// (bench/quant_benchmark BM_Prefill; docs/performance.md, "Prefill: integer kernels vs
-// dequantised sgemm"). Every decode batch below this keeps the integer kernels.
-inline constexpr int kDequantGemmMinRows = 128;
+// The scalar integer kernels' crossover: from this many activation rows on, MatMul multiplies
+// weights whose kernel is the scalar one by dequantising tiles of W to fp32 and running oneDNN's
+// sgemm instead. The scalar kernels do a multiply-add or so a cycle; dequantising costs about
+// 0.1 ns a weight, paid once for all rows, so sgemm wins from a few rows on (bench/quant_benchmark
+// BM_Prefill, path 2 against path 1: 1.8-3.3x at 4 rows, 1.3-4.9x at 16), and 16 keeps the
+// margin for a CPU whose sgemm runs at half this one's width. The AVX-512 VNNI kernels keep every
+// row count: a vpdpbusd does four fp32 FMAs' multiply-adds, and they beat dequantised tiles +
+// sgemm from 1 to 512 rows (path 0 against 1; docs/performance.md, "Prefill: integer kernels vs
+// dequantised sgemm").
+inline constexpr int kDequantGemmMinRows = 16;
 // Up to this many activation rows (decode: one to a few sessions) MatMul runs a type's `gemv`
 // kernel where it has one: W is streamed once, so those kernels are built for read bandwidth.
 inline constexpr int kGemvMaxRows = 4;
@@ -131,7 +137,16 @@ struct QuantKernel {
   std::string_view name;  // "scalar", "avx512-vnni", ... (printed by benchmarks)
   // Optional: used instead of `rows` when m <= kGemvMaxRows (the same products, same tolerance).
   RowsKernel gemv = nullptr;
+  // From this many activation rows on, MatMul runs DequantGemmKernel instead (for the quantised
+  // types; fp32-activation kernels never hand over). Default: never.
+  int dequant_gemm_min_rows = std::numeric_limits<int>::max();
 };
+
+// The prefill kernel of the types whose integer kernel is slower than fp32 sgemm at many rows:
+// W's rows dequantised to fp32 a 32-row tile at a time, and oneDNN's sgemm on the unquantised x
+// (args.act: m fp32 rows of w->cols; args.pool: the pool the sgemm runs on, required). It equals
+// an fp32 GEMM of the dequantised weights: no activation quantisation.
+[[nodiscard]] const QuantKernel& DequantGemmKernel() noexcept;
 
 // The scalar kernel of a computable type (always available).
 [[nodiscard]] const QuantKernel& ScalarKernel(quant::GgmlType type) noexcept;
