@@ -33,10 +33,10 @@
 //  * BM_RowLayout/type/m/interleaved: the matrices of a type with an interleaved form (Q8_0, Q4_0,
 //    Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) in the files' row-major layout against the 16-row
 //    interleaved layout (quant/row_layout.h), one thread, CPU time.
-//  * BM_Prefill/type/m/path: the down projection (1536 -> 576) for m rows on the test pool in
-//    MatMul's 32-row tiles, through path 0 the kernel table's integer kernel (activation
-//    preparation included), 1 kernels::DequantGemmKernel (W's tiles dequantised, oneDNN sgemm on
-//    fp32 x), 2 the scalar integer kernel: the crossovers behind each kernel's
+//  * BM_Prefill/type/m/path: the down projection (1536 -> 576) for m rows on the test pool:
+//    path 0 kernels::MatMul in the engine's layout (the AVX-512 VNNI kernel), 1
+//    kernels::DequantGemmKernel (W's tiles dequantised, oneDNN sgemm on fp32 x) and 2 the scalar
+//    integer kernel, each over MatMul's 32-row tiles: the crossovers behind each kernel's
 //    dequant_gemm_min_rows (kDequantGemmMinRows). Counters rows_per_s, GFLOP_per_s.
 // Weight and activation contents are synthetic (valid scales, arbitrary codes): speed does not
 // depend on the values; tests/kernels checks the results.
@@ -220,16 +220,9 @@ const ModelWeights& Weights(GgmlType type, Layout layout = Layout::kPreferred) {
   return w;
 }
 
-// What MatMul runs for m rows of `type`: F32 goes to oneDNN, the rest to the kernel table, which
-// hands quantised types over to dequant+sgemm from its dequant_gemm_min_rows on.
-std::string PathName(GgmlType type, int m) {
-  if (type == GgmlType::kF32) return "onednn";
-  const kernels::QuantKernel& kernel = kernels::ActiveKernel(type);
-  if (m >= kernel.dequant_gemm_min_rows &&
-      kernels::ActivationFormatFor(type) != kernels::ActivationFormat::kF32) {
-    return std::string(kernels::DequantGemmKernel().name);
-  }
-  return std::string(kernel.name);
+// The kernel MatMul runs for m rows of `w`, for a label.
+std::string PathName(const quant::WeightMatrix& w, int m) {
+  return std::string(kernels::MatMulKernelName(w, m));
 }
 
 bool Supported(GgmlType type, benchmark::State& state) {
@@ -250,11 +243,11 @@ void BM_DecodeWeights(benchmark::State& state) {
   const double bw = BandwidthGBps();
   const double peak = PeakGflops();
   const ModelWeights& w = Weights(type);
-  int interleaved = 0;  // matrices the interleaved kernel reads (at m below the prefill path)
+  int interleaved = 0;  // matrices the interleaved kernel reads
   for (const Matrix& mat : w.matrices) {
     interleaved += mat.view.layout == quant::RowLayout::kInterleaved16 ? 1 : 0;
   }
-  state.SetLabel(std::string(quant::Name(type)) + " " + PathName(type, m) +
+  state.SetLabel(std::string(quant::Name(type)) + " " + PathName(w.matrices[3].view, m) +
                  (interleaved > 0 ? ", " + std::to_string(interleaved) + " of " +
                                         std::to_string(w.matrices.size()) + " interleaved"
                                   : ""));
@@ -438,7 +431,7 @@ void BM_DecodeDram(benchmark::State& state) {
   const int m = static_cast<int>(state.range(1));
   if (!Supported(type, state)) return;
   const RealSizeLayers& w = RealLayers(type);
-  state.SetLabel(std::string(quant::Name(type)) + " " + PathName(type, m));
+  state.SetLabel(std::string(quant::Name(type)) + " " + PathName(w.matrices[3], m));
   const std::vector<float> x_dim(static_cast<std::size_t>(m) * kRealDim, 0.5f);
   const std::vector<float> x_ffn(static_cast<std::size_t>(m) * kRealFfn, 0.5f);
   std::vector<float> y(static_cast<std::size_t>(m) * 2 * kRealFfn);
@@ -532,7 +525,7 @@ void BM_ExpertsDram(benchmark::State& state) {
   const int placement = static_cast<int>(state.range(2));
   if (!Supported(type, state)) return;
   const MoeLayers& w = MoeLayersOf(type);
-  state.SetLabel(std::string(quant::Name(type)) + " " + PathName(type, 1));
+  state.SetLabel(std::string(quant::Name(type)) + " " + PathName(w.down[0], 1));
   const int slots = m * kMoeUsed;
   const std::vector<float> in(static_cast<std::size_t>(slots) * kMoeDim, 0.5f);
   const std::vector<float> hidden(static_cast<std::size_t>(slots) * kMoeFfn, 0.5f);
@@ -698,17 +691,18 @@ void BM_Prefill(benchmark::State& state) {
   const int m = static_cast<int>(state.range(1));
   const auto path = static_cast<int>(state.range(2));
   if (!Supported(type, state)) return;
-  const kernels::QuantKernel& kernel = path == 0   ? kernels::ActiveKernel(type)
-                                       : path == 1 ? kernels::DequantGemmKernel()
-                                                   : kernels::ScalarKernel(type);
-  state.SetLabel(std::string(quant::Name(type)) + " " + std::string(kernel.name));
-  const Matrix w = MakeMatrix(type, kDim, kFfn);
+  // Path 0 is kernels::MatMul on the layout the engine reads (the interleaved kernel; its gemv
+  // form at m <= kGemvMaxRows); paths 1 and 2 run one kernel over MatMul's 32-row tiles.
+  const Matrix w = MakeMatrix(type, kDim, kFfn, path == 0 ? Layout::kPreferred : Layout::kFile);
+  const kernels::QuantKernel& kernel =
+      path == 1 ? kernels::DequantGemmKernel() : kernels::ScalarKernel(type);
+  state.SetLabel(std::string(quant::Name(type)) + " " +
+                 (path == 0 ? PathName(w.view, m) : std::string(kernel.name)));
   const std::vector<float> x(static_cast<std::size_t>(m) * kFfn, 0.5f);
   std::vector<float> y(static_cast<std::size_t>(m) * kDim);
-  const quant::WeightMatrix wm = quant::MakeWeightMatrix(w.type, kDim, kFfn, w.data.get());
   std::vector<std::byte> act(kernels::ActivationRowBytes(type, kFfn) * static_cast<std::size_t>(m));
   auto& pool = metronome::testing::TestPool();
-  kernels::RowsKernelArgs args = ArgsFor(wm, act, m, y.data());
+  kernels::RowsKernelArgs args = ArgsFor(w.view, act, m, y.data());
   args.pool = &pool;
   if (path == 1) {  // x as it is
     args.act = reinterpret_cast<const std::byte*>(x.data());
@@ -716,10 +710,14 @@ void BM_Prefill(benchmark::State& state) {
   }
   constexpr int kTile = 32;  // MatMul's row tile
   for (auto _ : state) {
-    if (path != 1) kernels::PrepareActivations(type, x.data(), m, kFfn, act.data());
-    pool.ParallelFor((kDim + kTile - 1) / kTile, 1, [&](std::int64_t b, std::int64_t e) {
-      kernel.rows(args, static_cast<int>(b) * kTile, std::min(kDim, static_cast<int>(e) * kTile));
-    });
+    if (path == 0) {
+      MatMul(w, x, m, y.data());
+    } else {
+      if (path == 2) kernels::PrepareActivations(type, x.data(), m, kFfn, act.data());
+      pool.ParallelFor((kDim + kTile - 1) / kTile, 1, [&](std::int64_t b, std::int64_t e) {
+        kernel.rows(args, static_cast<int>(b) * kTile, std::min(kDim, static_cast<int>(e) * kTile));
+      });
+    }
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["rows_per_s"] =

@@ -1,7 +1,7 @@
 // Weights in the 16-row interleaved layout (quant/row_layout.h) against the scalar reference on the
-// same weights row-major: the interleaved kernels at every activation row count below the prefill
-// path (register tiles of 4 and their remainders), MatMul over interleaved and row-major parts,
-// the prefill path, and the scalar kernel reading interleaved rows. The integer block dots are
+// same weights row-major: the interleaved kernels at decode and prefill row counts (register
+// tiles and their remainders), MatMul over interleaved and row-major parts, and the scalar kernel
+// reading interleaved rows. The integer block dots are
 // exact; only fp32 rounding of scale products and sums may differ (the bound of
 // quant_gemv_avx512_test.cc). A wrong lane, scale, offset or tile index is off by O(result).
 #include "metronome/kernels/quant_interleaved_avx512.h"

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include "metronome/quant/codec.h"
@@ -166,15 +167,62 @@ TEST(QuantMatMulTest, MatMulEqualsReferenceAndAccumulates) {
   }
 }
 
-// The scalar reference multiplies a prefill's rows itself, however many (it never hands a product
-// to DequantGemmKernel, so it prepares every quantised part's activations).
+// The scalar reference multiplies a prefill's rows itself, however many: it never hands a product
+// to DequantGemmKernel, so it prepares every quantised part's activations. It runs on a thread of
+// its own, whose activation arena starts empty, so a part left out would meet no arena.
 TEST(QuantMatMulTest, ScalarReferenceTakesPrefillRows) {
   for (const GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_K}) {
     const int m = kDequantGemmMinRows + 2;
     const Problem p = MakeProblem(type, m, 9, 256, 600);
     std::vector<float> y(static_cast<std::size_t>(m) * 9);
-    MatMulRowsScalar(p.x.data(), m, p.w, y.data(), false, 0, 9);
+    std::thread([&] { MatMulRowsScalar(p.x.data(), m, p.w, y.data(), false, 0, 9); }).join();
     ExpectNear(y, Expected(p), p, "scalar");
+  }
+}
+
+// MatMul on the scalar table, as a CPU without the AVX-512 kernels runs it: a product of two
+// quantised parts runs on the scalar kernels below kDequantGemmMinRows rows (the reference's
+// results, bit for bit) and from there through DequantGemmKernel, which equals the fp32 product of
+// the dequantised weights with x unquantised to 1e-5 of sum |x w| (the quantised activations miss
+// it by ~4e-4), each part in its columns of y, added to what y held.
+TEST(QuantMatMulTest, ScalarTableHandsPrefillRowsToDequantisedSgemm) {
+  for (const int m : {5, kDequantGemmMinRows, 130}) {
+    const Problem a = MakeProblem(GgmlType::kQ4_K, m, 70, 512, 700);
+    const Problem b = MakeProblem(GgmlType::kQ8_0, 1, 33, 512, 701);  // its weights, a's x
+    const Problem* part_of[] = {&a, &b};
+    const quant::WeightMatrix parts[] = {a.w, b.w};
+    const int ldy = a.rows + b.rows;
+    std::vector<float> start(static_cast<std::size_t>(m) * ldy);
+    for (std::size_t o = 0; o < start.size(); ++o) start[o] = static_cast<float>(o % 5) - 2.0f;
+    std::vector<float> y = start;
+    const MatMulProduct product{a.x.data(), m, parts, y.data(), true};
+    MatMulOnScalarKernels(testing::TestPool(), std::span(&product, 1));
+    int column = 0;
+    for (const Problem* p : part_of) {
+      std::vector<float> scalar(static_cast<std::size_t>(m) * p->rows);
+      MatMulRowsScalar(a.x.data(), m, p->w, scalar.data(), false, 0, p->rows);
+      for (int i = 0; i < m; ++i) {
+        const float* x = a.x.data() + static_cast<std::size_t>(i) * a.cols;
+        for (int r = 0; r < p->rows; ++r) {
+          const std::size_t at = static_cast<std::size_t>(i) * ldy + column + r;
+          if (m < kDequantGemmMinRows) {
+            ASSERT_EQ(y[at], start[at] + scalar[static_cast<std::size_t>(i) * p->rows + r])
+                << quant::Name(p->type) << " m=" << m << " row " << i << " col " << r;
+            continue;
+          }
+          const float* w = p->w_dequant.data() + static_cast<std::size_t>(r) * p->cols;
+          double want = start[at];
+          double mag = 0.0;
+          for (int k = 0; k < p->cols; ++k) {
+            want += static_cast<double>(x[k]) * w[k];
+            mag += std::fabs(static_cast<double>(x[k]) * w[k]);
+          }
+          ASSERT_NEAR(y[at], want, 1e-5 * mag + 1e-6)
+              << quant::Name(p->type) << " m=" << m << " row " << i << " col " << r;
+        }
+      }
+      column += p->rows;
+    }
   }
 }
 

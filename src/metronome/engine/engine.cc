@@ -118,8 +118,8 @@ constexpr std::int64_t kMinKeysPerSlice = 64;
 constexpr int kQueriesPerWork = 16;
 // The FFN runs over blocks of at most kFfnRowsPerBlock rows; a block of at least
 // kHiddenOverGateUpMinRows rows writes its hidden rows over its gate|up rows (Engine::FfnLayer).
-// Each block of a prefill reads the FFN's weights again; a block of 256 rows keeps that within
-// the prefill's noise (bench-decode --sessions 32 --context 512 --prefill-chunk 512).
+// Each block of a prefill reads the FFN's weights again: once per 256 rows, against 2 x 256
+// multiply-adds per weight read, the block stays compute-bound.
 constexpr int kFfnRowsPerBlock = 256;
 constexpr int kHiddenOverGateUpMinRows = 128;
 

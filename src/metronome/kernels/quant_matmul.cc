@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "metronome/base/check.h"
@@ -197,8 +198,12 @@ std::size_t Index(GgmlType type) { return static_cast<std::size_t>(type); }
 
 KernelTable MakeScalarTable() {
   KernelTable t{};
+  // Products of quantised activations hand over to dequant+sgemm from kDequantGemmMinRows rows;
+  // the fp32-activation ones (F32, F16, BF16) never do (widening is as cheap as dequantising).
   const auto set = [&t](GgmlType type, RowsKernel k) {
-    t[Index(type)] = {k, "scalar", nullptr, kDequantGemmMinRows};
+    const bool quantised_x = ActivationFormatFor(type) != ActivationFormat::kF32;
+    t[Index(type)] = {k, "scalar", nullptr,
+                      quantised_x ? kDequantGemmMinRows : std::numeric_limits<int>::max()};
   };
   set(GgmlType::kF32, RowsFloat<GgmlType::kF32>);
   set(GgmlType::kF16, RowsFloat<GgmlType::kF16>);
@@ -246,10 +251,16 @@ const KernelTable& ActiveTable() {
   return table;
 }
 
+// Which kernels a product runs on: the CPU's (MatMul), the scalar table as a CPU without the
+// AVX-512 kernels runs it (MatMulOnScalarKernels), or the scalar kernels alone, never handing a
+// product to dequant+sgemm (MatMulRowsScalar, the reference).
+enum class KernelSet : std::uint8_t { kActive, kScalar, kScalarReference };
+
 // The kernel MatMul runs for `w`: its type's active kernel, or for an interleaved matrix the
 // interleaved kernel (the scalar one, which reads rows through quant::CanonicalRow, on a CPU
 // without it).
-const QuantKernel& KernelFor(const quant::WeightMatrix& w) noexcept {
+const QuantKernel& KernelFor(const quant::WeightMatrix& w, KernelSet set) noexcept {
+  if (set != KernelSet::kActive) return ScalarKernel(w.type);
   if (w.layout == quant::RowLayout::kRowMajor) return ActiveKernel(w.type);
   static const auto table = [] {
     KernelTable t = ScalarTable();
@@ -329,17 +340,12 @@ void ParallelOverRowTiles(base::ThreadPool& pool, std::span<const PartWork> part
 
 // ---- prefill: dequantised tiles of W through oneDNN's sgemm ----
 
+// The scalar dequantiser: this path serves CPUs without the AVX-512 kernels.
 void DequantizeTile(const quant::WeightMatrix& w, int begin, int count, float* out) noexcept {
-  static const bool avx512 = CpuHasAvx512Vnni();
   thread_local std::vector<std::byte> canonical;  // a row of an interleaved matrix
   for (int i = 0; i < count; ++i) {
     float* o = out + static_cast<std::size_t>(i) * static_cast<std::size_t>(w.cols);
-    const std::byte* row = quant::CanonicalRow(w, begin + i, canonical);
-    if (avx512) {
-      avx512::DequantizeRows(w.type, row, 1, w.cols, o);
-    } else {
-      quant::DequantizeRow(w.type, row, w.cols, o);
-    }
+    quant::DequantizeRow(w.type, quant::CanonicalRow(w, begin + i, canonical), w.cols, o);
   }
 }
 
@@ -408,23 +414,21 @@ bool IsPackedF32(const quant::WeightMatrix& w) {
          w.row_bytes == static_cast<std::size_t>(w.cols) * sizeof(float);
 }
 
-// Whether a part of an m-row product runs as dequantised tiles through sgemm (prefill where the
-// type's kernel is the scalar one).
-bool UsesDequantGemm(const quant::WeightMatrix& w, int m) {
-  return m >= KernelFor(w).dequant_gemm_min_rows &&
-         ActivationFormatFor(w.type) != ActivationFormat::kF32;
+// Whether a part of an m-row product runs as dequantised tiles through sgemm: from its kernel's
+// dequant_gemm_min_rows on (a prefill on the scalar kernels), never for the reference.
+bool UsesDequantGemm(const quant::WeightMatrix& w, int m, KernelSet set) {
+  return set != KernelSet::kScalarReference && m >= KernelFor(w, set).dequant_gemm_min_rows;
 }
 
 // The arena bytes a product's prepared activations take: one block per quantised format its
-// integer-kernel parts use (all its quantised parts for the scalar reference, which never hands a
-// part to DequantGemmKernel).
-std::size_t ArenaBytes(const MatMulProduct& product, bool scalar_reference = false) {
+// integer-kernel parts use.
+std::size_t ArenaBytes(const MatMulProduct& product, KernelSet set) {
   std::array<bool, 3> seen{};
   std::size_t bytes = 0;
   for (const auto& w : product.parts) {
     const ActivationFormat format = ActivationFormatFor(w.type);
-    if (IsPackedF32(w) || (!scalar_reference && UsesDequantGemm(w, product.m)) ||
-        format == ActivationFormat::kF32 || seen[static_cast<std::size_t>(format)]) {
+    if (IsPackedF32(w) || UsesDequantGemm(w, product.m, set) || format == ActivationFormat::kF32 ||
+        seen[static_cast<std::size_t>(format)]) {
       continue;
     }
     seen[static_cast<std::size_t>(format)] = true;
@@ -521,9 +525,11 @@ quant::RowLayout PreferredRowLayout(const quant::WeightMatrix& w) noexcept {
              : quant::RowLayout::kRowMajor;
 }
 
-void MatMul(base::ThreadPool& pool, std::span<const MatMulProduct> products) noexcept {
+namespace {
+
+void RunMatMul(base::ThreadPool& pool, std::span<const MatMulProduct> products, KernelSet set) {
   std::size_t arena_bytes = 0;
-  for (const MatMulProduct& product : products) arena_bytes += ArenaBytes(product);
+  for (const MatMulProduct& product : products) arena_bytes += ArenaBytes(product, set);
   std::byte* arena = ActivationArena(arena_bytes);
   thread_local std::vector<PartWork> work;
   work.clear();
@@ -546,7 +552,7 @@ void MatMul(base::ThreadPool& pool, std::span<const MatMulProduct> products) noe
                           w.rows, y_part, product.accumulate, ldy);
         continue;
       }
-      if (UsesDequantGemm(w, m)) {
+      if (UsesDequantGemm(w, m, set)) {
         // Prefill: tiles of W dequantised and multiplied by sgemm on the unquantised x.
         RowsKernelArgs args;
         args.act = reinterpret_cast<const std::byte*>(product.x);
@@ -559,7 +565,7 @@ void MatMul(base::ThreadPool& pool, std::span<const MatMulProduct> products) noe
         args.pool = &pool;
         work.push_back({&DequantGemmKernel(), args, w.rows, units, TileCostUnits(w, m)});
       } else {
-        work.push_back({&KernelFor(w),
+        work.push_back({&KernelFor(w, set),
                         MakeArgs(product.x, m, w, y_part, ldy, product.accumulate, prepared, arena),
                         w.rows, units, TileCostUnits(w, m)});
       }
@@ -568,6 +574,23 @@ void MatMul(base::ThreadPool& pool, std::span<const MatMulProduct> products) noe
     }
   }
   if (!work.empty()) ParallelOverRowTiles(pool, work, units, macs);
+}
+
+}  // namespace
+
+void MatMul(base::ThreadPool& pool, std::span<const MatMulProduct> products) noexcept {
+  RunMatMul(pool, products, KernelSet::kActive);
+}
+
+void MatMulOnScalarKernels(base::ThreadPool& pool,
+                           std::span<const MatMulProduct> products) noexcept {
+  RunMatMul(pool, products, KernelSet::kScalar);
+}
+
+std::string_view MatMulKernelName(const quant::WeightMatrix& w, int m) noexcept {
+  if (IsPackedF32(w)) return "onednn";
+  if (UsesDequantGemm(w, m, KernelSet::kActive)) return DequantGemmKernel().name;
+  return KernelFor(w, KernelSet::kActive).name;
 }
 
 void MatMul(base::ThreadPool& pool, const float* x, int m,
@@ -586,7 +609,7 @@ void MatMulRowsScalar(const float* x, int m, const quant::WeightMatrix& w, float
   if (m <= 0 || row_begin >= row_end) return;
   std::array<const std::byte*, 3> prepared{};
   std::byte* arena = ActivationArena(
-      ArenaBytes({x, m, std::span(&w, 1), y, accumulate}, /*scalar_reference=*/true));
+      ArenaBytes({x, m, std::span(&w, 1), y, accumulate}, KernelSet::kScalarReference));
   const RowsKernelArgs args = MakeArgs(x, m, w, y, w.rows, accumulate, prepared, arena);
   ScalarKernel(w.type).rows(args, row_begin, row_end);
 }

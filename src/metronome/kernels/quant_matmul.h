@@ -46,13 +46,11 @@ namespace metronome::kernels {
 
 // The scalar integer kernels' crossover: from this many activation rows on, MatMul multiplies
 // weights whose kernel is the scalar one by dequantising tiles of W to fp32 and running oneDNN's
-// sgemm instead. The scalar kernels do a multiply-add or so a cycle; dequantising costs about
-// 0.1 ns a weight, paid once for all rows, so sgemm wins from a few rows on (bench/quant_benchmark
-// BM_Prefill, path 2 against path 1: 1.8-3.3x at 4 rows, 1.3-4.9x at 16), and 16 keeps the
-// margin for a CPU whose sgemm runs at half this one's width. The AVX-512 VNNI kernels keep every
-// row count: a vpdpbusd does four fp32 FMAs' multiply-adds, and they beat dequantised tiles +
-// sgemm from 1 to 512 rows (path 0 against 1; docs/performance.md, "Prefill: integer kernels vs
-// dequantised sgemm").
+// sgemm instead. The product is compute-bound there, the scalar kernels run far below the fp32
+// peak, and dequantising is paid once for all the rows. The AVX-512 VNNI kernels keep every row
+// count: a vpdpbusd does four fp32 FMAs' multiply-adds, and they beat dequantised tiles + sgemm
+// from 1 row on (bench/quant_benchmark BM_Prefill; docs/performance.md, "Prefill: integer
+// kernels vs dequantised sgemm").
 inline constexpr int kDequantGemmMinRows = 16;
 // Up to this many activation rows (decode: one to a few sessions) MatMul runs a type's `gemv`
 // kernel where it has one: W is streamed once, so those kernels are built for read bandwidth.
@@ -96,6 +94,15 @@ struct MatMulProduct {
 // the wait for the slowest thread per product. The products' outputs must not overlap.
 void MatMul(base::ThreadPool& pool, std::span<const MatMulProduct> products) noexcept;
 
+// MatMul as a CPU without the AVX-512 kernels runs it: the scalar kernel table, whose quantised
+// types hand prefill rows to DequantGemmKernel. For tests on any CPU.
+void MatMulOnScalarKernels(base::ThreadPool& pool,
+                           std::span<const MatMulProduct> products) noexcept;
+
+// The name of what MatMul runs for m activation rows of `w` ("onednn" for packed F32, else a
+// QuantKernel's name), for benchmarks' labels.
+[[nodiscard]] std::string_view MatMulKernelName(const quant::WeightMatrix& w, int m) noexcept;
+
 // The single-threaded reference: output columns [row_begin, row_end) of y (all m rows), through
 // the scalar kernels regardless of the CPU (F32 too: a plain fp32 dot). For tests and as the
 // definition the fast kernels are checked against.
@@ -137,8 +144,8 @@ struct QuantKernel {
   std::string_view name;  // "scalar", "avx512-vnni", ... (printed by benchmarks)
   // Optional: used instead of `rows` when m <= kGemvMaxRows (the same products, same tolerance).
   RowsKernel gemv = nullptr;
-  // From this many activation rows on, MatMul runs DequantGemmKernel instead (for the quantised
-  // types; fp32-activation kernels never hand over). Default: never.
+  // From this many activation rows on, MatMul runs DequantGemmKernel instead: the scalar kernels
+  // of the quantised-activation types, kDequantGemmMinRows. Default: never.
   int dequant_gemm_min_rows = std::numeric_limits<int>::max();
 };
 

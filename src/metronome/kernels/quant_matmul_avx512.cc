@@ -366,64 +366,6 @@ void RowsGemm(const RowsKernelArgs& a, int row_begin, int row_end) {
   }
 }
 
-// ---- Dequantisation to fp32 from the same unpacked form (prefill: a tile of W for sgemm).
-// Element e of a 64-byte chunk sits in int32 lane e / 4; each 16-element quarter of a chunk has a
-// single scale in every type (blocks of 32, K-quant groups of 16 or 32).
-// The 16 unsigned bytes of 128-bit lane t of u, times scale plus offset, to out[0, 16).
-inline void StoreQuarter(__m512i u, int t, float scale, float offset, float* out) noexcept {
-  const __m512i lane = _mm512_add_epi32(
-      _mm512_set1_epi32(4 * t), _mm512_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3));
-  const __m128i q = _mm512_castsi512_si128(_mm512_permutexvar_epi32(lane, u));
-  const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q));
-  _mm512_storeu_ps(out, _mm512_fmadd_ps(f, _mm512_set1_ps(scale), _mm512_set1_ps(offset)));
-}
-
-template <class W>
-void Dequantize32(const void* w, int rows, int k, float* out) noexcept {
-  using Block = typename W::Block;
-  const int blocks = k / kQk32;
-  const auto* wb = static_cast<const Block*>(w);
-  for (int r = 0; r < rows; ++r) {
-    const Block* row = wb + static_cast<std::ptrdiff_t>(r) * blocks;
-    float* o = out + static_cast<std::ptrdiff_t>(r) * k;
-    for (int b = 0; b < blocks; b += 2) {
-      const int b1 = b + 1 < blocks ? b + 1 : b;
-      const UnpackedPair p = W::Unpack(row + b, row + b1);
-      alignas(64) float dw[16];
-      alignas(64) float mw[16];
-      _mm512_store_ps(dw, p.dw);
-      _mm512_store_ps(mw, p.mw);
-      const int quarters = b + 1 < blocks ? 4 : 2;
-      for (int t = 0; t < quarters; ++t) {
-        StoreQuarter(p.u, t, dw[4 * t], W::kMin ? mw[4 * t] : -W::kOffset * dw[4 * t],
-                     o + 32 * b + 16 * t);
-      }
-    }
-  }
-}
-
-template <class W>
-void DequantizeK(const void* w, int rows, int k, float* out) noexcept {
-  using Block = typename W::Block;
-  const int supers = k / kQkK;
-  const auto* wb = static_cast<const Block*>(w);
-  UnpackedSuper s;
-  for (int r = 0; r < rows; ++r) {
-    for (int sb = 0; sb < supers; ++sb) {
-      W::Unpack(wb[static_cast<std::ptrdiff_t>(r) * supers + sb], &s);
-      float* o = out + static_cast<std::ptrdiff_t>(r) * k + static_cast<std::ptrdiff_t>(sb) * kQkK;
-#pragma GCC unroll 8
-      for (int c = 0; c < 4; ++c) {
-        const __m512i u = _mm512_load_si512(s.u[c]);
-#pragma GCC unroll 8
-        for (int t = 0; t < 4; ++t) {
-          StoreQuarter(u, t, s.ws[c][4 * t], s.wm[4 * c + t], o + 64 * c + 16 * t);
-        }
-      }
-    }
-  }
-}
-
 }  // namespace
 
 QuantKernel Kernel(GgmlType type, bool bf16) noexcept {
@@ -453,20 +395,6 @@ QuantKernel Kernel(GgmlType type, bool bf16) noexcept {
     default:
       return {};
   }
-}
-
-}  // namespace metronome::kernels::avx512
-
-namespace metronome::kernels::avx512 {
-
-void DequantizeRows(GgmlType type, const void* w, int rows, int k, float* out) noexcept {
-  VisitBlockDecoder(type, [&]<class W>() {
-    if constexpr (W::kSuperBlock) {
-      DequantizeK<W>(w, rows, k, out);
-    } else {
-      Dequantize32<W>(w, rows, k, out);
-    }
-  });
 }
 
 }  // namespace metronome::kernels::avx512

@@ -39,11 +39,6 @@ namespace metronome::kernels::avx512 {
 // unless `bf16`, i.e. CpuHasAvx512Bf16()). Names: "avx512-vnni", "avx512-bf16", "avx512-f16c".
 [[nodiscard]] QuantKernel Kernel(quant::GgmlType type, bool bf16) noexcept;
 
-// W's rows [0, rows) of `k` elements (packed rows) as fp32 into out[rows, k], the values the
-// integer kernel multiplies with (d * u + offset/min term, one fp32 FMA): the prefill path's fp32
-// tile of W for sgemm. Requires a type with an "avx512-vnni" kernel.
-void DequantizeRows(quant::GgmlType type, const void* w, int rows, int k, float* out) noexcept;
-
 // quant::QuantizeActivationsQ8 / QuantizeActivationsQ8_K (quant/codec.h) bit for bit, 16 lanes
 // at a time: the same fp32 max |x|, scale and products, rounding to nearest even (the default
 // mode, as std::nearbyint), clamping to [-127, 127]; PrepareActivations' path on AVX-512 CPUs

@@ -66,7 +66,7 @@ Place PlaceOf(const InterleavedGeometry& geo, int b, int r) noexcept {
 
 // Copies a block's quant bytes between the file form (vector k's 4 bytes at 4 k) and the group
 // (vector k's lane at 64 k), a 4-byte word at a time; Q8_0 quants gain or lose their offset of 128
-// either way (the prefill path reads every row back through here).
+// either way (CanonicalRow reads every row back through here).
 void CopyQuantLanes(GgmlType type, int vectors, const std::byte* src, std::size_t src_stride,
                     std::byte* dst, std::size_t dst_stride) noexcept {
   const std::uint32_t flip = type == GgmlType::kQ8_0 ? kInterleavedQ8_0Bias * 0x01010101u : 0u;
