@@ -414,10 +414,16 @@ bool IsPackedF32(const quant::WeightMatrix& w) {
          w.row_bytes == static_cast<std::size_t>(w.cols) * sizeof(float);
 }
 
-// Whether a part of an m-row product runs as dequantised tiles through sgemm: from its kernel's
-// dequant_gemm_min_rows on (a prefill on the scalar kernels), never for the reference.
-bool UsesDequantGemm(const quant::WeightMatrix& w, int m, KernelSet set) {
-  return set != KernelSet::kScalarReference && m >= KernelFor(w, set).dequant_gemm_min_rows;
+// What a part of an m-row product runs on: nullptr for oneDNN's sgemm (packed F32), else
+// DequantGemmKernel from its kernel's dequant_gemm_min_rows on (a prefill on the scalar kernels;
+// never for the reference), else its kernel.
+const QuantKernel* PartKernel(const quant::WeightMatrix& w, int m, KernelSet set) {
+  if (IsPackedF32(w)) return nullptr;
+  const QuantKernel& kernel = KernelFor(w, set);
+  if (set != KernelSet::kScalarReference && m >= kernel.dequant_gemm_min_rows) {
+    return &DequantGemmKernel();
+  }
+  return &kernel;
 }
 
 // The arena bytes a product's prepared activations take: one block per quantised format its
@@ -427,7 +433,8 @@ std::size_t ArenaBytes(const MatMulProduct& product, KernelSet set) {
   std::size_t bytes = 0;
   for (const auto& w : product.parts) {
     const ActivationFormat format = ActivationFormatFor(w.type);
-    if (IsPackedF32(w) || UsesDequantGemm(w, product.m, set) || format == ActivationFormat::kF32 ||
+    const QuantKernel* kernel = PartKernel(w, product.m, set);
+    if (kernel == nullptr || kernel == &DequantGemmKernel() || format == ActivationFormat::kF32 ||
         seen[static_cast<std::size_t>(format)]) {
       continue;
     }
@@ -547,12 +554,13 @@ void RunMatMul(base::ThreadPool& pool, std::span<const MatMulProduct> products, 
       MTR_DCHECK(quant::RowBytes(w.type, w.cols) != 0, "MatMul: cols not whole blocks");
       float* y_part = product.y + column;
       column += w.rows;
-      if (IsPackedF32(w)) {  // oneDNN
+      const QuantKernel* kernel = PartKernel(w, m, set);
+      if (kernel == nullptr) {  // oneDNN
         MatMulTransposedB(pool, product.x, m, w.cols, reinterpret_cast<const float*>(w.data),
                           w.rows, y_part, product.accumulate, ldy);
         continue;
       }
-      if (UsesDequantGemm(w, m, set)) {
+      if (kernel == &DequantGemmKernel()) {
         // Prefill: tiles of W dequantised and multiplied by sgemm on the unquantised x.
         RowsKernelArgs args;
         args.act = reinterpret_cast<const std::byte*>(product.x);
@@ -563,9 +571,9 @@ void RunMatMul(base::ThreadPool& pool, std::span<const MatMulProduct> products, 
         args.ldy = ldy;
         args.accumulate = product.accumulate;
         args.pool = &pool;
-        work.push_back({&DequantGemmKernel(), args, w.rows, units, TileCostUnits(w, m)});
+        work.push_back({kernel, args, w.rows, units, TileCostUnits(w, m)});
       } else {
-        work.push_back({&KernelFor(w, set),
+        work.push_back({kernel,
                         MakeArgs(product.x, m, w, y_part, ldy, product.accumulate, prepared, arena),
                         w.rows, units, TileCostUnits(w, m)});
       }
@@ -588,9 +596,8 @@ void MatMulOnScalarKernels(base::ThreadPool& pool,
 }
 
 std::string_view MatMulKernelName(const quant::WeightMatrix& w, int m) noexcept {
-  if (IsPackedF32(w)) return "onednn";
-  if (UsesDequantGemm(w, m, KernelSet::kActive)) return DequantGemmKernel().name;
-  return KernelFor(w, KernelSet::kActive).name;
+  const QuantKernel* kernel = PartKernel(w, m, KernelSet::kActive);
+  return kernel == nullptr ? "onednn" : kernel->name;
 }
 
 void MatMul(base::ThreadPool& pool, const float* x, int m,
