@@ -10,6 +10,9 @@
 //    ns_per_key the per-key cost.
 //  * BM_PagedAttentionDecodeStep: one decode step's attention at smol-135m's shape (sessions x
 //    context x 30 layers, bf16, one thread), one call per kv head vs all kv heads together.
+//  * BM_PagedAttentionChunk: a prefill chunk's attention at Qwen3-30B-A3B's shape (32 heads, 4 kv
+//    heads, head dim 128; window 8192 + 4 sinks, 4 layers, bf16, one thread), the chunk's queries
+//    in one call per kv head (what the engine runs) vs one call per query.
 // Run: build/release/bench/kernels_benchmark --benchmark_repetitions=5
 //        --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
@@ -225,6 +228,84 @@ void BM_PagedAttentionDecodeStep(benchmark::State& state) {
 BENCHMARK(BM_PagedAttentionDecodeStep)
     ->ArgsProduct({{1, 32}, {512}, {0, 1}})
     ->ArgNames({"sessions", "context", "together"})
+    ->Unit(benchmark::kMillisecond);
+
+// A prefill chunk of `queries` tokens after `context` tokens of one session, at Qwen3-30B-A3B's
+// attention shape, 4 layers of bf16 KV (one layer's K/V of a kv head: 4 MiB at 8192 keys, beyond
+// L2, so a walk reads it from L3 or DRAM), one thread. `together` 1: one PagedAttention call per
+// kv head for the whole chunk (the engine's unit; the chunk's queries walk the keys together), 0:
+// one call per query and kv head (each query walks them alone). Counters: ns per (query, key)
+// pair over all heads of a layer, and the K/V bytes the queries see per second.
+void BM_PagedAttentionChunk(benchmark::State& state) {
+  const TokenPos context = state.range(0);
+  const int queries = static_cast<int>(state.range(1));
+  const bool together = state.range(2) != 0;
+  const kernels::AttentionShape shape{32, 4, 128};
+  const int layers = 4;
+  const int block_tokens = 16;
+  const kv::KvPolicy policy = kv::KvPolicy::Window(8192, 4, kv::PositionMode::kRolling);
+  const TokenPos total = context + queries;
+  kv::BlockPool pool({layers, shape.num_kv_heads, shape.head_dim, block_tokens, kv::KvDtype::kBF16},
+                     {.num_blocks = static_cast<int>(total / block_tokens + 8)});
+  kv::SessionKv session(&pool, policy, total);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> k(static_cast<std::size_t>(shape.num_kv_heads * shape.head_dim));
+  std::vector<float> v(k.size());
+  const auto write = [&](TokenPos j) {
+    for (int l = 0; l < layers; ++l) {
+      for (std::size_t i = 0; i < k.size(); ++i) {
+        k[i] = d(rng);
+        v[i] = d(rng);
+      }
+      session.WriteKv(l, j, k.data(), v.data());
+    }
+  };
+  (void)session.Reserve(static_cast<int>(context));
+  for (TokenPos j = 0; j < context; ++j) write(j);
+  session.Commit(static_cast<int>(context));
+  (void)session.Reserve(queries);
+  for (TokenPos j = context; j < total; ++j) write(j);
+  const auto row = static_cast<std::size_t>(shape.q_dim());
+  std::vector<float> q(static_cast<std::size_t>(queries) * row);
+  for (float& x : q) x = d(rng);
+  std::vector<float> out(q.size());
+  std::vector<base::QueryKeys> keys;
+  double pairs = 0.0;
+  for (int i = 0; i < queries; ++i) {
+    keys.push_back(policy.KeysOf(context + i));
+    pairs += static_cast<double>(keys.back().count());
+  }
+  std::vector<float> scratch(kernels::AttentionScratchFloats(shape, policy.VisibleKeys(total)));
+  const kernels::Rope rope(128, 128, 1000000.0, kernels::RopePairing::kNeox);
+  for (auto _ : state) {
+    for (int l = 0; l < layers; ++l) {
+      for (int g = 0; g < shape.num_kv_heads; ++g) {
+        if (together) {
+          kernels::PagedAttention(shape, session.View(), keys, rope, l, g, q.data(), out.data(),
+                                  row, row, scratch.data());
+          continue;
+        }
+        for (int i = 0; i < queries; ++i) {
+          kernels::PagedAttention(
+              shape, session.View(),
+              std::span<const base::QueryKeys>(keys).subspan(static_cast<std::size_t>(i), 1), rope,
+              l, g, q.data() + static_cast<std::size_t>(i) * row,
+              out.data() + static_cast<std::size_t>(i) * row, row, row, scratch.data());
+        }
+      }
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["ns_per_query_key"] = benchmark::Counter(
+      pairs * layers, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  const double kv_bytes = pairs * layers * 2.0 * shape.num_kv_heads * shape.head_dim * 2.0;
+  state.counters["kv_GB/s"] =
+      benchmark::Counter(kv_bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_PagedAttentionChunk)
+    ->ArgsProduct({{1024, 8192}, {13, 64}, {0, 1}})
+    ->ArgNames({"context", "queries", "together"})
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

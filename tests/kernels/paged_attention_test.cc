@@ -440,7 +440,21 @@ INSTANTIATE_TEST_SUITE_P(
                  KvPolicy::Full(),
                  16,
                  Dims{9, 3, 64, 1},
-                 {300, 1, 1, 211, 1}}),
+                 {300, 1, 1, 211, 1}},
+        // A prefill chunk's queries walk the union of their windows together: Qwen3-30B-A3B's
+        // group of 8 at head dim 128 (four tiles of two), chunks longer than the window and than
+        // one block of queries (16), windows starting mid-chunk; and a group of 32 (eight tiles
+        // of four: blocks of 8 queries).
+        ImplCase{"hd128_gqa8_w40_s4_roll_b16",
+                 KvPolicy::Window(40, 4, PositionMode::kRolling),
+                 16,
+                 Dims{16, 2, 128, 1},
+                 {13, 1, 57, 1, 13, 2}},
+        ImplCase{"hd64_gqa32_w30_s2_b8",
+                 KvPolicy::Window(30, 2),
+                 8,
+                 Dims{32, 1, 64, 1},
+                 {21, 1, 9, 40}}),
     [](const ::testing::TestParamInfo<ImplCase>& i) { return std::string(i.param.name); });
 
 // The split-q bound is tight enough to reject q rounded to one bf16: the test above can fail.

@@ -53,7 +53,9 @@ namespace {
 // softmax (running max m, running sum l) turns them into weights with one vector exp per head and
 // chunk, and each V row is widened once and accumulated into all NH heads' outputs. So each K/V
 // byte comes from memory once per tile (the whole group for head dims up to 64), and the next
-// block's rows are prefetched while the current one is computed.
+// block's rows are prefetched while the current one is computed. Several queries in one call (a
+// prefill chunk) share the walk: each chunk of keys is computed for all of them and all their
+// tiles (QueryBlock), so a K/V byte comes from memory once per block of queries.
 //
 // Head dims 32k (+16): each key register holds 32 bf16 = 16 pairs; a trailing half register is
 // loaded with a 16-lane mask (its upper lanes are zero in q and in the key load).
@@ -255,6 +257,30 @@ struct Blockwise {
     }
   };
 
+  // The keys of `range` into `a` for the NH heads whose queries are qr[0..NH): its blocks walked in
+  // chunks of up to 16 keys (never across a block), the next block's rows prefetched.
+  template <int NH>
+  [[gnu::always_inline]] static inline void WalkRange(const PagedKvView& kv, int layer,
+                                                      std::size_t head_off, const KeyRange& range,
+                                                      const Query* qr, __m512 vscale, Acc<NH>& a) {
+    const int bt = kv.block_tokens;
+    const auto stride = static_cast<std::size_t>(kv.kv_dim);
+    for (TokenPos j = range.begin; j < range.end;) {
+      const std::int64_t b = j / bt;
+      const auto* k_base = reinterpret_cast<const std::uint16_t*>(kv.BlockKeys(layer, b));
+      MTR_DCHECK(k_base != nullptr, "visible key in a freed block");
+      k_base += head_off;
+      const TokenPos block_end = std::min<TokenPos>((b + 1) * bt, range.end);
+      if (block_end < range.end) PrefetchBlock(kv, layer, head_off, block_end);
+      for (; j < block_end;) {
+        const int count = static_cast<int>(std::min<TokenPos>(kChunk, block_end - j));
+        const std::uint16_t* k_rows = k_base + static_cast<std::size_t>(j - b * bt) * stride;
+        a.Chunk(qr, k_rows, k_rows + kv.plane_elements, stride, count, vscale);
+        j += count;
+      }
+    }
+  }
+
   // Heads [h0, h0 + NH) of the group for the query at row q_row / sink_q (rolling sinks).
   template <int NH>
   static void Tile(const PagedKvView& kv, int layer, std::size_t head_off, const KeyRange* ranges,
@@ -262,8 +288,6 @@ struct Blockwise {
                    float scale, float* out_row, float* stats) {
     Acc<NH> a;
     a.Reset();
-    const int bt = kv.block_tokens;
-    const auto stride = static_cast<std::size_t>(kv.kv_dim);
     const __m512 vscale = _mm512_set1_ps(scale);
     for (int r = 0; r < num_ranges; ++r) {
       const KeyRange& range = ranges[r];
@@ -271,22 +295,156 @@ struct Blockwise {
       Query qr[NH];
 #pragma GCC unroll 4
       for (int h = 0; h < NH; ++h) LoadQuery(qsrc + static_cast<std::ptrdiff_t>(h) * HD, &qr[h]);
-      for (TokenPos j = range.begin; j < range.end;) {
-        const std::int64_t b = j / bt;
-        const auto* k_base = reinterpret_cast<const std::uint16_t*>(kv.BlockKeys(layer, b));
-        MTR_DCHECK(k_base != nullptr, "visible key in a freed block");
-        k_base += head_off;
-        const TokenPos block_end = std::min<TokenPos>((b + 1) * bt, range.end);
-        if (block_end < range.end) PrefetchBlock(kv, layer, head_off, block_end);
-        for (; j < block_end;) {
-          const int count = static_cast<int>(std::min<TokenPos>(kChunk, block_end - j));
-          const std::uint16_t* k_rows = k_base + static_cast<std::size_t>(j - b * bt) * stride;
-          a.Chunk(qr, k_rows, k_rows + kv.plane_elements, stride, count, vscale);
-          j += count;
-        }
-      }
+      WalkRange<NH>(kv, layer, head_off, range, qr, vscale, a);
     }
     a.Finish(out_row, stats);
+  }
+
+  // ---- A chunk's queries together (prefill) ----
+  // Tiles of the group's heads a block of queries keeps on the stack (queries x tiles): ~1.2 KiB
+  // of running state and 1 KiB of query a tile of two heads at head dim 128, ~140 KiB in all.
+  static constexpr int kMaxChunkTiles = 64;
+  static constexpr int kMaxChunkQueries = 16;
+
+  // The heads per tile of the chunk walk: every tile the same size (one state array), the largest
+  // divisor of the group a tile holds.
+  static int ChunkTileHeads(int group) {
+    for (int nh = std::min(kMaxTile, group); nh > 1; --nh) {
+      if (group % nh == 0) return nh;
+    }
+    return 1;
+  }
+
+  // One query of QueryBlock: its `tiles` states reset, its sink range (if any) walked with the
+  // heads of sink_src (the query moved to the sinks' frame when rolling), its window queries
+  // loaded into qs; returns the index of its window range, -1 if it has none.
+  template <int NH>
+  static int BeginChunkQuery(const PagedKvView& kv, int layer, std::size_t head_off, int tiles,
+                             const QueryRow& row, const float* sink_src, __m512 vscale,
+                             Acc<NH>* states, Query (*qs)[NH]) {
+    int window = -1;
+    for (int t = 0; t < tiles; ++t) states[t].Reset();
+    for (int r = 0; r < row.num_ranges; ++r) {
+      if (!row.ranges[r].sinks) {
+        window = r;
+        continue;
+      }
+      for (int t = 0; t < tiles; ++t) {
+        Query qr[NH];
+#pragma GCC unroll 4
+        for (int h = 0; h < NH; ++h) {
+          LoadQuery(sink_src + static_cast<std::ptrdiff_t>(t * NH + h) * HD, &qr[h]);
+        }
+        Acc<NH> a;
+        a.CopyFrom(states[t]);
+        WalkRange<NH>(kv, layer, head_off, row.ranges[r], qr, vscale, a);
+        states[t].CopyFrom(a);
+      }
+    }
+    for (int t = 0; t < tiles; ++t) {
+#pragma GCC unroll 4
+      for (int h = 0; h < NH; ++h) {
+        LoadQuery(row.q + static_cast<std::ptrdiff_t>(t * NH + h) * HD, &qs[t][h]);
+      }
+    }
+    return window;
+  }
+
+  // Queries [i0, i0 + count) of one kv head (count <= kMaxChunkQueries, count x group / NH <=
+  // kMaxChunkTiles). Each query's sink range is walked on its own (a few keys, scored with the
+  // query's own rotation); then each chunk of keys of the union of their window ranges is
+  // computed for every query that sees any of it, and every tile of heads, while its K/V rows are
+  // in L1: a prefill chunk's queries read each K/V row from memory once, not once per query and
+  // tile (at a long window the K/V of one kv head does not fit L2, and a chunk of 13 queries with
+  // groups of 8 in tiles of 2 read it 52 times). Each query sees a contiguous part of a chunk of
+  // keys: its window range cut to the chunk.
+  template <int NH>
+  static void QueryBlock(const AttentionShape& shape, const PagedKvView& kv,
+                         const QueryKeys* queries, int i0, int count, const Rope& rope, int layer,
+                         int kv_head, const float* q, float* out, std::size_t q_stride,
+                         std::size_t out_stride, float* sink_q, const RopeAngleRows* sink_angles) {
+    const int group = shape.group();
+    const int tiles = group / NH;
+    const std::size_t head_off = static_cast<std::size_t>(kv_head) * HD;
+    const std::size_t group_off = static_cast<std::size_t>(kv_head * group) * HD;
+    const __m512 vscale = _mm512_set1_ps(1.0f / std::sqrt(static_cast<float>(HD)));
+    Acc<NH> states[kMaxChunkTiles];
+    Query qs[kMaxChunkTiles][NH];
+    QueryRow rows[kMaxChunkQueries];
+    int window[kMaxChunkQueries];  // index of the query's window range, -1 if none
+    TokenPos lo = std::numeric_limits<TokenPos>::max();
+    TokenPos hi = std::numeric_limits<TokenPos>::min();
+    for (int i = 0; i < count; ++i) {
+      const QueryRow& row = rows[i] =
+          RowOfQuery(queries, i0 + i, nullptr, q, q_stride, out, out_stride, group_off);
+      const bool rolling = MoveQueryToSinkPosition(rope, queries[i0 + i], sink_angles, i0 + i,
+                                                   row.q, group, HD, sink_q);
+      window[i] = BeginChunkQuery<NH>(kv, layer, head_off, tiles, row, rolling ? sink_q : row.q,
+                                      vscale, &states[i * tiles], &qs[i * tiles]);
+      if (window[i] >= 0) {
+        lo = std::min(lo, row.ranges[window[i]].begin);
+        hi = std::max(hi, row.ranges[window[i]].end);
+      }
+    }
+    const int bt = kv.block_tokens;
+    const auto stride = static_cast<std::size_t>(kv.kv_dim);
+    // The union of contiguous windows of consecutive positions is contiguous and each of its keys
+    // is visible to some query, so every block it touches is resident.
+    for (TokenPos j = lo; j < hi;) {
+      const std::int64_t b = j / bt;
+      const auto* k_base = reinterpret_cast<const std::uint16_t*>(kv.BlockKeys(layer, b));
+      MTR_DCHECK(k_base != nullptr, "visible key in a freed block");
+      k_base += head_off;
+      const TokenPos block_end = std::min<TokenPos>((b + 1) * bt, hi);
+      if (block_end < hi) PrefetchBlock(kv, layer, head_off, block_end);
+      for (; j < block_end;) {
+        const TokenPos chunk_end = std::min<TokenPos>(j + kChunk, block_end);
+        const std::uint16_t* k_rows = k_base + static_cast<std::size_t>(j - b * bt) * stride;
+        for (int i = 0; i < count; ++i) {
+          if (window[i] < 0) continue;
+          const KeyRange& w = rows[i].ranges[window[i]];
+          const TokenPos from = std::max(j, w.begin);
+          const TokenPos to = std::min(chunk_end, w.end);
+          if (from >= to) continue;
+          const std::uint16_t* kr = k_rows + static_cast<std::size_t>(from - j) * stride;
+          for (int t = 0; t < tiles; ++t) {
+            Acc<NH> a;
+            a.CopyFrom(states[i * tiles + t]);
+            a.Chunk(qs[i * tiles + t], kr, kr + kv.plane_elements, stride,
+                    static_cast<int>(to - from), vscale);
+            states[i * tiles + t].CopyFrom(a);
+          }
+        }
+        j = chunk_end;
+      }
+    }
+    for (int i = 0; i < count; ++i) {
+      for (int t = 0; t < tiles; ++t) {
+        states[i * tiles + t].Finish(rows[i].out + static_cast<std::ptrdiff_t>(t * NH) * HD,
+                                     nullptr);
+      }
+    }
+  }
+
+  // Whether AttendChunk takes n queries of this group (more than one, tiles within the stack's).
+  static bool ChunkWalks(int n, int group) {
+    return n > 1 && group / ChunkTileHeads(group) <= kMaxChunkTiles;
+  }
+
+  // Queries [0, n) of one kv head in blocks of QueryBlock.
+  static void AttendChunk(const AttentionShape& shape, const PagedKvView& kv,
+                          const QueryKeys* queries, int n, const Rope& rope, int layer, int kv_head,
+                          const float* q, float* out, std::size_t q_stride, std::size_t out_stride,
+                          float* scratch, const RopeAngleRows* sink_angles) {
+    const int group = shape.group();
+    WithTileHeads(ChunkTileHeads(group), [&]<int NH>() {
+      const int tiles = group / NH;
+      const int per_block = std::max(1, std::min(kMaxChunkQueries, kMaxChunkTiles / tiles));
+      for (int i0 = 0; i0 < n; i0 += per_block) {
+        QueryBlock<NH>(shape, kv, queries, i0, std::min(per_block, n - i0), rope, layer, kv_head, q,
+                       out, q_stride, out_stride, scratch, sink_angles);
+      }
+    });
   }
 
   // A walk over the blocks serves at most this many kv heads (their tiles' state lives on the
@@ -422,7 +580,9 @@ struct Blockwise {
                           std::size_t q_stride, std::size_t out_stride, float* scratch,
                           const RopeAngleRows* sink_angles, const AttentionKeySlice* slice) {
     const int group = shape.group();
-    if (kv_heads == 1 || group > kMaxTile || kv_heads > kMaxWalkHeads) {
+    // A chunk's queries go kv head by kv head (AttendChunk); a decode query walks them together.
+    if (kv_heads == 1 || group > kMaxTile || kv_heads > kMaxWalkHeads ||
+        (slice == nullptr && ChunkWalks(n, group))) {
       for (int g = kv_head0; g < kv_head0 + kv_heads; ++g) {
         AttentionKeySlice head_slice{};
         if (slice != nullptr) head_slice = KvHeadSlice(*slice, shape, g - kv_head0);
@@ -451,6 +611,11 @@ struct Blockwise {
                      std::size_t q_stride, std::size_t out_stride, float* scratch,
                      const RopeAngleRows* sink_angles, const AttentionKeySlice* slice) {
     const int group = shape.group();
+    if (slice == nullptr && ChunkWalks(n, group)) {
+      AttendChunk(shape, kv, queries, n, rope, layer, kv_head, q, out, q_stride, out_stride,
+                  scratch, sink_angles);
+      return;
+    }
     const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
     const std::size_t head_off = static_cast<std::size_t>(kv_head) * HD;
     const std::size_t group_off = static_cast<std::size_t>(kv_head * group) * HD;
