@@ -304,7 +304,7 @@ void BM_PagedAttentionChunk(benchmark::State& state) {
       benchmark::Counter(kv_bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_PagedAttentionChunk)
-    ->ArgsProduct({{1024, 8192}, {13, 64}, {0, 1}})
+    ->ArgsProduct({{1024, 8192}, {1, 13, 64}, {0, 1}})
     ->ArgNames({"context", "queries", "together"})
     ->Unit(benchmark::kMillisecond);
 

@@ -678,6 +678,9 @@ INSTANTIATE_TEST_SUITE_P(
         // Groups larger than a register tile (5 at head dim 64, 3 at 128): one head at a time.
         HeadsCase{"hd64_gqa5_full_b16", KvPolicy::Full(), 16, Dims{10, 2, 64, 1}, 90, 1},
         HeadsCase{"hd128_gqa3_full_b5", KvPolicy::Full(), 5, Dims{6, 2, 128, 1}, 41, 2},
+        // Qwen3-30B-A3B's group of 8 at head dim 128: a decode query's four tiles in one walk.
+        HeadsCase{"hd128_gqa8_w60_s4_roll_b16", KvPolicy::Window(60, 4, PositionMode::kRolling), 16,
+                  Dims{16, 2, 128, 1}, 150, 1},
         HeadsCase{"hd8_portable_full_b3", KvPolicy::Full(), 3, Dims{4, 2, 8, 1}, 41, 1}),
     [](const ::testing::TestParamInfo<HeadsCase>& i) { return std::string(i.param.name); });
 
@@ -766,6 +769,8 @@ INSTANTIATE_TEST_SUITE_P(
         SliceCase{"hd16_mha_w20_s2_roll_b4", KvPolicy::Window(20, 2, PositionMode::kRolling), 4,
                   Dims{4, 4, 16, 1}, 61},
         SliceCase{"hd32_gqa8_w50_s0_b20", KvPolicy::Window(50, 0), 20, Dims{8, 1, 32, 1}, 130},
+        SliceCase{"hd128_gqa8_w60_s4_roll_b16", KvPolicy::Window(60, 4, PositionMode::kRolling), 16,
+                  Dims{16, 2, 128, 1}, 150},
         SliceCase{"hd8_portable_full_b3", KvPolicy::Full(), 3, Dims{4, 2, 8, 1}, 41},
         SliceCase{"hd64_before_the_gap_roll", KvPolicy::Window(64, 4, PositionMode::kRolling), 16,
                   Dims{9, 3, 64, 1}, 50}),

@@ -54,8 +54,9 @@ namespace {
 // chunk, and each V row is widened once and accumulated into all NH heads' outputs. So each K/V
 // byte comes from memory once per tile (the whole group for head dims up to 64), and the next
 // block's rows are prefetched while the current one is computed. Several queries in one call (a
-// prefill chunk) share the walk: each chunk of keys is computed for all of them and all their
-// tiles (QueryBlock), so a K/V byte comes from memory once per block of queries.
+// prefill chunk), or one query whose group spans several tiles, share the walk: each chunk of keys
+// is computed for all of them and all their tiles (QueryBlock), so a K/V byte comes from memory
+// once per block of queries.
 //
 // Head dims 32k (+16): each key register holds 32 bf16 = 16 pairs; a trailing half register is
 // loaded with a 16-lane mask (its upper lanes are zero in q and in the key load).
@@ -354,15 +355,17 @@ struct Blockwise {
   // kMaxChunkTiles). Each query's sink range is walked on its own (a few keys, scored with the
   // query's own rotation); then each chunk of keys of the union of their window ranges is
   // computed for every query that sees any of it, and every tile of heads, while its K/V rows are
-  // in L1: a prefill chunk's queries read each K/V row from memory once, not once per query and
-  // tile (at a long window the K/V of one kv head does not fit L2, and a chunk of 13 queries with
-  // groups of 8 in tiles of 2 read it 52 times). Each query sees a contiguous part of a chunk of
-  // keys: its window range cut to the chunk.
+  // in L1: a prefill chunk's queries, or one decode query whose group needs several tiles, read
+  // each K/V row from memory once, not once per query and tile (at a long window the K/V of one
+  // kv head does not fit L2, and a chunk of 13 queries with groups of 8 in tiles of 2 read it 52
+  // times, a decode query 4). Each query sees a contiguous part of a chunk of keys: its window
+  // range cut to the chunk. With a key slice (count == 1) its statistics go to the slice.
   template <int NH>
   static void QueryBlock(const AttentionShape& shape, const PagedKvView& kv,
                          const QueryKeys* queries, int i0, int count, const Rope& rope, int layer,
                          int kv_head, const float* q, float* out, std::size_t q_stride,
-                         std::size_t out_stride, float* sink_q, const RopeAngleRows* sink_angles) {
+                         std::size_t out_stride, float* sink_q, const RopeAngleRows* sink_angles,
+                         const AttentionKeySlice* slice) {
     const int group = shape.group();
     const int tiles = group / NH;
     const std::size_t head_off = static_cast<std::size_t>(kv_head) * HD;
@@ -376,7 +379,7 @@ struct Blockwise {
     TokenPos hi = std::numeric_limits<TokenPos>::min();
     for (int i = 0; i < count; ++i) {
       const QueryRow& row = rows[i] =
-          RowOfQuery(queries, i0 + i, nullptr, q, q_stride, out, out_stride, group_off);
+          RowOfQuery(queries, i0 + i, slice, q, q_stride, out, out_stride, group_off);
       const bool rolling = MoveQueryToSinkPosition(rope, queries[i0 + i], sink_angles, i0 + i,
                                                    row.q, group, HD, sink_q);
       window[i] = BeginChunkQuery<NH>(kv, layer, head_off, tiles, row, rolling ? sink_q : row.q,
@@ -421,28 +424,32 @@ struct Blockwise {
     for (int i = 0; i < count; ++i) {
       for (int t = 0; t < tiles; ++t) {
         states[i * tiles + t].Finish(rows[i].out + static_cast<std::ptrdiff_t>(t * NH) * HD,
-                                     nullptr);
+                                     slice != nullptr ? slice->stats + 2 * t * NH : nullptr);
       }
     }
   }
 
-  // Whether AttendChunk takes n queries of this group (more than one, tiles within the stack's).
+  // Whether AttendChunk takes n queries of this group: several queries, or one whose group needs
+  // several tiles (each tile's own walk would read the keys again), within the stack's tiles.
   static bool ChunkWalks(int n, int group) {
-    return n > 1 && group / ChunkTileHeads(group) <= kMaxChunkTiles;
+    const int tiles = group / ChunkTileHeads(group);
+    return (n > 1 || tiles > 1) && tiles <= kMaxChunkTiles;
   }
 
-  // Queries [0, n) of one kv head in blocks of QueryBlock.
+  // Queries [0, n) of one kv head in blocks of QueryBlock (restricted to `slice` when not null:
+  // then n == 1).
   static void AttendChunk(const AttentionShape& shape, const PagedKvView& kv,
                           const QueryKeys* queries, int n, const Rope& rope, int layer, int kv_head,
                           const float* q, float* out, std::size_t q_stride, std::size_t out_stride,
-                          float* scratch, const RopeAngleRows* sink_angles) {
+                          float* scratch, const RopeAngleRows* sink_angles,
+                          const AttentionKeySlice* slice) {
     const int group = shape.group();
     WithTileHeads(ChunkTileHeads(group), [&]<int NH>() {
       const int tiles = group / NH;
       const int per_block = std::max(1, std::min(kMaxChunkQueries, kMaxChunkTiles / tiles));
       for (int i0 = 0; i0 < n; i0 += per_block) {
         QueryBlock<NH>(shape, kv, queries, i0, std::min(per_block, n - i0), rope, layer, kv_head, q,
-                       out, q_stride, out_stride, scratch, sink_angles);
+                       out, q_stride, out_stride, scratch, sink_angles, slice);
       }
     });
   }
@@ -580,9 +587,9 @@ struct Blockwise {
                           std::size_t q_stride, std::size_t out_stride, float* scratch,
                           const RopeAngleRows* sink_angles, const AttentionKeySlice* slice) {
     const int group = shape.group();
-    // A chunk's queries go kv head by kv head (AttendChunk); a decode query walks them together.
-    if (kv_heads == 1 || group > kMaxTile || kv_heads > kMaxWalkHeads ||
-        (slice == nullptr && ChunkWalks(n, group))) {
+    // Chunks, and queries of groups wider than a tile, go kv head by kv head (AttendChunk); a
+    // decode query whose group fits one tile walks the kv heads together.
+    if (kv_heads == 1 || group > kMaxTile || kv_heads > kMaxWalkHeads || ChunkWalks(n, group)) {
       for (int g = kv_head0; g < kv_head0 + kv_heads; ++g) {
         AttentionKeySlice head_slice{};
         if (slice != nullptr) head_slice = KvHeadSlice(*slice, shape, g - kv_head0);
@@ -611,9 +618,9 @@ struct Blockwise {
                      std::size_t q_stride, std::size_t out_stride, float* scratch,
                      const RopeAngleRows* sink_angles, const AttentionKeySlice* slice) {
     const int group = shape.group();
-    if (slice == nullptr && ChunkWalks(n, group)) {
+    if (ChunkWalks(n, group)) {
       AttendChunk(shape, kv, queries, n, rope, layer, kv_head, q, out, q_stride, out_stride,
-                  scratch, sink_angles);
+                  scratch, sink_angles, slice);
       return;
     }
     const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
