@@ -63,7 +63,9 @@ enum class AttentionImpl : std::uint8_t {
 [[nodiscard]] std::size_t AttentionScratchFloats(const AttentionShape& shape,
                                                  std::int64_t max_visible);
 
-// One query per element of `queries` (its visible keys, kv::KvPolicy::KeysOf of its position);
+// One query per element of `queries` (its visible keys, kv::KvPolicy::KeysOf of its position;
+// the queries of one call are tokens of the current step, so every key between the first and the
+// last any of them sees is resident: the bf16 kernel walks that span once for all of them);
 // q and out hold one row per query (row strides `q_stride` and `out_stride` floats, query heads
 // first in each row); only the columns of `kv_head`'s group are read and written.
 // `scratch` holds AttentionScratchFloats(shape, max count() of these queries) floats.

@@ -429,11 +429,15 @@ struct Blockwise {
     }
   }
 
-  // Whether AttendChunk takes n queries of this group: several queries, or one whose group needs
-  // several tiles (each tile's own walk would read the keys again), within the stack's tiles.
+  // Whether AttendChunk takes n queries of this group (within the stack's tiles): several queries;
+  // or one whose group needs several tiles of more than one head (each tile's own walk would read
+  // the keys again). A group with no divisor that fits a tile (7 at head dim 128) would walk one
+  // head at a time, widening each V row once per head instead of once per 2-4: one such query
+  // keeps the per-tile walks.
   static bool ChunkWalks(int n, int group) {
-    const int tiles = group / ChunkTileHeads(group);
-    return (n > 1 || tiles > 1) && tiles <= kMaxChunkTiles;
+    const int nh = ChunkTileHeads(group);
+    const int tiles = group / nh;
+    return tiles <= kMaxChunkTiles && (n > 1 || (tiles > 1 && nh > 1));
   }
 
   // Queries [0, n) of one kv head in blocks of QueryBlock (restricted to `slice` when not null:
