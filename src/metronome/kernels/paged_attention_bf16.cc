@@ -258,28 +258,41 @@ struct Blockwise {
     }
   };
 
-  // The keys of `range` into `a` for the NH heads whose queries are qr[0..NH): its blocks walked in
-  // chunks of up to 16 keys (never across a block), the next block's rows prefetched.
-  template <int NH>
-  [[gnu::always_inline]] static inline void WalkRange(const PagedKvView& kv, int layer,
-                                                      std::size_t head_off, const KeyRange& range,
-                                                      const Query* qr, __m512 vscale, Acc<NH>& a) {
+  // Calls fn(k_rows, from, to) for each chunk [from, to) of up to kChunk keys of [begin, end),
+  // never across a block (k_rows: the K rows of `head_off` from key `from` on; V rows
+  // kv.plane_elements later), prefetching the next block's rows as each block is entered.
+  template <typename Fn>
+  [[gnu::always_inline]] static inline void ForEachChunk(const PagedKvView& kv, int layer,
+                                                         std::size_t head_off, TokenPos begin,
+                                                         TokenPos end, Fn&& fn) {
     const int bt = kv.block_tokens;
     const auto stride = static_cast<std::size_t>(kv.kv_dim);
-    for (TokenPos j = range.begin; j < range.end;) {
+    for (TokenPos j = begin; j < end;) {
       const std::int64_t b = j / bt;
       const auto* k_base = reinterpret_cast<const std::uint16_t*>(kv.BlockKeys(layer, b));
       MTR_DCHECK(k_base != nullptr, "visible key in a freed block");
       k_base += head_off;
-      const TokenPos block_end = std::min<TokenPos>((b + 1) * bt, range.end);
-      if (block_end < range.end) PrefetchBlock(kv, layer, head_off, block_end);
+      const TokenPos block_end = std::min<TokenPos>((b + 1) * bt, end);
+      if (block_end < end) PrefetchBlock(kv, layer, head_off, block_end);
       for (; j < block_end;) {
-        const int count = static_cast<int>(std::min<TokenPos>(kChunk, block_end - j));
-        const std::uint16_t* k_rows = k_base + static_cast<std::size_t>(j - b * bt) * stride;
-        a.Chunk(qr, k_rows, k_rows + kv.plane_elements, stride, count, vscale);
-        j += count;
+        const TokenPos chunk_end = std::min<TokenPos>(j + kChunk, block_end);
+        fn(k_base + static_cast<std::size_t>(j - b * bt) * stride, j, chunk_end);
+        j = chunk_end;
       }
     }
+  }
+
+  // The keys of `range` into `a` for the NH heads whose queries are qr[0..NH).
+  template <int NH>
+  [[gnu::always_inline]] static inline void WalkRange(const PagedKvView& kv, int layer,
+                                                      std::size_t head_off, const KeyRange& range,
+                                                      const Query* qr, __m512 vscale, Acc<NH>& a) {
+    const auto stride = static_cast<std::size_t>(kv.kv_dim);
+    ForEachChunk(kv, layer, head_off, range.begin, range.end,
+                 [&](const std::uint16_t* k_rows, TokenPos from, TokenPos to) {
+                   a.Chunk(qr, k_rows, k_rows + kv.plane_elements, stride,
+                           static_cast<int>(to - from), vscale);
+                 });
   }
 
   // Heads [h0, h0 + NH) of the group for the query at row q_row / sink_q (rolling sinks).
@@ -389,38 +402,27 @@ struct Blockwise {
         hi = std::max(hi, row.ranges[window[i]].end);
       }
     }
-    const int bt = kv.block_tokens;
     const auto stride = static_cast<std::size_t>(kv.kv_dim);
     // The union of contiguous windows of consecutive positions is contiguous and each of its keys
     // is visible to some query, so every block it touches is resident.
-    for (TokenPos j = lo; j < hi;) {
-      const std::int64_t b = j / bt;
-      const auto* k_base = reinterpret_cast<const std::uint16_t*>(kv.BlockKeys(layer, b));
-      MTR_DCHECK(k_base != nullptr, "visible key in a freed block");
-      k_base += head_off;
-      const TokenPos block_end = std::min<TokenPos>((b + 1) * bt, hi);
-      if (block_end < hi) PrefetchBlock(kv, layer, head_off, block_end);
-      for (; j < block_end;) {
-        const TokenPos chunk_end = std::min<TokenPos>(j + kChunk, block_end);
-        const std::uint16_t* k_rows = k_base + static_cast<std::size_t>(j - b * bt) * stride;
-        for (int i = 0; i < count; ++i) {
-          if (window[i] < 0) continue;
-          const KeyRange& w = rows[i].ranges[window[i]];
-          const TokenPos from = std::max(j, w.begin);
-          const TokenPos to = std::min(chunk_end, w.end);
-          if (from >= to) continue;
-          const std::uint16_t* kr = k_rows + static_cast<std::size_t>(from - j) * stride;
-          for (int t = 0; t < tiles; ++t) {
-            Acc<NH> a;
-            a.CopyFrom(states[i * tiles + t]);
-            a.Chunk(qs[i * tiles + t], kr, kr + kv.plane_elements, stride,
-                    static_cast<int>(to - from), vscale);
-            states[i * tiles + t].CopyFrom(a);
-          }
-        }
-        j = chunk_end;
-      }
-    }
+    ForEachChunk(kv, layer, head_off, lo, hi,
+                 [&](const std::uint16_t* k_rows, TokenPos j, TokenPos chunk_end) {
+                   for (int i = 0; i < count; ++i) {
+                     if (window[i] < 0) continue;
+                     const KeyRange& w = rows[i].ranges[window[i]];
+                     const TokenPos from = std::max(j, w.begin);
+                     const TokenPos to = std::min(chunk_end, w.end);
+                     if (from >= to) continue;
+                     const std::uint16_t* kr = k_rows + static_cast<std::size_t>(from - j) * stride;
+                     for (int t = 0; t < tiles; ++t) {
+                       Acc<NH> a;
+                       a.CopyFrom(states[i * tiles + t]);
+                       a.Chunk(qs[i * tiles + t], kr, kr + kv.plane_elements, stride,
+                               static_cast<int>(to - from), vscale);
+                       states[i * tiles + t].CopyFrom(a);
+                     }
+                   }
+                 });
     for (int i = 0; i < count; ++i) {
       for (int t = 0; t < tiles; ++t) {
         states[i * tiles + t].Finish(rows[i].out + static_cast<std::ptrdiff_t>(t * NH) * HD,
