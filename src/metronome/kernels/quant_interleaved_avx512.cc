@@ -351,11 +351,12 @@ void RowsQ6K(const RowsKernelArgs& a, int row_begin, int row_end) {
 // scale vectors into bytes (lane r: sc[0..3], sc[4..7], mn[0..3], mn[4..7] of row r); per
 // 64-element group g the 8 qs vectors give sub-block 2g (low nibbles) and 2g + 1 (high nibbles),
 // Q5_K's fifth bits (bit 2g / 2g + 1 of qh vector l's bytes) shifted to bit 4 and merged in one
-// ternary-logic op. Each sub-block's int32 dot (two chains, exact) is converted to fp32 and
-// accumulated into the super-block's fp32 sum times its 16 row scales (converted once per tile,
-// one FMA per dot, not a vpmulld into an int32 sum: BM_RowLayout, Q4_K, m = 32); the
-// min term sum_j mn_j bsum32_j comes from two vpmaddwd per 4 sub-blocks on the mins as 16-bit
-// pairs. One FMA pair by d_a (d_w x sum - dmin_w x mins) per super-block.
+// ternary-logic op (Q4_K's high nibbles stay in place, 16 x the quant, the 16 taken out of the
+// scale). Each sub-block's int32 dot (one chain at one row, two from more; exact) is converted to
+// fp32 and accumulated into the super-block's fp32 sum times its 16 row scales (converted once per
+// tile, one FMA per dot, not a vpmulld into an int32 sum: BM_RowLayout, Q4_K, m = 32); the min term
+// sum_j mn_j bsum32_j comes from two vpmaddwd per 4 sub-blocks on the mins as 16-bit pairs. One FMA
+// pair by d_a (d_w x sum - dmin_w x mins) per super-block.
 
 // Byte b (0..3) of each 32-bit lane, zero-extended.
 inline __m512i LaneByte(__m512i v, int b) noexcept {
@@ -394,6 +395,16 @@ inline __m512i BitToFour(__m512i v, int from) noexcept {
   }
 }
 
+// The sum of a sub-block's dot chains.
+template <int kChains>
+inline __m512i ChainSum(const __m512i (&chains)[kChains]) noexcept {
+  if constexpr (kChains == 1) {
+    return chains[0];
+  } else {
+    return _mm512_add_epi32(chains[0], chains[1]);
+  }
+}
+
 template <bool kHighBits, int MT>
 void GroupTileK(const RowsKernelArgs& a, int r, const std::byte* group, int supers, int row) {
   using Block = std::conditional_t<kHighBits, quant::BlockQ5_K, quant::BlockQ4_K>;
@@ -410,6 +421,16 @@ void GroupTileK(const RowsKernelArgs& a, int r, const std::byte* group, int supe
   const __m512i bits45 = _mm512_set1_epi8(0x30);
   const __m512i bit4 = _mm512_set1_epi8(0x10);
   const __m512i low_words = _mm512_set1_epi32(0x00FF00FF);
+  // Q4_K's high nibbles enter the dots in place (x & 0xF0, 16 x the quant): one operation a line
+  // fewer than a shift and a mask. A line's operations bound how far ahead of its loads the core
+  // runs, so the DRAM read rate at one session (BM_DecodeDram). The factor 16 keeps the sums exact
+  // (|sum| <= 16 x 32 x 15 x 128 < 2^24, so their fp32 conversion is exact too) and comes out of
+  // the sub-block's scale, a power of 2: bit for bit the result of the shifted nibbles.
+  constexpr float kInPlaceHighNibble = 1.0f / 16.0f;
+  // One dot chain a nibble half for a single activation row: its 8 dots a sub-block take less
+  // time than the line reads they wait for, and a second chain is one more addition and zeroing a
+  // sub-block in the line's budget; tiles of more rows keep two (vpdpbusd's latency from L2).
+  constexpr int kChains = MT == 1 ? 1 : 2;
   for (int sb = 0; sb < supers; ++sb) {
     const std::byte* body = group + static_cast<std::size_t>(sb) * kBodyBytes;
     PrefetchAhead<kQsAt, kKQuantPrefetchAheadBytes>(body);  // d, dmin, scales (and qh)
@@ -446,10 +467,12 @@ void GroupTileK(const RowsKernelArgs& a, int r, const std::byte* group, int supe
     }
 #pragma GCC unroll 4
     for (int g = 0; g < 4; ++g) {
-      __m512i dot[MT][2][2];  // [row][low / high nibbles][even / odd l]
+      __m512i dot[MT][2][kChains];  // [row][low / high nibbles][l % kChains]
 #pragma GCC unroll 8
       for (int i = 0; i < MT; ++i) {
-        dot[i][0][0] = dot[i][0][1] = dot[i][1][0] = dot[i][1][1] = _mm512_setzero_si512();
+        for (auto& half : dot[i]) {
+          for (__m512i& chain : half) chain = _mm512_setzero_si512();
+        }
       }
 #pragma GCC unroll 8
       for (int l = 0; l < 8; ++l) {
@@ -457,28 +480,30 @@ void GroupTileK(const RowsKernelArgs& a, int r, const std::byte* group, int supe
         PrefetchAhead<kLineBytes, kKQuantPrefetchAheadBytes>(qs_line);
         const __m512i x = _mm512_loadu_si512(qs_line);
         __m512i lo = _mm512_and_si512(x, low);
-        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), low);
+        __m512i hi;
         if constexpr (kHighBits) {
           const __m512i qh = _mm512_loadu_si512(body + kQhAt + kLineBytes * l);
           lo = _mm512_ternarylogic_epi32(lo, BitToFour(qh, 2 * g), bit4, kOrMasked);
-          hi = _mm512_ternarylogic_epi32(hi, BitToFour(qh, 2 * g + 1), bit4, kOrMasked);
+          hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(x, 4), low),
+                                         BitToFour(qh, 2 * g + 1), bit4, kOrMasked);
+        } else {
+          hi = _mm512_andnot_si512(low, x);  // 16 x the high nibble (kInPlaceHighNibble)
         }
 #pragma GCC unroll 8
         for (int i = 0; i < MT; ++i) {
           const std::int8_t* q = act[i][sb].qs + 64 * g + 4 * l;
-          dot[i][0][l % 2] = DotWord(dot[i][0][l % 2], lo, q);
-          dot[i][1][l % 2] = DotWord(dot[i][1][l % 2], hi, q + 32);
+          dot[i][0][l % kChains] = DotWord(dot[i][0][l % kChains], lo, q);
+          dot[i][1][l % kChains] = DotWord(dot[i][1][l % kChains], hi, q + 32);
         }
       }
       // Sub-blocks 2g and 2g + 1: scale bytes (2g) % 4 and (2g + 1) % 4 of sc[g / 2].
       const __m512 sc_lo = _mm512_cvtepi32_ps(LaneByte(sc[g / 2], (2 * g) % 4));
-      const __m512 sc_hi = _mm512_cvtepi32_ps(LaneByte(sc[g / 2], (2 * g + 1) % 4));
+      __m512 sc_hi = _mm512_cvtepi32_ps(LaneByte(sc[g / 2], (2 * g + 1) % 4));
+      if constexpr (!kHighBits) sc_hi = _mm512_mul_ps(sc_hi, _mm512_set1_ps(kInPlaceHighNibble));
 #pragma GCC unroll 8
       for (int i = 0; i < MT; ++i) {
-        sum[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(dot[i][0][0], dot[i][0][1])),
-                                 sc_lo, sum[i]);
-        sum[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(dot[i][1][0], dot[i][1][1])),
-                                 sc_hi, sum[i]);
+        sum[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ChainSum(dot[i][0])), sc_lo, sum[i]);
+        sum[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ChainSum(dot[i][1])), sc_hi, sum[i]);
       }
     }
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(body)));
