@@ -405,6 +405,56 @@ inline __m512i ChainSum(const __m512i (&chains)[kChains]) noexcept {
   }
 }
 
+// Q4_K's high nibbles enter the dots in place (x & 0xF0, 16 x the quant): one operation a line
+// fewer than a shift and a mask. A line's operations bound how far ahead of its loads the core
+// runs, so the DRAM read rate at one session (BM_DecodeDram). The factor 16 keeps the sums exact
+// (|sum| <= 16 x 32 x 15 x 128 < 2^24, so their fp32 conversion is exact too) and comes out of the
+// sub-block's scale, a power of 2: bit for bit the result of the shifted nibbles.
+constexpr float kInPlaceHighNibble = 1.0f / 16.0f;
+
+// Dot chains a nibble half: one for a single activation row, whose 8 dots a sub-block take less
+// time than the line reads they wait for (a second chain is one more addition and zeroing a
+// sub-block in the line's budget); two for tiles of more rows (vpdpbusd's latency from L2).
+constexpr int KQuantDotChains(int tile_rows) { return tile_rows == 1 ? 1 : 2; }
+
+// A super-block's 16 rows' scales and mins as bytes (lane r: sc[0] = scales 0..3, sc[1] = 4..7,
+// mn likewise, of row r), from its three scale vectors (quant/blocks.h): j < 4 the low 6 bits of
+// bytes j, j + 4; j >= 4 a nibble of byte j + 4 with the top 2 bits of byte j - 4 (scale) or j
+// (min) above it.
+struct KScalesMins {
+  __m512i sc[2];
+  __m512i mn[2];
+};
+inline KScalesMins UnpackKScalesMins(const std::byte* scale_vectors) noexcept {
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  const __m512i six = _mm512_set1_epi8(0x3F);
+  const __m512i bits45 = _mm512_set1_epi8(0x30);
+  const __m512i v0 = _mm512_loadu_si512(scale_vectors);
+  const __m512i v1 = _mm512_loadu_si512(scale_vectors + kLineBytes);
+  const __m512i v2 = _mm512_loadu_si512(scale_vectors + 2 * kLineBytes);
+  return {{_mm512_and_si512(v0, six),
+           _mm512_ternarylogic_epi32(_mm512_and_si512(v2, low), _mm512_srli_epi16(v0, 2), bits45,
+                                     kOrMasked)},
+          {_mm512_and_si512(v1, six),
+           _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(v2, 4), low),
+                                     _mm512_srli_epi16(v1, 2), bits45, kOrMasked)}};
+}
+
+// sum_j mn_j bsum32_j per row: the mins as 16-bit pairs (bytes 0, 2 and 1, 3 of each lane) against
+// the activation's 32-element sums (pairs of its 16-element bsums) packed in matching pairs.
+inline __m512i KMinTerm(const __m512i (&mn)[2], const std::int16_t* bsums) noexcept {
+  const __m512i low_words = _mm512_set1_epi32(0x00FF00FF);
+  const auto pair = [bsums](int j0, int j1) {
+    const auto s0 = static_cast<std::uint16_t>(bsums[2 * j0] + bsums[2 * j0 + 1]);
+    const auto s1 = static_cast<std::uint16_t>(bsums[2 * j1] + bsums[2 * j1 + 1]);
+    return _mm512_set1_epi32(static_cast<std::int32_t>(s0 | static_cast<std::uint32_t>(s1) << 16));
+  };
+  __m512i m = _mm512_madd_epi16(_mm512_and_si512(mn[0], low_words), pair(0, 2));
+  m = _mm512_add_epi32(m, _mm512_madd_epi16(_mm512_srli_epi16(mn[0], 8), pair(1, 3)));
+  m = _mm512_add_epi32(m, _mm512_madd_epi16(_mm512_and_si512(mn[1], low_words), pair(4, 6)));
+  return _mm512_add_epi32(m, _mm512_madd_epi16(_mm512_srli_epi16(mn[1], 8), pair(5, 7)));
+}
+
 template <bool kHighBits, int MT>
 void GroupTileK(const RowsKernelArgs& a, int r, const std::byte* group, int supers, int row) {
   using Block = std::conditional_t<kHighBits, quant::BlockQ5_K, quant::BlockQ4_K>;
@@ -417,53 +467,19 @@ void GroupTileK(const RowsKernelArgs& a, int r, const std::byte* group, int supe
   __m512 acc[MT];
   ZeroTile(acc);
   const __m512i low = _mm512_set1_epi8(0x0F);
-  const __m512i six = _mm512_set1_epi8(0x3F);
-  const __m512i bits45 = _mm512_set1_epi8(0x30);
   const __m512i bit4 = _mm512_set1_epi8(0x10);
-  const __m512i low_words = _mm512_set1_epi32(0x00FF00FF);
-  // Q4_K's high nibbles enter the dots in place (x & 0xF0, 16 x the quant): one operation a line
-  // fewer than a shift and a mask. A line's operations bound how far ahead of its loads the core
-  // runs, so the DRAM read rate at one session (BM_DecodeDram). The factor 16 keeps the sums exact
-  // (|sum| <= 16 x 32 x 15 x 128 < 2^24, so their fp32 conversion is exact too) and comes out of
-  // the sub-block's scale, a power of 2: bit for bit the result of the shifted nibbles.
-  constexpr float kInPlaceHighNibble = 1.0f / 16.0f;
-  // One dot chain a nibble half for a single activation row: its 8 dots a sub-block take less
-  // time than the line reads they wait for, and a second chain is one more addition and zeroing a
-  // sub-block in the line's budget; tiles of more rows keep two (vpdpbusd's latency from L2).
-  constexpr int kChains = MT == 1 ? 1 : 2;
+  constexpr int kChains = KQuantDotChains(MT);
   for (int sb = 0; sb < supers; ++sb) {
     const std::byte* body = group + static_cast<std::size_t>(sb) * kBodyBytes;
     PrefetchAhead<kQsAt, kKQuantPrefetchAheadBytes>(body);  // d, dmin, scales (and qh)
-    // The scales and mins (quant/blocks.h): j < 4 the low 6 bits of bytes j, j + 4; j >= 4 a
-    // nibble of byte j + 4 with the top 2 bits of byte j - 4 (scale) or j (min) above it.
-    const __m512i v0 = _mm512_loadu_si512(body + kScalesAt);
-    const __m512i v1 = _mm512_loadu_si512(body + kScalesAt + kLineBytes);
-    const __m512i v2 = _mm512_loadu_si512(body + kScalesAt + 2 * kLineBytes);
-    const __m512i sc[2] = {_mm512_and_si512(v0, six),
-                           _mm512_ternarylogic_epi32(_mm512_and_si512(v2, low),
-                                                     _mm512_srli_epi16(v0, 2), bits45, kOrMasked)};
-    const __m512i mn[2] = {
-        _mm512_and_si512(v1, six),
-        _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(v2, 4), low),
-                                  _mm512_srli_epi16(v1, 2), bits45, kOrMasked)};
+    const KScalesMins scales = UnpackKScalesMins(body + kScalesAt);
+    const __m512i(&sc)[2] = scales.sc;
     __m512 sum[MT];
     __m512i mins[MT];
 #pragma GCC unroll 8
     for (int i = 0; i < MT; ++i) {
       sum[i] = _mm512_setzero_ps();
-      // sum_j mn_j bsum32_j: the mins as 16-bit pairs (bytes 0, 2 and 1, 3 of each lane) against
-      // the matching activation sums packed in pairs.
-      const std::int16_t* bs = act[i][sb].bsums;
-      const auto pair = [bs](int j0, int j1) {
-        const auto s0 = static_cast<std::uint16_t>(bs[2 * j0] + bs[2 * j0 + 1]);
-        const auto s1 = static_cast<std::uint16_t>(bs[2 * j1] + bs[2 * j1 + 1]);
-        return _mm512_set1_epi32(
-            static_cast<std::int32_t>(s0 | static_cast<std::uint32_t>(s1) << 16));
-      };
-      __m512i m = _mm512_madd_epi16(_mm512_and_si512(mn[0], low_words), pair(0, 2));
-      m = _mm512_add_epi32(m, _mm512_madd_epi16(_mm512_srli_epi16(mn[0], 8), pair(1, 3)));
-      m = _mm512_add_epi32(m, _mm512_madd_epi16(_mm512_and_si512(mn[1], low_words), pair(4, 6)));
-      mins[i] = _mm512_add_epi32(m, _mm512_madd_epi16(_mm512_srli_epi16(mn[1], 8), pair(5, 7)));
+      mins[i] = KMinTerm(scales.mn, act[i][sb].bsums);
     }
 #pragma GCC unroll 4
     for (int g = 0; g < 4; ++g) {
