@@ -101,6 +101,63 @@ void ReadExperts(const GgufFile& g, const Key& key, ModelConfig& c) {
   if (!ff) c.ffn_dim = c.expert_ffn_dim * c.num_experts_used;  // informational only
 }
 
+// Query and kv head counts and the head dim (attention.key_length where the file has it: the Qwen3
+// models' differs from embedding_length / head_count), and the rotary dims.
+template <typename Key>
+void ReadAttentionHeads(const GgufFile& g, const Key& key, ModelConfig& c) {
+  c.num_heads = RequireIntField(g, key("attention.head_count"));
+  const auto kv_heads = g.GetInt(key("attention.head_count_kv"));
+  c.num_kv_heads = kv_heads ? ToInt(g, key("attention.head_count_kv"), *kv_heads) : c.num_heads;
+  if (const auto kl = g.GetInt(key("attention.key_length"))) {
+    c.head_dim = ToInt(g, key("attention.key_length"), *kl);
+  } else if (c.num_heads > 0) {
+    if (c.dim % c.num_heads != 0) {
+      throw LoadError(g.source() + ": embedding_length " + std::to_string(c.dim) +
+                      " is not a multiple of head_count " + std::to_string(c.num_heads));
+    }
+    c.head_dim = c.dim / c.num_heads;
+  }
+  if (const auto rd = g.GetInt(key("rope.dimension_count"))) {
+    c.rope_dim = ToInt(g, key("rope.dimension_count"), *rd);
+  }
+}
+
+// The vocabulary size is implied by the token list; files without one fall back to the output
+// (or embedding) matrix, whose shape is checked against it later anyway.
+int ReadVocabularySize(const GgufFile& g) {
+  const GgufValue* tokens = g.Find("tokenizer.ggml.tokens");
+  if (const auto* list = tokens ? std::get_if<std::vector<std::string>>(tokens) : nullptr) {
+    if (list->size() > INT_MAX) throw LoadError(g.source() + ": token list is too long");
+    return static_cast<int>(list->size());
+  }
+  const GgufTensorInfo* t = g.FindTensor("output.weight");
+  if (t == nullptr) t = g.FindTensor("token_embd.weight");
+  if (t == nullptr) throw LoadError(g.source() + ": missing tensor 'token_embd.weight'");
+  if (t->shape.size() != 2 || t->shape[1] > INT_MAX) {
+    throw LoadError(g.source() + ": tensor '" + t->name + "' has shape " + ShapeString(t->shape) +
+                    ", expected [embedding_length, vocab]");
+  }
+  return static_cast<int>(t->shape[1]);
+}
+
+// The per-pair rotary frequency factors of kRopeFreqsTensor (llama3-style scaling), empty without
+// it. Checked against rotary_dim/2 by Validate; bounded here so the copy stays small.
+std::vector<float> ReadRopeFreqFactors(const GgufFile& g) {
+  const GgufTensorInfo* t = g.FindTensor(std::string(kRopeFreqsTensor));
+  if (t == nullptr) return {};
+  if (t->shape.size() != 1 || t->shape[0] > static_cast<std::uint64_t>(kMaxQDim)) {
+    throw LoadError(g.source() + ": tensor '" + t->name + "' has shape " + ShapeString(t->shape) +
+                    ", expected [rope dims / 2]");
+  }
+  if (!quant::TensorBytes(t->type, t->shape[0]) ||
+      *quant::TensorBytes(t->type, t->shape[0]) > t->data.size()) {
+    throw LoadError(g.source() + ": tensor '" + t->name + "' is truncated");
+  }
+  std::vector<float> factors(static_cast<std::size_t>(t->shape[0]));
+  DequantizeToF32(t->type, t->data, t->shape[0], factors.data());
+  return factors;
+}
+
 ModelConfig ReadConfig(const GgufFile& g) {
   const std::string arch = g.RequireString("general.architecture");
   ModelConfig c;
@@ -126,22 +183,8 @@ ModelConfig ReadConfig(const GgufFile& g) {
   } else {
     c.ffn_dim = RequireIntField(g, key("feed_forward_length"));
   }
-  c.num_heads = RequireIntField(g, key("attention.head_count"));
-  const auto kv_heads = g.GetInt(key("attention.head_count_kv"));
-  c.num_kv_heads = kv_heads ? ToInt(g, key("attention.head_count_kv"), *kv_heads) : c.num_heads;
+  ReadAttentionHeads(g, key, c);
   c.context_length = RequireIntField(g, key("context_length"));
-  if (const auto kl = g.GetInt(key("attention.key_length"))) {
-    c.head_dim = ToInt(g, key("attention.key_length"), *kl);
-  } else if (c.num_heads > 0) {
-    if (c.dim % c.num_heads != 0) {
-      throw LoadError(g.source() + ": embedding_length " + std::to_string(c.dim) +
-                      " is not a multiple of head_count " + std::to_string(c.num_heads));
-    }
-    c.head_dim = c.dim / c.num_heads;
-  }
-  if (const auto rd = g.GetInt(key("rope.dimension_count"))) {
-    c.rope_dim = ToInt(g, key("rope.dimension_count"), *rd);
-  }
   const auto eps = g.GetFloat(key("attention.layer_norm_rms_epsilon"));
   if (!eps) {
     throw LoadError(g.source() + ": missing metadata key '" +
@@ -151,36 +194,9 @@ ModelConfig ReadConfig(const GgufFile& g) {
   c.rope_theta = g.GetFloat(key("rope.freq_base")).value_or(10000.0);
   ReadRopeScaling(g, key, c);
 
-  // The vocabulary size is implied by the token list; files without one fall back to the output
-  // (or embedding) matrix, whose shape is checked against it later anyway.
-  const GgufValue* tokens = g.Find("tokenizer.ggml.tokens");
-  if (const auto* list = tokens ? std::get_if<std::vector<std::string>>(tokens) : nullptr) {
-    if (list->size() > INT_MAX) throw LoadError(g.source() + ": token list is too long");
-    c.vocab_size = static_cast<int>(list->size());
-  } else {
-    const GgufTensorInfo* t = g.FindTensor("output.weight");
-    if (t == nullptr) t = g.FindTensor("token_embd.weight");
-    if (t == nullptr) throw LoadError(g.source() + ": missing tensor 'token_embd.weight'");
-    if (t->shape.size() != 2 || t->shape[1] > INT_MAX) {
-      throw LoadError(g.source() + ": tensor '" + t->name + "' has shape " + ShapeString(t->shape) +
-                      ", expected [embedding_length, vocab]");
-    }
-    c.vocab_size = static_cast<int>(t->shape[1]);
-  }
+  c.vocab_size = ReadVocabularySize(g);
   c.tied_embeddings = g.FindTensor("output.weight") == nullptr;
-  if (const GgufTensorInfo* t = g.FindTensor(std::string(kRopeFreqsTensor))) {
-    // Checked against rotary_dim/2 by Validate; bounded here so the copy stays small.
-    if (t->shape.size() != 1 || t->shape[0] > static_cast<std::uint64_t>(kMaxQDim)) {
-      throw LoadError(g.source() + ": tensor '" + t->name + "' has shape " + ShapeString(t->shape) +
-                      ", expected [rope dims / 2]");
-    }
-    if (!quant::TensorBytes(t->type, t->shape[0]) ||
-        *quant::TensorBytes(t->type, t->shape[0]) > t->data.size()) {
-      throw LoadError(g.source() + ": tensor '" + t->name + "' is truncated");
-    }
-    c.rope_freq_factors.resize(static_cast<std::size_t>(t->shape[0]));
-    DequantizeToF32(t->type, t->data, t->shape[0], c.rope_freq_factors.data());
-  }
+  c.rope_freq_factors = ReadRopeFreqFactors(g);
 
   // Validate bounds each factor; the product must also stay far from int overflow.
   if (static_cast<std::int64_t>(c.num_heads) * c.head_dim > kMaxQDim) {
@@ -332,6 +348,121 @@ std::unique_ptr<Tokenizer> ReadTokenizer(const GgufFile& g, const ModelConfig& c
   return MakeGpt2Tokenizer(std::move(v));
 }
 
+// Where each required tensor's bytes will live: a view into the file (a matrix whose backing is
+// kept alive and whose bytes are aligned for its type) or an arena slot (fp32 vectors, and the
+// matrices that cannot be views), each slot 64-byte aligned.
+struct TensorPlacement {
+  std::vector<const GgufTensorInfo*> infos;  // one per spec, in RequiredTensors order
+  std::vector<std::size_t> arena_offset;     // SIZE_MAX: a view into the file
+  std::size_t arena_bytes = 0;
+};
+
+// Every tensor is checked here, before anything is allocated: the parser has bounded the tensor
+// data by the file size, so a hostile header cannot make us allocate more than a small multiple of
+// the file.
+TensorPlacement PlaceTensors(const GgufFile& g, std::span<const TensorSpec> specs, bool backed) {
+  constexpr std::size_t kAlign = 64;
+  const auto round_up = [](std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
+  TensorPlacement p;
+  p.infos.reserve(specs.size());
+  p.arena_offset.assign(specs.size(), SIZE_MAX);
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const GgufTensorInfo& t = ExpectTensor(g, specs[i].name, specs[i].shape);
+    CheckTensorType(g, t, specs[i]);
+    p.infos.push_back(&t);
+    if (specs[i].matrix && backed && AlignedForType(t.data.data(), t.type)) continue;
+    p.arena_offset[i] = p.arena_bytes;
+    const std::size_t n = static_cast<std::size_t>(t.num_elements());
+    p.arena_bytes +=
+        round_up(specs[i].matrix ? static_cast<std::size_t>(*quant::TensorBytes(t.type, n))
+                                 : n * sizeof(float));
+  }
+  return p;
+}
+
+// Hands out the placed tensors in RequiredTensors order: matrices as views or arena copies,
+// vectors converted to fp32 into consecutive arena slots.
+class TensorReader {
+ public:
+  TensorReader(std::span<const TensorSpec> specs, const TensorPlacement& placement,
+               ModelWeights& weights)
+      : specs_(specs),
+        placement_(placement),
+        weights_(weights),
+        arena_(weights.AllocateArena(placement.arena_bytes)) {}
+
+  // The next tensor, a matrix. The experts' 3-D tensors are one matrix of every expert's rows
+  // (each expert a row slice).
+  quant::WeightMatrix Matrix() {
+    const std::size_t i = next_++;
+    const GgufTensorInfo& t = *placement_.infos[i];
+    const auto cols = static_cast<int>(specs_[i].shape[0]);
+    std::uint64_t all_rows = 1;
+    for (std::size_t d = 1; d < specs_[i].shape.size(); ++d) all_rows *= specs_[i].shape[d];
+    const auto rows = static_cast<int>(all_rows);
+    if (placement_.arena_offset[i] == SIZE_MAX) {
+      return quant::MakeWeightMatrix(t.type, rows, cols, t.data.data());
+    }
+    std::byte* dst = arena_ + placement_.arena_offset[i];
+    std::memcpy(dst, t.data.data(), quant::RowBytes(t.type, cols) * static_cast<std::size_t>(rows));
+    return quant::MakeWeightMatrix(t.type, rows, cols, dst);
+  }
+
+  // The next tensor, a vector, as fp32.
+  float* Vector() {
+    const std::size_t i = next_++;
+    const GgufTensorInfo& t = *placement_.infos[i];
+    auto* dst = reinterpret_cast<float*>(arena_ + placement_.arena_offset[i]);
+    DequantizeToF32(t.type, t.data, t.num_elements(), dst);
+    weights_.AddVectorFloats(static_cast<std::size_t>(t.num_elements()));
+    return dst;
+  }
+
+ private:
+  std::span<const TensorSpec> specs_;
+  const TensorPlacement& placement_;
+  ModelWeights& weights_;
+  std::byte* arena_;
+  std::size_t next_ = 0;
+};
+
+// One layer's tensors, in RequiredTensors' order for the layer.
+void ReadLayer(const ModelConfig& c, TensorReader& r, LayerWeights& lw) {
+  lw.attn_norm = r.Vector();
+  lw.wqkv = {r.Matrix(), r.Matrix(), r.Matrix()};
+  if (c.has_qkv_bias) {
+    // Three consecutive slots; each is rounded up to 64 bytes, so gather them into the first.
+    float* q = r.Vector();
+    float* k = r.Vector();
+    float* v = r.Vector();
+    const auto qd = static_cast<std::size_t>(c.q_dim());
+    const auto kvd = static_cast<std::size_t>(c.kv_dim());
+    std::memmove(q + qd, k, kvd * sizeof(float));
+    std::memmove(q + qd + kvd, v, kvd * sizeof(float));
+    lw.bqkv = q;
+  }
+  if (c.has_qk_norm) {
+    lw.q_norm = r.Vector();
+    lw.k_norm = r.Vector();
+  }
+  lw.wo = r.Matrix();
+  lw.ffn_norm = r.Vector();
+  if (!c.is_moe()) {
+    lw.w_gate_up = {r.Matrix(), r.Matrix()};
+    lw.w_down = r.Matrix();
+    return;
+  }
+  lw.router = r.Matrix();
+  const quant::WeightMatrix gate = r.Matrix();
+  const quant::WeightMatrix up = r.Matrix();
+  const quant::WeightMatrix down = r.Matrix();
+  for (int e = 0; e < c.num_experts; ++e) {
+    lw.expert_gate_up.push_back({gate.RowSlice(e * c.expert_ffn_dim, c.expert_ffn_dim),
+                                 up.RowSlice(e * c.expert_ffn_dim, c.expert_ffn_dim)});
+    lw.expert_down.push_back(down.RowSlice(e * c.dim, c.dim));
+  }
+}
+
 }  // namespace
 
 Model LoadGgufModelFromBytes(std::span<const std::uint8_t> bytes, const std::string& source,
@@ -341,100 +472,17 @@ Model LoadGgufModelFromBytes(std::span<const std::uint8_t> bytes, const std::str
   m.config = ReadConfig(g);
   const ModelConfig& c = m.config;
   RequireSupportedGguf(g, c);
-  // Every tensor is checked before anything is allocated: the parser has bounded the tensor data
-  // by the file size, so a hostile header cannot make us allocate more than a small multiple of
-  // the file.
   const std::vector<TensorSpec> specs = RequiredTensors(c);
-  std::vector<const GgufTensorInfo*> infos;
-  infos.reserve(specs.size());
-  // Arena plan: fp32 vectors, and the matrices that cannot be views (no backing to keep alive,
-  // or bytes not aligned for their type), each 64-byte aligned.
-  constexpr std::size_t kAlign = 64;
-  const auto round_up = [](std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
-  std::vector<std::size_t> arena_offset(specs.size(), SIZE_MAX);
-  std::size_t arena_bytes = 0;
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    const GgufTensorInfo& t = ExpectTensor(g, specs[i].name, specs[i].shape);
-    CheckTensorType(g, t, specs[i]);
-    infos.push_back(&t);
-    const bool view =
-        specs[i].matrix && backing != nullptr && AlignedForType(t.data.data(), t.type);
-    if (view) continue;
-    arena_offset[i] = arena_bytes;
-    const std::size_t n = static_cast<std::size_t>(t.num_elements());
-    arena_bytes +=
-        round_up(specs[i].matrix ? static_cast<std::size_t>(*quant::TensorBytes(t.type, n))
-                                 : n * sizeof(float));
-  }
+  const TensorPlacement placement = PlaceTensors(g, specs, backing != nullptr);
   m.tokenizer = ReadTokenizer(g, c);
 
   auto weights = std::make_unique<ModelWeights>();
-  std::byte* arena = weights->AllocateArena(arena_bytes);
-  const auto matrix = [&](std::size_t i) {
-    const GgufTensorInfo& t = *infos[i];
-    const auto cols = static_cast<int>(specs[i].shape[0]);
-    // The experts' 3-D tensors are one matrix of every expert's rows; each expert is a slice.
-    std::uint64_t all_rows = 1;
-    for (std::size_t d = 1; d < specs[i].shape.size(); ++d) all_rows *= specs[i].shape[d];
-    const auto rows = static_cast<int>(all_rows);
-    if (arena_offset[i] == SIZE_MAX)
-      return quant::MakeWeightMatrix(t.type, rows, cols, t.data.data());
-    std::byte* dst = arena + arena_offset[i];
-    std::memcpy(dst, t.data.data(), quant::RowBytes(t.type, cols) * static_cast<std::size_t>(rows));
-    return quant::MakeWeightMatrix(t.type, rows, cols, dst);
-  };
-  // Vectors are converted into consecutive arena slots (the q/k/v biases: one fused bias).
-  const auto vector = [&](std::size_t i) {
-    const GgufTensorInfo& t = *infos[i];
-    auto* dst = reinterpret_cast<float*>(arena + arena_offset[i]);
-    DequantizeToF32(t.type, t.data, t.num_elements(), dst);
-    weights->AddVectorFloats(static_cast<std::size_t>(t.num_elements()));
-    return dst;
-  };
-  std::size_t i = 0;
-  weights->token_embedding = matrix(i++);
-  weights->final_norm = vector(i++);
-  weights->output = c.tied_embeddings ? weights->token_embedding : matrix(i++);
+  TensorReader r(specs, placement, *weights);
+  weights->token_embedding = r.Matrix();
+  weights->final_norm = r.Vector();
+  weights->output = c.tied_embeddings ? weights->token_embedding : r.Matrix();
   weights->layers.resize(static_cast<std::size_t>(c.num_layers));
-  for (LayerWeights& lw : weights->layers) {
-    lw.attn_norm = vector(i++);
-    lw.wqkv = {matrix(i), matrix(i + 1), matrix(i + 2)};
-    i += 3;
-    if (c.has_qkv_bias) {
-      // Three consecutive slots; each is rounded up to 64 bytes, so gather them into the first.
-      float* q = vector(i);
-      float* k = vector(i + 1);
-      float* v = vector(i + 2);
-      const auto qd = static_cast<std::size_t>(c.q_dim());
-      const auto kvd = static_cast<std::size_t>(c.kv_dim());
-      std::memmove(q + qd, k, kvd * sizeof(float));
-      std::memmove(q + qd + kvd, v, kvd * sizeof(float));
-      lw.bqkv = q;
-      i += 3;
-    }
-    if (c.has_qk_norm) {
-      lw.q_norm = vector(i++);
-      lw.k_norm = vector(i++);
-    }
-    lw.wo = matrix(i++);
-    lw.ffn_norm = vector(i++);
-    if (c.is_moe()) {
-      lw.router = matrix(i++);
-      const quant::WeightMatrix gate = matrix(i);
-      const quant::WeightMatrix up = matrix(i + 1);
-      const quant::WeightMatrix down = matrix(i + 2);
-      i += 3;
-      for (int e = 0; e < c.num_experts; ++e) {
-        lw.expert_gate_up.push_back({gate.RowSlice(e * c.expert_ffn_dim, c.expert_ffn_dim),
-                                     up.RowSlice(e * c.expert_ffn_dim, c.expert_ffn_dim)});
-        lw.expert_down.push_back(down.RowSlice(e * c.dim, c.dim));
-      }
-      continue;
-    }
-    lw.w_gate_up = {matrix(i), matrix(i + 1)};
-    i += 2;
-    lw.w_down = matrix(i++);
-  }
+  for (LayerWeights& lw : weights->layers) ReadLayer(c, r, lw);
   weights->KeepAlive(std::move(backing));
   m.weights = std::move(weights);
   return m;
