@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "metronome/base/errors.h"
+#include "metronome/realtime/frame_summary.h"
 #include "metronome/realtime/session_state.h"
 #include "metronome/server/http_access.h"
 #include "metronome/server/resume_token.h"
@@ -470,9 +471,7 @@ nlohmann::json EngineService::Snapshot(std::size_t max_listed) const {
              {"total_blocks", pool.num_blocks},
              {"blocks_freed_by_window", pool.blocks_freed_by_window},
              {"peak_fraction", supervisor_.kv_peak_fraction()}};
-  j["forecast"] = {
-      {"t_sat_s", std::isfinite(s.t_sat_s) ? nlohmann::json(s.t_sat_s) : nlohmann::json(nullptr)},
-      {"warning", s.forecast_warning}};
+  j["forecast"] = {{"t_sat_s", realtime::NullIfNan(s.t_sat_s)}, {"warning", s.forecast_warning}};
   j["frames"] = {{"total", ls.frames},
                  {"ok", ls.ok},
                  {"late", ls.late},
@@ -480,6 +479,14 @@ nlohmann::json EngineService::Snapshot(std::size_t max_listed) const {
                  {"short", ls.short_frames},
                  {"missed", supervisor_.missed_frames()},
                  {"mute_alarms", ls.mute_alarms}};
+  j["continuity"] = ContinuitySnapshot();
+  j["latency_ms"] = {{"p50", realtime::NullIfNan(supervisor_.LatencyQuantileMs(0.5))},
+                     {"p99", realtime::NullIfNan(supervisor_.LatencyQuantileMs(0.99))}};
+  AddSessionTable(max_listed, j);
+  return j;
+}
+
+nlohmann::json EngineService::ContinuitySnapshot() const {
   std::int64_t detached = 0;
   std::int64_t moving = 0;
   for (const auto& [id, l] : live_) {
@@ -487,23 +494,22 @@ nlohmann::json EngineService::Snapshot(std::size_t max_listed) const {
     moving += l.moving ? 1 : 0;
   }
   const realtime::Supervisor::ContinuityCounts& counts = supervisor_.continuity_counts();
-  j["continuity"] = {{"resume_window_s", continuity_.resume_window_s},
-                     {"advertise_url", continuity_.advertise_url},
-                     {"model", model_identity_},
-                     {"detached", detached},
-                     {"moving", moving},
-                     {"moved_waiting", moved_.size()},
-                     {"resumed", counts.resumed},
-                     {"moved_out", counts.moved_out},
-                     {"moved_in", counts.moved_in},
-                     {"moved_lost", counts.moved_lost},
-                     {"state_bytes_out", counts.state_bytes_out},
-                     {"state_bytes_in", counts.state_bytes_in}};
-  const double p50 = supervisor_.LatencyQuantileMs(0.5);
-  const double p99 = supervisor_.LatencyQuantileMs(0.99);
-  j["latency_ms"] = {{"p50", std::isfinite(p50) ? nlohmann::json(p50) : nlohmann::json(nullptr)},
-                     {"p99", std::isfinite(p99) ? nlohmann::json(p99) : nlohmann::json(nullptr)}};
-  // Per-session table, oldest first (ids grow with admission).
+  return {{"resume_window_s", continuity_.resume_window_s},
+          {"advertise_url", continuity_.advertise_url},
+          {"model", model_identity_},
+          {"detached", detached},
+          {"moving", moving},
+          {"moved_waiting", moved_.size()},
+          {"resumed", counts.resumed},
+          {"moved_out", counts.moved_out},
+          {"moved_in", counts.moved_in},
+          {"moved_lost", counts.moved_lost},
+          {"state_bytes_out", counts.state_bytes_out},
+          {"state_bytes_in", counts.state_bytes_in}};
+}
+
+void EngineService::AddSessionTable(std::size_t max_listed, nlohmann::json& j) const {
+  // Oldest first (ids grow with admission).
   std::vector<RealtimeSessionId> ids;
   ids.reserve(live_.size());
   double tightest_deadline_ms = std::numeric_limits<double>::infinity();
@@ -512,8 +518,7 @@ nlohmann::json EngineService::Snapshot(std::size_t max_listed) const {
     tightest_deadline_ms = std::min(tightest_deadline_ms, session.deadline_ms);
   }
   // The line a latency chart compares against: the tightest deadline any live session has.
-  j["deadline_ms"] = std::isfinite(tightest_deadline_ms) ? nlohmann::json(tightest_deadline_ms)
-                                                         : nlohmann::json(nullptr);
+  j["deadline_ms"] = realtime::NullIfNan(tightest_deadline_ms);
   std::sort(ids.begin(), ids.end());
   nlohmann::json list = nlohmann::json::array();
   for (std::size_t i = 0; i < ids.size() && i < max_listed; ++i) {
@@ -534,7 +539,6 @@ nlohmann::json EngineService::Snapshot(std::size_t max_listed) const {
   }
   j["sessions"]["list"] = std::move(list);
   j["sessions"]["listed"] = std::min(ids.size(), max_listed);
-  return j;
 }
 
 void EngineService::EndAll(EndReason reason) {

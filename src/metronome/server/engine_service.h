@@ -207,6 +207,10 @@ class EngineService final : private realtime::SessionObserver {
   bool Post(std::function<void()> command);
   void Run();                                                           // the engine thread
   [[nodiscard]] nlohmann::json Snapshot(std::size_t max_listed) const;  // engine thread
+  // Snapshot's parts (engine thread): continuity's counters, and the live sessions' table (the
+  // first max_listed, oldest first) with the tightest deadline among them.
+  [[nodiscard]] nlohmann::json ContinuitySnapshot() const;
+  void AddSessionTable(std::size_t max_listed, nlohmann::json& j) const;
   void EndAll(EndReason reason);
   void Publish();  // engine thread: replica_state_ from the supervisor
   // Engine thread: continuity's turn (exports of moving sessions, expiries).
