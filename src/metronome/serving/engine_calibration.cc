@@ -171,23 +171,16 @@ struct PairCost {
   }
 };
 
-}  // namespace
+// The contexts of the start-up grid's longer pair, longest first: the first whose pair fits the
+// time budget is measured.
+constexpr std::int64_t kLongContexts[] = {256, 128, 64};
 
-std::variant<SessionCalibration, std::string> CalibrateForSession(
-    engine::Engine& engine, const realtime::SessionSpec& session, double latency_fraction,
-    double budget_s) {
-  const std::int64_t chunk = session.input_tokens_per_frame + 1;
-  if (chunk > kCalibrationPrefillChunk) {
-    return "a frame of " + std::to_string(session.input_tokens_per_frame) +
-           " tokens is beyond the start-up calibration's grid";
-  }
-  const CalibrationSettings settings{.repeats = 3, .warmup = 1};
-  constexpr std::int64_t kShortContext = 32;
-  constexpr std::int64_t kLongContexts[] = {256, 128, 64};  // the first whose pair fits
-  // As many sessions per point as the pool holds at the largest point (a server capped at a few
-  // sessions sizes its pool to them): the grid's batch sizes are capped there, and one session
-  // still separates the terms (chunks 1 and a + 1, contexts 32 and a longer one).
-  const kv::PoolStats pool = engine.pool_stats();
+// The start-up grid's batch sizes: 1, 4 and 16 sessions, each capped at as many sessions as the
+// pool holds at the largest point (a server capped at a few sessions sizes its pool to them); one
+// session still separates the terms (chunks 1 and a + 1, contexts 32 and a longer one). An error
+// when the pool holds no session of that point.
+std::variant<std::vector<std::int64_t>, std::string> StartupBatches(
+    const kv::PoolStats& pool, std::int64_t chunk, const CalibrationSettings& settings) {
   const std::int64_t largest_tokens =
       CalibrationPoint{1, kLongContexts[0], chunk}.TotalTokens(settings.warmup + settings.repeats);
   const std::int64_t blocks_each = (largest_tokens + pool.block_tokens - 1) / pool.block_tokens + 1;
@@ -203,6 +196,24 @@ std::variant<SessionCalibration, std::string> CalibrateForSession(
       batches.push_back(capped);
     }
   }
+  return batches;
+}
+
+}  // namespace
+
+std::variant<SessionCalibration, std::string> CalibrateForSession(
+    engine::Engine& engine, const realtime::SessionSpec& session, double latency_fraction,
+    double budget_s) {
+  const std::int64_t chunk = session.input_tokens_per_frame + 1;
+  if (chunk > kCalibrationPrefillChunk) {
+    return "a frame of " + std::to_string(session.input_tokens_per_frame) +
+           " tokens is beyond the start-up calibration's grid";
+  }
+  const CalibrationSettings settings{.repeats = 3, .warmup = 1};
+  constexpr std::int64_t kShortContext = 32;
+  auto batches_or = StartupBatches(engine.pool_stats(), chunk, settings);
+  if (auto* error = std::get_if<std::string>(&batches_or)) return std::move(*error);
+  const std::vector<std::int64_t>& batches = std::get<std::vector<std::int64_t>>(batches_or);
 
   std::mt19937 rng(7);  // token ids only; they do not affect the timing
   SessionCalibration out;
