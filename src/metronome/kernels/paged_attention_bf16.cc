@@ -190,14 +190,16 @@ struct Blockwise {
       }
     }
 
-    // One chunk of `count` (1..16) keys whose K rows start at k_rows (V rows at v_rows), `stride`
-    // elements apart, for the NH heads whose queries are q[0..NH). pf (optional): where the same
-    // rows of one head in the next block start (K; V pf_v bytes later), prefetched one K and one V
-    // row per key of the V loop.
+    // One chunk of `count` (1..16) keys whose K rows start at k_rows, `stride` elements apart, for
+    // the NH heads whose queries are q[0..NH). V rows start at v_rows, v_stride elements apart:
+    // the stored bf16 rows (widened here), or fp32 rows a walk widened once for all its tiles.
+    // pf (optional): where the same rows of one head in the next block start (K; V pf_v bytes
+    // later), prefetched one K and one V row per key of the V loop.
+    template <typename VT>
     [[gnu::always_inline]] inline void Chunk(const Query* q, const std::uint16_t* k_rows,
-                                             const std::uint16_t* v_rows, std::size_t stride,
-                                             int count, __m512 vscale, const char* pf = nullptr,
-                                             std::size_t pf_v = 0) {
+                                             std::size_t stride, const VT* v_rows,
+                                             std::size_t v_stride, int count, __m512 vscale,
+                                             const char* pf = nullptr, std::size_t pf_v = 0) {
       const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
       const auto valid = static_cast<__mmask16>((1u << count) - 1u);
       alignas(64) float weights[NH][kChunk];
@@ -226,10 +228,10 @@ struct Blockwise {
             _mm_prefetch(row + pf_v + line, internal::kStreamPrefetchHint);
           }
         }
-        const std::uint16_t* v = v_rows + static_cast<std::size_t>(k) * stride;
+        const VT* v = v_rows + static_cast<std::size_t>(k) * v_stride;
         __m512 vr[kOutRegs];
 #pragma GCC unroll 8
-        for (int c = 0; c < kOutRegs; ++c) vr[c] = LoadBf16x16(v + 16 * c);
+        for (int c = 0; c < kOutRegs; ++c) vr[c] = Load16(v + 16 * c);
 #pragma GCC unroll 4
         for (int h = 0; h < NH; ++h) {
           const __m512 w = _mm512_set1_ps(weights[h][k]);
@@ -290,7 +292,7 @@ struct Blockwise {
     const auto stride = static_cast<std::size_t>(kv.kv_dim);
     ForEachChunk(kv, layer, head_off, range.begin, range.end,
                  [&](const std::uint16_t* k_rows, TokenPos from, TokenPos to) {
-                   a.Chunk(qr, k_rows, k_rows + kv.plane_elements, stride,
+                   a.Chunk(qr, k_rows, stride, k_rows + kv.plane_elements, stride,
                            static_cast<int>(to - from), vscale);
                  });
   }
@@ -327,6 +329,17 @@ struct Blockwise {
       if (group % nh == 0) return nh;
     }
     return 1;
+  }
+
+  // `count` (1..16) bf16 rows of HD elements, `stride` apart, to fp32 rows packed in out.
+  static void WidenRows(const std::uint16_t* rows, std::size_t stride, int count, float* out) {
+    for (int k = 0; k < count; ++k) {
+      const std::uint16_t* row = rows + static_cast<std::size_t>(k) * stride;
+#pragma GCC unroll 8
+      for (int c = 0; c < kOutRegs; ++c) {
+        _mm512_store_ps(out + static_cast<std::size_t>(k) * HD + 16 * c, LoadBf16x16(row + 16 * c));
+      }
+    }
   }
 
   // One query of QueryBlock: its `tiles` states reset, its sink range (if any) walked with the
@@ -403,26 +416,31 @@ struct Blockwise {
       }
     }
     const auto stride = static_cast<std::size_t>(kv.kv_dim);
+    // The chunk's V rows widened to fp32 once for all its queries and tiles (exact: the same
+    // values the per-tile widening gave), read by the FMAs straight from L1.
+    alignas(64) float v_wide[kChunk * HD];
     // The union of contiguous windows of consecutive positions is contiguous and each of its keys
     // is visible to some query, so every block it touches is resident.
-    ForEachChunk(kv, layer, head_off, lo, hi,
-                 [&](const std::uint16_t* k_rows, TokenPos j, TokenPos chunk_end) {
-                   for (int i = 0; i < count; ++i) {
-                     if (window[i] < 0) continue;
-                     const KeyRange& w = rows[i].ranges[window[i]];
-                     const TokenPos from = std::max(j, w.begin);
-                     const TokenPos to = std::min(chunk_end, w.end);
-                     if (from >= to) continue;
-                     const std::uint16_t* kr = k_rows + static_cast<std::size_t>(from - j) * stride;
-                     for (int t = 0; t < tiles; ++t) {
-                       Acc<NH> a;
-                       a.CopyFrom(states[i * tiles + t]);
-                       a.Chunk(qs[i * tiles + t], kr, kr + kv.plane_elements, stride,
-                               static_cast<int>(to - from), vscale);
-                       states[i * tiles + t].CopyFrom(a);
-                     }
-                   }
-                 });
+    ForEachChunk(
+        kv, layer, head_off, lo, hi,
+        [&](const std::uint16_t* k_rows, TokenPos j, TokenPos chunk_end) {
+          WidenRows(k_rows + kv.plane_elements, stride, static_cast<int>(chunk_end - j), v_wide);
+          for (int i = 0; i < count; ++i) {
+            if (window[i] < 0) continue;
+            const KeyRange& w = rows[i].ranges[window[i]];
+            const TokenPos from = std::max(j, w.begin);
+            const TokenPos to = std::min(chunk_end, w.end);
+            if (from >= to) continue;
+            const std::uint16_t* kr = k_rows + static_cast<std::size_t>(from - j) * stride;
+            const float* vr = v_wide + static_cast<std::size_t>(from - j) * HD;
+            for (int t = 0; t < tiles; ++t) {
+              Acc<NH> a;
+              a.CopyFrom(states[i * tiles + t]);
+              a.Chunk(qs[i * tiles + t], kr, stride, vr, HD, static_cast<int>(to - from), vscale);
+              states[i * tiles + t].CopyFrom(a);
+            }
+          }
+        });
     for (int i = 0; i < count; ++i) {
       for (int t = 0; t < tiles; ++t) {
         states[i * tiles + t].Finish(rows[i].out + static_cast<std::ptrdiff_t>(t * NH) * HD,
@@ -551,7 +569,7 @@ struct Blockwise {
             const std::uint16_t* kg = k_rows + g_off;
             const char* pf =
                 next != nullptr ? next + (row_off + g_off) * sizeof(std::uint16_t) : nullptr;
-            a.Chunk(qs[g], kg, kg + kv.plane_elements, stride, count, vscale, pf, v_bytes);
+            a.Chunk(qs[g], kg, stride, kg + kv.plane_elements, stride, count, vscale, pf, v_bytes);
             accs[g].CopyFrom(a);
           }
           j += count;
