@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <random>
 #include <string>
 #include <variant>
 
@@ -42,18 +43,19 @@ SessionCalibration Calibrated(engine::Engine& eng, double budget_s) {
 TEST(StartCalibrationTest, AFastModelGetsTheWholeGrid) {
   const auto eng = TinyEngine(4096);
   const SessionCalibration c = Calibrated(*eng, 1e9);
-  EXPECT_EQ(c.grid.size(), 12u);
-  EXPECT_EQ(c.GridSummary(), "12 points: sessions 1/4/16, contexts 32/256 tokens");
+  EXPECT_EQ(c.grid.size(), 14u);
+  EXPECT_EQ(c.GridSummary(), "14 points: sessions 1/4/16, contexts 32/256/512 tokens");
   EXPECT_GT(c.predicted_limit, 0);
   EXPECT_GT(c.fit.model.c1_s_per_token, 0.0);
 }
 
-// No time at all (a model slower than any budget): only the single session's two pairs, the long
-// context shrunk to the shortest that still separates the terms, and the fit still holds.
+// No time at all (a model slower than any budget): only the single session's pairs, the long
+// context shrunk to the shortest that still separates the terms, the window's pair (never
+// skipped: it is what the price extrapolates to), and the fit still holds.
 TEST(StartCalibrationTest, ASlowModelGetsTheSmallestGridThatFits) {
   const auto eng = TinyEngine(4096);
   const SessionCalibration c = Calibrated(*eng, 0.0);
-  EXPECT_EQ(c.GridSummary(), "4 points: sessions 1, contexts 32/64 tokens");
+  EXPECT_EQ(c.GridSummary(), "6 points: sessions 1, contexts 32/64/512 tokens");
   for (const CalibrationPoint& g : c.grid) EXPECT_EQ(g.sessions, 1);
   EXPECT_GT(c.predicted_limit, 0);
 }
@@ -63,7 +65,88 @@ TEST(StartCalibrationTest, BatchesAreCappedByThePool) {
   // 256 + 4 x 4 tokens = 17 blocks of 16, + 1: 18 blocks a session.
   const auto eng = TinyEngine(2 * 18 + 5);
   const SessionCalibration c = Calibrated(*eng, 1e9);
-  EXPECT_EQ(c.GridSummary(), "8 points: sessions 1/2, contexts 32/256 tokens");
+  EXPECT_EQ(c.GridSummary(), "10 points: sessions 1/2, contexts 32/256/512 tokens");
+}
+
+// The window's pair: one session at the window, only the longer context prefilled and its KV
+// repeated; the grid's visible keys reach the window, so c2 is fitted where the price uses it.
+TEST(StartCalibrationTest, AWindowSessionIsTimedAtItsWindow) {
+  const auto eng = TinyEngine(4096);
+  const SessionCalibration c = Calibrated(*eng, 1e9);
+  ASSERT_GE(c.grid.size(), 2u);
+  for (std::size_t i = c.grid.size() - 2; i < c.grid.size(); ++i) {
+    EXPECT_EQ(c.grid[i].sessions, 1);
+    EXPECT_EQ(c.grid[i].context, 512);
+    EXPECT_EQ(c.grid[i].prefilled, 256);
+  }
+  for (std::size_t i = 0; i + 2 < c.grid.size(); ++i) EXPECT_EQ(c.grid[i].prefilled, 0);
+}
+
+// A pool that cannot hold the window: the longest multiple of the longer context it holds with
+// the timed steps (199 free blocks of 16 after one for a partial block, less 4 steps x 4 tokens:
+// 3168 tokens, so 3072).
+TEST(StartCalibrationTest, TheWindowPairIsCappedByThePool) {
+  const auto eng = TinyEngine(200);
+  realtime::SessionSpec s = Speech();
+  s.policy = kv::KvPolicy::Window(4096, 4);
+  auto c = CalibrateForSession(*eng, s, 0.7, 1e9);
+  ASSERT_TRUE(std::holds_alternative<SessionCalibration>(c)) << std::get<std::string>(c);
+  EXPECT_EQ(std::get<SessionCalibration>(c).grid.back().context, 3072);
+}
+
+// A full-KV session has no window to extrapolate to: no such pair.
+TEST(StartCalibrationTest, AFullKvSessionGetsNoWindowPair) {
+  const auto eng = TinyEngine(4096);
+  realtime::SessionSpec s = Speech();
+  s.policy = kv::KvPolicy::Full();
+  auto c = CalibrateForSession(*eng, s, 0.7, 1e9);
+  ASSERT_TRUE(std::holds_alternative<SessionCalibration>(c)) << std::get<std::string>(c);
+  EXPECT_EQ(std::get<SessionCalibration>(c).GridSummary(),
+            "12 points: sessions 1/4/16, contexts 32/256 tokens");
+}
+
+// A context repeated from a shorter prefill is measured as the prefilled one would be: the same
+// keys attended to (the design's count), every step run.
+TEST(CalibrationPointTest, ARepeatedContextAttendsToTheSameKeys) {
+  const auto eng = TinyEngine(4096);
+  const kv::KvPolicy policy = kv::KvPolicy::Window(1024, 4);
+  const CalibrationSettings settings{.repeats = 3, .warmup = 1};
+  std::mt19937 rng(1);
+  for (const std::int64_t chunk : {1, 5}) {
+    const CalibrationPoint prefilled{2, 768, chunk};
+    const CalibrationPoint repeated{2, 768, chunk, 256};
+    const auto a = MeasureCalibrationPoint(*eng, policy, settings, prefilled, rng);
+    const auto b = MeasureCalibrationPoint(*eng, policy, settings, repeated, rng);
+    ASSERT_TRUE(std::holds_alternative<CalibrationMeasurement>(a)) << std::get<std::string>(a);
+    ASSERT_TRUE(std::holds_alternative<CalibrationMeasurement>(b)) << std::get<std::string>(b);
+    const double design = CalibrationDesign({repeated}, policy, settings)[0].visible_kv_tokens;
+    EXPECT_EQ(std::get<CalibrationMeasurement>(a).obs.visible_kv_tokens, design);
+    EXPECT_EQ(std::get<CalibrationMeasurement>(b).obs.visible_kv_tokens, design);
+    EXPECT_EQ(std::get<CalibrationMeasurement>(b).obs.batch_tokens, 2.0 * chunk);
+  }
+  EXPECT_EQ(eng->pool_stats().used_blocks, 0);  // every session closed again
+}
+
+TEST(CalibrationPointTest, AnUnrepeatablePrefixIsNamed) {
+  const auto eng = TinyEngine(4096);
+  const kv::KvPolicy policy = kv::KvPolicy::Window(1024, 4);
+  const CalibrationSettings settings{.repeats = 1, .warmup = 0};
+  std::mt19937 rng(1);
+  const struct {
+    CalibrationPoint point;
+    const char* error;
+  } cases[] = {
+      {{1, 768, 1, 100}, "prefilled 100 is not a positive multiple of the block size 16"},
+      {{1, 768, 1, 512}, "prefilled 512 does not divide the context"},
+      {{1, 2048, 1, 256}, "the context is beyond the window 1024"},
+  };
+  for (const auto& c : cases) {
+    const auto m = MeasureCalibrationPoint(*eng, policy, settings, c.point, rng);
+    ASSERT_TRUE(std::holds_alternative<std::string>(m)) << c.error;
+    EXPECT_NE(std::get<std::string>(m).find(c.error), std::string::npos)
+        << std::get<std::string>(m);
+  }
+  EXPECT_EQ(eng->pool_stats().used_blocks, 0);
 }
 
 TEST(StartCalibrationTest, APoolWithoutRoomForOneSessionIsNamed) {

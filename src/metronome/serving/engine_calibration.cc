@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iterator>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -34,84 +35,155 @@ std::string RunStep(engine::Engine& eng, const std::vector<engine::StepItem>& it
 
 }  // namespace
 
-std::variant<CalibrationMeasurement, std::string> MeasureCalibrationPoint(
-    engine::Engine& eng, const kv::KvPolicy& policy, const CalibrationSettings& settings,
-    const CalibrationPoint& g, std::mt19937& rng) {
-  const int vocab = eng.config().vocab_size;
-  std::uniform_int_distribution<TokenId> tok(0, vocab - 1);
-  const std::int64_t total = g.TotalTokens(settings.warmup + settings.repeats);
+namespace {
+
+// The sessions of one point and the tokens each submits: its context, then the timed steps'.
+struct PointSessions {
+  engine::SessionOptions options;
   std::vector<engine::SessionId> ids;
-  std::vector<std::vector<TokenId>> streams;  // each session's tokens: context, then the steps'
-  for (std::int64_t s = 0; s < g.sessions; ++s) {
-    engine::SessionOptions so;
-    so.policy = policy;
-    so.max_context = settings.max_context > 0 ? settings.max_context : total;
-    ids.push_back(eng.OpenSession(so));
-    std::vector<TokenId>& stream = streams.emplace_back(static_cast<std::size_t>(total));
-    for (TokenId& t : stream) t = tok(rng);
-  }
-  const auto close_all = [&] {
-    for (const engine::SessionId id : ids) eng.CloseSession(id);
-  };
-  const auto chunk_of = [&](std::size_t s, std::int64_t begin, std::int64_t n) {
+  std::vector<std::vector<TokenId>> streams;
+
+  [[nodiscard]] std::span<const TokenId> Tokens(std::size_t s, std::int64_t begin,
+                                                std::int64_t n) const {
     return std::span<const TokenId>(streams[s])
         .subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(n));
-  };
+  }
+  void CloseAll(engine::Engine& eng) const {
+    for (const engine::SessionId id : ids) eng.CloseSession(id);
+  }
+};
+
+// Why `g` cannot be measured under `policy` with blocks of `block_tokens`; empty if it can.
+std::string InvalidPoint(const CalibrationPoint& g, const kv::KvPolicy& policy,
+                         std::int64_t block_tokens) {
+  if (g.prefilled == 0 || g.prefilled >= g.context) return "";
+  const std::string what = "calibration point with context " + std::to_string(g.context) +
+                           ": prefilled " + std::to_string(g.prefilled);
+  if (g.prefilled < 0 || g.prefilled % block_tokens != 0) {
+    return what + " is not a positive multiple of the block size " + std::to_string(block_tokens);
+  }
+  if (g.context % g.prefilled != 0) return what + " does not divide the context";
+  if (policy.mode == kv::KvMode::kWindow && g.context > policy.window) {
+    return what + ": the context is beyond the window " + std::to_string(policy.window);
+  }
+  return "";
+}
+
+// Untimed prefill of every session to `tokens`: chunks of kCalibrationPrefillChunk, several
+// sessions a step. The failed step's reason, empty if all ran.
+std::string Prefill(engine::Engine& eng, const PointSessions& ps, std::int64_t tokens) {
   std::vector<engine::StepItem> items;
   std::vector<engine::StepItemResult> results;
-
-  // Prefill (untimed): chunks of kCalibrationPrefillChunk, several sessions per step.
-  const auto prefill_t0 = std::chrono::steady_clock::now();
+  const auto sessions = static_cast<std::int64_t>(ps.ids.size());
   const std::int64_t per_step = std::max(1, kPrefillTokensPerStep / kCalibrationPrefillChunk);
-  for (std::int64_t begin = 0; begin < g.context; begin += kCalibrationPrefillChunk) {
-    const std::int64_t n = std::min<std::int64_t>(kCalibrationPrefillChunk, g.context - begin);
-    for (std::int64_t s0 = 0; s0 < g.sessions; s0 += per_step) {
+  for (std::int64_t begin = 0; begin < tokens; begin += kCalibrationPrefillChunk) {
+    const std::int64_t n = std::min<std::int64_t>(kCalibrationPrefillChunk, tokens - begin);
+    for (std::int64_t s0 = 0; s0 < sessions; s0 += per_step) {
       items.clear();
-      for (std::int64_t s = s0; s < std::min(g.sessions, s0 + per_step); ++s) {
-        items.push_back({ids[static_cast<std::size_t>(s)],
-                         chunk_of(static_cast<std::size_t>(s), begin, n),
-                         engine::LogitsMode::kNone});
+      for (std::int64_t s = s0; s < std::min(sessions, s0 + per_step); ++s) {
+        const auto i = static_cast<std::size_t>(s);
+        items.push_back({ps.ids[i], ps.Tokens(i, begin, n), engine::LogitsMode::kNone});
       }
       if (std::string error = RunStep(eng, items, &results, "prefill"); !error.empty()) {
-        close_all();
         return error;
       }
     }
   }
+  return "";
+}
 
-  const double prefill_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - prefill_t0).count();
+// Replaces session *id, which holds a prefix whose length divides `context` (whole blocks, none
+// left the window), with a session of `context` tokens: the prefix's KV blocks repeated, imported.
+std::string RepeatContext(engine::Engine& eng, const engine::SessionOptions& options,
+                          std::int64_t context, engine::SessionId* id) {
+  const std::optional<kv::SessionKvSnapshot> prefix = eng.ExportSession(*id);
+  if (!prefix.has_value() || prefix->length <= 0) return "no prefix to repeat";
+  kv::SessionKvSnapshot repeated;
+  repeated.length = context;
+  repeated.window_first_block = prefix->window_first_block;
+  const std::int64_t copies = context / prefix->length;
+  repeated.blocks.reserve(prefix->blocks.size() * static_cast<std::size_t>(copies));
+  for (std::int64_t k = 0; k < copies; ++k) {
+    repeated.blocks.insert(repeated.blocks.end(), prefix->blocks.begin(), prefix->blocks.end());
+  }
+  eng.CloseSession(*id);
+  std::string error;
+  switch (eng.ImportSession(options, repeated, id, &error)) {
+    case kv::RestoreResult::kOk:
+      return "";
+    case kv::RestoreResult::kPoolExhausted:
+      return "the KV pool holds no session of " + std::to_string(context) + " tokens";
+    case kv::RestoreResult::kInvalid:
+      break;
+  }
+  return "a context of " + std::to_string(context) + " repeated: " + error;
+}
 
-  // Timed steps: every session submits `chunk` tokens and asks for its next token, as the
-  // real-time loop's EngineBackend does. The clock brackets Engine::Step only, which is the part
-  // of EngineBackend::Step the simulator's cost model replaces.
+// The timed steps: every session submits `chunk` tokens and asks for its next token, as the
+// real-time loop's EngineBackend does. The clock brackets Engine::Step only, which is the part
+// of EngineBackend::Step the simulator's cost model replaces. The failed step's reason, or the
+// observation: median seconds against the mean visible keys (visible_kv_tokens grows linearly
+// over the timed steps, so its mean is the middle step's count: the median's natural partner).
+std::variant<realtime::StepObservation, std::string> TimeSteps(
+    engine::Engine& eng, const PointSessions& ps, const CalibrationPoint& g,
+    const CalibrationSettings& settings) {
+  std::vector<engine::StepItem> items;
+  std::vector<engine::StepItemResult> results;
   std::vector<double> seconds;
   double visible_sum = 0.0;
   for (int k = 0; k < settings.warmup + settings.repeats; ++k) {
     items.clear();
     double visible = 0.0;
-    for (std::size_t s = 0; s < ids.size(); ++s) {
-      const kv::SessionKv* kv = eng.session_kv(ids[s]);
+    for (std::size_t s = 0; s < ps.ids.size(); ++s) {
+      const kv::SessionKv* kv = eng.session_kv(ps.ids[s]);
       visible += static_cast<double>(kv->policy().VisibleKeysOfChunk(kv->length(), g.chunk));
-      items.push_back({ids[s], chunk_of(s, kv->length(), g.chunk), engine::LogitsMode::kLast});
+      items.push_back({ps.ids[s], ps.Tokens(s, kv->length(), g.chunk), engine::LogitsMode::kLast});
     }
     const auto t0 = std::chrono::steady_clock::now();
-    if (std::string error = RunStep(eng, items, &results, "timed"); !error.empty()) {
-      close_all();
-      return error;
-    }
+    if (std::string error = RunStep(eng, items, &results, "timed"); !error.empty()) return error;
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (k >= settings.warmup) {
       seconds.push_back(dt);
       visible_sum += visible;
     }
   }
-  close_all();
-  // visible_kv_tokens grows linearly over the timed steps, so its mean is the middle step's count:
-  // the natural partner of the median time.
+  return realtime::StepObservation{static_cast<double>(g.sessions * g.chunk),
+                                   visible_sum / settings.repeats, Median(std::move(seconds))};
+}
+
+}  // namespace
+
+std::variant<CalibrationMeasurement, std::string> MeasureCalibrationPoint(
+    engine::Engine& eng, const kv::KvPolicy& policy, const CalibrationSettings& settings,
+    const CalibrationPoint& g, std::mt19937& rng) {
+  if (std::string error = InvalidPoint(g, policy, eng.pool_stats().block_tokens); !error.empty()) {
+    return error;
+  }
+  const int vocab = eng.config().vocab_size;
+  std::uniform_int_distribution<TokenId> tok(0, vocab - 1);
+  const std::int64_t total = g.TotalTokens(settings.warmup + settings.repeats);
+  PointSessions ps;
+  ps.options.policy = policy;
+  ps.options.max_context = settings.max_context > 0 ? settings.max_context : total;
+  for (std::int64_t s = 0; s < g.sessions; ++s) {
+    ps.ids.push_back(eng.OpenSession(ps.options));
+    std::vector<TokenId>& stream = ps.streams.emplace_back(static_cast<std::size_t>(total));
+    for (TokenId& t : stream) t = tok(rng);
+  }
+  const bool repeat = g.prefilled > 0 && g.prefilled < g.context;
+  const auto prefill_t0 = std::chrono::steady_clock::now();
+  std::string error = Prefill(eng, ps, repeat ? g.prefilled : g.context);
+  for (std::size_t s = 0; repeat && error.empty() && s < ps.ids.size(); ++s) {
+    error = RepeatContext(eng, ps.options, g.context, &ps.ids[s]);
+  }
+  const double prefill_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - prefill_t0).count();
+  auto obs = error.empty() ? TimeSteps(eng, ps, g, settings)
+                           : std::variant<realtime::StepObservation, std::string>(error);
+  ps.CloseAll(eng);
+  if (auto* failed = std::get_if<std::string>(&obs)) return std::move(*failed);
   return CalibrationMeasurement{.point = g,
-                                .obs = {static_cast<double>(g.sessions * g.chunk),
-                                        visible_sum / settings.repeats, Median(std::move(seconds))},
+                                .obs = std::get<realtime::StepObservation>(obs),
                                 .prefill_seconds = prefill_seconds};
 }
 
@@ -199,6 +271,20 @@ std::variant<std::vector<std::int64_t>, std::string> StartupBatches(
   return batches;
 }
 
+// The context of the start-up grid's window pair: the longest multiple of `prefilled` (whole
+// blocks) within the policy's window whose session, with its timed steps, the pool's free blocks
+// hold; 0 when there is none (not a window session, or `prefilled` not whole blocks).
+std::int64_t WindowContext(const kv::KvPolicy& policy, const kv::PoolStats& pool,
+                           std::int64_t prefilled, std::int64_t chunk,
+                           const CalibrationSettings& settings) {
+  if (policy.mode != kv::KvMode::kWindow || prefilled % pool.block_tokens != 0) return 0;
+  const std::int64_t step_tokens = (settings.warmup + settings.repeats) * chunk;
+  // A session of C tokens plus the steps' holds at most (C + steps) / B + 1 blocks (a partial one).
+  const std::int64_t pool_tokens = (pool.free_blocks - 1) * pool.block_tokens - step_tokens;
+  const std::int64_t longest = std::min<std::int64_t>(policy.window, pool_tokens);
+  return longest / prefilled * prefilled;
+}
+
 }  // namespace
 
 std::variant<SessionCalibration, std::string> CalibrateForSession(
@@ -224,11 +310,12 @@ std::variant<SessionCalibration, std::string> CalibrateForSession(
   };
   // The pair of points (chunks 1 and a + 1) at B sessions and context C; the measurements.
   std::vector<CalibrationMeasurement> pair;
-  const auto measure_pair = [&](std::int64_t b, std::int64_t c) -> std::string {
+  const auto measure_pair = [&](std::int64_t b, std::int64_t c,
+                                std::int64_t prefilled = 0) -> std::string {
     pair.clear();
     // a >= 1, so the chunk is >= 2: two distinct points per (B, C).
     for (const std::int64_t n : {std::int64_t{1}, chunk}) {
-      const CalibrationPoint g{b, c, n};
+      const CalibrationPoint g{b, c, n, prefilled};
       auto m = MeasureCalibrationPoint(engine, session.policy, settings, g, rng);
       if (auto* error = std::get_if<std::string>(&m)) return std::move(*error);
       pair.push_back(std::get<CalibrationMeasurement>(m));
@@ -258,6 +345,13 @@ std::variant<SessionCalibration, std::string> CalibrateForSession(
     for (const std::int64_t c : {kShortContext, long_context}) {
       if (elapsed_s() + cost.Predict(b, c) > budget_s) continue;
       if (std::string error = measure_pair(b, c); !error.empty()) return error;
+    }
+  }
+  const std::int64_t window_context =
+      WindowContext(session.policy, engine.pool_stats(), long_context, chunk, settings);
+  if (window_context > long_context) {
+    if (std::string error = measure_pair(1, window_context, long_context); !error.empty()) {
+      return error;
     }
   }
   out.seconds = elapsed_s();

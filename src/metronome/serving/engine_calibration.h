@@ -4,7 +4,8 @@
 // to seed the AIMD limit with a predicted N* (PredictedSessionLimit).
 //
 // For every grid point (B sessions, context C, chunk n) the measurement opens B fresh sessions,
-// prefills each to C tokens (untimed), runs `warmup` untimed steps, then times `repeats` steps in
+// prefills each to C tokens (untimed; or repeats a shorter prefill's KV to C, see
+// CalibrationPoint::prefilled), runs `warmup` untimed steps, then times `repeats` steps in
 // which every session submits n tokens (n = 1 is a decode step), and records the median step time
 // against batch_tokens = B n and visible_kv_tokens counted exactly as CostModelBackend::Step does.
 // The sessions are closed again, so the pool must hold one point's sessions, not the grid's.
@@ -26,8 +27,13 @@ namespace metronome::serving {
 
 struct CalibrationPoint {
   std::int64_t sessions = 0;  // B
-  std::int64_t context = 0;   // C, tokens prefilled into each session before any other step
+  std::int64_t context = 0;   // C, tokens each session holds before any other step
   std::int64_t chunk = 0;     // n, tokens each session submits per step
+  // 0: the context is prefilled. Otherwise only this many tokens are (a multiple of the block
+  // size, dividing C, C within the policy's window) and their KV is repeated to C tokens and
+  // imported: a step's cost depends on how many keys it attends to, not on their values, so a
+  // window of thousands is timed without its minutes of prefill.
+  std::int64_t prefilled = 0;
   // Tokens each session holds after `steps` steps of `chunk` tokens on top of the context.
   [[nodiscard]] std::int64_t TotalTokens(int steps) const { return context + steps * chunk; }
 };
@@ -69,8 +75,13 @@ inline constexpr int kCalibrationPrefillChunk = 256;
 // runs first and its prefill and step times predict what every further (B, C) pair costs; the
 // second context (which separates c2) is the longest of 256, 128, 64 that fits (64 if none does),
 // then the larger batches while they fit. A model that decodes a few tokens a second thus
-// calibrates in about the budget, not in the full grid's minutes. The failed step's reason if a
-// step failed, the pool holds no such session, or the fit did not.
+// calibrates in about the budget, not in the full grid's minutes. Last, whatever the budget, a
+// window session's pair at one session and its window (the longest multiple of the longer
+// context within W that the pool holds), its context repeated, not prefilled: the price
+// extrapolates c2 to the full window, and a c2 fitted at a few hundred keys is at the mercy of
+// noise (a co-tenant's burst during the start fitted it to 0 and priced a window of 8192 keys
+// as free). The failed step's reason if a step failed, the pool holds no such session, or the
+// fit did not.
 inline constexpr double kStartCalibrationBudgetS = 30.0;
 struct SessionCalibration {
   realtime::CostModelFit fit;
