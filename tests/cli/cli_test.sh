@@ -272,6 +272,11 @@ check "calibrate --out has the three coefficients, each >= 0" test "$(grep -Ec \
   '^  "(c0_s|c1_s_per_token|c2_s_per_kv_token)": [0-9]' "$tmp/calib.json")" -eq 3
 check "calibrate --out has the fit quality" test "$(grep -Ec \
   '^    "(r2|median_abs_rel_error|max_abs_rel_error|num_points)": ' "$tmp/calib.json")" -eq 4
+"$bin" calibrate --batch-sessions 1,2 --contexts 16,64 --chunk-tokens 1,4 --repeats 2 \
+  --threads 1 --kv window --window 64 --repeat-prefix 32 --out "$tmp/calib_rep.json" >/dev/null
+check "calibrate --repeat-prefix prefills 32 tokens of the 64-token contexts, all of the 16" \
+  test "$(grep -c '"prefilled_tokens": 32' "$tmp/calib_rep.json")" -eq 4 \
+  -a "$(grep -c '"prefilled_tokens": 16' "$tmp/calib_rep.json")" -eq 4
 
 # --- real-time engine: sim (virtual clock) and drive (real engine, real clock) -------------------
 sim_full="$("$bin" sim --preset moshi-7b --sessions 200 --kv full --admission static:200 \
@@ -507,6 +512,12 @@ fails_with "token id out of range" "99999" generate --model synthetic:tiny --pro
 fails_with "bad token text" "'x'" score --model synthetic:tiny --ids "1 x 3"
 fails_with "window 0" "window" generate --model synthetic:tiny --prompt-ids 1 --kv window --window 0
 fails_with "calibrate grid value 0" "--batch-sessions = '0,4'" calibrate --batch-sessions 0,4
+fails_with "calibrate --repeat-prefix off the blocks" "multiple of --block-tokens = 16" \
+  calibrate --repeat-prefix 24
+fails_with "calibrate --repeat-prefix not dividing" "does not divide --contexts value 1000" \
+  calibrate --contexts 64,1000 --repeat-prefix 32
+fails_with "calibrate --repeat-prefix beyond the window" "beyond the window 512" \
+  calibrate --contexts 64,1024 --kv window --window 512 --repeat-prefix 256
 
 # --- real models from ../shared (skipped when absent) --------------------------------------------
 if [ -f "$models/stories260K.bin" ]; then

@@ -2,10 +2,11 @@
 // t = c0 + c1 * batch_tokens + c2 * visible_kv_tokens) to steps of the real CPU engine.
 //
 // For every grid point (B sessions, context C, chunk n) it opens B fresh sessions, prefills each
-// to C tokens (untimed), runs `warmup` untimed steps, then times `repeats` steps in which every
-// session submits n tokens (n = 1 is a decode step), and records the median step time against
-// batch_tokens = B n and visible_kv_tokens computed exactly as CostModelBackend::Step does. The
-// fit over all grid points is printed as a table, a summary line and a final JSON line.
+// to C tokens (untimed; beyond --repeat-prefix, repeats a shorter prefill's KV to C), runs `warmup`
+// untimed steps, then times `repeats` steps in which every session submits n tokens (n = 1 is a
+// decode step), and records the median step time against batch_tokens = B n and visible_kv_tokens
+// computed exactly as CostModelBackend::Step does. The fit over all grid points is printed as a
+// table, a summary line and a final JSON line.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -35,6 +36,7 @@ struct CalibrateFlags {
   std::string batch_sessions = "1,4,16,32";
   std::string contexts = "64,256,1024";
   std::string chunk_tokens = "1,16";
+  std::int64_t repeat_prefix = 0;
   int repeats = 5;
   int warmup = 1;
   std::string out;
@@ -55,6 +57,12 @@ void CalibrateFlags::Register(CLI::App* sub) {
   sub->add_option("--chunk-tokens", chunk_tokens,
                   "Grid: tokens each session submits per measured step (n; 1 = decode), a "
                   "comma-separated list")
+      ->capture_default_str();
+  sub->add_option("--repeat-prefix", repeat_prefix,
+                  "Contexts longer than this many tokens are not prefilled: the KV of a prefill "
+                  "this long is repeated to them (a step's cost depends on how many keys it "
+                  "reads, not on their values). A multiple of --block-tokens that divides each "
+                  "longer context, which must fit the window; 0: prefill every context")
       ->capture_default_str();
   sub->add_option("--repeats", repeats,
                   "Measured steps per grid point; the median step time is fitted")
@@ -124,7 +132,29 @@ struct Grid {
   std::int64_t max_total_tokens = 0;
 };
 
-Grid ParseGrid(const CalibrateFlags& f) {
+// --repeat-prefix against the contexts: ConfigError naming the flags and values it fails.
+void CheckRepeatPrefix(const CalibrateFlags& f, const kv::KvPolicy& policy,
+                       const std::vector<std::int64_t>& contexts) {
+  if (f.repeat_prefix == 0) return;
+  const std::string flag = "--repeat-prefix = " + std::to_string(f.repeat_prefix);
+  if (f.repeat_prefix < 0 || f.repeat_prefix % f.engine.block_tokens != 0) {
+    throw ConfigError(flag + " must be a positive multiple of --block-tokens = " +
+                      std::to_string(f.engine.block_tokens));
+  }
+  for (const std::int64_t c : contexts) {
+    if (c <= f.repeat_prefix) continue;
+    if (c % f.repeat_prefix != 0) {
+      throw ConfigError(flag + " does not divide --contexts value " + std::to_string(c));
+    }
+    if (policy.mode == kv::KvMode::kWindow && c > policy.window) {
+      throw ConfigError(flag + ": --contexts value " + std::to_string(c) +
+                        " is beyond the window " + std::to_string(policy.window) +
+                        " (a repeated context must be whole)");
+    }
+  }
+}
+
+Grid ParseGrid(const CalibrateFlags& f, const kv::KvPolicy& policy) {
   const std::vector<std::int64_t> batch =
       ParseList(f.batch_sessions, "--batch-sessions", 1, kMaxBatchSessions);
   const std::vector<std::int64_t> contexts = ParseList(f.contexts, "--contexts", 0, kMaxContext);
@@ -136,10 +166,13 @@ Grid ParseGrid(const CalibrateFlags& f) {
   if (f.warmup < 0 || f.warmup > 1000) {
     throw ConfigError("--warmup = " + std::to_string(f.warmup) + " must be in [0, 1000]");
   }
+  CheckRepeatPrefix(f, policy, contexts);
   Grid grid;
   for (const std::int64_t b : batch) {
     for (const std::int64_t c : contexts) {
-      for (const std::int64_t n : chunks) grid.points.push_back({b, c, n});
+      const std::int64_t prefilled =
+          f.repeat_prefix > 0 && c > f.repeat_prefix ? f.repeat_prefix : 0;
+      for (const std::int64_t n : chunks) grid.points.push_back({b, c, n, prefilled});
     }
   }
   if (grid.points.size() < 3) {
@@ -228,14 +261,16 @@ nlohmann::json PrintFit(const engine::Engine& eng, const kv::KvPolicy& policy,
                 static_cast<long long>(meas.point.context),
                 static_cast<long long>(meas.point.chunk), o.batch_tokens, o.visible_kv_tokens,
                 o.seconds * 1e3, model_s * 1e3, rel * 100.0);
-    points.push_back({{"batch_sessions", meas.point.sessions},
-                      {"context", meas.point.context},
-                      {"chunk_tokens", meas.point.chunk},
-                      {"batch_tokens", o.batch_tokens},
-                      {"visible_kv_tokens", o.visible_kv_tokens},
-                      {"measured_s", o.seconds},
-                      {"model_s", model_s},
-                      {"rel_error", rel}});
+    points.push_back(
+        {{"batch_sessions", meas.point.sessions},
+         {"context", meas.point.context},
+         {"chunk_tokens", meas.point.chunk},
+         {"prefilled_tokens", meas.point.prefilled > 0 ? meas.point.prefilled : meas.point.context},
+         {"batch_tokens", o.batch_tokens},
+         {"visible_kv_tokens", o.visible_kv_tokens},
+         {"measured_s", o.seconds},
+         {"model_s", model_s},
+         {"rel_error", rel}});
   }
   std::printf(
       "fit c0_s=%.4g c1_s_per_token=%.4g c2_s_per_kv_token=%.4g r2=%.4f "
@@ -270,8 +305,8 @@ void WriteCostModel(const engine::Engine& eng, const kv::KvPolicy& policy, const
 }
 
 int RunCalibrate(const CalibrateFlags& f) {
-  const Grid grid = ParseGrid(f);
   const kv::KvPolicy policy = f.kv.Policy();
+  const Grid grid = ParseGrid(f, policy);
   CheckGridIdentifiesTheModel(grid.points, policy, f);
   // Open --out now so that an unwritable path fails before minutes of measuring.
   std::ofstream out_file;
