@@ -426,6 +426,10 @@ check "serve defaults: the limit log says the calibrated N* seeded the limit" \
   grep -q "seed: the cost model's predicted N\*" "$tmp/serve_defaults.err"
 serve_stop
 check "serve with defaults exits 0 on SIGTERM" test $? -eq 0
+out="$(timeout 60 "$bin" drive --model synthetic:tiny --threads 1 --period-ms 1 \
+  --tokens-per-frame 250 --sessions 2 --duration 1 --admission aimd 2>&1)"
+check "drive: a session predicted not to fit starts the limit at --aimd-min, not the default 4" \
+  grep -q "the limit starts at --aimd-min 1" <<<"$out"
 lg_down="$("$bin" loadgen --url "ws://127.0.0.1:$port" --sessions 1 --duration 1 2>&1)"
 check "loadgen without a server fails with a message" grep -q "cannot reach" <<<"$lg_down"
 fails_with "loadgen bad url" "ws://" loadgen --url "http://127.0.0.1:1" --sessions 1

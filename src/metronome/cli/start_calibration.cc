@@ -42,8 +42,12 @@ void CalibrateAtStart(engine::Engine* engine, const realtime::SessionSpec& refer
   } else if (initial_given) {
     std::printf("aimd seed: --aimd-initial %lld\n", static_cast<long long>(aimd.initial_limit));
   } else if (c.predicted_limit <= 0) {
-    std::printf("aimd seed: no session predicted within %g D; the initial limit %lld seeds\n",
-                aimd.low_target, static_cast<long long>(aimd.initial_limit));
+    // Not one reference session fits: start at the floor and let measured latency grow it, not
+    // at a default that would take several engines' worth of smaller sessions at once.
+    aimd.initial_limit = aimd.window.min_limit;
+    std::printf(
+        "aimd seed: no session predicted within %g D; the limit starts at --aimd-min %lld\n",
+        aimd.low_target, static_cast<long long>(aimd.initial_limit));
   } else if (seed) {
     aimd.predicted_limit = std::min(c.predicted_limit, aimd.window.max_limit);
     std::printf("aimd seed: N* %lld units predicted at %g D%s\n",
