@@ -516,9 +516,9 @@ fails_with "token id out of range" "99999" generate --model synthetic:tiny --pro
 fails_with "bad token text" "'x'" score --model synthetic:tiny --ids "1 x 3"
 fails_with "window 0" "window" generate --model synthetic:tiny --prompt-ids 1 --kv window --window 0
 fails_with "calibrate grid value 0" "--batch-sessions = '0,4'" calibrate --batch-sessions 0,4
-fails_with "calibrate --repeat-prefix off the blocks" "multiple of --block-tokens = 16" \
+fails_with "calibrate --repeat-prefix off the blocks" "multiple of the block size 16" \
   calibrate --repeat-prefix 24
-fails_with "calibrate --repeat-prefix not dividing" "does not divide --contexts value 1000" \
+fails_with "calibrate --repeat-prefix not dividing" "context 1000: prefilled 32 does not divide" \
   calibrate --contexts 64,1000 --repeat-prefix 32
 fails_with "calibrate --repeat-prefix beyond the window" "beyond the window 512" \
   calibrate --contexts 64,1024 --kv window --window 512 --repeat-prefix 256

@@ -132,28 +132,6 @@ struct Grid {
   std::int64_t max_total_tokens = 0;
 };
 
-// --repeat-prefix against the contexts: ConfigError naming the flags and values it fails.
-void CheckRepeatPrefix(const CalibrateFlags& f, const kv::KvPolicy& policy,
-                       const std::vector<std::int64_t>& contexts) {
-  if (f.repeat_prefix == 0) return;
-  const std::string flag = "--repeat-prefix = " + std::to_string(f.repeat_prefix);
-  if (f.repeat_prefix < 0 || f.repeat_prefix % f.engine.block_tokens != 0) {
-    throw ConfigError(flag + " must be a positive multiple of --block-tokens = " +
-                      std::to_string(f.engine.block_tokens));
-  }
-  for (const std::int64_t c : contexts) {
-    if (c <= f.repeat_prefix) continue;
-    if (c % f.repeat_prefix != 0) {
-      throw ConfigError(flag + " does not divide --contexts value " + std::to_string(c));
-    }
-    if (policy.mode == kv::KvMode::kWindow && c > policy.window) {
-      throw ConfigError(flag + ": --contexts value " + std::to_string(c) +
-                        " is beyond the window " + std::to_string(policy.window) +
-                        " (a repeated context must be whole)");
-    }
-  }
-}
-
 Grid ParseGrid(const CalibrateFlags& f, const kv::KvPolicy& policy) {
   const std::vector<std::int64_t> batch =
       ParseList(f.batch_sessions, "--batch-sessions", 1, kMaxBatchSessions);
@@ -166,13 +144,22 @@ Grid ParseGrid(const CalibrateFlags& f, const kv::KvPolicy& policy) {
   if (f.warmup < 0 || f.warmup > 1000) {
     throw ConfigError("--warmup = " + std::to_string(f.warmup) + " must be in [0, 1000]");
   }
-  CheckRepeatPrefix(f, policy, contexts);
+  if (f.repeat_prefix < 0) {
+    throw ConfigError("--repeat-prefix = " + std::to_string(f.repeat_prefix) + " must be >= 0");
+  }
   Grid grid;
   for (const std::int64_t b : batch) {
     for (const std::int64_t c : contexts) {
-      const std::int64_t prefilled =
-          f.repeat_prefix > 0 && c > f.repeat_prefix ? f.repeat_prefix : 0;
-      for (const std::int64_t n : chunks) grid.points.push_back({b, c, n, prefilled});
+      const std::int64_t prefilled = c > f.repeat_prefix ? f.repeat_prefix : 0;
+      for (const std::int64_t n : chunks) {
+        const GridPoint g{b, c, n, prefilled};
+        if (const std::string error =
+                serving::CalibrationPointError(g, policy, f.engine.block_tokens);
+            !error.empty()) {
+          throw ConfigError("--repeat-prefix = " + std::to_string(f.repeat_prefix) + ": " + error);
+        }
+        grid.points.push_back(g);
+      }
     }
   }
   if (grid.points.size() < 3) {

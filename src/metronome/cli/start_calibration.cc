@@ -42,7 +42,7 @@ void CalibrateAtStart(engine::Engine* engine, const realtime::SessionSpec& refer
   } else if (initial_given) {
     std::printf("aimd seed: --aimd-initial %lld\n", static_cast<long long>(aimd.initial_limit));
   } else if (c.predicted_limit <= 0) {
-    // Not one reference session fits: start at the floor and let measured latency grow it, not
+    // Not one reference session fits: start at the floor and let the latencies it sees grow it, not
     // at a default that would take several engines' worth of smaller sessions at once.
     aimd.initial_limit = aimd.window.min_limit;
     std::printf(

@@ -17,9 +17,9 @@ namespace metronome::cli {
 // or --aimd-initial is (`initial_given`: a chosen start, e.g. an experiment's convergence from
 // 1); the controller caps the seed by the pool's bound with the KV guard and its limit log says
 // which seeded it. When not one reference session is predicted to fit, the limit starts at its
-// minimum (initial_limit = min_limit) instead. Prints one line saying what it did. A failed calibration leaves the options as
-// they are (sessions are counted, not priced; the initial limit seeds), with the reason on that
-// line.
+// minimum (initial_limit = min_limit) instead. Prints one line saying what it did. A failed
+// calibration leaves the options as they are (sessions are counted, not priced; the initial limit
+// seeds), with the reason on that line.
 void CalibrateAtStart(engine::Engine* engine, const realtime::SessionSpec& reference,
                       bool initial_given, realtime::SupervisorOptions* sup);
 

@@ -53,22 +53,6 @@ struct PointSessions {
   }
 };
 
-// Why `g` cannot be measured under `policy` with blocks of `block_tokens`; empty if it can.
-std::string InvalidPoint(const CalibrationPoint& g, const kv::KvPolicy& policy,
-                         std::int64_t block_tokens) {
-  if (g.prefilled == 0 || g.prefilled >= g.context) return "";
-  const std::string what = "calibration point with context " + std::to_string(g.context) +
-                           ": prefilled " + std::to_string(g.prefilled);
-  if (g.prefilled < 0 || g.prefilled % block_tokens != 0) {
-    return what + " is not a positive multiple of the block size " + std::to_string(block_tokens);
-  }
-  if (g.context % g.prefilled != 0) return what + " does not divide the context";
-  if (policy.mode == kv::KvMode::kWindow && g.context > policy.window) {
-    return what + ": the context is beyond the window " + std::to_string(policy.window);
-  }
-  return "";
-}
-
 // Untimed prefill of every session to `tokens`: chunks of kCalibrationPrefillChunk, several
 // sessions a step. The failed step's reason, empty if all ran.
 std::string Prefill(engine::Engine& eng, const PointSessions& ps, std::int64_t tokens) {
@@ -153,10 +137,26 @@ std::variant<realtime::StepObservation, std::string> TimeSteps(
 
 }  // namespace
 
+std::string CalibrationPointError(const CalibrationPoint& g, const kv::KvPolicy& policy,
+                                  std::int64_t block_tokens) {
+  if (g.prefilled == 0 || g.prefilled >= g.context) return "";
+  const std::string what = "calibration point with context " + std::to_string(g.context) +
+                           ": prefilled " + std::to_string(g.prefilled);
+  if (g.prefilled < 0 || g.prefilled % block_tokens != 0) {
+    return what + " is not a positive multiple of the block size " + std::to_string(block_tokens);
+  }
+  if (g.context % g.prefilled != 0) return what + " does not divide the context";
+  if (policy.mode == kv::KvMode::kWindow && g.context > policy.window) {
+    return what + ": the context is beyond the window " + std::to_string(policy.window);
+  }
+  return "";
+}
+
 std::variant<CalibrationMeasurement, std::string> MeasureCalibrationPoint(
     engine::Engine& eng, const kv::KvPolicy& policy, const CalibrationSettings& settings,
     const CalibrationPoint& g, std::mt19937& rng) {
-  if (std::string error = InvalidPoint(g, policy, eng.pool_stats().block_tokens); !error.empty()) {
+  if (std::string error = CalibrationPointError(g, policy, eng.pool_stats().block_tokens);
+      !error.empty()) {
     return error;
   }
   const int vocab = eng.config().vocab_size;

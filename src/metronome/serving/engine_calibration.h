@@ -50,6 +50,12 @@ struct CalibrationMeasurement {
   double prefill_seconds = 0.0;   // wall time of the untimed prefill to the point's context
 };
 
+// Why `point` cannot be timed under `policy` with KV blocks of `block_tokens` tokens (its
+// `prefilled` tokens cannot be repeated to its context); empty if it can.
+[[nodiscard]] std::string CalibrationPointError(const CalibrationPoint& point,
+                                                const kv::KvPolicy& policy,
+                                                std::int64_t block_tokens);
+
 // Tokens per session per prefill step; a pool for a point must hold chunks this large.
 inline constexpr int kCalibrationPrefillChunk = 256;
 
