@@ -248,16 +248,15 @@ nlohmann::json PrintFit(const engine::Engine& eng, const kv::KvPolicy& policy,
                 static_cast<long long>(meas.point.context),
                 static_cast<long long>(meas.point.chunk), o.batch_tokens, o.visible_kv_tokens,
                 o.seconds * 1e3, model_s * 1e3, rel * 100.0);
-    points.push_back(
-        {{"batch_sessions", meas.point.sessions},
-         {"context", meas.point.context},
-         {"chunk_tokens", meas.point.chunk},
-         {"prefilled_tokens", meas.point.prefilled > 0 ? meas.point.prefilled : meas.point.context},
-         {"batch_tokens", o.batch_tokens},
-         {"visible_kv_tokens", o.visible_kv_tokens},
-         {"measured_s", o.seconds},
-         {"model_s", model_s},
-         {"rel_error", rel}});
+    points.push_back({{"batch_sessions", meas.point.sessions},
+                      {"context", meas.point.context},
+                      {"chunk_tokens", meas.point.chunk},
+                      {"prefilled_tokens", meas.point.PrefillTokens()},
+                      {"batch_tokens", o.batch_tokens},
+                      {"visible_kv_tokens", o.visible_kv_tokens},
+                      {"measured_s", o.seconds},
+                      {"model_s", model_s},
+                      {"rel_error", rel}});
   }
   std::printf(
       "fit c0_s=%.4g c1_s_per_token=%.4g c2_s_per_kv_token=%.4g r2=%.4f "

@@ -139,7 +139,7 @@ std::variant<realtime::StepObservation, std::string> TimeSteps(
 
 std::string CalibrationPointError(const CalibrationPoint& g, const kv::KvPolicy& policy,
                                   std::int64_t block_tokens) {
-  if (g.prefilled == 0 || g.prefilled >= g.context) return "";
+  if (g.prefilled == 0 || g.prefilled >= g.context) return "";  // a negative one is named below
   const std::string what = "calibration point with context " + std::to_string(g.context) +
                            ": prefilled " + std::to_string(g.prefilled);
   if (g.prefilled < 0 || g.prefilled % block_tokens != 0) {
@@ -170,10 +170,9 @@ std::variant<CalibrationMeasurement, std::string> MeasureCalibrationPoint(
     std::vector<TokenId>& stream = ps.streams.emplace_back(static_cast<std::size_t>(total));
     for (TokenId& t : stream) t = tok(rng);
   }
-  const bool repeat = g.prefilled > 0 && g.prefilled < g.context;
   const auto prefill_t0 = std::chrono::steady_clock::now();
-  std::string error = Prefill(eng, ps, repeat ? g.prefilled : g.context);
-  for (std::size_t s = 0; repeat && error.empty() && s < ps.ids.size(); ++s) {
+  std::string error = Prefill(eng, ps, g.PrefillTokens());
+  for (std::size_t s = 0; g.Repeats() && error.empty() && s < ps.ids.size(); ++s) {
     error = RepeatContext(eng, ps.options, g.context, &ps.ids[s]);
   }
   const double prefill_seconds =
@@ -271,18 +270,20 @@ std::variant<std::vector<std::int64_t>, std::string> StartupBatches(
   return batches;
 }
 
-// The context of the start-up grid's window pair: the longest multiple of `prefilled` (whole
-// blocks) within the policy's window whose session, with its timed steps, the pool's free blocks
-// hold; 0 when there is none (not a window session, or `prefilled` not whole blocks).
+// The context of the start-up grid's window pair: the longest multiple of `prefilled` within the
+// policy's window whose session, with its timed steps, the pool's free blocks hold; 0 when there
+// is none (not a window session, or a context CalibrationPointError refuses).
 std::int64_t WindowContext(const kv::KvPolicy& policy, const kv::PoolStats& pool,
                            std::int64_t prefilled, std::int64_t chunk,
                            const CalibrationSettings& settings) {
-  if (policy.mode != kv::KvMode::kWindow || prefilled % pool.block_tokens != 0) return 0;
+  if (policy.mode != kv::KvMode::kWindow) return 0;
   const std::int64_t step_tokens = (settings.warmup + settings.repeats) * chunk;
   // A session of C tokens plus the steps' holds at most (C + steps) / B + 1 blocks (a partial one).
   const std::int64_t pool_tokens = (pool.free_blocks - 1) * pool.block_tokens - step_tokens;
-  const std::int64_t longest = std::min<std::int64_t>(policy.window, pool_tokens);
-  return longest / prefilled * prefilled;
+  const std::int64_t context =
+      std::min<std::int64_t>(policy.window, pool_tokens) / prefilled * prefilled;
+  const CalibrationPoint point{1, context, chunk, prefilled};
+  return CalibrationPointError(point, policy, pool.block_tokens).empty() ? context : 0;
 }
 
 }  // namespace

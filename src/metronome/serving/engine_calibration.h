@@ -34,6 +34,9 @@ struct CalibrationPoint {
   // imported: a step's cost depends on how many keys it attends to, not on their values, so a
   // window of thousands is timed without its minutes of prefill.
   std::int64_t prefilled = 0;
+  // Whether the context is repeated from a shorter prefill, and the tokens actually prefilled.
+  [[nodiscard]] bool Repeats() const { return prefilled > 0 && prefilled < context; }
+  [[nodiscard]] std::int64_t PrefillTokens() const { return Repeats() ? prefilled : context; }
   // Tokens each session holds after `steps` steps of `chunk` tokens on top of the context.
   [[nodiscard]] std::int64_t TotalTokens(int steps) const { return context + steps * chunk; }
 };
