@@ -298,6 +298,41 @@ TEST(AimdControllerTest, GrowthPastAPredictedLimitIsPaced) {
       << changes[1].reason;
 }
 
+// The prediction prices every window full: a window read while they fill (cheaper frames) does
+// not take the limit past it, one read at full KV does, paced (drive on a 30B MoE at W 2048: grown
+// from the predicted 1 to 2 at 18% filled, 38% of frames late once the windows were full).
+TEST(AimdControllerTest, GrowthPastAPredictedLimitWaitsForFullKv) {
+  AimdOptions o;
+  o.initial_limit = 4;
+  o.predicted_limit = 1;
+  o.window.window_frames = 0;
+  AimdController c(o, {});
+  const SessionRequest request{.period_ms = 40.0, .deadline_ms = 100.0};
+  ASSERT_TRUE(c.Decide(request, Active(0), 0.0).admit);
+  ASSERT_EQ(c.limit(), 1);
+  SystemState filling = Active(1);  // 18 blocks held, 82 more promised to its window
+  filling.free_blocks = 982;
+  filling.reserved_blocks = 82;
+  double t = 0.0;
+  while (t < 30.0) {
+    EXPECT_FALSE(c.Decide(request, filling, t).admit);  // a second session asks: binding
+    t = RunWindow(c, t, /*active=*/1, /*latency_ms=*/10.0);
+  }
+  EXPECT_EQ(c.limit(), 1);  // p99 0.1 D, 0.21 D projected: the latency alone would have grown it
+  SystemState full = Active(1);  // the window full: 100 blocks held, none promised
+  full.free_blocks = 900;
+  while (c.limit() == 1 && t < 60.0) {
+    (void)c.Decide(request, full, t);
+    t = RunWindow(c, t, 1, 10.0);
+  }
+  EXPECT_EQ(c.limit(), 2);
+  EXPECT_LE(t, 42.0);  // within the growth horizon (10 s) of windows at full KV
+  const auto changes = c.TakeLimitChanges();
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_EQ(changes[1].reason.rfind("increase (paced above the predicted N*)", 0), 0u)
+      << changes[1].reason;
+}
+
 TEST(AimdControllerTest, FixedCooldownHoldsForCooldownSeconds) {
   AimdOptions o = Options(20);
   o.cooldown_mode = CooldownMode::kFixed;

@@ -235,6 +235,8 @@ class AimdController final : public WindowedController {
   // Share of frame latency assumed to grow with the KV a session holds (attention over its
   // window): the four presets' cost models put it at 0.05-0.2 at N_true, so 0.25 errs safe.
   static constexpr double kKvLatencyShare = 0.25;
+  // The KV fill (kv_fill_) from which a window may take the limit past a calibrated prediction.
+  static constexpr double kPredictionKvFill = 0.9;
   double kv_fill_ = 1.0;
   // Growth also obeys the saturating (queue) projection when the latency floor (at full KV) is
   // under kQueueModelFloor x the low target: a frame then costs a sliver of its deadline at low
