@@ -261,6 +261,35 @@ TEST(PriceSessionTest, APromptIsPricedOnceByTheWindowsRule) {
   EXPECT_DOUBLE_EQ(PriceSession(m, s).prompt_work_s, 100 * 1e-4 + 5050 * 1e-6);
 }
 
+// A frame the model prices too fast raises c2 by the shortfall over the frame's keys, so the sum
+// comes out exact; one it prices slower, or one with no keys, leaves the model as it is.
+TEST(AnchorKvCostTest, RaisesOnlyC2AndOnlyToTheFramesTime) {
+  const CostModel m{.c0_s = 0.04, .c1_s_per_token = 0.015, .c2_s_per_kv_token = 2e-6};
+  // A chunk of 14 at 2048 keys, then one decode: 0.318 + 0.0599 s modelled, 0.390 + 0.071 timed.
+  const std::vector<StepObservation> frame = {{14.0, 28770.0, 0.390}, {1.0, 2052.0, 0.071}};
+  const CostModel anchored = AnchorKvCost(m, frame);
+  EXPECT_EQ(anchored.c0_s, m.c0_s);
+  EXPECT_EQ(anchored.c1_s_per_token, m.c1_s_per_token);
+  const double shortfall_s = 0.461 - (2 * 0.04 + 15 * 0.015 + 30822.0 * 2e-6);
+  EXPECT_NEAR(anchored.c2_s_per_kv_token, 2e-6 + shortfall_s / 30822.0, 1e-15);
+  EXPECT_NEAR(anchored.StepSeconds(14.0, 28770.0) + anchored.StepSeconds(1.0, 2052.0), 0.461,
+              1e-12);
+  const struct {
+    const char* what;
+    std::vector<StepObservation> frame;
+  } kept[] = {
+      {"priced slower than it ran", {{14.0, 28770.0, 0.2}, {1.0, 2052.0, 0.05}}},
+      {"no keys", {{14.0, 0.0, 5.0}}},
+      {"no steps", {}},
+  };
+  for (const auto& k : kept) {
+    const CostModel same = AnchorKvCost(m, k.frame);
+    EXPECT_EQ(same.c2_s_per_kv_token, m.c2_s_per_kv_token) << k.what;
+    EXPECT_EQ(same.c0_s, m.c0_s) << k.what;
+    EXPECT_EQ(same.c1_s_per_token, m.c1_s_per_token) << k.what;
+  }
+}
+
 TEST(PredictedSessionLimitTest, NothingForFullKvOrWhenOneSessionDoesNotFit) {
   const CostModel m{.c0_s = 0.002, .c1_s_per_token = 1e-4, .c2_s_per_kv_token = 1e-6};
   SessionSpec full = WindowSession(4, 2, 60, 4, 100.0);

@@ -82,6 +82,30 @@ TEST(StartCalibrationTest, AWindowSessionIsTimedAtItsWindow) {
   for (std::size_t i = 0; i + 2 < c.grid.size(); ++i) EXPECT_EQ(c.grid[i].prefilled, 0);
 }
 
+// The model prices the frame timed at the window (the chunk of a + 1, then o - 1 decodes) no
+// faster than it ran, whatever the short points' fit said; the fit's own c2 is kept beside it.
+TEST(StartCalibrationTest, TheModelIsAnchoredAtTheWindowsFrame) {
+  const auto eng = TinyEngine(4096);
+  realtime::SessionSpec s = Speech();
+  s.output_tokens_per_frame = 3;
+  auto c_or = CalibrateForSession(*eng, s, 0.7, 1e9);
+  ASSERT_TRUE(std::holds_alternative<SessionCalibration>(c_or)) << std::get<std::string>(c_or);
+  const SessionCalibration& c = std::get<SessionCalibration>(c_or);
+  ASSERT_EQ(c.window_frame.size(), 3u);
+  EXPECT_EQ(c.window_frame[0].batch_tokens, s.input_tokens_per_frame + 1);
+  EXPECT_EQ(c.window_frame[1].batch_tokens, 1);
+  EXPECT_EQ(c.window_frame[2].seconds, c.window_frame[1].seconds);
+  double measured_s = 0.0;
+  double modelled_s = 0.0;
+  for (const realtime::StepObservation& step : c.window_frame) {
+    EXPECT_GE(step.visible_kv_tokens, 512.0);
+    measured_s += step.seconds;
+    modelled_s += c.fit.model.StepSeconds(step.batch_tokens, step.visible_kv_tokens);
+  }
+  EXPECT_GE(modelled_s, measured_s * (1.0 - 1e-9));
+  EXPECT_GE(c.fit.model.c2_s_per_kv_token, c.fitted_c2_s_per_kv_token);
+}
+
 // A pool that cannot hold the window: the longest multiple of the longer context it holds with
 // the timed steps (199 free blocks of 16 after one for a partial block, less 4 steps x 4 tokens:
 // 3168 tokens, so 3072).
@@ -103,6 +127,9 @@ TEST(StartCalibrationTest, AFullKvSessionGetsNoWindowPair) {
   ASSERT_TRUE(std::holds_alternative<SessionCalibration>(c)) << std::get<std::string>(c);
   EXPECT_EQ(std::get<SessionCalibration>(c).GridSummary(),
             "12 points: sessions 1/4/16, contexts 32/256 tokens");
+  EXPECT_TRUE(std::get<SessionCalibration>(c).window_frame.empty());
+  EXPECT_EQ(std::get<SessionCalibration>(c).fit.model.c2_s_per_kv_token,
+            std::get<SessionCalibration>(c).fitted_c2_s_per_kv_token);
 }
 
 // A context repeated from a shorter prefill is measured as the prefilled one would be: the same

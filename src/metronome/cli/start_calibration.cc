@@ -30,11 +30,18 @@ void CalibrateAtStart(engine::Engine* engine, const realtime::SessionSpec& refer
   sup->cost_model = c.fit.model;
   sup->reference_session = reference;
   const realtime::SessionPrice price = realtime::PriceSession(c.fit.model, reference);
+  const double c2_ns = c.fit.model.c2_s_per_kv_token * 1e9;
+  const double fitted_c2_ns = c.fitted_c2_s_per_kv_token * 1e9;
+  char anchored[80] = "";
+  if (c2_ns > fitted_c2_ns) {
+    std::snprintf(anchored, sizeof anchored, " (the fit's %.3g, raised to the window's frame)",
+                  fitted_c2_ns);
+  }
   std::printf(
-      "calibration (%.2f s, %s: c0 %.3g ms, c1 %.3g us/token, c2 %.3g ns/kv-token, r2 %.3f): "
+      "calibration (%.2f s, %s: c0 %.3g ms, c1 %.3g us/token, c2 %.3g ns/kv-token%s, r2 %.3f): "
       "one unit of work = the reference session (%s) = %.4f of the engine per second\n",
       c.seconds, c.GridSummary().c_str(), c.fit.model.c0_s * 1e3, c.fit.model.c1_s_per_token * 1e6,
-      c.fit.model.c2_s_per_kv_token * 1e9, c.fit.r2, shape.c_str(), price.work_share);
+      c2_ns, anchored, c.fit.r2, shape.c_str(), price.work_share);
   if (sup->admission != "aimd") return;
   if (aimd.predicted_limit > 0) {
     std::printf("aimd seed: --aimd-predicted-limit %lld\n",

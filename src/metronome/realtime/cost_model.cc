@@ -388,6 +388,22 @@ CostModel LoadCostModelFile(const std::string& path) {
   return CostModelFromJson(j, source);
 }
 
+int FrameIterations(const SessionSpec& session) {
+  return std::max(1, session.output_tokens_per_frame);
+}
+
+CostModel AnchorKvCost(const CostModel& model, std::span<const StepObservation> frame) {
+  double short_s = 0.0;
+  double keys = 0.0;
+  for (const StepObservation& step : frame) {
+    short_s += step.seconds - model.StepSeconds(step.batch_tokens, step.visible_kv_tokens);
+    keys += step.visible_kv_tokens;
+  }
+  CostModel anchored = model;
+  if (short_s > 0.0 && keys > 0.0) anchored.c2_s_per_kv_token += short_s / keys;
+  return anchored;
+}
+
 SessionPrice PriceSession(const CostModel& model, const SessionSpec& session,
                           TokenPos full_kv_context_tokens) {
   MTR_CHECK(session.period_ms > 0.0 && full_kv_context_tokens >= 0,
@@ -395,7 +411,7 @@ SessionPrice PriceSession(const CostModel& model, const SessionSpec& session,
   const kv::KvPolicy& policy = session.policy;
   const TokenPos pos =
       policy.mode == kv::KvMode::kWindow ? policy.window + policy.sinks : full_kv_context_tokens;
-  const int iterations = std::max(1, session.output_tokens_per_frame);
+  const int iterations = FrameIterations(session);
   const TokenPos first_chunk = session.input_tokens_per_frame + 1;  // + the carried-over output
   double tokens = static_cast<double>(first_chunk);
   double visible = static_cast<double>(policy.VisibleKeysOfChunk(pos, first_chunk));
@@ -420,7 +436,7 @@ std::int64_t PredictedSessionLimit(const CostModel& model, const SessionSpec& se
             "latency_fraction in (0, 1] and a resolved deadline");
   if (session.policy.mode != kv::KvMode::kWindow) return 0;
   const SessionPrice price = PriceSession(model, session);
-  const int iterations = std::max(1, session.output_tokens_per_frame);
+  const int iterations = FrameIterations(session);
   const double budget_s = latency_fraction * session.deadline_ms / 1000.0 - iterations * model.c0_s;
   const double per_session_s = price.frame_work_s;
   if (budget_s < per_session_s) return 0;

@@ -130,6 +130,20 @@ struct SessionPrice {
 [[nodiscard]] SessionPrice PriceSession(const CostModel& model, const SessionSpec& session,
                                         TokenPos full_kv_context_tokens = 0);
 
+// Iterations of the real-time loop a frame of `session` takes: max(1, o), the first feeding the
+// carried-over output and the a input tokens as one chunk, each further one decoding one token.
+[[nodiscard]] int FrameIterations(const SessionSpec& session);
+
+// `model` with c2 raised, where needed, so that it predicts the steps of `frame` (one frame's
+// iterations, timed) no faster in sum than they ran: c2 + max(0, sum(t - model's t)) / sum(keys).
+// c0 and c1 stay and c2 never drops. The start-up calibration times one session's frame at its
+// window, the steady state every price extrapolates to, and anchors the fit there: a fit of a
+// dozen short points misjudges it by noise (a co-tenant's burst fitted c2 to 0) and by the
+// model's shape (a MoE's per-token cost falls as a batch's tokens share experts, which a
+// straight line in the tokens pays for out of c2). A frame with no keys returns `model`.
+[[nodiscard]] CostModel AnchorKvCost(const CostModel& model,
+                                     std::span<const StepObservation> frame);
+
 // N* as `model` predicts it for sessions of `session`'s shape: the most sessions whose frame
 // latency stays within latency_fraction x deadline when every session's frame runs in the same
 // iterations (the worst phase alignment; random phases only spread the work). A frame takes

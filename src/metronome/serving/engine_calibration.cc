@@ -350,10 +350,14 @@ std::variant<SessionCalibration, std::string> CalibrateForSession(
   }
   const std::int64_t window_context =
       WindowContext(session.policy, engine.pool_stats(), long_context, chunk, settings);
+  // One frame of the session at its window, as its iterations: the chunk of a + 1, then decodes.
+  std::vector<realtime::StepObservation>& window_frame = out.window_frame;
   if (window_context > long_context) {
     if (std::string error = measure_pair(1, window_context, long_context); !error.empty()) {
       return error;
     }
+    window_frame.push_back(pair[1].obs);
+    window_frame.insert(window_frame.end(), realtime::FrameIterations(session) - 1, pair[0].obs);
   }
   out.seconds = elapsed_s();
   try {
@@ -361,6 +365,8 @@ std::variant<SessionCalibration, std::string> CalibrateForSession(
   } catch (const ConfigError& e) {
     return std::string("the fit failed: ") + e.what();
   }
+  out.fitted_c2_s_per_kv_token = out.fit.model.c2_s_per_kv_token;
+  out.fit.model = realtime::AnchorKvCost(out.fit.model, window_frame);
   out.predicted_limit = realtime::PredictedSessionLimit(out.fit.model, session, latency_fraction);
   return out;
 }

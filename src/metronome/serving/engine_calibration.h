@@ -89,11 +89,16 @@ inline constexpr int kCalibrationPrefillChunk = 256;
 // context within W that the pool holds), its context repeated, not prefilled: the price
 // extrapolates c2 to the full window, and a c2 fitted at a few hundred keys is at the mercy of
 // noise (a co-tenant's burst during the start fitted it to 0 and priced a window of 8192 keys
-// as free). The failed step's reason if a step failed, the pool holds no such session, or the
-// fit did not.
+// as free). The fit's c2 is then raised, if need be, until the model prices that frame (the
+// chunk of a + 1 and o - 1 decodes at the window) no faster than it ran (realtime::AnchorKvCost).
+// The failed step's reason if a step failed, the pool holds no such session, or the fit did not.
 inline constexpr double kStartCalibrationBudgetS = 30.0;
 struct SessionCalibration {
-  realtime::CostModelFit fit;
+  realtime::CostModelFit fit;  // its model anchored at the window's frame; r2 and errors: the fit's
+  double fitted_c2_s_per_kv_token = 0.0;  // the least-squares c2, before the anchoring
+  // The frame at the window the model is anchored at: its iterations as timed (empty: no window
+  // pair, not anchored).
+  std::vector<realtime::StepObservation> window_frame;
   std::int64_t predicted_limit = 0;    // PredictedSessionLimit; 0: none
   double seconds = 0.0;                // wall time of the measuring
   std::vector<CalibrationPoint> grid;  // the points measured, in order
