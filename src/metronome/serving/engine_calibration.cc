@@ -286,6 +286,22 @@ std::int64_t WindowContext(const kv::KvPolicy& policy, const kv::PoolStats& pool
   return CalibrationPointError(point, policy, pool.block_tokens).empty() ? context : 0;
 }
 
+// The start-up grid's fit, anchored at out->window_frame (if any), and N* from it; the reason if
+// the fit failed.
+std::string FitAnchorAndPredict(const std::vector<realtime::StepObservation>& observations,
+                                const realtime::SessionSpec& session, double latency_fraction,
+                                SessionCalibration* out) {
+  try {
+    out->fit = realtime::FitCostModel(observations);
+  } catch (const ConfigError& e) {
+    return std::string("the fit failed: ") + e.what();
+  }
+  out->fitted_c2_s_per_kv_token = out->fit.model.c2_s_per_kv_token;
+  out->fit.model = realtime::AnchorKvCost(out->fit.model, out->window_frame);
+  out->predicted_limit = realtime::PredictedSessionLimit(out->fit.model, session, latency_fraction);
+  return "";
+}
+
 }  // namespace
 
 std::variant<SessionCalibration, std::string> CalibrateForSession(
@@ -360,14 +376,10 @@ std::variant<SessionCalibration, std::string> CalibrateForSession(
     window_frame.insert(window_frame.end(), realtime::FrameIterations(session) - 1, pair[0].obs);
   }
   out.seconds = elapsed_s();
-  try {
-    out.fit = realtime::FitCostModel(observations);
-  } catch (const ConfigError& e) {
-    return std::string("the fit failed: ") + e.what();
+  if (std::string error = FitAnchorAndPredict(observations, session, latency_fraction, &out);
+      !error.empty()) {
+    return error;
   }
-  out.fitted_c2_s_per_kv_token = out.fit.model.c2_s_per_kv_token;
-  out.fit.model = realtime::AnchorKvCost(out.fit.model, window_frame);
-  out.predicted_limit = realtime::PredictedSessionLimit(out.fit.model, session, latency_fraction);
   return out;
 }
 
