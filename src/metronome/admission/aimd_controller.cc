@@ -531,7 +531,7 @@ AimdController::LimitDecision AimdController::Grow(const Reading& r, const Growt
   // full, and a window read while they fill sees a cheaper engine than that, by more than the
   // signal's projection assumes where attention is a large share of a frame (drive, a 30B MoE,
   // W 2048, 1 s frames: seeded at the predicted 1, grown to 2 at 18% filled on p99 0.62 D
-  // projected; full, the two took 0.92 of the engine and 38% of frames were late).
+  // projected; full, their frames of ~0.46 s each needed ~0.9 of the engine: 38% came late).
   const bool paced = r.now_s - last_increase_s_ >= options_.growth_horizon_s;
   if (options_.predicted_limit > 0 && to > options_.predicted_limit) {
     const bool may_pass = paced && kv_fill_ >= kPredictionKvFill;
