@@ -271,15 +271,20 @@ TEST(AimdControllerTest, GrowthNeedsTheHorizonsPooledPercentileUnderTheLowTarget
   EXPECT_EQ(c.limit(), 12);
 }
 
+// The binary's AIMD defaults with a calibrated prediction, windows of window_s (not frame-closed).
+AimdOptions PredictedOptions(std::int64_t initial_limit, std::int64_t predicted_limit) {
+  AimdOptions o;
+  o.initial_limit = initial_limit;
+  o.predicted_limit = predicted_limit;
+  o.window.window_frames = 0;
+  return o;
+}
+
 // A calibrated prediction seeds the limit with no slow start; calm windows take it past the
 // prediction only by the least step once per growth horizon (drive's default on the CPU engine:
 // seeded 74, N_true 83, the first 0.5 s window doubled it to 148: 99% of frames late after).
 TEST(AimdControllerTest, GrowthPastAPredictedLimitIsPaced) {
-  AimdOptions o;
-  o.initial_limit = 1;
-  o.predicted_limit = 70;
-  o.window.window_frames = 0;
-  AimdController c(o, {});
+  AimdController c(PredictedOptions(1, 70), {});
   ASSERT_TRUE(c.Decide({.period_ms = 40.0, .deadline_ms = 100.0}, Active(0), 0.0).admit);
   ASSERT_EQ(c.limit(), 70);
   double t = 0.0;
@@ -302,11 +307,7 @@ TEST(AimdControllerTest, GrowthPastAPredictedLimitIsPaced) {
 // not take the limit past it, one read at full KV does, paced (drive on a 30B MoE at W 2048: grown
 // from the predicted 1 to 2 at 18% filled, 38% of frames late once the windows were full).
 TEST(AimdControllerTest, GrowthPastAPredictedLimitWaitsForFullKv) {
-  AimdOptions o;
-  o.initial_limit = 4;
-  o.predicted_limit = 1;
-  o.window.window_frames = 0;
-  AimdController c(o, {});
+  AimdController c(PredictedOptions(4, 1), {});
   const SessionRequest request{.period_ms = 40.0, .deadline_ms = 100.0};
   ASSERT_TRUE(c.Decide(request, Active(0), 0.0).admit);
   ASSERT_EQ(c.limit(), 1);
