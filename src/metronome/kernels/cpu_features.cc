@@ -12,6 +12,12 @@ bool CpuHasAvx512Vnni() noexcept {
   return has;
 }
 
+// F16C is not asked for the same reason: every CPU with AVX2 has it.
+bool CpuHasAvx2Fma() noexcept {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+
 bool CpuHasAvx512Bf16() noexcept {
   static const bool has = CpuHasAvx512Vnni() && __builtin_cpu_supports("avx512bf16");
   return has;

@@ -15,6 +15,7 @@
 #include "metronome/kernels/gemm.h"
 #include "metronome/kernels/quant_gemv_avx512.h"
 #include "metronome/kernels/quant_interleaved_avx512.h"
+#include "metronome/kernels/quant_matmul_avx2.h"
 #include "metronome/kernels/quant_matmul_avx512.h"
 #include "metronome/quant/blocks.h"
 #include "metronome/quant/codec.h"
@@ -225,9 +226,16 @@ const KernelTable& ScalarTable() {
 }
 
 // THE SEAM: the kernels this CPU runs. Faster implementations override entries here, once, after
-// checking the CPU's features (e.g. `if (__builtin_cpu_supports("avx512vnni")) ...`).
+// checking the CPU's features (e.g. `if (__builtin_cpu_supports("avx512vnni")) ...`): AVX2 first,
+// then the AVX-512 ones where the CPU has them (BF16 keeps the AVX2 kernel without AVX512_BF16).
 KernelTable SelectKernels() {
   KernelTable t = ScalarTable();
+  if (CpuHasAvx2Fma()) {
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      const QuantKernel k = avx2::Kernel(static_cast<GgmlType>(i));
+      if (k.rows != nullptr) t[i] = k;
+    }
+  }
   if (CpuHasAvx512Vnni()) {
     const bool bf16 = CpuHasAvx512Bf16();
     for (std::size_t i = 0; i < t.size(); ++i) {
@@ -251,8 +259,8 @@ const KernelTable& ActiveTable() {
   return table;
 }
 
-// Which kernels a product runs on: the CPU's (MatMul), the scalar table as a CPU without the
-// AVX-512 kernels runs it (MatMulOnScalarKernels), or the scalar kernels alone, never handing a
+// Which kernels a product runs on: the CPU's (MatMul), the scalar table as a CPU without SIMD
+// kernels runs it (MatMulOnScalarKernels), or the scalar kernels alone, never handing a
 // product to dequant+sgemm (MatMulRowsScalar, the reference).
 enum class KernelSet : std::uint8_t { kActive, kScalar, kScalarReference };
 

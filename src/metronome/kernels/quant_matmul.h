@@ -9,11 +9,11 @@
 //   3. The output rows are split into 32-row tiles (the one parallel split: ParallelOverRowTiles)
 //      and each tile runs the type's RowsKernel for all m activation rows, so each weight block is
 //      read from memory once per product and unpacked once per tile.
-//   4. A compute-bound product (prefill) of integer-kernel weights on a CPU whose integer kernel
-//      for the type is the scalar one (m >= its dequant_gemm_min_rows): each tile of W is
-//      dequantised to fp32 and multiplied by oneDNN's sgemm instead (x unquantised), over the
-//      same split (DequantGemmKernel). The AVX-512 VNNI kernels never hand over: they beat it at
-//      every row count. F16/BF16 keep their kernels (widening is as cheap as dequantising).
+//   4. A compute-bound product (prefill) on a CPU whose kernel for the type is the scalar or the
+//      AVX2 one (m >= its dequant_gemm_min_rows): each tile of W is dequantised to fp32 and
+//      multiplied by oneDNN's sgemm instead (x unquantised), over the same split
+//      (DequantGemmKernel). The AVX-512 kernels never hand over: the VNNI ones beat it at every
+//      row count, and F16/BF16 widen as cheaply as they would dequantise.
 //
 // Kernels per type: a function table (QuantKernelTable) chosen once, at first use, from the CPU's
 // features. The portable scalar kernels (this file's .cc) are the reference: integer dot products
@@ -94,8 +94,8 @@ struct MatMulProduct {
 // the wait for the slowest thread per product. The products' outputs must not overlap.
 void MatMul(base::ThreadPool& pool, std::span<const MatMulProduct> products) noexcept;
 
-// MatMul as a CPU without the AVX-512 kernels runs it: the scalar kernel table, whose quantised
-// types hand prefill rows to DequantGemmKernel. For tests on any CPU.
+// MatMul as a CPU without SIMD kernels (neither AVX2 nor AVX-512) runs it: the scalar kernel
+// table, whose quantised types hand prefill rows to DequantGemmKernel. For tests on any CPU.
 void MatMulOnScalarKernels(base::ThreadPool& pool,
                            std::span<const MatMulProduct> products) noexcept;
 

@@ -1,0 +1,436 @@
+// The AVX2 kernels of quant_matmul_avx2.h. Compiled with AVX2 + FMA + F16C flags whatever
+// METRONOME_ARCH is (kernels/CMakeLists.txt) and entered only after CpuHasAvx2Fma().
+//
+// One kernel shape for every type: a family policy T unpacks a weight block into registers
+// (T::Unpack) and adds its dot with one activation block to a fp32 accumulator vector
+// (T::Accumulate); RowTile runs it for MI <= 4 activation rows per unpacked block, each row with
+// kChains / MI accumulators used in turn over consecutive blocks (independent FMA chains).
+#include "metronome/kernels/quant_matmul_avx2.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <type_traits>
+
+#include "metronome/quant/blocks.h"
+#include "metronome/quant/unpack.h"
+#include "metronome/quant/weight_matrix.h"
+
+namespace metronome::kernels::avx2 {
+namespace {
+
+using quant::ActQ8Block32;
+using quant::BlockQ8_K;
+using quant::GgmlType;
+
+constexpr int kMaxActRows = 4;  // activation rows per unpacked weight block
+
+inline float HalfToFloat(std::uint16_t h) noexcept { return _cvtsh_ss(h); }
+
+inline __m256i Load256(const void* p) noexcept {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+inline __m128i Load128(const void* p) noexcept {
+  return _mm_loadu_si128(static_cast<const __m128i*>(p));
+}
+
+// 8 int32 lanes, each the sum of 4 products u[j] s[j] (u unsigned bytes, s signed): exact while
+// every adjacent pair of products sums within int16 (|u| <= 128, |s| <= 127).
+inline __m256i DotU8S8(__m256i u, __m256i s) noexcept {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+// A signed weight vector ready for the sign trick: |w| as unsigned bytes, and w for its signs.
+struct SignedQuants {
+  __m256i abs;
+  __m256i sign;
+};
+inline SignedQuants Signed(__m256i q) noexcept { return {_mm256_sign_epi8(q, q), q}; }
+inline __m256i Dot(const SignedQuants& w, __m256i a) noexcept {
+  return DotU8S8(w.abs, _mm256_sign_epi8(a, w.sign));
+}
+
+// Byte l of the result is 0xFF where bit l of `bits` is set, else 0.
+inline __m256i BitsToBytes(std::uint32_t bits) noexcept {
+  const __m256i byte_of_word =
+      _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+  const __m256i v =
+      _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<std::int32_t>(bits)), byte_of_word);
+  // Every bit of byte j set but bit j: the byte is all ones exactly where its bit was set.
+  const __m256i others = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
+  return _mm256_cmpeq_epi8(_mm256_or_si256(v, others), _mm256_set1_epi64x(-1));
+}
+
+// 16 packed bytes of nibbles as 32 bytes: the low nibbles (elements 0-15), then the high ones.
+inline __m256i Nibbles(__m128i packed) noexcept {
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low4),
+                          _mm_and_si128(packed, low4));
+}
+
+inline std::uint32_t Word32(const std::uint8_t (&b)[4]) noexcept {
+  return static_cast<std::uint32_t>(b[0]) | static_cast<std::uint32_t>(b[1]) << 8 |
+         static_cast<std::uint32_t>(b[2]) << 16 | static_cast<std::uint32_t>(b[3]) << 24;
+}
+
+inline __m256 Fma(float scale, __m256i isum, __m256 acc) noexcept {
+  return _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(isum), acc);
+}
+
+// ---- 32-element families: x = d q (+ m) ----
+
+// Q8_0, Q4_0 (q = nibble - 8), Q5_0 (q = 5 bits - 16): signed quants, the sign trick.
+template <typename B>
+struct SignedBlocks32 {
+  using Block = B;
+  using Act = ActQ8Block32;
+  static constexpr int kElems = quant::kQk32;
+  static constexpr int kChains = 4;
+  struct Unpacked {
+    SignedQuants q;
+    float d;
+  };
+  static Unpacked Unpack(const Block& b) noexcept {
+    __m256i q;
+    if constexpr (std::is_same_v<B, quant::BlockQ8_0>) {
+      q = Load256(b.qs);
+    } else if constexpr (std::is_same_v<B, quant::BlockQ4_0>) {
+      q = _mm256_sub_epi8(Nibbles(Load128(b.qs)), _mm256_set1_epi8(8));
+    } else {
+      const __m256i high = _mm256_and_si256(BitsToBytes(Word32(b.qh)), _mm256_set1_epi8(16));
+      q = _mm256_sub_epi8(_mm256_or_si256(Nibbles(Load128(b.qs)), high), _mm256_set1_epi8(16));
+    }
+    return {Signed(q), HalfToFloat(b.d)};
+  }
+  static void Accumulate(const Unpacked& u, const Act& x, __m256& acc, float& /*extra*/) noexcept {
+    acc = Fma(u.d * x.d, Dot(u.q, Load256(x.qs)), acc);
+  }
+};
+
+// Q4_1 / Q5_1: unsigned quants and a min: dot = d_w d_a sum(q a) + m_w d_a sum(a).
+template <typename B>
+struct MinBlocks32 {
+  using Block = B;
+  using Act = ActQ8Block32;
+  static constexpr int kElems = quant::kQk32;
+  static constexpr int kChains = 4;
+  struct Unpacked {
+    __m256i q;
+    float d;
+    float m;
+  };
+  static Unpacked Unpack(const Block& b) noexcept {
+    __m256i q = Nibbles(Load128(b.qs));
+    if constexpr (std::is_same_v<B, quant::BlockQ5_1>) {
+      q = _mm256_or_si256(q, _mm256_and_si256(BitsToBytes(Word32(b.qh)), _mm256_set1_epi8(16)));
+    }
+    return {q, HalfToFloat(b.d), HalfToFloat(b.m)};
+  }
+  static void Accumulate(const Unpacked& u, const Act& x, __m256& acc, float& extra) noexcept {
+    acc = Fma(u.d * x.d, DotU8S8(u.q, Load256(x.qs)), acc);
+    extra += u.m * x.d * static_cast<float>(x.sum);
+  }
+};
+
+// ---- K-quants (256-element super-blocks) ----
+
+// Q4_K / Q5_K: x = d sc[j] q - dmin mn[j] per sub-block j of 32 (q <= 31).
+// dot = d_a (d_w sum_j sc[j] sum(q a) - dmin_w sum_j mn[j] (bsums[2j] + bsums[2j+1])).
+template <typename B>
+struct KMin {
+  using Block = B;
+  using Act = BlockQ8_K;
+  static constexpr int kElems = quant::kQkK;
+  static constexpr int kChains = 2;
+  struct Unpacked {
+    __m256i q[8];        // sub-block j's 32 quants
+    std::int16_t sc[8];  // sub-block scales (6 bits)
+    __m256i mn_pairs;    // mn[j] in int16 lanes 2j and 2j + 1, against bsums
+    float d;
+    float dmin;
+  };
+  static Unpacked Unpack(const Block& b) noexcept {
+    Unpacked u;
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    __m256i high_bits = _mm256_setzero_si256();
+    if constexpr (std::is_same_v<B, quant::BlockQ5_K>) high_bits = Load256(b.qh);
+    for (int g = 0; g < 4; ++g) {
+      const __m256i v = Load256(b.qs + 32 * g);
+      u.q[2 * g] = _mm256_and_si256(v, low4);
+      u.q[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+      if constexpr (std::is_same_v<B, quant::BlockQ5_K>) {
+        // Bit 2g of qh[l] is the fifth bit of element l of sub-block 2g, bit 2g + 1 of 2g + 1.
+        const __m256i one = _mm256_set1_epi8(1);
+        const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(high_bits, 2 * g), one);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(high_bits, 2 * g + 1), one);
+        u.q[2 * g] = _mm256_or_si256(u.q[2 * g], _mm256_slli_epi16(lo, 4));
+        u.q[2 * g + 1] = _mm256_or_si256(u.q[2 * g + 1], _mm256_slli_epi16(hi, 4));
+      }
+    }
+    const quant::KScaleWords words = quant::UnpackKScaleWords(b.scales);
+    for (int j = 0; j < 8; ++j) u.sc[j] = static_cast<std::int16_t>((words.sc >> (8 * j)) & 0xFF);
+    const __m128i mn = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<std::int64_t>(words.mn)));
+    u.mn_pairs = _mm256_set_m128i(_mm_unpackhi_epi16(mn, mn), _mm_unpacklo_epi16(mn, mn));
+    u.d = HalfToFloat(b.d);
+    u.dmin = HalfToFloat(b.dmin);
+    return u;
+  }
+  static void Accumulate(const Unpacked& u, const Act& x, __m256& acc, float& /*extra*/) noexcept {
+    __m256i sumi = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) {
+      const __m256i p = _mm256_maddubs_epi16(u.q[j], Load256(x.qs + 32 * j));
+      sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_set1_epi16(u.sc[j])));
+    }
+    const __m256i summ = _mm256_madd_epi16(Load256(x.bsums), u.mn_pairs);
+    acc = Fma(u.d * x.d, sumi, acc);
+    acc = _mm256_fnmadd_ps(_mm256_set1_ps(u.dmin * x.d), _mm256_cvtepi32_ps(summ), acc);
+  }
+};
+
+// Q6_K: x = d sc[k] (q - 32) per sub-block k of 16 (q <= 63).
+// dot = d_a d_w (sum_k sc[k] sum(q a) - 32 sum_k sc[k] bsums[k]).
+struct Q6K {
+  using Block = quant::BlockQ6_K;
+  using Act = BlockQ8_K;
+  static constexpr int kElems = quant::kQkK;
+  static constexpr int kChains = 2;
+  struct Unpacked {
+    __m256i q[8];        // elements [32 v, 32 v + 32): sub-blocks 2v and 2v + 1
+    __m256i sc_pair[8];  // int16 lanes 0-7: sc[2v], 8-15: sc[2v + 1]
+    __m256i sc;          // the 16 scales as int16, against bsums
+    float d;
+  };
+  static Unpacked Unpack(const Block& b) noexcept {
+    Unpacked u;
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = Load256(b.ql + 64 * h);
+      const __m256i ql1 = Load256(b.ql + 64 * h + 32);
+      const __m256i qh = Load256(b.qh + 32 * h);
+      // Two high bits of element l at bits 2t, 2t + 1 of qh[l] for quarter t, moved to bits 4-5.
+      const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x03)), 4);
+      const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x0C)), 2);
+      const __m256i h2 = _mm256_and_si256(qh, _mm256_set1_epi8(0x30));
+      const __m256i h3 =
+          _mm256_srli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(static_cast<char>(0xC0))), 2);
+      u.q[4 * h] = _mm256_or_si256(_mm256_and_si256(ql0, low4), h0);
+      u.q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, low4), h1);
+      u.q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), h2);
+      u.q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), h3);
+    }
+    for (int v = 0; v < 8; ++v) {
+      u.sc_pair[v] =
+          _mm256_set_m128i(_mm_set1_epi16(b.scales[2 * v + 1]), _mm_set1_epi16(b.scales[2 * v]));
+    }
+    u.sc = _mm256_cvtepi8_epi16(Load128(b.scales));
+    u.d = HalfToFloat(b.d);
+    return u;
+  }
+  static void Accumulate(const Unpacked& u, const Act& x, __m256& acc, float& /*extra*/) noexcept {
+    __m256i sumi = _mm256_setzero_si256();
+    for (int v = 0; v < 8; ++v) {
+      const __m256i p = _mm256_maddubs_epi16(u.q[v], Load256(x.qs + 32 * v));
+      sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, u.sc_pair[v]));
+    }
+    const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(Load256(x.bsums), u.sc), 5);
+    acc = Fma(u.d * x.d, _mm256_sub_epi32(sumi, offset), acc);
+  }
+};
+
+// ---- the rows kernel ----
+
+inline float HorizontalSum(__m256 v) noexcept {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline void Store(const RowsKernelArgs& a, int i, int r, float v) noexcept {
+  float& dst = a.y[static_cast<std::size_t>(i) * static_cast<std::size_t>(a.ldy) +
+                   static_cast<std::size_t>(r)];
+  dst = a.accumulate ? dst + v : v;
+}
+
+// Activation rows [i0, i0 + MI) against weight rows [row_begin, row_end).
+template <class T, int MI>
+void RowTile(const RowsKernelArgs& a, int i0, int row_begin, int row_end) noexcept {
+  constexpr int kChains = std::max(1, T::kChains / MI);
+  const quant::WeightMatrix& w = *a.w;
+  const int nb = w.cols / T::kElems;
+  const typename T::Act* act[MI];
+  for (int i = 0; i < MI; ++i) {
+    act[i] = reinterpret_cast<const typename T::Act*>(a.act + static_cast<std::size_t>(i0 + i) *
+                                                                  a.act_row_bytes);
+  }
+  for (int r = row_begin; r < row_end; ++r) {
+    const auto* blocks = reinterpret_cast<const typename T::Block*>(w.Row(r));
+    __m256 acc[MI][kChains];
+    float extra[MI];
+    for (int i = 0; i < MI; ++i) {
+      extra[i] = 0.0f;
+      for (int c = 0; c < kChains; ++c) acc[i][c] = _mm256_setzero_ps();
+    }
+    int b = 0;
+    for (; b + kChains <= nb; b += kChains) {
+#pragma GCC unroll 4
+      for (int c = 0; c < kChains; ++c) {
+        const typename T::Unpacked u = T::Unpack(blocks[b + c]);
+        for (int i = 0; i < MI; ++i) T::Accumulate(u, act[i][b + c], acc[i][c], extra[i]);
+      }
+    }
+    for (; b < nb; ++b) {
+      const typename T::Unpacked u = T::Unpack(blocks[b]);
+      for (int i = 0; i < MI; ++i) T::Accumulate(u, act[i][b], acc[i][0], extra[i]);
+    }
+    for (int i = 0; i < MI; ++i) {
+      __m256 sum = acc[i][0];
+      for (int c = 1; c < kChains; ++c) sum = _mm256_add_ps(sum, acc[i][c]);
+      Store(a, i0 + i, r, HorizontalSum(sum) + extra[i]);
+    }
+  }
+}
+
+// Every activation row in tiles of kMaxActRows (the weight rows re-read from cache per tile).
+template <class T>
+void Rows(const RowsKernelArgs& a, int row_begin, int row_end) {
+  int i0 = 0;
+  for (; i0 + kMaxActRows <= a.m; i0 += kMaxActRows) {
+    RowTile<T, kMaxActRows>(a, i0, row_begin, row_end);
+  }
+  switch (a.m - i0) {
+    case 3:
+      RowTile<T, 3>(a, i0, row_begin, row_end);
+      break;
+    case 2:
+      RowTile<T, 2>(a, i0, row_begin, row_end);
+      break;
+    case 1:
+      RowTile<T, 1>(a, i0, row_begin, row_end);
+      break;
+    default:
+      break;
+  }
+}
+
+// ---- F16 / BF16: widened to fp32, FMA on the fp32 activations ----
+
+template <GgmlType kType>
+inline __m256 Widen8(const std::uint16_t* p) noexcept {
+  const __m128i h = Load128(p);
+  if constexpr (kType == GgmlType::kF16) {
+    return _mm256_cvtph_ps(h);
+  } else {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+}
+
+template <GgmlType kType>
+inline float Widen1(std::uint16_t h) noexcept {
+  if constexpr (kType == GgmlType::kF16) {
+    return HalfToFloat(h);
+  } else {
+    return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(static_cast<std::int32_t>(h) << 16)));
+  }
+}
+
+template <GgmlType kType, int MI>
+void HalfRowTile(const RowsKernelArgs& a, int i0, int row_begin, int row_end) noexcept {
+  constexpr int kChains = std::max(1, 4 / MI);
+  const quant::WeightMatrix& w = *a.w;
+  const int cols = w.cols;
+  const float* x[MI];
+  for (int i = 0; i < MI; ++i) {
+    x[i] =
+        reinterpret_cast<const float*>(a.act + static_cast<std::size_t>(i0 + i) * a.act_row_bytes);
+  }
+  for (int r = row_begin; r < row_end; ++r) {
+    const auto* row = reinterpret_cast<const std::uint16_t*>(w.Row(r));
+    __m256 acc[MI][kChains];
+    for (int i = 0; i < MI; ++i) {
+      for (int c = 0; c < kChains; ++c) acc[i][c] = _mm256_setzero_ps();
+    }
+    int k = 0;
+    for (; k + 8 * kChains <= cols; k += 8 * kChains) {
+#pragma GCC unroll 4
+      for (int c = 0; c < kChains; ++c) {
+        const __m256 wv = Widen8<kType>(row + k + 8 * c);
+        for (int i = 0; i < MI; ++i) {
+          acc[i][c] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[i] + k + 8 * c), acc[i][c]);
+        }
+      }
+    }
+    for (; k + 8 <= cols; k += 8) {
+      const __m256 wv = Widen8<kType>(row + k);
+      for (int i = 0; i < MI; ++i) {
+        acc[i][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[i] + k), acc[i][0]);
+      }
+    }
+    for (int i = 0; i < MI; ++i) {
+      __m256 sum = acc[i][0];
+      for (int c = 1; c < kChains; ++c) sum = _mm256_add_ps(sum, acc[i][c]);
+      float v = HorizontalSum(sum);
+      for (int t = k; t < cols; ++t) v += Widen1<kType>(row[t]) * x[i][t];
+      Store(a, i0 + i, r, v);
+    }
+  }
+}
+
+template <GgmlType kType>
+void HalfRows(const RowsKernelArgs& a, int row_begin, int row_end) {
+  int i0 = 0;
+  for (; i0 + kMaxActRows <= a.m; i0 += kMaxActRows) {
+    HalfRowTile<kType, kMaxActRows>(a, i0, row_begin, row_end);
+  }
+  switch (a.m - i0) {
+    case 3:
+      HalfRowTile<kType, 3>(a, i0, row_begin, row_end);
+      break;
+    case 2:
+      HalfRowTile<kType, 2>(a, i0, row_begin, row_end);
+      break;
+    case 1:
+      HalfRowTile<kType, 1>(a, i0, row_begin, row_end);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+QuantKernel Kernel(GgmlType type) noexcept {
+  constexpr std::string_view kName = "avx2";
+  const auto kernel = [&](RowsKernel rows) {
+    return QuantKernel{rows, kName, nullptr, kDequantGemmMinRows};
+  };
+  switch (type) {
+    case GgmlType::kQ8_0:
+      return kernel(Rows<SignedBlocks32<quant::BlockQ8_0>>);
+    case GgmlType::kQ4_0:
+      return kernel(Rows<SignedBlocks32<quant::BlockQ4_0>>);
+    case GgmlType::kQ5_0:
+      return kernel(Rows<SignedBlocks32<quant::BlockQ5_0>>);
+    case GgmlType::kQ4_1:
+      return kernel(Rows<MinBlocks32<quant::BlockQ4_1>>);
+    case GgmlType::kQ5_1:
+      return kernel(Rows<MinBlocks32<quant::BlockQ5_1>>);
+    case GgmlType::kQ4_K:
+      return kernel(Rows<KMin<quant::BlockQ4_K>>);
+    case GgmlType::kQ5_K:
+      return kernel(Rows<KMin<quant::BlockQ5_K>>);
+    case GgmlType::kQ6_K:
+      return kernel(Rows<Q6K>);
+    case GgmlType::kF16:
+      return kernel(HalfRows<GgmlType::kF16>);
+    case GgmlType::kBF16:
+      return kernel(HalfRows<GgmlType::kBF16>);
+    default:
+      return {};
+  }
+}
+
+}  // namespace metronome::kernels::avx2
