@@ -83,7 +83,8 @@ void GemmShapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_Gemm)->Apply(GemmShapes);
 
 // impl: 0 fp32 KV (AVX-512), 1 bf16 KV widened (AVX-512), 2 bf16 KV vdpbf16ps with q as hi + lo
-// (the default on AVX512_BF16 CPUs), 3 bf16 KV vdpbf16ps with q rounded once, 4 bf16 KV portable.
+// (the default on AVX512_BF16 CPUs), 3 bf16 KV vdpbf16ps with q rounded once, 4 bf16 KV portable,
+// 5 bf16 KV widened (AVX2: the default on CPUs without AVX-512).
 struct AttentionBenchImpl {
   kv::KvDtype dtype;
   kernels::AttentionImpl impl;
@@ -94,6 +95,7 @@ constexpr AttentionBenchImpl kAttentionBenchImpls[] = {
     {kv::KvDtype::kBF16, kernels::AttentionImpl::kAvx512Bf16},
     {kv::KvDtype::kBF16, kernels::AttentionImpl::kAvx512Bf16RoundedQ},
     {kv::KvDtype::kBF16, kernels::AttentionImpl::kPortable},
+    {kv::KvDtype::kBF16, kernels::AttentionImpl::kAvx2},
 };
 
 void BM_PagedAttention(benchmark::State& state) {
@@ -149,7 +151,7 @@ void BM_PagedAttention(benchmark::State& state) {
       benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_PagedAttention)
-    ->ArgsProduct({{512, 4096, 8192}, {0, 1}, {0, 1, 2, 3, 4}})
+    ->ArgsProduct({{512, 4096, 8192}, {0, 1}, {0, 1, 2, 3, 4, 5}})
     ->ArgNames({"context", "window", "impl"})
     ->Unit(benchmark::kMicrosecond);
 

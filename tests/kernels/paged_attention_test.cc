@@ -377,7 +377,8 @@ TEST_P(AttentionImplTest, EveryImplementationMatchesPortableOnBf16Kv) {
   const AttentionShape shape{c.dims.heads, c.dims.kv_heads, c.dims.hd};
   int ran = 0;
   for (const AttentionImpl impl :
-       {AttentionImpl::kAvx512, AttentionImpl::kAvx512Bf16, AttentionImpl::kAvx512Bf16RoundedQ}) {
+       {AttentionImpl::kAvx512, AttentionImpl::kAvx2, AttentionImpl::kAvx512Bf16,
+        AttentionImpl::kAvx512Bf16RoundedQ}) {
     if (!AttentionImplAvailable(impl, shape, kv::KvDtype::kBF16)) continue;
     ++ran;
     for (const bool together : {false, true}) {
@@ -592,8 +593,8 @@ TEST(PagedAttentionTest, PreparedSinkAnglesGiveTheSameOutput) {
     const RopeAngleRows angles{cos_rows.data(), sin_rows.data(), static_cast<std::size_t>(pairs)};
     const AttentionShape shape{d.heads, d.kv_heads, d.hd};
     for (const AttentionImpl impl :
-         {AttentionImpl::kPortable, AttentionImpl::kAvx512, AttentionImpl::kAvx512Bf16,
-          AttentionImpl::kAvx512Bf16RoundedQ}) {
+         {AttentionImpl::kPortable, AttentionImpl::kAvx512, AttentionImpl::kAvx2,
+          AttentionImpl::kAvx512Bf16, AttentionImpl::kAvx512Bf16RoundedQ}) {
       if (!AttentionImplAvailable(impl, shape, dtype)) continue;
       EXPECT_EQ(rs.Attend(impl, &angles), rs.Attend(impl, nullptr))
           << ToString(impl) << " " << kv::ToString(dtype);
@@ -639,8 +640,8 @@ TEST_P(AttentionHeadsTest, HeadsTogetherEqualOneCallPerHead) {
     const std::vector<std::pair<int, int>> ranges = {
         {0, kvh}, {0, std::max(1, kvh - 1)}, {kvh / 2, kvh - kvh / 2}, {kvh - 1, 1}};
     for (const AttentionImpl impl :
-         {AttentionImpl::kPortable, AttentionImpl::kAvx512, AttentionImpl::kAvx512Bf16,
-          AttentionImpl::kAvx512Bf16RoundedQ}) {
+         {AttentionImpl::kPortable, AttentionImpl::kAvx512, AttentionImpl::kAvx2,
+          AttentionImpl::kAvx512Bf16, AttentionImpl::kAvx512Bf16RoundedQ}) {
       if (!AttentionImplAvailable(impl, shape, dtype)) continue;
       for (const auto& [first, count] : ranges) {
         for (int layer = 0; layer < c.dims.layers; ++layer) {
@@ -712,8 +713,8 @@ TEST_P(AttentionSliceTest, MergedSlicesEqualTheUnsplitKernel) {
     const std::vector<float> reference = rs.Attend(AttentionImpl::kPortable, nullptr);
     std::vector<float> scratch(AttentionScratchFloats(shape, visible + 1));
     for (const AttentionImpl impl :
-         {AttentionImpl::kPortable, AttentionImpl::kAvx512, AttentionImpl::kAvx512Bf16,
-          AttentionImpl::kAvx512Bf16RoundedQ}) {
+         {AttentionImpl::kPortable, AttentionImpl::kAvx512, AttentionImpl::kAvx2,
+          AttentionImpl::kAvx512Bf16, AttentionImpl::kAvx512Bf16RoundedQ}) {
       if (!AttentionImplAvailable(impl, shape, dtype)) continue;
       const std::vector<float> unsplit = rs.Attend(impl, nullptr);
       // The q roundoff of the bf16 dot kernels moves them off the portable reference (bounded in

@@ -23,10 +23,11 @@ std::size_t AttentionScratchFloats(const AttentionShape& shape, std::int64_t max
 }
 
 const char* ToString(AttentionImpl impl) {
-  static constexpr std::array<EnumName<AttentionImpl>, 5> kNames = {
+  static constexpr std::array<EnumName<AttentionImpl>, 6> kNames = {
       {{AttentionImpl::kAuto, "auto"},
        {AttentionImpl::kPortable, "portable"},
        {AttentionImpl::kAvx512, "avx512"},
+       {AttentionImpl::kAvx2, "avx2"},
        {AttentionImpl::kAvx512Bf16, "avx512-bf16"},
        {AttentionImpl::kAvx512Bf16RoundedQ, "avx512-bf16-rounded-q"}}};
   return NameOf(kNames, impl, "?");
@@ -61,20 +62,35 @@ struct GenericOps {
   };
 };
 
+// kv_head's queries on `impl`'s per-head operations: kAvx512 or kAvx2 for the head dims
+// WithSimdHeadDim lists where the build has them (AttentionImplAvailable says which), else the
+// portable ones.
 template <typename E>
-void RunAvx512(const AttentionShape& shape, const PagedKvView& kv, const QueryKeys* queries, int n,
-               const Rope& rope, int layer, int kv_head, const float* q, float* out,
-               std::size_t q_stride, std::size_t out_stride, float* scratch,
-               const RopeAngleRows* sink_angles, const AttentionKeySlice* slice) noexcept {
+void AttendKvHead(AttentionImpl impl, const AttentionShape& shape, const PagedKvView& kv,
+                  const QueryKeys* queries, int n, const Rope& rope, int layer, int kv_head,
+                  const float* q, float* out, std::size_t q_stride, std::size_t out_stride,
+                  float* scratch, const RopeAngleRows* sink_angles,
+                  const AttentionKeySlice* slice) noexcept {
+  const auto attend = [&](auto ops) {
+    AttendQueries<decltype(ops), E>(shape, kv, queries, n, rope, layer, kv_head, q, out, q_stride,
+                                    out_stride, scratch, sink_angles, slice);
+  };
+  bool ran = false;
 #if defined(__AVX512F__)
-  const bool ran = WithSimdHeadDim(shape.head_dim, [&](auto hd) {
-    AttendQueries<SimdOps<decltype(hd)::value / 16>, E>(shape, kv, queries, n, rope, layer, kv_head,
-                                                        q, out, q_stride, out_stride, scratch,
-                                                        sink_angles, slice);
-  });
-  if (ran) return;
+  if (impl == AttentionImpl::kAvx512) {
+    ran = WithSimdHeadDim(shape.head_dim,
+                          [&](auto hd) { attend(SimdOps<decltype(hd)::value / 16>{}); });
+  }
 #endif
-  MTR_CHECK(false, "no AVX-512 attention for this head dim in this build");
+#if defined(__AVX2__) && defined(__FMA__)
+  if (impl == AttentionImpl::kAvx2) {
+    ran = WithSimdHeadDim(shape.head_dim,
+                          [&](auto hd) { attend(Avx2Ops<decltype(hd)::value / 8>{}); });
+  }
+#endif
+  if (ran) return;
+  MTR_CHECK(impl == AttentionImpl::kPortable, "attention implementation not in this build");
+  attend(GenericOps{});
 }
 
 }  // namespace
@@ -91,6 +107,12 @@ bool AttentionImplAvailable(AttentionImpl impl, const AttentionShape& shape,
 #else
       return false;
 #endif
+    case AttentionImpl::kAvx2:
+#if defined(__AVX2__) && defined(__FMA__)
+      return WithSimdHeadDim(shape.head_dim, [](auto /*hd*/) {});
+#else
+      return false;
+#endif
     case AttentionImpl::kAvx512Bf16:
     case AttentionImpl::kAvx512Bf16RoundedQ:
       return dtype == KvDtype::kBF16 && CpuHasAvx512Bf16() &&
@@ -100,7 +122,8 @@ bool AttentionImplAvailable(AttentionImpl impl, const AttentionShape& shape,
 }
 
 AttentionImpl ResolveAttentionImpl(const AttentionShape& shape, KvDtype dtype) noexcept {
-  for (const AttentionImpl impl : {AttentionImpl::kAvx512Bf16, AttentionImpl::kAvx512}) {
+  for (const AttentionImpl impl :
+       {AttentionImpl::kAvx512Bf16, AttentionImpl::kAvx512, AttentionImpl::kAvx2}) {
     if (AttentionImplAvailable(impl, shape, dtype)) return impl;
   }
   return AttentionImpl::kPortable;
@@ -132,6 +155,7 @@ void Dispatch(AttentionImpl impl, const AttentionShape& shape, const PagedKvView
                                             out_stride, scratch, sink_angles, slice);
       return;
     case AttentionImpl::kAvx512:
+    case AttentionImpl::kAvx2:
     case AttentionImpl::kAuto:
     case AttentionImpl::kPortable:
       break;
@@ -143,20 +167,12 @@ void Dispatch(AttentionImpl impl, const AttentionShape& shape, const PagedKvView
       head_slice = KvHeadSlice(*slice, shape, g - kv_head);
       s = &head_slice;
     }
-    if (impl == AttentionImpl::kAvx512) {
-      if (bf16) {
-        RunAvx512<std::uint16_t>(shape, kv, queries, n, rope, layer, g, q, out, q_stride,
-                                 out_stride, scratch, sink_angles, s);
-      } else {
-        RunAvx512<float>(shape, kv, queries, n, rope, layer, g, q, out, q_stride, out_stride,
-                         scratch, sink_angles, s);
-      }
-    } else if (bf16) {
-      AttendQueries<GenericOps, std::uint16_t>(shape, kv, queries, n, rope, layer, g, q, out,
-                                               q_stride, out_stride, scratch, sink_angles, s);
+    if (bf16) {
+      AttendKvHead<std::uint16_t>(impl, shape, kv, queries, n, rope, layer, g, q, out, q_stride,
+                                  out_stride, scratch, sink_angles, s);
     } else {
-      AttendQueries<GenericOps, float>(shape, kv, queries, n, rope, layer, g, q, out, q_stride,
-                                       out_stride, scratch, sink_angles, s);
+      AttendKvHead<float>(impl, shape, kv, queries, n, rope, layer, g, q, out, q_stride, out_stride,
+                          scratch, sink_angles, s);
     }
   }
 }

@@ -45,6 +45,7 @@ enum class AttentionImpl : std::uint8_t {
   kAuto,      // the fastest available for the pool's dtype and the head dim (what the engine runs)
   kPortable,  // any CPU, any head dim: scalar / vector_ops, bf16 widened on load
   kAvx512,    // AVX-512F, head dims 16/32/64/128: q in registers, bf16 widened on load
+  kAvx2,      // AVX2 + FMA (CPUs without AVX-512), the same head dims and loop as kAvx512
   kAvx512Bf16,  // AVX512_BF16, bf16 KV, head dims 16/32/64/128: q.k by vdpbf16ps, q as hi + lo
   kAvx512Bf16RoundedQ,  // as kAvx512Bf16 with q rounded to one bf16 (half the dot products; less
                         // accurate: kept for the accuracy/speed comparison in docs/performance.md)

@@ -23,7 +23,7 @@
 #include "metronome/kernels/rope.h"
 #include "metronome/kernels/vector_ops.h"
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
@@ -156,6 +156,77 @@ struct SimdOps {
   };
   struct OutHead {
     SimdHead<C> acc;
+    void Begin(int /*hd*/) { acc.Zero(); }
+    template <typename E>
+    void Add(float a, const E* v, int /*hd*/) {
+      acc.AddScaled(a, v);
+    }
+    void Finish(float* out, int /*hd*/) const { acc.Store(out); }
+  };
+};
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__)
+// The same per-head operations in 8-lane registers (C = head_dim / 8) for CPUs without AVX-512;
+// the q.k dot alternates two accumulators so the FMA latency is paid once per two vectors.
+inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 Load8(const std::uint16_t* p) {  // 8 bf16 widened to fp32 (exact)
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline float Sum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+template <int C>
+struct Avx2Head {
+  __m256 v[C];
+  void Load(const float* p) {
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) v[c] = _mm256_loadu_ps(p + 8 * c);
+  }
+  template <typename E>
+  [[nodiscard]] float DotWith(const E* k) const {
+    __m256 even = _mm256_mul_ps(v[0], Load8(k));
+    __m256 odd = _mm256_setzero_ps();
+#pragma GCC unroll 16
+    for (int c = 1; c < C; ++c) {
+      __m256& acc = c % 2 == 0 ? even : odd;
+      acc = _mm256_fmadd_ps(v[c], Load8(k + 8 * c), acc);
+    }
+    return Sum8(_mm256_add_ps(even, odd));
+  }
+  void Zero() {
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) v[c] = _mm256_setzero_ps();
+  }
+  template <typename E>
+  void AddScaled(float a, const E* x) {
+    const __m256 va = _mm256_set1_ps(a);
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) v[c] = _mm256_fmadd_ps(va, Load8(x + 8 * c), v[c]);
+  }
+  void Store(float* p) const {
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) _mm256_storeu_ps(p + 8 * c, v[c]);
+  }
+};
+
+template <int C>
+struct Avx2Ops {
+  struct ScoreHead {
+    Avx2Head<C> q;
+    void Begin(const float* qh, int /*hd*/) { q.Load(qh); }
+    template <typename E>
+    [[nodiscard]] float Score(const E* k, int /*hd*/) const {
+      return q.DotWith(k);
+    }
+  };
+  struct OutHead {
+    Avx2Head<C> acc;
     void Begin(int /*hd*/) { acc.Zero(); }
     template <typename E>
     void Add(float a, const E* v, int /*hd*/) {
