@@ -101,17 +101,22 @@ TEST(EngineTest, PrefillStepsWithHiddenOverGateUpEqualTokenByToken) {
 // keys on each slice covers both kv heads (4 slices of at least 64 keys), below that each kv head
 // is cut alone (2 x 2 slices); with 4 threads (8 wanted) always per kv head (2 x 4 slices from
 // 256 keys). Every way must give the logits of chunked prefill, with sinks, rolling positions and
-// full KV, fp32 and bf16 KV.
+// full KV, fp32 and bf16 KV. With bf16 KV the two paths' fp32 rounding differences (sgemm at 1 row
+// against 100, slices merged) can put a K or V element on the other side of a bf16 rounding
+// boundary, one bf16 step (2^-7 relative) apart, and the next layers carry it to the logits: up
+// to 4.5e-4 over 15 token streams against 2.2e-6 with fp32 KV. A wrong slice or merge is off by
+// O(1) (logits up to ~5).
 TEST(EngineTest, KeySlicedDecodeEqualsChunkedPrefill) {
   const auto toks = RandomTokens(300, 7, Tiny().config.vocab_size);
   for (const kv::KvDtype dtype : {kv::KvDtype::kF32, kv::KvDtype::kBF16}) {
+    const double tolerance = dtype == kv::KvDtype::kBF16 ? 2e-3 : 1e-4;
     for (const auto& pol : {kv::KvPolicy::Full(), kv::KvPolicy::Window(200, 4),
                             kv::KvPolicy::Window(200, 4, kv::PositionMode::kRolling)}) {
       const auto chunked = AloneLogits(pol, toks, 100, dtype, 2);
       for (const int threads : {2, 4}) {
         const auto decoded = AloneLogits(pol, toks, 1, dtype, threads);
         for (std::size_t i = 0; i < toks.size(); ++i) {
-          ASSERT_LT(MaxDiff(decoded[i], chunked[i]), 1e-4)
+          ASSERT_LT(MaxDiff(decoded[i], chunked[i]), tolerance)
               << pol.ToString() << " " << kv::ToString(dtype) << " threads " << threads << " pos "
               << i;
         }
