@@ -23,6 +23,8 @@ from wsclient import WsClient, get_json  # noqa: E402
 from checks import check, failures  # noqa: E402
 
 VICTIM_PERIOD_MS = 40.0
+# How long a churn client waits for the answer to a frame that carries an 8192-token prompt.
+PROMPT_READ_TIMEOUT_S = 30.0
 
 
 def start_reply(c, **fields):
@@ -185,23 +187,36 @@ def attack_prompt_churn(port, seconds):
     victim = Victim(port)
     before = limit(port)
     started = [0]
+    errors = []
     stop = threading.Event()
 
     def churn():
         c = WsClient(port)
-        while not stop.is_set():
-            reply = start_reply(c, tokens_per_frame=1, output_tokens_per_frame=1,
-                                prompt={"ids": prompt})
-            if reply.get("type") == "session.started":
-                started[0] += 1
-                sid = reply["session"]
-                c.send_json({"type": "frame", "session": sid, "ids": [1]})
-                c.read_type("frame.result")
+        # A session's first frame carries its prompt, so its answer waits for the prompt's
+        # prefill (in what the victim's frames leave): seconds on a slow CPU, past the client's
+        # default read timeout.
+        c.sock.settimeout(PROMPT_READ_TIMEOUT_S)
+        sid = None
+        try:
+            while not stop.is_set():
+                reply = start_reply(c, tokens_per_frame=1, output_tokens_per_frame=1,
+                                    prompt={"ids": prompt})
+                if reply.get("type") == "session.started":
+                    started[0] += 1
+                    sid = reply["session"]
+                    c.send_json({"type": "frame", "session": sid, "ids": [1]})
+                    c.read_type("frame.result")
+                    c.send_json({"type": "session.end", "session": sid})
+                    c.read_type("session.ended")
+                    sid = None
+                else:
+                    time.sleep(0.05)
+        except Exception as e:  # noqa: BLE001 (reported as a check below)
+            errors.append(repr(e))
+            if sid is not None:  # end it: a dropped connection would keep it for a resume
                 c.send_json({"type": "session.end", "session": sid})
-                c.read_type("session.ended")
-            else:
-                time.sleep(0.05)
-        c.close_socket()
+        finally:
+            c.close_socket()
 
     threads = [threading.Thread(target=churn, daemon=True) for _ in range(2)]
     for t in threads:
@@ -209,9 +224,10 @@ def attack_prompt_churn(port, seconds):
     time.sleep(seconds)
     stop.set()
     for t in threads:
-        t.join(timeout=30)
+        t.join(timeout=PROMPT_READ_TIMEOUT_S + 10)
     check("prompt: the churn ran (sessions with the longest prompt started and ended)",
           started[0] >= 2, f"{started[0]} sessions of {len(prompt)} prompt tokens")
+    check("prompt: every churn client ran without an error", not errors, str(errors))
     check_victim("prompt", victim)
     after = limit(port)
     check("prompt: the budget stays >= 0.8 of its value before", after >= 0.8 * before,
