@@ -34,10 +34,11 @@
 //    Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) in the files' row-major layout against the 16-row
 //    interleaved layout (quant/row_layout.h), one thread, CPU time.
 //  * BM_Prefill/type/m/path: the down projection (1536 -> 576) for m rows on the test pool:
-//    path 0 kernels::MatMul in the engine's layout (the AVX-512 VNNI kernel), 1
-//    kernels::DequantGemmKernel (W's tiles dequantised, oneDNN sgemm on fp32 x) and 2 the scalar
-//    integer kernel, each over MatMul's 32-row tiles: the crossovers behind each kernel's
-//    dequant_gemm_min_rows (kDequantGemmMinRows). Counters rows_per_s, GFLOP_per_s.
+//    path 0 kernels::MatMul in the engine's layout (what this CPU runs: the AVX-512 VNNI kernel
+//    where it has one), 1 kernels::DequantGemmKernel (W's tiles dequantised, oneDNN sgemm on fp32
+//    x), 2 the scalar integer kernel and 3 the AVX2 one, each over MatMul's 32-row tiles: the
+//    crossovers behind each kernel's dequant_gemm_min_rows (kDequantGemmMinRows). Counters
+//    rows_per_s, GFLOP_per_s.
 // Weight and activation contents are synthetic (valid scales, arbitrary codes): speed does not
 // depend on the values; tests/kernels checks the results.
 // Run: build/ci/bench/quant_benchmark --benchmark_repetitions=3 --benchmark_min_time=0.3s
@@ -61,6 +62,7 @@
 #include "metronome/kernels/memory_bandwidth.h"
 #include "metronome/kernels/quant_gemv_avx512.h"
 #include "metronome/kernels/quant_interleaved_avx512.h"
+#include "metronome/kernels/quant_matmul_avx2.h"
 #include "metronome/kernels/quant_matmul.h"
 #include "metronome/kernels/quant_matmul_avx512.h"
 #include "metronome/quant/blocks.h"
@@ -225,6 +227,8 @@ std::string PathName(const quant::WeightMatrix& w, int m) {
   return std::string(kernels::MatMulKernelName(w, m));
 }
 
+// For the benchmarks that call an AVX-512 kernel directly; those that go through kernels::MatMul
+// measure whatever this CPU runs (the label names it).
 bool Supported(GgmlType type, benchmark::State& state) {
   const bool ok = type == GgmlType::kF32 || (type == GgmlType::kBF16 ? kernels::CpuHasAvx512Bf16()
                                                                      : kernels::CpuHasAvx512Vnni());
@@ -239,7 +243,6 @@ const GgmlType kTypes[] = {GgmlType::kF32,  GgmlType::kBF16, GgmlType::kF16,  Gg
 void BM_DecodeWeights(benchmark::State& state) {
   const GgmlType type = kTypes[state.range(0)];
   const int m = static_cast<int>(state.range(1));
-  if (!Supported(type, state)) return;
   const double bw = BandwidthGBps();
   const double peak = PeakGflops();
   const ModelWeights& w = Weights(type);
@@ -429,7 +432,6 @@ const RealSizeLayers& RealLayers(GgmlType type) {
 void BM_DecodeDram(benchmark::State& state) {
   const GgmlType type = kTypes[state.range(0)];
   const int m = static_cast<int>(state.range(1));
-  if (!Supported(type, state)) return;
   const RealSizeLayers& w = RealLayers(type);
   state.SetLabel(std::string(quant::Name(type)) + " " + PathName(w.matrices[3], m));
   const std::vector<float> x_dim(static_cast<std::size_t>(m) * kRealDim, 0.5f);
@@ -523,7 +525,6 @@ void BM_ExpertsDram(benchmark::State& state) {
   const GgmlType type = kTypes[state.range(0)];
   const int m = static_cast<int>(state.range(1));
   const int placement = static_cast<int>(state.range(2));
-  if (!Supported(type, state)) return;
   const MoeLayers& w = MoeLayersOf(type);
   state.SetLabel(std::string(quant::Name(type)) + " " + PathName(w.down[0], 1));
   const int slots = m * kMoeUsed;
@@ -690,12 +691,16 @@ void BM_Prefill(benchmark::State& state) {
   const GgmlType type = kTypes[state.range(0)];
   const int m = static_cast<int>(state.range(1));
   const auto path = static_cast<int>(state.range(2));
-  if (!Supported(type, state)) return;
+  if (path == 3 && !kernels::CpuHasAvx2Fma()) {
+    state.SkipWithError("CPU lacks AVX2/FMA");
+    return;
+  }
   // Path 0 is kernels::MatMul on the layout the engine reads (the interleaved kernel; its gemv
-  // form at m <= kGemvMaxRows); paths 1 and 2 run one kernel over MatMul's 32-row tiles.
+  // form at m <= kGemvMaxRows); paths 1 to 3 run one kernel over MatMul's 32-row tiles.
   const Matrix w = MakeMatrix(type, kDim, kFfn, path == 0 ? Layout::kPreferred : Layout::kFile);
-  const kernels::QuantKernel& kernel =
-      path == 1 ? kernels::DequantGemmKernel() : kernels::ScalarKernel(type);
+  const kernels::QuantKernel kernel = path == 1   ? kernels::DequantGemmKernel()
+                                      : path == 3 ? kernels::avx2::Kernel(type)
+                                                  : kernels::ScalarKernel(type);
   state.SetLabel(std::string(quant::Name(type)) + " " +
                  (path == 0 ? PathName(w.view, m) : std::string(kernel.name)));
   const std::vector<float> x(static_cast<std::size_t>(m) * kFfn, 0.5f);
@@ -713,7 +718,7 @@ void BM_Prefill(benchmark::State& state) {
     if (path == 0) {
       MatMul(w, x, m, y.data());
     } else {
-      if (path == 2) kernels::PrepareActivations(type, x.data(), m, kFfn, act.data());
+      if (path >= 2) kernels::PrepareActivations(type, x.data(), m, kFfn, act.data());
       pool.ParallelFor((kDim + kTile - 1) / kTile, 1, [&](std::int64_t b, std::int64_t e) {
         kernel.rows(args, static_cast<int>(b) * kTile, std::min(kDim, static_cast<int>(e) * kTile));
       });
@@ -726,7 +731,7 @@ void BM_Prefill(benchmark::State& state) {
                                                      benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_Prefill)
-    ->ArgsProduct({{3, 4, 8, 10}, {1, 4, 16, 32, 64, 128, 256, 512}, {0, 1, 2}})
+    ->ArgsProduct({{3, 4, 8, 10}, {1, 4, 16, 32, 64, 128, 256, 512}, {0, 1, 2, 3}})
     ->ArgNames({"type", "m", "path"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
