@@ -157,6 +157,7 @@ struct KMin {
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     __m256i high_bits = _mm256_setzero_si256();
     if constexpr (std::is_same_v<B, quant::BlockQ5_K>) high_bits = Load256(b.qh);
+#pragma GCC unroll 8
     for (int g = 0; g < 4; ++g) {
       const __m256i v = Load256(b.qs + 32 * g);
       u.q[2 * g] = _mm256_and_si256(v, low4);
@@ -171,6 +172,7 @@ struct KMin {
       }
     }
     const quant::KScaleWords words = quant::UnpackKScaleWords(b.scales);
+#pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) u.sc[j] = static_cast<std::int16_t>((words.sc >> (8 * j)) & 0xFF);
     const __m128i mn = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<std::int64_t>(words.mn)));
     u.mn_pairs = _mm256_set_m128i(_mm_unpackhi_epi16(mn, mn), _mm_unpacklo_epi16(mn, mn));
@@ -180,6 +182,7 @@ struct KMin {
   }
   static void Accumulate(const Unpacked& u, const Act& x, __m256& acc, float& /*extra*/) noexcept {
     __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
       const __m256i p = _mm256_maddubs_epi16(u.q[j], Load256(x.qs + 32 * j));
       sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_set1_epi16(u.sc[j])));
@@ -206,6 +209,7 @@ struct Q6K {
   static Unpacked Unpack(const Block& b) noexcept {
     Unpacked u;
     const __m256i low4 = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 8
     for (int h = 0; h < 2; ++h) {
       const __m256i ql0 = Load256(b.ql + 64 * h);
       const __m256i ql1 = Load256(b.ql + 64 * h + 32);
@@ -221,6 +225,7 @@ struct Q6K {
       u.q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), h2);
       u.q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), h3);
     }
+#pragma GCC unroll 8
     for (int v = 0; v < 8; ++v) {
       u.sc_pair[v] =
           _mm256_set_m128i(_mm_set1_epi16(b.scales[2 * v + 1]), _mm_set1_epi16(b.scales[2 * v]));
@@ -231,6 +236,7 @@ struct Q6K {
   }
   static void Accumulate(const Unpacked& u, const Act& x, __m256& acc, float& /*extra*/) noexcept {
     __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 8
     for (int v = 0; v < 8; ++v) {
       const __m256i p = _mm256_maddubs_epi16(u.q[v], Load256(x.qs + 32 * v));
       sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, u.sc_pair[v]));
