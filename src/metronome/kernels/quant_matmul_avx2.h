@@ -23,8 +23,9 @@
 namespace metronome::kernels::avx2 {
 
 // The AVX2 kernel of `type` ({nullptr, ""} for F32, which oneDNN runs, and for types without one),
-// named "avx2". Its quantised types hand compute-bound products (m >= kDequantGemmMinRows) to
-// DequantGemmKernel like the scalar ones: oneDNN's sgemm runs closer to the fp32 peak there.
+// named "avx2". Every one hands compute-bound products (m >= kDequantGemmMinRows) to
+// DequantGemmKernel like the scalar ones: from there dequant+sgemm is level or faster
+// (bench/quant_benchmark BM_Prefill, path 3 against 1).
 [[nodiscard]] QuantKernel Kernel(quant::GgmlType type) noexcept;
 
 }  // namespace metronome::kernels::avx2
