@@ -15,6 +15,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "metronome/kernels/internal/for_count.h"
 #include "metronome/quant/blocks.h"
 #include "metronome/quant/unpack.h"
 #include "metronome/quant/weight_matrix.h"
@@ -303,23 +304,7 @@ void RowTile(const RowsKernelArgs& a, int i0, int row_begin, int row_end) noexce
 // Every activation row in tiles of kMaxActRows (the weight rows re-read from cache per tile).
 template <class T>
 void Rows(const RowsKernelArgs& a, int row_begin, int row_end) {
-  int i0 = 0;
-  for (; i0 + kMaxActRows <= a.m; i0 += kMaxActRows) {
-    RowTile<T, kMaxActRows>(a, i0, row_begin, row_end);
-  }
-  switch (a.m - i0) {
-    case 3:
-      RowTile<T, 3>(a, i0, row_begin, row_end);
-      break;
-    case 2:
-      RowTile<T, 2>(a, i0, row_begin, row_end);
-      break;
-    case 1:
-      RowTile<T, 1>(a, i0, row_begin, row_end);
-      break;
-    default:
-      break;
-  }
+  ForRowTiles<kMaxActRows>(a.m, [&]<int MI>(int i0) { RowTile<T, MI>(a, i0, row_begin, row_end); });
 }
 
 // ---- F16 / BF16: widened to fp32, FMA on the fp32 activations ----
@@ -387,23 +372,8 @@ void HalfRowTile(const RowsKernelArgs& a, int i0, int row_begin, int row_end) no
 
 template <GgmlType kType>
 void HalfRows(const RowsKernelArgs& a, int row_begin, int row_end) {
-  int i0 = 0;
-  for (; i0 + kMaxActRows <= a.m; i0 += kMaxActRows) {
-    HalfRowTile<kType, kMaxActRows>(a, i0, row_begin, row_end);
-  }
-  switch (a.m - i0) {
-    case 3:
-      HalfRowTile<kType, 3>(a, i0, row_begin, row_end);
-      break;
-    case 2:
-      HalfRowTile<kType, 2>(a, i0, row_begin, row_end);
-      break;
-    case 1:
-      HalfRowTile<kType, 1>(a, i0, row_begin, row_end);
-      break;
-    default:
-      break;
-  }
+  ForRowTiles<kMaxActRows>(
+      a.m, [&]<int MI>(int i0) { HalfRowTile<kType, MI>(a, i0, row_begin, row_end); });
 }
 
 }  // namespace
