@@ -15,6 +15,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "metronome/base/half.h"
 #include "metronome/kernels/internal/for_count.h"
 #include "metronome/quant/blocks.h"
 #include "metronome/quant/unpack.h"
@@ -324,7 +325,7 @@ inline float Widen1(std::uint16_t h) noexcept {
   if constexpr (kType == GgmlType::kF16) {
     return HalfToFloat(h);
   } else {
-    return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(static_cast<std::int32_t>(h) << 16)));
+    return Bf16ToFloat(h);
   }
 }
 
