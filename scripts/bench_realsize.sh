@@ -66,6 +66,13 @@ for t in d["tensors"]:
 print(int(total))' "$2"
 }
 
+# The roofline fraction: TOK_S tokens/s over the rate the bandwidth allows, BW_GBPS / BYTES (one
+# step's read) steps a second of N tokens each.
+roof() {  # roof TOK_S BYTES BW_GBPS N
+  python3 -c "import sys; t, b, bw, n = map(float, sys.argv[1:]); \
+print(f'{t / (bw * 1e9 / b * n):.2f}')" "$@"
+}
+
 printf '%-14s %-9s %6s %9s %9s %9s %8s %8s %8s %8s\n' shape engine thr "dec1 t/s" "dec8 t/s" \
   "pp t/s" "rss GiB" "file GiB" "roof1" "roof8"
 for shape in "${shapes[@]}"; do
@@ -78,17 +85,17 @@ for shape in "${shapes[@]}"; do
   [ "${DECODE1_ONLY:-0}" = 1 ] && sessions=(1)
 
   # --- the engine ---
-  declare -A dec=() roof=()
-  bw="" pp="" rss=""
+  # bw[N]: the read bandwidth the engine's run at N sessions probed, the roofs' denominator for
+  # both engines at N.
+  declare -A dec=() roofs=() bw=()
+  pp="" rss=""
   for n in "${sessions[@]}"; do
     log="$logs/$shape.engine.s$n"
     "$bin" bench-decode --model "$file" --sessions "$n" --context "$context" --steps "$steps" \
       --threads "$threads" >"$log" 2>&1
     dec[$n]="$(field "$log" '^decode tokens\/s ([0-9.]+)$')"
-    bw="$(field "$log" '^read bandwidth GB\/s ([0-9.]+).*')"
-    # tok/s over the ceiling bandwidth / bytes-per-step * sessions.
-    roof[$n]="$(python3 -c "import sys; t, b, bw, n = map(float, sys.argv[1:]); \
-print(f'{t / (bw * 1e9 / b * n):.2f}')" "${dec[$n]}" "$(step_bytes "$file" "$n")" "$bw" "$n")"
+    bw[$n]="$(field "$log" '^read bandwidth GB\/s ([0-9.]+).*')"
+    roofs[$n]="$(roof "${dec[$n]}" "$(step_bytes "$file" "$n")" "${bw[$n]}" "$n")"
     if [ "$n" = 1 ]; then
       pp="$(field "$log" '^prefill tokens [0-9]+ in [0-9.]+ s \(([0-9.]+) tok\/s\)')"
     fi
@@ -97,7 +104,7 @@ print(f'{t / (bw * 1e9 / b * n):.2f}')" "${dec[$n]}" "$(step_bytes "$file" "$n")
       "$rss" "$hwm")"
   done
   printf '%-14s %-9s %6s %9s %9s %9s %8s %8s %8s %8s\n' "$shape" metronome "$threads" \
-    "${dec[1]}" "${dec[8]:--}" "$pp" "$rss" "$file_gib" "${roof[1]}" "${roof[8]:--}"
+    "${dec[1]}" "${dec[8]:--}" "$pp" "$rss" "$file_gib" "${roofs[1]}" "${roofs[8]:--}"
 
   # --- llama.cpp: one run, 1 and 8 parallel sequences, prefill of $context tokens each ---
   log="$logs/$shape.llama"
@@ -111,15 +118,14 @@ print(f'{t / (bw * 1e9 / b * n):.2f}')" "${dec[$n]}" "$(step_bytes "$file" "$n")
   l_dec8="$([ "${#sessions[@]}" = 2 ] && row 8 9 || echo -)"
   l_pp="$(row 1 7)"
   l_rss="$(awk '/Maximum resident set size/ {printf "%.2f", $NF / 2^20}' "$log")"
-  l_roof1="$(python3 -c "import sys; t, b, bw = map(float, sys.argv[1:]); \
-print(f'{t / (bw * 1e9 / b):.2f}')" "$l_dec1" "$(step_bytes "$file" 1)" "$bw")"
+  l_roof1="$(roof "$l_dec1" "$(step_bytes "$file" 1)" "${bw[1]}" 1)"
   l_roof8="-"
   if [ "$l_dec8" != - ]; then
-    l_roof8="$(python3 -c "import sys; t, b, bw = map(float, sys.argv[1:]); \
-print(f'{t / (bw * 1e9 / b * 8):.2f}')" "$l_dec8" "$(step_bytes "$file" 8)" "$bw")"
+    l_roof8="$(roof "$l_dec8" "$(step_bytes "$file" 8)" "${bw[8]}" 8)"
   fi
   printf '%-14s %-9s %6s %9s %9s %9s %8s %8s %8s %8s\n' "$shape" llama.cpp "$threads" \
     "$l_dec1" "$l_dec8" "$l_pp" "$l_rss" "$file_gib" "$l_roof1" "$l_roof8"
-  echo "  ($shape: bandwidth measured by bench-decode ${bw} GB/s; 1-session step reads" \
+  echo "  ($shape: bandwidth probed by bench-decode ${bw[1]} GB/s at 1 session," \
+    "${bw[8]:--} at 8; 1-session step reads" \
     "$(($(step_bytes "$file" 1) / 1000000)) MB)"
 done
