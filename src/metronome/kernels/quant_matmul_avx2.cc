@@ -270,6 +270,7 @@ void RowTile(const RowsKernelArgs& a, int i0, int row_begin, int row_end) noexce
   const quant::WeightMatrix& w = *a.w;
   const int nb = w.cols / T::kElems;
   const typename T::Act* act[MI];
+#pragma GCC unroll 4
   for (int i = 0; i < MI; ++i) {
     act[i] = reinterpret_cast<const typename T::Act*>(a.act + static_cast<std::size_t>(i0 + i) *
                                                                   a.act_row_bytes);
@@ -278,8 +279,10 @@ void RowTile(const RowsKernelArgs& a, int i0, int row_begin, int row_end) noexce
     const auto* blocks = reinterpret_cast<const typename T::Block*>(w.Row(r));
     __m256 acc[MI][kChains];
     float extra[MI];
+#pragma GCC unroll 4
     for (int i = 0; i < MI; ++i) {
       extra[i] = 0.0f;
+#pragma GCC unroll 4
       for (int c = 0; c < kChains; ++c) acc[i][c] = _mm256_setzero_ps();
     }
     int b = 0;
@@ -287,15 +290,19 @@ void RowTile(const RowsKernelArgs& a, int i0, int row_begin, int row_end) noexce
 #pragma GCC unroll 4
       for (int c = 0; c < kChains; ++c) {
         const typename T::Unpacked u = T::Unpack(blocks[b + c]);
+#pragma GCC unroll 4
         for (int i = 0; i < MI; ++i) T::Accumulate(u, act[i][b + c], acc[i][c], extra[i]);
       }
     }
     for (; b < nb; ++b) {
       const typename T::Unpacked u = T::Unpack(blocks[b]);
+#pragma GCC unroll 4
       for (int i = 0; i < MI; ++i) T::Accumulate(u, act[i][b], acc[i][0], extra[i]);
     }
+#pragma GCC unroll 4
     for (int i = 0; i < MI; ++i) {
       __m256 sum = acc[i][0];
+#pragma GCC unroll 4
       for (int c = 1; c < kChains; ++c) sum = _mm256_add_ps(sum, acc[i][c]);
       Store(a, i0 + i, r, HorizontalSum(sum) + extra[i]);
     }
@@ -335,6 +342,7 @@ void HalfRowTile(const RowsKernelArgs& a, int i0, int row_begin, int row_end) no
   const quant::WeightMatrix& w = *a.w;
   const int cols = w.cols;
   const float* x[MI];
+#pragma GCC unroll 4
   for (int i = 0; i < MI; ++i) {
     x[i] =
         reinterpret_cast<const float*>(a.act + static_cast<std::size_t>(i0 + i) * a.act_row_bytes);
@@ -342,7 +350,9 @@ void HalfRowTile(const RowsKernelArgs& a, int i0, int row_begin, int row_end) no
   for (int r = row_begin; r < row_end; ++r) {
     const auto* row = reinterpret_cast<const std::uint16_t*>(w.Row(r));
     __m256 acc[MI][kChains];
+#pragma GCC unroll 4
     for (int i = 0; i < MI; ++i) {
+#pragma GCC unroll 4
       for (int c = 0; c < kChains; ++c) acc[i][c] = _mm256_setzero_ps();
     }
     int k = 0;
@@ -350,6 +360,7 @@ void HalfRowTile(const RowsKernelArgs& a, int i0, int row_begin, int row_end) no
 #pragma GCC unroll 4
       for (int c = 0; c < kChains; ++c) {
         const __m256 wv = Widen8<kType>(row + k + 8 * c);
+#pragma GCC unroll 4
         for (int i = 0; i < MI; ++i) {
           acc[i][c] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[i] + k + 8 * c), acc[i][c]);
         }
@@ -357,12 +368,15 @@ void HalfRowTile(const RowsKernelArgs& a, int i0, int row_begin, int row_end) no
     }
     for (; k + 8 <= cols; k += 8) {
       const __m256 wv = Widen8<kType>(row + k);
+#pragma GCC unroll 4
       for (int i = 0; i < MI; ++i) {
         acc[i][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[i] + k), acc[i][0]);
       }
     }
+#pragma GCC unroll 4
     for (int i = 0; i < MI; ++i) {
       __m256 sum = acc[i][0];
+#pragma GCC unroll 4
       for (int c = 1; c < kChains; ++c) sum = _mm256_add_ps(sum, acc[i][c]);
       float v = HorizontalSum(sum);
       for (int t = k; t < cols; ++t) v += Widen1<kType>(row[t]) * x[i][t];
