@@ -24,6 +24,7 @@
 #include "metronome/base/thread_pool.h"
 #include "metronome/cli/commands.h"
 #include "metronome/cli/common.h"
+#include "metronome/kernels/cpu_features.h"
 #include "metronome/kernels/gemm.h"
 #include "metronome/kernels/memory_bandwidth.h"
 #include "metronome/kernels/paged_attention.h"
@@ -320,10 +321,11 @@ void DecodeBench::PrintDecode(const DecodeRun& quiet, double peak_gflops) const 
   const double med_gflops = Median(quiet.step_gflops);
   std::printf(
       "bench-decode model=%s sessions=%d context=%lld steps=%d kv=%s kv-dtype=%s threads=%d "
+      "kernels=%s "
       "(detected CPUs %d)\n",
       m_.config.name.c_str(), f_.sessions, static_cast<long long>(f_.context), f_.steps,
       policy_.ToString().c_str(), kv::ToString(eng_.kv_layout().dtype), eng_.num_threads(),
-      base::DetectedCpuCount());
+      kernels::ToString(kernels::ActiveCpuIsa()), base::DetectedCpuCount());
   std::printf("prefill tokens %lld in %.2f s (%.0f tok/s)\n",
               static_cast<long long>(f_.context) * f_.sessions, prefill_s_,
               static_cast<double>(f_.context) * f_.sessions / prefill_s_);
