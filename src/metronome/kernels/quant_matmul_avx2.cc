@@ -17,6 +17,7 @@
 
 #include "metronome/base/half.h"
 #include "metronome/kernels/internal/for_count.h"
+#include "metronome/kernels/internal/stream_prefetch.h"
 #include "metronome/quant/blocks.h"
 #include "metronome/quant/unpack.h"
 #include "metronome/quant/weight_matrix.h"
@@ -29,6 +30,10 @@ using quant::BlockQ8_K;
 using quant::GgmlType;
 
 constexpr int kMaxActRows = 4;  // activation rows per unpacked weight block
+// Software prefetch distance on the weight stream. A decode product streams W from DRAM once,
+// one row after the next; the hardware prefetcher alone leaves the kernel waiting on it (the
+// AVX-512 decode kernels prefetch as far ahead for the same reason: quant_gemv_avx512.cc).
+constexpr std::size_t kPrefetchAheadBytes = 8192;
 
 inline float HalfToFloat(std::uint16_t h) noexcept { return _cvtsh_ss(h); }
 
@@ -148,9 +153,9 @@ struct KMin {
   static constexpr int kElems = quant::kQkK;
   static constexpr int kChains = 2;
   struct Unpacked {
-    __m256i q[8];        // sub-block j's 32 quants
-    std::int16_t sc[8];  // sub-block scales (6 bits)
-    __m256i mn_pairs;    // mn[j] in int16 lanes 2j and 2j + 1, against bsums
+    __m256i q[8];      // sub-block j's 32 quants
+    __m256i sc[8];     // sub-block j's scale (6 bits) in every int16 lane
+    __m256i mn_pairs;  // mn[j] in int16 lanes 2j and 2j + 1, against bsums
     float d;
     float dmin;
   };
@@ -174,8 +179,15 @@ struct KMin {
       }
     }
     const quant::KScaleWords words = quant::UnpackKScaleWords(b.scales);
+    // The 8 scales as int16 in both 128-bit halves; one byte shuffle a sub-block spreads sc[j]
+    // (bytes 2j, 2j + 1) over every lane, not 8 scalar extractions and broadcasts.
+    const __m256i sc16 = _mm256_broadcastsi128_si256(
+        _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<std::int64_t>(words.sc))));
 #pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) u.sc[j] = static_cast<std::int16_t>((words.sc >> (8 * j)) & 0xFF);
+    for (int j = 0; j < 8; ++j) {
+      u.sc[j] = _mm256_shuffle_epi8(
+          sc16, _mm256_set1_epi16(static_cast<std::int16_t>((2 * j + 1) << 8 | 2 * j)));
+    }
     const __m128i mn = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<std::int64_t>(words.mn)));
     u.mn_pairs = _mm256_set_m128i(_mm_unpackhi_epi16(mn, mn), _mm_unpacklo_epi16(mn, mn));
     u.d = HalfToFloat(b.d);
@@ -187,7 +199,7 @@ struct KMin {
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
       const __m256i p = _mm256_maddubs_epi16(u.q[j], Load256(x.qs + 32 * j));
-      sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_set1_epi16(u.sc[j])));
+      sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, u.sc[j]));
     }
     const __m256i summ = _mm256_madd_epi16(Load256(x.bsums), u.mn_pairs);
     acc = Fma(u.d * x.d, sumi, acc);
@@ -227,12 +239,16 @@ struct Q6K {
       u.q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), h2);
       u.q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), h3);
     }
+    // sc_pair[v] from the 16 scale bytes by one byte shuffle (8 copies of sc[2v], then of
+    // sc[2v + 1]) and one sign extension, not four scalar moves and broadcasts.
+    const __m128i scales = Load128(b.scales);
 #pragma GCC unroll 8
     for (int v = 0; v < 8; ++v) {
-      u.sc_pair[v] =
-          _mm256_set_m128i(_mm_set1_epi16(b.scales[2 * v + 1]), _mm_set1_epi16(b.scales[2 * v]));
+      const __m128i pick =
+          _mm_set_epi64x(0x0101010101010101LL * (2 * v + 1), 0x0101010101010101LL * (2 * v));
+      u.sc_pair[v] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
     }
-    u.sc = _mm256_cvtepi8_epi16(Load128(b.scales));
+    u.sc = _mm256_cvtepi8_epi16(scales);
     u.d = HalfToFloat(b.d);
     return u;
   }
@@ -287,6 +303,12 @@ void RowTile(const RowsKernelArgs& a, int i0, int row_begin, int row_end) noexce
     }
     int b = 0;
     for (; b + kChains <= nb; b += kChains) {
+      // The weight stream a fixed distance ahead (rows are contiguous: across row ends too).
+      const char* ahead = reinterpret_cast<const char*>(blocks + b) + kPrefetchAheadBytes;
+#pragma GCC unroll 8
+      for (std::size_t line = 0; line < kChains * sizeof(typename T::Block); line += 64) {
+        _mm_prefetch(ahead + line, internal::kStreamPrefetchHint);
+      }
 #pragma GCC unroll 4
       for (int c = 0; c < kChains; ++c) {
         const typename T::Unpacked u = T::Unpack(blocks[b + c]);
