@@ -1,10 +1,12 @@
 // The AVX2 kernels of quant_matmul_avx2.h. Compiled with AVX2 + FMA + F16C flags whatever
 // METRONOME_ARCH is (kernels/CMakeLists.txt) and entered only after CpuHasAvx2Fma().
 //
-// One kernel shape for every type: a family policy T unpacks a weight block into registers
+// Two kernel shapes. The 32-element families: a policy T unpacks a weight block into registers
 // (T::Unpack) and adds its dot with one activation block to a fp32 accumulator vector
 // (T::Accumulate); RowTile runs it for MI <= 4 activation rows per unpacked block, each row with
-// kChains / MI accumulators used in turn over consecutive blocks (independent FMA chains).
+// kChains / MI accumulators used in turn over consecutive blocks (independent FMA chains). The
+// K-quants: SuperRowTile unpacks a super-block one sub-block at a time and dots each with up to 8
+// activation rows before the next (the K-quant section). Both prefetch the weight stream ahead.
 #include "metronome/kernels/quant_matmul_avx2.h"
 
 #include <immintrin.h>
@@ -30,6 +32,9 @@ using quant::BlockQ8_K;
 using quant::GgmlType;
 
 constexpr int kMaxActRows = 4;  // activation rows per unpacked weight block
+// The K-quants' tiles (SuperRowTile): 8 rows' int32 sums, one quants and one scale vector in the
+// 16 ymm registers.
+constexpr int kMaxSuperActRows = 8;
 // Software prefetch distance on the weight stream. A decode product streams W from DRAM once,
 // one row after the next; the hardware prefetcher alone leaves the kernel waiting on it (the
 // AVX-512 decode kernels prefetch as far ahead for the same reason: quant_gemv_avx512.cc).
@@ -143,124 +148,101 @@ struct MinBlocks32 {
 };
 
 // ---- K-quants (256-element super-blocks) ----
+//
+// Read a sub-block at a time (SuperRowTile): Begin takes a super-block's scales once, Quants
+// unpacks sub-block (pair) j's 32 quants as unsigned bytes, Scale spreads its scales over the int16
+// lanes, Finish scales the activation row's int32 dot into the fp32 accumulator. The tile dots
+// each unpacked sub-block with every activation row before the next, so what stays live across the
+// rows is one quants vector and one scale vector, not a whole unpacked super-block (16 ymm
+// registers hold the row sums of 8 activation rows that way).
 
 // Q4_K / Q5_K: x = d sc[j] q - dmin mn[j] per sub-block j of 32 (q <= 31).
 // dot = d_a (d_w sum_j sc[j] sum(q a) - dmin_w sum_j mn[j] (bsums[2j] + bsums[2j+1])).
 template <typename B>
 struct KMin {
   using Block = B;
-  using Act = BlockQ8_K;
-  static constexpr int kElems = quant::kQkK;
-  static constexpr int kChains = 2;
-  struct Unpacked {
-    __m256i q[8];      // sub-block j's 32 quants
-    __m256i sc[8];     // sub-block j's scale (6 bits) in every int16 lane
+  static constexpr int kSubBlocks = 8;
+  struct Header {
+    __m256i sc16;      // the 8 scales (6 bits) as int16 lanes 0-7 of both 128-bit halves
     __m256i mn_pairs;  // mn[j] in int16 lanes 2j and 2j + 1, against bsums
     float d;
     float dmin;
   };
-  static Unpacked Unpack(const Block& b) noexcept {
-    Unpacked u;
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
-    __m256i high_bits = _mm256_setzero_si256();
-    if constexpr (std::is_same_v<B, quant::BlockQ5_K>) high_bits = Load256(b.qh);
-#pragma GCC unroll 8
-    for (int g = 0; g < 4; ++g) {
-      const __m256i v = Load256(b.qs + 32 * g);
-      u.q[2 * g] = _mm256_and_si256(v, low4);
-      u.q[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-      if constexpr (std::is_same_v<B, quant::BlockQ5_K>) {
-        // Bit 2g of qh[l] is the fifth bit of element l of sub-block 2g, bit 2g + 1 of 2g + 1.
-        const __m256i one = _mm256_set1_epi8(1);
-        const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(high_bits, 2 * g), one);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(high_bits, 2 * g + 1), one);
-        u.q[2 * g] = _mm256_or_si256(u.q[2 * g], _mm256_slli_epi16(lo, 4));
-        u.q[2 * g + 1] = _mm256_or_si256(u.q[2 * g + 1], _mm256_slli_epi16(hi, 4));
-      }
-    }
+  static Header Begin(const Block& b) noexcept {
     const quant::KScaleWords words = quant::UnpackKScaleWords(b.scales);
-    // The 8 scales as int16 in both 128-bit halves; one byte shuffle a sub-block spreads sc[j]
-    // (bytes 2j, 2j + 1) over every lane, not 8 scalar extractions and broadcasts.
-    const __m256i sc16 = _mm256_broadcastsi128_si256(
+    Header h;
+    h.sc16 = _mm256_broadcastsi128_si256(
         _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<std::int64_t>(words.sc))));
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) {
-      u.sc[j] = _mm256_shuffle_epi8(
-          sc16, _mm256_set1_epi16(static_cast<std::int16_t>((2 * j + 1) << 8 | 2 * j)));
-    }
     const __m128i mn = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<std::int64_t>(words.mn)));
-    u.mn_pairs = _mm256_set_m128i(_mm_unpackhi_epi16(mn, mn), _mm_unpacklo_epi16(mn, mn));
-    u.d = HalfToFloat(b.d);
-    u.dmin = HalfToFloat(b.dmin);
-    return u;
+    h.mn_pairs = _mm256_set_m128i(_mm_unpackhi_epi16(mn, mn), _mm_unpacklo_epi16(mn, mn));
+    h.d = HalfToFloat(b.d);
+    h.dmin = HalfToFloat(b.dmin);
+    return h;
   }
-  static void Accumulate(const Unpacked& u, const Act& x, __m256& acc, float& /*extra*/) noexcept {
-    __m256i sumi = _mm256_setzero_si256();
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) {
-      const __m256i p = _mm256_maddubs_epi16(u.q[j], Load256(x.qs + 32 * j));
-      sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, u.sc[j]));
+  // Sub-block j: the low (even j) or high (odd j) nibbles of bytes 32 (j / 2) .. + 31, and for
+  // Q5_K the fifth bit, bit j of qh[l].
+  static __m256i Quants(const Block& b, int j) noexcept {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    const __m256i v = Load256(b.qs + 32 * (j / 2));
+    __m256i q = _mm256_and_si256(j % 2 == 0 ? v : _mm256_srli_epi16(v, 4), low4);
+    if constexpr (std::is_same_v<B, quant::BlockQ5_K>) {
+      const __m256i bit =
+          _mm256_and_si256(_mm256_srli_epi16(Load256(b.qh), j), _mm256_set1_epi8(1));
+      q = _mm256_or_si256(q, _mm256_slli_epi16(bit, 4));
     }
-    const __m256i summ = _mm256_madd_epi16(Load256(x.bsums), u.mn_pairs);
-    acc = Fma(u.d * x.d, sumi, acc);
-    acc = _mm256_fnmadd_ps(_mm256_set1_ps(u.dmin * x.d), _mm256_cvtepi32_ps(summ), acc);
+    return q;
+  }
+  // sc[j] (int16 bytes 2j, 2j + 1) in every lane: one byte shuffle.
+  static __m256i Scale(const Header& h, int j) noexcept {
+    return _mm256_shuffle_epi8(
+        h.sc16, _mm256_set1_epi16(static_cast<std::int16_t>((2 * j + 1) << 8 | 2 * j)));
+  }
+  static __m256 Finish(const Header& h, const BlockQ8_K& x, __m256i sumi, __m256 acc) noexcept {
+    const __m256i summ = _mm256_madd_epi16(Load256(x.bsums), h.mn_pairs);
+    acc = Fma(h.d * x.d, sumi, acc);
+    return _mm256_fnmadd_ps(_mm256_set1_ps(h.dmin * x.d), _mm256_cvtepi32_ps(summ), acc);
   }
 };
 
 // Q6_K: x = d sc[k] (q - 32) per sub-block k of 16 (q <= 63).
-// dot = d_a d_w (sum_k sc[k] sum(q a) - 32 sum_k sc[k] bsums[k]).
+// dot = d_a d_w (sum_k sc[k] sum(q a) - 32 sum_k sc[k] bsums[k]). Unit v of 32 elements holds
+// sub-blocks 2v (low 128-bit half) and 2v + 1 (high half).
 struct Q6K {
   using Block = quant::BlockQ6_K;
-  using Act = BlockQ8_K;
-  static constexpr int kElems = quant::kQkK;
-  static constexpr int kChains = 2;
-  struct Unpacked {
-    __m256i q[8];        // elements [32 v, 32 v + 32): sub-blocks 2v and 2v + 1
-    __m256i sc_pair[8];  // int16 lanes 0-7: sc[2v], 8-15: sc[2v + 1]
-    __m256i sc;          // the 16 scales as int16, against bsums
+  static constexpr int kSubBlocks = 8;
+  struct Header {
+    __m128i scales;  // the 16 scale bytes (int8)
     float d;
   };
-  static Unpacked Unpack(const Block& b) noexcept {
-    Unpacked u;
+  static Header Begin(const Block& b) noexcept { return {Load128(b.scales), HalfToFloat(b.d)}; }
+  // Unit v = 4 h + t: elements [128 h + 32 t, + 32): low (t < 2) or high nibbles of ql bytes
+  // 64 h + 32 (t % 2) .., and bits 2t, 2t + 1 of qh[32 h + l] moved to bits 4-5.
+  static __m256i Quants(const Block& b, int v) noexcept {
+    const int h = v / 4;
+    const int t = v % 4;
     const __m256i low4 = _mm256_set1_epi8(0x0F);
-#pragma GCC unroll 8
-    for (int h = 0; h < 2; ++h) {
-      const __m256i ql0 = Load256(b.ql + 64 * h);
-      const __m256i ql1 = Load256(b.ql + 64 * h + 32);
-      const __m256i qh = Load256(b.qh + 32 * h);
-      // Two high bits of element l at bits 2t, 2t + 1 of qh[l] for quarter t, moved to bits 4-5.
-      const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x03)), 4);
-      const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x0C)), 2);
-      const __m256i h2 = _mm256_and_si256(qh, _mm256_set1_epi8(0x30));
-      const __m256i h3 =
-          _mm256_srli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(static_cast<char>(0xC0))), 2);
-      u.q[4 * h] = _mm256_or_si256(_mm256_and_si256(ql0, low4), h0);
-      u.q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, low4), h1);
-      u.q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), h2);
-      u.q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), h3);
-    }
-    // sc_pair[v] from the 16 scale bytes by one byte shuffle (8 copies of sc[2v], then of
-    // sc[2v + 1]) and one sign extension, not four scalar moves and broadcasts.
-    const __m128i scales = Load128(b.scales);
-#pragma GCC unroll 8
-    for (int v = 0; v < 8; ++v) {
-      const __m128i pick =
-          _mm_set_epi64x(0x0101010101010101LL * (2 * v + 1), 0x0101010101010101LL * (2 * v));
-      u.sc_pair[v] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
-    }
-    u.sc = _mm256_cvtepi8_epi16(scales);
-    u.d = HalfToFloat(b.d);
-    return u;
+    const __m256i ql = Load256(b.ql + 64 * h + 32 * (t % 2));
+    const __m256i qh = Load256(b.qh + 32 * h);
+    const __m256i low = _mm256_and_si256(t < 2 ? ql : _mm256_srli_epi16(ql, 4), low4);
+    const __m256i high_mask = _mm256_set1_epi8(static_cast<char>(0x03 << (2 * t)));
+    const __m256i masked = _mm256_and_si256(qh, high_mask);
+    // Bits 2t, 2t + 1 to bits 4, 5: a shift left by 4 - 2t (t < 2) or right by 2t - 4.
+    const __m256i high = t == 0   ? _mm256_slli_epi16(masked, 4)
+                         : t == 1 ? _mm256_slli_epi16(masked, 2)
+                         : t == 2 ? masked
+                                  : _mm256_srli_epi16(masked, 2);
+    return _mm256_or_si256(low, high);
   }
-  static void Accumulate(const Unpacked& u, const Act& x, __m256& acc, float& /*extra*/) noexcept {
-    __m256i sumi = _mm256_setzero_si256();
-#pragma GCC unroll 8
-    for (int v = 0; v < 8; ++v) {
-      const __m256i p = _mm256_maddubs_epi16(u.q[v], Load256(x.qs + 32 * v));
-      sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, u.sc_pair[v]));
-    }
-    const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(Load256(x.bsums), u.sc), 5);
-    acc = Fma(u.d * x.d, _mm256_sub_epi32(sumi, offset), acc);
+  // int16 lanes 0-7: sc[2v], 8-15: sc[2v + 1]: one byte shuffle and one sign extension.
+  static __m256i Scale(const Header& h, int v) noexcept {
+    const __m128i pick =
+        _mm_set_epi64x(0x0101010101010101LL * (2 * v + 1), 0x0101010101010101LL * (2 * v));
+    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(h.scales, pick));
+  }
+  static __m256 Finish(const Header& h, const BlockQ8_K& x, __m256i sumi, __m256 acc) noexcept {
+    const __m256i offset =
+        _mm256_slli_epi32(_mm256_madd_epi16(Load256(x.bsums), _mm256_cvtepi8_epi16(h.scales)), 5);
+    return Fma(h.d * x.d, _mm256_sub_epi32(sumi, offset), acc);
   }
 };
 
@@ -335,6 +317,62 @@ void RowTile(const RowsKernelArgs& a, int i0, int row_begin, int row_end) noexce
 template <class T>
 void Rows(const RowsKernelArgs& a, int row_begin, int row_end) {
   ForRowTiles<kMaxActRows>(a.m, [&]<int MI>(int i0) { RowTile<T, MI>(a, i0, row_begin, row_end); });
+}
+
+// Activation rows [i0, i0 + MI) against weight rows [row_begin, row_end) of a K-quant, one
+// sub-block at a time (the K-quant section's comment). One fp32 accumulator per activation row:
+// a super-block's work (8 sub-blocks) is long beside its two dependent FMAs. (Two weight rows in
+// flight for tiles of 1 and 2 rows measured level with one.)
+template <class T, int MI>
+void SuperRowTile(const RowsKernelArgs& a, int i0, int row_begin, int row_end) noexcept {
+  const quant::WeightMatrix& w = *a.w;
+  const int nb = w.cols / quant::kQkK;
+  const BlockQ8_K* act[MI];
+#pragma GCC unroll 8
+  for (int i = 0; i < MI; ++i) {
+    act[i] = reinterpret_cast<const BlockQ8_K*>(a.act +
+                                                static_cast<std::size_t>(i0 + i) * a.act_row_bytes);
+  }
+  for (int r = row_begin; r < row_end; ++r) {
+    const auto* blocks = reinterpret_cast<const typename T::Block*>(w.Row(r));
+    __m256 acc[MI];
+#pragma GCC unroll 8
+    for (int i = 0; i < MI; ++i) acc[i] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; ++b) {
+      // The weight stream a fixed distance ahead (rows are contiguous: across row ends too).
+      const char* ahead = reinterpret_cast<const char*>(blocks + b) + kPrefetchAheadBytes;
+#pragma GCC unroll 8
+      for (std::size_t line = 0; line < sizeof(typename T::Block); line += 64) {
+        _mm_prefetch(ahead + line, internal::kStreamPrefetchHint);
+      }
+      const typename T::Block& block = blocks[b];
+      const typename T::Header h = T::Begin(block);
+      __m256i sumi[MI];
+#pragma GCC unroll 8
+      for (int i = 0; i < MI; ++i) sumi[i] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int j = 0; j < T::kSubBlocks; ++j) {
+        const __m256i q = T::Quants(block, j);
+        const __m256i sc = T::Scale(h, j);
+#pragma GCC unroll 8
+        for (int i = 0; i < MI; ++i) {
+          const __m256i p = _mm256_maddubs_epi16(q, Load256(act[i][b].qs + 32 * j));
+          sumi[i] = _mm256_add_epi32(sumi[i], _mm256_madd_epi16(p, sc));
+        }
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < MI; ++i) acc[i] = T::Finish(h, act[i][b], sumi[i], acc[i]);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MI; ++i) Store(a, i0 + i, r, HorizontalSum(acc[i]));
+  }
+}
+
+// Every activation row in tiles of kMaxSuperActRows.
+template <class T>
+void SuperRows(const RowsKernelArgs& a, int row_begin, int row_end) {
+  ForRowTiles<kMaxSuperActRows>(
+      a.m, [&]<int MI>(int i0) { SuperRowTile<T, MI>(a, i0, row_begin, row_end); });
 }
 
 // ---- F16 / BF16: widened to fp32, FMA on the fp32 activations ----
@@ -432,11 +470,11 @@ QuantKernel Kernel(GgmlType type) noexcept {
     case GgmlType::kQ5_1:
       return kernel(Rows<MinBlocks32<quant::BlockQ5_1>>);
     case GgmlType::kQ4_K:
-      return kernel(Rows<KMin<quant::BlockQ4_K>>);
+      return kernel(SuperRows<KMin<quant::BlockQ4_K>>);
     case GgmlType::kQ5_K:
-      return kernel(Rows<KMin<quant::BlockQ5_K>>);
+      return kernel(SuperRows<KMin<quant::BlockQ5_K>>);
     case GgmlType::kQ6_K:
-      return kernel(Rows<Q6K>);
+      return kernel(SuperRows<Q6K>);
     case GgmlType::kF16:
       return kernel(HalfRows<GgmlType::kF16>);
     case GgmlType::kBF16:
