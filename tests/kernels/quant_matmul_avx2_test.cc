@@ -1,5 +1,5 @@
 // The AVX2 kernels against the scalar reference kernels: every activation row count they run
-// below the dequant+sgemm hand-over (1..kDequantGemmMinRows - 1: tiles of 4 and every tail),
+// below the dequant+sgemm hand-over (1..15, the K-quants 1..31: every tile size and tail),
 // odd weight-row counts, block counts that end inside a group of accumulator chains, row ranges
 // that do not start at 0, and accumulate. The integer block dots are exact, so the only
 // admissible difference is fp32 rounding of scale products and sums; a wrong element order, scale
@@ -22,6 +22,7 @@
 #include "kernels/quant_product.h"
 #include "metronome/kernels/cpu_features.h"
 #include "metronome/kernels/quant_matmul.h"
+#include "metronome/quant/blocks.h"
 #include "metronome/quant/codec.h"
 #include "metronome/quant/ggml_type.h"
 #include "metronome/quant/weight_matrix.h"
@@ -85,7 +86,10 @@ void ExpectEqualsScalar(GgmlType t, const Product& p, int m, int n, int k, int r
 
 TEST_P(Avx2KernelTest, EqualsScalarKernelForEveryRowCountBelowTheHandOver) {
   const GgmlType t = GetParam();
-  EXPECT_EQ(Kernel(t).dequant_gemm_min_rows, kDequantGemmMinRows);
+  // The K-quants' sub-block tiles hand over later (kSuperDequantGemmMinRows, 32), the rest at 16.
+  const int hand_over = Kernel(t).dequant_gemm_min_rows;
+  const bool k_quant = quant::Traits(t).block_elems == quant::kQkK;
+  EXPECT_EQ(hand_over, k_quant ? 2 * kDequantGemmMinRows : kDequantGemmMinRows);
   std::mt19937 rng(5);
   struct Case {
     int n, k, row_begin, row_end;
@@ -95,7 +99,7 @@ TEST_P(Avx2KernelTest, EqualsScalarKernelForEveryRowCountBelowTheHandOver) {
        {Case{1, 32, 0, 1}, Case{7, 96, 0, 7}, Case{37, 608, 3, 36}, Case{9, 224, 1, 9},
         Case{5, 160, 2, 5}, Case{11, 1280, 0, 11}, Case{6, 768, 1, 6}}) {
     const int k = ColsFor(t, c.k);
-    for (int m = 1; m < kDequantGemmMinRows; ++m) {
+    for (int m = 1; m < hand_over; ++m) {
       const Product p = MakeProduct(t, m, c.n, k, rng);
       std::vector<double> tol(static_cast<std::size_t>(m));
       for (int i = 0; i < m; ++i) tol[static_cast<std::size_t>(i)] = Tolerance(p, i, k, false);

@@ -35,6 +35,9 @@ constexpr int kMaxActRows = 4;  // activation rows per unpacked weight block
 // The K-quants' tiles (SuperRowTile): 8 rows' int32 sums, one quants and one scale vector in the
 // 16 ymm registers.
 constexpr int kMaxSuperActRows = 8;
+// Rows from which a K-quant product goes to dequant+sgemm: SuperRows beats it at 16 and 32 rows
+// and loses at 64 (bench/quant_benchmark BM_Prefill paths 1 and 3, oneDNN on AVX2).
+constexpr int kSuperDequantGemmMinRows = 2 * kDequantGemmMinRows;
 // Software prefetch distance on the weight stream. A decode product streams W from DRAM once,
 // one row after the next; the hardware prefetcher alone leaves the kernel waiting on it (the
 // AVX-512 decode kernels prefetch as far ahead for the same reason: quant_gemv_avx512.cc).
@@ -455,8 +458,8 @@ void HalfRows(const RowsKernelArgs& a, int row_begin, int row_end) {
 
 QuantKernel Kernel(GgmlType type) noexcept {
   constexpr std::string_view kName = "avx2";
-  const auto kernel = [&](RowsKernel rows) {
-    return QuantKernel{rows, kName, nullptr, kDequantGemmMinRows};
+  const auto kernel = [&](RowsKernel rows, int dequant_gemm_min_rows = kDequantGemmMinRows) {
+    return QuantKernel{rows, kName, nullptr, dequant_gemm_min_rows};
   };
   switch (type) {
     case GgmlType::kQ8_0:
@@ -470,11 +473,11 @@ QuantKernel Kernel(GgmlType type) noexcept {
     case GgmlType::kQ5_1:
       return kernel(Rows<MinBlocks32<quant::BlockQ5_1>>);
     case GgmlType::kQ4_K:
-      return kernel(SuperRows<KMin<quant::BlockQ4_K>>);
+      return kernel(SuperRows<KMin<quant::BlockQ4_K>>, kSuperDequantGemmMinRows);
     case GgmlType::kQ5_K:
-      return kernel(SuperRows<KMin<quant::BlockQ5_K>>);
+      return kernel(SuperRows<KMin<quant::BlockQ5_K>>, kSuperDequantGemmMinRows);
     case GgmlType::kQ6_K:
-      return kernel(SuperRows<Q6K>);
+      return kernel(SuperRows<Q6K>, kSuperDequantGemmMinRows);
     case GgmlType::kF16:
       return kernel(HalfRows<GgmlType::kF16>);
     case GgmlType::kBF16:

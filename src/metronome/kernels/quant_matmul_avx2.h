@@ -23,9 +23,9 @@
 namespace metronome::kernels::avx2 {
 
 // The AVX2 kernel of `type` ({nullptr, ""} for F32, which oneDNN runs, and for types without one),
-// named "avx2". Every one hands compute-bound products (m >= kDequantGemmMinRows) to
-// DequantGemmKernel like the scalar ones: from there dequant+sgemm is level or faster
-// (bench/quant_benchmark BM_Prefill, path 3 against 1).
+// named "avx2". Every one hands compute-bound products to DequantGemmKernel like the scalar ones,
+// from where dequant+sgemm is level or faster (bench/quant_benchmark BM_Prefill, path 3 against
+// 1): m >= kDequantGemmMinRows, the K-quants (8-row sub-block tiles) from 2 x that.
 [[nodiscard]] QuantKernel Kernel(quant::GgmlType type) noexcept;
 
 }  // namespace metronome::kernels::avx2
