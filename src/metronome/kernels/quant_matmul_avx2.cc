@@ -6,7 +6,8 @@
 // (T::Accumulate); RowTile runs it for MI <= 4 activation rows per unpacked block, each row with
 // kChains / MI accumulators used in turn over consecutive blocks (independent FMA chains). The
 // K-quants: SuperRowTile unpacks a super-block one sub-block at a time and dots each with up to 8
-// activation rows before the next (the K-quant section). Both prefetch the weight stream ahead.
+// activation rows before the next (the K-quant section). Every kernel prefetches its weight stream
+// ahead, F16 / BF16 (HalfRowTile) too.
 #include "metronome/kernels/quant_matmul_avx2.h"
 
 #include <immintrin.h>
@@ -420,6 +421,10 @@ void HalfRowTile(const RowsKernelArgs& a, int i0, int row_begin, int row_end) no
     }
     int k = 0;
     for (; k + 8 * kChains <= cols; k += 8 * kChains) {
+      // A step reads 16 kChains bytes: one prefetch each, a line's first reaching it (at MI >= 2
+      // the others are redundant and cheap beside the step's MI x kChains FMAs).
+      _mm_prefetch(reinterpret_cast<const char*>(row + k) + kPrefetchAheadBytes,
+                   internal::kStreamPrefetchHint);
 #pragma GCC unroll 4
       for (int c = 0; c < kChains; ++c) {
         const __m256 wv = Widen8<kType>(row + k + 8 * c);
