@@ -247,8 +247,16 @@ check "bench-decode reports the roofline fraction per stretch" \
 check "bench-decode splits a dense model's gemm time over its five products" grep -Eq \
   "^gemm by product, us per step \(weight GB/s\): qkv [0-9.]+ \([0-9.]+\), attn_out [0-9.]+ \([0-9.]+\), gate_up [0-9.]+ \([0-9.]+\), down [0-9.]+ \([0-9.]+\), logits [0-9.]+ \([0-9.]+\)$" \
   <<<"$out"
-check "bench-decode prints the thread count and the detected CPUs" \
-  grep -Eq "threads=[0-9]+ \(detected CPUs [0-9]+\)" <<<"$out"
+check "bench-decode prints the thread count, the kernels' level and the detected CPUs" \
+  grep -Eq "threads=[0-9]+ kernels=(avx512|avx2|scalar) \(detected CPUs [0-9]+\)" <<<"$out"
+# The kernels capped below the CPU's level (kernels/cpu_features.h), and a cap naming no level.
+out="$(METRONOME_MAX_CPU_ISA=scalar "$bin" bench-decode --model synthetic:tiny --sessions 1 \
+  --context 8 --steps 2 2>&1)"
+check "METRONOME_MAX_CPU_ISA=scalar runs the scalar kernels" grep -q " kernels=scalar " <<<"$out"
+out="$(METRONOME_MAX_CPU_ISA=avx3 "$bin" bench-decode --model synthetic:tiny --sessions 1 \
+  --context 8 --steps 2 2>&1)"
+check "a METRONOME_MAX_CPU_ISA naming no level is reported and ignored" grep -q \
+  "METRONOME_MAX_CPU_ISA='avx3' is not one of scalar, avx2, avx512; not capping" <<<"$out"
 out="$("$bin" bench-decode --model synthetic:qwen3moe-tiny --sessions 1 --context 8 --steps 2)"
 check "bench-decode times a mixture of experts' router as a product of its own" grep -Eq \
   "^gemm by product, us per step \(weight GB/s\): qkv [0-9.]+ \([0-9.]+\), attn_out [0-9.]+ \([0-9.]+\), router [0-9.]+ \([0-9.]+\), gate_up [0-9.]+ \([0-9.]+\), down [0-9.]+ \([0-9.]+\), logits [0-9.]+ \([0-9.]+\)$" \
