@@ -227,10 +227,8 @@ void GroupQuad(const GemvActQuad* act, const GemvActSums* sums, int blocks,
 #pragma GCC unroll 4
         for (int t = 0; t < kQuadBlocks; ++t) b[t] = wrow[j] + block[t];
         // One prefetch per line of a quad's bytes (Q8_0: 136, the others at most 88).
-        const char* at = reinterpret_cast<const char*>(b[0]) + ahead;
-#pragma GCC unroll 4
-        for (std::size_t line = 0; line < kQuadBlocks * sizeof(Block); line += 64)
-          _mm_prefetch(at + line, internal::kStreamPrefetchHint);
+        internal::PrefetchStreamLines<kQuadBlocks * sizeof(Block)>(
+            reinterpret_cast<const char*>(b[0]) + ahead);
         if constexpr (requires { W::UnpackConsecutiveQuad(b[0]); }) {
           u[j] = consecutive ? W::UnpackConsecutiveQuad(b[0]) : W::UnpackQuad(b);
         } else {
@@ -329,10 +327,8 @@ void GroupK(const RowsKernelArgs& a, const GemvActK* bsum, int supers,
   for (int sb = 0; sb < supers; ++sb) {
 #pragma GCC unroll 8
     for (int j = 0; j < NT; ++j) {
-      const char* at = reinterpret_cast<const char*>(wrow[j] + sb) + ahead;
-#pragma GCC unroll 4
-      for (std::size_t line = 0; line < sizeof(Block); line += 64)
-        _mm_prefetch(at + line, internal::kStreamPrefetchHint);
+      internal::PrefetchStreamLines<sizeof(Block)>(reinterpret_cast<const char*>(wrow[j] + sb) +
+                                                   ahead);
       // One weight super-block in registers at a time (NT of them would not fit beside the
       // accumulators); its activation chunks are L1 loads.
       SuperRegs w;

@@ -58,10 +58,7 @@ constexpr int kOrMasked = 0xF8;  // ternary logic: a | (b & c)
 // (internal/stream_prefetch.h).
 template <std::size_t kBytes, std::size_t kAhead = kPrefetchAheadBytes>
 inline void PrefetchAhead(const std::byte* p) noexcept {
-#pragma GCC unroll 64
-  for (std::size_t line = 0; line < kBytes; line += kLineBytes) {
-    _mm_prefetch(reinterpret_cast<const char*>(p) + kAhead + line, internal::kStreamPrefetchHint);
-  }
+  internal::PrefetchStreamLines<kBytes>(p + kAhead);
 }
 
 // A register tile's activation rows [r, r + MT), each a row of `Act` blocks.

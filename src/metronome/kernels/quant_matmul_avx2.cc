@@ -290,11 +290,8 @@ void RowTile(const RowsKernelArgs& a, int i0, int row_begin, int row_end) noexce
     int b = 0;
     for (; b + kChains <= nb; b += kChains) {
       // The weight stream a fixed distance ahead (rows are contiguous: across row ends too).
-      const char* ahead = reinterpret_cast<const char*>(blocks + b) + kPrefetchAheadBytes;
-#pragma GCC unroll 8
-      for (std::size_t line = 0; line < kChains * sizeof(typename T::Block); line += 64) {
-        _mm_prefetch(ahead + line, internal::kStreamPrefetchHint);
-      }
+      internal::PrefetchStreamLines<kChains * sizeof(typename T::Block)>(
+          reinterpret_cast<const char*>(blocks + b) + kPrefetchAheadBytes);
 #pragma GCC unroll 4
       for (int c = 0; c < kChains; ++c) {
         const typename T::Unpacked u = T::Unpack(blocks[b + c]);
@@ -344,11 +341,8 @@ void SuperRowTile(const RowsKernelArgs& a, int i0, int row_begin, int row_end) n
     for (int i = 0; i < MI; ++i) acc[i] = _mm256_setzero_ps();
     for (int b = 0; b < nb; ++b) {
       // The weight stream a fixed distance ahead (rows are contiguous: across row ends too).
-      const char* ahead = reinterpret_cast<const char*>(blocks + b) + kPrefetchAheadBytes;
-#pragma GCC unroll 8
-      for (std::size_t line = 0; line < sizeof(typename T::Block); line += 64) {
-        _mm_prefetch(ahead + line, internal::kStreamPrefetchHint);
-      }
+      internal::PrefetchStreamLines<sizeof(typename T::Block)>(
+          reinterpret_cast<const char*>(blocks + b) + kPrefetchAheadBytes);
       const typename T::Block& block = blocks[b];
       const typename T::Header h = T::Begin(block);
       __m256i sumi[MI];
@@ -423,8 +417,8 @@ void HalfRowTile(const RowsKernelArgs& a, int i0, int row_begin, int row_end) no
     for (; k + 8 * kChains <= cols; k += 8 * kChains) {
       // A step reads 16 kChains bytes: one prefetch each, a line's first reaching it (at MI >= 2
       // the others are redundant and cheap beside the step's MI x kChains FMAs).
-      _mm_prefetch(reinterpret_cast<const char*>(row + k) + kPrefetchAheadBytes,
-                   internal::kStreamPrefetchHint);
+      internal::PrefetchStreamLines<1>(reinterpret_cast<const char*>(row + k) +
+                                       kPrefetchAheadBytes);
 #pragma GCC unroll 4
       for (int c = 0; c < kChains; ++c) {
         const __m256 wv = Widen8<kType>(row + k + 8 * c);
