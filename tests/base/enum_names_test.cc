@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace metronome {
@@ -28,6 +29,13 @@ TEST(EnumNamesTest, ParsingIsExactAndCaseSensitive) {
   EXPECT_EQ(ValueOf(kColorNames, "red "), std::nullopt);
   EXPECT_EQ(ValueOf(kColorNames, ""), std::nullopt);
   EXPECT_EQ(ValueOf(kColorNames, "gree"), std::nullopt);
+}
+
+TEST(EnumNamesTest, JoinedNamesListsTheTableInOrder) {
+  EXPECT_EQ(JoinedNames(kColorNames), "red, green, blue");
+  EXPECT_EQ(JoinedNames(kColorNames, "|"), "red|green|blue");
+  constexpr std::array<EnumName<Color>, 1> kOne = {{{Color::kRed, "red"}}};
+  EXPECT_EQ(JoinedNames(kOne), "red");
 }
 
 TEST(EnumNamesTest, LookupsAreConstexpr) {

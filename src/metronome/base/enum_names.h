@@ -4,6 +4,7 @@
 //   constexpr std::array<EnumName<Color>, 2> kColorNames = {{{Color::kRed, "red"}, ...}};
 //   const char* ToString(Color c) { return NameOf(kColorNames, c, "?"); }
 //   std::optional<Color> ParseColor(std::string_view s) { return ValueOf(kColorNames, s); }
+//   "... is not one of " + JoinedNames(kColorNames)
 //
 // Invariants the caller keeps (checked by the enum's own test): every value appears once, every
 // name once. Names are C strings (string literals) so that they serve printf("%s") and
@@ -13,6 +14,7 @@
 #include <array>
 #include <cstddef>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace metronome {
@@ -42,6 +44,19 @@ template <typename Enum, std::size_t N>
     if (std::string_view(entry.name) == name) return entry.value;
   }
   return std::nullopt;
+}
+
+// The table's names in its order, joined by `separator` ("red, green, blue"): the choices a
+// message about a name outside the table lists, spelled by the table itself.
+template <typename Enum, std::size_t N>
+[[nodiscard]] std::string JoinedNames(const std::array<EnumName<Enum>, N>& table,
+                                      std::string_view separator = ", ") {
+  std::string joined;
+  for (const EnumName<Enum>& entry : table) {
+    if (!joined.empty()) joined += separator;
+    joined += entry.name;
+  }
+  return joined;
 }
 
 }  // namespace metronome

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "metronome/base/enum_names.h"
 
@@ -36,8 +37,8 @@ CpuIsa CapFromEnvironment() noexcept {
   const char* value = std::getenv(kCapVariable);  // NOLINT(concurrency-mt-unsafe): read once
   if (value == nullptr || *value == '\0') return CpuIsa::kAvx512;
   if (const std::optional<CpuIsa> cap = ParseCpuIsa(value)) return *cap;
-  std::fprintf(stderr, "warning: %s='%s' is not one of scalar, avx2, avx512; not capping\n",
-               kCapVariable, value);
+  std::fprintf(stderr, "warning: %s='%s' is not one of %s; not capping\n", kCapVariable, value,
+               JoinedNames(kCpuIsaNames).c_str());
   return CpuIsa::kAvx512;
 }
 
