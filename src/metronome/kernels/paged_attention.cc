@@ -78,14 +78,16 @@ void AttendKvHead(AttentionImpl impl, const AttentionShape& shape, const PagedKv
   bool ran = false;
 #if defined(__AVX512F__)
   if (impl == AttentionImpl::kAvx512) {
-    ran = WithSimdHeadDim(shape.head_dim,
-                          [&](auto hd) { attend(SimdOps<decltype(hd)::value / 16>{}); });
+    ran = WithSimdHeadDim(shape.head_dim, [&](auto hd) {
+      attend(VecOps<Avx512Vec, decltype(hd)::value / Avx512Vec::kLanes>{});
+    });
   }
 #endif
 #if defined(__AVX2__) && defined(__FMA__)
   if (impl == AttentionImpl::kAvx2) {
-    ran = WithSimdHeadDim(shape.head_dim,
-                          [&](auto hd) { attend(Avx2Ops<decltype(hd)::value / 8>{}); });
+    ran = WithSimdHeadDim(shape.head_dim, [&](auto hd) {
+      attend(VecOps<Avx2Vec, decltype(hd)::value / Avx2Vec::kLanes>{});
+    });
   }
 #endif
   if (ran) return;

@@ -100,9 +100,6 @@ inline QueryRow RowOfQuery(const QueryKeys* queries, int i, const AttentionKeySl
 }
 
 #if defined(__AVX512F__)
-// Head dims that are multiples of 16 up to 256 run with the query (or the output accumulator) of
-// one head held in C = head_dim/16 registers. Heads are the outer loop: each walk over the visible
-// blocks serves one head, and the group's other heads re-read the same K/V from L1/L2, not DRAM.
 // 16 bf16 values widened to fp32 (exact: bf16 is the top half of an fp32).
 inline __m512 WidenBf16x16(__m256i h) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
@@ -113,62 +110,26 @@ inline __m512 LoadBf16x16(const std::uint16_t* p) {
 inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
 inline __m512 Load16(const std::uint16_t* p) { return LoadBf16x16(p); }
 
-template <int C>
-struct SimdHead {
-  __m512 v[C];
-  void Load(const float* p) {
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) v[c] = _mm512_loadu_ps(p + 16 * c);
-  }
-  template <typename E>
-  [[nodiscard]] float DotWith(const E* k) const {
-    __m512 acc = _mm512_mul_ps(v[0], Load16(k));
-#pragma GCC unroll 8
-    for (int c = 1; c < C; ++c) acc = _mm512_fmadd_ps(v[c], Load16(k + 16 * c), acc);
-    return _mm512_reduce_add_ps(acc);
-  }
-  void Zero() {
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) v[c] = _mm512_setzero_ps();
-  }
-  template <typename E>
-  void AddScaled(float a, const E* x) {
-    const __m512 va = _mm512_set1_ps(a);
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) v[c] = _mm512_fmadd_ps(va, Load16(x + 16 * c), v[c]);
-  }
-  void Store(float* p) const {
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) _mm512_storeu_ps(p + 16 * c, v[c]);
-  }
-};
-
-// q fp32 in registers; K and V read as fp32 or widened from bf16 (exact).
-template <int C>
-struct SimdOps {
-  struct ScoreHead {
-    SimdHead<C> q;
-    void Begin(const float* qh, int /*hd*/) { q.Load(qh); }
-    template <typename E>
-    [[nodiscard]] float Score(const E* k, int /*hd*/) const {
-      return q.DotWith(k);
-    }
-  };
-  struct OutHead {
-    SimdHead<C> acc;
-    void Begin(int /*hd*/) { acc.Zero(); }
-    template <typename E>
-    void Add(float a, const E* v, int /*hd*/) {
-      acc.AddScaled(a, v);
-    }
-    void Finish(float* out, int /*hd*/) const { acc.Store(out); }
-  };
+// The 16-lane operations VecHead runs on (Avx2Vec below names the same ones); q.k in one FMA
+// chain.
+struct Avx512Vec {
+  using Reg = __m512;
+  static constexpr int kLanes = 16;
+  static constexpr int kDotChains = 1;
+  static Reg Load(const float* p) { return Load16(p); }
+  static Reg Load(const std::uint16_t* p) { return Load16(p); }
+  static Reg Zero() { return _mm512_setzero_ps(); }
+  static Reg Set1(float a) { return _mm512_set1_ps(a); }
+  static Reg Mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
+  static Reg Add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
+  static Reg Fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
+  static void Store(float* p, Reg v) { _mm512_storeu_ps(p, v); }
+  static float Sum(Reg v) { return _mm512_reduce_add_ps(v); }
 };
 #endif
 
 #if defined(__AVX2__) && defined(__FMA__)
-// The same per-head operations in 8-lane registers (C = head_dim / 8) for CPUs without AVX-512;
-// the q.k dot alternates two accumulators so the FMA latency is paid once per two vectors.
+// 8-lane loads (bf16 widened) and the horizontal sum, for CPUs without AVX-512.
 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 Load8(const std::uint16_t* p) {  // 8 bf16 widened to fp32 (exact)
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -181,44 +142,73 @@ inline float Sum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-template <int C>
-struct Avx2Head {
-  __m256 v[C];
+// The 8-lane operations; q.k alternates two FMA chains so their latency is paid once per two
+// vectors.
+struct Avx2Vec {
+  using Reg = __m256;
+  static constexpr int kLanes = 8;
+  static constexpr int kDotChains = 2;
+  static Reg Load(const float* p) { return Load8(p); }
+  static Reg Load(const std::uint16_t* p) { return Load8(p); }
+  static Reg Zero() { return _mm256_setzero_ps(); }
+  static Reg Set1(float a) { return _mm256_set1_ps(a); }
+  static Reg Mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
+  static Reg Add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
+  static Reg Fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static void Store(float* p, Reg v) { _mm256_storeu_ps(p, v); }
+  static float Sum(Reg v) { return Sum8(v); }
+};
+#endif
+
+// One head of C = head_dim / V::kLanes vector registers (V: Avx512Vec or Avx2Vec; the head dims of
+// WithSimdHeadDim): the query or the output accumulator held in registers. Heads are the outer
+// loop: each walk over the visible blocks serves one head, and the group's other heads re-read the
+// same K/V from L1/L2, not DRAM.
+template <class V, int C>
+struct VecHead {
+  typename V::Reg v[C];
   void Load(const float* p) {
 #pragma GCC unroll 16
-    for (int c = 0; c < C; ++c) v[c] = _mm256_loadu_ps(p + 8 * c);
+    for (int c = 0; c < C; ++c) v[c] = V::Load(p + V::kLanes * c);
   }
+  // The dot with a key row, in V::kDotChains interleaved FMA chains.
   template <typename E>
   [[nodiscard]] float DotWith(const E* k) const {
-    __m256 even = _mm256_mul_ps(v[0], Load8(k));
-    __m256 odd = _mm256_setzero_ps();
+    typename V::Reg chains[V::kDotChains];
+    chains[0] = V::Mul(v[0], V::Load(k));
+#pragma GCC unroll 2
+    for (int c = 1; c < V::kDotChains; ++c) chains[c] = V::Zero();
 #pragma GCC unroll 16
     for (int c = 1; c < C; ++c) {
-      __m256& acc = c % 2 == 0 ? even : odd;
-      acc = _mm256_fmadd_ps(v[c], Load8(k + 8 * c), acc);
+      auto& chain = chains[c % V::kDotChains];
+      chain = V::Fma(v[c], V::Load(k + V::kLanes * c), chain);
     }
-    return Sum8(_mm256_add_ps(even, odd));
+#pragma GCC unroll 2
+    for (int c = 1; c < V::kDotChains; ++c) chains[0] = V::Add(chains[0], chains[c]);
+    return V::Sum(chains[0]);
   }
   void Zero() {
 #pragma GCC unroll 16
-    for (int c = 0; c < C; ++c) v[c] = _mm256_setzero_ps();
+    for (int c = 0; c < C; ++c) v[c] = V::Zero();
   }
   template <typename E>
   void AddScaled(float a, const E* x) {
-    const __m256 va = _mm256_set1_ps(a);
+    const typename V::Reg va = V::Set1(a);
 #pragma GCC unroll 16
-    for (int c = 0; c < C; ++c) v[c] = _mm256_fmadd_ps(va, Load8(x + 8 * c), v[c]);
+    for (int c = 0; c < C; ++c) v[c] = V::Fma(va, V::Load(x + V::kLanes * c), v[c]);
   }
   void Store(float* p) const {
 #pragma GCC unroll 16
-    for (int c = 0; c < C; ++c) _mm256_storeu_ps(p + 8 * c, v[c]);
+    for (int c = 0; c < C; ++c) V::Store(p + V::kLanes * c, v[c]);
   }
 };
 
-template <int C>
-struct Avx2Ops {
+// The per-head operations AttendQueries takes (`Ops`) on V's registers: q fp32 in registers; K
+// and V read as fp32 or widened from bf16 (exact).
+template <class V, int C>
+struct VecOps {
   struct ScoreHead {
-    Avx2Head<C> q;
+    VecHead<V, C> q;
     void Begin(const float* qh, int /*hd*/) { q.Load(qh); }
     template <typename E>
     [[nodiscard]] float Score(const E* k, int /*hd*/) const {
@@ -226,7 +216,7 @@ struct Avx2Ops {
     }
   };
   struct OutHead {
-    Avx2Head<C> acc;
+    VecHead<V, C> acc;
     void Begin(int /*hd*/) { acc.Zero(); }
     template <typename E>
     void Add(float a, const E* v, int /*hd*/) {
@@ -235,7 +225,6 @@ struct Avx2Ops {
     void Finish(float* out, int /*hd*/) const { acc.Store(out); }
   };
 };
-#endif
 
 // Calls fn(key_pointer, column) for every visible key of `range`, walking the block table once.
 template <typename E, typename Fn>
