@@ -129,34 +129,29 @@ struct Avx512Vec {
 #endif
 
 #if defined(__AVX2__) && defined(__FMA__)
-// 8-lane loads (bf16 widened) and the horizontal sum, for CPUs without AVX-512.
-inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 Load8(const std::uint16_t* p) {  // 8 bf16 widened to fp32 (exact)
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-inline float Sum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-// The 8-lane operations; q.k alternates two FMA chains so their latency is paid once per two
-// vectors.
+// The 8-lane operations, for CPUs without AVX-512; q.k alternates two FMA chains so their latency
+// is paid once per two vectors.
 struct Avx2Vec {
   using Reg = __m256;
   static constexpr int kLanes = 8;
   static constexpr int kDotChains = 2;
-  static Reg Load(const float* p) { return Load8(p); }
-  static Reg Load(const std::uint16_t* p) { return Load8(p); }
+  static Reg Load(const float* p) { return _mm256_loadu_ps(p); }
+  static Reg Load(const std::uint16_t* p) {  // 8 bf16 widened to fp32 (exact)
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
   static Reg Zero() { return _mm256_setzero_ps(); }
   static Reg Set1(float a) { return _mm256_set1_ps(a); }
   static Reg Mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
   static Reg Add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
   static Reg Fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
   static void Store(float* p, Reg v) { _mm256_storeu_ps(p, v); }
-  static float Sum(Reg v) { return Sum8(v); }
+  static float Sum(Reg v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
 };
 #endif
 
