@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "metronome/base/half.h"
+#include "metronome/kernels/internal/avx2_sum.h"
 #include "metronome/kernels/internal/for_count.h"
 #include "metronome/kernels/internal/stream_prefetch.h"
 #include "metronome/quant/blocks.h"
@@ -28,6 +29,7 @@
 namespace metronome::kernels::avx2 {
 namespace {
 
+using internal::HorizontalSum;
 using quant::ActQ8Block32;
 using quant::BlockQ8_K;
 using quant::GgmlType;
@@ -251,13 +253,6 @@ struct Q6K {
 };
 
 // ---- the rows kernel ----
-
-inline float HorizontalSum(__m256 v) noexcept {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 inline void Store(const RowsKernelArgs& a, int i, int r, float v) noexcept {
   float& dst = a.y[static_cast<std::size_t>(i) * static_cast<std::size_t>(a.ldy) +

@@ -19,6 +19,7 @@
 
 #include "metronome/base/check.h"
 #include "metronome/base/types.h"
+#include "metronome/kernels/internal/avx2_sum.h"
 #include "metronome/kernels/paged_attention.h"
 #include "metronome/kernels/rope.h"
 #include "metronome/kernels/vector_ops.h"
@@ -146,12 +147,7 @@ struct Avx2Vec {
   static Reg Add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
   static Reg Fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
   static void Store(float* p, Reg v) { _mm256_storeu_ps(p, v); }
-  static float Sum(Reg v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-  }
+  static float Sum(Reg v) { return internal::HorizontalSum(v); }
 };
 #endif
 
