@@ -46,11 +46,11 @@ constexpr std::size_t kPrefetchAheadBytes = 8192;
 // super-block's unpacking between its lines it runs too few lines ahead, and a stream read from
 // DRAM loses a fifth to two fifths of the bandwidth to that. A lead of a third of a body is enough
 // where DRAM latency is short; where it is longer (more lines in flight per core at the same read
-// rate) 2-4 KiB keeps up, level within the run-to-run spread; from 8 KiB the lead evicts lines
-// still to be read (BM_DecodeDram, m = 1 and 8, alternated builds). The prefetches go out a few
-// lines at a time as the kernel reads (PrefetchAhead beside the loads), not a body's 36-52 lines
-// at a super-block's start: such a burst holds the core's miss buffers while the loads behind it
-// wait, which cost Q6_K a fifth of its DRAM rate.
+// rate) 1.5-6 KiB keep up, level within the run-to-run spread (BM_DecodeDram, m = 1 and 8,
+// alternated builds). The prefetches go out a few lines at a time as the kernel reads
+// (PrefetchAhead beside the loads, kept there by internal/stream_prefetch.h), not a body's 36-52
+// lines at a super-block's start: such a burst holds the core's miss buffers while the loads
+// behind it wait, which cost Q6_K a sixth of its DRAM rate at one row and a quarter at 8.
 constexpr std::size_t kKQuantPrefetchAheadBytes = 3072;
 constexpr int kOrMasked = 0xF8;  // ternary logic: a | (b & c)
 
