@@ -21,8 +21,10 @@
 //    read bandwidth (bandwidth_GBps of BM_DecodeWeights, ~33 GB/s quiet).
 //  * BM_DecodeDram/type/m: every product of four Qwen3-8B-sized layers (~0.4 GB in Q4_K, far
 //    above the last-level cache) for m rows on the test pool, weights in the engine's layout and
-//    huge pages: what the kernels stream from DRAM at real size. Counters GB_per_s and
-//    roofline_fraction (over the in-process read bandwidth, bandwidth_GBps).
+//    huge pages: what the kernels stream from DRAM at real size. Counters GB_per_s,
+//    roofline_fraction (over the in-process read bandwidth, bandwidth_GBps, probed after the
+//    run) and paired_fraction (the median over iterations of the products' rate over a read of
+//    the same bytes right after them: steady where the machine's bandwidth comes in phases).
 //  * BM_ExpertsDram/type/m/placement: a Qwen3-MoE layer's expert products (64 experts of width
 //    768 on dim 2048, 8 a row, two layers' 3-D tensors in memory, ~0.3 GB in Q4_K) for m rows, as
 //    the engine's MoE stage runs them, against the same experts consecutive and as one product:
@@ -46,6 +48,8 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <ctime>
@@ -389,6 +393,66 @@ quant::WeightMatrix PlaceMatrix(GgmlType t, int n, int k, std::uint8_t*& at) {
   return view;
 }
 
+// One pass over the slice's lines as kStreams line-interleaved streams (BM_ReadStreams), with
+// software prefetch 0 none, 1 into L2 3 KiB ahead, 2 into L1 1 KiB ahead (the probe's).
+template <int kStreams, int kPrefetch>
+std::uint64_t ReadSlice(const std::uint64_t* slice, std::size_t lines_per_stream) {
+  constexpr std::size_t kLineWords = 8;
+  constexpr std::size_t kAheadWords = (kPrefetch == 1 ? 3072 : 1024) / sizeof(std::uint64_t);
+  const std::size_t stride = lines_per_stream * kLineWords;
+  std::uint64_t sums[kStreams][kLineWords] = {};
+  for (std::size_t i = 0; i < lines_per_stream; ++i) {
+    for (int st = 0; st < kStreams; ++st) {
+      const std::uint64_t* line = slice + static_cast<std::size_t>(st) * stride + i * kLineWords;
+      if constexpr (kPrefetch == 1) __builtin_prefetch(line + kAheadWords, 0, 2);  // prefetcht1
+      if constexpr (kPrefetch == 2) __builtin_prefetch(line + kAheadWords, 0, 3);  // prefetcht0
+      for (std::size_t w = 0; w < kLineWords; ++w) sums[st][w] += line[w];
+    }
+  }
+  std::uint64_t total = 0;
+  for (const auto& stream : sums) {
+    for (const std::uint64_t v : stream) total += v;
+  }
+  return total;
+}
+
+template <int kStreams>
+std::uint64_t ReadSliceWith(int prefetch, const std::uint64_t* slice, std::size_t lines) {
+  switch (prefetch) {
+    case 1:
+      return ReadSlice<kStreams, 1>(slice, lines);
+    case 2:
+      return ReadSlice<kStreams, 2>(slice, lines);
+    default:
+      return ReadSlice<kStreams, 0>(slice, lines);
+  }
+}
+
+// Seconds to read [p, p + bytes) on the pool, 4 slices a thread, the faster of the probe's two
+// patterns (kernels::ReadBandwidthProbe): each slice as 4 line-interleaved streams prefetched into
+// L1, or as one stream prefetched into L2. The read the paired fraction divides by.
+template <std::size_t kStreams, int kPrefetch>
+double ReadOnPoolSecondsAs(const std::byte* p, std::size_t bytes) {
+  auto& pool = metronome::testing::TestPool();
+  const std::size_t slices = static_cast<std::size_t>(pool.num_threads()) * 4;
+  const std::size_t lines_per_stream = bytes / 64 / slices / kStreams;
+  const std::size_t slice_words = lines_per_stream * 8 * kStreams;
+  const auto* words = reinterpret_cast<const std::uint64_t*>(p);
+  std::vector<std::uint64_t> totals(slices);
+  const auto start = std::chrono::steady_clock::now();
+  pool.ParallelFor(static_cast<std::int64_t>(slices), 1, [&](std::int64_t b, std::int64_t e) {
+    for (auto i = static_cast<std::size_t>(b); i < static_cast<std::size_t>(e); ++i) {
+      totals[i] = ReadSlice<kStreams, kPrefetch>(words + i * slice_words, lines_per_stream);
+    }
+  });
+  benchmark::DoNotOptimize(totals.data());
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double ReadOnPoolSeconds(const std::byte* p, std::size_t bytes) {
+  return std::min(ReadOnPoolSecondsAs<4, 2>(p, bytes), ReadOnPoolSecondsAs<1, 1>(p, bytes));
+}
+
 // The DRAM benchmarks' counters for `bytes` of weights read an iteration: GB_per_s, and
 // roofline_fraction over bandwidth_GBps, probed right after the products, not once per process
 // (a shared machine's speed comes in phases); one probe buffer for the process.
@@ -437,14 +501,28 @@ void BM_DecodeDram(benchmark::State& state) {
   const std::vector<float> x_dim(static_cast<std::size_t>(m) * kRealDim, 0.5f);
   const std::vector<float> x_ffn(static_cast<std::size_t>(m) * kRealFfn, 0.5f);
   std::vector<float> y(static_cast<std::size_t>(m) * 2 * kRealFfn);
+  // Per iteration the products' time and the time to read the same bytes right after: their
+  // ratio is the roofline fraction against a read made within milliseconds of the products, which
+  // a machine whose bandwidth changes in phases of seconds leaves comparable between runs.
+  std::vector<double> paired;
   for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
     for (const quant::WeightMatrix& mat : w.matrices) {
       kernels::MatMul(metronome::testing::TestPool(), (mat.cols == kRealDim ? x_dim : x_ffn).data(),
                       m, mat, y.data(), false);
     }
     benchmark::DoNotOptimize(y.data());
+    const double products_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    state.PauseTiming();
+    paired.push_back(ReadOnPoolSeconds(static_cast<const std::byte*>(w.memory.get()), w.bytes) /
+                     products_s);
+    state.ResumeTiming();
   }
   SetDramCounters(state, w.bytes);
+  std::nth_element(paired.begin(), paired.begin() + static_cast<std::ptrdiff_t>(paired.size() / 2),
+                   paired.end());
+  state.counters["paired_fraction"] = paired[paired.size() / 2];
 }
 BENCHMARK(BM_DecodeDram)
     ->ArgsProduct({{3, 8, 9, 10}, {1, 8}})
@@ -612,39 +690,6 @@ BENCHMARK(BM_ExpertsDram)
 // line-interleaved streams (1: what a decode kernel reads, one 16-row group after another; 4: the
 // probe's pattern) with software prefetch 0 none, 1 into L2 3 KiB ahead (the K-quant kernels'
 // hint and lead), 2 into L1 1 KiB ahead (the probe's). Nothing is computed: the read pattern alone.
-template <int kStreams, int kPrefetch>
-std::uint64_t ReadSlice(const std::uint64_t* slice, std::size_t lines_per_stream) {
-  constexpr std::size_t kLineWords = 8;
-  constexpr std::size_t kAheadWords = (kPrefetch == 1 ? 3072 : 1024) / sizeof(std::uint64_t);
-  const std::size_t stride = lines_per_stream * kLineWords;
-  std::uint64_t sums[kStreams][kLineWords] = {};
-  for (std::size_t i = 0; i < lines_per_stream; ++i) {
-    for (int st = 0; st < kStreams; ++st) {
-      const std::uint64_t* line = slice + static_cast<std::size_t>(st) * stride + i * kLineWords;
-      if constexpr (kPrefetch == 1) __builtin_prefetch(line + kAheadWords, 0, 2);  // prefetcht1
-      if constexpr (kPrefetch == 2) __builtin_prefetch(line + kAheadWords, 0, 3);  // prefetcht0
-      for (std::size_t w = 0; w < kLineWords; ++w) sums[st][w] += line[w];
-    }
-  }
-  std::uint64_t total = 0;
-  for (const auto& stream : sums) {
-    for (const std::uint64_t v : stream) total += v;
-  }
-  return total;
-}
-
-template <int kStreams>
-std::uint64_t ReadSliceWith(int prefetch, const std::uint64_t* slice, std::size_t lines) {
-  switch (prefetch) {
-    case 1:
-      return ReadSlice<kStreams, 1>(slice, lines);
-    case 2:
-      return ReadSlice<kStreams, 2>(slice, lines);
-    default:
-      return ReadSlice<kStreams, 0>(slice, lines);
-  }
-}
-
 void BM_ReadStreams(benchmark::State& state) {
   const auto streams = static_cast<int>(state.range(0));
   const auto prefetch = static_cast<int>(state.range(1));
