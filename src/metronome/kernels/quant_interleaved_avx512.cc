@@ -41,24 +41,30 @@ constexpr int kLineBytes = 64;  // one vector, one cache line
 // shorter leads were slower for Q4_0 and level for Q8_0 (bench-decode at one session;
 // bench/quant_benchmark BM_DecodeDram).
 constexpr std::size_t kPrefetchAheadBytes = 8192;
-// The K-quants' distance: 3 KiB, more than a 16-row Q4_K super-block body (2304 bytes) ahead,
-// into L2. Their bodies are one ascending stream the hardware prefetcher follows, but with a
+// The K-quants' distance: 3 KiB, more than a 16-row Q4_K super-block body (2304 bytes) ahead, into
+// L2. Their bodies are one ascending stream the hardware prefetcher follows, but with a
 // super-block's unpacking between its lines it runs too few lines ahead, and a stream read from
 // DRAM loses a fifth to two fifths of the bandwidth to that. A lead of a third of a body is enough
 // where DRAM latency is short; where it is longer (more lines in flight per core at the same read
 // rate) 1.5-6 KiB keep up, level within the run-to-run spread (BM_DecodeDram, m = 1 and 8,
 // alternated builds). The prefetches go out a few lines at a time as the kernel reads
-// (PrefetchAhead beside the loads, kept there by internal/stream_prefetch.h), not a body's 36-52
-// lines at a super-block's start: such a burst holds the core's miss buffers while the loads
-// behind it wait, which cost Q6_K a sixth of its DRAM rate at one row and a quarter at 8.
+// (KQuantPrefetchAhead beside the loads), not a body's 36-52 lines at a super-block's start: such a
+// burst holds the core's miss buffers while the loads behind it wait, which cost Q6_K a twentieth
+// of its read rate at one row and a tenth or more at 8 (internal/stream_prefetch.h).
 constexpr std::size_t kKQuantPrefetchAheadBytes = 3072;
 constexpr int kOrMasked = 0xF8;  // ternary logic: a | (b & c)
 
-// Software prefetch of the kBytes from p on, kAhead bytes ahead, one per line, into L2
+// Software prefetch of the kBytes from p on, kPrefetchAheadBytes ahead, one per line, into L2
 // (internal/stream_prefetch.h).
-template <std::size_t kBytes, std::size_t kAhead = kPrefetchAheadBytes>
+template <std::size_t kBytes>
 inline void PrefetchAhead(const std::byte* p) noexcept {
-  internal::PrefetchStreamLines<kBytes>(p + kAhead);
+  internal::PrefetchStreamLines<kBytes>(p + kPrefetchAheadBytes);
+}
+// The K-quants': kKQuantPrefetchAheadBytes ahead, each prefetch kept beside the loads it stands
+// with (not hoisted to the super-block's start).
+template <std::size_t kBytes>
+inline void KQuantPrefetchAhead(const std::byte* p) noexcept {
+  internal::PrefetchStreamLinesInPlace<kBytes>(p + kKQuantPrefetchAheadBytes);
 }
 
 // A register tile's activation rows [r, r + MT), each a row of `Act` blocks.
@@ -275,7 +281,7 @@ void GroupTileQ6K(const RowsKernelArgs& a, int r, const std::byte* group, int su
   const std::byte* tail = group + static_cast<std::size_t>(supers) * quant::kQ6KBodyBytes;
   for (int sb = 0; sb < supers; ++sb) {
     const std::byte* body = group + static_cast<std::size_t>(sb) * quant::kQ6KBodyBytes;
-    PrefetchAhead<quant::kQ6KScaleBytes, kKQuantPrefetchAheadBytes>(body);
+    KQuantPrefetchAhead<quant::kQ6KScaleBytes>(body);
     __m512 sum[MT];
     ZeroTile(sum);
 #pragma GCC unroll 2
@@ -294,7 +300,7 @@ void GroupTileQ6K(const RowsKernelArgs& a, int r, const std::byte* group, int su
         for (int l = 4 * half; l < 4 * half + 4; ++l) {
           // The triple of lines from qh vector 8 h + l on (quant/row_layout.h).
           const std::byte* triple = body + quant::Q6KQhOffset(8 * h + l);
-          PrefetchAhead<3 * kLineBytes, kKQuantPrefetchAheadBytes>(triple);
+          KQuantPrefetchAhead<3 * kLineBytes>(triple);
           const __m512i qh = _mm512_loadu_si512(triple);
           const __m512i v0 = _mm512_loadu_si512(body + quant::Q6KQlOffset(16 * h + l));
           const __m512i v1 = _mm512_loadu_si512(body + quant::Q6KQlOffset(16 * h + 8 + l));
@@ -468,7 +474,7 @@ void GroupTileK(const RowsKernelArgs& a, int r, const std::byte* group, int supe
   constexpr int kChains = KQuantDotChains(MT);
   for (int sb = 0; sb < supers; ++sb) {
     const std::byte* body = group + static_cast<std::size_t>(sb) * kBodyBytes;
-    PrefetchAhead<kQsAt, kKQuantPrefetchAheadBytes>(body);  // d, dmin, scales (and qh)
+    KQuantPrefetchAhead<kQsAt>(body);  // d, dmin, scales (and qh)
     const KScalesMins scales = UnpackKScalesMins(body + kScalesAt);
     const __m512i(&sc)[2] = scales.sc;
     __m512 sum[MT];
@@ -490,7 +496,7 @@ void GroupTileK(const RowsKernelArgs& a, int r, const std::byte* group, int supe
 #pragma GCC unroll 8
       for (int l = 0; l < 8; ++l) {
         const std::byte* qs_line = body + kQsAt + kLineBytes * (8 * g + l);
-        PrefetchAhead<kLineBytes, kKQuantPrefetchAheadBytes>(qs_line);
+        KQuantPrefetchAhead<kLineBytes>(qs_line);
         const __m512i x = _mm512_loadu_si512(qs_line);
         __m512i lo = _mm512_and_si512(x, low);
         __m512i hi;
