@@ -416,39 +416,58 @@ std::uint64_t ReadSlice(const std::uint64_t* slice, std::size_t lines_per_stream
   return total;
 }
 
-template <int kStreams>
-std::uint64_t ReadSliceWith(int prefetch, const std::uint64_t* slice, std::size_t lines) {
-  switch (prefetch) {
-    case 1:
-      return ReadSlice<kStreams, 1>(slice, lines);
-    case 2:
-      return ReadSlice<kStreams, 2>(slice, lines);
-    default:
-      return ReadSlice<kStreams, 0>(slice, lines);
-  }
+// Lines a stream of one slice reads when [p, p + bytes) is read on the pool as 4 slices a thread,
+// each as `streams` line-interleaved streams (whole lines: a remainder is left unread).
+std::size_t PoolLinesPerStream(std::size_t bytes, std::size_t streams) {
+  const auto slices = static_cast<std::size_t>(metronome::testing::TestPool().num_threads()) * 4;
+  return bytes / 64 / slices / streams;
 }
 
-// Seconds to read [p, p + bytes) on the pool, 4 slices a thread, the faster of the probe's two
-// patterns (kernels::ReadBandwidthProbe): each slice as 4 line-interleaved streams prefetched into
-// L1, or as one stream prefetched into L2. The read the paired fraction divides by.
-template <std::size_t kStreams, int kPrefetch>
-double ReadOnPoolSecondsAs(const std::byte* p, std::size_t bytes) {
+// The bytes such a read covers.
+std::size_t PoolReadBytes(std::size_t bytes, std::size_t streams) {
+  const auto slices = static_cast<std::size_t>(metronome::testing::TestPool().num_threads()) * 4;
+  return slices * PoolLinesPerStream(bytes, streams) * streams * 64;
+}
+
+// Reads [p, p + bytes) on the pool so, each slice with ReadSlice<kStreams, kPrefetch>.
+template <int kStreams, int kPrefetch>
+void ReadOnPool(const std::byte* p, std::size_t bytes) {
   auto& pool = metronome::testing::TestPool();
   const std::size_t slices = static_cast<std::size_t>(pool.num_threads()) * 4;
-  const std::size_t lines_per_stream = bytes / 64 / slices / kStreams;
+  const std::size_t lines_per_stream = PoolLinesPerStream(bytes, kStreams);
   const std::size_t slice_words = lines_per_stream * 8 * kStreams;
   const auto* words = reinterpret_cast<const std::uint64_t*>(p);
   std::vector<std::uint64_t> totals(slices);
-  const auto start = std::chrono::steady_clock::now();
   pool.ParallelFor(static_cast<std::int64_t>(slices), 1, [&](std::int64_t b, std::int64_t e) {
     for (auto i = static_cast<std::size_t>(b); i < static_cast<std::size_t>(e); ++i) {
       totals[i] = ReadSlice<kStreams, kPrefetch>(words + i * slice_words, lines_per_stream);
     }
   });
   benchmark::DoNotOptimize(totals.data());
+}
+
+template <int kStreams>
+void ReadOnPoolWith(int prefetch, const std::byte* p, std::size_t bytes) {
+  switch (prefetch) {
+    case 1:
+      return ReadOnPool<kStreams, 1>(p, bytes);
+    case 2:
+      return ReadOnPool<kStreams, 2>(p, bytes);
+    default:
+      return ReadOnPool<kStreams, 0>(p, bytes);
+  }
+}
+
+template <int kStreams, int kPrefetch>
+double ReadOnPoolSecondsAs(const std::byte* p, std::size_t bytes) {
+  const auto start = std::chrono::steady_clock::now();
+  ReadOnPool<kStreams, kPrefetch>(p, bytes);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// Seconds to read [p, p + bytes) on the pool, the faster of the probe's two patterns
+// (kernels::ReadBandwidthProbe): each slice as 4 line-interleaved streams prefetched into L1, or as
+// one stream prefetched into L2. The read the paired fraction divides by.
 double ReadOnPoolSeconds(const std::byte* p, std::size_t bytes) {
   return std::min(ReadOnPoolSecondsAs<4, 2>(p, bytes), ReadOnPoolSecondsAs<1, 1>(p, bytes));
 }
@@ -699,32 +718,21 @@ void BM_ReadStreams(benchmark::State& state) {
     std::memset(m.get(), 1, kBytes);
     return m;
   }();
-  auto& pool = metronome::testing::TestPool();
-  const std::size_t slices = static_cast<std::size_t>(pool.num_threads()) * 4;
-  const std::size_t lines_per_stream = kBytes / 64 / slices / static_cast<std::size_t>(streams);
-  const std::size_t slice_words = lines_per_stream * 8 * static_cast<std::size_t>(streams);
-  const auto* words = reinterpret_cast<const std::uint64_t*>(memory.get());
-  std::vector<std::uint64_t> totals(slices);
+  const auto* p = static_cast<const std::byte*>(memory.get());
   for (auto _ : state) {
-    pool.ParallelFor(static_cast<std::int64_t>(slices), 1, [&](std::int64_t b, std::int64_t e) {
-      for (auto i = static_cast<std::size_t>(b); i < static_cast<std::size_t>(e); ++i) {
-        const std::uint64_t* slice = words + i * slice_words;
-        switch (streams) {
-          case 1:
-            totals[i] = ReadSliceWith<1>(prefetch, slice, lines_per_stream);
-            break;
-          case 2:
-            totals[i] = ReadSliceWith<2>(prefetch, slice, lines_per_stream);
-            break;
-          default:
-            totals[i] = ReadSliceWith<4>(prefetch, slice, lines_per_stream);
-            break;
-        }
-      }
-    });
-    benchmark::DoNotOptimize(totals.data());
+    switch (streams) {
+      case 1:
+        ReadOnPoolWith<1>(prefetch, p, kBytes);
+        break;
+      case 2:
+        ReadOnPoolWith<2>(prefetch, p, kBytes);
+        break;
+      default:
+        ReadOnPoolWith<4>(prefetch, p, kBytes);
+        break;
+    }
   }
-  SetDramCounters(state, slices * slice_words * sizeof(std::uint64_t));
+  SetDramCounters(state, PoolReadBytes(kBytes, static_cast<std::size_t>(streams)));
 }
 BENCHMARK(BM_ReadStreams)
     ->ArgsProduct({{1, 2, 4}, {0, 1, 2}})

@@ -64,7 +64,8 @@ inline void PrefetchAhead(const std::byte* p) noexcept {
 // with (not hoisted to the super-block's start).
 template <std::size_t kBytes>
 inline void KQuantPrefetchAhead(const std::byte* p) noexcept {
-  internal::PrefetchStreamLinesInPlace<kBytes>(p + kKQuantPrefetchAheadBytes);
+  internal::PrefetchStreamLines<kBytes, internal::PrefetchPlacement::kInPlace>(
+      p + kKQuantPrefetchAheadBytes);
 }
 
 // A register tile's activation rows [r, r + MT), each a row of `Act` blocks.
